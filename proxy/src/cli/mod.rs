@@ -1,0 +1,60 @@
+//! The command line: subcommands, their flags, and exit codes.
+//!
+//! Owns the translation from what the user typed to calls into the library, and the exit
+//! codes: 0 success; 1 the input was refused (a policy with errors, a malformed batch line);
+//! 2 usage errors (unknown flags, missing arguments).
+
+mod policy;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::policy::Compat;
+
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about = "Egress proxy for untrusted workloads: identity, policy, TLS inspection, credential injection, OCSF audit")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check, explain and show policies.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
+}
+
+/// `--compat`: how to read constructs the reference accepts but silently misreads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum CompatArg {
+    /// Refuse them, explaining what the reference would do (default).
+    #[default]
+    Strict,
+    /// Accept them as NVIDIA OpenShell does, with a warning for each.
+    Openshell,
+}
+
+impl From<CompatArg> for Compat {
+    fn from(c: CompatArg) -> Compat {
+        match c {
+            CompatArg::Strict => Compat::Strict,
+            CompatArg::Openshell => Compat::OpenShell,
+        }
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {
+        Command::Policy(cmd) => policy::run(cmd),
+    }
+}

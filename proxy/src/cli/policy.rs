@@ -1,0 +1,329 @@
+//! `sluice policy check | explain | default`.
+//!
+//! Owns the policy subcommands: argument shapes, reading files and stdin, printing
+//! diagnostics (on stderr, one `FILE:LINE:COL: field: message` per line) and explanations
+//! (text or JSON on stdout). The decisions come from `policy::explain`, which calls the
+//! same code the proxy does.
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use serde::Deserialize;
+
+use super::CompatArg;
+use crate::policy::explain::{self, Question, QuestionRequest};
+use crate::policy::{self, Diagnostic, LoadError, Loaded};
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Validate policy files; print every error and warning as FILE:LINE:COL: field: message.
+    Check(CheckArgs),
+    /// Explain the decision for a program reaching a URL (or host:port) under a policy.
+    Explain(ExplainArgs),
+    /// Print the embedded default policy (deny all egress).
+    Default,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Policy files; several are merged into one policy, as with `run --policy`.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<String>,
+    /// Accept what NVIDIA OpenShell's lenient loader accepts, with a warning for each.
+    #[arg(long, value_enum, default_value_t = CompatArg::Strict)]
+    compat: CompatArg,
+    /// Treat warnings as errors (exit 1 when there are any).
+    #[arg(long)]
+    deny_warnings: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// Policy files (merged); none = the embedded deny-all default.
+    #[arg(long = "policy", value_name = "FILE")]
+    policies: Vec<String>,
+    /// Executable of the calling program, as the kernel reports it.
+    #[arg(long, value_name = "PATH", required_unless_present = "batch")]
+    binary: Option<String>,
+    /// Executable of an ancestor process (repeat, nearest first).
+    #[arg(long = "ancestor", value_name = "PATH")]
+    ancestors: Vec<String>,
+    /// Request method (default GET); ignored for a host:port question.
+    #[arg(long, value_name = "M")]
+    method: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Read one JSON query per line from stdin and answer each with a JSON line.
+    #[arg(long, conflicts_with_all = ["binary", "url"])]
+    batch: bool,
+    #[arg(long, value_enum, default_value_t = CompatArg::Strict)]
+    compat: CompatArg,
+    /// `https://host[:port]/path?query` (also http, ws, wss) or `host:port` for a
+    /// connection-only question.
+    #[arg(value_name = "URL", required_unless_present = "batch")]
+    url: Option<String>,
+}
+
+pub fn run(cmd: PolicyCommand) -> ExitCode {
+    match cmd {
+        PolicyCommand::Check(args) => check(&args),
+        PolicyCommand::Explain(args) => explain_cmd(&args),
+        PolicyCommand::Default => {
+            print!("{}", policy::DEFAULT_POLICY);
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn print_diagnostics(diags: &[Diagnostic]) {
+    let stderr = std::io::stderr();
+    let mut err = stderr.lock();
+    for d in diags {
+        let _ = writeln!(err, "{d}");
+    }
+}
+
+fn check(args: &CheckArgs) -> ExitCode {
+    match policy::load_files(&args.files, args.compat.into()) {
+        Err(e) => {
+            print_diagnostics(&e.diagnostics);
+            let n = e.errors().count();
+            eprintln!("sluice: policy check failed: {n} error(s)");
+            ExitCode::from(1)
+        }
+        Ok(loaded) => {
+            print_diagnostics(&loaded.warnings);
+            let p = &loaded.policy;
+            let warnings = loaded.warnings.len();
+            println!(
+                "ok: {} file(s), {} policies, {} endpoints, {warnings} warning(s)",
+                args.files.len(),
+                p.entries().len(),
+                p.endpoint_count()
+            );
+            if args.deny_warnings && warnings > 0 {
+                eprintln!("sluice: --deny-warnings: {warnings} warning(s)");
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+    }
+}
+
+fn load(policies: &[String], compat: CompatArg) -> Result<Loaded, LoadError> {
+    if policies.is_empty() {
+        policy::load_default()
+    } else {
+        policy::load_files(policies, compat.into())
+    }
+}
+
+fn explain_cmd(args: &ExplainArgs) -> ExitCode {
+    let loaded = match load(&args.policies, args.compat) {
+        Ok(l) => l,
+        Err(e) => {
+            print_diagnostics(&e.diagnostics);
+            eprintln!("sluice: cannot load the policy: {} error(s)", e.errors().count());
+            return ExitCode::from(1);
+        }
+    };
+    // Only a count: `policy check` lists them, and stdout stays one answer per question.
+    if !loaded.warnings.is_empty() {
+        eprintln!(
+            "sluice: the policy loaded with {} warning(s); `sluice policy check` lists them",
+            loaded.warnings.len()
+        );
+    }
+    if args.batch {
+        return batch(&loaded);
+    }
+    let (Some(binary), Some(url)) = (&args.binary, &args.url) else {
+        eprintln!("sluice: --binary and URL are required without --batch");
+        return ExitCode::from(2);
+    };
+    let target = match parse_url(url) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("sluice: {url}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let question = Question {
+        binary: binary.clone(),
+        ancestors: args.ancestors.clone(),
+        host: target.host,
+        port: target.port,
+        request: target.target.map(|t| QuestionRequest {
+            method: args.method.clone().unwrap_or_else(|| "GET".to_string()),
+            target: t,
+            websocket_upgrade: target.websocket,
+        }),
+    };
+    let answer = explain::explain(&loaded.policy, &question);
+    if args.json {
+        println!("{}", serde_json::to_string(&answer).unwrap_or_default());
+    } else {
+        print!("{}", explain::render_text(&answer));
+    }
+    ExitCode::SUCCESS
+}
+
+/// One `--batch` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchQuery {
+    binary: String,
+    #[serde(default)]
+    ancestors: Vec<String>,
+    host: String,
+    port: u16,
+    #[serde(default)]
+    method: Option<String>,
+    /// Raw request target with its query, or null for a connection-only question.
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    websocket: bool,
+}
+
+fn batch(loaded: &Loaded) -> ExitCode {
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut failed = 0usize;
+    for (n, line) in stdin.lock().lines().enumerate() {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("sluice: reading stdin: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let answer = match serde_json::from_str::<BatchQuery>(&line) {
+            Ok(q) => {
+                let question = Question {
+                    binary: q.binary,
+                    ancestors: q.ancestors,
+                    host: q.host,
+                    port: q.port,
+                    request: q.path.map(|p| QuestionRequest {
+                        method: q.method.unwrap_or_else(|| "GET".to_string()),
+                        target: p,
+                        websocket_upgrade: q.websocket,
+                    }),
+                };
+                serde_json::to_string(&explain::explain(&loaded.policy, &question))
+            }
+            Err(e) => {
+                failed += 1;
+                serde_json::to_string(&serde_json::json!({
+                    "line": n + 1,
+                    "error": format!("invalid query: {e}"),
+                }))
+            }
+        };
+        if writeln!(out, "{}", answer.unwrap_or_default()).is_err() {
+            return ExitCode::from(1);
+        }
+    }
+    let _ = out.flush();
+    if failed > 0 {
+        eprintln!("sluice: {failed} malformed query line(s)");
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct UrlTarget {
+    host: String,
+    port: u16,
+    /// Path and query; `None` for a connection-only `host:port`.
+    target: Option<String>,
+    websocket: bool,
+}
+
+/// `scheme://host[:port][/path][?query]` or `host:port`.
+fn parse_url(url: &str) -> Result<UrlTarget, String> {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (Some(s.to_ascii_lowercase()), r),
+        None => (None, url),
+    };
+    let (default_port, websocket) = match scheme.as_deref() {
+        None => (None, false),
+        Some("https") => (Some(443), false),
+        Some("http") => (Some(80), false),
+        Some("wss") => (Some(443), true),
+        Some("ws") => (Some(80), true),
+        Some(other) => return Err(format!("unsupported scheme `{other}` (use https, http, wss, ws, or host:port)")),
+    };
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, target) = rest.split_at(split);
+    if authority.contains('@') {
+        return Err("user information in the URL is not supported".to_string());
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (h, after) = v6.split_once(']').ok_or("unclosed `[` in host")?;
+        (h.to_string(), after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (authority.to_string(), None),
+        }
+    };
+    let port = match (port, default_port) {
+        (Some(p), _) => p.parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(|| format!("invalid port `{p}`"))?,
+        (None, Some(d)) => d,
+        (None, None) => return Err("a port is required (host:port) without a scheme".to_string()),
+    };
+    if host.is_empty() {
+        return Err("the host is empty".to_string());
+    }
+    let target = match scheme {
+        None if !target.is_empty() => return Err("a path needs a scheme (https://host/path)".to_string()),
+        None => None,
+        Some(_) if target.is_empty() => Some("/".to_string()),
+        Some(_) => Some(target.to_string()),
+    };
+    Ok(UrlTarget {
+        host,
+        port,
+        target,
+        websocket,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            parse_url("https://api.github.com/repos/x?per_page=1").unwrap(),
+            UrlTarget {
+                host: "api.github.com".into(),
+                port: 443,
+                target: Some("/repos/x?per_page=1".into()),
+                websocket: false
+            }
+        );
+        assert_eq!(parse_url("http://h:8080").unwrap().target.as_deref(), Some("/"));
+        assert_eq!(parse_url("http://h:8080").unwrap().port, 8080);
+        assert_eq!(parse_url("wss://h/ws").unwrap().websocket, true);
+        let v6 = parse_url("https://[::1]:8443/x").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 8443));
+        assert_eq!(parse_url("example.com:443").unwrap().target, None);
+        assert!(parse_url("example.com").is_err());
+        assert!(parse_url("ftp://x/").is_err());
+        assert!(parse_url("https://x:99999/").is_err());
+        assert!(parse_url("https://u@x/").is_err());
+    }
+}

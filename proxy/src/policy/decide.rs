@@ -1,0 +1,351 @@
+//! Decisions: the L4 question "may this program connect to host:port?" and the L7 question
+//! "may this request go through on that connection?".
+//!
+//! Owns the reference's semantics (spec §1.8, §2.7, §2.8, §2.10) with sluice's fixes (§13
+//! rows 3, 12, 18): the smallest matching key decides the reported entry; every matching
+//! entry's L7 endpoints apply; among L7 endpoints only those with the most specific matching
+//! `path` selector decide a request; deny rules win; `enforcement: audit` turns a soft denial
+//! into `Audit`. Pure: no sockets, no /proc.
+
+use std::fmt;
+
+use super::canon::{self, CanonError, Target};
+use super::compile::{EndpointRef, Policy};
+use super::model::{Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule};
+
+/// Who is asking: the kernel-resolved executable, its ancestors' executables (nearest first)
+/// and the absolute paths from their command lines (shown in reasons, never used to grant).
+#[derive(Clone, Copy, Debug)]
+pub struct Caller<'a> {
+    pub exe: &'a str,
+    pub ancestors: &'a [String],
+    pub cmdline: &'a [String],
+}
+
+/// The L4 answer.
+#[derive(Clone, Debug)]
+pub enum L4Decision {
+    Allow(Admission),
+    Deny(L4Denial),
+}
+
+/// An admitted connection: the entry that decided (smallest key) and every endpoint of every
+/// admitting entry that matches host:port (their L7 settings all apply, spec §13 row 13).
+#[derive(Clone, Debug)]
+pub struct Admission {
+    pub entry: PolicyKey,
+    pub endpoint: EndpointRef,
+    pub endpoints: Vec<EndpointRef>,
+}
+
+impl Admission {
+    /// The endpoints whose requests are inspected (L7 protocol, TLS not skipped).
+    pub fn l7_endpoints<'p>(&self, policy: &'p Policy) -> Vec<(EndpointRef, &'p Endpoint)> {
+        self.endpoints
+            .iter()
+            .map(|&r| (r, policy.endpoint(r)))
+            .filter(|(_, e)| e.inspects_requests())
+            .collect()
+    }
+
+    /// Whether requests on this connection are judged one by one.
+    pub fn inspects(&self, policy: &Policy) -> bool {
+        self.endpoints.iter().any(|&r| policy.endpoint(r).inspects_requests())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum L4DenyKind {
+    /// The policy has no network policies at all.
+    NoPolicies,
+    /// No endpoint of any policy matches host:port.
+    NoEndpoint,
+    /// Endpoints match, but neither the exe nor an ancestor is in their policies' binaries.
+    Binary { entries: Vec<PolicyKey> },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct L4Denial {
+    pub kind: L4DenyKind,
+    /// The reference's reason wording (spec §2.8).
+    pub reason: String,
+}
+
+/// Verdict of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Deny,
+    /// Denied by the rules of an `enforcement: audit` endpoint: logged, then forwarded.
+    Audit,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Deny => "deny",
+            Verdict::Audit => "audit",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a request's denial came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// The request target was refused before policy (non-canonical, bad encoding).
+    Target,
+    /// The L7 rules.
+    L7,
+}
+
+/// A request to judge on an admitted connection.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// The method as sent; compared case-insensitively.
+    pub method: &'a str,
+    /// The raw request target (origin-form, or absolute-form).
+    pub target: &'a [u8],
+    /// A WebSocket upgrade request (evaluated as `GET`).
+    pub websocket_upgrade: bool,
+}
+
+/// Why a request was decided as it was.
+#[derive(Clone, Debug)]
+pub enum RequestBasis<'p> {
+    /// The connection is L4 (or `tls: skip`): requests are relayed without inspection.
+    Uninspected,
+    /// An allow rule matched.
+    Allowed(&'p Rule),
+    /// A deny rule matched (deny rules win over allow rules).
+    DenyRule(&'p Rule),
+    /// No allow rule matched.
+    NoAllowRule,
+    /// No L7 endpoint's `path` selects this request; refused even under audit.
+    NoEndpointPath,
+    /// A plain request to a `protocol: websocket` endpoint; refused even under audit.
+    WebSocketRequired,
+    /// The target could not be canonicalised (or its query decoded).
+    Target(CanonError),
+}
+
+#[derive(Clone, Debug)]
+pub struct RequestDecision<'p> {
+    pub verdict: Verdict,
+    pub basis: RequestBasis<'p>,
+    /// `METHOD path not permitted by policy` and the like (spec §2.10 wording).
+    pub reason: String,
+    /// The canonical target, when it could be computed.
+    pub target: Option<Target>,
+    /// The endpoints whose settings decided the request (most specific selector).
+    pub endpoints: Vec<EndpointRef>,
+}
+
+impl RequestDecision<'_> {
+    pub fn stage(&self) -> Option<Stage> {
+        if self.verdict == Verdict::Allow {
+            return None;
+        }
+        Some(match self.basis {
+            RequestBasis::Target(_) => Stage::Target,
+            _ => Stage::L7,
+        })
+    }
+
+    /// The rule that decided, if one did.
+    pub fn rule(&self) -> Option<&Rule> {
+        match &self.basis {
+            RequestBasis::Allowed(r) | RequestBasis::DenyRule(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+impl Policy {
+    /// The L4 decision (spec §2.7): allowed iff some entry has an endpoint matching
+    /// host:port and a binary matching the exe or an ancestor. `host` must have passed
+    /// `canon::normalize_host`.
+    pub fn decide_l4(&self, caller: &Caller<'_>, host: &str, port: u16) -> L4Decision {
+        if self.entries.is_empty() {
+            return L4Decision::Deny(L4Denial {
+                kind: L4DenyKind::NoPolicies,
+                reason: "network connections not allowed by policy".to_string(),
+            });
+        }
+        let candidates = self.endpoints_for(host, port);
+        if candidates.is_empty() {
+            return L4Decision::Deny(L4Denial {
+                kind: L4DenyKind::NoEndpoint,
+                reason: format!("endpoint {host}:{port} is not allowed by any policy"),
+            });
+        }
+        let mut admitted: Vec<EndpointRef> = Vec::new();
+        let mut refused: Vec<PolicyKey> = Vec::new();
+        let mut last_entry: Option<(u32, bool)> = None;
+        for r in candidates {
+            let admits = match last_entry {
+                Some((e, admits)) if e == r.entry => admits,
+                _ => {
+                    let entry = self.entry_of(r);
+                    let admits = entry.admits(caller.exe, caller.ancestors);
+                    if !admits {
+                        refused.push(entry.key.clone());
+                    }
+                    last_entry = Some((r.entry, admits));
+                    admits
+                }
+            };
+            if admits {
+                admitted.push(r);
+            }
+        }
+        match admitted.first() {
+            Some(&first) => L4Decision::Allow(Admission {
+                entry: self.entry_of(first).key.clone(),
+                endpoint: first,
+                endpoints: admitted,
+            }),
+            None => L4Decision::Deny(L4Denial {
+                reason: binary_reason(caller, &refused),
+                kind: L4DenyKind::Binary { entries: refused },
+            }),
+        }
+    }
+
+    /// The L7 decision for one request on an admitted connection (spec §2.10).
+    pub fn decide_request<'p>(&'p self, admission: &Admission, req: &Request<'_>) -> RequestDecision<'p> {
+        let l7 = admission.l7_endpoints(self);
+        if l7.is_empty() {
+            return RequestDecision {
+                verdict: Verdict::Allow,
+                basis: RequestBasis::Uninspected,
+                reason: "L4 endpoint: requests are relayed without inspection".to_string(),
+                target: canon::canonicalize(req.target, true).ok(),
+                endpoints: admission.endpoints.clone(),
+            };
+        }
+        let hard = |basis: RequestBasis<'p>, reason: String, target: Option<Target>, endpoints: Vec<EndpointRef>| RequestDecision {
+            verdict: Verdict::Deny,
+            basis,
+            reason,
+            target,
+            endpoints,
+        };
+
+        // Canonicalise strictly; retry with encoded slashes only if some endpoint allows them,
+        // then insist that the endpoints that decide the request do (spec §5.2).
+        let (target, permissive) = match canon::canonicalize(req.target, false) {
+            Ok(t) => (t, false),
+            Err(CanonError::EncodedSlashNotAllowed) if l7.iter().any(|(_, e)| e.allow_encoded_slash) => {
+                match canon::canonicalize(req.target, true) {
+                    Ok(t) => (t, true),
+                    Err(e) => return hard(RequestBasis::Target(e.clone()), e.to_string(), None, Vec::new()),
+                }
+            }
+            Err(e) => return hard(RequestBasis::Target(e.clone()), e.to_string(), None, Vec::new()),
+        };
+
+        let matching: Vec<&(EndpointRef, &Endpoint)> =
+            l7.iter().filter(|(_, e)| e.selector.is_match(&target.path)).collect();
+        let Some(best) = matching.iter().map(|(_, e)| e.selector.specificity()).max() else {
+            let reason = format!("no L7 endpoint path matched request {}", target.path);
+            return hard(RequestBasis::NoEndpointPath, reason, Some(target), Vec::new());
+        };
+        let selected: Vec<(EndpointRef, &Endpoint)> = matching
+            .into_iter()
+            .filter(|(_, e)| e.selector.specificity() == best)
+            .copied()
+            .collect();
+        let refs: Vec<EndpointRef> = selected.iter().map(|(r, _)| *r).collect();
+
+        if permissive && !selected.iter().all(|(_, e)| e.allow_encoded_slash) {
+            let e = CanonError::EncodedSlashNotAllowed;
+            return hard(RequestBasis::Target(e.clone()), e.to_string(), Some(target), refs);
+        }
+        let protocol = selected[0].1.protocol;
+        if protocol == Protocol::WebSocket && !req.websocket_upgrade {
+            let reason = "websocket endpoint requires a valid WebSocket upgrade request".to_string();
+            return hard(RequestBasis::WebSocketRequired, reason, Some(target), refs);
+        }
+        let query = match target.query.as_deref().map(canon::parse_query).transpose() {
+            Ok(q) => q.unwrap_or_default(),
+            Err(e) => return hard(RequestBasis::Target(e.clone()), e.to_string(), Some(target), refs),
+        };
+        let method = if req.websocket_upgrade {
+            "GET".to_string()
+        } else {
+            req.method.to_ascii_uppercase()
+        };
+        let path = target.path.as_str();
+
+        let deny = selected
+            .iter()
+            .flat_map(|(_, e)| e.deny_rules.iter())
+            .find(|r| r.method.matches(&method) && r.path.is_match(path) && deny_query_matches(&r.query, &query));
+        let (basis, reason) = if let Some(rule) = deny {
+            (RequestBasis::DenyRule(rule), format!("{method} {path} blocked by deny rule"))
+        } else if let Some(rule) = selected
+            .iter()
+            .flat_map(|(_, e)| e.rules.iter())
+            .find(|r| r.method.matches(&method) && r.path.is_match(path) && allow_query_matches(&r.query, &query))
+        {
+            (RequestBasis::Allowed(rule), format!("{method} {path} allowed by policy"))
+        } else {
+            (RequestBasis::NoAllowRule, format!("{method} {path} not permitted by policy"))
+        };
+        // The ambiguity check guarantees that selected endpoints agree on enforcement.
+        let verdict = match (&basis, selected[0].1.enforcement) {
+            (RequestBasis::Allowed(_), _) => Verdict::Allow,
+            (_, Enforcement::Audit) => Verdict::Audit,
+            (_, Enforcement::Enforce) => Verdict::Deny,
+        };
+        RequestDecision {
+            verdict,
+            basis,
+            reason,
+            target: Some(target),
+            endpoints: refs,
+        }
+    }
+}
+
+/// Allow side: every configured key present with at least one value, and every value
+/// matching (spec §1.8).
+fn allow_query_matches(matchers: &[QueryMatcher], query: &[(String, String)]) -> bool {
+    matchers.iter().all(|m| {
+        let mut values = query.iter().filter(|(k, _)| *k == m.key).peekable();
+        values.peek().is_some() && values.all(|(_, v)| m.value_matches(v))
+    })
+}
+
+/// Deny side: every configured key present, and for each some value matching.
+fn deny_query_matches(matchers: &[QueryMatcher], query: &[(String, String)]) -> bool {
+    matchers
+        .iter()
+        .all(|m| query.iter().any(|(k, v)| *k == m.key && m.value_matches(v)))
+}
+
+/// `binary '<exe>' not allowed in policy '<key>' (ancestors: [...], cmdline: [...]). SYMLINK
+/// HINT: ...`, one clause per policy whose endpoint matched, joined with `; ` (spec §2.8).
+fn binary_reason(caller: &Caller<'_>, entries: &[PolicyKey]) -> String {
+    let ancestors = caller.ancestors.join(" -> ");
+    let cmdline = caller.cmdline.join(", ");
+    entries
+        .iter()
+        .map(|key| {
+            format!(
+                "binary '{}' not allowed in policy '{key}' (ancestors: [{ancestors}], cmdline: [{cmdline}]). \
+                 SYMLINK HINT: binaries are matched by their real path; if the policy names a symlink, \
+                 list its target (readlink -f)",
+                caller.exe
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}

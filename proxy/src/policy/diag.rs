@@ -1,0 +1,142 @@
+//! Diagnostics: what `policy check` prints, and what every policy load failure carries.
+//!
+//! Owns the shape `FILE:LINE:COL: <field path>: <message>` (warnings add `warning: ` after the
+//! position), the collection of all diagnostics of a load (never only the first), and their
+//! deterministic order. It does not decide what is an error; `raw.rs`, `validate.rs` and
+//! `ambiguity.rs` do.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::yaml::Pos;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// Where in the policy sources something was written.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Location {
+    pub file: Arc<str>,
+    pub pos: Pos,
+}
+
+impl Location {
+    pub fn new(file: &Arc<str>, pos: Pos) -> Self {
+        Location {
+            file: Arc::clone(file),
+            pos,
+        }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Line 0: the problem is the file itself (unreadable), not a place in it.
+        if self.pos.line == 0 {
+            write!(f, "{}", self.file)
+        } else {
+            write!(f, "{}:{}", self.file, self.pos)
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Diagnostic {
+    pub location: Location,
+    pub severity: Severity,
+    /// Dotted path of the field, e.g. `network_policies.github.endpoints[0].host`.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let level = match self.severity {
+            Severity::Error => "",
+            Severity::Warning => "warning: ",
+        };
+        if self.field.is_empty() {
+            write!(f, "{}: {level}{}", self.location, self.message)
+        } else {
+            write!(f, "{}: {level}{}: {}", self.location, self.field, self.message)
+        }
+    }
+}
+
+/// Every diagnostic of one load, errors and warnings alike.
+#[derive(Clone, Debug, Default)]
+pub struct Diagnostics {
+    items: Vec<Diagnostic>,
+}
+
+impl Diagnostics {
+    pub fn error(&mut self, file: &Arc<str>, pos: Pos, field: &str, message: impl Into<String>) {
+        self.push(Severity::Error, file, pos, field, message.into());
+    }
+
+    pub fn warning(&mut self, file: &Arc<str>, pos: Pos, field: &str, message: impl Into<String>) {
+        self.push(Severity::Warning, file, pos, field, message.into());
+    }
+
+    fn push(&mut self, severity: Severity, file: &Arc<str>, pos: Pos, field: &str, message: String) {
+        self.items.push(Diagnostic {
+            location: Location::new(file, pos),
+            severity,
+            field: field.to_string(),
+            message,
+        });
+    }
+
+    pub fn extend(&mut self, other: Diagnostics) {
+        self.items.extend(other.items);
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.items.iter().any(|d| d.severity == Severity::Error)
+    }
+
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.items.iter().filter(|d| d.severity == Severity::Error)
+    }
+
+    pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.items.iter().filter(|d| d.severity == Severity::Warning)
+    }
+
+    /// Sorted by file, position, severity, field and message, without duplicates, so that
+    /// two runs over the same input print the same lines (the reference does not: spec §13
+    /// row 20).
+    pub fn into_sorted(mut self) -> Vec<Diagnostic> {
+        self.items.sort();
+        self.items.dedup();
+        self.items
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_shapes() {
+        let file: Arc<str> = Arc::from("p.yaml");
+        let mut d = Diagnostics::default();
+        d.error(&file, Pos::new(3, 7), "network_policies.a.endpoints[0].port", "bad");
+        d.warning(&file, Pos::new(1, 1), "version", "missing");
+        let out: Vec<String> = d.into_sorted().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            out,
+            [
+                "p.yaml:1:1: warning: version: missing",
+                "p.yaml:3:7: network_policies.a.endpoints[0].port: bad"
+            ]
+        );
+    }
+}

@@ -1,0 +1,249 @@
+//! Explanations: a decision with the entry and rule that made it, where they are written,
+//! and, for a denial, what would have to change.
+//!
+//! Owns the question model of `sluice policy explain` (a caller, host:port, and optionally a
+//! request inside a TLS-terminated CONNECT tunnel to host:port, as the proxy will see it) and
+//! its two renderings: text for people, one JSON object for scripts. It calls the same
+//! `decide` functions as the proxy, so an explanation cannot drift from enforcement.
+
+use serde::Serialize;
+
+use super::canon::{self, CanonError};
+use super::compile::Policy;
+use super::decide::{Caller, L4Decision, L4DenyKind, Request, RequestBasis, Verdict};
+
+/// One question: may this caller reach host:port, and (optionally) send this request?
+#[derive(Clone, Debug)]
+pub struct Question {
+    pub binary: String,
+    pub ancestors: Vec<String>,
+    pub host: String,
+    pub port: u16,
+    pub request: Option<QuestionRequest>,
+}
+
+#[derive(Clone, Debug)]
+pub struct QuestionRequest {
+    pub method: String,
+    /// The raw request target, path and query.
+    pub target: String,
+    pub websocket_upgrade: bool,
+}
+
+/// The answer, in the shape `--json` prints.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Explanation {
+    /// `allow`, `deny` or `audit`.
+    pub decision: &'static str,
+    /// `allow` or `deny`.
+    pub l4: &'static str,
+    /// The deciding policy key.
+    pub entry: Option<String>,
+    /// The deciding rule, `METHOD path`.
+    pub rule: Option<String>,
+    pub reason: String,
+    /// The canonical path, when there is a request and it could be canonicalised.
+    pub canonical: Option<String>,
+    /// Where a denial (or audit) came from: `target`, `l4` or `l7`.
+    pub stage: Option<&'static str>,
+    pub binary: String,
+    pub host: String,
+    pub port: u16,
+    pub method: Option<String>,
+    /// The deciding endpoint's field path and location.
+    pub endpoint: Option<String>,
+    /// Where the deciding rule is written.
+    pub rule_location: Option<String>,
+    /// What would have to change for a denial to become an allow.
+    pub suggestions: Vec<String>,
+}
+
+pub fn explain(policy: &Policy, q: &Question) -> Explanation {
+    let mut out = Explanation {
+        decision: "deny",
+        l4: "deny",
+        entry: None,
+        rule: None,
+        reason: String::new(),
+        canonical: None,
+        stage: None,
+        binary: q.binary.clone(),
+        host: q.host.clone(),
+        port: q.port,
+        method: q.request.as_ref().map(|r| r.method.to_ascii_uppercase()),
+        endpoint: None,
+        rule_location: None,
+        suggestions: Vec::new(),
+    };
+    let host = match canon::normalize_host(&q.host) {
+        Ok(h) => h,
+        Err(e) => {
+            out.reason = e.to_string();
+            out.stage = Some("target");
+            out.suggestions.push("use a valid DNS host name or IP literal as the target".to_string());
+            return out;
+        }
+    };
+    out.host.clone_from(&host);
+    let caller = Caller {
+        exe: &q.binary,
+        ancestors: &q.ancestors,
+        cmdline: &[],
+    };
+    let admission = match policy.decide_l4(&caller, &host, q.port) {
+        L4Decision::Deny(d) => {
+            out.reason = d.reason;
+            out.stage = Some("l4");
+            out.canonical = q
+                .request
+                .as_ref()
+                .and_then(|r| canon::canonicalize(r.target.as_bytes(), true).ok())
+                .map(|t| t.path);
+            match d.kind {
+                L4DenyKind::NoPolicies | L4DenyKind::NoEndpoint => out.suggestions.push(format!(
+                    "add an endpoint {{host: {host}, port: {}}} to a policy whose binaries include '{}' (or one of its ancestors)",
+                    q.port, q.binary
+                )),
+                L4DenyKind::Binary { entries } => {
+                    for key in entries {
+                        let at = policy
+                            .entries()
+                            .iter()
+                            .find(|e| e.key == key)
+                            .map(|e| format!(" ({})", e.location))
+                            .unwrap_or_default();
+                        out.suggestions.push(format!(
+                            "add {{path: {}}} to the binaries of policy '{key}'{at}",
+                            q.binary
+                        ));
+                    }
+                }
+            }
+            return out;
+        }
+        L4Decision::Allow(a) => a,
+    };
+    out.l4 = "allow";
+    out.entry = Some(admission.entry.to_string());
+    let ep = policy.endpoint(admission.endpoint);
+    out.endpoint = Some(format!("{} ({})", ep.field(), ep.location));
+
+    let Some(req) = &q.request else {
+        out.decision = "allow";
+        out.reason = if admission.inspects(policy) {
+            format!("connection to {host}:{} allowed; each request is judged by the L7 rules", q.port)
+        } else {
+            format!("connection to {host}:{} allowed", q.port)
+        };
+        return out;
+    };
+    let decision = policy.decide_request(
+        &admission,
+        &Request {
+            method: &req.method,
+            target: req.target.as_bytes(),
+            websocket_upgrade: req.websocket_upgrade,
+        },
+    );
+    out.decision = decision.verdict.as_str();
+    out.reason.clone_from(&decision.reason);
+    out.canonical = decision.target.as_ref().map(|t| t.path.clone());
+    out.stage = decision.stage().map(|s| match s {
+        super::decide::Stage::Target => "target",
+        super::decide::Stage::L7 => "l7",
+    });
+    if let Some(first) = decision.endpoints.first() {
+        let ep = policy.endpoint(*first);
+        out.endpoint = Some(format!("{} ({})", ep.field(), ep.location));
+        // The entry that decided a request is the one owning the deciding rule, else the
+        // smallest key among the deciding endpoints.
+        out.entry = Some(ep.entry.to_string());
+    }
+    if let Some(rule) = decision.rule() {
+        out.rule = Some(rule.summary());
+        out.entry = Some(rule.origin.entry.to_string());
+        out.rule_location = Some(format!("{} ({})", rule.origin.field(), rule.origin.location));
+    }
+    let method = out.method.clone().unwrap_or_default();
+    let path = out.canonical.clone().unwrap_or_default();
+    let eps: Vec<String> = decision
+        .endpoints
+        .iter()
+        .map(|r| {
+            let e = policy.endpoint(*r);
+            format!("{} ({})", e.field(), e.location)
+        })
+        .collect();
+    match &decision.basis {
+        RequestBasis::NoAllowRule => {
+            for e in &eps {
+                out.suggestions.push(format!("add an allow rule {{method: {method}, path: {path}}} to the rules of {e}"));
+            }
+        }
+        RequestBasis::DenyRule(rule) => out.suggestions.push(format!(
+            "the deny rule {} ({}) blocks it, and deny rules win over allow rules: narrow or remove it",
+            rule.origin.field(),
+            rule.origin.location
+        )),
+        RequestBasis::NoEndpointPath => out.suggestions.push(format!(
+            "no endpoint on {host}:{} has a `path` that selects {path}: add one, or widen an existing `path`",
+            q.port
+        )),
+        RequestBasis::WebSocketRequired => out
+            .suggestions
+            .push("this endpoint only takes WebSocket upgrades (ask with a ws:// or wss:// URL)".to_string()),
+        RequestBasis::Target(CanonError::EncodedSlashNotAllowed) => {
+            let at = eps.first().cloned().unwrap_or_else(|| "the endpoint".to_string());
+            out.suggestions.push(format!("set `allow_encoded_slash: true` on {at} if this API needs %2F inside path segments"));
+        }
+        RequestBasis::Target(_) => out
+            .suggestions
+            .push("send a well-formed, canonical request target".to_string()),
+        RequestBasis::Allowed(_) | RequestBasis::Uninspected => {}
+    }
+    if decision.verdict == Verdict::Audit {
+        out.suggestions.push(
+            "the endpoint's enforcement is `audit`, so this request is logged and forwarded; with `enforcement: enforce` it would be refused"
+                .to_string(),
+        );
+    }
+    out
+}
+
+/// The text rendering.
+pub fn render_text(e: &Explanation) -> String {
+    let mut s = String::new();
+    let mut line = |k: &str, v: &str| {
+        s.push_str(&format!("{k:<11}{v}\n"));
+    };
+    line("decision:", e.decision);
+    if let Some(stage) = e.stage {
+        line("stage:", stage);
+    }
+    line("target:", &format!("{}:{}", e.host, e.port));
+    line("binary:", &e.binary);
+    line(
+        "l4:",
+        &match &e.entry {
+            Some(entry) if e.l4 == "allow" => format!("allow (policy '{entry}')"),
+            _ => e.l4.to_string(),
+        },
+    );
+    if let Some(ep) = &e.endpoint {
+        line("endpoint:", ep);
+    }
+    if let Some(m) = &e.method {
+        line("request:", &format!("{m} {}", e.canonical.as_deref().unwrap_or("(not canonicalisable)")));
+    }
+    if let Some(r) = &e.rule {
+        line("rule:", r);
+    }
+    if let Some(at) = &e.rule_location {
+        line("rule at:", at);
+    }
+    line("reason:", &e.reason);
+    for sug in &e.suggestions {
+        line(if e.decision == "allow" { "note:" } else { "to allow:" }, sug);
+    }
+    s
+}

@@ -1,0 +1,194 @@
+//! The policy engine: OpenShell policy v1 documents in, an immutable compiled snapshot and
+//! decisions out. Pure: no network, no /proc, no clock.
+//!
+//! The pipeline is a chain of types, each step in its own module:
+//! text → `yaml` (positioned tree) → `raw` (schema) → `validate`/`rules` (typed values) →
+//! `ambiguity` (endpoint pairs) → `compile` (indexed `Policy`) → `decide` (L4 and L7).
+//! `glob` is the one matcher of hosts and paths; `canon` turns request targets into the
+//! canonical form that both policy and upstream see; `explain` renders decisions for people
+//! and scripts. Loading is all-or-nothing: any error, in any file, and nothing is returned
+//! but the diagnostics.
+
+pub mod ambiguity;
+pub mod canon;
+pub mod compile;
+pub mod decide;
+pub mod diag;
+pub mod explain;
+pub mod glob;
+pub mod model;
+pub mod raw;
+pub mod rules;
+pub mod validate;
+pub mod yaml;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub use compile::{EndpointRef, Policy};
+pub use decide::{Admission, Caller, L4Decision, Request, RequestDecision, Verdict};
+pub use diag::{Diagnostic, Diagnostics, Severity};
+
+use diag::Location;
+use model::Sandbox;
+use yaml::Pos;
+
+/// The policy sluice runs with when none is given: no network policies, so every
+/// connection is denied, and the reference's restrictive sandbox defaults.
+pub const DEFAULT_POLICY: &str = include_str!("default.yaml");
+/// The name diagnostics use for the embedded default.
+pub const DEFAULT_POLICY_NAME: &str = "<embedded default policy>";
+
+/// How to read constructs that the reference accepts but silently misreads (spec §13).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compat {
+    /// Refuse them, explaining what the reference would do.
+    #[default]
+    Strict,
+    /// Accept them with the reference's interpretation and a warning for each.
+    OpenShell,
+}
+
+/// A policy document to load: its name (a file path) and its text.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub name: String,
+    pub text: String,
+}
+
+/// A successful load: the compiled policy and the warnings worth showing.
+#[derive(Debug)]
+pub struct Loaded {
+    pub policy: Policy,
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// A failed load: every error and warning of every file, sorted.
+#[derive(Debug, thiserror::Error)]
+#[error("policy load failed with {} error(s)", self.errors().count())]
+pub struct LoadError {
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl LoadError {
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| d.severity == Severity::Error)
+    }
+}
+
+/// Reads the named files (a file that cannot be read is a diagnostic like any other) and
+/// loads them as one policy.
+pub fn load_files(paths: &[String], compat: Compat) -> Result<Loaded, LoadError> {
+    let mut sources = Vec::new();
+    let mut diags = Diagnostics::default();
+    for path in paths {
+        match std::fs::read(path) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => sources.push(Source {
+                    name: path.clone(),
+                    text,
+                }),
+                Err(e) => diags.error(
+                    &Arc::from(path.as_str()),
+                    Pos::new(0, 0),
+                    "",
+                    format!("not valid UTF-8 (byte {})", e.utf8_error().valid_up_to()),
+                ),
+            },
+            Err(e) => diags.error(&Arc::from(path.as_str()), Pos::new(0, 0), "", format!("cannot read: {e}")),
+        }
+    }
+    load_with(&sources, compat, diags)
+}
+
+/// Loads the embedded deny-all default.
+pub fn load_default() -> Result<Loaded, LoadError> {
+    load(
+        &[Source {
+            name: DEFAULT_POLICY_NAME.to_string(),
+            text: DEFAULT_POLICY.to_string(),
+        }],
+        Compat::Strict,
+    )
+}
+
+/// Loads documents as one policy: each is parsed and validated, then they merge (a policy key
+/// or a static section defined in two files is an error naming both), then the ambiguity
+/// check runs over all endpoints, then the result is compiled.
+pub fn load(sources: &[Source], compat: Compat) -> Result<Loaded, LoadError> {
+    load_with(sources, compat, Diagnostics::default())
+}
+
+fn load_with(sources: &[Source], compat: Compat, mut diags: Diagnostics) -> Result<Loaded, LoadError> {
+    let mut entries = Vec::new();
+    let mut sandbox = Sandbox::default();
+    let mut defined: HashMap<String, Location> = HashMap::new();
+    let mut sections: HashMap<&'static str, Location> = HashMap::new();
+    for source in sources {
+        let file: Arc<str> = Arc::from(source.name.as_str());
+        let root = match yaml::parse(&source.text) {
+            Ok(Some(root)) => root,
+            Ok(None) => {
+                diags.error(&file, Pos::new(1, 1), "", "the policy document is empty");
+                continue;
+            }
+            Err(e) => {
+                diags.error(&file, e.pos, "", e.message);
+                continue;
+            }
+        };
+        let raw = raw::read(&file, &root, compat, &mut diags);
+        let mut validator = validate::Validator {
+            file: &file,
+            diags: &mut diags,
+            compat,
+        };
+        let validated = validator.document(&raw);
+        for entry in validated.entries {
+            if let Some(first) = defined.get(entry.key.as_str()) {
+                diags.error(
+                    &file,
+                    entry.location.pos,
+                    &format!("network_policies.{}", entry.key),
+                    format!("policy `{}` is already defined in {first}", entry.key),
+                );
+                continue;
+            }
+            defined.insert(entry.key.as_str().to_string(), entry.location.clone());
+            entries.push(entry);
+        }
+        for (name, location) in validated.sections {
+            if let Some(first) = sections.get(name) {
+                diags.error(&file, location.pos, name, format!("`{name}` is already defined in {first}"));
+            } else {
+                sections.insert(name, location);
+            }
+        }
+        merge_sandbox(&mut sandbox, validated.sandbox);
+    }
+    ambiguity::check(&entries, &mut diags);
+    if diags.has_errors() {
+        return Err(LoadError {
+            diagnostics: diags.into_sorted(),
+        });
+    }
+    let names = sources.iter().map(|s| s.name.clone()).collect();
+    Ok(Loaded {
+        policy: Policy::compile(entries, sandbox, names),
+        warnings: diags.into_sorted(),
+    })
+}
+
+/// Each static section comes from at most one file (a second one is an error), so merging
+/// takes whichever file set it.
+fn merge_sandbox(into: &mut Sandbox, from: Sandbox) {
+    into.include_workdir = into.include_workdir.or(from.include_workdir);
+    into.read_only.extend(from.read_only);
+    into.read_write.extend(from.read_write);
+    into.landlock = into.landlock.or(from.landlock);
+    into.run_as_user = into.run_as_user.or(from.run_as_user);
+    into.run_as_group = into.run_as_group.or(from.run_as_group);
+}
+
+#[cfg(test)]
+mod tests;

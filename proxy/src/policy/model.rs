@@ -1,0 +1,406 @@
+//! The validated policy: typed values only, with the source location of everything a decision
+//! or a diagnostic may need to point at.
+//!
+//! Owns the types that `validate.rs` produces and `compile.rs` indexes. Nothing here is a
+//! string that gets re-parsed later: hosts, paths, binaries and query values are compiled
+//! globs, ports are `u16`, addresses are `IpNet`. Invalid states (a rule without a path, a
+//! port of 0) cannot be expressed.
+
+use std::fmt;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+
+use super::diag::Location;
+use super::glob::{Glob, HostPattern};
+
+/// A `network_policies` key: what logs, audit events and 403 bodies call the policy.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PolicyKey(Arc<str>);
+
+impl PolicyKey {
+    pub fn new(key: &str) -> Self {
+        PolicyKey(Arc::from(key))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PolicyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// No `protocol`: the connection is judged once, requests are not inspected.
+    L4,
+    /// `protocol: tcp`: transparent raw TCP.
+    Tcp,
+    Rest,
+    WebSocket,
+}
+
+impl Protocol {
+    pub fn is_l7(self) -> bool {
+        matches!(self, Protocol::Rest | Protocol::WebSocket)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::L4 => "",
+            Protocol::Tcp => "tcp",
+            Protocol::Rest => "rest",
+            Protocol::WebSocket => "websocket",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TlsMode {
+    Auto,
+    Skip,
+}
+
+impl TlsMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsMode::Auto => "auto",
+            TlsMode::Skip => "skip",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Enforcement {
+    Enforce,
+    /// The reference's default: would-be denials are logged and forwarded.
+    Audit,
+}
+
+impl Enforcement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforcement::Enforce => "enforce",
+            Enforcement::Audit => "audit",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    ReadOnly,
+    ReadWrite,
+    Full,
+}
+
+impl Access {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::ReadOnly => "read-only",
+            Access::ReadWrite => "read-write",
+            Access::Full => "full",
+        }
+    }
+}
+
+/// A rule's method: one method, or `*`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MethodMatcher {
+    Any,
+    Get,
+    Head,
+    Post,
+    Put,
+    Delete,
+    Patch,
+    Options,
+    /// Synthetic method of WebSocket text messages.
+    WebsocketText,
+}
+
+impl MethodMatcher {
+    pub fn parse(method: &str) -> Option<Self> {
+        Some(match method.to_ascii_uppercase().as_str() {
+            "*" => MethodMatcher::Any,
+            "GET" => MethodMatcher::Get,
+            "HEAD" => MethodMatcher::Head,
+            "POST" => MethodMatcher::Post,
+            "PUT" => MethodMatcher::Put,
+            "DELETE" => MethodMatcher::Delete,
+            "PATCH" => MethodMatcher::Patch,
+            "OPTIONS" => MethodMatcher::Options,
+            "WEBSOCKET_TEXT" => MethodMatcher::WebsocketText,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MethodMatcher::Any => "*",
+            MethodMatcher::Get => "GET",
+            MethodMatcher::Head => "HEAD",
+            MethodMatcher::Post => "POST",
+            MethodMatcher::Put => "PUT",
+            MethodMatcher::Delete => "DELETE",
+            MethodMatcher::Patch => "PATCH",
+            MethodMatcher::Options => "OPTIONS",
+            MethodMatcher::WebsocketText => "WEBSOCKET_TEXT",
+        }
+    }
+
+    /// `method` is upper-case. A GET rule also covers HEAD, for allow and deny rules alike
+    /// (spec §1.8); OPTIONS is never implied.
+    pub fn matches(self, method: &str) -> bool {
+        match self {
+            MethodMatcher::Any => true,
+            MethodMatcher::Get => method == "GET" || method == "HEAD",
+            other => other.as_str() == method,
+        }
+    }
+}
+
+/// A rule path: `**` (everything) or a segment-bound glob over the canonical path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PathMatcher {
+    All,
+    Glob(Glob),
+}
+
+impl PathMatcher {
+    pub fn is_match(&self, path: &str) -> bool {
+        match self {
+            PathMatcher::All => true,
+            PathMatcher::Glob(g) => g.is_match(path),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            PathMatcher::All => "**",
+            PathMatcher::Glob(g) => g.as_str(),
+        }
+    }
+}
+
+/// A query parameter condition: the decoded key and the globs one value may match.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueryMatcher {
+    pub key: String,
+    pub globs: Vec<Glob>,
+}
+
+impl QueryMatcher {
+    pub fn value_matches(&self, value: &str) -> bool {
+        self.globs.iter().any(|g| g.is_match(value))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RuleKind {
+    Allow,
+    Deny,
+    /// Expanded from `access`.
+    Preset(Access),
+}
+
+/// Where a rule came from, for explanations and audit events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleOrigin {
+    pub entry: PolicyKey,
+    pub endpoint: usize,
+    pub kind: RuleKind,
+    pub index: usize,
+    pub location: Location,
+}
+
+impl RuleOrigin {
+    /// The field path of the rule, e.g. `network_policies.gh.endpoints[0].rules[1]`.
+    pub fn field(&self) -> String {
+        let base = format!("network_policies.{}.endpoints[{}]", self.entry, self.endpoint);
+        match self.kind {
+            RuleKind::Allow => format!("{base}.rules[{}]", self.index),
+            RuleKind::Deny => format!("{base}.deny_rules[{}]", self.index),
+            RuleKind::Preset(_) => format!("{base}.access"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub method: MethodMatcher,
+    pub path: PathMatcher,
+    pub query: Vec<QueryMatcher>,
+    pub origin: RuleOrigin,
+}
+
+impl Rule {
+    /// The reference's short form, `METHOD path`, as in 403 bodies.
+    pub fn summary(&self) -> String {
+        format!("{} {}", self.method.as_str(), self.path.as_str())
+    }
+}
+
+/// An endpoint's `path`: which requests on host:port this endpoint's L7 settings govern.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PathSelector {
+    All,
+    /// Compiled so that `/x/**` also covers `/x` (spec §13 row 12).
+    Glob(Glob),
+}
+
+impl PathSelector {
+    pub fn is_match(&self, path: &str) -> bool {
+        match self {
+            PathSelector::All => true,
+            PathSelector::Glob(g) => g.is_match(path),
+        }
+    }
+
+    pub fn specificity(&self) -> usize {
+        match self {
+            PathSelector::All => 0,
+            PathSelector::Glob(g) => g.specificity(),
+        }
+    }
+
+    pub fn intersects(&self, other: &PathSelector) -> bool {
+        match (self, other) {
+            (PathSelector::All, _) | (_, PathSelector::All) => true,
+            (PathSelector::Glob(a), PathSelector::Glob(b)) => a.intersects(b),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            PathSelector::All => "",
+            PathSelector::Glob(g) => g.as_str(),
+        }
+    }
+}
+
+/// `allowed_ips`: the valid networks, and whether the document also listed unusable ones
+/// (accepted only in `--compat openshell`, where such an endpoint refuses every address).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllowedIps {
+    pub nets: Vec<IpNet>,
+    pub has_invalid: bool,
+}
+
+impl AllowedIps {
+    pub fn is_empty(&self) -> bool {
+        self.nets.is_empty() && !self.has_invalid
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    pub entry: PolicyKey,
+    pub index: usize,
+    pub location: Location,
+    pub host: HostPattern,
+    pub ports: Vec<u16>,
+    pub selector: PathSelector,
+    pub protocol: Protocol,
+    pub tls: TlsMode,
+    pub enforcement: Enforcement,
+    /// True when `enforcement` was not written (and so is the reference's `audit`).
+    pub enforcement_defaulted: bool,
+    pub access: Option<Access>,
+    pub rules: Vec<Rule>,
+    pub deny_rules: Vec<Rule>,
+    pub allowed_ips: AllowedIps,
+    pub allow_encoded_slash: bool,
+    pub request_body_credential_rewrite: bool,
+    pub websocket_credential_rewrite: bool,
+    pub allow_uninspected_credentials: bool,
+}
+
+impl Endpoint {
+    /// The field path, e.g. `network_policies.gh.endpoints[0]`.
+    pub fn field(&self) -> String {
+        format!("network_policies.{}.endpoints[{}]", self.entry, self.index)
+    }
+
+    /// Requests on this endpoint are inspected (L7 protocol and TLS not skipped).
+    pub fn inspects_requests(&self) -> bool {
+        self.protocol.is_l7() && self.tls == TlsMode::Auto
+    }
+
+    /// `host:port,port[path]` as in the reference's ambiguity messages.
+    pub fn describe(&self) -> String {
+        let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
+        format!("{}:{}{}", self.host, ports.join(","), self.selector.as_str())
+    }
+}
+
+/// A `binaries[].path`: a literal path, or a glob when it contains `*` (spec §13 row 1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BinaryMatcher {
+    Exact(String),
+    /// `*` alone: any executable, even a relative or empty path.
+    Any,
+    Glob(Glob),
+}
+
+impl BinaryMatcher {
+    pub fn is_match(&self, exe: &str) -> bool {
+        match self {
+            BinaryMatcher::Exact(p) => p == exe,
+            BinaryMatcher::Any => true,
+            BinaryMatcher::Glob(g) => g.is_match(exe),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binary {
+    pub source: String,
+    pub matcher: BinaryMatcher,
+    pub location: Location,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub key: PolicyKey,
+    pub name: String,
+    pub location: Location,
+    pub endpoints: Vec<Endpoint>,
+    pub binaries: Vec<Binary>,
+}
+
+impl Entry {
+    /// Whether the caller's exe or any ancestor is one of this entry's binaries (spec §2.3).
+    pub fn admits(&self, exe: &str, ancestors: &[String]) -> bool {
+        self.binaries.iter().any(|b| {
+            b.matcher.is_match(exe) || ancestors.iter().any(|a| b.matcher.is_match(a))
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LandlockCompat {
+    BestEffort,
+    HardRequirement,
+}
+
+/// `process.run_as_user` / `run_as_group`: the literal `sandbox` or a numeric id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunAs {
+    Sandbox,
+    Id(u32),
+}
+
+/// The static sections, which `sluice exec` turns into shim flags.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sandbox {
+    pub include_workdir: Option<bool>,
+    pub read_only: Vec<String>,
+    pub read_write: Vec<String>,
+    pub landlock: Option<LandlockCompat>,
+    pub run_as_user: Option<RunAs>,
+    pub run_as_group: Option<RunAs>,
+}

@@ -1,0 +1,778 @@
+//! The policy document as written: OpenShell policy v1 fields with their positions.
+//!
+//! Owns the step "positioned YAML tree → raw policy structs": the schema (which keys exist at
+//! each level, their types), unknown keys, duplicate keys, and fields of the format that sluice
+//! does not implement yet, which are errors naming the field (never silently ignored). It
+//! collects every problem of a file, not only the first. It does not judge values (a port of
+//! 70000, an unknown `access` preset): `validate.rs` does.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::Compat;
+use super::diag::Diagnostics;
+use super::yaml::{Kind, Node, Pos, Style, parse_bool, parse_int};
+
+/// A value and where it was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spanned<T> {
+    pub value: T,
+    pub pos: Pos,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct RawDocument {
+    pub file: Arc<str>,
+    pub version: Option<Spanned<i128>>,
+    pub network_policies: Vec<RawEntry>,
+    pub filesystem_policy: Option<RawFilesystem>,
+    pub landlock: Option<RawLandlock>,
+    pub process: Option<RawProcess>,
+    pub root_pos: Pos,
+}
+
+#[derive(Clone, Debug)]
+pub struct RawEntry {
+    pub key: Spanned<String>,
+    pub name: Option<Spanned<String>>,
+    pub endpoints: Vec<RawEndpoint>,
+    pub binaries: Vec<RawBinary>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RawBinary {
+    pub path: Spanned<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct RawEndpoint {
+    pub pos: Pos,
+    pub host: Option<Spanned<String>>,
+    pub port: Option<Spanned<i128>>,
+    pub ports: Option<Spanned<Vec<Spanned<i128>>>>,
+    pub path: Option<Spanned<String>>,
+    pub protocol: Option<Spanned<String>>,
+    pub tls: Option<Spanned<String>>,
+    pub enforcement: Option<Spanned<String>>,
+    pub access: Option<Spanned<String>>,
+    pub rules: Option<Spanned<Vec<RawRule>>>,
+    pub deny_rules: Option<Spanned<Vec<RawRule>>>,
+    pub allowed_ips: Option<Spanned<Vec<Spanned<String>>>>,
+    pub allow_encoded_slash: Option<Spanned<bool>>,
+    pub request_body_credential_rewrite: Option<Spanned<bool>>,
+    pub websocket_credential_rewrite: Option<Spanned<bool>>,
+    pub allow_uninspected_credentials: Option<Spanned<bool>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RawRule {
+    pub pos: Pos,
+    pub method: Option<Spanned<String>>,
+    pub path: Option<Spanned<String>>,
+    pub query: Vec<RawQuery>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RawQuery {
+    pub key: Spanned<String>,
+    pub matcher: RawMatcher,
+}
+
+#[derive(Clone, Debug)]
+pub enum RawMatcher {
+    Glob(Spanned<String>),
+    Any(Spanned<Vec<Spanned<String>>>),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct RawFilesystem {
+    pub pos: Pos,
+    pub include_workdir: Option<Spanned<bool>>,
+    pub read_only: Vec<Spanned<String>>,
+    pub read_write: Vec<Spanned<String>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RawLandlock {
+    pub pos: Pos,
+    pub compatibility: Option<Spanned<String>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RawProcess {
+    pub pos: Pos,
+    pub run_as_user: Option<Spanned<String>>,
+    pub run_as_group: Option<Spanned<String>>,
+}
+
+const TOP_FIELDS: &[&str] = &[
+    "version",
+    "network_policies",
+    "filesystem_policy",
+    "landlock",
+    "process",
+];
+const TOP_UNSUPPORTED: &[(&str, &str)] = &[("network_middlewares", "network middlewares")];
+const ENTRY_FIELDS: &[&str] = &["name", "endpoints", "binaries"];
+const BINARY_FIELDS: &[&str] = &["path", "harness"];
+const ENDPOINT_FIELDS: &[&str] = &[
+    "host",
+    "port",
+    "ports",
+    "path",
+    "protocol",
+    "tls",
+    "enforcement",
+    "access",
+    "rules",
+    "deny_rules",
+    "allowed_ips",
+    "allow_encoded_slash",
+    "request_body_credential_rewrite",
+    "websocket_credential_rewrite",
+    "allow_uninspected_credentials",
+];
+const ENDPOINT_UNSUPPORTED: &[(&str, &str)] = &[
+    ("credential_signing", "SigV4 request signing"),
+    ("signing_service", "SigV4 request signing"),
+    ("signing_region", "SigV4 request signing"),
+    ("credential_binding", "binding provider credentials from a policy endpoint"),
+    ("persisted_queries", "GraphQL inspection"),
+    ("graphql_persisted_queries", "GraphQL inspection"),
+    ("graphql_max_body_bytes", "GraphQL inspection"),
+    ("json_rpc", "JSON-RPC inspection"),
+    ("mcp", "MCP inspection"),
+];
+const RULE_FIELDS: &[&str] = &["method", "path", "query"];
+const RULE_UNSUPPORTED: &[(&str, &str)] = &[
+    ("operation_type", "GraphQL rules"),
+    ("operation_name", "GraphQL rules"),
+    ("fields", "GraphQL rules"),
+    ("tool", "MCP rules"),
+    ("params", "MCP rules"),
+    ("command", "SQL rules"),
+];
+const ALLOW_WRAPPER_FIELDS: &[&str] = &["allow"];
+const FILESYSTEM_FIELDS: &[&str] = &["include_workdir", "read_only", "read_write"];
+const LANDLOCK_FIELDS: &[&str] = &["compatibility"];
+const PROCESS_FIELDS: &[&str] = &["run_as_user", "run_as_group"];
+const ANY_FIELDS: &[&str] = &["any"];
+
+/// Reads one parsed document into raw structs, reporting every schema problem.
+pub fn read(file: &Arc<str>, root: &Node, compat: Compat, diags: &mut Diagnostics) -> RawDocument {
+    let mut r = Reader { file, diags, compat };
+    let mut doc = RawDocument {
+        file: Arc::clone(file),
+        root_pos: root.pos,
+        ..RawDocument::default()
+    };
+    let Some(fields) = r.fields(root, "", TOP_FIELDS, TOP_UNSUPPORTED) else {
+        return doc;
+    };
+    for (key, value) in fields {
+        match key {
+            "version" => doc.version = r.int(value, key),
+            "network_policies" => doc.network_policies = r.entries(value),
+            "filesystem_policy" => doc.filesystem_policy = r.filesystem(value),
+            "landlock" => doc.landlock = r.landlock(value),
+            "process" => doc.process = r.process(value),
+            _ => {}
+        }
+    }
+    doc
+}
+
+struct Reader<'a> {
+    file: &'a Arc<str>,
+    diags: &'a mut Diagnostics,
+    compat: Compat,
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+impl Reader<'_> {
+    fn error(&mut self, pos: Pos, field: &str, message: impl Into<String>) {
+        self.diags.error(self.file, pos, field, message);
+    }
+
+    fn expected(&mut self, node: &Node, field: &str, what: &str) {
+        let found = node.type_name();
+        self.error(node.pos, field, format!("expected {what}, found {found}"));
+    }
+
+    /// The fields of a mapping, checked against the schema: unknown keys, keys sluice does
+    /// not support yet, and duplicates are errors; what is left is returned in order.
+    fn fields<'n>(
+        &mut self,
+        node: &'n Node,
+        path: &str,
+        known: &[&str],
+        unsupported: &[(&str, &str)],
+    ) -> Option<Vec<(&'n str, &'n Node)>> {
+        let Kind::Map(pairs) = &node.kind else {
+            let what = if path.is_empty() { "the policy document" } else { path };
+            let found = node.type_name();
+            let field = path.to_string();
+            self.error(node.pos, &field, format!("expected a mapping for {what}, found {found}"));
+            return None;
+        };
+        let mut seen: HashMap<&str, Pos> = HashMap::new();
+        let mut out = Vec::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            let Kind::Scalar(key, _) = &k.kind else {
+                self.error(k.pos, path, "mapping keys must be plain strings");
+                continue;
+            };
+            let field = join(path, key);
+            if let Some((_, feature)) = unsupported.iter().find(|(name, _)| name == key) {
+                self.error(
+                    k.pos,
+                    &field,
+                    format!("`{key}` ({feature}) is not supported by sluice yet"),
+                );
+                continue;
+            }
+            if !known.contains(&key.as_str()) {
+                let hint = suggest(key, known)
+                    .map(|s| format!(" (did you mean `{s}`?)"))
+                    .unwrap_or_default();
+                self.error(
+                    k.pos,
+                    &field,
+                    format!("unknown field `{key}`{hint}; expected one of: {}", known.join(", ")),
+                );
+                continue;
+            }
+            if let Some(first) = seen.insert(key, k.pos) {
+                self.error(
+                    k.pos,
+                    &field,
+                    format!("duplicate field `{key}` (first defined at line {})", first.line),
+                );
+                continue;
+            }
+            out.push((key.as_str(), v));
+        }
+        Some(out)
+    }
+
+    fn string(&mut self, node: &Node, field: &str) -> Option<Spanned<String>> {
+        match &node.kind {
+            Kind::Scalar(s, _) if !node.is_null() => Some(Spanned {
+                value: s.clone(),
+                pos: node.pos,
+            }),
+            _ => {
+                self.expected(node, field, "a string");
+                None
+            }
+        }
+    }
+
+    fn int(&mut self, node: &Node, field: &str) -> Option<Spanned<i128>> {
+        if let Kind::Scalar(s, Style::Plain) = &node.kind {
+            if let Some(value) = parse_int(s) {
+                return Some(Spanned {
+                    value,
+                    pos: node.pos,
+                });
+            }
+        }
+        self.expected(node, field, "an integer");
+        None
+    }
+
+    fn bool(&mut self, node: &Node, field: &str) -> Option<Spanned<bool>> {
+        if let Kind::Scalar(s, Style::Plain) = &node.kind {
+            if let Some(value) = parse_bool(s) {
+                return Some(Spanned {
+                    value,
+                    pos: node.pos,
+                });
+            }
+        }
+        self.expected(node, field, "`true` or `false`");
+        None
+    }
+
+    fn list<'n>(&mut self, node: &'n Node, field: &str) -> Option<&'n [Node]> {
+        match &node.kind {
+            Kind::Seq(items) => Some(items),
+            _ => {
+                self.expected(node, field, "a list");
+                None
+            }
+        }
+    }
+
+    fn strings(&mut self, node: &Node, field: &str) -> Option<Spanned<Vec<Spanned<String>>>> {
+        let items = self.list(node, field)?;
+        let value = items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, item)| self.string(item, &format!("{field}[{i}]")))
+            .collect();
+        Some(Spanned {
+            value,
+            pos: node.pos,
+        })
+    }
+
+    fn entries(&mut self, node: &Node) -> Vec<RawEntry> {
+        const PATH: &str = "network_policies";
+        // `network_policies:` with nothing under it denies everything, like an empty map.
+        if node.is_null() {
+            return Vec::new();
+        }
+        let Kind::Map(pairs) = &node.kind else {
+            self.expected(node, PATH, "a mapping of policy names to policies");
+            return Vec::new();
+        };
+        let mut out: Vec<RawEntry> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        for (k, v) in pairs {
+            let Some(key) = self.string(k, PATH) else { continue };
+            let field = join(PATH, &key.value);
+            if key.value.is_empty() {
+                self.error(k.pos, PATH, "policy names must not be empty");
+                continue;
+            }
+            let entry = self.entry(key.clone(), v, &field);
+            match index.get(&key.value) {
+                Some(&i) => {
+                    let first = out[i].key.pos.line;
+                    match self.compat {
+                        Compat::Strict => self.error(
+                            key.pos,
+                            &field,
+                            format!(
+                                "policy `{}` is defined twice in this file (first at line {first}); \
+                                 the reference silently keeps only the last one",
+                                key.value
+                            ),
+                        ),
+                        Compat::OpenShell => {
+                            self.diags.warning(
+                                self.file,
+                                key.pos,
+                                &field,
+                                format!(
+                                    "policy `{}` is defined twice (first at line {first}); \
+                                     the last definition wins (--compat openshell)",
+                                    key.value
+                                ),
+                            );
+                            if let Some(entry) = entry {
+                                out[i] = entry;
+                            }
+                        }
+                    }
+                }
+                None => {
+                    if let Some(entry) = entry {
+                        index.insert(key.value.clone(), out.len());
+                        out.push(entry);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn entry(&mut self, key: Spanned<String>, node: &Node, path: &str) -> Option<RawEntry> {
+        let fields = self.fields(node, path, ENTRY_FIELDS, &[])?;
+        let mut entry = RawEntry {
+            key,
+            name: None,
+            endpoints: Vec::new(),
+            binaries: Vec::new(),
+        };
+        for (k, v) in fields {
+            let field = join(path, k);
+            match k {
+                "name" => entry.name = self.string(v, &field),
+                "endpoints" => {
+                    if let Some(items) = self.list(v, &field) {
+                        entry.endpoints = items
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(i, item)| self.endpoint(item, &format!("{field}[{i}]")))
+                            .collect();
+                    }
+                }
+                "binaries" => {
+                    if let Some(items) = self.list(v, &field) {
+                        entry.binaries = items
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(i, item)| self.binary(item, &format!("{field}[{i}]")))
+                            .collect();
+                    }
+                }
+                _ => {}
+            }
+        }
+        Some(entry)
+    }
+
+    fn binary(&mut self, node: &Node, path: &str) -> Option<RawBinary> {
+        let fields = self.fields(node, path, BINARY_FIELDS, &[])?;
+        let mut out = None;
+        let mut path_seen = false;
+        for (k, v) in fields {
+            let field = join(path, k);
+            match k {
+                "path" => {
+                    path_seen = true;
+                    out = self.string(v, &field).map(|path| RawBinary { path });
+                }
+                "harness" => {
+                    if self.bool(v, &field).is_some() {
+                        self.diags.warning(
+                            self.file,
+                            v.pos,
+                            &field,
+                            "`harness` is deprecated and has no effect",
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !path_seen {
+            self.error(node.pos, path, "a binary needs a `path`");
+        }
+        out
+    }
+
+    fn endpoint(&mut self, node: &Node, path: &str) -> Option<RawEndpoint> {
+        let fields = self.fields(node, path, ENDPOINT_FIELDS, ENDPOINT_UNSUPPORTED)?;
+        let mut ep = RawEndpoint {
+            pos: node.pos,
+            ..RawEndpoint::default()
+        };
+        for (k, v) in fields {
+            let field = join(path, k);
+            match k {
+                "host" => ep.host = self.string(v, &field),
+                "port" => ep.port = self.int(v, &field),
+                "ports" => {
+                    if let Some(items) = self.list(v, &field) {
+                        let value = items
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(i, item)| self.int(item, &format!("{field}[{i}]")))
+                            .collect();
+                        ep.ports = Some(Spanned { value, pos: v.pos });
+                    }
+                }
+                "path" => ep.path = self.string(v, &field),
+                "protocol" => ep.protocol = self.string(v, &field),
+                "tls" => ep.tls = self.string(v, &field),
+                "enforcement" => ep.enforcement = self.string(v, &field),
+                "access" => ep.access = self.string(v, &field),
+                "rules" => ep.rules = self.rules(v, &field, true),
+                "deny_rules" => ep.deny_rules = self.rules(v, &field, false),
+                "allowed_ips" => ep.allowed_ips = self.strings(v, &field),
+                "allow_encoded_slash" => ep.allow_encoded_slash = self.bool(v, &field),
+                "request_body_credential_rewrite" => {
+                    ep.request_body_credential_rewrite = self.bool(v, &field);
+                }
+                "websocket_credential_rewrite" => {
+                    ep.websocket_credential_rewrite = self.bool(v, &field);
+                }
+                "allow_uninspected_credentials" => {
+                    ep.allow_uninspected_credentials = self.bool(v, &field);
+                }
+                _ => {}
+            }
+        }
+        Some(ep)
+    }
+
+    /// `rules: [{allow: {...}}]` (wrapped) or `deny_rules: [{...}]` (flat).
+    fn rules(&mut self, node: &Node, path: &str, wrapped: bool) -> Option<Spanned<Vec<RawRule>>> {
+        let items = self.list(node, path)?;
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let item_path = format!("{path}[{i}]");
+            let body = if wrapped {
+                let Some(fields) = self.fields(item, &item_path, ALLOW_WRAPPER_FIELDS, &[]) else {
+                    continue;
+                };
+                let Some((_, inner)) = fields.into_iter().next() else {
+                    self.error(item.pos, &item_path, "an allow rule needs an `allow` mapping");
+                    continue;
+                };
+                (inner, format!("{item_path}.allow"))
+            } else {
+                (item, item_path)
+            };
+            if let Some(rule) = self.rule(body.0, &body.1) {
+                out.push(rule);
+            }
+        }
+        Some(Spanned {
+            value: out,
+            pos: node.pos,
+        })
+    }
+
+    fn rule(&mut self, node: &Node, path: &str) -> Option<RawRule> {
+        let fields = self.fields(node, path, RULE_FIELDS, RULE_UNSUPPORTED)?;
+        let mut rule = RawRule {
+            pos: node.pos,
+            method: None,
+            path: None,
+            query: Vec::new(),
+        };
+        for (k, v) in fields {
+            let field = join(path, k);
+            match k {
+                "method" => rule.method = self.string(v, &field),
+                "path" => rule.path = self.string(v, &field),
+                "query" => rule.query = self.query(v, &field),
+                _ => {}
+            }
+        }
+        Some(rule)
+    }
+
+    fn query(&mut self, node: &Node, path: &str) -> Vec<RawQuery> {
+        let Kind::Map(pairs) = &node.kind else {
+            self.expected(node, path, "a mapping of query parameter names to matchers");
+            return Vec::new();
+        };
+        let mut out: Vec<RawQuery> = Vec::new();
+        for (k, v) in pairs {
+            let Some(key) = self.string(k, path) else { continue };
+            let field = join(path, &key.value);
+            let matcher = match &v.kind {
+                Kind::Scalar(..) => self.string(v, &field).map(RawMatcher::Glob),
+                Kind::Map(_) => self.fields(v, &field, ANY_FIELDS, &[]).and_then(|f| {
+                    match f.into_iter().next() {
+                        Some((_, list)) => self.strings(list, &join(&field, "any")).map(RawMatcher::Any),
+                        None => {
+                            self.error(v.pos, &field, "a query matcher mapping needs `any: [...]`");
+                            None
+                        }
+                    }
+                }),
+                Kind::Seq(_) => {
+                    self.expected(v, &field, "a glob string or `{any: [...]}`");
+                    None
+                }
+            };
+            let Some(matcher) = matcher else { continue };
+            if let Some(prev) = out.iter_mut().find(|q| q.key.value == key.value) {
+                match self.compat {
+                    Compat::Strict => self.error(
+                        key.pos,
+                        &field,
+                        format!(
+                            "query parameter `{}` is listed twice (first at line {}); \
+                             the reference silently keeps only the last one",
+                            key.value, prev.key.pos.line
+                        ),
+                    ),
+                    Compat::OpenShell => {
+                        self.diags.warning(
+                            self.file,
+                            key.pos,
+                            &field,
+                            format!(
+                                "query parameter `{}` is listed twice; the last matcher wins \
+                                 (--compat openshell)",
+                                key.value
+                            ),
+                        );
+                        *prev = RawQuery { key, matcher };
+                    }
+                }
+                continue;
+            }
+            out.push(RawQuery { key, matcher });
+        }
+        out
+    }
+
+    fn filesystem(&mut self, node: &Node) -> Option<RawFilesystem> {
+        const PATH: &str = "filesystem_policy";
+        let fields = self.fields(node, PATH, FILESYSTEM_FIELDS, &[])?;
+        let mut fs = RawFilesystem {
+            pos: node.pos,
+            ..RawFilesystem::default()
+        };
+        for (k, v) in fields {
+            let field = join(PATH, k);
+            match k {
+                "include_workdir" => fs.include_workdir = self.bool(v, &field),
+                "read_only" => fs.read_only = self.strings(v, &field).map(|s| s.value).unwrap_or_default(),
+                "read_write" => {
+                    fs.read_write = self.strings(v, &field).map(|s| s.value).unwrap_or_default();
+                }
+                _ => {}
+            }
+        }
+        Some(fs)
+    }
+
+    fn landlock(&mut self, node: &Node) -> Option<RawLandlock> {
+        const PATH: &str = "landlock";
+        let fields = self.fields(node, PATH, LANDLOCK_FIELDS, &[])?;
+        let mut out = RawLandlock {
+            pos: node.pos,
+            compatibility: None,
+        };
+        for (_, v) in fields {
+            out.compatibility = self.string(v, "landlock.compatibility");
+        }
+        Some(out)
+    }
+
+    fn process(&mut self, node: &Node) -> Option<RawProcess> {
+        const PATH: &str = "process";
+        let fields = self.fields(node, PATH, PROCESS_FIELDS, &[])?;
+        let mut out = RawProcess {
+            pos: node.pos,
+            run_as_user: None,
+            run_as_group: None,
+        };
+        for (k, v) in fields {
+            let field = join(PATH, k);
+            match k {
+                "run_as_user" => out.run_as_user = self.string(v, &field),
+                "run_as_group" => out.run_as_group = self.string(v, &field),
+                _ => {}
+            }
+        }
+        Some(out)
+    }
+}
+
+/// The known field closest to a misspelt one, if it is close enough to be a typo.
+fn suggest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
+    known
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
+        .min()
+        .map(|(_, k)| k)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::yaml;
+
+    fn read_str(text: &str, compat: Compat) -> (RawDocument, Vec<String>) {
+        let file: Arc<str> = Arc::from("p.yaml");
+        let node = yaml::parse(text).unwrap().unwrap();
+        let mut diags = Diagnostics::default();
+        let doc = read(&file, &node, compat, &mut diags);
+        (doc, diags.into_sorted().iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn reads_a_full_endpoint() {
+        let (doc, diags) = read_str(
+            "version: 1\nnetwork_policies:\n  gh:\n    name: github\n    endpoints:\n      - host: api.github.com\n        port: 443\n        protocol: rest\n        rules:\n          - allow: {method: GET, path: /repos/**, query: {per_page: \"1*\", tag: {any: [a, b]}}}\n        deny_rules:\n          - {method: POST, path: /x}\n    binaries:\n      - path: /usr/bin/curl\n",
+            Compat::Strict,
+        );
+        assert_eq!(diags, Vec::<String>::new());
+        let ep = &doc.network_policies[0].endpoints[0];
+        assert_eq!(ep.host.as_ref().unwrap().value, "api.github.com");
+        assert_eq!(ep.port.as_ref().unwrap().value, 443);
+        let rule = &ep.rules.as_ref().unwrap().value[0];
+        assert_eq!(rule.path.as_ref().unwrap().value, "/repos/**");
+        assert_eq!(rule.query.len(), 2);
+        assert_eq!(ep.deny_rules.as_ref().unwrap().value.len(), 1);
+        assert_eq!(doc.network_policies[0].binaries[0].path.value, "/usr/bin/curl");
+    }
+
+    #[test]
+    fn unknown_and_unsupported_fields() {
+        let (_, diags) = read_str(
+            "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - hots: x\n        credential_signing: sigv4\n",
+            Compat::Strict,
+        );
+        assert_eq!(
+            diags,
+            [
+                "p.yaml:5:9: network_policies.a.endpoints[0].hots: unknown field `hots` (did you mean `host`?); expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials",
+                "p.yaml:6:9: network_policies.a.endpoints[0].credential_signing: `credential_signing` (SigV4 request signing) is not supported by sluice yet",
+            ]
+        );
+    }
+
+    #[test]
+    fn all_errors_not_only_the_first() {
+        let (_, diags) = read_str(
+            "version: \"1\"\nnetwork_policies:\n  a:\n    endpoints:\n      - port: x\n        allow_encoded_slash: yes\n",
+            Compat::Strict,
+        );
+        assert_eq!(
+            diags,
+            [
+                "p.yaml:1:10: version: expected an integer, found a string",
+                "p.yaml:5:15: network_policies.a.endpoints[0].port: expected an integer, found a string",
+                "p.yaml:6:30: network_policies.a.endpoints[0].allow_encoded_slash: expected `true` or `false`, found a string",
+            ]
+        );
+    }
+
+    #[test]
+    fn duplicate_policy_key_strict_and_compat() {
+        let text = "version: 1\nnetwork_policies:\n  a:\n    name: first\n  a:\n    name: second\n";
+        let (_, diags) = read_str(text, Compat::Strict);
+        assert_eq!(diags.len(), 1);
+        assert!(diags[0].starts_with("p.yaml:5:3: network_policies.a: policy `a` is defined twice"));
+        let (doc, diags) = read_str(text, Compat::OpenShell);
+        assert!(diags[0].contains("warning: "));
+        assert_eq!(doc.network_policies.len(), 1);
+        assert_eq!(doc.network_policies[0].name.as_ref().unwrap().value, "second");
+    }
+
+    #[test]
+    fn duplicate_field_is_always_an_error() {
+        let (_, diags) = read_str(
+            "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - host: x\n        host: y\n",
+            Compat::OpenShell,
+        );
+        assert_eq!(
+            diags,
+            ["p.yaml:6:9: network_policies.a.endpoints[0].host: duplicate field `host` (first defined at line 5)"]
+        );
+    }
+
+    #[test]
+    fn middlewares_and_graphql_rule_fields_are_unsupported() {
+        let (_, diags) = read_str(
+            "version: 1\nnetwork_middlewares: {}\nnetwork_policies:\n  a:\n    endpoints:\n      - host: x.y.z\n        rules:\n          - allow: {operation_type: query}\n",
+            Compat::OpenShell,
+        );
+        assert_eq!(diags.len(), 2);
+        assert!(diags[0].contains("network_middlewares: `network_middlewares` (network middlewares) is not supported by sluice yet"));
+        assert!(diags[1].contains("rules[0].allow.operation_type: `operation_type` (GraphQL rules) is not supported by sluice yet"));
+    }
+}

@@ -1,0 +1,1 @@
+//! Unit tests of the policy engine as a whole (load → decide).

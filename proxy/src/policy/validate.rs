@@ -1,0 +1,642 @@
+//! Validation: raw document → typed entries, with the reference's rules (spec §1.9) and
+//! sluice's strict/compat table (spec §13).
+//!
+//! Owns every judgement of a value: port ranges, protocols, presets, `allowed_ips`, the
+//! combination rules (`rules` with `access`, `deny_rules` without a base allow set, `tls: skip`
+//! with a protocol), and the warnings `policy check` prints (defaulted enforcement, shells and
+//! interpreters in `binaries`, glob characters that the reference reads literally). Rules
+//! themselves are validated in `rules.rs`; endpoint pairs in `ambiguity.rs`.
+//!
+//! In strict mode (the default) a construct the reference silently misreads is an error that
+//! says what the reference would do; in `--compat openshell` it is accepted with the
+//! reference's interpretation and a warning.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+
+use super::Compat;
+use super::diag::{Diagnostics, Location};
+use super::glob::{Glob, HostPattern};
+use super::model::{
+    AllowedIps, Binary, BinaryMatcher, Endpoint, Enforcement, Entry, LandlockCompat,
+    PathSelector, PolicyKey, Protocol, RunAs, Sandbox, TlsMode,
+};
+use super::raw::{RawBinary, RawDocument, RawEndpoint, RawEntry, Spanned};
+use super::rules;
+use super::yaml::Pos;
+
+/// Basenames whose grants pass to everything they run (spec §2.3).
+const LAUNCHERS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "ash", "busybox", "env",
+    "python", "python2", "python3", "node", "nodejs", "deno", "bun", "perl", "ruby", "php", "lua",
+    "java", "pwsh", "tclsh", "sudo", "nohup", "xargs", "timeout", "nice", "make",
+];
+
+/// One file's validated content.
+#[derive(Debug, Default)]
+pub struct Validated {
+    pub entries: Vec<Entry>,
+    pub sandbox: Sandbox,
+    pub sections: Vec<(&'static str, Location)>,
+}
+
+#[derive(Debug)]
+pub struct Validator<'a> {
+    pub file: &'a Arc<str>,
+    pub diags: &'a mut Diagnostics,
+    pub compat: Compat,
+}
+
+impl Validator<'_> {
+    pub fn error(&mut self, pos: Pos, field: &str, message: impl Into<String>) {
+        self.diags.error(self.file, pos, field, message);
+    }
+
+    pub fn warning(&mut self, pos: Pos, field: &str, message: impl Into<String>) {
+        self.diags.warning(self.file, pos, field, message);
+    }
+
+    /// A construct the reference silently misreads: an error in strict mode, a warning with
+    /// the reference's interpretation in `--compat openshell`. Returns true when accepted.
+    pub fn lenient(&mut self, pos: Pos, field: &str, problem: &str, reference: &str) -> bool {
+        match self.compat {
+            Compat::Strict => {
+                self.error(
+                    pos,
+                    field,
+                    format!("{problem}; the reference {reference} (accept with --compat openshell)"),
+                );
+                false
+            }
+            Compat::OpenShell => {
+                self.warning(pos, field, format!("{problem}; as the reference does, sluice {reference}"));
+                true
+            }
+        }
+    }
+
+    fn location(&self, pos: Pos) -> Location {
+        Location::new(self.file, pos)
+    }
+
+    pub fn document(&mut self, doc: &RawDocument) -> Validated {
+        let mut out = Validated::default();
+        match &doc.version {
+            None => self.warning(
+                doc.root_pos,
+                "version",
+                "`version` is missing; sluice reads the document as version 1",
+            ),
+            Some(v) if v.value != 1 => {
+                let msg = format!("unsupported policy version {}; sluice reads version 1", v.value);
+                match self.compat {
+                    Compat::Strict => self.error(v.pos, "version", msg),
+                    Compat::OpenShell => self.warning(
+                        v.pos,
+                        "version",
+                        format!("{msg} (the reference never checks it; read as version 1)"),
+                    ),
+                }
+            }
+            Some(_) => {}
+        }
+        for entry in &doc.network_policies {
+            if let Some(e) = self.entry(entry) {
+                out.entries.push(e);
+            }
+        }
+        self.sandbox(doc, &mut out);
+        out
+    }
+
+    fn entry(&mut self, raw: &RawEntry) -> Option<Entry> {
+        let key = PolicyKey::new(&raw.key.value);
+        let path = format!("network_policies.{}", raw.key.value);
+        let mut binaries = Vec::new();
+        for (i, b) in raw.binaries.iter().enumerate() {
+            if let Some(b) = self.binary(b, &format!("{path}.binaries[{i}]")) {
+                binaries.push(b);
+            }
+        }
+        let mut endpoints = Vec::new();
+        for (i, ep) in raw.endpoints.iter().enumerate() {
+            if let Some(ep) = self.endpoint(&key, i, ep, &format!("{path}.endpoints[{i}]")) {
+                endpoints.push(ep);
+            }
+        }
+        if raw.binaries.is_empty() {
+            self.warning(raw.key.pos, &path, "no `binaries`: this policy admits no program and grants nothing");
+        }
+        if raw.endpoints.is_empty() {
+            self.warning(raw.key.pos, &path, "no `endpoints`: this policy grants nothing");
+        }
+        Some(Entry {
+            name: raw.name.as_ref().map_or_else(|| raw.key.value.clone(), |n| n.value.clone()),
+            location: self.location(raw.key.pos),
+            key,
+            endpoints,
+            binaries,
+        })
+    }
+
+    fn binary(&mut self, raw: &RawBinary, field: &str) -> Option<Binary> {
+        let source = raw.path.value.clone();
+        let pos = raw.path.pos;
+        let field = format!("{field}.path");
+        let matcher = if source == "*" {
+            self.warning(pos, &field, "`*` admits every executable, including ones with no path");
+            BinaryMatcher::Any
+        } else if source.contains('*') {
+            match Glob::new(&source, '/') {
+                Ok(g) => {
+                    if g.is_match("/usr/bin/anything") && g.is_match("/tmp/x") {
+                        self.warning(pos, &field, format!("`{source}` admits every executable"));
+                    }
+                    BinaryMatcher::Glob(g)
+                }
+                Err(e) => {
+                    self.error(pos, &field, e.to_string());
+                    return None;
+                }
+            }
+        } else {
+            if source.contains(['?', '[', ']', '{', '}']) {
+                self.warning(
+                    pos,
+                    &field,
+                    format!(
+                        "`{source}` has glob characters but no `*`; like the reference, sluice \
+                         reads it as a literal path, so it only matches an executable with \
+                         exactly that name"
+                    ),
+                );
+            }
+            if !source.starts_with('/') {
+                let accepted = self.lenient(
+                    pos,
+                    &field,
+                    &format!("`{source}` is not an absolute path, so it can never match an executable"),
+                    "accepts it and it never matches",
+                );
+                if !accepted {
+                    return None;
+                }
+            }
+            BinaryMatcher::Exact(source.clone())
+        };
+        let base = source.rsplit('/').next().unwrap_or(&source);
+        let base_trimmed = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+        if LAUNCHERS.contains(&base) || LAUNCHERS.contains(&base_trimmed) {
+            self.warning(
+                pos,
+                &field,
+                format!(
+                    "`{source}` is a shell or interpreter: every program it runs (curl, pip, \
+                     a script) inherits this policy's grants; list the programs that need \
+                     the network instead"
+                ),
+            );
+        }
+        Some(Binary {
+            source,
+            matcher,
+            location: self.location(pos),
+        })
+    }
+
+    fn endpoint(&mut self, entry: &PolicyKey, index: usize, raw: &RawEndpoint, path: &str) -> Option<Endpoint> {
+        let mut ok = true;
+        let field = |name: &str| format!("{path}.{name}");
+
+        let protocol = match &raw.protocol {
+            None => Protocol::L4,
+            Some(p) => match p.value.as_str() {
+                "" => Protocol::L4,
+                "rest" => Protocol::Rest,
+                "websocket" => Protocol::WebSocket,
+                t if t.eq_ignore_ascii_case("tcp") => Protocol::Tcp,
+                unsupported @ ("graphql" | "mcp" | "json-rpc" | "sql") => {
+                    self.error(
+                        p.pos,
+                        &field("protocol"),
+                        format!("protocol `{unsupported}` is not supported by sluice yet"),
+                    );
+                    return None;
+                }
+                other => {
+                    let hint = if matches!(other.to_ascii_lowercase().as_str(), "rest" | "websocket") {
+                        " (protocols are lower-case)"
+                    } else {
+                        ""
+                    };
+                    self.error(
+                        p.pos,
+                        &field("protocol"),
+                        format!("unknown protocol `{other}`{hint}; expected rest, websocket or tcp"),
+                    );
+                    return None;
+                }
+            },
+        };
+
+        let host = self.host(raw, protocol, &field("host"));
+        ok &= host.is_some();
+        let ports = self.ports(raw, path);
+        ok &= ports.is_some();
+        let tls = self.tls(raw, &field("tls"));
+        let (enforcement, enforcement_defaulted) = self.enforcement(raw, &field("enforcement"));
+        let allowed_ips = self.allowed_ips(raw, &field("allowed_ips"));
+        if protocol == Protocol::Tcp && raw.allowed_ips.is_some() && raw.host.as_ref().is_none_or(|h| h.value.is_empty()) {
+            self.error(raw.pos, &field("host"), "a `protocol: tcp` endpoint needs a DNS host name");
+            ok = false;
+        }
+
+        let l7 = rules::endpoint_rules(self, entry, index, raw, protocol, path);
+        ok &= l7.ok;
+
+        let mut selector = PathSelector::All;
+        if let Some(p) = &raw.path {
+            match selector_for(&p.value) {
+                Ok(s) => selector = s,
+                Err(msg) => {
+                    self.error(p.pos, &field("path"), msg);
+                    ok = false;
+                }
+            }
+            if !protocol.is_l7() && !p.value.is_empty() && !self.lenient(
+                p.pos,
+                &field("path"),
+                "`path` selects requests for L7 rules and has no effect without `protocol: rest` or `websocket`: the whole host:port is allowed",
+                "ignores it and allows every path",
+            ) {
+                ok = false;
+            }
+        }
+
+        let mut tls = tls;
+        if tls == TlsMode::Skip && protocol.is_l7() {
+            if self.lenient(
+                raw.tls.as_ref().map_or(raw.pos, |t| t.pos),
+                &field("tls"),
+                "`tls: skip` turns off all L7 inspection: the rules of this endpoint would never be enforced",
+                "relays the connection uninspected",
+            ) {
+                tls = TlsMode::Skip;
+            } else {
+                ok = false;
+            }
+        }
+
+        if protocol.is_l7() && enforcement_defaulted {
+            self.warning(
+                raw.pos,
+                path,
+                "`enforcement` is not set, so it is `audit` (the reference's default): requests the rules deny are logged and still forwarded; write `enforcement: enforce` to block them, or `enforcement: audit` to say you mean it",
+            );
+        }
+
+        for (flag, value, allowed) in [
+            ("request_body_credential_rewrite", &raw.request_body_credential_rewrite, protocol == Protocol::Rest),
+            ("websocket_credential_rewrite", &raw.websocket_credential_rewrite, protocol.is_l7()),
+            ("allow_encoded_slash", &raw.allow_encoded_slash, protocol.is_l7()),
+        ] {
+            if let Some(v) = value {
+                if v.value && !allowed {
+                    let need = if flag == "request_body_credential_rewrite" { "`protocol: rest`" } else { "`protocol: rest` or `websocket`" };
+                    if !self.lenient(v.pos, &field(flag), &format!("`{flag}` only applies with {need}"), "ignores it") {
+                        ok = false;
+                    }
+                }
+            }
+        }
+
+        if !ok {
+            return None;
+        }
+        Some(Endpoint {
+            entry: entry.clone(),
+            index,
+            location: self.location(raw.pos),
+            host: host?,
+            ports: ports?,
+            selector,
+            protocol,
+            tls,
+            enforcement,
+            enforcement_defaulted,
+            access: l7.access,
+            rules: l7.rules,
+            deny_rules: l7.deny_rules,
+            allowed_ips,
+            allow_encoded_slash: flag(&raw.allow_encoded_slash),
+            request_body_credential_rewrite: flag(&raw.request_body_credential_rewrite),
+            websocket_credential_rewrite: flag(&raw.websocket_credential_rewrite),
+            allow_uninspected_credentials: flag(&raw.allow_uninspected_credentials),
+        })
+    }
+
+    fn host(&mut self, raw: &RawEndpoint, protocol: Protocol, field: &str) -> Option<HostPattern> {
+        let (text, pos) = match &raw.host {
+            Some(h) => (h.value.as_str(), h.pos),
+            None => ("", raw.pos),
+        };
+        if text.is_empty() {
+            if raw.allowed_ips.as_ref().is_some_and(|ips| !ips.value.is_empty()) && protocol != Protocol::Tcp {
+                return Some(HostPattern::Any);
+            }
+            self.error(pos, field, "`host` is required (only an endpoint with `allowed_ips` may leave it out)");
+            return None;
+        }
+        let pattern = match HostPattern::new(text) {
+            Ok(p) => p,
+            Err(e) => {
+                self.error(pos, field, e.to_string());
+                return None;
+            }
+        };
+        if protocol == Protocol::Tcp {
+            let literal_ip = text.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().is_ok();
+            if literal_ip || text.ends_with('.') || !is_dns_pattern(text) {
+                self.error(pos, field, "a `protocol: tcp` endpoint needs a valid DNS host name (not an IP literal, no trailing dot)");
+                return None;
+            }
+        }
+        if !pattern.is_wildcard() && text.contains(['?', '[', ']', '{', '}']) {
+            self.warning(
+                pos,
+                field,
+                format!("`{text}` has glob characters but no `*`; like the reference, sluice reads it as a literal host name, which no request can have"),
+            );
+        } else if !pattern.is_wildcard() && text.ends_with('.') {
+            self.warning(pos, field, format!("`{text}` ends with a dot; hosts are compared as text, and sluice refuses targets with an empty label, so it never matches"));
+        } else if !pattern.is_wildcard() && !is_dns_pattern(text) && text.parse::<IpAddr>().is_err() {
+            self.warning(pos, field, format!("`{text}` is not a valid DNS name or IP literal, so no request can match it"));
+        }
+        if pattern.has_wildcard_tld() {
+            self.warning(pos, field, format!("`{text}` has a wildcard in its last label: it matches that name under every top-level domain"));
+        }
+        Some(pattern)
+    }
+
+    fn ports(&mut self, raw: &RawEndpoint, path: &str) -> Option<Vec<u16>> {
+        let mut check = |v: &mut Validator<'_>, p: &Spanned<i128>, field: &str| -> Option<u16> {
+            match u16::try_from(p.value) {
+                Ok(port) if port != 0 => Some(port),
+                _ => {
+                    v.error(p.pos, field, format!("port {} is out of range 1-65535", p.value));
+                    None
+                }
+            }
+        };
+        let ports_field = format!("{path}.ports");
+        match (&raw.port, &raw.ports) {
+            (None, None) => {
+                self.error(raw.pos, path, "an endpoint needs `port` or `ports`");
+                None
+            }
+            (Some(p), Some(list)) => {
+                let accepted = self.lenient(
+                    p.pos,
+                    &format!("{path}.port"),
+                    "`port` and `ports` are both given",
+                    "drops `port` and uses `ports`",
+                );
+                let ports = self.port_list(list, &ports_field, &mut check);
+                if accepted { ports } else { None }
+            }
+            (Some(p), None) => check(self, p, &format!("{path}.port")).map(|p| vec![p]),
+            (None, Some(list)) => self.port_list(list, &ports_field, &mut check),
+        }
+    }
+
+    fn port_list(
+        &mut self,
+        list: &Spanned<Vec<Spanned<i128>>>,
+        field: &str,
+        check: &mut impl FnMut(&mut Validator<'_>, &Spanned<i128>, &str) -> Option<u16>,
+    ) -> Option<Vec<u16>> {
+        if list.value.is_empty() {
+            self.error(list.pos, field, "`ports` must list at least one port");
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut ok = true;
+        for (i, p) in list.value.iter().enumerate() {
+            match check(self, p, &format!("{field}[{i}]")) {
+                Some(port) => out.push(port),
+                None => ok = false,
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        ok.then_some(out)
+    }
+
+    fn tls(&mut self, raw: &RawEndpoint, field: &str) -> TlsMode {
+        let Some(t) = &raw.tls else { return TlsMode::Auto };
+        match t.value.as_str() {
+            "" | "auto" => TlsMode::Auto,
+            "skip" => TlsMode::Skip,
+            dep @ ("terminate" | "passthrough") => {
+                self.warning(t.pos, field, format!("`tls: {dep}` is deprecated and means the default (auto)"));
+                TlsMode::Auto
+            }
+            other => {
+                self.lenient(
+                    t.pos,
+                    field,
+                    &format!("unknown `tls` value `{other}` (expected `skip`, or leave it out)"),
+                    "treats it as auto (TLS is terminated and inspected)",
+                );
+                TlsMode::Auto
+            }
+        }
+    }
+
+    fn enforcement(&mut self, raw: &RawEndpoint, field: &str) -> (Enforcement, bool) {
+        let Some(e) = &raw.enforcement else { return (Enforcement::Audit, true) };
+        match e.value.as_str() {
+            "enforce" => (Enforcement::Enforce, false),
+            "audit" => (Enforcement::Audit, false),
+            other => {
+                self.lenient(
+                    e.pos,
+                    field,
+                    &format!("unknown `enforcement` value `{other}` (expected `enforce` or `audit`)"),
+                    "treats it as `audit`: denied requests are logged and still forwarded",
+                );
+                (Enforcement::Audit, false)
+            }
+        }
+    }
+
+    fn allowed_ips(&mut self, raw: &RawEndpoint, field: &str) -> AllowedIps {
+        let mut out = AllowedIps::default();
+        let Some(list) = &raw.allowed_ips else { return out };
+        if list.value.is_empty() {
+            self.warning(list.pos, field, "`allowed_ips` is empty and has no effect");
+        }
+        for (i, ip) in list.value.iter().enumerate() {
+            let f = format!("{field}[{i}]");
+            let text = ip.value.trim();
+            let net = text
+                .parse::<IpNet>()
+                .or_else(|_| text.parse::<IpAddr>().map(IpNet::from));
+            match net {
+                Err(_) => {
+                    self.lenient(
+                        ip.pos,
+                        &f,
+                        &format!("`{text}` is not an IP address or CIDR"),
+                        "loads it and refuses every connection to this endpoint at CONNECT",
+                    );
+                    out.has_invalid = true;
+                }
+                Ok(net) => {
+                    if let Some(class) = always_blocked_overlap(&net) {
+                        self.lenient(
+                            ip.pos,
+                            &f,
+                            &format!("`{text}` overlaps {class}, which is always blocked"),
+                            "loads it and still refuses those addresses at CONNECT",
+                        );
+                        out.has_invalid = true;
+                        continue;
+                    }
+                    let broad = match net {
+                        IpNet::V4(n) => n.prefix_len() < 16,
+                        IpNet::V6(n) => n.prefix_len() < 48,
+                    };
+                    if broad {
+                        self.warning(ip.pos, &f, format!("`{text}` is a very broad network (wider than /16 for IPv4, /48 for IPv6)"));
+                    }
+                    out.nets.push(net);
+                }
+            }
+        }
+        out
+    }
+
+    fn sandbox(&mut self, doc: &RawDocument, out: &mut Validated) {
+        if let Some(fs) = &doc.filesystem_policy {
+            out.sections.push(("filesystem_policy", self.location(fs.pos)));
+            out.sandbox.include_workdir = fs.include_workdir.as_ref().map(|b| b.value);
+            let total = fs.read_only.len() + fs.read_write.len();
+            if total > 256 {
+                self.error(fs.pos, "filesystem_policy", format!("{total} paths listed; at most 256 are allowed"));
+            }
+            for (name, list, rw) in [("read_only", &fs.read_only, false), ("read_write", &fs.read_write, true)] {
+                for (i, p) in list.iter().enumerate() {
+                    let f = format!("filesystem_policy.{name}[{i}]");
+                    if let Some(msg) = fs_path_problem(&p.value, rw) {
+                        self.error(p.pos, &f, msg);
+                    } else if rw {
+                        out.sandbox.read_write.push(p.value.clone());
+                    } else {
+                        out.sandbox.read_only.push(p.value.clone());
+                    }
+                }
+            }
+        }
+        if let Some(l) = &doc.landlock {
+            out.sections.push(("landlock", self.location(l.pos)));
+            out.sandbox.landlock = Some(match l.compatibility.as_ref().map(|c| c.value.as_str()) {
+                None | Some("best_effort") => LandlockCompat::BestEffort,
+                Some("hard_requirement") => LandlockCompat::HardRequirement,
+                Some(other) => {
+                    let pos = l.compatibility.as_ref().map_or(l.pos, |c| c.pos);
+                    self.lenient(
+                        pos,
+                        "landlock.compatibility",
+                        &format!("unknown `compatibility` value `{other}` (expected best_effort or hard_requirement)"),
+                        "treats it as best_effort",
+                    );
+                    LandlockCompat::BestEffort
+                }
+            });
+        }
+        if let Some(p) = &doc.process {
+            out.sections.push(("process", self.location(p.pos)));
+            out.sandbox.run_as_user = p.run_as_user.as_ref().and_then(|u| self.run_as(u, "process.run_as_user"));
+            out.sandbox.run_as_group = p.run_as_group.as_ref().and_then(|g| self.run_as(g, "process.run_as_group"));
+        }
+    }
+
+    fn run_as(&mut self, v: &Spanned<String>, field: &str) -> Option<RunAs> {
+        if v.value == "sandbox" {
+            return Some(RunAs::Sandbox);
+        }
+        match v.value.parse::<u32>() {
+            Ok(id) if id != 0 && id != u32::MAX => Some(RunAs::Id(id)),
+            _ => {
+                self.error(v.pos, field, format!("`{}` must be `sandbox` or a numeric id from 1 to 4294967294 (never root)", v.value));
+                None
+            }
+        }
+    }
+}
+
+fn flag(v: &Option<Spanned<bool>>) -> bool {
+    v.as_ref().is_some_and(|b| b.value)
+}
+
+/// Compiles an endpoint `path` selector: `""`, `**` and `/**` select everything.
+pub fn selector_for(path: &str) -> Result<PathSelector, String> {
+    match path {
+        "" | "**" | "/**" => Ok(PathSelector::All),
+        p if !p.starts_with('/') => Err(format!("`{p}` must start with `/` (or be `**`)")),
+        p => Glob::new_covering_prefix(p, '/')
+            .map(PathSelector::Glob)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// Labels of letters, digits, `-`, `_` and `*`, none empty.
+fn is_dns_pattern(host: &str) -> bool {
+    host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'*')
+        })
+}
+
+/// The always-blocked class a network overlaps, if any (spec §1.4, §6.4).
+fn always_blocked_overlap(net: &IpNet) -> Option<&'static str> {
+    const BLOCKED: &[(&str, &str)] = &[
+        ("127.0.0.0/8", "loopback 127.0.0.0/8"),
+        ("169.254.0.0/16", "link-local 169.254.0.0/16 (cloud metadata)"),
+        ("0.0.0.0/32", "the unspecified address 0.0.0.0"),
+        ("::1/128", "loopback ::1"),
+        ("::/128", "the unspecified address ::"),
+        ("fe80::/10", "link-local fe80::/10"),
+        ("::ffff:127.0.0.0/104", "IPv4-mapped loopback"),
+        ("::ffff:169.254.0.0/112", "IPv4-mapped link-local"),
+        ("::ffff:0.0.0.0/128", "the IPv4-mapped unspecified address"),
+    ];
+    BLOCKED.iter().find_map(|(cidr, name)| {
+        let blocked: IpNet = cidr.parse().ok()?;
+        let overlap = match (net, &blocked) {
+            (IpNet::V4(a), IpNet::V4(b)) => a.contains(&b.network()) || b.contains(&a.network()),
+            (IpNet::V6(a), IpNet::V6(b)) => a.contains(&b.network()) || b.contains(&a.network()),
+            _ => false,
+        };
+        overlap.then_some(*name)
+    })
+}
+
+fn fs_path_problem(path: &str, rw: bool) -> Option<String> {
+    if !path.starts_with('/') {
+        return Some(format!("`{path}` must be an absolute path"));
+    }
+    if path.split('/').any(|c| c == "..") {
+        return Some(format!("`{path}` must not contain `..`"));
+    }
+    if path.len() > 4096 {
+        return Some("path longer than 4096 bytes".to_string());
+    }
+    if rw && path.chars().all(|c| c == '/') {
+        return Some("`/` cannot be writable".to_string());
+    }
+    None
+}
