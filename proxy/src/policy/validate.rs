@@ -187,7 +187,7 @@ impl Validator<'_> {
             BinaryMatcher::Exact(source.clone())
         };
         let base = source.rsplit('/').next().unwrap_or(&source);
-        let base_trimmed = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+        let base_trimmed = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '*');
         if LAUNCHERS.contains(&base) || LAUNCHERS.contains(&base_trimmed) {
             self.warning(
                 pos,
