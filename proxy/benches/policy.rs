@@ -22,7 +22,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, SamplingMode, criterion_group, criterion_main};
-use sluice::policy::{Admission, Caller, Compat, L4Decision, Policy, Request, Source, Verdict, load};
+use sluice::policy::{
+    Admission, Caller, Compat, L4Decision, Policy, Request, Source, Verdict, load,
+};
 
 const ENTRIES: usize = 1_000;
 /// The entry the decision benchmarks aim at (in the middle of the key order).
@@ -57,7 +59,10 @@ fn policy_text() -> String {
         if i % 10 == 0 {
             y.push_str("      - host: shared.example.com\n        port: 443\n");
         } else {
-            let _ = writeln!(y, "      - host: api{i}.svc{i}.example.com\n        port: 443");
+            let _ = writeln!(
+                y,
+                "      - host: api{i}.svc{i}.example.com\n        port: 443"
+            );
         }
 
         // 1: a first-label wildcard, L4, sometimes several ports.
@@ -66,10 +71,16 @@ fn policy_text() -> String {
             1 => "[443, 8443]",
             _ => "[80, 443, 8443]",
         };
-        let _ = writeln!(y, "      - host: \"*.svc{i}.example.com\"\n        ports: {ports}");
+        let _ = writeln!(
+            y,
+            "      - host: \"*.svc{i}.example.com\"\n        ports: {ports}"
+        );
 
         // 2: a multi-label wildcard, L4.
-        let _ = writeln!(y, "      - host: \"**.cdn{i}.example.net\"\n        ports: [443, 8443]");
+        let _ = writeln!(
+            y,
+            "      - host: \"**.cdn{i}.example.net\"\n        ports: [443, 8443]"
+        );
 
         // 3: an intra-label wildcard, REST.
         let _ = writeln!(
@@ -79,7 +90,11 @@ fn policy_text() -> String {
         );
 
         // 4: an exact REST host with realistic rules.
-        let ports = if rng.below(2) == 0 { "[443]" } else { "[443, 8080]" };
+        let ports = if rng.below(2) == 0 {
+            "[443]"
+        } else {
+            "[443, 8080]"
+        };
         let _ = writeln!(
             y,
             "      - host: rest{i}.example.io\n        ports: {ports}\n        protocol: rest\n        enforcement: enforce\n        rules:"
@@ -91,7 +106,11 @@ fn policy_text() -> String {
              \x20         - allow: {method: GET, path: \"/v1/search\", query: {q: \"*\", page: {any: [\"1*\", \"2*\"]}}}\n",
         );
         for _ in 0..rng.below(4) {
-            let _ = writeln!(y, "          - allow: {{method: GET, path: \"/v1/extra{}/*/data\"}}", rng.below(100));
+            let _ = writeln!(
+                y,
+                "          - allow: {{method: GET, path: \"/v1/extra{}/*/data\"}}",
+                rng.below(100)
+            );
         }
         y.push_str(
             "        deny_rules:\n\
@@ -99,7 +118,9 @@ fn policy_text() -> String {
              \x20         - {method: \"*\", path: \"/v1/admin/**\"}\n",
         );
         if rng.below(3) == 0 {
-            y.push_str("          - {method: GET, path: \"/v1/search\", query: {q: \"secret*\"}}\n");
+            y.push_str(
+                "          - {method: GET, path: \"/v1/search\", query: {q: \"secret*\"}}\n",
+            );
         }
 
         // Binaries: the entry's own agent (exact), a shared tool, and for some a glob.
@@ -170,8 +191,11 @@ fn benches(c: &mut Criterion) {
         ancestors: &ancestors,
         cmdline: &cmdline,
     };
-    let stranger_ancestors =
-        vec!["/bin/bash".to_string(), "/usr/lib/systemd/systemd".to_string(), "/sbin/init".to_string()];
+    let stranger_ancestors = vec![
+        "/bin/bash".to_string(),
+        "/usr/lib/systemd/systemd".to_string(),
+        "/sbin/init".to_string(),
+    ];
     let stranger = Caller {
         exe: "/usr/local/bin/evil",
         ancestors: &stranger_ancestors,
@@ -183,16 +207,34 @@ fn benches(c: &mut Criterion) {
     let miss_host = format!("nothing{TARGET}.example.com");
 
     // Sanity: each case decides as its name says.
-    assert!(matches!(policy.decide_l4(&caller, &exact_host, 443), L4Decision::Allow(_)));
-    assert!(matches!(policy.decide_l4(&caller, &wildcard_host, 443), L4Decision::Allow(_)));
-    assert!(matches!(policy.decide_l4(&caller, &miss_host, 443), L4Decision::Deny(_)));
-    assert!(matches!(policy.decide_l4(&stranger, &exact_host, 443), L4Decision::Deny(_)));
+    assert!(matches!(
+        policy.decide_l4(&caller, &exact_host, 443),
+        L4Decision::Allow(_)
+    ));
+    assert!(matches!(
+        policy.decide_l4(&caller, &wildcard_host, 443),
+        L4Decision::Allow(_)
+    ));
+    assert!(matches!(
+        policy.decide_l4(&caller, &miss_host, 443),
+        L4Decision::Deny(_)
+    ));
+    assert!(matches!(
+        policy.decide_l4(&stranger, &exact_host, 443),
+        L4Decision::Deny(_)
+    ));
 
     group.bench_function("l4_exact_host_allow", |b| {
         b.iter(|| policy.decide_l4(black_box(&caller), black_box(&exact_host), black_box(443)));
     });
     group.bench_function("l4_wildcard_host_allow", |b| {
-        b.iter(|| policy.decide_l4(black_box(&caller), black_box(&wildcard_host), black_box(443)));
+        b.iter(|| {
+            policy.decide_l4(
+                black_box(&caller),
+                black_box(&wildcard_host),
+                black_box(443),
+            )
+        });
     });
     group.bench_function("l4_no_endpoint_deny", |b| {
         b.iter(|| policy.decide_l4(black_box(&caller), black_box(&miss_host), black_box(443)));
@@ -218,20 +260,46 @@ fn benches(c: &mut Criterion) {
         target,
         websocket_upgrade: false,
     };
-    assert_eq!(policy.decide_request(&admission, &allowed).verdict, Verdict::Allow);
-    assert_eq!(policy.decide_request(&admission, &deny_rule).verdict, Verdict::Deny);
-    assert!(policy.decide_request(&admission, &deny_rule).rule().is_some());
-    assert_eq!(policy.decide_request(&admission, &no_rule).verdict, Verdict::Deny);
+    assert_eq!(
+        policy.decide_request(&admission, &allowed).verdict,
+        Verdict::Allow
+    );
+    assert_eq!(
+        policy.decide_request(&admission, &deny_rule).verdict,
+        Verdict::Deny
+    );
+    assert!(
+        policy
+            .decide_request(&admission, &deny_rule)
+            .rule()
+            .is_some()
+    );
+    assert_eq!(
+        policy.decide_request(&admission, &no_rule).verdict,
+        Verdict::Deny
+    );
     assert!(policy.decide_request(&admission, &no_rule).rule().is_none());
 
     group.bench_function("l7_allow", |b| {
-        b.iter(|| policy.decide_request(black_box(&admission), black_box(&allowed)).verdict);
+        b.iter(|| {
+            policy
+                .decide_request(black_box(&admission), black_box(&allowed))
+                .verdict
+        });
     });
     group.bench_function("l7_deny_rule", |b| {
-        b.iter(|| policy.decide_request(black_box(&admission), black_box(&deny_rule)).verdict);
+        b.iter(|| {
+            policy
+                .decide_request(black_box(&admission), black_box(&deny_rule))
+                .verdict
+        });
     });
     group.bench_function("l7_no_rule_deny", |b| {
-        b.iter(|| policy.decide_request(black_box(&admission), black_box(&no_rule)).verdict);
+        b.iter(|| {
+            policy
+                .decide_request(black_box(&admission), black_box(&no_rule))
+                .verdict
+        });
     });
     group.finish();
 }

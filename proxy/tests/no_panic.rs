@@ -9,7 +9,13 @@ use sluice::policy::{Caller, Compat, L4Decision, Request, Source, load};
 const VALID: &str = include_str!("../../configs/policies/github-readonly.yaml");
 
 fn load_text(text: String, compat: Compat) {
-    let _ = load(&[Source { name: "fuzz.yaml".into(), text }], compat);
+    let _ = load(
+        &[Source {
+            name: "fuzz.yaml".into(),
+            text,
+        }],
+        compat,
+    );
 }
 
 proptest! {

@@ -13,7 +13,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::policy::Compat;
 
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about = "Egress proxy for untrusted workloads: identity, policy, TLS inspection, credential injection, OCSF audit")]
+#[command(
+    name = "sluice",
+    version,
+    about = "Egress proxy for untrusted workloads: identity, policy, TLS inspection, credential injection, OCSF audit"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -58,7 +58,11 @@ pub fn check(entries: &[Entry], diags: &mut Diagnostics) {
 }
 
 /// Pairs of endpoints on one port whose hosts can match a common name.
-fn candidate_pairs(all: &[(&Entry, &Endpoint)], members: &[usize], out: &mut BTreeSet<(usize, usize)>) {
+fn candidate_pairs(
+    all: &[(&Entry, &Endpoint)],
+    members: &[usize],
+    out: &mut BTreeSet<(usize, usize)>,
+) {
     let mut exact: HashMap<&str, Vec<usize>> = HashMap::new();
     let mut exact_by_suffix: HashMap<String, Vec<usize>> = HashMap::new();
     let mut wild_by_suffix: HashMap<String, Vec<usize>> = HashMap::new();
@@ -144,7 +148,11 @@ fn conflicts(l: &Endpoint, r: &Endpoint) -> Vec<String> {
         (l.protocol == Protocol::Tcp).to_string(),
         (r.protocol == Protocol::Tcp).to_string(),
     );
-    cmp("tls", format!("{:?}", l.tls.as_str()), format!("{:?}", r.tls.as_str()));
+    cmp(
+        "tls",
+        format!("{:?}", l.tls.as_str()),
+        format!("{:?}", r.tls.as_str()),
+    );
     cmp("allowed_ips", ips(l), ips(r));
     let request_level = contributes_metadata(l)
         && contributes_metadata(r)
@@ -155,7 +163,11 @@ fn conflicts(l: &Endpoint, r: &Endpoint) -> Vec<String> {
             Protocol::Tcp => "",
             p => p.as_str(),
         };
-        cmp("protocol", format!("{:?}", proto(l)), format!("{:?}", proto(r)));
+        cmp(
+            "protocol",
+            format!("{:?}", proto(l)),
+            format!("{:?}", proto(r)),
+        );
         cmp(
             "enforcement",
             format!("{:?}", l.enforcement.as_str()),
@@ -181,7 +193,12 @@ fn conflicts(l: &Endpoint, r: &Endpoint) -> Vec<String> {
 }
 
 fn ips(ep: &Endpoint) -> String {
-    let mut v: Vec<String> = ep.allowed_ips.nets.iter().map(ToString::to_string).collect();
+    let mut v: Vec<String> = ep
+        .allowed_ips
+        .nets
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     if ep.allowed_ips.has_invalid {
         v.push("<invalid>".to_string());
     }

@@ -33,7 +33,9 @@ pub enum CanonError {
     InvalidPercentEncoding,
     #[error("request path encodes a control character (%{0:02X})")]
     EncodedControl(u8),
-    #[error("request path contains an encoded slash (%2F), which this endpoint does not allow (allow_encoded_slash)")]
+    #[error(
+        "request path contains an encoded slash (%2F), which this endpoint does not allow (allow_encoded_slash)"
+    )]
     EncodedSlashNotAllowed,
     #[error("request path climbs above the root with `..`")]
     AboveRoot,
@@ -154,7 +156,9 @@ fn strip_absolute_form(target: &[u8]) -> &[u8] {
     let scheme = &target[..colon];
     let is_scheme = !scheme.is_empty()
         && scheme[0].is_ascii_alphabetic()
-        && scheme.iter().all(|&b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+        && scheme
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
     if !is_scheme {
         return target;
     }
@@ -291,7 +295,9 @@ pub fn normalize_host(host: &str) -> Result<String, HostError> {
             return Err(HostError::EmptyLabel(lower));
         }
         if label.len() > 63
-            || !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            || !label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         {
             return Err(HostError::Invalid(lower));
         }
@@ -363,7 +369,10 @@ mod tests {
         assert_eq!(canon("/.."), Err(CanonError::AboveRoot));
         assert_eq!(canon("/a/../.."), Err(CanonError::AboveRoot));
         assert_eq!(canon("/%2e%2e/x"), Err(CanonError::AboveRoot));
-        assert_eq!(canon(&format!("/{}", "a".repeat(4096))), Err(CanonError::TooLong));
+        assert_eq!(
+            canon(&format!("/{}", "a".repeat(4096))),
+            Err(CanonError::TooLong)
+        );
     }
 
     #[test]
@@ -405,14 +414,32 @@ mod tests {
 
     #[test]
     fn hosts() {
-        assert_eq!(normalize_host("API.Example.com").unwrap(), "api.example.com");
+        assert_eq!(
+            normalize_host("API.Example.com").unwrap(),
+            "api.example.com"
+        );
         assert_eq!(normalize_host("[::1]").unwrap(), "::1");
         assert_eq!(normalize_host("127.0.0.1").unwrap(), "127.0.0.1");
-        assert!(matches!(normalize_host(".example.com"), Err(HostError::EmptyLabel(_))));
-        assert!(matches!(normalize_host("x..example.org"), Err(HostError::EmptyLabel(_))));
-        assert!(matches!(normalize_host("example.com."), Err(HostError::EmptyLabel(_))));
-        assert!(matches!(normalize_host("exa mple.com"), Err(HostError::Invalid(_))));
-        assert!(matches!(normalize_host("a\0b.com"), Err(HostError::Invalid(_))));
+        assert!(matches!(
+            normalize_host(".example.com"),
+            Err(HostError::EmptyLabel(_))
+        ));
+        assert!(matches!(
+            normalize_host("x..example.org"),
+            Err(HostError::EmptyLabel(_))
+        ));
+        assert!(matches!(
+            normalize_host("example.com."),
+            Err(HostError::EmptyLabel(_))
+        ));
+        assert!(matches!(
+            normalize_host("exa mple.com"),
+            Err(HostError::Invalid(_))
+        ));
+        assert!(matches!(
+            normalize_host("a\0b.com"),
+            Err(HostError::Invalid(_))
+        ));
         assert!(matches!(normalize_host(""), Err(HostError::Empty)));
     }
 }

@@ -38,7 +38,11 @@ pub struct Policy {
 impl Policy {
     /// `entries` must be validated and free of ambiguities; they are sorted by key here so
     /// that "the smallest matching key" is the first match (spec §2.7).
-    pub(super) fn compile(mut entries: Vec<Entry>, sandbox: Sandbox, sources: Vec<String>) -> Policy {
+    pub(super) fn compile(
+        mut entries: Vec<Entry>,
+        sandbox: Sandbox,
+        sources: Vec<String>,
+    ) -> Policy {
         entries.sort_by(|a, b| a.key.cmp(&b.key));
         let mut by_port: HashMap<u16, PortIndex> = HashMap::new();
         for (ei, entry) in entries.iter().enumerate() {
@@ -50,7 +54,9 @@ impl Policy {
                 for &port in &ep.ports {
                     let idx = by_port.entry(port).or_default();
                     match &ep.host {
-                        HostPattern::Exact(h) => idx.exact.entry(h.as_str().into()).or_default().push(r),
+                        HostPattern::Exact(h) => {
+                            idx.exact.entry(h.as_str().into()).or_default().push(r)
+                        }
                         w @ HostPattern::Wildcard { .. } => match w.literal_suffix() {
                             Some(s) => idx.by_suffix.entry(s.into()).or_default().push(r),
                             None => idx.scan.push(r),
@@ -106,7 +112,10 @@ impl Policy {
             let mut rest = host;
             loop {
                 if let Some(list) = idx.by_suffix.get(rest) {
-                    out.extend(list.iter().filter(|r| self.endpoint(**r).host.is_match(host)));
+                    out.extend(
+                        list.iter()
+                            .filter(|r| self.endpoint(**r).host.is_match(host)),
+                    );
                 }
                 match rest.find('.') {
                     Some(i) => rest = &rest[i + 1..],
@@ -114,7 +123,11 @@ impl Policy {
                 }
             }
         }
-        out.extend(idx.scan.iter().filter(|r| self.endpoint(**r).host.is_match(host)));
+        out.extend(
+            idx.scan
+                .iter()
+                .filter(|r| self.endpoint(**r).host.is_match(host)),
+        );
         out.sort_unstable();
         out.dedup();
         out

@@ -50,7 +50,9 @@ impl Admission {
 
     /// Whether requests on this connection are judged one by one.
     pub fn inspects(&self, policy: &Policy) -> bool {
-        self.endpoints.iter().any(|&r| policy.endpoint(r).inspects_requests())
+        self.endpoints
+            .iter()
+            .any(|&r| policy.endpoint(r).inspects_requests())
     }
 }
 
@@ -219,7 +221,11 @@ impl Policy {
     }
 
     /// The L7 decision for one request on an admitted connection (spec §2.10).
-    pub fn decide_request<'p>(&'p self, admission: &Admission, req: &Request<'_>) -> RequestDecision<'p> {
+    pub fn decide_request<'p>(
+        &'p self,
+        admission: &Admission,
+        req: &Request<'_>,
+    ) -> RequestDecision<'p> {
         let l7 = admission.l7_endpoints(self);
         if l7.is_empty() {
             return RequestDecision {
@@ -230,7 +236,10 @@ impl Policy {
                 endpoints: admission.endpoints.clone(),
             };
         }
-        let hard = |basis: RequestBasis<'p>, reason: String, target: Option<Target>, endpoints: Vec<EndpointRef>| RequestDecision {
+        let hard = |basis: RequestBasis<'p>,
+                    reason: String,
+                    target: Option<Target>,
+                    endpoints: Vec<EndpointRef>| RequestDecision {
             verdict: Verdict::Deny,
             basis,
             reason,
@@ -242,20 +251,43 @@ impl Policy {
         // then insist that the endpoints that decide the request do (spec §5.2).
         let (target, permissive) = match canon::canonicalize(req.target, false) {
             Ok(t) => (t, false),
-            Err(CanonError::EncodedSlashNotAllowed) if l7.iter().any(|(_, e)| e.allow_encoded_slash) => {
+            Err(CanonError::EncodedSlashNotAllowed)
+                if l7.iter().any(|(_, e)| e.allow_encoded_slash) =>
+            {
                 match canon::canonicalize(req.target, true) {
                     Ok(t) => (t, true),
-                    Err(e) => return hard(RequestBasis::Target(e.clone()), e.to_string(), None, Vec::new()),
+                    Err(e) => {
+                        return hard(
+                            RequestBasis::Target(e.clone()),
+                            e.to_string(),
+                            None,
+                            Vec::new(),
+                        );
+                    }
                 }
             }
-            Err(e) => return hard(RequestBasis::Target(e.clone()), e.to_string(), None, Vec::new()),
+            Err(e) => {
+                return hard(
+                    RequestBasis::Target(e.clone()),
+                    e.to_string(),
+                    None,
+                    Vec::new(),
+                );
+            }
         };
 
-        let matching: Vec<&(EndpointRef, &Endpoint)> =
-            l7.iter().filter(|(_, e)| e.selector.is_match(&target.path)).collect();
+        let matching: Vec<&(EndpointRef, &Endpoint)> = l7
+            .iter()
+            .filter(|(_, e)| e.selector.is_match(&target.path))
+            .collect();
         let Some(best) = matching.iter().map(|(_, e)| e.selector.specificity()).max() else {
             let reason = format!("no L7 endpoint path matched request {}", target.path);
-            return hard(RequestBasis::NoEndpointPath, reason, Some(target), Vec::new());
+            return hard(
+                RequestBasis::NoEndpointPath,
+                reason,
+                Some(target),
+                Vec::new(),
+            );
         };
         let selected: Vec<(EndpointRef, &Endpoint)> = matching
             .into_iter()
@@ -266,16 +298,29 @@ impl Policy {
 
         if permissive && !selected.iter().all(|(_, e)| e.allow_encoded_slash) {
             let e = CanonError::EncodedSlashNotAllowed;
-            return hard(RequestBasis::Target(e.clone()), e.to_string(), Some(target), refs);
+            return hard(
+                RequestBasis::Target(e.clone()),
+                e.to_string(),
+                Some(target),
+                refs,
+            );
         }
         let protocol = selected[0].1.protocol;
         if protocol == Protocol::WebSocket && !req.websocket_upgrade {
-            let reason = "websocket endpoint requires a valid WebSocket upgrade request".to_string();
+            let reason =
+                "websocket endpoint requires a valid WebSocket upgrade request".to_string();
             return hard(RequestBasis::WebSocketRequired, reason, Some(target), refs);
         }
         let query = match target.query.as_deref().map(canon::parse_query).transpose() {
             Ok(q) => q.unwrap_or_default(),
-            Err(e) => return hard(RequestBasis::Target(e.clone()), e.to_string(), Some(target), refs),
+            Err(e) => {
+                return hard(
+                    RequestBasis::Target(e.clone()),
+                    e.to_string(),
+                    Some(target),
+                    refs,
+                );
+            }
         };
         let method = if req.websocket_upgrade {
             "GET".to_string()
@@ -287,17 +332,30 @@ impl Policy {
         let deny = selected
             .iter()
             .flat_map(|(_, e)| e.deny_rules.iter())
-            .find(|r| r.method.matches(&method) && r.path.is_match(path) && deny_query_matches(&r.query, &query));
+            .find(|r| {
+                r.method.matches(&method)
+                    && r.path.is_match(path)
+                    && deny_query_matches(&r.query, &query)
+            });
         let (basis, reason) = if let Some(rule) = deny {
-            (RequestBasis::DenyRule(rule), format!("{method} {path} blocked by deny rule"))
-        } else if let Some(rule) = selected
-            .iter()
-            .flat_map(|(_, e)| e.rules.iter())
-            .find(|r| r.method.matches(&method) && r.path.is_match(path) && allow_query_matches(&r.query, &query))
-        {
-            (RequestBasis::Allowed(rule), format!("{method} {path} allowed by policy"))
+            (
+                RequestBasis::DenyRule(rule),
+                format!("{method} {path} blocked by deny rule"),
+            )
+        } else if let Some(rule) = selected.iter().flat_map(|(_, e)| e.rules.iter()).find(|r| {
+            r.method.matches(&method)
+                && r.path.is_match(path)
+                && allow_query_matches(&r.query, &query)
+        }) {
+            (
+                RequestBasis::Allowed(rule),
+                format!("{method} {path} allowed by policy"),
+            )
         } else {
-            (RequestBasis::NoAllowRule, format!("{method} {path} not permitted by policy"))
+            (
+                RequestBasis::NoAllowRule,
+                format!("{method} {path} not permitted by policy"),
+            )
         };
         // The ambiguity check guarantees that selected endpoints agree on enforcement.
         let verdict = match (&basis, selected[0].1.enforcement) {

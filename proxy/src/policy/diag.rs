@@ -61,7 +61,11 @@ impl fmt::Display for Diagnostic {
         if self.field.is_empty() {
             write!(f, "{}: {level}{}", self.location, self.message)
         } else {
-            write!(f, "{}: {level}{}: {}", self.location, self.field, self.message)
+            write!(
+                f,
+                "{}: {level}{}: {}",
+                self.location, self.field, self.message
+            )
         }
     }
 }
@@ -81,7 +85,14 @@ impl Diagnostics {
         self.push(Severity::Warning, file, pos, field, message.into());
     }
 
-    fn push(&mut self, severity: Severity, file: &Arc<str>, pos: Pos, field: &str, message: String) {
+    fn push(
+        &mut self,
+        severity: Severity,
+        file: &Arc<str>,
+        pos: Pos,
+        field: &str,
+        message: String,
+    ) {
         self.items.push(Diagnostic {
             location: Location::new(file, pos),
             severity,
@@ -103,7 +114,9 @@ impl Diagnostics {
     }
 
     pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
-        self.items.iter().filter(|d| d.severity == Severity::Warning)
+        self.items
+            .iter()
+            .filter(|d| d.severity == Severity::Warning)
     }
 
     /// Sorted by file, position, severity, field and message, without duplicates, so that
@@ -128,7 +141,12 @@ mod tests {
     fn display_shapes() {
         let file: Arc<str> = Arc::from("p.yaml");
         let mut d = Diagnostics::default();
-        d.error(&file, Pos::new(3, 7), "network_policies.a.endpoints[0].port", "bad");
+        d.error(
+            &file,
+            Pos::new(3, 7),
+            "network_policies.a.endpoints[0].port",
+            "bad",
+        );
         d.warning(&file, Pos::new(1, 1), "version", "missing");
         let out: Vec<String> = d.into_sorted().iter().map(ToString::to_string).collect();
         assert_eq!(

@@ -80,7 +80,8 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         Err(e) => {
             out.reason = e.to_string();
             out.stage = Some("target");
-            out.suggestions.push("use a valid DNS host name or IP literal as the target".to_string());
+            out.suggestions
+                .push("use a valid DNS host name or IP literal as the target".to_string());
             return out;
         }
     };
@@ -131,7 +132,10 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
     let Some(req) = &q.request else {
         out.decision = "allow";
         out.reason = if admission.inspects(policy) {
-            format!("connection to {host}:{} allowed; each request is judged by the L7 rules", q.port)
+            format!(
+                "connection to {host}:{} allowed; each request is judged by the L7 rules",
+                q.port
+            )
         } else {
             format!("connection to {host}:{} allowed", q.port)
         };
@@ -162,7 +166,11 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
     if let Some(rule) = decision.rule() {
         out.rule = Some(rule.summary());
         out.entry = Some(rule.origin.entry.to_string());
-        out.rule_location = Some(format!("{} ({})", rule.origin.field(), rule.origin.location));
+        out.rule_location = Some(format!(
+            "{} ({})",
+            rule.origin.field(),
+            rule.origin.location
+        ));
     }
     let method = out.method.clone().unwrap_or_default();
     let path = out.canonical.clone().unwrap_or_default();
@@ -233,7 +241,13 @@ pub fn render_text(e: &Explanation) -> String {
         line("endpoint:", ep);
     }
     if let Some(m) = &e.method {
-        line("request:", &format!("{m} {}", e.canonical.as_deref().unwrap_or("(not canonicalisable)")));
+        line(
+            "request:",
+            &format!(
+                "{m} {}",
+                e.canonical.as_deref().unwrap_or("(not canonicalisable)")
+            ),
+        );
     }
     if let Some(r) = &e.rule {
         line("rule:", r);
@@ -243,7 +257,14 @@ pub fn render_text(e: &Explanation) -> String {
     }
     line("reason:", &e.reason);
     for sug in &e.suggestions {
-        line(if e.decision == "allow" { "note:" } else { "to allow:" }, sug);
+        line(
+            if e.decision == "allow" {
+                "note:"
+            } else {
+                "to allow:"
+            },
+            sug,
+        );
     }
     s
 }

@@ -42,7 +42,10 @@ enum Tok {
     /// `?`: one character that is not the delimiter.
     One,
     /// `[...]`: one character (not the delimiter) in (or, negated, not in) the ranges.
-    Class { negated: bool, ranges: Vec<(char, char)> },
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
     /// `*`: any run of characters without the delimiter.
     Star,
     /// From `**` forms: any run of characters, delimiter included.
@@ -85,7 +88,10 @@ impl Glob {
         let pieces = parse(pattern, delimiter)?;
         let mut alts = vec![Vec::new()];
         expand(&pieces, &mut alts, pattern)?;
-        let alts = alts.into_iter().map(|toks| Seq(merge_literals(toks))).collect();
+        let alts = alts
+            .into_iter()
+            .map(|toks| Seq(merge_literals(toks)))
+            .collect();
         Ok(Glob {
             source: pattern.to_string(),
             delimiter,
@@ -98,13 +104,14 @@ impl Glob {
     pub fn new_covering_prefix(pattern: &str, delimiter: char) -> Result<Glob, GlobError> {
         let mut glob = Glob::new(pattern, delimiter)?;
         let suffix: String = [delimiter, '*', '*'].iter().collect();
-        if let Some(prefix) = pattern.strip_suffix(&suffix) {
-            if !prefix.is_empty() && !prefix.ends_with(delimiter) {
-                let base = Glob::new(prefix, delimiter)?;
-                glob.alts.extend(base.alts);
-                if glob.alts.len() > MAX_ALTERNATIVES {
-                    return Err(GlobError::TooManyAlternatives(pattern.to_string()));
-                }
+        if let Some(prefix) = pattern.strip_suffix(&suffix)
+            && !prefix.is_empty()
+            && !prefix.ends_with(delimiter)
+        {
+            let base = Glob::new(prefix, delimiter)?;
+            glob.alts.extend(base.alts);
+            if glob.alts.len() > MAX_ALTERNATIVES {
+                return Err(GlobError::TooManyAlternatives(pattern.to_string()));
             }
         }
         Ok(glob)
@@ -125,14 +132,19 @@ impl Glob {
     }
 
     pub fn is_match(&self, input: &str) -> bool {
-        self.alts.iter().any(|seq| seq.is_match(input, self.delimiter))
+        self.alts
+            .iter()
+            .any(|seq| seq.is_match(input, self.delimiter))
     }
 
     /// Whether some string is matched by both globs (same delimiter assumed).
     pub fn intersects(&self, other: &Glob) -> bool {
-        self.alts
-            .iter()
-            .any(|a| other.alts.iter().any(|b| seq_intersect(a, b, self.delimiter)))
+        self.alts.iter().any(|a| {
+            other
+                .alts
+                .iter()
+                .any(|b| seq_intersect(a, b, self.delimiter))
+        })
     }
 }
 
@@ -207,7 +219,10 @@ fn double_star(chars: &[char], i: usize, delim: char) -> (Piece, usize) {
     let zero_or_more_segments = || {
         Piece::Choice(vec![
             vec![],
-            vec![Piece::Tok(Tok::AnyStar), Piece::Tok(Tok::Lit(delim.to_string()))],
+            vec![
+                Piece::Tok(Tok::AnyStar),
+                Piece::Tok(Tok::Lit(delim.to_string())),
+            ],
         ])
     };
     if at_start && at_end {
@@ -331,10 +346,10 @@ impl Seq {
                 }
                 Tok::One | Tok::Class { .. } => {
                     for &p in &positions {
-                        if let Some(c) = input[p..].chars().next() {
-                            if tok.accepts(c, delim) {
-                                next.push(p + c.len_utf8());
-                            }
+                        if let Some(c) = input[p..].chars().next()
+                            && tok.accepts(c, delim)
+                        {
+                            next.push(p + c.len_utf8());
                         }
                     }
                 }
@@ -472,11 +487,15 @@ fn seq_intersect(a: &Seq, b: &Seq, delim: char) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum HostPatternError {
-    #[error("a wildcard host needs at least three labels (`{0}` would match a whole top-level domain)")]
+    #[error(
+        "a wildcard host needs at least three labels (`{0}` would match a whole top-level domain)"
+    )]
     TooBroad(String),
     #[error("`**` is only allowed as the whole first label (`**.example.com`), not in `{0}`")]
     MisplacedDoubleStar(String),
-    #[error("a partial-label wildcard such as `api-*` is only allowed in the first label, not in `{0}`")]
+    #[error(
+        "a partial-label wildcard such as `api-*` is only allowed in the first label, not in `{0}`"
+    )]
     PartialLabelWildcard(String),
     #[error("empty label in host `{0}`")]
     EmptyLabel(String),
@@ -746,9 +765,18 @@ mod tests {
         assert!(!p("/a[/]b").is_match("/a/b"));
         assert!(p("/a\\*b").is_match("/a*b"));
         assert!(!p("/a\\*b").is_match("/axb"));
-        assert!(matches!(Glob::new("/a[b", '/'), Err(GlobError::UnclosedClass(_))));
-        assert!(matches!(Glob::new("/a{b", '/'), Err(GlobError::UnclosedAlternation(_))));
-        assert!(matches!(Glob::new("/a{b,{c}}", '/'), Err(GlobError::NestedAlternation(_))));
+        assert!(matches!(
+            Glob::new("/a[b", '/'),
+            Err(GlobError::UnclosedClass(_))
+        ));
+        assert!(matches!(
+            Glob::new("/a{b", '/'),
+            Err(GlobError::UnclosedAlternation(_))
+        ));
+        assert!(matches!(
+            Glob::new("/a{b,{c}}", '/'),
+            Err(GlobError::NestedAlternation(_))
+        ));
     }
 
     #[test]
@@ -789,7 +817,9 @@ mod tests {
         assert!(h("**.example.com").is_match("a.example.com"));
         assert!(!h("**.example.com").is_match("example.com"));
         assert!(h("*-aiplatform.googleapis.com").is_match("us-central1-aiplatform.googleapis.com"));
-        assert!(!h("*-aiplatform.googleapis.com").is_match("us-central1.aiplatform.googleapis.com"));
+        assert!(
+            !h("*-aiplatform.googleapis.com").is_match("us-central1.aiplatform.googleapis.com")
+        );
         assert!(h("*.s3.*.amazonaws.com").is_match("b.s3.us-east-1.amazonaws.com"));
         assert!(!h("*.s3.*.amazonaws.com").is_match("s3.us-east-1.amazonaws.com"));
         assert!(!h("*.s3.*.amazonaws.com").is_match("b.s3.dualstack.us-east-1.amazonaws.com"));
@@ -807,7 +837,10 @@ mod tests {
     #[test]
     fn host_refusals() {
         for bad in ["*", "**", "*.com", "**.com"] {
-            assert!(matches!(HostPattern::new(bad), Err(HostPatternError::TooBroad(_))), "{bad}");
+            assert!(
+                matches!(HostPattern::new(bad), Err(HostPatternError::TooBroad(_))),
+                "{bad}"
+            );
         }
         assert!(matches!(
             HostPattern::new("a.**.example.com"),
@@ -830,7 +863,10 @@ mod tests {
         assert!(!h("*.example.com").intersects(&h("*.example.org")));
         assert!(h("**.example.com").intersects(&h("**.b.example.com")));
         assert!(HostPattern::Any.intersects(&h("x.y.z")));
-        assert_eq!(h("*.api.example.com").literal_suffix().as_deref(), Some("api.example.com"));
+        assert_eq!(
+            h("*.api.example.com").literal_suffix().as_deref(),
+            Some("api.example.com")
+        );
         assert_eq!(h("api.example.*").literal_suffix(), None);
     }
 }

@@ -72,7 +72,9 @@ pub struct LoadError {
 
 impl LoadError {
     pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
-        self.diagnostics.iter().filter(|d| d.severity == Severity::Error)
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
     }
 }
 
@@ -95,7 +97,12 @@ pub fn load_files(paths: &[String], compat: Compat) -> Result<Loaded, LoadError>
                     format!("not valid UTF-8 (byte {})", e.utf8_error().valid_up_to()),
                 ),
             },
-            Err(e) => diags.error(&Arc::from(path.as_str()), Pos::new(0, 0), "", format!("cannot read: {e}")),
+            Err(e) => diags.error(
+                &Arc::from(path.as_str()),
+                Pos::new(0, 0),
+                "",
+                format!("cannot read: {e}"),
+            ),
         }
     }
     load_with(&sources, compat, diags)
@@ -119,7 +126,11 @@ pub fn load(sources: &[Source], compat: Compat) -> Result<Loaded, LoadError> {
     load_with(sources, compat, Diagnostics::default())
 }
 
-fn load_with(sources: &[Source], compat: Compat, mut diags: Diagnostics) -> Result<Loaded, LoadError> {
+fn load_with(
+    sources: &[Source],
+    compat: Compat,
+    mut diags: Diagnostics,
+) -> Result<Loaded, LoadError> {
     let mut entries = Vec::new();
     let mut sandbox = Sandbox::default();
     let mut defined: HashMap<String, Location> = HashMap::new();
@@ -159,7 +170,12 @@ fn load_with(sources: &[Source], compat: Compat, mut diags: Diagnostics) -> Resu
         }
         for (name, location) in validated.sections {
             if let Some(first) = sections.get(name) {
-                diags.error(&file, location.pos, name, format!("`{name}` is already defined in {first}"));
+                diags.error(
+                    &file,
+                    location.pos,
+                    name,
+                    format!("`{name}` is already defined in {first}"),
+                );
             } else {
                 sections.insert(name, location);
             }

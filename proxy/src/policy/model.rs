@@ -220,7 +220,10 @@ pub struct RuleOrigin {
 impl RuleOrigin {
     /// The field path of the rule, e.g. `network_policies.gh.endpoints[0].rules[1]`.
     pub fn field(&self) -> String {
-        let base = format!("network_policies.{}.endpoints[{}]", self.entry, self.endpoint);
+        let base = format!(
+            "network_policies.{}.endpoints[{}]",
+            self.entry, self.endpoint
+        );
         match self.kind {
             RuleKind::Allow => format!("{base}.rules[{}]", self.index),
             RuleKind::Deny => format!("{base}.deny_rules[{}]", self.index),
@@ -333,7 +336,12 @@ impl Endpoint {
     /// `host:port,port[path]` as in the reference's ambiguity messages.
     pub fn describe(&self) -> String {
         let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
-        format!("{}:{}{}", self.host, ports.join(","), self.selector.as_str())
+        format!(
+            "{}:{}{}",
+            self.host,
+            ports.join(","),
+            self.selector.as_str()
+        )
     }
 }
 
@@ -375,9 +383,9 @@ pub struct Entry {
 impl Entry {
     /// Whether the caller's exe or any ancestor is one of this entry's binaries (spec §2.3).
     pub fn admits(&self, exe: &str, ancestors: &[String]) -> bool {
-        self.binaries.iter().any(|b| {
-            b.matcher.is_match(exe) || ancestors.iter().any(|a| b.matcher.is_match(a))
-        })
+        self.binaries
+            .iter()
+            .any(|b| b.matcher.is_match(exe) || ancestors.iter().any(|a| b.matcher.is_match(a)))
     }
 }
 

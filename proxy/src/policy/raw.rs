@@ -136,7 +136,10 @@ const ENDPOINT_UNSUPPORTED: &[(&str, &str)] = &[
     ("credential_signing", "SigV4 request signing"),
     ("signing_service", "SigV4 request signing"),
     ("signing_region", "SigV4 request signing"),
-    ("credential_binding", "binding provider credentials from a policy endpoint"),
+    (
+        "credential_binding",
+        "binding provider credentials from a policy endpoint",
+    ),
     ("persisted_queries", "GraphQL inspection"),
     ("graphql_persisted_queries", "GraphQL inspection"),
     ("graphql_max_body_bytes", "GraphQL inspection"),
@@ -160,7 +163,11 @@ const ANY_FIELDS: &[&str] = &["any"];
 
 /// Reads one parsed document into raw structs, reporting every schema problem.
 pub fn read(file: &Arc<str>, root: &Node, compat: Compat, diags: &mut Diagnostics) -> RawDocument {
-    let mut r = Reader { file, diags, compat };
+    let mut r = Reader {
+        file,
+        diags,
+        compat,
+    };
     let mut doc = RawDocument {
         file: Arc::clone(file),
         root_pos: root.pos,
@@ -216,10 +223,18 @@ impl Reader<'_> {
         unsupported: &[(&str, &str)],
     ) -> Option<Vec<(&'n str, &'n Node)>> {
         let Kind::Map(pairs) = &node.kind else {
-            let what = if path.is_empty() { "the policy document" } else { path };
+            let what = if path.is_empty() {
+                "the policy document"
+            } else {
+                path
+            };
             let found = node.type_name();
             let field = path.to_string();
-            self.error(node.pos, &field, format!("expected a mapping for {what}, found {found}"));
+            self.error(
+                node.pos,
+                &field,
+                format!("expected a mapping for {what}, found {found}"),
+            );
             return None;
         };
         let mut seen: HashMap<&str, Pos> = HashMap::new();
@@ -245,7 +260,10 @@ impl Reader<'_> {
                 self.error(
                     k.pos,
                     &field,
-                    format!("unknown field `{key}`{hint}; expected one of: {}", known.join(", ")),
+                    format!(
+                        "unknown field `{key}`{hint}; expected one of: {}",
+                        known.join(", ")
+                    ),
                 );
                 continue;
             }
@@ -253,7 +271,10 @@ impl Reader<'_> {
                 self.error(
                     k.pos,
                     &field,
-                    format!("duplicate field `{key}` (first defined at line {})", first.line),
+                    format!(
+                        "duplicate field `{key}` (first defined at line {})",
+                        first.line
+                    ),
                 );
                 continue;
             }
@@ -276,26 +297,26 @@ impl Reader<'_> {
     }
 
     fn int(&mut self, node: &Node, field: &str) -> Option<Spanned<i128>> {
-        if let Kind::Scalar(s, Style::Plain) = &node.kind {
-            if let Some(value) = parse_int(s) {
-                return Some(Spanned {
-                    value,
-                    pos: node.pos,
-                });
-            }
+        if let Kind::Scalar(s, Style::Plain) = &node.kind
+            && let Some(value) = parse_int(s)
+        {
+            return Some(Spanned {
+                value,
+                pos: node.pos,
+            });
         }
         self.expected(node, field, "an integer");
         None
     }
 
     fn bool(&mut self, node: &Node, field: &str) -> Option<Spanned<bool>> {
-        if let Kind::Scalar(s, Style::Plain) = &node.kind {
-            if let Some(value) = parse_bool(s) {
-                return Some(Spanned {
-                    value,
-                    pos: node.pos,
-                });
-            }
+        if let Kind::Scalar(s, Style::Plain) = &node.kind
+            && let Some(value) = parse_bool(s)
+        {
+            return Some(Spanned {
+                value,
+                pos: node.pos,
+            });
         }
         self.expected(node, field, "`true` or `false`");
         None
@@ -337,7 +358,9 @@ impl Reader<'_> {
         let mut out: Vec<RawEntry> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
         for (k, v) in pairs {
-            let Some(key) = self.string(k, PATH) else { continue };
+            let Some(key) = self.string(k, PATH) else {
+                continue;
+            };
             let field = join(PATH, &key.value);
             if key.value.is_empty() {
                 self.error(k.pos, PATH, "policy names must not be empty");
@@ -432,15 +455,13 @@ impl Reader<'_> {
                     path_seen = true;
                     out = self.string(v, &field).map(|path| RawBinary { path });
                 }
-                "harness" => {
-                    if self.bool(v, &field).is_some() {
-                        self.diags.warning(
-                            self.file,
-                            v.pos,
-                            &field,
-                            "`harness` is deprecated and has no effect",
-                        );
-                    }
+                "harness" if self.bool(v, &field).is_some() => {
+                    self.diags.warning(
+                        self.file,
+                        v.pos,
+                        &field,
+                        "`harness` is deprecated and has no effect",
+                    );
                 }
                 _ => {}
             }
@@ -507,7 +528,11 @@ impl Reader<'_> {
                     continue;
                 };
                 let Some((_, inner)) = fields.into_iter().next() else {
-                    self.error(item.pos, &item_path, "an allow rule needs an `allow` mapping");
+                    self.error(
+                        item.pos,
+                        &item_path,
+                        "an allow rule needs an `allow` mapping",
+                    );
                     continue;
                 };
                 (inner, format!("{item_path}.allow"))
@@ -551,13 +576,17 @@ impl Reader<'_> {
         };
         let mut out: Vec<RawQuery> = Vec::new();
         for (k, v) in pairs {
-            let Some(key) = self.string(k, path) else { continue };
+            let Some(key) = self.string(k, path) else {
+                continue;
+            };
             let field = join(path, &key.value);
             let matcher = match &v.kind {
                 Kind::Scalar(..) => self.string(v, &field).map(RawMatcher::Glob),
                 Kind::Map(_) => self.fields(v, &field, ANY_FIELDS, &[]).and_then(|f| {
                     match f.into_iter().next() {
-                        Some((_, list)) => self.strings(list, &join(&field, "any")).map(RawMatcher::Any),
+                        Some((_, list)) => self
+                            .strings(list, &join(&field, "any"))
+                            .map(RawMatcher::Any),
                         None => {
                             self.error(v.pos, &field, "a query matcher mapping needs `any: [...]`");
                             None
@@ -613,7 +642,9 @@ impl Reader<'_> {
             let field = join(PATH, k);
             match k {
                 "include_workdir" => fs.include_workdir = self.bool(v, &field),
-                "read_only" => fs.read_only = self.strings(v, &field).map(|s| s.value).unwrap_or_default(),
+                "read_only" => {
+                    fs.read_only = self.strings(v, &field).map(|s| s.value).unwrap_or_default()
+                }
                 "read_write" => {
                     fs.read_write = self.strings(v, &field).map(|s| s.value).unwrap_or_default();
                 }
@@ -690,7 +721,14 @@ mod tests {
         let node = yaml::parse(text).unwrap().unwrap();
         let mut diags = Diagnostics::default();
         let doc = read(&file, &node, compat, &mut diags);
-        (doc, diags.into_sorted().iter().map(ToString::to_string).collect())
+        (
+            doc,
+            diags
+                .into_sorted()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        )
     }
 
     #[test]
@@ -707,7 +745,10 @@ mod tests {
         assert_eq!(rule.path.as_ref().unwrap().value, "/repos/**");
         assert_eq!(rule.query.len(), 2);
         assert_eq!(ep.deny_rules.as_ref().unwrap().value.len(), 1);
-        assert_eq!(doc.network_policies[0].binaries[0].path.value, "/usr/bin/curl");
+        assert_eq!(
+            doc.network_policies[0].binaries[0].path.value,
+            "/usr/bin/curl"
+        );
     }
 
     #[test]
@@ -746,11 +787,16 @@ mod tests {
         let text = "version: 1\nnetwork_policies:\n  a:\n    name: first\n  a:\n    name: second\n";
         let (_, diags) = read_str(text, Compat::Strict);
         assert_eq!(diags.len(), 1);
-        assert!(diags[0].starts_with("p.yaml:5:3: network_policies.a: policy `a` is defined twice"));
+        assert!(
+            diags[0].starts_with("p.yaml:5:3: network_policies.a: policy `a` is defined twice")
+        );
         let (doc, diags) = read_str(text, Compat::OpenShell);
         assert!(diags[0].contains("warning: "));
         assert_eq!(doc.network_policies.len(), 1);
-        assert_eq!(doc.network_policies[0].name.as_ref().unwrap().value, "second");
+        assert_eq!(
+            doc.network_policies[0].name.as_ref().unwrap().value,
+            "second"
+        );
     }
 
     #[test]
@@ -761,7 +807,9 @@ mod tests {
         );
         assert_eq!(
             diags,
-            ["p.yaml:6:9: network_policies.a.endpoints[0].host: duplicate field `host` (first defined at line 5)"]
+            [
+                "p.yaml:6:9: network_policies.a.endpoints[0].host: duplicate field `host` (first defined at line 5)"
+            ]
         );
     }
 

@@ -43,11 +43,18 @@ pub fn endpoint_rules(
             ("access", raw.access.as_ref().map(|a| a.pos)),
             ("enforcement", raw.enforcement.as_ref().map(|e| e.pos)),
             ("path", raw.path.as_ref().map(|p| p.pos)),
-            ("allow_encoded_slash", raw.allow_encoded_slash.as_ref().map(|p| p.pos)),
+            (
+                "allow_encoded_slash",
+                raw.allow_encoded_slash.as_ref().map(|p| p.pos),
+            ),
         ];
         for (name, pos) in l7_fields {
             if let Some(pos) = pos {
-                v.error(pos, &field(name), format!("`{name}` is an L7 setting and a `protocol: tcp` endpoint has none"));
+                v.error(
+                    pos,
+                    &field(name),
+                    format!("`{name}` is an L7 setting and a `protocol: tcp` endpoint has none"),
+                );
                 out.ok = false;
             }
         }
@@ -74,7 +81,11 @@ pub fn endpoint_rules(
             }
         }
         if let Some(e) = &raw.enforcement {
-            v.warning(e.pos, &field("enforcement"), "`enforcement` has no effect without `protocol: rest` or `websocket`");
+            v.warning(
+                e.pos,
+                &field("enforcement"),
+                "`enforcement` has no effect without `protocol: rest` or `websocket`",
+            );
         }
         return out;
     }
@@ -83,16 +94,29 @@ pub fn endpoint_rules(
     let mut rules_given = raw.rules.as_ref().filter(|r| !r.value.is_empty());
     if let Some(r) = raw.rules.as_ref().filter(|r| r.value.is_empty()) {
         if raw.access.is_some() {
-            let accepted = v.lenient(r.pos, &field("rules"), "`rules: []` is empty", "ignores it and applies `access`");
+            let accepted = v.lenient(
+                r.pos,
+                &field("rules"),
+                "`rules: []` is empty",
+                "ignores it and applies `access`",
+            );
             out.ok &= accepted;
         } else if v.compat == Compat::Strict {
-            v.error(r.pos, &field("rules"), "`rules: []` is empty: it would deny every request");
+            v.error(
+                r.pos,
+                &field("rules"),
+                "`rules: []` is empty: it would deny every request",
+            );
             out.ok = false;
         }
         rules_given = None;
     }
     if let (Some(r), Some(_)) = (rules_given, &raw.access) {
-        v.error(r.pos, &field("rules"), "`rules` and `access` are mutually exclusive: use one");
+        v.error(
+            r.pos,
+            &field("rules"),
+            "`rules` and `access` are mutually exclusive: use one",
+        );
         out.ok = false;
         return out;
     }
@@ -105,7 +129,9 @@ pub fn endpoint_rules(
                 let accepted = v.lenient(
                     a.pos,
                     &field("access"),
-                    &format!("unknown `access` preset `{other}` (expected read-only, read-write or full)"),
+                    &format!(
+                        "unknown `access` preset `{other}` (expected read-only, read-write or full)"
+                    ),
                     "warns and then denies every request on this endpoint",
                 );
                 out.ok &= accepted;
@@ -126,13 +152,25 @@ pub fn endpoint_rules(
             }
         }
     } else if raw.rules.is_none() {
-        v.error(raw.pos, path, format!("`protocol: {}` needs `rules` or `access`", protocol.as_str()));
+        v.error(
+            raw.pos,
+            path,
+            format!(
+                "`protocol: {}` needs `rules` or `access`",
+                protocol.as_str()
+            ),
+        );
         out.ok = false;
     }
 
     if let Some(d) = &raw.deny_rules {
         if d.value.is_empty() {
-            let accepted = v.lenient(d.pos, &field("deny_rules"), "`deny_rules: []` is empty", "ignores it");
+            let accepted = v.lenient(
+                d.pos,
+                &field("deny_rules"),
+                "`deny_rules: []` is empty",
+                "ignores it",
+            );
             out.ok &= accepted;
         }
         for (i, rule) in d.value.iter().enumerate() {
@@ -193,13 +231,26 @@ fn compile_rule(
     index: usize,
     field: &str,
 ) -> Result<Option<Rule>, ()> {
-    let what = if kind == RuleKind::Deny { "a deny rule" } else { "an allow rule" };
-    let effect = if kind == RuleKind::Deny { "blocks nothing" } else { "allows nothing" };
+    let what = if kind == RuleKind::Deny {
+        "a deny rule"
+    } else {
+        "an allow rule"
+    };
+    let effect = if kind == RuleKind::Deny {
+        "blocks nothing"
+    } else {
+        "allows nothing"
+    };
     let mut never = false;
 
     let method = match &raw.method {
         None => {
-            if !v.lenient(raw.pos, field, &format!("{what} without `method`"), &format!("loads it and it {effect}")) {
+            if !v.lenient(
+                raw.pos,
+                field,
+                &format!("{what} without `method`"),
+                &format!("loads it and it {effect}"),
+            ) {
                 return Err(());
             }
             never = true;
@@ -209,7 +260,10 @@ fn compile_rule(
             let parsed = MethodMatcher::parse(&m.value);
             let valid = match (protocol, parsed) {
                 (_, None) => false,
-                (Protocol::WebSocket, Some(p)) => matches!(p, MethodMatcher::Get | MethodMatcher::WebsocketText | MethodMatcher::Any),
+                (Protocol::WebSocket, Some(p)) => matches!(
+                    p,
+                    MethodMatcher::Get | MethodMatcher::WebsocketText | MethodMatcher::Any
+                ),
                 (_, Some(MethodMatcher::WebsocketText)) => false,
                 (_, Some(_)) => true,
             };
@@ -219,7 +273,15 @@ fn compile_rule(
                 } else {
                     "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *"
                 };
-                v.error(m.pos, &format!("{field}.method"), format!("unknown method `{}` for `protocol: {}`; expected {expected}", m.value, protocol.as_str()));
+                v.error(
+                    m.pos,
+                    &format!("{field}.method"),
+                    format!(
+                        "unknown method `{}` for `protocol: {}`; expected {expected}",
+                        m.value,
+                        protocol.as_str()
+                    ),
+                );
                 return Err(());
             }
             parsed
@@ -228,7 +290,12 @@ fn compile_rule(
 
     let path = match &raw.path {
         None => {
-            if !v.lenient(raw.pos, field, &format!("{what} without `path`"), &format!("loads it and it {effect}")) {
+            if !v.lenient(
+                raw.pos,
+                field,
+                &format!("{what} without `path`"),
+                &format!("loads it and it {effect}"),
+            ) {
                 return Err(());
             }
             never = true;
@@ -239,7 +306,15 @@ fn compile_rule(
             if p.value == "**" {
                 Some(PathMatcher::All)
             } else if !p.value.starts_with('/') {
-                if !v.lenient(p.pos, &pf, &format!("rule path `{}` does not start with `/`, so no request path can match it", p.value), &format!("loads it and it {effect}")) {
+                if !v.lenient(
+                    p.pos,
+                    &pf,
+                    &format!(
+                        "rule path `{}` does not start with `/`, so no request path can match it",
+                        p.value
+                    ),
+                    &format!("loads it and it {effect}"),
+                ) {
                     return Err(());
                 }
                 never = true;
@@ -259,7 +334,12 @@ fn compile_rule(
                         Some(PathMatcher::Glob(g))
                     }
                     Err(e) => {
-                        if !v.lenient(p.pos, &pf, &e.to_string(), &format!("warns, and the rule {effect}")) {
+                        if !v.lenient(
+                            p.pos,
+                            &pf,
+                            &e.to_string(),
+                            &format!("warns, and the rule {effect}"),
+                        ) {
                             return Err(());
                         }
                         never = true;
@@ -276,7 +356,10 @@ fn compile_rule(
         let qf = format!("{field}.query.{}", q.key.value);
         let (patterns, pos): (Vec<&str>, _) = match &q.matcher {
             RawMatcher::Glob(g) => (vec![g.value.as_str()], g.pos),
-            RawMatcher::Any(list) => (list.value.iter().map(|s| s.value.as_str()).collect(), list.pos),
+            RawMatcher::Any(list) => (
+                list.value.iter().map(|s| s.value.as_str()).collect(),
+                list.pos,
+            ),
         };
         if patterns.is_empty() {
             v.error(pos, &qf, "`any: []` lists no pattern and would match nothing; list at least one glob (`*` for any value)");
@@ -298,7 +381,10 @@ fn compile_rule(
                 }
             }
         }
-        query.push(QueryMatcher { key: q.key.value.clone(), globs });
+        query.push(QueryMatcher {
+            key: q.key.value.clone(),
+            globs,
+        });
     }
     if bad {
         return Err(());

@@ -117,12 +117,27 @@ fn host_double_star_is_one_or_more_labels_never_apex() {
 #[test]
 fn host_intra_and_middle_label_wildcards() {
     let p = policy(&one("host: \"*-aiplatform.googleapis.com\"\n  port: 443"));
-    assert!(allowed(&p, CURL, "us-central1-aiplatform.googleapis.com", 443));
-    assert!(!allowed(&p, CURL, "us-central1.aiplatform.googleapis.com", 443));
+    assert!(allowed(
+        &p,
+        CURL,
+        "us-central1-aiplatform.googleapis.com",
+        443
+    ));
+    assert!(!allowed(
+        &p,
+        CURL,
+        "us-central1.aiplatform.googleapis.com",
+        443
+    ));
     let p = policy(&one("host: \"*.s3.*.amazonaws.com\"\n  port: 443"));
     assert!(allowed(&p, CURL, "b.s3.us-east-1.amazonaws.com", 443));
     assert!(!allowed(&p, CURL, "s3.us-east-1.amazonaws.com", 443));
-    assert!(!allowed(&p, CURL, "b.s3.dualstack.us-east-1.amazonaws.com", 443));
+    assert!(!allowed(
+        &p,
+        CURL,
+        "b.s3.dualstack.us-east-1.amazonaws.com",
+        443
+    ));
 }
 
 #[test]
@@ -133,7 +148,11 @@ fn host_glob_characters_without_star_are_literal() {
     assert!(!allowed(&p, CURL, "a.example.com", 443));
     assert!(allowed(&p, CURL, "{a,b}.example.com", 443));
     let w = warnings_in(&text, Compat::Strict);
-    assert!(w.iter().any(|w| w.contains("has glob characters but no `*`")), "{w:?}");
+    assert!(
+        w.iter()
+            .any(|w| w.contains("has glob characters but no `*`")),
+        "{w:?}"
+    );
 }
 
 #[test]
@@ -142,7 +161,10 @@ fn host_wildcard_in_last_label_loads_with_warning() {
     let text = one("host: \"api.example.*\"\n  port: 443");
     assert!(allowed(&policy(&text), CURL, "api.example.net", 443));
     let w = warnings_in(&text, Compat::Strict);
-    assert!(w.iter().any(|w| w.contains("wildcard in its last label")), "{w:?}");
+    assert!(
+        w.iter().any(|w| w.contains("wildcard in its last label")),
+        "{w:?}"
+    );
 }
 
 #[test]
@@ -152,12 +174,18 @@ fn host_patterns_refused_at_load() {
         ("\"**\"", "at least three labels"),
         ("\"*.com\"", "at least three labels"),
         ("\"**.com\"", "at least three labels"),
-        ("\"a.**.example.com\"", "`**` is only allowed as the whole first label"),
+        (
+            "\"a.**.example.com\"",
+            "`**` is only allowed as the whole first label",
+        ),
         ("\"x.api-*.example.com\"", "partial-label wildcard"),
     ] {
         let e = errors(&one(&format!("host: {host}\n  port: 443")));
         assert_eq!(e.len(), 1, "{host}: {e:?}");
-        assert!(e[0].starts_with("p.yaml:5:15: network_policies.p.endpoints[0].host: "), "{e:?}");
+        assert!(
+            e[0].starts_with("p.yaml:5:15: network_policies.p.endpoints[0].host: "),
+            "{e:?}"
+        );
         assert!(e[0].contains(msg), "{host}: {e:?}");
     }
 }
@@ -188,9 +216,20 @@ fn binary_exact_glob_and_ancestors() {
     assert!(allowed(&p, "/opt/tool", "h.example.com", 443));
     assert!(!allowed(&p, "/opt/tool2", "h.example.com", 443));
     // An ancestor grants (spec §2.3), the command line never does.
-    assert!(matches!(l4(&p, CURL, &["/bin/sh", "/opt/tool"], "h.example.com", 443), L4Decision::Allow(_)));
+    assert!(matches!(
+        l4(&p, CURL, &["/bin/sh", "/opt/tool"], "h.example.com", 443),
+        L4Decision::Allow(_)
+    ));
     let cmd = vec!["/opt/tool".to_string()];
-    let d = p.decide_l4(&Caller { exe: CURL, ancestors: &[], cmdline: &cmd }, "h.example.com", 443);
+    let d = p.decide_l4(
+        &Caller {
+            exe: CURL,
+            ancestors: &[],
+            cmdline: &cmd,
+        },
+        "h.example.com",
+        443,
+    );
     assert!(matches!(d, L4Decision::Deny(_)));
 }
 
@@ -209,7 +248,12 @@ fn binary_braces_without_star_are_literal_with_warning() {
     let p = policy(text);
     assert!(!allowed(&p, "/usr/bin/curl", "h.example.com", 443));
     let w = warnings_in(text, Compat::Strict);
-    assert_eq!(w, ["p.yaml:7:15: warning: network_policies.p.binaries[0].path: `/usr/bin/{curl,wget}` has glob characters but no `*`; like the reference, sluice reads it as a literal path, so it only matches an executable with exactly that name"]);
+    assert_eq!(
+        w,
+        [
+            "p.yaml:7:15: warning: network_policies.p.binaries[0].path: `/usr/bin/{curl,wget}` has glob characters but no `*`; like the reference, sluice reads it as a literal path, so it only matches an executable with exactly that name"
+        ]
+    );
 }
 
 #[test]
@@ -234,18 +278,29 @@ fn smallest_key_decides_and_all_matching_endpoints_are_kept() {
 #[test]
 fn deny_reasons_have_the_reference_wording() {
     let empty = policy("version: 1\nnetwork_policies: {}\n");
-    let L4Decision::Deny(d) = l4(&empty, CURL, &[], "h.example.com", 443) else { panic!() };
+    let L4Decision::Deny(d) = l4(&empty, CURL, &[], "h.example.com", 443) else {
+        panic!()
+    };
     assert_eq!(d.kind, L4DenyKind::NoPolicies);
     assert_eq!(d.reason, "network connections not allowed by policy");
 
     let p = policy(&one("host: h.example.com\n  port: 443"));
-    let L4Decision::Deny(d) = l4(&p, CURL, &[], "other.example.com", 443) else { panic!() };
-    assert_eq!(d.reason, "endpoint other.example.com:443 is not allowed by any policy");
+    let L4Decision::Deny(d) = l4(&p, CURL, &[], "other.example.com", 443) else {
+        panic!()
+    };
+    assert_eq!(
+        d.reason,
+        "endpoint other.example.com:443 is not allowed by any policy"
+    );
 
     let ancestors = vec!["/usr/bin/bash".to_string(), "/usr/sbin/sshd".to_string()];
     let cmdline = vec!["/tmp/x.py".to_string()];
     let L4Decision::Deny(d) = p.decide_l4(
-        &Caller { exe: "/usr/bin/python3", ancestors: &ancestors, cmdline: &cmdline },
+        &Caller {
+            exe: "/usr/bin/python3",
+            ancestors: &ancestors,
+            cmdline: &cmdline,
+        },
         "h.example.com",
         443,
     ) else {
@@ -261,7 +316,9 @@ fn deny_reasons_have_the_reference_wording() {
 fn default_policy_denies_everything() {
     let loaded = load_default().unwrap();
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
-    let L4Decision::Deny(d) = l4(&loaded.policy, CURL, &[], "example.com", 443) else { panic!() };
+    let L4Decision::Deny(d) = l4(&loaded.policy, CURL, &[], "example.com", 443) else {
+        panic!()
+    };
     assert_eq!(d.reason, "network connections not allowed by policy");
     assert_eq!(loaded.policy.sandbox().read_write, ["/tmp", "/dev/null"]);
 }
@@ -277,19 +334,40 @@ fn rest(rules: &str) -> Policy {
 #[test]
 fn get_rule_allows_head_but_not_options() {
     let p = rest("rules:\n  - allow: {method: GET, path: /v1/**}");
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/v1/x"), Verdict::Allow);
-    assert_eq!(verdict(&p, "api.example.com", "head", "/v1/x"), Verdict::Allow);
-    assert_eq!(verdict(&p, "api.example.com", "OPTIONS", "/v1/x"), Verdict::Deny);
-    assert_eq!(verdict(&p, "api.example.com", "POST", "/v1/x"), Verdict::Deny);
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/v1/x"),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "head", "/v1/x"),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "OPTIONS", "/v1/x"),
+        Verdict::Deny
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "POST", "/v1/x"),
+        Verdict::Deny
+    );
 }
 
 #[test]
 fn get_deny_rule_blocks_head_and_deny_wins() {
     let p = rest("access: full\n  deny_rules:\n    - {method: GET, path: /admin/**}");
-    assert_eq!(verdict(&p, "api.example.com", "HEAD", "/admin/x"), Verdict::Deny);
-    assert_eq!(verdict(&p, "api.example.com", "POST", "/admin/x"), Verdict::Allow);
+    assert_eq!(
+        verdict(&p, "api.example.com", "HEAD", "/admin/x"),
+        Verdict::Deny
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "POST", "/admin/x"),
+        Verdict::Allow
+    );
     // §13 row 18 (fix): a deny rule `/x/**` also covers `/x`.
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/admin"), Verdict::Deny);
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/admin"),
+        Verdict::Deny
+    );
 }
 
 #[test]
@@ -297,81 +375,158 @@ fn allow_rule_double_star_suffix_does_not_cover_prefix() {
     // §13 row 18: match for allow rules.
     let p = rest("rules:\n  - allow: {method: GET, path: /x/**}");
     assert_eq!(verdict(&p, "api.example.com", "GET", "/x"), Verdict::Deny);
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/x/y/z"), Verdict::Allow);
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/x/y/z"),
+        Verdict::Allow
+    );
 }
 
 #[test]
 fn rule_star_is_segment_bound() {
     let p = rest("rules:\n  - allow: {method: \"*\", path: /v1/*/items}");
-    assert_eq!(verdict(&p, "api.example.com", "DELETE", "/v1/a/items"), Verdict::Allow);
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/v1/a/b/items"), Verdict::Deny);
+    assert_eq!(
+        verdict(&p, "api.example.com", "DELETE", "/v1/a/items"),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/v1/a/b/items"),
+        Verdict::Deny
+    );
 }
 
 #[test]
 fn rule_paths_match_the_canonical_form() {
     let p = rest("rules:\n  - allow: {method: GET, path: /a/b}");
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/a/./x/../b"), Verdict::Allow);
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/a;x/b"), Verdict::Allow);
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/%61/b"), Verdict::Allow);
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/a/./x/../b"),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/a;x/b"),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/%61/b"),
+        Verdict::Allow
+    );
 }
 
 #[test]
 fn presets_expand() {
     let ro = rest("access: read-only");
     for m in ["GET", "HEAD", "OPTIONS"] {
-        assert_eq!(verdict(&ro, "api.example.com", m, "/x"), Verdict::Allow, "{m}");
+        assert_eq!(
+            verdict(&ro, "api.example.com", m, "/x"),
+            Verdict::Allow,
+            "{m}"
+        );
     }
     for m in ["POST", "PUT", "PATCH", "DELETE"] {
-        assert_eq!(verdict(&ro, "api.example.com", m, "/x"), Verdict::Deny, "{m}");
+        assert_eq!(
+            verdict(&ro, "api.example.com", m, "/x"),
+            Verdict::Deny,
+            "{m}"
+        );
     }
     let rw = rest("access: read-write");
     for m in ["POST", "PUT", "PATCH"] {
-        assert_eq!(verdict(&rw, "api.example.com", m, "/x"), Verdict::Allow, "{m}");
+        assert_eq!(
+            verdict(&rw, "api.example.com", m, "/x"),
+            Verdict::Allow,
+            "{m}"
+        );
     }
-    assert_eq!(verdict(&rw, "api.example.com", "DELETE", "/x"), Verdict::Deny);
+    assert_eq!(
+        verdict(&rw, "api.example.com", "DELETE", "/x"),
+        Verdict::Deny
+    );
     let full = rest("access: full");
-    assert_eq!(verdict(&full, "api.example.com", "DELETE", "/x"), Verdict::Allow);
+    assert_eq!(
+        verdict(&full, "api.example.com", "DELETE", "/x"),
+        Verdict::Allow
+    );
 }
 
 #[test]
 fn query_allow_side_needs_every_value() {
     let p = rest("rules:\n  - allow: {method: GET, path: /s, query: {tag: \"v1.*\"}}");
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/s?tag=v1.2"), Verdict::Allow);
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/s?tag=v1.2&tag=v2.0"), Verdict::Deny);
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/s?tag=v1.2"),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/s?tag=v1.2&tag=v2.0"),
+        Verdict::Deny
+    );
     assert_eq!(verdict(&p, "api.example.com", "GET", "/s"), Verdict::Deny);
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/s?other=1&tag=v1.x"), Verdict::Allow);
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/s?other=1&tag=v1.x"),
+        Verdict::Allow
+    );
 }
 
 #[test]
 fn query_globs_do_not_cross_dots_but_cross_slashes() {
     // §13 row 19.
     let p = rest("rules:\n  - allow: {method: GET, path: /s, query: {v: \"v*\"}}");
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/s?v=v1"), Verdict::Allow);
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/s?v=v1.2"), Verdict::Deny);
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/s?v=v1%2F2"), Verdict::Allow);
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/s?v=v1"),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/s?v=v1.2"),
+        Verdict::Deny
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/s?v=v1%2F2"),
+        Verdict::Allow
+    );
 }
 
 #[test]
 fn query_any_and_deny_side_any_value() {
-    let p = rest("rules:\n  - allow: {method: GET, path: /s, query: {f: {any: [json, xml]}}}\n  deny_rules:\n    - {method: GET, path: /s, query: {debug: \"1\"}}");
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/s?f=xml"), Verdict::Allow);
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/s?f=csv"), Verdict::Deny);
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/s?f=json&debug=0&debug=1"), Verdict::Deny);
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/s?f=json&debug=0"), Verdict::Allow);
+    let p = rest(
+        "rules:\n  - allow: {method: GET, path: /s, query: {f: {any: [json, xml]}}}\n  deny_rules:\n    - {method: GET, path: /s, query: {debug: \"1\"}}",
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/s?f=xml"),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/s?f=csv"),
+        Verdict::Deny
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/s?f=json&debug=0&debug=1"),
+        Verdict::Deny
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/s?f=json&debug=0"),
+        Verdict::Allow
+    );
 }
 
 #[test]
 fn malformed_query_escape_refuses_the_request() {
     let p = rest("access: full");
     let a = admission(&p, "api.example.com", 443);
-    let d = p.decide_request(&a, &Request { method: "GET", target: b"/s?x=%zz", websocket_upgrade: false });
+    let d = p.decide_request(
+        &a,
+        &Request {
+            method: "GET",
+            target: b"/s?x=%zz",
+            websocket_upgrade: false,
+        },
+    );
     assert_eq!(d.verdict, Verdict::Deny);
     assert_eq!(d.stage(), Some(Stage::Target));
 }
 
 #[test]
 fn audit_enforcement_forwards_with_audit_verdict() {
-    let p = policy(&one("host: api.example.com\n  port: 443\n  protocol: rest\n  enforcement: audit\n  access: read-only"));
+    let p = policy(&one(
+        "host: api.example.com\n  port: 443\n  protocol: rest\n  enforcement: audit\n  access: read-only",
+    ));
     assert_eq!(verdict(&p, "api.example.com", "POST", "/x"), Verdict::Audit);
     assert_eq!(verdict(&p, "api.example.com", "GET", "/x"), Verdict::Allow);
 }
@@ -380,7 +535,14 @@ fn audit_enforcement_forwards_with_audit_verdict() {
 fn l4_endpoint_requests_are_uninspected() {
     let p = policy(&one("host: api.example.com\n  port: 443"));
     let a = admission(&p, "api.example.com", 443);
-    let d = p.decide_request(&a, &Request { method: "DELETE", target: b"/anything", websocket_upgrade: false });
+    let d = p.decide_request(
+        &a,
+        &Request {
+            method: "DELETE",
+            target: b"/anything",
+            websocket_upgrade: false,
+        },
+    );
     assert_eq!(d.verdict, Verdict::Allow);
     assert!(matches!(d.basis, RequestBasis::Uninspected));
 }
@@ -388,12 +550,31 @@ fn l4_endpoint_requests_are_uninspected() {
 #[test]
 fn websocket_endpoint_requires_an_upgrade_even_in_audit() {
     // §13 row 15.
-    let p = policy(&one("host: api.example.com\n  port: 443\n  protocol: websocket\n  enforcement: audit\n  access: read-write"));
+    let p = policy(&one(
+        "host: api.example.com\n  port: 443\n  protocol: websocket\n  enforcement: audit\n  access: read-write",
+    ));
     let a = admission(&p, "api.example.com", 443);
-    let plain = p.decide_request(&a, &Request { method: "GET", target: b"/ws", websocket_upgrade: false });
+    let plain = p.decide_request(
+        &a,
+        &Request {
+            method: "GET",
+            target: b"/ws",
+            websocket_upgrade: false,
+        },
+    );
     assert_eq!(plain.verdict, Verdict::Deny);
-    assert_eq!(plain.reason, "websocket endpoint requires a valid WebSocket upgrade request");
-    let up = p.decide_request(&a, &Request { method: "GET", target: b"/ws", websocket_upgrade: true });
+    assert_eq!(
+        plain.reason,
+        "websocket endpoint requires a valid WebSocket upgrade request"
+    );
+    let up = p.decide_request(
+        &a,
+        &Request {
+            method: "GET",
+            target: b"/ws",
+            websocket_upgrade: true,
+        },
+    );
     assert_eq!(up.verdict, Verdict::Allow);
 }
 
@@ -405,18 +586,39 @@ const SELECTORS: &str = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n  
 fn most_specific_selector_decides_alone() {
     let p = policy(SELECTORS);
     // /v1 and below: only the read-only audit endpoint decides; the broader `full` one takes no part.
-    assert_eq!(verdict(&p, "api.example.com", "POST", "/v1/x"), Verdict::Audit);
-    assert_eq!(verdict(&p, "api.example.com", "POST", "/v1"), Verdict::Audit);
-    assert_eq!(verdict(&p, "api.example.com", "GET", "/v1/x"), Verdict::Allow);
+    assert_eq!(
+        verdict(&p, "api.example.com", "POST", "/v1/x"),
+        Verdict::Audit
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "POST", "/v1"),
+        Verdict::Audit
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/v1/x"),
+        Verdict::Allow
+    );
     // Elsewhere the broad endpoint decides.
-    assert_eq!(verdict(&p, "api.example.com", "POST", "/v2/x"), Verdict::Allow);
+    assert_eq!(
+        verdict(&p, "api.example.com", "POST", "/v2/x"),
+        Verdict::Allow
+    );
 }
 
 #[test]
 fn no_selector_matching_is_a_hard_deny() {
-    let p = policy(&one("host: api.example.com\n  port: 443\n  path: /v1/**\n  protocol: rest\n  enforcement: audit\n  access: full"));
+    let p = policy(&one(
+        "host: api.example.com\n  port: 443\n  path: /v1/**\n  protocol: rest\n  enforcement: audit\n  access: full",
+    ));
     let a = admission(&p, "api.example.com", 443);
-    let d = p.decide_request(&a, &Request { method: "GET", target: b"/v2", websocket_upgrade: false });
+    let d = p.decide_request(
+        &a,
+        &Request {
+            method: "GET",
+            target: b"/v2",
+            websocket_upgrade: false,
+        },
+    );
     assert_eq!(d.verdict, Verdict::Deny);
     assert_eq!(d.reason, "no L7 endpoint path matched request /v2");
 }
@@ -426,8 +628,17 @@ fn second_entry_l7_applies() {
     // §13 row 13: an ancestor that matches a second entry brings its L7 endpoint along.
     let text = "version: 1\nnetwork_policies:\n  a:\n    endpoints: [{host: api.example.com, port: 443}]\n    binaries: [{path: /usr/bin/curl}]\n  b:\n    endpoints: [{host: api.example.com, port: 443, protocol: rest, enforcement: enforce, access: read-only}]\n    binaries: [{path: /usr/bin/bash}]\n";
     let p = policy(text);
-    let L4Decision::Allow(a) = l4(&p, CURL, &["/usr/bin/bash"], "api.example.com", 443) else { panic!() };
-    let d = p.decide_request(&a, &Request { method: "POST", target: b"/x", websocket_upgrade: false });
+    let L4Decision::Allow(a) = l4(&p, CURL, &["/usr/bin/bash"], "api.example.com", 443) else {
+        panic!()
+    };
+    let d = p.decide_request(
+        &a,
+        &Request {
+            method: "POST",
+            target: b"/x",
+            websocket_upgrade: false,
+        },
+    );
     assert_eq!(d.verdict, Verdict::Deny);
 }
 
@@ -435,9 +646,15 @@ fn second_entry_l7_applies() {
 fn encoded_slash_only_where_allowed() {
     let text = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - {host: registry.example.com, port: 443, protocol: rest, enforcement: enforce, access: read-only, allow_encoded_slash: true}\n    binaries: [{path: /usr/bin/curl}]\n";
     let p = policy(text);
-    assert_eq!(verdict(&p, "registry.example.com", "GET", "/@scope%2fname"), Verdict::Allow);
+    assert_eq!(
+        verdict(&p, "registry.example.com", "GET", "/@scope%2fname"),
+        Verdict::Allow
+    );
     let strict = rest("access: read-only");
-    assert_eq!(verdict(&strict, "api.example.com", "GET", "/@scope%2fname"), Verdict::Deny);
+    assert_eq!(
+        verdict(&strict, "api.example.com", "GET", "/@scope%2fname"),
+        Verdict::Deny
+    );
 }
 
 // === §1.9 validation ===
@@ -445,29 +662,81 @@ fn encoded_slash_only_where_allowed() {
 #[test]
 fn validation_messages() {
     let cases: &[(&str, &str)] = &[
-        ("host: h.example.com\n  port: 0", "p.yaml:6:15: network_policies.p.endpoints[0].port: port 0 is out of range 1-65535"),
-        ("host: h.example.com\n  port: 70000", "p.yaml:6:15: network_policies.p.endpoints[0].port: port 70000 is out of range 1-65535"),
-        ("host: h.example.com", "p.yaml:5:9: network_policies.p.endpoints[0]: an endpoint needs `port` or `ports`"),
-        ("port: 443", "p.yaml:5:9: network_policies.p.endpoints[0].host: `host` is required (only an endpoint with `allowed_ips` may leave it out)"),
-        ("host: h.example.com\n  ports: []", "p.yaml:6:16: network_policies.p.endpoints[0].ports: `ports` must list at least one port"),
-        ("host: h.example.com\n  port: 443\n  protocol: REST\n  access: full", "p.yaml:7:19: network_policies.p.endpoints[0].protocol: unknown protocol `REST` (protocols are lower-case); expected rest, websocket or tcp"),
-        ("host: h.example.com\n  port: 443\n  protocol: graphql", "p.yaml:7:19: network_policies.p.endpoints[0].protocol: protocol `graphql` is not supported by sluice yet"),
-        ("host: h.example.com\n  port: 443\n  protocol: rest", "p.yaml:5:9: network_policies.p.endpoints[0]: `protocol: rest` needs `rules` or `access`"),
-        ("host: h.example.com\n  port: 443\n  protocol: rest\n  access: full\n  rules:\n    - allow: {method: GET, path: /}", "p.yaml:10:11: network_policies.p.endpoints[0].rules: `rules` and `access` are mutually exclusive: use one"),
-        ("host: h.example.com\n  port: 443\n  deny_rules:\n    - {method: GET, path: /}", "p.yaml:8:11: network_policies.p.endpoints[0].deny_rules: `deny_rules` need `protocol: rest` or `websocket` (and rules or access to deny from)"),
-        ("host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: FETCH, path: /}", "p.yaml:9:29: network_policies.p.endpoints[0].rules[0].allow.method: unknown method `FETCH` for `protocol: rest`; expected GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *"),
-        ("host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: WEBSOCKET_TEXT, path: /}", "p.yaml:9:29: network_policies.p.endpoints[0].rules[0].allow.method: unknown method `WEBSOCKET_TEXT` for `protocol: rest`; expected GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *"),
-        ("host: h.example.com\n  port: 443\n  protocol: tcp\n  access: full", "p.yaml:8:17: network_policies.p.endpoints[0].access: `access` is an L7 setting and a `protocol: tcp` endpoint has none"),
-        ("host: 10.0.0.1\n  port: 5432\n  protocol: tcp", "p.yaml:5:15: network_policies.p.endpoints[0].host: a `protocol: tcp` endpoint needs a valid DNS host name (not an IP literal, no trailing dot)"),
-        ("host: h.example.com\n  port: 443\n  protocol: rest\n  access: full\n  path: v1", "p.yaml:9:15: network_policies.p.endpoints[0].path: `v1` must start with `/` (or be `**`)"),
-        ("host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: GET, path: /s, query: {a: \"\"}}", "p.yaml:9:55: network_policies.p.endpoints[0].rules[0].allow.query.a: an empty query matcher matches nothing; use `*` to require the parameter with any value"),
-        ("host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: GET, path: /s, query: {a: {any: []}}}", "p.yaml:9:61: network_policies.p.endpoints[0].rules[0].allow.query.a: `any: []` lists no pattern and would match nothing; list at least one glob (`*` for any value)"),
+        (
+            "host: h.example.com\n  port: 0",
+            "p.yaml:6:15: network_policies.p.endpoints[0].port: port 0 is out of range 1-65535",
+        ),
+        (
+            "host: h.example.com\n  port: 70000",
+            "p.yaml:6:15: network_policies.p.endpoints[0].port: port 70000 is out of range 1-65535",
+        ),
+        (
+            "host: h.example.com",
+            "p.yaml:5:9: network_policies.p.endpoints[0]: an endpoint needs `port` or `ports`",
+        ),
+        (
+            "port: 443",
+            "p.yaml:5:9: network_policies.p.endpoints[0].host: `host` is required (only an endpoint with `allowed_ips` may leave it out)",
+        ),
+        (
+            "host: h.example.com\n  ports: []",
+            "p.yaml:6:16: network_policies.p.endpoints[0].ports: `ports` must list at least one port",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: REST\n  access: full",
+            "p.yaml:7:19: network_policies.p.endpoints[0].protocol: unknown protocol `REST` (protocols are lower-case); expected rest, websocket or tcp",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: graphql",
+            "p.yaml:7:19: network_policies.p.endpoints[0].protocol: protocol `graphql` is not supported by sluice yet",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest",
+            "p.yaml:5:9: network_policies.p.endpoints[0]: `protocol: rest` needs `rules` or `access`",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  access: full\n  rules:\n    - allow: {method: GET, path: /}",
+            "p.yaml:10:11: network_policies.p.endpoints[0].rules: `rules` and `access` are mutually exclusive: use one",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  deny_rules:\n    - {method: GET, path: /}",
+            "p.yaml:8:11: network_policies.p.endpoints[0].deny_rules: `deny_rules` need `protocol: rest` or `websocket` (and rules or access to deny from)",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: FETCH, path: /}",
+            "p.yaml:9:29: network_policies.p.endpoints[0].rules[0].allow.method: unknown method `FETCH` for `protocol: rest`; expected GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: WEBSOCKET_TEXT, path: /}",
+            "p.yaml:9:29: network_policies.p.endpoints[0].rules[0].allow.method: unknown method `WEBSOCKET_TEXT` for `protocol: rest`; expected GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: tcp\n  access: full",
+            "p.yaml:8:17: network_policies.p.endpoints[0].access: `access` is an L7 setting and a `protocol: tcp` endpoint has none",
+        ),
+        (
+            "host: 10.0.0.1\n  port: 5432\n  protocol: tcp",
+            "p.yaml:5:15: network_policies.p.endpoints[0].host: a `protocol: tcp` endpoint needs a valid DNS host name (not an IP literal, no trailing dot)",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  access: full\n  path: v1",
+            "p.yaml:9:15: network_policies.p.endpoints[0].path: `v1` must start with `/` (or be `**`)",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: GET, path: /s, query: {a: \"\"}}",
+            "p.yaml:9:55: network_policies.p.endpoints[0].rules[0].allow.query.a: an empty query matcher matches nothing; use `*` to require the parameter with any value",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: GET, path: /s, query: {a: {any: []}}}",
+            "p.yaml:9:61: network_policies.p.endpoints[0].rules[0].allow.query.a: `any: []` lists no pattern and would match nothing; list at least one glob (`*` for any value)",
+        ),
     ];
     let mismatches: Vec<String> = cases
         .iter()
         .filter_map(|(endpoint, want)| {
             let got = errors(&one(endpoint));
-            (got != [*want]).then(|| format!("endpoint:\n{endpoint}\n want: {want}\n  got: {got:?}"))
+            (got != [*want])
+                .then(|| format!("endpoint:\n{endpoint}\n want: {want}\n  got: {got:?}"))
         })
         .collect();
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
@@ -500,9 +769,17 @@ fn defaulted_enforcement_warns_with_the_line() {
 
 #[test]
 fn version_checks() {
-    assert_eq!(errors("version: 2\nnetwork_policies: {}\n"), ["p.yaml:1:10: version: unsupported policy version 2; sluice reads version 1"]);
+    assert_eq!(
+        errors("version: 2\nnetwork_policies: {}\n"),
+        ["p.yaml:1:10: version: unsupported policy version 2; sluice reads version 1"]
+    );
     let w = warnings_in("network_policies: {}\n", Compat::Strict);
-    assert_eq!(w, ["p.yaml:1:1: warning: version: `version` is missing; sluice reads the document as version 1"]);
+    assert_eq!(
+        w,
+        [
+            "p.yaml:1:1: warning: version: `version` is missing; sluice reads the document as version 1"
+        ]
+    );
     assert!(errors_in("version: 2\nnetwork_policies: {}\n", Compat::OpenShell).is_empty());
 }
 
@@ -511,26 +788,82 @@ fn version_checks() {
 /// (endpoint yaml, strict error substring, compat warning substring)
 const STRICT_ROWS: &[(&str, &str, &str)] = &[
     // row 6
-    ("host: h.example.com\n  port: 443\n  allowed_ips: [127.0.0.1]", "overlaps loopback 127.0.0.0/8", "still refuses those addresses"),
-    ("host: h.example.com\n  port: 443\n  allowed_ips: [not-an-ip]", "`not-an-ip` is not an IP address or CIDR", "refuses every connection"),
-    ("host: h.example.com\n  port: 443\n  allowed_ips: [10.0.0.0/33]", "`10.0.0.0/33` is not an IP address or CIDR", "refuses every connection"),
+    (
+        "host: h.example.com\n  port: 443\n  allowed_ips: [127.0.0.1]",
+        "overlaps loopback 127.0.0.0/8",
+        "still refuses those addresses",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  allowed_ips: [not-an-ip]",
+        "`not-an-ip` is not an IP address or CIDR",
+        "refuses every connection",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  allowed_ips: [10.0.0.0/33]",
+        "`10.0.0.0/33` is not an IP address or CIDR",
+        "refuses every connection",
+    ),
     // row 7
-    ("host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: full\n  deny_rules: []", "`deny_rules: []` is empty", "ignores it"),
-    ("host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: full\n  rules: []", "`rules: []` is empty", "applies `access`"),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: full\n  deny_rules: []",
+        "`deny_rules: []` is empty",
+        "ignores it",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: full\n  rules: []",
+        "`rules: []` is empty",
+        "applies `access`",
+    ),
     // row 8
-    ("host: h.example.com\n  port: 443\n  access: read-only", "`access` has no effect without `protocol", "plain L4"),
-    ("host: h.example.com\n  port: 443\n  rules:\n    - allow: {method: GET, path: /}", "`rules` has no effect without `protocol", "plain L4"),
+    (
+        "host: h.example.com\n  port: 443\n  access: read-only",
+        "`access` has no effect without `protocol",
+        "plain L4",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  rules:\n    - allow: {method: GET, path: /}",
+        "`rules` has no effect without `protocol",
+        "plain L4",
+    ),
     // row 9
-    ("host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: full\n  deny_rules:\n    - {method: POST}", "a deny rule without `path`", "blocks nothing"),
-    ("host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  rules:\n    - allow: {path: /x}", "an allow rule without `method`", "allows nothing"),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: full\n  deny_rules:\n    - {method: POST}",
+        "a deny rule without `path`",
+        "blocks nothing",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  rules:\n    - allow: {path: /x}",
+        "an allow rule without `method`",
+        "allows nothing",
+    ),
     // row 10
-    ("host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: read-ony", "unknown `access` preset `read-ony`", "denies every request"),
-    ("host: h.example.com\n  port: 443\n  tls: terminat", "unknown `tls` value `terminat`", "treats it as auto"),
-    ("host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: Enforce\n  access: full", "unknown `enforcement` value `Enforce`", "treats it as `audit`"),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: read-ony",
+        "unknown `access` preset `read-ony`",
+        "denies every request",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  tls: terminat",
+        "unknown `tls` value `terminat`",
+        "treats it as auto",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: Enforce\n  access: full",
+        "unknown `enforcement` value `Enforce`",
+        "treats it as `audit`",
+    ),
     // row 11
-    ("host: h.example.com\n  port: 443\n  ports: [8443]", "`port` and `ports` are both given", "drops `port`"),
+    (
+        "host: h.example.com\n  port: 443\n  ports: [8443]",
+        "`port` and `ports` are both given",
+        "drops `port`",
+    ),
     // row 14
-    ("host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: read-only\n  tls: skip", "`tls: skip` turns off all L7 inspection", "uninspected"),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: read-only\n  tls: skip",
+        "`tls: skip` turns off all L7 inspection",
+        "uninspected",
+    ),
 ];
 
 #[test]
@@ -539,9 +872,16 @@ fn strict_rows_refuse_and_compat_accepts_with_warning() {
         let text = one(endpoint);
         let e = errors(&text);
         assert_eq!(e.len(), 1, "{endpoint}: {e:?}");
-        assert!(e[0].contains(strict) && e[0].contains("accept with --compat openshell"), "{endpoint}: {e:?}");
+        assert!(
+            e[0].contains(strict) && e[0].contains("accept with --compat openshell"),
+            "{endpoint}: {e:?}"
+        );
         let w = warnings_in(&text, Compat::OpenShell);
-        assert!(w.iter().any(|w| w.contains(compat) && w.contains("warning: ")), "{endpoint}: {w:?}");
+        assert!(
+            w.iter()
+                .any(|w| w.contains(compat) && w.contains("warning: ")),
+            "{endpoint}: {w:?}"
+        );
     }
 }
 
@@ -553,7 +893,9 @@ fn compat_interpretations_are_the_references() {
     let a = admission(&p, "h.example.com", 443);
     assert!(!a.inspects(&p));
     // row 10: `Enforce` means audit.
-    let text = one("host: api.example.com\n  port: 443\n  protocol: rest\n  enforcement: Enforce\n  access: read-only");
+    let text = one(
+        "host: api.example.com\n  port: 443\n  protocol: rest\n  enforcement: Enforce\n  access: read-only",
+    );
     let p = try_load(&text, Compat::OpenShell).unwrap().policy;
     assert_eq!(verdict(&p, "api.example.com", "POST", "/x"), Verdict::Audit);
     // row 11: the last duplicate wins, `port` dropped for `ports`.
@@ -570,7 +912,10 @@ fn compat_interpretations_are_the_references() {
 
 #[test]
 fn broad_allowed_ips_warn() {
-    let w = warnings_in(&one("host: h.example.com\n  port: 443\n  allowed_ips: [10.0.0.0/8]"), Compat::Strict);
+    let w = warnings_in(
+        &one("host: h.example.com\n  port: 443\n  allowed_ips: [10.0.0.0/8]"),
+        Compat::Strict,
+    );
     assert!(w.iter().any(|w| w.contains("very broad network")), "{w:?}");
 }
 
@@ -581,7 +926,9 @@ fn ambiguity_names_both_endpoints_and_the_field() {
     let text = "version: 1\nnetwork_policies:\n  a:\n    name: alpha\n    endpoints:\n      - {host: \"*.example.com\", port: 443, protocol: rest, enforcement: enforce, access: full}\n    binaries: [{path: /usr/bin/curl}]\n  b:\n    endpoints:\n      - {host: api.example.com, ports: [443, 8443], protocol: rest, enforcement: audit, access: full}\n    binaries: [{path: /usr/bin/git}]\n";
     assert_eq!(
         errors(text),
-        ["p.yaml:10:9: network_policies.b.endpoints[0]: network policies 'alpha' endpoint[0] (*.example.com:443) and 'b' endpoint[0] (api.example.com:443,8443) overlap on port(s) 443 with conflicting metadata: enforcement=\"enforce\" vs \"audit\" (other endpoint at p.yaml:6:9)"]
+        [
+            "p.yaml:10:9: network_policies.b.endpoints[0]: network policies 'alpha' endpoint[0] (*.example.com:443) and 'b' endpoint[0] (api.example.com:443,8443) overlap on port(s) 443 with conflicting metadata: enforcement=\"enforce\" vs \"audit\" (other endpoint at p.yaml:6:9)"
+        ]
     );
 }
 
@@ -608,7 +955,10 @@ fn merged_files_refuse_a_key_defined_twice() {
     let b = Source { name: "b.yaml".into(), text: "version: 1\nnetwork_policies:\n  other:\n    endpoints: [{host: b.example.com, port: 443}]\n    binaries: [{path: /usr/bin/curl}]\n  gh:\n    endpoints: [{host: c.example.com, port: 443}]\n    binaries: [{path: /usr/bin/curl}]\n".into() };
     let e = load(&[a.clone(), b], Compat::Strict).unwrap_err();
     let lines: Vec<String> = e.errors().map(ToString::to_string).collect();
-    assert_eq!(lines, ["b.yaml:6:3: network_policies.gh: policy `gh` is already defined in a.yaml:3:3"]);
+    assert_eq!(
+        lines,
+        ["b.yaml:6:3: network_policies.gh: policy `gh` is already defined in a.yaml:3:3"]
+    );
     let c = Source { name: "c.yaml".into(), text: "version: 1\nnetwork_policies:\n  more:\n    endpoints: [{host: d.example.com, port: 443}]\n    binaries: [{path: /usr/bin/curl}]\n".into() };
     let merged = load(&[a, c], Compat::Strict).unwrap().policy;
     assert_eq!(merged.entries().len(), 2);
@@ -616,9 +966,18 @@ fn merged_files_refuse_a_key_defined_twice() {
 
 #[test]
 fn load_is_all_or_nothing_and_reports_every_file() {
-    let good = Source { name: "good.yaml".into(), text: "version: 1\nnetwork_policies: {}\n".into() };
-    let bad1 = Source { name: "bad1.yaml".into(), text: "version: 1\nbogus: 1\n".into() };
-    let bad2 = Source { name: "bad2.yaml".into(), text: "version: [\n".into() };
+    let good = Source {
+        name: "good.yaml".into(),
+        text: "version: 1\nnetwork_policies: {}\n".into(),
+    };
+    let bad1 = Source {
+        name: "bad1.yaml".into(),
+        text: "version: 1\nbogus: 1\n".into(),
+    };
+    let bad2 = Source {
+        name: "bad2.yaml".into(),
+        text: "version: [\n".into(),
+    };
     let e = load(&[good, bad1, bad2], Compat::Strict).unwrap_err();
     let files: Vec<&str> = e.errors().map(|d| &*d.location.file).collect();
     assert_eq!(files, ["bad1.yaml", "bad2.yaml"]);

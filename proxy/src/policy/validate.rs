@@ -20,8 +20,8 @@ use super::Compat;
 use super::diag::{Diagnostics, Location};
 use super::glob::{Glob, HostPattern};
 use super::model::{
-    AllowedIps, Binary, BinaryMatcher, Endpoint, Enforcement, Entry, LandlockCompat,
-    PathSelector, PolicyKey, Protocol, RunAs, Sandbox, TlsMode,
+    AllowedIps, Binary, BinaryMatcher, Endpoint, Enforcement, Entry, LandlockCompat, PathSelector,
+    PolicyKey, Protocol, RunAs, Sandbox, TlsMode,
 };
 use super::raw::{RawBinary, RawDocument, RawEndpoint, RawEntry, Spanned};
 use super::rules;
@@ -66,12 +66,18 @@ impl Validator<'_> {
                 self.error(
                     pos,
                     field,
-                    format!("{problem}; the reference {reference} (accept with --compat openshell)"),
+                    format!(
+                        "{problem}; the reference {reference} (accept with --compat openshell)"
+                    ),
                 );
                 false
             }
             Compat::OpenShell => {
-                self.warning(pos, field, format!("{problem}; as the reference does, sluice {reference}"));
+                self.warning(
+                    pos,
+                    field,
+                    format!("{problem}; as the reference does, sluice {reference}"),
+                );
                 true
             }
         }
@@ -90,7 +96,10 @@ impl Validator<'_> {
                 "`version` is missing; sluice reads the document as version 1",
             ),
             Some(v) if v.value != 1 => {
-                let msg = format!("unsupported policy version {}; sluice reads version 1", v.value);
+                let msg = format!(
+                    "unsupported policy version {}; sluice reads version 1",
+                    v.value
+                );
                 match self.compat {
                     Compat::Strict => self.error(v.pos, "version", msg),
                     Compat::OpenShell => self.warning(
@@ -127,13 +136,24 @@ impl Validator<'_> {
             }
         }
         if raw.binaries.is_empty() {
-            self.warning(raw.key.pos, &path, "no `binaries`: this policy admits no program and grants nothing");
+            self.warning(
+                raw.key.pos,
+                &path,
+                "no `binaries`: this policy admits no program and grants nothing",
+            );
         }
         if raw.endpoints.is_empty() {
-            self.warning(raw.key.pos, &path, "no `endpoints`: this policy grants nothing");
+            self.warning(
+                raw.key.pos,
+                &path,
+                "no `endpoints`: this policy grants nothing",
+            );
         }
         Some(Entry {
-            name: raw.name.as_ref().map_or_else(|| raw.key.value.clone(), |n| n.value.clone()),
+            name: raw
+                .name
+                .as_ref()
+                .map_or_else(|| raw.key.value.clone(), |n| n.value.clone()),
             location: self.location(raw.key.pos),
             key,
             endpoints,
@@ -146,7 +166,11 @@ impl Validator<'_> {
         let pos = raw.path.pos;
         let field = format!("{field}.path");
         let matcher = if source == "*" {
-            self.warning(pos, &field, "`*` admits every executable, including ones with no path");
+            self.warning(
+                pos,
+                &field,
+                "`*` admits every executable, including ones with no path",
+            );
             BinaryMatcher::Any
         } else if source.contains('*') {
             match Glob::new(&source, '/') {
@@ -177,7 +201,9 @@ impl Validator<'_> {
                 let accepted = self.lenient(
                     pos,
                     &field,
-                    &format!("`{source}` is not an absolute path, so it can never match an executable"),
+                    &format!(
+                        "`{source}` is not an absolute path, so it can never match an executable"
+                    ),
                     "accepts it and it never matches",
                 );
                 if !accepted {
@@ -187,7 +213,8 @@ impl Validator<'_> {
             BinaryMatcher::Exact(source.clone())
         };
         let base = source.rsplit('/').next().unwrap_or(&source);
-        let base_trimmed = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '*');
+        let base_trimmed =
+            base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '*');
         if LAUNCHERS.contains(&base) || LAUNCHERS.contains(&base_trimmed) {
             self.warning(
                 pos,
@@ -206,7 +233,13 @@ impl Validator<'_> {
         })
     }
 
-    fn endpoint(&mut self, entry: &PolicyKey, index: usize, raw: &RawEndpoint, path: &str) -> Option<Endpoint> {
+    fn endpoint(
+        &mut self,
+        entry: &PolicyKey,
+        index: usize,
+        raw: &RawEndpoint,
+        path: &str,
+    ) -> Option<Endpoint> {
         let mut ok = true;
         let field = |name: &str| format!("{path}.{name}");
 
@@ -226,15 +259,18 @@ impl Validator<'_> {
                     return None;
                 }
                 other => {
-                    let hint = if matches!(other.to_ascii_lowercase().as_str(), "rest" | "websocket") {
-                        " (protocols are lower-case)"
-                    } else {
-                        ""
-                    };
+                    let hint =
+                        if matches!(other.to_ascii_lowercase().as_str(), "rest" | "websocket") {
+                            " (protocols are lower-case)"
+                        } else {
+                            ""
+                        };
                     self.error(
                         p.pos,
                         &field("protocol"),
-                        format!("unknown protocol `{other}`{hint}; expected rest, websocket or tcp"),
+                        format!(
+                            "unknown protocol `{other}`{hint}; expected rest, websocket or tcp"
+                        ),
                     );
                     return None;
                 }
@@ -248,8 +284,15 @@ impl Validator<'_> {
         let tls = self.tls(raw, &field("tls"));
         let (enforcement, enforcement_defaulted) = self.enforcement(raw, &field("enforcement"));
         let allowed_ips = self.allowed_ips(raw, &field("allowed_ips"));
-        if protocol == Protocol::Tcp && raw.allowed_ips.is_some() && raw.host.as_ref().is_none_or(|h| h.value.is_empty()) {
-            self.error(raw.pos, &field("host"), "a `protocol: tcp` endpoint needs a DNS host name");
+        if protocol == Protocol::Tcp
+            && raw.allowed_ips.is_some()
+            && raw.host.as_ref().is_none_or(|h| h.value.is_empty())
+        {
+            self.error(
+                raw.pos,
+                &field("host"),
+                "a `protocol: tcp` endpoint needs a DNS host name",
+            );
             ok = false;
         }
 
@@ -298,16 +341,38 @@ impl Validator<'_> {
         }
 
         for (flag, value, allowed) in [
-            ("request_body_credential_rewrite", &raw.request_body_credential_rewrite, protocol == Protocol::Rest),
-            ("websocket_credential_rewrite", &raw.websocket_credential_rewrite, protocol.is_l7()),
-            ("allow_encoded_slash", &raw.allow_encoded_slash, protocol.is_l7()),
+            (
+                "request_body_credential_rewrite",
+                &raw.request_body_credential_rewrite,
+                protocol == Protocol::Rest,
+            ),
+            (
+                "websocket_credential_rewrite",
+                &raw.websocket_credential_rewrite,
+                protocol.is_l7(),
+            ),
+            (
+                "allow_encoded_slash",
+                &raw.allow_encoded_slash,
+                protocol.is_l7(),
+            ),
         ] {
-            if let Some(v) = value {
-                if v.value && !allowed {
-                    let need = if flag == "request_body_credential_rewrite" { "`protocol: rest`" } else { "`protocol: rest` or `websocket`" };
-                    if !self.lenient(v.pos, &field(flag), &format!("`{flag}` only applies with {need}"), "ignores it") {
-                        ok = false;
-                    }
+            if let Some(v) = value
+                && v.value
+                && !allowed
+            {
+                let need = if flag == "request_body_credential_rewrite" {
+                    "`protocol: rest`"
+                } else {
+                    "`protocol: rest` or `websocket`"
+                };
+                if !self.lenient(
+                    v.pos,
+                    &field(flag),
+                    &format!("`{flag}` only applies with {need}"),
+                    "ignores it",
+                ) {
+                    ok = false;
                 }
             }
         }
@@ -343,10 +408,19 @@ impl Validator<'_> {
             None => ("", raw.pos),
         };
         if text.is_empty() {
-            if raw.allowed_ips.as_ref().is_some_and(|ips| !ips.value.is_empty()) && protocol != Protocol::Tcp {
+            if raw
+                .allowed_ips
+                .as_ref()
+                .is_some_and(|ips| !ips.value.is_empty())
+                && protocol != Protocol::Tcp
+            {
                 return Some(HostPattern::Any);
             }
-            self.error(pos, field, "`host` is required (only an endpoint with `allowed_ips` may leave it out)");
+            self.error(
+                pos,
+                field,
+                "`host` is required (only an endpoint with `allowed_ips` may leave it out)",
+            );
             return None;
         }
         let pattern = match HostPattern::new(text) {
@@ -357,7 +431,11 @@ impl Validator<'_> {
             }
         };
         if protocol == Protocol::Tcp {
-            let literal_ip = text.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().is_ok();
+            let literal_ip = text
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<IpAddr>()
+                .is_ok();
             if literal_ip || text.ends_with('.') || !is_dns_pattern(text) {
                 self.error(pos, field, "a `protocol: tcp` endpoint needs a valid DNS host name (not an IP literal, no trailing dot)");
                 return None;
@@ -371,8 +449,15 @@ impl Validator<'_> {
             );
         } else if !pattern.is_wildcard() && text.ends_with('.') {
             self.warning(pos, field, format!("`{text}` ends with a dot; hosts are compared as text, and sluice refuses targets with an empty label, so it never matches"));
-        } else if !pattern.is_wildcard() && !is_dns_pattern(text) && text.parse::<IpAddr>().is_err() {
-            self.warning(pos, field, format!("`{text}` is not a valid DNS name or IP literal, so no request can match it"));
+        } else if !pattern.is_wildcard() && !is_dns_pattern(text) && text.parse::<IpAddr>().is_err()
+        {
+            self.warning(
+                pos,
+                field,
+                format!(
+                    "`{text}` is not a valid DNS name or IP literal, so no request can match it"
+                ),
+            );
         }
         if pattern.has_wildcard_tld() {
             self.warning(pos, field, format!("`{text}` has a wildcard in its last label: it matches that name under every top-level domain"));
@@ -385,7 +470,11 @@ impl Validator<'_> {
             match u16::try_from(p.value) {
                 Ok(port) if port != 0 => Some(port),
                 _ => {
-                    v.error(p.pos, field, format!("port {} is out of range 1-65535", p.value));
+                    v.error(
+                        p.pos,
+                        field,
+                        format!("port {} is out of range 1-65535", p.value),
+                    );
                     None
                 }
             }
@@ -435,12 +524,18 @@ impl Validator<'_> {
     }
 
     fn tls(&mut self, raw: &RawEndpoint, field: &str) -> TlsMode {
-        let Some(t) = &raw.tls else { return TlsMode::Auto };
+        let Some(t) = &raw.tls else {
+            return TlsMode::Auto;
+        };
         match t.value.as_str() {
             "" | "auto" => TlsMode::Auto,
             "skip" => TlsMode::Skip,
             dep @ ("terminate" | "passthrough") => {
-                self.warning(t.pos, field, format!("`tls: {dep}` is deprecated and means the default (auto)"));
+                self.warning(
+                    t.pos,
+                    field,
+                    format!("`tls: {dep}` is deprecated and means the default (auto)"),
+                );
                 TlsMode::Auto
             }
             other => {
@@ -456,7 +551,9 @@ impl Validator<'_> {
     }
 
     fn enforcement(&mut self, raw: &RawEndpoint, field: &str) -> (Enforcement, bool) {
-        let Some(e) = &raw.enforcement else { return (Enforcement::Audit, true) };
+        let Some(e) = &raw.enforcement else {
+            return (Enforcement::Audit, true);
+        };
         match e.value.as_str() {
             "enforce" => (Enforcement::Enforce, false),
             "audit" => (Enforcement::Audit, false),
@@ -464,7 +561,9 @@ impl Validator<'_> {
                 self.lenient(
                     e.pos,
                     field,
-                    &format!("unknown `enforcement` value `{other}` (expected `enforce` or `audit`)"),
+                    &format!(
+                        "unknown `enforcement` value `{other}` (expected `enforce` or `audit`)"
+                    ),
                     "treats it as `audit`: denied requests are logged and still forwarded",
                 );
                 (Enforcement::Audit, false)
@@ -474,7 +573,9 @@ impl Validator<'_> {
 
     fn allowed_ips(&mut self, raw: &RawEndpoint, field: &str) -> AllowedIps {
         let mut out = AllowedIps::default();
-        let Some(list) = &raw.allowed_ips else { return out };
+        let Some(list) = &raw.allowed_ips else {
+            return out;
+        };
         if list.value.is_empty() {
             self.warning(list.pos, field, "`allowed_ips` is empty and has no effect");
         }
@@ -521,13 +622,21 @@ impl Validator<'_> {
 
     fn sandbox(&mut self, doc: &RawDocument, out: &mut Validated) {
         if let Some(fs) = &doc.filesystem_policy {
-            out.sections.push(("filesystem_policy", self.location(fs.pos)));
+            out.sections
+                .push(("filesystem_policy", self.location(fs.pos)));
             out.sandbox.include_workdir = fs.include_workdir.as_ref().map(|b| b.value);
             let total = fs.read_only.len() + fs.read_write.len();
             if total > 256 {
-                self.error(fs.pos, "filesystem_policy", format!("{total} paths listed; at most 256 are allowed"));
+                self.error(
+                    fs.pos,
+                    "filesystem_policy",
+                    format!("{total} paths listed; at most 256 are allowed"),
+                );
             }
-            for (name, list, rw) in [("read_only", &fs.read_only, false), ("read_write", &fs.read_write, true)] {
+            for (name, list, rw) in [
+                ("read_only", &fs.read_only, false),
+                ("read_write", &fs.read_write, true),
+            ] {
                 for (i, p) in list.iter().enumerate() {
                     let f = format!("filesystem_policy.{name}[{i}]");
                     if let Some(msg) = fs_path_problem(&p.value, rw) {
@@ -559,8 +668,14 @@ impl Validator<'_> {
         }
         if let Some(p) = &doc.process {
             out.sections.push(("process", self.location(p.pos)));
-            out.sandbox.run_as_user = p.run_as_user.as_ref().and_then(|u| self.run_as(u, "process.run_as_user"));
-            out.sandbox.run_as_group = p.run_as_group.as_ref().and_then(|g| self.run_as(g, "process.run_as_group"));
+            out.sandbox.run_as_user = p
+                .run_as_user
+                .as_ref()
+                .and_then(|u| self.run_as(u, "process.run_as_user"));
+            out.sandbox.run_as_group = p
+                .run_as_group
+                .as_ref()
+                .and_then(|g| self.run_as(g, "process.run_as_group"));
         }
     }
 
@@ -571,7 +686,14 @@ impl Validator<'_> {
         match v.value.parse::<u32>() {
             Ok(id) if id != 0 && id != u32::MAX => Some(RunAs::Id(id)),
             _ => {
-                self.error(v.pos, field, format!("`{}` must be `sandbox` or a numeric id from 1 to 4294967294 (never root)", v.value));
+                self.error(
+                    v.pos,
+                    field,
+                    format!(
+                        "`{}` must be `sandbox` or a numeric id from 1 to 4294967294 (never root)",
+                        v.value
+                    ),
+                );
                 None
             }
         }
@@ -597,7 +719,10 @@ pub fn selector_for(path: &str) -> Result<PathSelector, String> {
 fn is_dns_pattern(host: &str) -> bool {
     host.len() <= 253
         && host.split('.').all(|l| {
-            !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'*')
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'*')
         })
 }
 
@@ -605,7 +730,10 @@ fn is_dns_pattern(host: &str) -> bool {
 fn always_blocked_overlap(net: &IpNet) -> Option<&'static str> {
     const BLOCKED: &[(&str, &str)] = &[
         ("127.0.0.0/8", "loopback 127.0.0.0/8"),
-        ("169.254.0.0/16", "link-local 169.254.0.0/16 (cloud metadata)"),
+        (
+            "169.254.0.0/16",
+            "link-local 169.254.0.0/16 (cloud metadata)",
+        ),
         ("0.0.0.0/32", "the unspecified address 0.0.0.0"),
         ("::1/128", "loopback ::1"),
         ("::/128", "the unspecified address ::"),

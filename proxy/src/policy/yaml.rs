@@ -201,7 +201,10 @@ impl<'a> Builder<'a> {
     fn count(&mut self, pos: Pos, add: usize) -> Result<(), SyntaxError> {
         self.nodes = self.nodes.saturating_add(add);
         if self.nodes > MAX_NODES {
-            return Err(self.error(pos, "document too large: more than 1000000 nodes (alias bomb?)"));
+            return Err(self.error(
+                pos,
+                "document too large: more than 1000000 nodes (alias bomb?)",
+            ));
         }
         Ok(())
     }
@@ -317,10 +320,14 @@ mod tests {
         let doc = parse("version: 1\nnetwork_policies:\n  a:\n    name: x\n")
             .unwrap()
             .unwrap();
-        let Kind::Map(pairs) = &doc.kind else { panic!() };
+        let Kind::Map(pairs) = &doc.kind else {
+            panic!()
+        };
         assert_eq!(pairs[0].0.pos, Pos::new(1, 1));
         assert_eq!(pairs[0].1.pos, Pos::new(1, 10));
-        let Kind::Map(inner) = &pairs[1].1.kind else { panic!() };
+        let Kind::Map(inner) = &pairs[1].1.kind else {
+            panic!()
+        };
         assert_eq!(inner[0].0.pos, Pos::new(3, 3));
         assert_eq!(scalar(&inner[0].0), "a");
     }
@@ -328,7 +335,9 @@ mod tests {
     #[test]
     fn quoted_scalars_are_marked() {
         let doc = parse("a: \"443\"\nb: 443\nc: !!str 7\n").unwrap().unwrap();
-        let Kind::Map(pairs) = &doc.kind else { panic!() };
+        let Kind::Map(pairs) = &doc.kind else {
+            panic!()
+        };
         assert_eq!(pairs[0].1.kind, Kind::Scalar("443".into(), Style::Quoted));
         assert_eq!(pairs[1].1.kind, Kind::Scalar("443".into(), Style::Plain));
         assert_eq!(pairs[2].1.kind, Kind::Scalar("7".into(), Style::Quoted));
@@ -357,7 +366,9 @@ mod tests {
     #[test]
     fn aliases_expand_and_bombs_are_bounded() {
         let doc = parse("a: &x [1, 2]\nb: *x\n").unwrap().unwrap();
-        let Kind::Map(pairs) = &doc.kind else { panic!() };
+        let Kind::Map(pairs) = &doc.kind else {
+            panic!()
+        };
         assert_eq!(pairs[0].1.kind, pairs[1].1.kind);
 
         let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
