@@ -75,8 +75,7 @@ fn scratch(test: &str) -> PathBuf {
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
-    std::fs::write(&path, text)
-        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
     path
 }
 
@@ -198,10 +197,17 @@ fn indent<S: AsRef<str>>(lines: &[S]) -> String {
 #[test]
 fn example_policies_pass() {
     let mut policies = files_with_ext(&workspace_dir().join("configs/policies"), "yaml");
-    policies.extend(files_with_ext(&workspace_dir().join("configs/policies"), "yml"));
+    policies.extend(files_with_ext(
+        &workspace_dir().join("configs/policies"),
+        "yml",
+    ));
     // The embedded default always exists, so this test checks at least one valid policy.
     let default = run_sluice(["policy", "default"]);
-    assert_eq!(default.status.code(), Some(0), "`sluice policy default` failed");
+    assert_eq!(
+        default.status.code(),
+        Some(0),
+        "`sluice policy default` failed"
+    );
     let dir = scratch("example_policies_pass");
     policies.push(write(
         &dir,
@@ -246,7 +252,9 @@ fn compat_openshell_turns_strict_errors_into_warnings() {
             problems.push(format!("compat: {}", describe(&compat)));
         }
         if compat_diags.len() != compat_lines.len() || compat_diags.is_empty() {
-            problems.push(format!("compat diagnostics malformed or missing: {compat_lines:?}"));
+            problems.push(format!(
+                "compat diagnostics malformed or missing: {compat_lines:?}"
+            ));
         }
         if compat_diags.iter().any(|(_, warning, _)| !warning) {
             problems.push(format!("compat still reports an error: {compat_lines:?}"));
@@ -317,14 +325,17 @@ fn same_policy_key_in_two_files_names_both() {
                     binaries:\n      \
                       - path: /usr/bin/curl\n";
     let a = write(&dir, "a.yaml", text);
-    let b = write(&dir, "b.yaml", &text.replace("api.github.com", "uploads.github.com"));
+    let b = write(
+        &dir,
+        "b.yaml",
+        &text.replace("api.github.com", "uploads.github.com"),
+    );
     let out = policy_check(&[&a, &b], &[]);
     assert_eq!(out.code, Some(1), "{}", describe(&out));
     assert!(!out.panicked(), "{}", describe(&out));
     let (a, b) = (path_str(&a), path_str(&b));
-    let expected = format!(
-        "{b}:3:3: network_policies.github: policy `github` is already defined in {a}:3:3"
-    );
+    let expected =
+        format!("{b}:3:3: network_policies.github: policy `github` is already defined in {a}:3:3");
     let diags: Vec<&str> = out
         .stderr
         .lines()
@@ -337,4 +348,49 @@ fn same_policy_key_in_two_files_names_both() {
         let alone = policy_check(&[Path::new(f)], &[]);
         assert_eq!(alone.code, Some(0), "{}", describe(&alone));
     }
+}
+
+// Loader problems found while writing the fixtures above, now fixed; these keep them fixed.
+
+#[test]
+fn version_of_wrong_type_is_not_called_missing() {
+    // Fixture 06: `version: "1"`. raw.rs drops the ill-typed value, and validate.rs then warns
+    // "`version` is missing" at 1:1 next to the real error at 1:10.
+    let fixture = malformed("06-version-quoted");
+    let out = policy_check(&[&fixture], &[]);
+    let lines = out.diagnostics_for(path_str(&fixture), PLACEHOLDER);
+    assert_eq!(
+        lines,
+        ["{FILE}:1:10: version: expected an integer, found a string"],
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn compat_does_not_silently_accept_empty_rules() {
+    // Fixture 25. The reference refuses `rules: []` (spec §1.4, §1.9), but rules.rs only
+    // reports it in strict mode; in compat the endpoint loads with no rules (every request
+    // denied) and without even a warning.
+    let fixture = malformed("25-rules-empty");
+    let out = policy_check(&[&fixture], &["--compat", "openshell"]);
+    assert!(
+        !out.diagnostics_for(path_str(&fixture), PLACEHOLDER)
+            .is_empty(),
+        "no diagnostic at all: {}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn malformed_rule_items_are_not_called_empty_rules() {
+    // Fixture 57: flat rules under `rules` (missing the `allow:` wrapper). raw.rs drops the
+    // bad items, so rules.rs sees an empty list and adds "`rules: []` is empty".
+    let fixture = malformed("57-allow-rule-without-allow-wrapper");
+    let out = policy_check(&[&fixture], &[]);
+    let lines = out.diagnostics_for(path_str(&fixture), PLACEHOLDER);
+    assert!(
+        !lines.iter().any(|l| l.contains("`rules: []`")),
+        "{lines:#?}"
+    );
 }

@@ -105,6 +105,10 @@ impl Diagnostics {
         self.items.extend(other.items);
     }
 
+    pub fn error_count(&self) -> usize {
+        self.errors().count()
+    }
+
     pub fn has_errors(&self) -> bool {
         self.items.iter().any(|d| d.severity == Severity::Error)
     }

@@ -29,6 +29,10 @@ pub struct RawDocument {
     pub landlock: Option<RawLandlock>,
     pub process: Option<RawProcess>,
     pub root_pos: Pos,
+    /// The document is a mapping (else one error says so, and nothing else is checked).
+    pub is_mapping: bool,
+    /// `version` was written, even if with a value of the wrong type.
+    pub version_given: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -47,6 +51,9 @@ pub struct RawBinary {
 #[derive(Clone, Debug, Default)]
 pub struct RawEndpoint {
     pub pos: Pos,
+    /// Fields that were written but could not be read (already reported), so that checks
+    /// for missing fields do not report them a second time.
+    pub unreadable: Vec<&'static str>,
     pub host: Option<Spanned<String>>,
     pub port: Option<Spanned<i128>>,
     pub ports: Option<Spanned<Vec<Spanned<i128>>>>,
@@ -176,9 +183,13 @@ pub fn read(file: &Arc<str>, root: &Node, compat: Compat, diags: &mut Diagnostic
     let Some(fields) = r.fields(root, "", TOP_FIELDS, TOP_UNSUPPORTED) else {
         return doc;
     };
+    doc.is_mapping = true;
     for (key, value) in fields {
         match key {
-            "version" => doc.version = r.int(value, key),
+            "version" => {
+                doc.version_given = true;
+                doc.version = r.int(value, key);
+            }
             "network_policies" => doc.network_policies = r.entries(value),
             "filesystem_policy" => doc.filesystem_policy = r.filesystem(value),
             "landlock" => doc.landlock = r.landlock(value),
@@ -480,6 +491,7 @@ impl Reader<'_> {
         };
         for (k, v) in fields {
             let field = join(path, k);
+            let errors_before = self.diags.error_count();
             match k {
                 "host" => ep.host = self.string(v, &field),
                 "port" => ep.port = self.int(v, &field),
@@ -513,6 +525,11 @@ impl Reader<'_> {
                 }
                 _ => {}
             }
+            if self.diags.error_count() > errors_before
+                && let Some(name) = ENDPOINT_FIELDS.iter().find(|f| **f == k)
+            {
+                ep.unreadable.push(name);
+            }
         }
         Some(ep)
     }
@@ -524,6 +541,17 @@ impl Reader<'_> {
         for (i, item) in items.iter().enumerate() {
             let item_path = format!("{path}[{i}]");
             let body = if wrapped {
+                if let Kind::Map(pairs) = &item.kind
+                    && !pairs.iter().any(|(k, _)| matches!(&k.kind, Kind::Scalar(s, _) if s == "allow"))
+                    && pairs.iter().any(|(k, _)| matches!(&k.kind, Kind::Scalar(s, _) if s == "method" || s == "path"))
+                {
+                    self.error(
+                        item.pos,
+                        &item_path,
+                        "an allow rule is written `- allow: {method: ..., path: ...}` (only `deny_rules` items are flat)",
+                    );
+                    continue;
+                }
                 let Some(fields) = self.fields(item, &item_path, ALLOW_WRAPPER_FIELDS, &[]) else {
                     continue;
                 };
@@ -605,9 +633,9 @@ impl Reader<'_> {
                         key.pos,
                         &field,
                         format!(
-                            "query parameter `{}` is listed twice (first at line {}); \
+                            "query parameter `{}` is listed twice (first at {}); \
                              the reference silently keeps only the last one",
-                            key.value, prev.key.pos.line
+                            key.value, prev.key.pos
                         ),
                     ),
                     Compat::OpenShell => {

@@ -4,7 +4,6 @@
 //! combination rules between `protocol`, `access`, `rules` and `deny_rules` (spec §1.9, §13
 //! rows 7-9, 18, 19). Matching a request against the compiled rules is `decide.rs`'s job.
 
-use super::Compat;
 use super::glob::Glob;
 use super::model::{
     Access, MethodMatcher, PathMatcher, PolicyKey, Protocol, QueryMatcher, Rule, RuleKind,
@@ -91,8 +90,13 @@ pub fn endpoint_rules(
     }
 
     // An L7 endpoint.
+    let unreadable = |name: &str| raw.unreadable.iter().any(|f| *f == name);
     let mut rules_given = raw.rules.as_ref().filter(|r| !r.value.is_empty());
-    if let Some(r) = raw.rules.as_ref().filter(|r| r.value.is_empty()) {
+    if let Some(r) = raw
+        .rules
+        .as_ref()
+        .filter(|r| r.value.is_empty() && !unreadable("rules"))
+    {
         if raw.access.is_some() {
             let accepted = v.lenient(
                 r.pos,
@@ -101,7 +105,8 @@ pub fn endpoint_rules(
                 "ignores it and applies `access`",
             );
             out.ok &= accepted;
-        } else if v.compat == Compat::Strict {
+        } else {
+            // Both modes: the reference refuses it too (spec §1.9).
             v.error(
                 r.pos,
                 &field("rules"),
@@ -151,7 +156,7 @@ pub fn endpoint_rules(
                 Err(()) => out.ok = false,
             }
         }
-    } else if raw.rules.is_none() {
+    } else if raw.rules.is_none() && !unreadable("rules") && !unreadable("access") {
         v.error(
             raw.pos,
             path,
@@ -267,6 +272,14 @@ fn compile_rule(
                 (_, Some(MethodMatcher::WebsocketText)) => false,
                 (_, Some(_)) => true,
             };
+            if parsed == Some(MethodMatcher::WebsocketText) && protocol != Protocol::WebSocket {
+                v.error(
+                    m.pos,
+                    &format!("{field}.method"),
+                    "`WEBSOCKET_TEXT` is only valid with `protocol: websocket`",
+                );
+                return Err(());
+            }
             if !valid {
                 let expected = if protocol == Protocol::WebSocket {
                     "GET, WEBSOCKET_TEXT or *"

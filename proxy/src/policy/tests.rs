@@ -708,7 +708,7 @@ fn validation_messages() {
         ),
         (
             "host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: WEBSOCKET_TEXT, path: /}",
-            "p.yaml:9:29: network_policies.p.endpoints[0].rules[0].allow.method: unknown method `WEBSOCKET_TEXT` for `protocol: rest`; expected GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *",
+            "p.yaml:9:29: network_policies.p.endpoints[0].rules[0].allow.method: `WEBSOCKET_TEXT` is only valid with `protocol: websocket`",
         ),
         (
             "host: h.example.com\n  port: 443\n  protocol: tcp\n  access: full",

@@ -90,6 +90,7 @@ impl Validator<'_> {
     pub fn document(&mut self, doc: &RawDocument) -> Validated {
         let mut out = Validated::default();
         match &doc.version {
+            None if doc.version_given || !doc.is_mapping => {}
             None => self.warning(
                 doc.root_pos,
                 "version",
@@ -284,18 +285,6 @@ impl Validator<'_> {
         let tls = self.tls(raw, &field("tls"));
         let (enforcement, enforcement_defaulted) = self.enforcement(raw, &field("enforcement"));
         let allowed_ips = self.allowed_ips(raw, &field("allowed_ips"));
-        if protocol == Protocol::Tcp
-            && raw.allowed_ips.is_some()
-            && raw.host.as_ref().is_none_or(|h| h.value.is_empty())
-        {
-            self.error(
-                raw.pos,
-                &field("host"),
-                "a `protocol: tcp` endpoint needs a DNS host name",
-            );
-            ok = false;
-        }
-
         let l7 = rules::endpoint_rules(self, entry, index, raw, protocol, path);
         ok &= l7.ok;
 
@@ -408,6 +397,17 @@ impl Validator<'_> {
             None => ("", raw.pos),
         };
         if text.is_empty() {
+            if raw.unreadable.contains(&"host") {
+                return None;
+            }
+            if protocol == Protocol::Tcp {
+                self.error(
+                    pos,
+                    field,
+                    "a `protocol: tcp` endpoint needs a DNS host name",
+                );
+                return None;
+            }
             if raw
                 .allowed_ips
                 .as_ref()
@@ -481,6 +481,7 @@ impl Validator<'_> {
         };
         let ports_field = format!("{path}.ports");
         match (&raw.port, &raw.ports) {
+            (None, None) if raw.unreadable.iter().any(|f| *f == "port" || *f == "ports") => None,
             (None, None) => {
                 self.error(raw.pos, path, "an endpoint needs `port` or `ports`");
                 None
