@@ -90,7 +90,7 @@ pub fn endpoint_rules(
     }
 
     // An L7 endpoint.
-    let unreadable = |name: &str| raw.unreadable.iter().any(|f| *f == name);
+    let unreadable = |name: &str| raw.unreadable.contains(&name);
     let mut rules_given = raw.rules.as_ref().filter(|r| !r.value.is_empty());
     if let Some(r) = raw
         .rules
