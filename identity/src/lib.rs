@@ -1,8 +1,53 @@
 //! sluice-identity: finds which program is on the other end of an accepted socket.
 //!
 //! It owns the walk socket → inode (NETLINK_SOCK_DIAG) → owning processes → real exe path,
-//! ancestor chain and cmdline, with caches invalidated on pid reuse. It does not judge the
-//! identity against policy; the `sluice` crate does that.
+//! ancestor chain and cmdline. It does not judge the identity against policy; the `sluice`
+//! crate does that. The library is synchronous and reads `/proc`: the proxy calls
+//! [`IdentityResolver::lookup`] from a blocking thread.
 //!
-//! The lookup is built with the explicit-proxy issue; until then this crate has no items.
+//! # How a lookup works
+//!
+//! 1. **Socket → inode.** One exact `inet_diag` query for the client's socket (source = the
+//!    accepted socket's peer, destination = the proxy's address as the client saw it), in the
+//!    proxy's network namespace first, then in each registered one. IPv4, IPv6 and v4-mapped
+//!    addresses are handled. The reply also carries the socket's uid.
+//! 2. **Inode → owners.** Recently identified clients and their children first, then every
+//!    process newest first (preferring the socket's uid), stopping at the first process whose
+//!    fd table holds `socket:[<inode>]`. That owner's parent, siblings and children complete the
+//!    owner set.
+//! 3. **Owners → identity.** For each owner: exe, real uid, argv, the ancestor chain (parent
+//!    first, to pid 1, at most 64 hops) and the absolute paths in the chain's argv. Owners that
+//!    differ in exe, ancestor exes or cmdline paths make the lookup fail as ambiguous; owners
+//!    that agree are reported as the lowest pid.
+//!
+//! Only where to look is cached (one netlink socket per network namespace, a bounded list of
+//! recent client pids checked against their start time); what a process is, is read again
+//! for every lookup because execve and reparenting change it under the same pid.
+//!
+//! # Limits
+//!
+//! - Owners are searched along fork relations: the first owner's ancestors that still hold the
+//!   socket, the siblings of the topmost one, and every owner's descendants. A socket passed
+//!   with SCM_RIGHTS (or `pidfd_getfd`) to an unrelated process is not searched for;
+//!   sluice-shim's seccomp filter forbids AF_UNIX sockets, so the sandboxed side cannot do that.
+//! - The proxy's own process is never searched: a client's socket cannot reach it.
+//! - A socket held only by a thread that unshared its fd table (`clone` without `CLONE_FILES`)
+//!   is found only through the thread group leader's table.
+//! - Reading another user's fd table needs CAP_SYS_PTRACE (or root); entering another network
+//!   namespace needs CAP_SYS_ADMIN. An ancestor whose exe cannot be read keeps an empty exe.
+//! - Paths are as the owning process's mount namespace shows them.
 #![forbid(unsafe_code)]
+
+mod diag;
+mod error;
+mod identity;
+mod netns;
+mod owners;
+mod procfs;
+mod recent;
+mod resolver;
+
+pub use error::IdentityError;
+pub use identity::{Ancestor, Identity};
+pub use owners::full_scan_owners;
+pub use resolver::{IdentityConfig, IdentityResolver};

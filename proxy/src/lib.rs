@@ -1,9 +1,15 @@
 //! sluice: an egress proxy appliance for untrusted workloads.
 //!
 //! The library holds everything the `sluice` binary is made of, so that benchmarks and
-//! integration tests exercise the same code: `policy` (the pure policy engine) and `cli`
-//! (subcommands and exit codes). Listeners, TLS, credentials and audit join as they are built.
+//! integration tests exercise the same code: `policy` (the pure policy engine), `cli`
+//! (subcommands and exit codes), `listen` and `pipeline` (the proxy: accept, identify,
+//! decide, dial, relay), `http` (strict HTTP/1 on the client side), `relay` and `audit`.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod cli;
+pub mod http;
+pub mod listen;
+pub mod pipeline;
 pub mod policy;
+pub mod relay;

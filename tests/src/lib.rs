@@ -12,6 +12,11 @@
 //! or point `SLUICE_BIN` at an executable built elsewhere.
 #![forbid(unsafe_code)]
 
+pub mod netns;
+pub mod ocsf;
+pub mod origin;
+pub mod proxy;
+
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

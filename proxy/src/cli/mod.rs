@@ -5,6 +5,7 @@
 //! 2 usage errors (unknown flags, missing arguments).
 
 mod policy;
+mod run;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the proxy.
+    Run(run::RunArgs),
     /// Check, explain and show policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -59,6 +62,7 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Run(args) => run::run(args),
         Command::Policy(cmd) => policy::run(cmd),
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use super::glob::HostPattern;
-use super::model::{Endpoint, Entry, Sandbox};
+use super::model::{Binary, BinaryMatcher, Endpoint, Entry, Sandbox};
 
 /// One endpoint of one entry: indexes into `Policy::entries`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -71,6 +71,33 @@ impl Policy {
             by_port,
             sandbox,
             sources,
+        }
+    }
+
+    /// Adds, for every literal binary path that `resolve` maps to a different real path, that
+    /// target as a match too: the kernel reports a process's resolved executable, so a policy
+    /// naming `/usr/bin/python3` (a symlink) must also match `/usr/bin/python3.11` (spec §2.4).
+    /// `resolve` is the impure part (the proxy passes `fs::canonicalize`).
+    pub fn add_symlink_targets(&mut self, resolve: impl Fn(&str) -> Option<String>) {
+        for entry in &mut self.entries {
+            let mut extra = Vec::new();
+            for b in &entry.binaries {
+                if let BinaryMatcher::Exact(path) = &b.matcher
+                    && let Some(target) = resolve(path)
+                    && &target != path
+                    && !entry
+                        .binaries
+                        .iter()
+                        .any(|o| o.matcher == BinaryMatcher::Exact(target.clone()))
+                {
+                    extra.push(Binary {
+                        source: b.source.clone(),
+                        matcher: BinaryMatcher::Exact(target),
+                        location: b.location.clone(),
+                    });
+                }
+            }
+            entry.binaries.extend(extra);
         }
     }
 

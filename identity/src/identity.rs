@@ -1,0 +1,299 @@
+//! What a caller is: the identity types, and reading one owner's identity from `/proc`.
+//!
+//! Everything here is read fresh for each lookup: `exe` changes with execve and the parent
+//! with reparenting, under the same pid. The ancestor walk checks each hop (see
+//! [`next_ancestor`]) so a parent that exits mid-walk never leaves an unrelated process, which
+//! inherited its pid number, in the chain.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use crate::error::IdentityError;
+use crate::procfs::{ProcDir, ProcFs, StatFields, is_gone, strip_deleted};
+
+/// Ancestor hops walked at most (the reference's bound).
+pub(crate) const MAX_ANCESTORS: usize = 64;
+/// Times one hop is retried when the parent changes under the walk (reparenting).
+const HOP_RETRIES: usize = 4;
+
+/// The program on the other end of a connection, as policy sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The owning process (the lowest pid when several processes with one identity share the
+    /// socket).
+    pub pid: u32,
+    /// The kernel-resolved executable path (`readlink /proc/<pid>/exe`), without the kernel's
+    /// ` (deleted)` suffix when the binary was unlinked (then `exe_deleted` is set).
+    pub exe: String,
+    /// The executable was unlinked (replaced or removed) after the process started it.
+    pub exe_deleted: bool,
+    /// The real uid of the process.
+    pub uid: u32,
+    /// The process's argv.
+    pub cmdline: Vec<String>,
+    /// Parent first, up to and including pid 1 (or the last process visible in this pid
+    /// namespace), at most 64.
+    pub ancestors: Vec<Ancestor>,
+    /// Absolute argv entries of the process and its ancestors, first occurrence first, without
+    /// duplicates and without the exe paths themselves. Shown in deny reasons; not matched.
+    pub cmdline_paths: Vec<String>,
+}
+
+/// One process on the ancestor chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ancestor {
+    /// The ancestor's pid.
+    pub pid: u32,
+    /// Its executable path; empty when the kernel would not show it (a process of another user
+    /// without CAP_SYS_PTRACE, or one without an executable). An empty exe matches no policy.
+    pub exe: String,
+    /// Its argv.
+    pub cmdline: Vec<String>,
+}
+
+impl Identity {
+    /// The ancestors' executables, parent first, leaving out those that could not be read.
+    pub fn ancestor_exes(&self) -> Vec<String> {
+        self.ancestors
+            .iter()
+            .filter(|ancestor| !ancestor.exe.is_empty())
+            .map(|ancestor| ancestor.exe.clone())
+            .collect()
+    }
+
+    /// Whether two owners of one socket would be judged alike: same exe, same ancestor exes,
+    /// same cmdline paths (the reference's comparison, minus its binary hash).
+    pub(crate) fn same_policy_identity(&self, other: &Self) -> bool {
+        self.exe == other.exe
+            && self.exe_deleted == other.exe_deleted
+            && self.cmdline_paths == other.cmdline_paths
+            && self.ancestors.len() == other.ancestors.len()
+            && self
+                .ancestors
+                .iter()
+                .zip(&other.ancestors)
+                .all(|(a, b)| a.exe == b.exe)
+    }
+}
+
+/// An identity and the owner's start time (which names the process for the recent-pid list).
+#[derive(Debug)]
+pub(crate) struct Resolved {
+    pub(crate) identity: Identity,
+    pub(crate) start_time: u64,
+}
+
+/// Reads the identity of an owner found by the search. The handle pins the process, so a read
+/// that fails because it is gone means it exited.
+pub(crate) fn read_identity(proc: &ProcFs, owner: &ProcDir) -> Result<Resolved, IdentityError> {
+    let pid = owner.pid();
+    let failed = |source: std::io::Error| {
+        if is_gone(&source) {
+            IdentityError::ProcessExited { pid }
+        } else {
+            IdentityError::ProcUnreadable { pid, source }
+        }
+    };
+    let stat = owner.stat().map_err(failed)?;
+    let (exe, exe_deleted) = strip_deleted(owner.exe_raw().map_err(failed)?, exists);
+    let uid = owner.real_uid().map_err(failed)?;
+    let cmdline = owner.cmdline().map_err(failed)?;
+    let ancestors = read_ancestors(proc, owner, stat)?;
+    let cmdline_paths = cmdline_paths(&exe, &cmdline, &ancestors);
+    Ok(Resolved {
+        identity: Identity {
+            pid,
+            exe,
+            exe_deleted,
+            uid,
+            cmdline,
+            ancestors,
+            cmdline_paths,
+        },
+        start_time: stat.start_time,
+    })
+}
+
+fn exists(path: &str) -> bool {
+    Path::new(path).symlink_metadata().is_ok()
+}
+
+fn read_ancestors(
+    proc: &ProcFs,
+    owner: &ProcDir,
+    owner_stat: StatFields,
+) -> Result<Vec<Ancestor>, IdentityError> {
+    let mut ancestors = Vec::new();
+    let mut child_dir: Option<ProcDir> = None;
+    let mut ppid = owner_stat.ppid;
+    while ancestors.len() < MAX_ANCESTORS && ppid != 0 {
+        let child = child_dir.as_ref().unwrap_or(owner);
+        let Some((dir, stat, ancestor)) = next_ancestor(proc, child, ppid)? else {
+            break;
+        };
+        let reached_init = ancestor.pid == 1;
+        ancestors.push(ancestor);
+        if reached_init {
+            break;
+        }
+        ppid = stat.ppid;
+        child_dir = Some(dir);
+    }
+    Ok(ancestors)
+}
+
+/// Reads `child`'s parent, believed to be `ppid`.
+///
+/// The parent is opened first, then the child's parent pid is read again: if it is still
+/// `ppid`, the opened process *is* the parent, because a pid is freed only after the exiting
+/// process's children were reparented. If the parent exits during the reads, the child now has
+/// another parent, and the hop is read again from there.
+fn next_ancestor(
+    proc: &ProcFs,
+    child: &ProcDir,
+    mut ppid: u32,
+) -> Result<Option<(ProcDir, StatFields, Ancestor)>, IdentityError> {
+    let child_gone = || IdentityError::ProcessExited { pid: child.pid() };
+    for _ in 0..HOP_RETRIES {
+        if ppid == 0 {
+            return Ok(None);
+        }
+        let opened = proc.pid_dir(ppid);
+        let now = child.stat().map_err(|_| child_gone())?.ppid;
+        if now != ppid {
+            ppid = now;
+            continue;
+        }
+        let dir = match opened {
+            Ok(dir) => dir,
+            // The parent exited after the first read: the child is being reparented.
+            Err(source) if is_gone(&source) => {
+                ppid = child.stat().map_err(|_| child_gone())?.ppid;
+                continue;
+            }
+            Err(source) => return Err(IdentityError::ProcUnreadable { pid: ppid, source }),
+        };
+        let Ok(stat) = dir.stat() else {
+            ppid = child.stat().map_err(|_| child_gone())?.ppid;
+            continue;
+        };
+        // Another user's process without CAP_SYS_PTRACE, or one with no executable, keeps its
+        // place in the chain with an empty exe; a failure because it exited re-reads the hop.
+        let exe = dir.exe_raw().map(|raw| strip_deleted(raw, exists).0);
+        let cmdline = dir.cmdline();
+        if (exe.is_err() || cmdline.is_err()) && dir.stat().is_err() {
+            ppid = child.stat().map_err(|_| child_gone())?.ppid;
+            continue;
+        }
+        let (exe, cmdline) = (exe.unwrap_or_default(), cmdline.unwrap_or_default());
+        let ancestor = Ancestor {
+            pid: ppid,
+            exe,
+            cmdline,
+        };
+        return Ok(Some((dir, stat, ancestor)));
+    }
+    Err(IdentityError::ProcessExited { pid: ppid })
+}
+
+/// Absolute argv entries of the process, then of each ancestor, deduplicated, leaving out the
+/// exe paths of the chain (they are reported as exe and ancestors already).
+pub(crate) fn cmdline_paths(exe: &str, cmdline: &[String], ancestors: &[Ancestor]) -> Vec<String> {
+    let exes: HashSet<&str> = std::iter::once(exe)
+        .chain(ancestors.iter().map(|ancestor| ancestor.exe.as_str()))
+        .collect();
+    let mut seen = HashSet::new();
+    cmdline
+        .iter()
+        .chain(ancestors.iter().flat_map(|ancestor| &ancestor.cmdline))
+        .filter(|arg| {
+            arg.starts_with('/') && !exes.contains(arg.as_str()) && seen.insert(arg.as_str())
+        })
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|item| (*item).to_owned()).collect()
+    }
+
+    fn ancestor(pid: u32, exe: &str, cmdline: &[&str]) -> Ancestor {
+        Ancestor {
+            pid,
+            exe: exe.into(),
+            cmdline: strings(cmdline),
+        }
+    }
+
+    fn identity(pid: u32, exe: &str, ancestors: Vec<Ancestor>) -> Identity {
+        let cmdline = strings(&[exe]);
+        let cmdline_paths = cmdline_paths(exe, &cmdline, &ancestors);
+        Identity {
+            pid,
+            exe: exe.into(),
+            exe_deleted: false,
+            uid: 0,
+            cmdline,
+            ancestors,
+            cmdline_paths,
+        }
+    }
+
+    #[test]
+    fn cmdline_paths_are_absolute_deduplicated_and_exclude_exes() {
+        let ancestors = vec![
+            ancestor(10, "/usr/bin/bash", &["/bin/bash", "/work/build.sh", "-x"]),
+            ancestor(1, "/sbin/init", &["/sbin/init", "/work/build.sh"]),
+        ];
+        let paths = cmdline_paths(
+            "/usr/bin/python3.11",
+            &strings(&[
+                "/usr/bin/python3",
+                "/work/tool.py",
+                "rel/path",
+                "/usr/bin/python3.11",
+                "/usr/bin/bash",
+            ]),
+            &ancestors,
+        );
+        assert_eq!(
+            paths,
+            strings(&[
+                "/usr/bin/python3",
+                "/work/tool.py",
+                "/bin/bash",
+                "/work/build.sh"
+            ])
+        );
+    }
+
+    #[test]
+    fn ancestor_exes_skip_unreadable_ones() {
+        let id = identity(
+            5,
+            "/usr/bin/curl",
+            vec![ancestor(4, "/usr/bin/bash", &[]), ancestor(1, "", &[])],
+        );
+        assert_eq!(id.ancestor_exes(), strings(&["/usr/bin/bash"]));
+    }
+
+    #[test]
+    fn siblings_with_one_program_share_an_identity() {
+        let parent = vec![
+            ancestor(4, "/usr/bin/python3.11", &[]),
+            ancestor(1, "/sbin/init", &[]),
+        ];
+        let a = identity(5, "/usr/bin/python3.11", parent.clone());
+        let b = identity(6, "/usr/bin/python3.11", parent.clone());
+        assert!(a.same_policy_identity(&b));
+        let c = identity(7, "/usr/bin/sleep", parent.clone());
+        assert!(!a.same_policy_identity(&c));
+        let mut deeper = parent;
+        deeper.insert(0, ancestor(5, "/usr/bin/python3.11", &[]));
+        assert!(!a.same_policy_identity(&identity(8, "/usr/bin/python3.11", deeper)));
+    }
+}

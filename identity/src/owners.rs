@@ -1,0 +1,300 @@
+//! Inode → owning processes, without reading every process's fd table on the common path.
+//!
+//! Order of search, stopping at the first process that holds the socket:
+//! 1. recently identified clients (start time checked, so a reused pid is skipped) and their
+//!    newest children: an agent's next connection usually comes from one of them;
+//! 2. every process, newest (highest pid) first, listed in windows that grow downwards from the
+//!    last pid handed out, so a fresh client is found without listing all of `/proc`; processes
+//!    whose `/proc/<pid>` belongs to the socket's uid are read first;
+//! 3. a plain full listing, so the answer never depends on how procfs numbers its positions.
+//!
+//! The first owner's fork family then completes the owner set: its parent (and further up
+//! while they hold the socket too), the siblings of the topmost owner, and the children of
+//! every owner. Fork is the only way a socket reaches another process that this search
+//! follows; see the crate documentation for what it does not.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+use crate::procfs::{ProcDir, ProcFs, SocketLink};
+use crate::recent::RecentPid;
+
+/// Newest children of each recent client checked before the scan (the scan covers the rest).
+const RECENT_CHILDREN_LIMIT: usize = 16;
+/// The first window of the descending scan; each next window is four times larger.
+const FIRST_WINDOW: u32 = 64;
+/// Ancestors climbed while they hold the socket too (the ancestor walk's bound).
+const MAX_CLIMB: usize = 64;
+
+/// What a search found: the owners (ascending by pid) and recent entries that proved stale.
+#[derive(Debug)]
+pub(crate) struct Found {
+    pub(crate) owners: Vec<ProcDir>,
+    pub(crate) stale: Vec<RecentPid>,
+}
+
+/// One search for the holders of one socket.
+#[derive(Debug)]
+pub(crate) struct OwnerSearch<'a> {
+    proc: &'a ProcFs,
+    link: SocketLink,
+    checked: HashSet<u32>,
+    owners: BTreeMap<u32, ProcDir>,
+}
+
+impl<'a> OwnerSearch<'a> {
+    /// `skip` is never read: the proxy itself, which cannot hold a client's socket (a socket
+    /// only moves down a fork, or through SCM_RIGHTS, which sluice never receives) and whose own
+    /// fd table is the largest on the host.
+    pub(crate) fn new(proc: &'a ProcFs, inode: u64, skip: u32) -> Self {
+        Self {
+            proc,
+            link: SocketLink::new(inode),
+            checked: HashSet::from([skip]),
+            owners: BTreeMap::new(),
+        }
+    }
+
+    pub(crate) fn run(mut self, recent: &[RecentPid], socket_uid: u32) -> Found {
+        let mut stale = Vec::new();
+        let first = self
+            .search_recent(recent, &mut stale)
+            .or_else(|| self.scan(socket_uid));
+        if let Some(first) = first {
+            self.complete(first);
+        }
+        Found {
+            owners: self.owners.into_values().collect(),
+            stale,
+        }
+    }
+
+    fn search_recent(&mut self, recent: &[RecentPid], stale: &mut Vec<RecentPid>) -> Option<u32> {
+        for entry in recent {
+            let dir = match self.proc.pid_dir(entry.pid) {
+                Ok(dir)
+                    if dir
+                        .stat()
+                        .is_ok_and(|stat| stat.start_time == entry.start_time) =>
+                {
+                    dir
+                }
+                _ => {
+                    stale.push(*entry);
+                    continue;
+                }
+            };
+            let Err(dir) = self.check_dir(dir) else {
+                return Some(entry.pid);
+            };
+            let children = dir.children().unwrap_or_default();
+            for child in children.into_iter().rev().take(RECENT_CHILDREN_LIMIT) {
+                if self.check(child) {
+                    return Some(child);
+                }
+            }
+        }
+        None
+    }
+
+    fn scan(&mut self, socket_uid: u32) -> Option<u32> {
+        let mut other_uids = Vec::new();
+        let last = self.proc.last_pid().ok();
+        for (lo, hi) in scan_windows(last) {
+            let Ok(pids) = self.proc.pids_in(lo, hi) else {
+                continue;
+            };
+            for pid in pids.into_iter().rev() {
+                if self.checked.contains(&pid) {
+                    continue;
+                }
+                match self.proc.dir_uid(pid) {
+                    Ok(uid) if uid == socket_uid => {
+                        if self.check(pid) {
+                            return Some(pid);
+                        }
+                    }
+                    Ok(_) => other_uids.push(pid),
+                    Err(_) => {}
+                }
+            }
+        }
+        if let Some(pid) = other_uids.into_iter().find(|pid| self.check(*pid)) {
+            return Some(pid);
+        }
+        let all = self.proc.all_pids().unwrap_or_default();
+        all.into_iter().rev().find(|pid| self.check(*pid))
+    }
+
+    fn complete(&mut self, first: u32) {
+        let mut to_expand = vec![first];
+        let mut children_unreadable = false;
+
+        // Up: a socket inherited from the parent may still be open there.
+        let mut top = first;
+        for _ in 0..MAX_CLIMB {
+            let Some(parent) = self
+                .owners
+                .get(&top)
+                .and_then(|dir| dir.stat().ok())
+                .map(|stat| stat.ppid)
+            else {
+                break;
+            };
+            if parent == 0 {
+                break;
+            }
+            if self.check(parent) {
+                to_expand.push(parent);
+                top = parent;
+                continue;
+            }
+            // Sideways: the parent may have forked others with the socket, then closed its copy.
+            match self.proc.pid_dir(parent).and_then(|dir| dir.children()) {
+                Ok(siblings) => {
+                    for sibling in siblings.into_iter().rev() {
+                        if self.check(sibling) {
+                            to_expand.push(sibling);
+                        }
+                    }
+                }
+                Err(_) => children_unreadable = true,
+            }
+            break;
+        }
+
+        // Down: anything an owner forked after creating or inheriting the socket.
+        while let Some(pid) = to_expand.pop() {
+            let Some(dir) = self.owners.get(&pid) else {
+                continue;
+            };
+            match dir.children() {
+                Ok(children) => {
+                    for child in children {
+                        if self.check(child) {
+                            to_expand.push(child);
+                        }
+                    }
+                }
+                // An owner that exited has no children to search; one that is alive but whose
+                // children cannot be listed (no CONFIG_PROC_CHILDREN) needs the full scan.
+                Err(_) if dir.stat().is_ok() => children_unreadable = true,
+                Err(_) => {}
+            }
+        }
+
+        if children_unreadable {
+            for pid in self.proc.all_pids().unwrap_or_default() {
+                self.check(pid);
+            }
+        }
+    }
+
+    /// Whether `pid` holds the socket; each pid is read at most once per search.
+    fn check(&mut self, pid: u32) -> bool {
+        if self.checked.contains(&pid) {
+            return self.owners.contains_key(&pid);
+        }
+        match self.proc.pid_dir(pid) {
+            Ok(dir) => self.check_dir(dir).is_ok(),
+            Err(_) => {
+                self.checked.insert(pid);
+                false
+            }
+        }
+    }
+
+    /// Like [`Self::check`] for an already opened process: `Ok` if it holds the socket (the
+    /// handle is kept as an owner), else the handle back.
+    fn check_dir(&mut self, dir: ProcDir) -> Result<(), ProcDir> {
+        let pid = dir.pid();
+        if !self.checked.insert(pid) {
+            return if self.owners.contains_key(&pid) {
+                Ok(())
+            } else {
+                Err(dir)
+            };
+        }
+        // Permission errors and vanished processes are "not an owner", never fatal.
+        if dir.holds(&self.link).unwrap_or(false) {
+            self.owners.insert(pid, dir);
+            Ok(())
+        } else {
+            Err(dir)
+        }
+    }
+}
+
+/// The pid ranges of the descending scan: growing windows from `last` down to 1, then
+/// everything above `last` (pids handed out before a wrap-around, or since `last` was read).
+/// Without `last`, one range covering every pid.
+pub(crate) fn scan_windows(last: Option<u32>) -> Vec<(u32, u32)> {
+    let Some(last) = last.filter(|last| *last > 0) else {
+        return vec![(1, u32::MAX)];
+    };
+    let mut windows = Vec::new();
+    let mut hi = last;
+    let mut size = FIRST_WINDOW;
+    loop {
+        let lo = hi.saturating_sub(size - 1).max(1);
+        windows.push((lo, hi));
+        if lo == 1 {
+            break;
+        }
+        hi = lo - 1;
+        size = size.saturating_mul(4);
+    }
+    if last < u32::MAX {
+        windows.push((last + 1, u32::MAX));
+    }
+    windows
+}
+
+/// Every process holding the inode, found by reading every process's fd table (the reference's
+/// approach, kept for comparison in the benchmark). Unreadable processes are skipped.
+pub fn full_scan_owners(proc_root: &Path, inode: u64) -> Vec<u32> {
+    let Ok(proc) = ProcFs::open(proc_root) else {
+        return Vec::new();
+    };
+    let link = SocketLink::new(inode);
+    proc.all_pids()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|pid| {
+            proc.pid_dir(*pid)
+                .and_then(|dir| dir.holds(&link))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_cover_every_pid_once_newest_first() {
+        let windows = scan_windows(Some(1000));
+        assert_eq!(windows[0], (937, 1000));
+        assert_eq!(windows[1], (681, 936));
+        assert_eq!(windows.last(), Some(&(1001, u32::MAX)));
+        let mut covered: Vec<(u32, u32)> = windows.clone();
+        covered.sort_unstable();
+        assert_eq!(covered[0].0, 1);
+        for pair in covered.windows(2) {
+            assert_eq!(pair[0].1 + 1, pair[1].0, "gap or overlap in {windows:?}");
+        }
+        assert_eq!(covered.last().map(|w| w.1), Some(u32::MAX));
+    }
+
+    #[test]
+    fn small_and_missing_last_pid() {
+        assert_eq!(scan_windows(Some(1)), [(1, 1), (2, u32::MAX)]);
+        assert_eq!(scan_windows(Some(10)), [(1, 10), (11, u32::MAX)]);
+        assert_eq!(scan_windows(None), [(1, u32::MAX)]);
+        assert_eq!(scan_windows(Some(0)), [(1, u32::MAX)]);
+        let top = scan_windows(Some(u32::MAX));
+        assert_eq!(top.first().map(|w| w.1), Some(u32::MAX));
+        assert_eq!(top.last().map(|w| w.0), Some(1));
+    }
+}

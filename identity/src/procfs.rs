@@ -1,0 +1,485 @@
+//! Reading `/proc`: pure parsers for the few files sluice needs, and small handles around them.
+//!
+//! Everything about one process is read through a [`ProcDir`], a file descriptor for
+//! `/proc/<pid>` opened once. The kernel ties that descriptor to the process it was opened for:
+//! once that process exits, reads through it fail even if the pid number is reused, so the fd
+//! table, exe, status and cmdline read through one `ProcDir` always describe one process.
+//!
+//! It does not decide which processes to look at (`owners`) or how to assemble an identity
+//! (`identity`).
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
+use std::path::Path;
+
+use rustix::fs::{AtFlags, Dir, Mode, OFlags};
+use rustix::io::Errno;
+use rustix::path::DecInt;
+
+/// `/proc/<pid>/cmdline` can be as large as the argument area (ARG_MAX, usually 2 MiB); the
+/// identity needs the program's arguments, not a whole generated command line.
+const CMDLINE_LIMIT: u64 = 256 * 1024;
+/// `stat`, `status` and `children` are a few KiB at most; the cap only bounds a hostile or
+/// surprising procfs.
+const SMALL_FILE_LIMIT: u64 = 64 * 1024;
+/// The directory position of pid `n` in the procfs root is `n + TGID_OFFSET`
+/// (`FIRST_PROCESS_ENTRY + 2` in `fs/proc/base.c`). Seeking there lists pids `>= n` without
+/// reading the ones below; callers still filter by range, so a kernel that numbers positions
+/// differently costs time, not correctness.
+const TGID_OFFSET: i64 = 258;
+
+// === pure parsers ===
+
+/// The two fields of `/proc/<pid>/stat` that identity needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StatFields {
+    /// Field 4: the parent's pid (0 when the parent is outside this pid namespace).
+    pub(crate) ppid: u32,
+    /// Field 22: start time in clock ticks since boot; with the pid it names one process.
+    pub(crate) start_time: u64,
+}
+
+/// Parses `/proc/<pid>/stat`. `comm` (field 2) may contain spaces and `)`, so fields are
+/// counted from the last `)`.
+pub(crate) fn parse_stat(contents: &[u8]) -> Option<StatFields> {
+    let close = contents.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(contents.get(close + 1..)?).ok()?;
+    let mut fields = rest.split_ascii_whitespace();
+    // After `)`: field 3 (state) is index 0, field 4 (ppid) index 1, field 22 index 19.
+    let ppid = fields.nth(1)?.parse().ok()?;
+    let start_time = fields.nth(17)?.parse().ok()?;
+    Some(StatFields { ppid, start_time })
+}
+
+/// The real uid from `/proc/<pid>/status` (`Uid:\treal\teffective\tsaved\tfs`).
+pub(crate) fn parse_status_real_uid(contents: &[u8]) -> Option<u32> {
+    let text = std::str::from_utf8(contents).ok()?;
+    let line = text.lines().find_map(|line| line.strip_prefix("Uid:"))?;
+    line.split_ascii_whitespace().next()?.parse().ok()
+}
+
+/// Splits `/proc/<pid>/cmdline` into argv. A process that rewrote its arguments (setproctitle)
+/// may leave one space-separated string; that is what the kernel shows, so it is kept as is.
+pub(crate) fn parse_cmdline(contents: &[u8]) -> Vec<String> {
+    let contents = contents.strip_suffix(b"\0").unwrap_or(contents);
+    if contents.is_empty() {
+        return Vec::new();
+    }
+    contents
+        .split(|&b| b == 0)
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect()
+}
+
+/// Parses a `task/<tid>/children` file: space-separated pids.
+pub(crate) fn parse_children(contents: &[u8]) -> Vec<u32> {
+    std::str::from_utf8(contents)
+        .map(|text| {
+            text.split_ascii_whitespace()
+                .filter_map(|pid| pid.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Turns the raw `/proc/<pid>/exe` target into (path, deleted). The kernel appends
+/// ` (deleted)` to an unlinked executable's path; the suffix is stripped only when no file by
+/// the raw name exists, because a binary may really be called `x (deleted)`.
+pub(crate) fn strip_deleted(
+    raw: String,
+    raw_target_exists: impl FnOnce(&str) -> bool,
+) -> (String, bool) {
+    const SUFFIX: &str = " (deleted)";
+    match raw.strip_suffix(SUFFIX) {
+        Some(stripped) if !raw_target_exists(&raw) => (stripped.to_owned(), true),
+        _ => (raw, false),
+    }
+}
+
+/// The text `readlink /proc/<pid>/fd/<n>` shows for one socket: `socket:[<inode>]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SocketLink(Vec<u8>);
+
+impl SocketLink {
+    pub(crate) fn new(inode: u64) -> Self {
+        Self(format!("socket:[{inode}]").into_bytes())
+    }
+
+    fn matches(&self, target: &[u8]) -> bool {
+        self.0 == target
+    }
+}
+
+/// Whether an error means "that process is gone" (as opposed to "not allowed" or "broken").
+pub(crate) fn is_gone(err: &io::Error) -> bool {
+    let code = err.raw_os_error();
+    code == Some(Errno::NOENT.raw_os_error()) || code == Some(Errno::SRCH.raw_os_error())
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("malformed {what}"))
+}
+
+// === impl ProcFs ===
+
+/// An open procfs root (normally `/proc`).
+#[derive(Debug)]
+pub(crate) struct ProcFs {
+    root: OwnedFd,
+}
+
+impl ProcFs {
+    pub(crate) fn open(path: &Path) -> io::Result<Self> {
+        let root = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Self { root })
+    }
+
+    /// Opens `/proc/<pid>`; from then on every read names that process or fails.
+    pub(crate) fn pid_dir(&self, pid: u32) -> io::Result<ProcDir> {
+        let fd = rustix::fs::openat(
+            &self.root,
+            DecInt::new(pid),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(ProcDir { pid, fd })
+    }
+
+    /// The owner of `/proc/<pid>`: the process's effective uid (root for a non-dumpable one).
+    /// One `statat`, far cheaper than reading the fd table, so it orders the scan.
+    pub(crate) fn dir_uid(&self, pid: u32) -> io::Result<u32> {
+        let stat = rustix::fs::statat(&self.root, DecInt::new(pid), AtFlags::empty())?;
+        Ok(stat.st_uid)
+    }
+
+    /// The last pid the kernel handed out in the reader's pid namespace.
+    pub(crate) fn last_pid(&self) -> io::Result<u32> {
+        let fd = rustix::fs::openat(
+            &self.root,
+            "sys/kernel/ns_last_pid",
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let contents = read_limited(fd, SMALL_FILE_LIMIT)?;
+        std::str::from_utf8(&contents)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .ok_or_else(|| invalid("ns_last_pid"))
+    }
+
+    /// The pids in `lo..=hi` that are processes (thread group leaders), ascending.
+    pub(crate) fn pids_in(&self, lo: u32, hi: u32) -> io::Result<Vec<u32>> {
+        let mut dir = self.root_dir()?;
+        dir.seek(TGID_OFFSET + i64::from(lo))?;
+        let mut pids = Vec::new();
+        while let Some(entry) = dir.read() {
+            let Some(pid) = numeric_name(entry?.file_name().to_bytes()) else {
+                continue;
+            };
+            if pid > hi {
+                break;
+            }
+            if pid >= lo {
+                pids.push(pid);
+            }
+        }
+        Ok(pids)
+    }
+
+    /// Every process, ascending: a full listing, with no reliance on directory positions.
+    pub(crate) fn all_pids(&self) -> io::Result<Vec<u32>> {
+        let mut dir = self.root_dir()?;
+        let mut pids = Vec::new();
+        while let Some(entry) = dir.read() {
+            if let Some(pid) = numeric_name(entry?.file_name().to_bytes()) {
+                pids.push(pid);
+            }
+        }
+        pids.sort_unstable();
+        Ok(pids)
+    }
+
+    fn root_dir(&self) -> io::Result<Dir> {
+        // A fresh open file: directory positions are per open file, and lookups run in parallel.
+        let fd = rustix::fs::openat(
+            &self.root,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Dir::new(fd)?)
+    }
+}
+
+fn numeric_name(name: &[u8]) -> Option<u32> {
+    if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(name).ok()?.parse().ok()
+}
+
+// === impl ProcDir ===
+
+/// A handle on one process's `/proc/<pid>` directory.
+#[derive(Debug)]
+pub(crate) struct ProcDir {
+    pid: u32,
+    fd: OwnedFd,
+}
+
+impl ProcDir {
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether any of the process's descriptors is the socket. A descriptor closed while the
+    /// table is read is skipped; an unreadable table (exited, not permitted) is an error.
+    pub(crate) fn holds(&self, link: &SocketLink) -> io::Result<bool> {
+        let fd_dir = rustix::fs::openat(
+            &self.fd,
+            "fd",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut dir = Dir::new(fd_dir)?;
+        let mut buffer = Vec::with_capacity(64);
+        while let Some(entry) = dir.read() {
+            let entry = entry?;
+            let name = entry.file_name();
+            if name.to_bytes().first() == Some(&b'.') {
+                continue;
+            }
+            match rustix::fs::readlinkat(dir.fd()?, name, std::mem::take(&mut buffer)) {
+                Ok(target) => {
+                    if link.matches(target.as_bytes()) {
+                        return Ok(true);
+                    }
+                    buffer = target.into_bytes_with_nul();
+                    buffer.clear();
+                }
+                Err(Errno::NOENT) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(false)
+    }
+
+    pub(crate) fn stat(&self) -> io::Result<StatFields> {
+        parse_stat(&self.read("stat", SMALL_FILE_LIMIT)?).ok_or_else(|| invalid("stat"))
+    }
+
+    /// The real uid (`Uid:` in `status`).
+    pub(crate) fn real_uid(&self) -> io::Result<u32> {
+        parse_status_real_uid(&self.read("status", SMALL_FILE_LIMIT)?)
+            .ok_or_else(|| invalid("status"))
+    }
+
+    pub(crate) fn cmdline(&self) -> io::Result<Vec<String>> {
+        Ok(parse_cmdline(&self.read("cmdline", CMDLINE_LIMIT)?))
+    }
+
+    /// The raw `exe` link target (may end in ` (deleted)`).
+    pub(crate) fn exe_raw(&self) -> io::Result<String> {
+        let target = rustix::fs::readlinkat(&self.fd, "exe", Vec::new())?;
+        Ok(OsString::from_vec(target.into_bytes())
+            .to_string_lossy()
+            .into_owned())
+    }
+
+    /// Children of every thread of the process (a child's parent is the thread that forked it),
+    /// in the order the kernel lists them: oldest first.
+    pub(crate) fn children(&self) -> io::Result<Vec<u32>> {
+        let task_dir = rustix::fs::openat(
+            &self.fd,
+            "task",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut dir = Dir::new(task_dir)?;
+        let mut children = Vec::new();
+        while let Some(entry) = dir.read() {
+            let entry = entry?;
+            let Some(tid) = numeric_name(entry.file_name().to_bytes()) else {
+                continue;
+            };
+            let path = format!("{tid}/children");
+            match rustix::fs::openat(
+                dir.fd()?,
+                path.as_str(),
+                OFlags::RDONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => children.extend(parse_children(&read_limited(fd, SMALL_FILE_LIMIT)?)),
+                // A thread that exited while the list was read has no children left to report.
+                Err(Errno::NOENT) | Err(Errno::SRCH) if tid != self.pid => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(children)
+    }
+
+    fn read(&self, name: &str, limit: u64) -> io::Result<Vec<u8>> {
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        read_limited(fd, limit)
+    }
+}
+
+impl AsFd for ProcDir {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+fn read_limited(fd: OwnedFd, limit: u64) -> io::Result<Vec<u8>> {
+    let mut contents = Vec::with_capacity(512);
+    File::from(fd).take(limit).read_to_end(&mut contents)?;
+    Ok(contents)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_is_parsed_after_the_last_parenthesis() {
+        let line = b"4242 (evil) 1 2 3) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
+                     987654 1000000 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n";
+        assert_eq!(
+            parse_stat(line),
+            Some(StatFields {
+                ppid: 17,
+                start_time: 987654
+            })
+        );
+    }
+
+    #[test]
+    fn stat_with_plain_comm() {
+        let line = b"1 (init) S 0 1 1 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 5 1 1 1 1 1 1";
+        assert_eq!(
+            parse_stat(line),
+            Some(StatFields {
+                ppid: 0,
+                start_time: 5
+            })
+        );
+    }
+
+    #[test]
+    fn truncated_stat_is_rejected() {
+        assert_eq!(parse_stat(b"12 (x) S 1 2 3"), None);
+        assert_eq!(parse_stat(b"12 x S 1"), None);
+    }
+
+    #[test]
+    fn real_uid_is_the_first_uid_column() {
+        let status = b"Name:\tcurl\nPPid:\t7\nUid:\t1000\t0\t0\t0\nGid:\t100\t100\t100\t100\n";
+        assert_eq!(parse_status_real_uid(status), Some(1000));
+        assert_eq!(parse_status_real_uid(b"Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn cmdline_splits_on_nul() {
+        assert_eq!(
+            parse_cmdline(b"/usr/bin/curl\0-s\0https://x\0"),
+            ["/usr/bin/curl", "-s", "https://x"]
+        );
+        assert_eq!(
+            parse_cmdline(b"nginx: worker process"),
+            ["nginx: worker process"]
+        );
+        assert_eq!(parse_cmdline(b"a\0\0b\0"), ["a", "", "b"]);
+        assert!(parse_cmdline(b"").is_empty());
+    }
+
+    #[test]
+    fn children_are_space_separated() {
+        assert_eq!(parse_children(b"12 345 6 "), [12, 345, 6]);
+        assert!(parse_children(b"").is_empty());
+    }
+
+    #[test]
+    fn deleted_suffix_is_stripped_only_when_the_raw_name_is_absent() {
+        assert_eq!(
+            strip_deleted("/usr/bin/x (deleted)".into(), |_| false),
+            ("/usr/bin/x".into(), true)
+        );
+        assert_eq!(
+            strip_deleted("/usr/bin/x (deleted)".into(), |_| true),
+            ("/usr/bin/x (deleted)".into(), false)
+        );
+        assert_eq!(
+            strip_deleted("/usr/bin/x".into(), |_| false),
+            ("/usr/bin/x".into(), false)
+        );
+    }
+
+    #[test]
+    fn socket_links_match_exactly() {
+        let link = SocketLink::new(1234);
+        assert!(link.matches(b"socket:[1234]"));
+        assert!(!link.matches(b"socket:[12345]"));
+        assert!(!link.matches(b"pipe:[1234]"));
+    }
+
+    #[test]
+    fn numeric_names_only() {
+        assert_eq!(numeric_name(b"123"), Some(123));
+        assert_eq!(numeric_name(b"self"), None);
+        assert_eq!(numeric_name(b""), None);
+        assert_eq!(numeric_name(b"99999999999"), None);
+    }
+
+    #[test]
+    fn own_process_reads_back() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let me = proc.pid_dir(std::process::id()).unwrap();
+        let stat = me.stat().unwrap();
+        assert!(stat.start_time > 0);
+        assert!(me.exe_raw().unwrap().starts_with('/'));
+        assert!(!me.cmdline().unwrap().is_empty());
+        let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let inode = std::fs::metadata(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&socket)
+        ))
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap();
+        assert!(me.holds(&SocketLink::new(inode)).unwrap());
+        assert!(!me.holds(&SocketLink::new(inode + 1_000_000)).unwrap());
+    }
+
+    #[test]
+    fn windowed_listing_agrees_with_the_full_listing() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let me = std::process::id();
+        let all = proc.all_pids().unwrap();
+        assert!(all.contains(&me));
+        let window = proc.pids_in(me.saturating_sub(50).max(1), me + 50).unwrap();
+        assert!(window.contains(&me));
+        let expected: Vec<u32> = all
+            .iter()
+            .copied()
+            .filter(|p| (me.saturating_sub(50).max(1)..=me + 50).contains(p))
+            .collect();
+        // Processes may come and go between the two listings; ours is stable.
+        assert!(
+            window
+                .iter()
+                .all(|p| *p >= me.saturating_sub(50).max(1) && *p <= me + 50)
+        );
+        assert!(expected.contains(&me));
+    }
+}

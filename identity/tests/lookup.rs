@@ -1,0 +1,587 @@
+//! Lookups against real processes and real sockets: a listener in the test, clients spawned as
+//! real programs (python3, sleep, bash), including a client in its own network namespace.
+//!
+//! Tests that need root say so; they fail instead of skipping when
+//! `SLUICE_REQUIRE_PRIVILEGED=1` (CI).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_identity::{IdentityConfig, IdentityError, IdentityResolver, full_scan_owners};
+
+const PYTHON: &str = "/usr/bin/python3";
+
+// === fixtures ===
+
+/// A spawned program that reports on stdout and exits when its stdin closes (as do the
+/// processes it forks, which inherit that stdin).
+struct Client {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Client {
+    fn spawn(command: &mut Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|err| panic!("spawn {command:?}: {err}"));
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Self {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// `python3 -c SCRIPT PORT`, with `PORT` as `sys.argv[1]`.
+    fn python(script: &str, port: u16) -> Self {
+        Self::spawn(
+            Command::new(PYTHON)
+                .arg("-c")
+                .arg(script)
+                .arg(port.to_string()),
+        )
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next line the program printed, split on whitespace.
+    fn line(&mut self) -> Vec<String> {
+        let mut line = String::new();
+        let read = self.stdout.read_line(&mut line).unwrap();
+        assert!(read > 0, "client exited before reporting");
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    fn send_line(&mut self, text: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{text}").unwrap();
+        stdin.flush().unwrap();
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn listener(addr: &str) -> (TcpListener, SocketAddr) {
+    let listener = TcpListener::bind(addr).unwrap();
+    let local = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    (listener, local)
+}
+
+/// Accepts one connection within 20 s; returns the accepted socket's (peer, local).
+fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr, SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let local = stream.local_addr().unwrap();
+                return (stream, peer, local);
+            }
+            Err(err)
+                if err.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(err) => panic!("no client connected: {err}"),
+        }
+    }
+}
+
+fn resolver() -> IdentityResolver {
+    IdentityResolver::new(IdentityConfig::default())
+}
+
+fn real_path(path: &str) -> String {
+    std::fs::canonicalize(path)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn own_exe() -> String {
+    std::env::current_exe()
+        .unwrap()
+        .canonicalize()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn own_real_uid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .unwrap();
+    line.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// True when the test may do root-only things; panics instead of skipping in privileged CI.
+fn privileged(test: &str) -> bool {
+    if own_real_uid() == 0 {
+        return true;
+    }
+    assert!(
+        std::env::var("SLUICE_REQUIRE_PRIVILEGED").as_deref() != Ok("1"),
+        "{test} needs root and SLUICE_REQUIRE_PRIVILEGED=1 is set"
+    );
+    eprintln!(
+        "!!! SKIPPED {test}: needs root (set SLUICE_REQUIRE_PRIVILEGED=1 to make this fatal)"
+    );
+    false
+}
+
+/// Connects to `sys.argv[1]` on `HOST`, says `ready <pid>`, waits for stdin to close.
+fn connect_script(host: &str) -> String {
+    format!(
+        "import os, socket, sys\n\
+         c = socket.create_connection(('{host}', int(sys.argv[1])))\n\
+         print('ready', os.getpid(), flush=True)\n\
+         sys.stdin.read()\n"
+    )
+}
+
+// === tests ===
+
+#[test]
+fn ipv4_client_is_identified_with_its_ancestors() {
+    let (listener, _) = listener("127.0.0.1:0");
+    let mut client = Client::python(
+        &connect_script("127.0.0.1"),
+        listener.local_addr().unwrap().port(),
+    );
+    let (_stream, peer, local) = accept(&listener);
+    assert_eq!(client.line()[0], "ready");
+
+    let identity = resolver().lookup(peer, local).unwrap();
+    assert_eq!(identity.pid, client.pid());
+    assert_eq!(identity.exe, real_path(PYTHON));
+    assert!(!identity.exe_deleted);
+    assert_eq!(identity.uid, own_real_uid());
+    assert_eq!(identity.cmdline[0], PYTHON);
+    assert_eq!(identity.cmdline[1], "-c");
+    assert_eq!(
+        identity.cmdline.last().map(String::as_str),
+        Some(local.port().to_string().as_str())
+    );
+    assert_eq!(identity.ancestors[0].pid, std::process::id());
+    assert_eq!(identity.ancestors[0].exe, own_exe());
+    assert!(identity.ancestor_exes().contains(&own_exe()));
+    assert_eq!(
+        identity.ancestors.last().map(|a| a.pid),
+        Some(1),
+        "{:?}",
+        identity.ancestors
+    );
+    // `/usr/bin/python3` is a symlink: an absolute argv entry that is not the exe itself.
+    assert!(
+        identity.cmdline_paths.contains(&PYTHON.to_owned()),
+        "{:?}",
+        identity.cmdline_paths
+    );
+    assert!(!identity.cmdline_paths.contains(&identity.exe));
+}
+
+#[test]
+fn ipv6_client_is_identified() {
+    let (listener, _) = listener("[::1]:0");
+    let mut client = Client::python(
+        &connect_script("::1"),
+        listener.local_addr().unwrap().port(),
+    );
+    let (_stream, peer, local) = accept(&listener);
+    assert_eq!(client.line()[0], "ready");
+    assert!(peer.is_ipv6());
+
+    let identity = resolver().lookup(peer, local).unwrap();
+    assert_eq!(identity.pid, client.pid());
+    assert_eq!(identity.exe, real_path(PYTHON));
+    assert_eq!(identity.ancestors[0].pid, std::process::id());
+}
+
+#[test]
+fn ipv4_and_v4_mapped_clients_of_a_dual_stack_listener() {
+    let (listener, _) = listener("[::]:0");
+    let port = listener.local_addr().unwrap().port();
+    // An AF_INET client, and an AF_INET6 client talking to a v4-mapped address.
+    let script = "import os, socket, sys\n\
+                  fam, host = (socket.AF_INET, '127.0.0.1') if sys.argv[2] == '4' else (socket.AF_INET6, '::ffff:127.0.0.1')\n\
+                  c = socket.socket(fam); c.connect((host, int(sys.argv[1])))\n\
+                  print('ready', os.getpid(), flush=True)\n\
+                  sys.stdin.read()\n";
+    let resolver = resolver();
+    for family in ["4", "6"] {
+        let mut client = Client::spawn(
+            Command::new(PYTHON)
+                .arg("-c")
+                .arg(script)
+                .arg(port.to_string())
+                .arg(family),
+        );
+        let (_stream, peer, local) = accept(&listener);
+        assert_eq!(client.line()[0], "ready");
+        assert_eq!(
+            peer.ip().to_canonical().to_string(),
+            "127.0.0.1",
+            "peer {peer}"
+        );
+        assert!(
+            peer.is_ipv6(),
+            "a dual-stack listener reports v4-mapped peers: {peer}"
+        );
+        let identity = resolver
+            .lookup(peer, local)
+            .unwrap_or_else(|err| panic!("family {family}: {err}"));
+        assert_eq!(identity.pid, client.pid());
+    }
+}
+
+#[test]
+fn double_forked_client_loses_its_original_parent() {
+    let (listener, _) = listener("127.0.0.1:0");
+    let script = "import os, socket, sys\n\
+                  if os.fork() == 0:\n\
+                  \x20   if os.fork() == 0:\n\
+                  \x20       c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+                  \x20       print('grandchild', os.getpid(), os.getppid(), flush=True)\n\
+                  \x20       sys.stdin.read()\n\
+                  \x20   os._exit(0)\n\
+                  os.wait()\n\
+                  print('parent', os.getpid(), flush=True)\n\
+                  sys.stdin.read()\n";
+    let mut client = Client::python(script, listener.local_addr().unwrap().port());
+    let (_stream, peer, local) = accept(&listener);
+    let mut grandchild = 0;
+    for _ in 0..2 {
+        let line = client.line();
+        if line[0] == "grandchild" {
+            grandchild = line[1].parse().unwrap();
+        }
+    }
+    // By now the middle process has exited (the parent waited for it): the grandchild has been
+    // reparented away from the original chain.
+    let identity = resolver().lookup(peer, local).unwrap();
+    assert_eq!(identity.pid, grandchild);
+    let chain: Vec<u32> = identity.ancestors.iter().map(|a| a.pid).collect();
+    assert!(
+        !chain.contains(&client.pid()),
+        "original parent still in {chain:?}"
+    );
+    assert!(
+        !chain.contains(&std::process::id()),
+        "test process still in {chain:?}"
+    );
+    assert_eq!(chain.last(), Some(&1));
+}
+
+#[test]
+fn socket_shared_with_another_program_is_ambiguous() {
+    let (listener, _) = listener("127.0.0.1:0");
+    let script = "import os, socket, subprocess, sys\n\
+                  c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+                  c.set_inheritable(True)\n\
+                  p = subprocess.Popen(['/usr/bin/sleep', '600'], pass_fds=[c.fileno()], stdin=subprocess.DEVNULL)\n\
+                  print('ready', os.getpid(), p.pid, flush=True)\n\
+                  sys.stdin.read()\n\
+                  p.kill()\n";
+    let mut client = Client::python(script, listener.local_addr().unwrap().port());
+    let (_stream, peer, local) = accept(&listener);
+    let line = client.line();
+    let sleeper: u32 = line[2].parse().unwrap();
+    wait_for_exe(sleeper, "/usr/bin/sleep");
+
+    let err = resolver().lookup(peer, local).unwrap_err();
+    let mut pids = vec![client.pid(), sleeper];
+    pids.sort_unstable();
+    match &err {
+        IdentityError::AmbiguousOwners { pids: found, .. } => assert_eq!(found, &pids),
+        other => panic!("expected ambiguity, got {other}"),
+    }
+    assert!(
+        err.to_string().contains(&format!(
+            "is held by PIDs [{}, {}] with different policy identities",
+            pids[0], pids[1]
+        )),
+        "{err}"
+    );
+    // The naive scan agrees on who holds it.
+    let IdentityError::AmbiguousOwners { inode, .. } = err else {
+        unreachable!()
+    };
+    assert_eq!(full_scan_owners(Path::new("/proc"), inode), pids);
+}
+
+#[test]
+fn siblings_running_one_program_share_an_identity() {
+    let (listener, _) = listener("127.0.0.1:0");
+    // The parent connects, forks two children that keep the socket, then closes its own copy:
+    // only the siblings hold it, and they are the same program with the same ancestors.
+    let script = "import os, socket, sys\n\
+                  c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+                  kids = []\n\
+                  for _ in range(2):\n\
+                  \x20   pid = os.fork()\n\
+                  \x20   if pid == 0:\n\
+                  \x20       sys.stdin.read(); os._exit(0)\n\
+                  \x20   kids.append(pid)\n\
+                  c.close()\n\
+                  print('ready', *kids, flush=True)\n\
+                  sys.stdin.read()\n";
+    let mut client = Client::python(script, listener.local_addr().unwrap().port());
+    let (_stream, peer, local) = accept(&listener);
+    let line = client.line();
+    let kids: Vec<u32> = line[1..].iter().map(|pid| pid.parse().unwrap()).collect();
+
+    let identity = resolver().lookup(peer, local).unwrap();
+    assert_eq!(identity.pid, *kids.iter().min().unwrap());
+    assert_eq!(identity.ancestors[0].pid, client.pid());
+}
+
+#[test]
+fn tuple_without_connection_is_not_found() {
+    let (listener, local) = listener("127.0.0.1:0");
+    let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let err = resolver().lookup(peer, local).unwrap_err();
+    assert!(
+        matches!(err, IdentityError::SocketNotFound { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "failed to resolve peer binary: No ESTABLISHED TCP connection found for {peer} -> {local}"
+        )
+    );
+    drop(listener);
+}
+
+#[test]
+fn a_closed_connection_is_not_found() {
+    let (listener, _) = listener("127.0.0.1:0");
+    let client = Client::python(
+        &connect_script("127.0.0.1"),
+        listener.local_addr().unwrap().port(),
+    );
+    let (_stream, peer, local) = accept(&listener);
+    drop(client);
+    // The client's side is in FIN_WAIT or gone: not ESTABLISHED.
+    let err = resolver().lookup(peer, local).unwrap_err();
+    assert!(
+        matches!(err, IdentityError::SocketNotFound { .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn the_proxys_own_connection_has_no_owner() {
+    // The resolver never reads its own process (a client's socket cannot be there), so a
+    // connection the test process makes to itself is owned by nobody it may name.
+    let (listener, local) = listener("127.0.0.1:0");
+    let _client = TcpStream::connect(local).unwrap();
+    let (_stream, peer, local) = accept(&listener);
+    let err = resolver().lookup(peer, local).unwrap_err();
+    assert!(matches!(err, IdentityError::NoOwner { .. }), "{err:?}");
+    assert!(err.to_string().ends_with(
+        "has no owning process (sluice needs CAP_SYS_PTRACE or root to read other processes' file descriptors)"
+    ));
+}
+
+#[test]
+fn a_repeat_client_is_found_again_and_exec_is_not_cached() {
+    let (listener, _) = listener("127.0.0.1:0");
+    // Connects, then on request execs `sleep` keeping the socket: same pid, another program.
+    let script = "import os, socket, sys\n\
+                  c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+                  c.set_inheritable(True)\n\
+                  print('ready', flush=True)\n\
+                  sys.stdin.readline()\n\
+                  os.execv('/usr/bin/sleep', ['/usr/bin/sleep', '600'])\n";
+    let mut client = Client::python(script, listener.local_addr().unwrap().port());
+    let (_stream, peer, local) = accept(&listener);
+    client.line();
+    let resolver = resolver();
+    let before = resolver.lookup(peer, local).unwrap();
+    assert_eq!(before.exe, real_path(PYTHON));
+    let again = resolver.lookup(peer, local).unwrap();
+    assert_eq!(again, before);
+
+    client.send_line("exec");
+    wait_for_exe(client.pid(), "/usr/bin/sleep");
+    let after = resolver.lookup(peer, local).unwrap();
+    assert_eq!(after.pid, client.pid());
+    assert_eq!(after.exe, real_path("/usr/bin/sleep"));
+    assert_eq!(after.cmdline, ["/usr/bin/sleep", "600"]);
+}
+
+#[test]
+fn an_unlinked_executable_is_reported_as_deleted() {
+    let dir = TempDir::new("deleted-exe");
+    let bash = dir.path().join("bash-copy");
+    std::fs::copy("/usr/bin/bash", &bash).unwrap();
+    let (listener, _) = listener("127.0.0.1:0");
+    let port = listener.local_addr().unwrap().port();
+    let mut client = Client::spawn(Command::new(&bash).arg("-c").arg(format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port}; echo ready; read line"
+    )));
+    let (_stream, peer, local) = accept(&listener);
+    client.line();
+    std::fs::remove_file(&bash).unwrap();
+
+    let identity = resolver().lookup(peer, local).unwrap();
+    assert_eq!(identity.pid, client.pid());
+    assert_eq!(PathBuf::from(&identity.exe), bash);
+    assert!(identity.exe_deleted);
+}
+
+#[test]
+fn client_in_another_network_namespace_is_found_once_registered() {
+    if !privileged("client_in_another_network_namespace_is_found_once_registered") {
+        return;
+    }
+    // Server and client both live in a fresh network namespace; the lookup runs out here.
+    let script = "import os, socket, sys\n\
+                  srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen()\n\
+                  port = srv.getsockname()[1]\n\
+                  if os.fork() == 0:\n\
+                  \x20   srv.close()\n\
+                  \x20   c = socket.create_connection(('127.0.0.1', port))\n\
+                  \x20   print('client', os.getpid(), flush=True)\n\
+                  \x20   sys.stdin.read(); os._exit(0)\n\
+                  conn, peer = srv.accept()\n\
+                  print('server', peer[0], peer[1], *conn.getsockname(), flush=True)\n\
+                  sys.stdin.read()\n";
+    let mut namespaced = Client::spawn(
+        Command::new("unshare")
+            .args([
+                "--net",
+                "sh",
+                "-c",
+                &format!("ip link set lo up && exec {PYTHON} -c \"$0\""),
+            ])
+            .arg(script),
+    );
+    let (mut client_pid, mut addrs) = (0, None);
+    for _ in 0..2 {
+        let line = namespaced.line();
+        match line[0].as_str() {
+            "client" => client_pid = line[1].parse().unwrap(),
+            _ => {
+                let peer: SocketAddr = format!("{}:{}", line[1], line[2]).parse().unwrap();
+                let local: SocketAddr = format!("{}:{}", line[3], line[4]).parse().unwrap();
+                addrs = Some((peer, local));
+            }
+        }
+    }
+    let (peer, local) = addrs.unwrap();
+
+    let resolver = resolver();
+    let err = resolver.lookup(peer, local).unwrap_err();
+    assert!(
+        matches!(err, IdentityError::SocketNotFound { .. }),
+        "found outside its namespace: {err:?}"
+    );
+
+    resolver.add_namespace_pid(namespaced.pid());
+    let identity = resolver.lookup(peer, local).unwrap();
+    assert_eq!(identity.pid, client_pid);
+    assert_eq!(identity.exe, real_path(PYTHON));
+    assert_eq!(identity.ancestors[0].pid, namespaced.pid());
+    assert!(
+        identity
+            .ancestors
+            .iter()
+            .any(|a| a.pid == std::process::id())
+    );
+
+    // Registering the same namespace again, or the proxy's own, changes nothing.
+    resolver.add_namespace_pid(namespaced.pid());
+    resolver.add_namespace_pid(std::process::id());
+    assert_eq!(resolver.lookup(peer, local).unwrap().pid, client_pid);
+}
+
+#[test]
+fn namespace_registered_in_config_is_searched() {
+    if !privileged("namespace_registered_in_config_is_searched") {
+        return;
+    }
+    let script = "import os, socket, sys\n\
+                  srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen()\n\
+                  c = socket.create_connection(srv.getsockname())\n\
+                  conn, peer = srv.accept()\n\
+                  print(peer[0], peer[1], *conn.getsockname(), flush=True)\n\
+                  sys.stdin.read()\n";
+    let mut namespaced = Client::spawn(
+        Command::new("unshare")
+            .args([
+                "--net",
+                "sh",
+                "-c",
+                &format!("ip link set lo up && exec {PYTHON} -c \"$0\""),
+            ])
+            .arg(script),
+    );
+    let line = namespaced.line();
+    let peer: SocketAddr = format!("{}:{}", line[0], line[1]).parse().unwrap();
+    let local: SocketAddr = format!("{}:{}", line[2], line[3]).parse().unwrap();
+    let resolver = IdentityResolver::new(IdentityConfig {
+        namespace_pids: vec![namespaced.pid()],
+        ..IdentityConfig::default()
+    });
+    // One process holds both ends; the client end is the one with source = peer.
+    assert_eq!(resolver.lookup(peer, local).unwrap().pid, namespaced.pid());
+}
+
+// === helpers ===
+
+fn wait_for_exe(pid: u32, exe: &str) {
+    let want = real_path(exe);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if std::fs::read_link(format!("/proc/{pid}/exe"))
+            .is_ok_and(|path| path.to_string_lossy() == want)
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("pid {pid} never became {exe}");
+}
+
+/// A directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let path =
+            std::env::temp_dir().join(format!("sluice-identity-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

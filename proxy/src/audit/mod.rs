@@ -1,0 +1,202 @@
+//! Audit: what sluice allowed and denied, as OCSF 1.8 events (one JSON object per line) and
+//! as human shorthand lines on stderr.
+//!
+//! This module owns the event *model*: plain data that the pipeline fills in. `ocsf.rs`
+//! turns a model into an OCSF JSON object (pure), `shorthand.rs` into the spec §7.3 one-line
+//! form (pure), and `sink.rs` writes both out. Nothing here decides anything; no secret,
+//! placeholder or query string is ever put into a model (callers pass canonical paths
+//! without queries, and credential *names* only).
+
+pub mod ocsf;
+pub mod shorthand;
+pub mod sink;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::SystemTime;
+
+pub use sink::{AuditSink, LogFormat};
+
+/// OCSF severity (spec §7.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    Informational,
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+/// A process as identified from its socket: the caller, or one of its ancestors.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    /// The real executable path (symlinks resolved by the kernel).
+    pub exe: String,
+    pub cmdline: Vec<String>,
+    pub uid: Option<u32>,
+}
+
+/// The caller of a connection: the process and its ancestors, parent first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Caller {
+    pub process: Process,
+    pub ancestors: Vec<Process>,
+}
+
+/// A network destination: the host the client asked for, the port, and the address sluice
+/// dialled (when it dialled one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Destination {
+    pub host: String,
+    pub port: u16,
+    pub ip: Option<IpAddr>,
+}
+
+/// The outcome of a decision, as audit reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Allowed,
+    Denied,
+    /// Denied by rules of an `enforcement: audit` endpoint: logged, then forwarded.
+    Audited,
+}
+
+/// Which part of sluice decided (`firewall_rule.type`, shorthand `engine:`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// The L4 decision: binaries and endpoints.
+    L4,
+    /// The L7 rules of an inspected endpoint.
+    L7,
+    /// The SSRF address check.
+    Ssrf,
+    /// Caller identification failed (fail closed).
+    Identity,
+    /// The request could not be parsed or its target is refused before policy.
+    HttpParser,
+    /// A limit (connections, timeouts) or an upstream failure.
+    Proxy,
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::L4 => "l4",
+            Engine::L7 => "l7",
+            Engine::Ssrf => "ssrf",
+            Engine::Identity => "identity",
+            Engine::HttpParser => "http-parser",
+            Engine::Proxy => "proxy",
+        }
+    }
+}
+
+/// How the connection reached sluice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// `CONNECT host:port`.
+    Connect,
+    /// An absolute-form `http://` request.
+    Forward,
+}
+
+/// A connection decision (Network Activity 4001, activity Open).
+#[derive(Clone, Debug)]
+pub struct ConnectionOpen {
+    pub time: SystemTime,
+    /// Connection id, shared by the open and close events of one connection.
+    pub id: u64,
+    pub via: Via,
+    /// None when identification failed.
+    pub caller: Option<Caller>,
+    pub src: SocketAddr,
+    pub dst: Destination,
+    pub outcome: Outcome,
+    /// The deciding policy key, when one decided.
+    pub policy: Option<String>,
+    pub engine: Engine,
+    /// Why, for a denial (the text of the 403 body's `reason`/`detail`).
+    pub reason: Option<String>,
+    /// The HTTP status sluice answered with (200 for an established CONNECT, 403, 502, ...).
+    pub status: u16,
+}
+
+/// The end of an allowed connection (Network Activity 4001, activity Close).
+#[derive(Clone, Debug)]
+pub struct ConnectionClose {
+    pub time: SystemTime,
+    pub id: u64,
+    pub via: Via,
+    pub caller: Option<Caller>,
+    pub src: SocketAddr,
+    pub dst: Destination,
+    pub policy: Option<String>,
+    /// Bytes received from the client (and sent upstream).
+    pub bytes_in: u64,
+    /// Bytes sent to the client (received from upstream).
+    pub bytes_out: u64,
+    pub duration_ms: u64,
+    /// Why it ended: `client closed`, `upstream closed`, `idle timeout`, an error.
+    pub reason: String,
+}
+
+/// One HTTP request judged by sluice (HTTP Activity 4002).
+#[derive(Clone, Debug)]
+pub struct HttpRequest {
+    pub time: SystemTime,
+    pub id: u64,
+    pub caller: Option<Caller>,
+    pub src: SocketAddr,
+    pub dst: Destination,
+    pub method: String,
+    /// `http` or `https`.
+    pub scheme: &'static str,
+    /// The canonical path, without the query.
+    pub path: String,
+    pub outcome: Outcome,
+    pub policy: Option<String>,
+    pub engine: Engine,
+    /// The deciding rule (`METHOD path`), if a rule decided.
+    pub rule: Option<String>,
+    pub reason: Option<String>,
+    /// Response status sent to the client (sluice's own for a refusal), if any.
+    pub status: Option<u16>,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub duration_ms: u64,
+    /// Names (never values) of credentials injected into this request.
+    pub credentials: Vec<String>,
+}
+
+/// A policy load or a failed load (Device Config State Change 5019).
+#[derive(Clone, Debug)]
+pub struct PolicyChange {
+    pub time: SystemTime,
+    /// The files, in order (or the embedded default's name).
+    pub sources: Vec<String>,
+    /// `Ok((entries, endpoints))`, or the first errors of a failed load.
+    pub result: Result<(usize, usize), Vec<String>>,
+    /// `sha256:<hex>` of the sources' contents, when loaded.
+    pub hash: Option<String>,
+    pub warnings: usize,
+}
+
+/// sluice itself starting or stopping (Application Lifecycle 6002).
+#[derive(Clone, Debug)]
+pub struct Lifecycle {
+    pub time: SystemTime,
+    pub started: bool,
+    pub version: &'static str,
+    /// E.g. the listen addresses at start, the reason at stop.
+    pub message: String,
+}
+
+/// Every kind of audit event sluice emits.
+#[derive(Clone, Debug)]
+pub enum Event {
+    ConnectionOpen(ConnectionOpen),
+    ConnectionClose(ConnectionClose),
+    HttpRequest(HttpRequest),
+    PolicyChange(PolicyChange),
+    Lifecycle(Lifecycle),
+}

@@ -1,0 +1,305 @@
+//! `sluice run`: load the policy, start the listeners, serve until a signal.
+//!
+//! Owns the translation of `run` flags into a running proxy (the high-level config is the
+//! `pipeline::Shared` it builds), start-up reporting (what is listening, loud warnings for
+//! test-only switches), the policy-load and lifecycle audit events, and shutdown on SIGINT or
+//! SIGTERM.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use clap::{Args, ValueEnum};
+use sluice_identity::{IdentityConfig, IdentityResolver};
+use sluice_resolver::{Overrides, Resolver};
+
+use super::CompatArg;
+use crate::audit::{self, AuditSink, LogFormat};
+use crate::listen;
+use crate::pipeline::{Limits, Shared};
+use crate::policy::{self, Diagnostic, Loaded};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormatArg {
+    /// One human line per event (spec §7.3).
+    #[default]
+    Shorthand,
+    /// The OCSF JSON object of each event.
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Policy files (merged); none = the embedded deny-all default.
+    #[arg(long = "policy", value_name = "FILE")]
+    pub policies: Vec<String>,
+    #[arg(long, value_enum, default_value_t = CompatArg::Strict)]
+    pub compat: CompatArg,
+    /// Explicit proxy listener (CONNECT and absolute-form HTTP); repeat for more.
+    #[arg(long = "listen", value_name = "ADDR", default_value = "127.0.0.1:3128")]
+    pub listen: Vec<SocketAddr>,
+    /// Static DNS answers, like curl --resolve: HOST=IP[,IP...].
+    #[arg(long = "resolve", value_name = "HOST=IP")]
+    pub resolve: Vec<String>,
+    /// Let policies reach loopback addresses (127.0.0.0/8, ::1). For tests only.
+    #[arg(long)]
+    pub allow_loopback_upstream: bool,
+    /// Where OCSF JSON lines go: a file (appended, mode 0600) or `-` for stdout.
+    #[arg(long, value_name = "PATH|-", default_value = "-")]
+    pub audit_log: String,
+    /// Format of the lines on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Shorthand)]
+    pub log_format: LogFormatArg,
+    /// Also look for callers in the network namespace of this process (repeat).
+    #[arg(long = "identity-netns-pid", value_name = "PID")]
+    pub identity_netns_pids: Vec<u32>,
+    /// Time allowed for a request head (e.g. 10s, 500ms).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub head_timeout: Duration,
+    /// Time allowed to connect to an upstream address.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+    /// Time allowed for upstream response headers after the request is sent (then 504).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub upstream_timeout: Duration,
+    /// A tunnel or stream silent in both directions for this long is closed.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Time a kept-alive client connection may wait for its next request.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub keepalive_timeout: Duration,
+    /// Concurrent client connections (more get 503).
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub max_connections: usize,
+    /// Largest request head (bigger ones get 431).
+    #[arg(long, value_name = "BYTES", default_value_t = 8192)]
+    pub max_head_bytes: usize,
+}
+
+/// `10s`, `500ms`, `2m`, `1h`, or a number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| (&s[..i], &s[i..]));
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration `{s}`"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => {
+            return Err(format!(
+                "invalid duration unit in `{s}` (use ms, s, m or h)"
+            ));
+        }
+    };
+    if !(0.0..=86_400.0 * 365.0).contains(&secs) || secs == 0.0 {
+        return Err(format!("duration `{s}` out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn print_diagnostics(diags: &[Diagnostic]) {
+    for d in diags {
+        eprintln!("{d}");
+    }
+}
+
+pub fn load_policy(policies: &[String], compat: CompatArg) -> Result<Loaded, Vec<Diagnostic>> {
+    let loaded = if policies.is_empty() {
+        policy::load_default()
+    } else {
+        policy::load_files(policies, compat.into())
+    };
+    match loaded {
+        Ok(mut l) => {
+            // Policy paths that are symlinks match their targets (spec §2.4).
+            l.policy.add_symlink_targets(|p| {
+                std::fs::canonicalize(p)
+                    .ok()
+                    .and_then(|t| t.to_str().map(str::to_string))
+            });
+            Ok(l)
+        }
+        Err(e) => Err(e.diagnostics),
+    }
+}
+
+pub fn run(args: RunArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("sluice: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: RunArgs) -> ExitCode {
+    let format = match args.log_format {
+        LogFormatArg::Shorthand => LogFormat::Shorthand,
+        LogFormatArg::Json => LogFormat::Json,
+    };
+    let audit = match AuditSink::open(&args.audit_log, format) {
+        Ok(a) => Arc::new(a),
+        Err(e) => {
+            eprintln!("sluice: cannot open the audit log {}: {e}", args.audit_log);
+            return ExitCode::from(1);
+        }
+    };
+    let sources = if args.policies.is_empty() {
+        vec![policy::DEFAULT_POLICY_NAME.to_string()]
+    } else {
+        args.policies.clone()
+    };
+    let loaded = match load_policy(&args.policies, args.compat) {
+        Ok(l) => l,
+        Err(diags) => {
+            print_diagnostics(&diags);
+            let errors: Vec<String> = diags
+                .iter()
+                .filter(|d| d.severity == policy::Severity::Error)
+                .map(ToString::to_string)
+                .collect();
+            eprintln!("sluice: cannot load the policy: {} error(s)", errors.len());
+            audit.emit(&audit::Event::PolicyChange(audit::PolicyChange {
+                time: SystemTime::now(),
+                sources,
+                result: Err(errors),
+                hash: None,
+                warnings: 0,
+            }));
+            return ExitCode::from(1);
+        }
+    };
+    print_diagnostics(&loaded.warnings);
+    audit.emit(&audit::Event::PolicyChange(audit::PolicyChange {
+        time: SystemTime::now(),
+        sources,
+        result: Ok((
+            loaded.policy.entries().len(),
+            loaded.policy.endpoint_count(),
+        )),
+        hash: None,
+        warnings: loaded.warnings.len(),
+    }));
+
+    let overrides = match Overrides::from_args(&args.resolve) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("sluice: --resolve: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let resolver = match Resolver::from_system(overrides) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("sluice: cannot set up DNS resolution: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let identity = Arc::new(IdentityResolver::new(IdentityConfig {
+        namespace_pids: args.identity_netns_pids.clone(),
+        ..IdentityConfig::default()
+    }));
+    let limits = Limits {
+        max_head_bytes: args.max_head_bytes,
+        head_timeout: args.head_timeout,
+        keepalive_timeout: args.keepalive_timeout,
+        connect_timeout: args.connect_timeout,
+        upstream_timeout: args.upstream_timeout,
+        idle_timeout: args.idle_timeout,
+        max_connections: args.max_connections.max(1),
+    };
+    if args.allow_loopback_upstream {
+        eprintln!(
+            "sluice: WARNING: --allow-loopback-upstream is on: policies may reach loopback addresses (127.0.0.0/8, ::1). This is for tests; never use it in production."
+        );
+    }
+    let shared = Arc::new(Shared::new(
+        loaded.policy,
+        resolver,
+        identity,
+        Arc::clone(&audit),
+        limits,
+        args.allow_loopback_upstream,
+        args.compat.into(),
+    ));
+    let mut listeners = Vec::new();
+    for addr in &args.listen {
+        match listen::bind(*addr) {
+            Ok(l) => {
+                let actual = l
+                    .local_addr()
+                    .map_or_else(|_| addr.to_string(), |a| a.to_string());
+                eprintln!(
+                    "sluice: listening on {actual} (explicit proxy: CONNECT and http:// requests)"
+                );
+                listeners.push(l);
+            }
+            Err(e) => {
+                eprintln!("sluice: cannot listen on {addr}: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let addrs: Vec<String> = listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .map(|a| a.to_string())
+        .collect();
+    audit.emit(&audit::Event::Lifecycle(audit::Lifecycle {
+        time: SystemTime::now(),
+        started: true,
+        version: env!("CARGO_PKG_VERSION"),
+        message: format!("sluice started, listening on {}", addrs.join(", ")),
+    }));
+    for l in listeners {
+        tokio::spawn(listen::accept_loop(l, Arc::clone(&shared)));
+    }
+    let reason = shutdown_signal().await;
+    audit.emit(&audit::Event::Lifecycle(audit::Lifecycle {
+        time: SystemTime::now(),
+        started: false,
+        version: env!("CARGO_PKG_VERSION"),
+        message: format!("sluice stopped ({reason})"),
+    }));
+    ExitCode::SUCCESS
+}
+
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers, run until killed.
+        std::future::pending::<()>().await;
+        return "killed";
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+    }
+}

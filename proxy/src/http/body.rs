@@ -1,0 +1,307 @@
+//! Request bodies from an HTTP/1 client, streamed with backpressure.
+//!
+//! Owns the decoding of `Content-Length` and `chunked` framing (strictly: hex sizes, CRLF
+//! after each chunk, bounded size lines and trailers) and the hand-off to the upstream
+//! client: the connection task decodes frames and sends them through a bounded channel to a
+//! `ChannelBody`, which hyper polls. Nothing is buffered beyond one frame in flight.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use http_body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::mpsc;
+
+use super::head::BodyFraming;
+
+/// Longest chunk-size line or trailer line accepted.
+const MAX_LINE: usize = 4096;
+/// Most trailer bytes accepted in total.
+const MAX_TRAILERS: usize = 16 * 1024;
+/// Largest frame handed to the upstream at once.
+const FRAME: usize = 64 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BodyError {
+    #[error("client closed the connection in the middle of the request body")]
+    Truncated,
+    #[error("malformed chunked encoding: {0}")]
+    BadChunk(&'static str),
+    #[error("read error: {0}")]
+    Io(String),
+    /// The upstream side stopped reading (it failed or answered early).
+    #[error("upstream stopped reading the request body")]
+    Abandoned,
+}
+
+/// The request body as hyper sees it: frames arriving from the connection task.
+#[derive(Debug)]
+pub struct ChannelBody {
+    rx: Option<mpsc::Receiver<Result<Frame<Bytes>, BodyError>>>,
+    exact: Option<u64>,
+}
+
+impl ChannelBody {
+    /// A body and the sender the connection task feeds. `exact` is the Content-Length.
+    pub fn channel(
+        exact: Option<u64>,
+    ) -> (mpsc::Sender<Result<Frame<Bytes>, BodyError>>, ChannelBody) {
+        let (tx, rx) = mpsc::channel(2);
+        (
+            tx,
+            ChannelBody {
+                rx: Some(rx),
+                exact,
+            },
+        )
+    }
+
+    pub fn empty() -> ChannelBody {
+        ChannelBody {
+            rx: None,
+            exact: Some(0),
+        }
+    }
+}
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.rx.as_mut() {
+            None => Poll::Ready(None),
+            Some(rx) => rx.poll_recv(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rx.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.exact {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
+    }
+}
+
+/// Reads the body described by `framing` from `reader` (after the bytes already in `buf`)
+/// and sends it frame by frame. Returns the number of body bytes (payload, not framing).
+/// Bytes after the body stay in `buf` for the next request.
+pub async fn pump<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+    framing: BodyFraming,
+    tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
+) -> Result<u64, BodyError> {
+    let result = match framing {
+        BodyFraming::None => Ok(0),
+        BodyFraming::Length(n) => pump_length(reader, buf, n, &tx).await,
+        BodyFraming::Chunked => pump_chunked(reader, buf, &tx).await,
+    };
+    if let Err(e) = &result {
+        // Tell the upstream side the body is broken, so it does not wait forever.
+        let _ = tx.send(Err(e.clone())).await;
+    }
+    result
+}
+
+async fn fill<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut BytesMut) -> Result<(), BodyError> {
+    buf.reserve(FRAME);
+    match reader.read_buf(buf).await {
+        Ok(0) => Err(BodyError::Truncated),
+        Ok(_) => Ok(()),
+        Err(e) => Err(BodyError::Io(e.to_string())),
+    }
+}
+
+async fn send(
+    tx: &mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
+    frame: Frame<Bytes>,
+) -> Result<(), BodyError> {
+    tx.send(Ok(frame)).await.map_err(|_| BodyError::Abandoned)
+}
+
+async fn pump_length<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+    mut remaining: u64,
+    tx: &mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
+) -> Result<u64, BodyError> {
+    let total = remaining;
+    while remaining > 0 {
+        if buf.is_empty() {
+            fill(reader, buf).await?;
+        }
+        let take = usize::try_from(remaining)
+            .unwrap_or(usize::MAX)
+            .min(buf.len())
+            .min(FRAME);
+        let chunk = buf.split_to(take).freeze();
+        remaining -= take as u64;
+        send(tx, Frame::data(chunk)).await?;
+    }
+    Ok(total)
+}
+
+/// Reads one CRLF-terminated line (without the CRLF).
+async fn line<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+) -> Result<Bytes, BodyError> {
+    loop {
+        if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+            if i == 0 || buf[i - 1] != b'\r' {
+                return Err(BodyError::BadChunk("bare LF"));
+            }
+            let l = buf.split_to(i + 1).freeze();
+            return Ok(l.slice(..i - 1));
+        }
+        if buf.len() > MAX_LINE {
+            return Err(BodyError::BadChunk("line too long"));
+        }
+        fill(reader, buf).await?;
+    }
+}
+
+async fn pump_chunked<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+    tx: &mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
+) -> Result<u64, BodyError> {
+    let mut total = 0u64;
+    loop {
+        let size_line = line(reader, buf).await?;
+        let size_part = size_line.split(|&b| b == b';').next().unwrap_or_default();
+        let size_text = std::str::from_utf8(size_part).map_err(|_| BodyError::BadChunk("size"))?;
+        if size_text.is_empty()
+            || size_text.len() > 15
+            || !size_text.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return Err(BodyError::BadChunk("invalid chunk size"));
+        }
+        let mut size =
+            u64::from_str_radix(size_text, 16).map_err(|_| BodyError::BadChunk("size"))?;
+        if size == 0 {
+            break;
+        }
+        total += size;
+        while size > 0 {
+            if buf.is_empty() {
+                fill(reader, buf).await?;
+            }
+            let take = usize::try_from(size)
+                .unwrap_or(usize::MAX)
+                .min(buf.len())
+                .min(FRAME);
+            let chunk = buf.split_to(take).freeze();
+            size -= take as u64;
+            send(tx, Frame::data(chunk)).await?;
+        }
+        while buf.len() < 2 {
+            fill(reader, buf).await?;
+        }
+        if &buf[..2] != b"\r\n" {
+            return Err(BodyError::BadChunk("missing CRLF after chunk data"));
+        }
+        buf.advance(2);
+    }
+    // Trailers, then the empty line.
+    let mut trailers = HeaderMap::new();
+    let mut trailer_bytes = 0usize;
+    loop {
+        let l = line(reader, buf).await?;
+        if l.is_empty() {
+            break;
+        }
+        trailer_bytes += l.len();
+        if trailer_bytes > MAX_TRAILERS {
+            return Err(BodyError::BadChunk("trailers too large"));
+        }
+        let colon = l
+            .iter()
+            .position(|&b| b == b':')
+            .ok_or(BodyError::BadChunk("trailer"))?;
+        let name =
+            HeaderName::from_bytes(&l[..colon]).map_err(|_| BodyError::BadChunk("trailer name"))?;
+        let value = HeaderValue::from_bytes(l[colon + 1..].trim_ascii())
+            .map_err(|_| BodyError::BadChunk("trailer value"))?;
+        trailers.append(name, value);
+    }
+    if !trailers.is_empty() {
+        send(tx, Frame::trailers(trailers)).await?;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    async fn run(
+        framing: BodyFraming,
+        input: &[u8],
+    ) -> (Result<u64, BodyError>, Vec<u8>, Option<HeaderMap>, BytesMut) {
+        let (tx, body) = ChannelBody::channel(None);
+        let mut buf = BytesMut::new();
+        let mut r = input;
+        let collect = tokio::spawn(async move { body.collect().await });
+        let res = pump(&mut r, &mut buf, framing, tx).await;
+        let (data, trailers) = match collect.await.unwrap() {
+            Ok(c) => {
+                let t = c.trailers().cloned();
+                (c.to_bytes().to_vec(), t)
+            }
+            Err(_) => (Vec::new(), None),
+        };
+        (res, data, trailers, buf)
+    }
+
+    #[tokio::test]
+    async fn content_length() {
+        let (res, data, _, rest) = run(BodyFraming::Length(5), b"helloGET").await;
+        assert_eq!(res, Ok(5));
+        assert_eq!(data, b"hello");
+        assert_eq!(&rest[..], b"GET");
+        let (res, _, _, _) = run(BodyFraming::Length(10), b"short").await;
+        assert_eq!(res, Err(BodyError::Truncated));
+    }
+
+    #[tokio::test]
+    async fn chunked_with_trailers() {
+        let (res, data, trailers, rest) = run(
+            BodyFraming::Chunked,
+            b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: v\r\n\r\nNEXT",
+        )
+        .await;
+        assert_eq!(res, Ok(11));
+        assert_eq!(data, b"hello world");
+        assert_eq!(trailers.unwrap().get("x-t").unwrap(), "v");
+        assert_eq!(&rest[..], b"NEXT");
+    }
+
+    #[tokio::test]
+    async fn chunked_refusals() {
+        for bad in [
+            &b"zz\r\n"[..],
+            b"5\r\nhelloXX",
+            b"5\nhello\r\n0\r\n\r\n",
+            b"-1\r\n",
+        ] {
+            let (res, _, _, _) = run(BodyFraming::Chunked, bad).await;
+            assert!(
+                matches!(res, Err(BodyError::BadChunk(_))),
+                "{bad:?}: {res:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Listeners: binding, the accept loop, and the connection limit.
+//!
+//! Owns what happens between the kernel's accept queue and `pipeline::serve`: a bounded
+//! number of connections in flight (past it, a `503` with a JSON body and close), and an
+//! accept loop that survives running out of file descriptors (back off, keep going) instead
+//! of exiting.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::Semaphore;
+
+use crate::http::respond::Refusal;
+use crate::pipeline::{self, Shared};
+
+/// Binds a listening socket (IPv6 sockets are v6-only so `[::]` and `0.0.0.0` can coexist).
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => {
+            let s = TcpSocket::new_v6()?;
+            socket2::SockRef::from(&s).set_only_v6(true)?;
+            s
+        }
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// Accepts connections until the process ends.
+pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let slots = Arc::new(Semaphore::new(shared.limits.max_connections));
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => {
+                backoff = Duration::from_millis(10);
+                x
+            }
+            Err(e) => {
+                // EMFILE/ENFILE/ENOBUFS: the queue keeps the clients; wait for fds to free up.
+                eprintln!(
+                    "sluice: accept failed: {e}; retrying in {} ms",
+                    backoff.as_millis()
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let local = match stream.local_addr() {
+            Ok(a) => a,
+            Err(_) => continue,
+        };
+        match Arc::clone(&slots).try_acquire_owned() {
+            Ok(permit) => {
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    pipeline::serve(shared, stream, peer, local).await;
+                    drop(permit);
+                });
+            }
+            Err(_) => {
+                let max = shared.limits.max_connections;
+                tokio::spawn(async move {
+                    let mut stream = stream;
+                    let refusal = Refusal::new(
+                        503,
+                        "too_many_connections",
+                        format!(
+                            "sluice is at its limit of {max} concurrent connections; retry later"
+                        ),
+                    );
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(2),
+                        stream.write_all(&refusal.to_bytes()),
+                    )
+                    .await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        }
+    }
+}

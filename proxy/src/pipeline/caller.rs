@@ -1,0 +1,79 @@
+//! The caller of a connection, found from its socket, in the two shapes sluice needs: what
+//! policy matches on (exe, ancestor exes, cmdline paths) and what audit records (pids,
+//! cmdlines).
+//!
+//! Owns the call into `sluice-identity` (on a blocking thread: it reads /proc and talks
+//! netlink) and the conversion of its answer. A failed lookup is an error the pipeline turns
+//! into a denial: sluice never guesses who is calling (fail closed).
+
+use std::net::SocketAddr;
+
+use sluice_identity::Identity;
+
+use super::Shared;
+use crate::audit;
+use crate::policy;
+
+/// A caller as policy and audit see it.
+#[derive(Clone, Debug)]
+pub struct Known {
+    pub exe: String,
+    pub ancestors: Vec<String>,
+    pub cmdline_paths: Vec<String>,
+    pub audit: audit::Caller,
+}
+
+impl Known {
+    pub fn policy_caller(&self) -> policy::Caller<'_> {
+        policy::Caller {
+            exe: &self.exe,
+            ancestors: &self.ancestors,
+            cmdline: &self.cmdline_paths,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.audit.process.pid
+    }
+}
+
+/// Identifies the process at the other end of an accepted connection.
+pub async fn identify(
+    shared: &Shared,
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Result<Known, String> {
+    let resolver = std::sync::Arc::clone(&shared.identity);
+    let looked_up = tokio::task::spawn_blocking(move || resolver.lookup(peer, local)).await;
+    match looked_up {
+        Ok(Ok(identity)) => Ok(known(&identity)),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(format!("identity lookup failed: {e}")),
+    }
+}
+
+fn known(id: &Identity) -> Known {
+    Known {
+        exe: id.exe.clone(),
+        ancestors: id.ancestors.iter().map(|a| a.exe.clone()).collect(),
+        cmdline_paths: id.cmdline_paths.clone(),
+        audit: audit::Caller {
+            process: audit::Process {
+                pid: id.pid,
+                exe: id.exe.clone(),
+                cmdline: id.cmdline.clone(),
+                uid: Some(id.uid),
+            },
+            ancestors: id
+                .ancestors
+                .iter()
+                .map(|a| audit::Process {
+                    pid: a.pid,
+                    exe: a.exe.clone(),
+                    cmdline: a.cmdline.clone(),
+                    uid: None,
+                })
+                .collect(),
+        },
+    }
+}

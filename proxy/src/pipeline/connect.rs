@@ -1,0 +1,318 @@
+//! `CONNECT host:port`: decide, vet the destination, dial, answer `200`, relay.
+//!
+//! Owns the tunnel entry point. Every refusal is an HTTP status with a JSON body sent before
+//! any `200` (policy 403, SSRF 403, unreachable 502, slow 504). An endpoint whose requests
+//! must be inspected is refused with 503 until TLS termination exists, never relayed
+//! uninspected.
+
+use std::time::SystemTime;
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+use super::caller::Known;
+use super::destination::{self, DialError};
+use super::{Conn, Shared};
+use crate::audit::{self, Engine, Outcome, Via};
+use crate::http::head::RequestHead;
+use crate::http::respond::Refusal;
+use crate::policy::L4Decision;
+use crate::policy::canon;
+use crate::relay;
+
+/// A parsed CONNECT authority.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Authority {
+    pub host: String,
+    pub port: u16,
+}
+
+/// `host:port` or `[v6]:port`, port required, no userinfo.
+pub fn parse_authority(target: &str) -> Result<Authority, String> {
+    if target.contains('@') || target.contains('/') {
+        return Err(format!("`{target}` is not host:port"));
+    }
+    let (host, port) = if let Some(rest) = target.strip_prefix('[') {
+        let (h, after) = rest.split_once(']').ok_or("unclosed `[`")?;
+        let p = after.strip_prefix(':').ok_or("a port is required")?;
+        (h, p)
+    } else {
+        target
+            .rsplit_once(':')
+            .ok_or("a port is required (host:port)")?
+    };
+    let port = port
+        .parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("invalid port `{port}`"))?;
+    if host.is_empty() {
+        return Err("empty host".to_string());
+    }
+    Ok(Authority {
+        host: host.to_string(),
+        port,
+    })
+}
+
+struct Ctx<'a> {
+    shared: &'a Shared,
+    conn: &'a Conn,
+    caller: Option<&'a Known>,
+    host: String,
+    port: u16,
+}
+
+impl Ctx<'_> {
+    fn open_event(
+        &self,
+        outcome: Outcome,
+        policy: Option<String>,
+        engine: Engine,
+        reason: Option<String>,
+        status: u16,
+        ip: Option<std::net::IpAddr>,
+    ) {
+        self.shared
+            .audit
+            .emit(&audit::Event::ConnectionOpen(audit::ConnectionOpen {
+                time: SystemTime::now(),
+                id: self.conn.id,
+                via: Via::Connect,
+                caller: self.caller.map(|c| c.audit.clone()),
+                src: self.conn.peer,
+                dst: audit::Destination {
+                    host: self.host.clone(),
+                    port: self.port,
+                    ip,
+                },
+                outcome,
+                policy,
+                engine,
+                reason,
+                status,
+            }));
+    }
+
+    async fn refuse(
+        &self,
+        wr: &mut OwnedWriteHalf,
+        refusal: Refusal,
+        policy: Option<String>,
+        engine: Engine,
+    ) {
+        let _ = wr.write_all(&refusal.to_bytes()).await;
+        let _ = wr.shutdown().await;
+        let reason = refusal
+            .reason
+            .clone()
+            .unwrap_or_else(|| refusal.detail.clone());
+        self.open_event(
+            Outcome::Denied,
+            policy,
+            engine,
+            Some(reason),
+            refusal.status,
+            None,
+        );
+    }
+}
+
+pub async fn run(
+    shared: &Shared,
+    conn: &Conn,
+    caller: Result<Known, String>,
+    head: RequestHead,
+    rd: OwnedReadHalf,
+    mut wr: OwnedWriteHalf,
+    buf: BytesMut,
+) {
+    let authority = match parse_authority(&head.target) {
+        Ok(a) => a,
+        Err(e) => {
+            let ctx = Ctx {
+                shared,
+                conn,
+                caller: caller.as_ref().ok(),
+                host: head.target.clone(),
+                port: 0,
+            };
+            let refusal = Refusal::new(400, "bad_request", format!("CONNECT target {e}"));
+            ctx.refuse(&mut wr, refusal, None, Engine::HttpParser).await;
+            return;
+        }
+    };
+    let mut ctx = Ctx {
+        shared,
+        conn,
+        caller: caller.as_ref().ok(),
+        host: authority.host.to_ascii_lowercase(),
+        port: authority.port,
+    };
+    let hp = format!("{}:{}", ctx.host, ctx.port);
+    let host = match canon::normalize_host(&authority.host) {
+        Ok(h) => h,
+        Err(e) => {
+            let refusal = Refusal::new(400, "invalid_target", format!("CONNECT {hp} refused: {e}"));
+            ctx.refuse(&mut wr, refusal, None, Engine::HttpParser).await;
+            return;
+        }
+    };
+    ctx.host.clone_from(&host);
+    let known = match &caller {
+        Ok(k) => k,
+        Err(e) => {
+            let refusal = Refusal::new(
+                403,
+                "policy_denied",
+                format!("CONNECT {hp} not permitted by policy"),
+            )
+            .with_reason(e.clone())
+            .with("stage", "identity");
+            ctx.refuse(&mut wr, refusal, None, Engine::Identity).await;
+            return;
+        }
+    };
+    // Pin the snapshot this connection is admitted under.
+    let policy = shared.policy.load_full();
+    let admission = match policy.decide_l4(&known.policy_caller(), &host, ctx.port) {
+        L4Decision::Allow(a) => a,
+        L4Decision::Deny(d) => {
+            let refusal = Refusal::new(
+                403,
+                "policy_denied",
+                format!("CONNECT {hp} not permitted by policy"),
+            )
+            .with_reason(d.reason)
+            .with("binary", known.exe.clone())
+            .with("ancestors", known.ancestors.clone())
+            .with("host", host.clone())
+            .with("port", ctx.port)
+            .with("stage", "l4");
+            ctx.refuse(&mut wr, refusal, None, Engine::L4).await;
+            return;
+        }
+    };
+    let entry = Some(admission.entry.to_string());
+    if admission.inspects(&policy) {
+        let refusal = Refusal::new(
+            503,
+            "tls_termination_unavailable",
+            format!("CONNECT {hp} needs L7 inspection (protocol rest/websocket), which this sluice build cannot do yet; it is refused rather than relayed uninspected"),
+        )
+        .with("policy", admission.entry.to_string());
+        ctx.refuse(&mut wr, refusal, entry, Engine::L7).await;
+        return;
+    }
+    let plan = destination::plan_for(&policy, &admission, &host, shared.compat);
+    let (upstream, addr) = match destination::connect(shared, &plan, &host, ctx.port).await {
+        Ok(x) => x,
+        Err(e) => {
+            let (refusal, engine) = dial_refusal(&e, "CONNECT", &hp);
+            ctx.refuse(&mut wr, refusal, entry, engine).await;
+            return;
+        }
+    };
+    if wr
+        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return;
+    }
+    ctx.open_event(
+        Outcome::Allowed,
+        entry.clone(),
+        Engine::L4,
+        None,
+        200,
+        Some(addr.ip()),
+    );
+    let (ur, uw) = upstream.into_split();
+    let stats = relay::relay(rd, wr, ur, uw, &buf, shared.limits.idle_timeout).await;
+    shared
+        .audit
+        .emit(&audit::Event::ConnectionClose(audit::ConnectionClose {
+            time: SystemTime::now(),
+            id: conn.id,
+            via: Via::Connect,
+            caller: Some(known.audit.clone()),
+            src: conn.peer,
+            dst: audit::Destination {
+                host: host.clone(),
+                port: ctx.port,
+                ip: Some(addr.ip()),
+            },
+            policy: entry,
+            bytes_in: stats.client_to_upstream,
+            bytes_out: stats.upstream_to_client,
+            duration_ms: u64::try_from(conn.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            reason: stats.end.describe(),
+        }));
+}
+
+/// The refusal for a failed destination step, shared with the forward path.
+pub fn dial_refusal(e: &DialError, verb: &str, hp: &str) -> (Refusal, Engine) {
+    match e {
+        DialError::Refused { detail, reason } => (
+            Refusal::new(403, "ssrf_denied", format!("{verb} {hp} blocked: {detail}"))
+                .with_reason(reason.clone()),
+            Engine::Ssrf,
+        ),
+        DialError::Resolve(msg) => (
+            Refusal::new(
+                502,
+                "upstream_unreachable",
+                format!("connection to {hp} failed"),
+            )
+            .with_reason(msg.clone()),
+            Engine::Proxy,
+        ),
+        DialError::Unreachable(msg) => (
+            Refusal::new(
+                502,
+                "upstream_unreachable",
+                format!("connection to {hp} failed"),
+            )
+            .with_reason(msg.clone()),
+            Engine::Proxy,
+        ),
+        DialError::Timeout => (
+            Refusal::new(
+                504,
+                "upstream_timeout",
+                format!("connection to {hp} timed out"),
+            ),
+            Engine::Proxy,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorities() {
+        assert_eq!(
+            parse_authority("api.x.com:443"),
+            Ok(Authority {
+                host: "api.x.com".into(),
+                port: 443
+            })
+        );
+        assert_eq!(
+            parse_authority("[::1]:8443"),
+            Ok(Authority {
+                host: "::1".into(),
+                port: 8443
+            })
+        );
+        assert!(parse_authority("api.x.com").is_err());
+        assert!(parse_authority("api.x.com:0").is_err());
+        assert!(parse_authority("api.x.com:99999").is_err());
+        assert!(parse_authority("u@api.x.com:443").is_err());
+        assert!(parse_authority(":443").is_err());
+    }
+}

@@ -1,0 +1,723 @@
+//! Absolute-form HTTP (`GET http://host/path HTTP/1.1`): each request decided and forwarded,
+//! keep-alive on both sides.
+//!
+//! Owns the forward-proxy loop of one client connection: parse the absolute target, decide
+//! (L4 for host:port, then the L7 rules of an inspected endpoint, on the canonical path),
+//! reuse or dial the upstream (through `destination`, SSRF-checked), stream the request body
+//! up and the response down with backpressure, and audit each request. Hop-by-hop and
+//! `Proxy-*` headers never cross; the canonical path is what goes upstream.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Instant, SystemTime};
+
+use bytes::BytesMut;
+use http::{HeaderName, HeaderValue, Request};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::oneshot;
+
+use super::caller::Known;
+use super::connect::dial_refusal;
+use super::destination;
+use super::{Conn, Shared, head_refusal};
+use crate::audit::{self, Engine, Outcome};
+use crate::http::body::{self, ChannelBody};
+use crate::http::head::{self, BodyFraming, HeadError, RequestHead};
+use crate::http::respond::{self, Refusal, is_hop_by_hop};
+use crate::policy::canon;
+use crate::policy::decide::{RequestBasis, Verdict};
+use crate::policy::{L4Decision, Request as PolicyRequest};
+
+/// Upstream connections kept per client connection.
+const MAX_UPSTREAMS: usize = 8;
+
+/// An absolute-form request target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Absolute {
+    pub host: String,
+    pub port: u16,
+    /// Path and query as sent (`/` when the URI has none).
+    pub path_and_query: String,
+}
+
+/// Parses `http://host[:port][/path][?query]`; anything else is a refusal.
+pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
+    if target.starts_with('/') {
+        return Err(Refusal::new(
+            400,
+            "not_a_proxy_request",
+            "sluice is a proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port",
+        ));
+    }
+    let Some((scheme, rest)) = target.split_once("://") else {
+        return Err(Refusal::new(
+            400,
+            "bad_request",
+            "request target is not an absolute http:// URI",
+        ));
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "http" => {}
+        "https" => {
+            return Err(Refusal::new(
+                400,
+                "https_requires_connect",
+                "Use CONNECT for HTTPS URLs",
+            ));
+        }
+        other => {
+            return Err(Refusal::new(
+                400,
+                "unsupported_proxy_scheme",
+                format!(
+                    "scheme `{other}` is not supported by the forward proxy (http only; use CONNECT)"
+                ),
+            ));
+        }
+    }
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(split);
+    if authority.contains('@') {
+        return Err(Refusal::new(
+            400,
+            "bad_request",
+            "user information in the request URI is not allowed",
+        ));
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (h, after) = v6
+            .split_once(']')
+            .ok_or_else(|| Refusal::new(400, "bad_request", "unclosed `[` in the URI host"))?;
+        (h.to_string(), after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (authority.to_string(), None),
+        }
+    };
+    let port = match port {
+        None => 80,
+        Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+            Refusal::new(400, "bad_request", format!("invalid port `{p}` in the URI"))
+        })?,
+    };
+    if host.is_empty() {
+        return Err(Refusal::new(400, "bad_request", "empty host in the URI"));
+    }
+    let path_and_query = match tail {
+        "" => "/".to_string(),
+        t if t.starts_with('?') => format!("/{t}"),
+        t => t.to_string(),
+    };
+    Ok(Absolute {
+        host,
+        port,
+        path_and_query,
+    })
+}
+
+struct Upstream {
+    sender: SendRequest<ChannelBody>,
+    addr: SocketAddr,
+}
+
+/// What one request did to the connection.
+struct Step {
+    keep_alive: bool,
+}
+
+pub async fn run(
+    shared: &Shared,
+    conn: &Conn,
+    caller: Result<Known, String>,
+    first: RequestHead,
+    mut rd: OwnedReadHalf,
+    mut wr: OwnedWriteHalf,
+    mut buf: BytesMut,
+) {
+    let mut upstreams: HashMap<(String, u16), Upstream> = HashMap::new();
+    let mut head = first;
+    loop {
+        let step = one(
+            shared,
+            conn,
+            &caller,
+            &head,
+            &mut rd,
+            &mut wr,
+            &mut buf,
+            &mut upstreams,
+        )
+        .await;
+        if !step.keep_alive {
+            break;
+        }
+        head = match tokio::time::timeout(
+            shared.limits.keepalive_timeout,
+            head::read_head(&mut rd, &mut buf, shared.limits.max_head_bytes),
+        )
+        .await
+        {
+            Ok(Ok(h)) if h.method.eq_ignore_ascii_case("CONNECT") => {
+                let refusal = Refusal::new(
+                    400,
+                    "bad_request",
+                    "CONNECT after a forwarded request on the same connection: open a new connection",
+                );
+                let _ = wr.write_all(&refusal.to_bytes()).await;
+                break;
+            }
+            Ok(Ok(h)) => h,
+            Ok(Err(HeadError::Closed)) | Err(_) => break,
+            Ok(Err(e)) => {
+                let _ = wr.write_all(&head_refusal(&e).to_bytes()).await;
+                break;
+            }
+        };
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// The audit record of one request, filled in as the request goes.
+struct Record<'a> {
+    shared: &'a Shared,
+    conn: &'a Conn,
+    caller: Option<&'a Known>,
+    started: Instant,
+    method: String,
+    host: String,
+    port: u16,
+    ip: Option<std::net::IpAddr>,
+    path: String,
+    policy: Option<String>,
+    rule: Option<String>,
+}
+
+impl Record<'_> {
+    fn emit(
+        &self,
+        outcome: Outcome,
+        engine: Engine,
+        reason: Option<String>,
+        status: Option<u16>,
+        bytes_in: u64,
+        bytes_out: u64,
+    ) {
+        self.shared
+            .audit
+            .emit(&audit::Event::HttpRequest(audit::HttpRequest {
+                time: SystemTime::now(),
+                id: self.conn.id,
+                caller: self.caller.map(|c| c.audit.clone()),
+                src: self.conn.peer,
+                dst: audit::Destination {
+                    host: self.host.clone(),
+                    port: self.port,
+                    ip: self.ip,
+                },
+                method: self.method.clone(),
+                scheme: "http",
+                path: self.path.clone(),
+                outcome,
+                policy: self.policy.clone(),
+                engine,
+                rule: self.rule.clone(),
+                reason,
+                status,
+                bytes_in,
+                bytes_out,
+                duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                credentials: Vec::new(),
+            }));
+    }
+
+    async fn refuse(&self, wr: &mut OwnedWriteHalf, refusal: Refusal, engine: Engine) -> Step {
+        let _ = wr.write_all(&refusal.to_bytes()).await;
+        let reason = refusal
+            .reason
+            .clone()
+            .unwrap_or_else(|| refusal.detail.clone());
+        self.emit(
+            Outcome::Denied,
+            engine,
+            Some(reason),
+            Some(refusal.status),
+            0,
+            0,
+        );
+        Step { keep_alive: false }
+    }
+}
+
+/// The path without its query, for messages and audit (queries are never logged).
+fn path_only(path_and_query: &str) -> &str {
+    path_and_query.split('?').next().unwrap_or("/")
+}
+
+#[allow(clippy::too_many_arguments)] // the halves of one connection and its state, borrowed together
+async fn one(
+    shared: &Shared,
+    conn: &Conn,
+    caller: &Result<Known, String>,
+    head: &RequestHead,
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    buf: &mut BytesMut,
+    upstreams: &mut HashMap<(String, u16), Upstream>,
+) -> Step {
+    let mut rec = Record {
+        shared,
+        conn,
+        caller: caller.as_ref().ok(),
+        started: Instant::now(),
+        method: head.method.to_ascii_uppercase(),
+        host: String::new(),
+        port: 0,
+        ip: None,
+        path: String::new(),
+        policy: None,
+        rule: None,
+    };
+    let target = match parse_absolute(&head.target) {
+        Ok(t) => t,
+        Err(refusal) => return rec.refuse(wr, refusal, Engine::HttpParser).await,
+    };
+    rec.host = target.host.to_ascii_lowercase();
+    rec.port = target.port;
+    rec.path = path_only(&target.path_and_query).to_string();
+    let hp = format!("{}:{}", rec.host, rec.port);
+    let host = match canon::normalize_host(&target.host) {
+        Ok(h) => h,
+        Err(e) => {
+            return rec
+                .refuse(
+                    wr,
+                    Refusal::new(
+                        400,
+                        "invalid_target",
+                        format!("{} {hp} refused: {e}", rec.method),
+                    ),
+                    Engine::HttpParser,
+                )
+                .await;
+        }
+    };
+    rec.host.clone_from(&host);
+    if let Some(h) = head.header("host")
+        && !host_matches(h, &host, target.port)
+    {
+        let refusal = Refusal::new(
+            400,
+            "bad_request",
+            "the Host header does not match the request URI's authority",
+        );
+        return rec.refuse(wr, refusal, Engine::HttpParser).await;
+    }
+    let known = match caller {
+        Ok(k) => k,
+        Err(e) => {
+            let refusal = Refusal::new(
+                403,
+                "policy_denied",
+                format!("{} {hp}{} not permitted by policy", rec.method, rec.path),
+            )
+            .with_reason(e.clone())
+            .with("stage", "identity");
+            return rec.refuse(wr, refusal, Engine::Identity).await;
+        }
+    };
+    let policy = shared.policy.load_full();
+    let admission = match policy.decide_l4(&known.policy_caller(), &host, target.port) {
+        L4Decision::Allow(a) => a,
+        L4Decision::Deny(d) => {
+            let refusal = Refusal::new(
+                403,
+                "policy_denied",
+                format!("{} {hp}{} not permitted by policy", rec.method, rec.path),
+            )
+            .with_reason(d.reason)
+            .with("binary", known.exe.clone())
+            .with("ancestors", known.ancestors.clone())
+            .with("host", host.clone())
+            .with("port", target.port)
+            .with("stage", "l4");
+            return rec.refuse(wr, refusal, Engine::L4).await;
+        }
+    };
+    rec.policy = Some(admission.entry.to_string());
+
+    // The request target upstream sees: canonical, as policy judged it.
+    let mut outcome = Outcome::Allowed;
+    let mut engine = Engine::L4;
+    let mut reason = None;
+    let origin_form = if admission.inspects(&policy) {
+        engine = Engine::L7;
+        let decision = policy.decide_request(
+            &admission,
+            &PolicyRequest {
+                method: &head.method,
+                target: target.path_and_query.as_bytes(),
+                websocket_upgrade: false,
+            },
+        );
+        if let Some(t) = &decision.target {
+            rec.path.clone_from(&t.path);
+        }
+        rec.rule = decision.rule().map(|r| r.summary());
+        if let Some(r) = decision.rule() {
+            rec.policy = Some(r.origin.entry.to_string());
+        }
+        match (decision.verdict, &decision.basis) {
+            (Verdict::Deny, RequestBasis::Target(e)) => {
+                let refusal = Refusal::new(
+                    400,
+                    "invalid_request_target",
+                    format!("request-target refused: {e}"),
+                );
+                return rec.refuse(wr, refusal, Engine::HttpParser).await;
+            }
+            (Verdict::Deny, _) => {
+                let refusal = Refusal::new(
+                    403,
+                    "policy_denied",
+                    format!(
+                        "{} {hp}{} denied by L7 policy: {}",
+                        rec.method, rec.path, decision.reason
+                    ),
+                )
+                .with_reason(decision.reason.clone())
+                .with("policy", rec.policy.clone().unwrap_or_default())
+                .with("binary", known.exe.clone())
+                .with("stage", "l7");
+                return rec.refuse(wr, refusal, Engine::L7).await;
+            }
+            (Verdict::Audit, _) => {
+                outcome = Outcome::Audited;
+                reason = Some(decision.reason.clone());
+            }
+            (Verdict::Allow, _) => {}
+        }
+        match decision.target {
+            Some(t) => t.to_origin_form(),
+            None => target.path_and_query.clone(),
+        }
+    } else {
+        match canon::canonicalize(target.path_and_query.as_bytes(), true) {
+            Ok(t) => {
+                rec.path.clone_from(&t.path);
+                t.to_origin_form()
+            }
+            Err(e) => {
+                let refusal = Refusal::new(
+                    400,
+                    "invalid_request_target",
+                    format!("request-target refused: {e}"),
+                );
+                return rec.refuse(wr, refusal, Engine::HttpParser).await;
+            }
+        }
+    };
+
+    // An upstream connection: reuse this client's, or dial a vetted address.
+    let key = (host.clone(), target.port);
+    let reusable = match upstreams.get_mut(&key) {
+        Some(u) => u.sender.ready().await.is_ok(),
+        None => false,
+    };
+    if !reusable {
+        upstreams.remove(&key);
+        if upstreams.len() >= MAX_UPSTREAMS {
+            upstreams.clear();
+        }
+        let plan = destination::plan_for(&policy, &admission, &host, shared.compat);
+        let (stream, addr) = match destination::connect(shared, &plan, &host, target.port).await {
+            Ok(x) => x,
+            Err(e) => {
+                let (refusal, engine) = dial_refusal(&e, &rec.method, &hp);
+                return rec.refuse(wr, refusal, engine).await;
+            }
+        };
+        match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
+            Ok((sender, connection)) => {
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                upstreams.insert(key.clone(), Upstream { sender, addr });
+            }
+            Err(e) => {
+                let refusal = Refusal::new(
+                    502,
+                    "upstream_unreachable",
+                    format!("connection to {hp} failed"),
+                )
+                .with_reason(e.to_string());
+                return rec.refuse(wr, refusal, Engine::Proxy).await;
+            }
+        }
+    }
+    let Some(upstream) = upstreams.get_mut(&key) else {
+        return Step { keep_alive: false };
+    };
+    rec.ip = Some(upstream.addr.ip());
+
+    let framing = head.framing();
+    let expect_continue = head
+        .header("expect")
+        .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
+    let (tx, req_body) = match framing {
+        BodyFraming::None => (None, ChannelBody::empty()),
+        BodyFraming::Length(n) => {
+            let (tx, b) = ChannelBody::channel(Some(n));
+            (Some(tx), b)
+        }
+        BodyFraming::Chunked => {
+            let (tx, b) = ChannelBody::channel(None);
+            (Some(tx), b)
+        }
+    };
+    let request = match build_request(head, &origin_form, &host, target.port, req_body) {
+        Ok(r) => r,
+        Err(e) => {
+            return rec
+                .refuse(wr, Refusal::new(400, "bad_request", e), Engine::HttpParser)
+                .await;
+        }
+    };
+    if expect_continue
+        && tx.is_some()
+        && wr
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .is_err()
+    {
+        return Step { keep_alive: false };
+    }
+
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    let pump = async {
+        let result = match tx {
+            Some(tx) => body::pump(rd, buf, framing, tx).await,
+            None => Ok(0),
+        };
+        let _ = done_tx.send(());
+        result
+    };
+    let upstream_timeout = shared.limits.upstream_timeout;
+    let is_head = head.method.eq_ignore_ascii_case("HEAD");
+    let client_keep_alive = head.keep_alive();
+    let exchange = async {
+        let response = tokio::select! {
+            r = upstream.sender.send_request(request) => r.map_err(|e| e.to_string()),
+            () = async {
+                let _ = done_rx.await;
+                tokio::time::sleep(upstream_timeout).await;
+            } => return Err(Exchange::Timeout),
+        };
+        let response = response.map_err(Exchange::Failed)?;
+        let status = response.status().as_u16();
+        respond::write_response(wr, response, is_head, head.minor_version, client_keep_alive)
+            .await
+            .map(|w| (status, w))
+            .map_err(|e| Exchange::Midway(e.to_string()))
+    };
+    let (pumped, exchanged) = {
+        tokio::pin!(pump);
+        tokio::pin!(exchange);
+        tokio::select! {
+            e = &mut exchange => {
+                // The response is out; the body should be done too (a server may answer early).
+                let p = tokio::time::timeout(std::time::Duration::from_millis(500), &mut pump).await.ok();
+                (p, e)
+            }
+            p = &mut pump => {
+                let e = exchange.await;
+                (Some(p), e)
+            }
+        }
+    };
+    let body_in = match &pumped {
+        Some(Ok(n)) => *n,
+        _ => 0,
+    };
+    match exchanged {
+        Ok((status, written)) => {
+            rec.emit(
+                outcome,
+                engine,
+                reason,
+                Some(status),
+                body_in,
+                written.body_bytes,
+            );
+            let body_complete = matches!(pumped, Some(Ok(_)));
+            Step {
+                keep_alive: client_keep_alive && body_complete && !written.close_delimited,
+            }
+        }
+        Err(Exchange::Timeout) => {
+            upstreams.remove(&key);
+            let refusal = Refusal::new(
+                504,
+                "upstream_timeout",
+                format!(
+                    "{hp} sent no response within {} s",
+                    upstream_timeout.as_secs_f32()
+                ),
+            );
+            rec.refuse(wr, refusal, Engine::Proxy).await
+        }
+        Err(Exchange::Failed(e)) => {
+            upstreams.remove(&key);
+            let refusal = match &pumped {
+                Some(Err(body_err)) => {
+                    Refusal::new(400, "bad_request", format!("request body: {body_err}"))
+                }
+                _ => Refusal::new(
+                    502,
+                    "upstream_unreachable",
+                    format!("connection to {hp} failed"),
+                )
+                .with_reason(e),
+            };
+            rec.refuse(wr, refusal, Engine::Proxy).await
+        }
+        Err(Exchange::Midway(e)) => {
+            // The head was sent: the only honest signal left is closing the connection.
+            rec.emit(
+                Outcome::Allowed,
+                engine,
+                Some(format!("response interrupted: {e}")),
+                None,
+                body_in,
+                0,
+            );
+            Step { keep_alive: false }
+        }
+    }
+}
+
+enum Exchange {
+    Timeout,
+    Failed(String),
+    Midway(String),
+}
+
+/// Whether a Host header names the same authority as the URI.
+fn host_matches(header: &[u8], host: &str, port: u16) -> bool {
+    let Ok(h) = std::str::from_utf8(header) else {
+        return false;
+    };
+    let h = h.trim().to_ascii_lowercase();
+    let (hh, hp) = if let Some(v6) = h.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((a, rest)) => (a.to_string(), rest.strip_prefix(':').map(str::to_string)),
+            None => return false,
+        }
+    } else {
+        match h.rsplit_once(':') {
+            Some((a, p)) => (a.to_string(), Some(p.to_string())),
+            None => (h.clone(), None),
+        }
+    };
+    let hp: u16 = match hp {
+        None => 80,
+        Some(p) => match p.parse() {
+            Ok(p) => p,
+            Err(_) => return false,
+        },
+    };
+    hh == host && hp == port
+}
+
+/// The upstream request: origin-form target, hop-by-hop and `Proxy-*` headers removed,
+/// `Host` from the URI, `Via` added.
+fn build_request(
+    head: &RequestHead,
+    origin_form: &str,
+    host: &str,
+    port: u16,
+    body: ChannelBody,
+) -> Result<Request<ChannelBody>, String> {
+    let nominated = head.connection_tokens();
+    let mut builder = Request::builder()
+        .method(head.method.as_str())
+        .uri(origin_form)
+        .version(http::Version::HTTP_11);
+    let authority = match (host.contains(':'), port) {
+        (true, 80) => format!("[{host}]"),
+        (true, p) => format!("[{host}]:{p}"),
+        (false, 80) => host.to_string(),
+        (false, p) => format!("{host}:{p}"),
+    };
+    builder = builder.header(http::header::HOST, authority);
+    for (name, value) in &head.headers {
+        let lower = name.to_ascii_lowercase();
+        if is_hop_by_hop(&lower)
+            || nominated.contains(&lower)
+            || lower == "host"
+            || lower == "expect"
+        {
+            continue;
+        }
+        let n = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("invalid header name `{name}`"))?;
+        let v = HeaderValue::from_bytes(value)
+            .map_err(|_| format!("invalid value for header `{name}`"))?;
+        builder = builder.header(n, v);
+    }
+    if head.framing() == BodyFraming::Chunked {
+        builder = builder.header(http::header::TRANSFER_ENCODING, "chunked");
+    }
+    builder = builder.header(http::header::VIA, "1.1 sluice");
+    builder.body(body).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_targets() {
+        let a = parse_absolute("http://Example.com:8080/a/b?c=1").unwrap();
+        assert_eq!(
+            (a.host.as_str(), a.port, a.path_and_query.as_str()),
+            ("Example.com", 8080, "/a/b?c=1")
+        );
+        assert_eq!(parse_absolute("http://x.test").unwrap().path_and_query, "/");
+        assert_eq!(
+            parse_absolute("http://x.test?q").unwrap().path_and_query,
+            "/?q"
+        );
+        assert_eq!(parse_absolute("http://[::1]:81/").unwrap().host, "::1");
+        assert_eq!(
+            parse_absolute("https://x.test/").unwrap_err().error,
+            "https_requires_connect"
+        );
+        assert_eq!(
+            parse_absolute("ftp://x.test/").unwrap_err().error,
+            "unsupported_proxy_scheme"
+        );
+        assert_eq!(
+            parse_absolute("/local").unwrap_err().error,
+            "not_a_proxy_request"
+        );
+        assert_eq!(
+            parse_absolute("http://u:p@x.test/").unwrap_err().status,
+            400
+        );
+        assert_eq!(parse_absolute("http://x.test:0/").unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn host_header_agreement() {
+        assert!(host_matches(b"x.test", "x.test", 80));
+        assert!(host_matches(b"X.test:80", "x.test", 80));
+        assert!(host_matches(b"x.test:8080", "x.test", 8080));
+        assert!(!host_matches(b"evil.test", "x.test", 80));
+        assert!(!host_matches(b"x.test:81", "x.test", 80));
+        assert!(host_matches(b"[::1]:81", "::1", 81));
+    }
+}

@@ -1,0 +1,210 @@
+//! One connection's walk through sluice: target → caller → decision → destination → relay,
+//! the same for every entry point (spec: "one pipeline").
+//!
+//! Owns the shared state of a running proxy (`Shared`), the per-connection entry point
+//! (`serve`), the first request head, and the dispatch to `connect` (CONNECT tunnels) or
+//! `forward` (absolute-form HTTP). The policy decision, the caller lookup and the destination
+//! check live in `caller.rs`, the policy module and `destination.rs`, and both entry points
+//! call the same ones.
+
+pub mod caller;
+pub mod connect;
+pub mod destination;
+pub mod forward;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use bytes::BytesMut;
+use sluice_identity::IdentityResolver;
+use sluice_resolver::Resolver;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::audit::{self, AuditSink, Engine, Outcome, Via};
+use crate::http::head::{self, HeadError, RequestHead};
+use crate::http::respond::Refusal;
+use crate::policy::{Compat, Policy};
+
+/// Timeouts and sizes; every wait on a peer has one (invariant 9).
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest request head accepted (larger: 431).
+    pub max_head_bytes: usize,
+    /// Time allowed for the first request head.
+    pub head_timeout: Duration,
+    /// Time a kept-alive client connection may sit between requests.
+    pub keepalive_timeout: Duration,
+    /// Time allowed to establish an upstream TCP connection (per address).
+    pub connect_timeout: Duration,
+    /// Time allowed for upstream response headers once the request is sent (then 504).
+    pub upstream_timeout: Duration,
+    /// A tunnel or response stream with no bytes either way for this long is closed.
+    pub idle_timeout: Duration,
+    /// Concurrent client connections; past it, new ones get 503.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_head_bytes: 8192,
+            head_timeout: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+            upstream_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(3600),
+            max_connections: 4096,
+        }
+    }
+}
+
+/// What every connection shares: the policy snapshot, resolvers, audit, limits.
+#[derive(Debug)]
+pub struct Shared {
+    pub policy: ArcSwap<Policy>,
+    pub resolver: Resolver,
+    pub identity: Arc<IdentityResolver>,
+    pub audit: Arc<AuditSink>,
+    pub limits: Limits,
+    /// `--allow-loopback-upstream`: policies may reach 127.0.0.0/8 (tests only).
+    pub allow_loopback: bool,
+    /// `--compat openshell` also changes one runtime rule: exactly declared hosts may resolve
+    /// to private addresses (see `destination::plan_for`).
+    pub compat: Compat,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(
+        policy: Policy,
+        resolver: Resolver,
+        identity: Arc<IdentityResolver>,
+        audit: Arc<AuditSink>,
+        limits: Limits,
+        allow_loopback: bool,
+        compat: Compat,
+    ) -> Shared {
+        Shared {
+            policy: ArcSwap::from_pointee(policy),
+            resolver,
+            identity,
+            audit,
+            limits,
+            allow_loopback,
+            compat,
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// One accepted client connection, and what is known about it so far.
+#[derive(Debug)]
+pub struct Conn {
+    pub id: u64,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    pub started: std::time::Instant,
+}
+
+/// Serves one client connection to the end.
+pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, local: SocketAddr) {
+    // A proxy that delays small writes stalls TLS handshakes by 40 ms (Nagle + delayed ACK).
+    let _ = stream.set_nodelay(true);
+    let conn = Conn {
+        id: shared.next_id(),
+        peer,
+        local,
+        started: std::time::Instant::now(),
+    };
+    let (mut rd, mut wr) = stream.into_split();
+    let mut buf = BytesMut::with_capacity(4096);
+    let limits = &shared.limits;
+    let head = match tokio::time::timeout(
+        limits.head_timeout,
+        head::read_head(&mut rd, &mut buf, limits.max_head_bytes),
+    )
+    .await
+    {
+        Ok(Ok(h)) => h,
+        Ok(Err(HeadError::Closed)) => return,
+        Ok(Err(e)) => {
+            let refusal = head_refusal(&e);
+            refuse_early(&shared, &conn, &mut wr, refusal, None).await;
+            return;
+        }
+        Err(_) => {
+            let refusal = Refusal::new(
+                408,
+                "request_timeout",
+                format!(
+                    "no complete request head within {} s",
+                    limits.head_timeout.as_secs()
+                ),
+            );
+            refuse_early(&shared, &conn, &mut wr, refusal, None).await;
+            return;
+        }
+    };
+    let caller = caller::identify(&shared, peer, local).await;
+    if head.method.eq_ignore_ascii_case("CONNECT") {
+        connect::run(&shared, &conn, caller, head, rd, wr, buf).await;
+    } else {
+        forward::run(&shared, &conn, caller, head, rd, wr, buf).await;
+    }
+}
+
+/// The refusal for a head that could not be read.
+pub fn head_refusal(e: &HeadError) -> Refusal {
+    match e {
+        HeadError::TooLarge(max) => Refusal::new(
+            431,
+            "request_header_fields_too_large",
+            format!("request head larger than {max} bytes"),
+        ),
+        other => Refusal::new(400, "bad_request", other.to_string()),
+    }
+}
+
+/// Answers a connection refused before a target was known, and audits it.
+async fn refuse_early(
+    shared: &Shared,
+    conn: &Conn,
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    refusal: Refusal,
+    head: Option<&RequestHead>,
+) {
+    let caller = caller::identify(shared, conn.peer, conn.local).await.ok();
+    let _ = wr.write_all(&refusal.to_bytes()).await;
+    let _ = wr.shutdown().await;
+    let via = match head {
+        Some(h) if !h.method.eq_ignore_ascii_case("CONNECT") => Via::Forward,
+        _ => Via::Connect,
+    };
+    shared
+        .audit
+        .emit(&audit::Event::ConnectionOpen(audit::ConnectionOpen {
+            time: SystemTime::now(),
+            id: conn.id,
+            via,
+            caller: caller.map(|c| c.audit),
+            src: conn.peer,
+            dst: audit::Destination {
+                host: String::new(),
+                port: 0,
+                ip: None,
+            },
+            outcome: Outcome::Denied,
+            policy: None,
+            engine: Engine::HttpParser,
+            reason: Some(refusal.detail.clone()),
+            status: refusal.status,
+        }));
+}

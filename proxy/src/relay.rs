@@ -1,0 +1,164 @@
+//! Raw byte relay between a client and an upstream, both directions, with byte counts, an
+//! idle timeout and half-close.
+//!
+//! Owns the tunnel of an L4 CONNECT after `200 Connection Established`. A half-close on one
+//! side is passed on (shutdown of the other side's write half) and the other direction keeps
+//! flowing; the relay ends when both directions are done, on an error, or when neither side
+//! has sent a byte for the idle timeout (long by default, so SSE pauses survive).
+
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+
+const BUF: usize = 16 * 1024;
+
+/// How a relay ended and what it carried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayStats {
+    /// Bytes from the client to the upstream.
+    pub client_to_upstream: u64,
+    /// Bytes from the upstream to the client.
+    pub upstream_to_client: u64,
+    pub end: RelayEnd,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RelayEnd {
+    /// Both sides closed cleanly.
+    Closed,
+    IdleTimeout,
+    ClientError(String),
+    UpstreamError(String),
+}
+
+impl RelayEnd {
+    pub fn describe(&self) -> String {
+        match self {
+            RelayEnd::Closed => "closed".to_string(),
+            RelayEnd::IdleTimeout => "idle timeout".to_string(),
+            RelayEnd::ClientError(e) => format!("client error: {e}"),
+            RelayEnd::UpstreamError(e) => format!("upstream error: {e}"),
+        }
+    }
+}
+
+/// Relays until both directions finish. `initial` is sent to the upstream first (bytes the
+/// client sent right after its CONNECT head).
+pub async fn relay<CR, CW, UR, UW>(
+    mut client_r: CR,
+    mut client_w: CW,
+    mut up_r: UR,
+    mut up_w: UW,
+    initial: &[u8],
+    idle: Duration,
+) -> RelayStats
+where
+    CR: AsyncRead + Unpin,
+    CW: AsyncWrite + Unpin,
+    UR: AsyncRead + Unpin,
+    UW: AsyncWrite + Unpin,
+{
+    let mut stats = RelayStats {
+        client_to_upstream: 0,
+        upstream_to_client: 0,
+        end: RelayEnd::Closed,
+    };
+    if !initial.is_empty() {
+        if let Err(e) = up_w.write_all(initial).await {
+            stats.end = RelayEnd::UpstreamError(e.to_string());
+            return stats;
+        }
+        stats.client_to_upstream += initial.len() as u64;
+    }
+    let mut cbuf = vec![0u8; BUF];
+    let mut ubuf = vec![0u8; BUF];
+    let mut client_open = true;
+    let mut upstream_open = true;
+    let mut deadline = Instant::now() + idle;
+    while client_open || upstream_open {
+        tokio::select! {
+            r = client_r.read(&mut cbuf), if client_open => match r {
+                Ok(0) => {
+                    client_open = false;
+                    let _ = up_w.shutdown().await;
+                }
+                Ok(n) => {
+                    if let Err(e) = up_w.write_all(&cbuf[..n]).await {
+                        stats.end = RelayEnd::UpstreamError(e.to_string());
+                        break;
+                    }
+                    stats.client_to_upstream += n as u64;
+                    deadline = Instant::now() + idle;
+                }
+                Err(e) => {
+                    stats.end = RelayEnd::ClientError(e.to_string());
+                    break;
+                }
+            },
+            r = up_r.read(&mut ubuf), if upstream_open => match r {
+                Ok(0) => {
+                    upstream_open = false;
+                    let _ = client_w.shutdown().await;
+                }
+                Ok(n) => {
+                    if let Err(e) = client_w.write_all(&ubuf[..n]).await {
+                        stats.end = RelayEnd::ClientError(e.to_string());
+                        break;
+                    }
+                    stats.upstream_to_client += n as u64;
+                    deadline = Instant::now() + idle;
+                }
+                Err(e) => {
+                    stats.end = RelayEnd::UpstreamError(e.to_string());
+                    break;
+                }
+            },
+            () = tokio::time::sleep_until(deadline) => {
+                stats.end = RelayEnd::IdleTimeout;
+                break;
+            }
+        }
+    }
+    let _ = client_w.shutdown().await;
+    let _ = up_w.shutdown().await;
+    stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::duplex;
+
+    #[tokio::test]
+    async fn relays_both_ways_and_counts() {
+        let (client, mut client_peer) = duplex(1024);
+        let (upstream, mut upstream_peer) = duplex(1024);
+        let (cr, cw) = tokio::io::split(client);
+        let (ur, uw) = tokio::io::split(upstream);
+        let task = tokio::spawn(relay(cr, cw, ur, uw, b"early", Duration::from_secs(5)));
+        client_peer.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 9];
+        upstream_peer.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"earlyping");
+        upstream_peer.write_all(b"pong!").await.unwrap();
+        let mut back = [0u8; 5];
+        client_peer.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"pong!");
+        drop(client_peer);
+        drop(upstream_peer);
+        let stats = task.await.unwrap();
+        assert_eq!(stats.client_to_upstream, 9);
+        assert_eq!(stats.upstream_to_client, 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_timeout_ends_the_relay() {
+        let (client, _client_peer) = duplex(64);
+        let (upstream, _upstream_peer) = duplex(64);
+        let (cr, cw) = tokio::io::split(client);
+        let (ur, uw) = tokio::io::split(upstream);
+        let stats = relay(cr, cw, ur, uw, b"", Duration::from_secs(30)).await;
+        assert_eq!(stats.end, RelayEnd::IdleTimeout);
+    }
+}

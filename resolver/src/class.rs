@@ -1,0 +1,471 @@
+//! Address classes for the SSRF check (OpenShell semantics §6.4).
+//!
+//! This module owns the one table that says which addresses are never dialable
+//! ([`AddressClass::AlwaysBlocked`]), which are internal ([`AddressClass::Internal`]) and which
+//! are public. It is pure: no lookups, no policy. How a class turns into a decision for one
+//! destination is [`crate::vet`]'s job.
+//!
+//! IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) are classified as the IPv4 address they carry:
+//! a dual-stack socket connecting to `::ffff:127.0.0.1` reaches the local host. NAT64
+//! (`64:ff9b::/96`) and 6to4 (`2002::/16`) addresses take the class of the IPv4 address they
+//! embed, so a translator cannot be used to reach a private or metadata address.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The class of one address, with a short human name of the range it falls in.
+///
+/// The name (`"loopback"`, `"link-local (cloud metadata)"`, `"private 10.0.0.0/8"`, ...) is for
+/// logs, audit events and refusal details; decisions use the variant only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AddressClass {
+    /// Never dialled, whatever the policy says: loopback, link-local (cloud metadata),
+    /// unspecified, multicast, broadcast and known metadata service addresses.
+    AlwaysBlocked(&'static str),
+    /// Private, shared, documentation and benchmarking ranges: dialled only when the policy
+    /// names the destination (a declared host, an IP literal or `allowed_ips`).
+    Internal(&'static str),
+    /// Everything else.
+    Public,
+}
+
+impl AddressClass {
+    /// The human name of the range, or `None` for [`AddressClass::Public`].
+    pub fn range_name(self) -> Option<&'static str> {
+        match self {
+            Self::AlwaysBlocked(name) | Self::Internal(name) => Some(name),
+            Self::Public => None,
+        }
+    }
+
+    /// True for [`AddressClass::AlwaysBlocked`].
+    pub fn is_always_blocked(self) -> bool {
+        matches!(self, Self::AlwaysBlocked(_))
+    }
+
+    /// True for [`AddressClass::Public`].
+    pub fn is_public(self) -> bool {
+        matches!(self, Self::Public)
+    }
+}
+
+impl fmt::Display for AddressClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::AlwaysBlocked(name) => write!(f, "always blocked ({name})"),
+            Self::Internal(name) => write!(f, "internal ({name})"),
+            Self::Public => f.write_str("public"),
+        }
+    }
+}
+
+/// Classifies one address. Pure and allocation-free.
+pub fn classify(ip: IpAddr) -> AddressClass {
+    match ip {
+        IpAddr::V4(v4) => classify_v4(v4),
+        IpAddr::V6(v6) => classify_v6(v6),
+    }
+}
+
+// === IPv4 ===
+
+/// One row of a range table: network bits, prefix length, class.
+struct Range<T> {
+    net: T,
+    prefix: u32,
+    class: AddressClass,
+}
+
+use AddressClass::{AlwaysBlocked, Internal};
+
+const fn v4(a: u8, b: u8, c: u8, d: u8, prefix: u32, class: AddressClass) -> Range<u32> {
+    Range {
+        net: u32::from_be_bytes([a, b, c, d]),
+        prefix,
+        class,
+    }
+}
+
+/// First match wins, so the narrow metadata rows come before the ranges that contain them.
+const V4_RANGES: &[Range<u32>] = &[
+    // Always blocked.
+    v4(0, 0, 0, 0, 32, AlwaysBlocked("unspecified")),
+    v4(0, 0, 0, 0, 8, AlwaysBlocked("this network 0.0.0.0/8")),
+    v4(127, 0, 0, 0, 8, AlwaysBlocked("loopback")),
+    v4(
+        169,
+        254,
+        0,
+        0,
+        16,
+        AlwaysBlocked("link-local (cloud metadata)"),
+    ),
+    // Metadata services that live outside 169.254/16.
+    v4(
+        100,
+        100,
+        100,
+        200,
+        32,
+        AlwaysBlocked("cloud metadata (Alibaba Cloud)"),
+    ),
+    v4(
+        192,
+        0,
+        0,
+        192,
+        32,
+        AlwaysBlocked("cloud metadata (Oracle Cloud)"),
+    ),
+    v4(224, 0, 0, 0, 4, AlwaysBlocked("multicast")),
+    v4(255, 255, 255, 255, 32, AlwaysBlocked("broadcast")),
+    // Internal.
+    v4(10, 0, 0, 0, 8, Internal("private 10.0.0.0/8")),
+    v4(
+        100,
+        64,
+        0,
+        0,
+        10,
+        Internal("shared address space 100.64.0.0/10"),
+    ),
+    v4(172, 16, 0, 0, 12, Internal("private 172.16.0.0/12")),
+    v4(
+        192,
+        0,
+        0,
+        0,
+        24,
+        Internal("IETF protocol assignments 192.0.0.0/24"),
+    ),
+    v4(192, 0, 2, 0, 24, Internal("documentation 192.0.2.0/24")),
+    v4(192, 168, 0, 0, 16, Internal("private 192.168.0.0/16")),
+    v4(198, 18, 0, 0, 15, Internal("benchmarking 198.18.0.0/15")),
+    v4(
+        198,
+        51,
+        100,
+        0,
+        24,
+        Internal("documentation 198.51.100.0/24"),
+    ),
+    v4(203, 0, 113, 0, 24, Internal("documentation 203.0.113.0/24")),
+    v4(240, 0, 0, 0, 4, Internal("reserved 240.0.0.0/4")),
+];
+
+fn classify_v4(ip: Ipv4Addr) -> AddressClass {
+    let bits = u32::from(ip);
+    V4_RANGES
+        .iter()
+        .find(|range| {
+            // `checked_shl` covers prefix 0 (a shift by 32 would overflow).
+            let mask = u32::MAX.checked_shl(32 - range.prefix).unwrap_or(0);
+            bits & mask == range.net
+        })
+        .map_or(AddressClass::Public, |range| range.class)
+}
+
+// === IPv6 ===
+
+const fn v6(segments: [u16; 8], prefix: u32, class: AddressClass) -> Range<u128> {
+    let [a, b, c, d, e, f, g, h] = segments;
+    Range {
+        net: u128::from_be_bytes(Ipv6Addr::new(a, b, c, d, e, f, g, h).octets()),
+        prefix,
+        class,
+    }
+}
+
+/// Checked after the embedded-IPv4 forms (mapped, NAT64, 6to4) have been handled.
+const V6_RANGES: &[Range<u128>] = &[
+    // Always blocked.
+    v6([0, 0, 0, 0, 0, 0, 0, 0], 128, AlwaysBlocked("unspecified")),
+    v6([0, 0, 0, 0, 0, 0, 0, 1], 128, AlwaysBlocked("loopback")),
+    // `::a.b.c.d` (RFC 4291 §2.5.5.1): deprecated, never a legitimate destination.
+    v6(
+        [0, 0, 0, 0, 0, 0, 0, 0],
+        96,
+        AlwaysBlocked("IPv4-compatible ::/96"),
+    ),
+    v6(
+        [0xfe80, 0, 0, 0, 0, 0, 0, 0],
+        10,
+        AlwaysBlocked("link-local"),
+    ),
+    v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8, AlwaysBlocked("multicast")),
+    v6(
+        [0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254],
+        128,
+        AlwaysBlocked("cloud metadata (AWS IPv6)"),
+    ),
+    // Internal.
+    v6(
+        [0x0064, 0xff9b, 1, 0, 0, 0, 0, 0],
+        48,
+        Internal("local-use NAT64 64:ff9b:1::/48"),
+    ),
+    v6(
+        [0x0100, 0, 0, 0, 0, 0, 0, 0],
+        64,
+        Internal("discard-only 100::/64"),
+    ),
+    v6(
+        [0x2001, 0x0db8, 0, 0, 0, 0, 0, 0],
+        32,
+        Internal("documentation 2001:db8::/32"),
+    ),
+    v6(
+        [0xfc00, 0, 0, 0, 0, 0, 0, 0],
+        7,
+        Internal("unique local fc00::/7"),
+    ),
+    v6(
+        [0xfec0, 0, 0, 0, 0, 0, 0, 0],
+        10,
+        Internal("site-local fec0::/10"),
+    ),
+];
+
+fn classify_v6(ip: Ipv6Addr) -> AddressClass {
+    if let Some(v4) = embedded_v4(ip) {
+        return classify_v4(v4);
+    }
+    let bits = u128::from(ip);
+    V6_RANGES
+        .iter()
+        .find(|range| {
+            let mask = u128::MAX.checked_shl(128 - range.prefix).unwrap_or(0);
+            bits & mask == range.net
+        })
+        .map_or(AddressClass::Public, |range| range.class)
+}
+
+/// The IPv4 address an IPv6 address stands for, where dialling the IPv6 address reaches it:
+/// IPv4-mapped `::ffff:0:0/96`, NAT64 well-known prefix `64:ff9b::/96` (RFC 6052) and 6to4
+/// `2002::/16` (RFC 3056, the IPv4 address is bits 16..48).
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let o = ip.octets();
+    match ip.segments() {
+        [0, 0, 0, 0, 0, 0xffff, _, _] | [0x0064, 0xff9b, 0, 0, 0, 0, _, _] => {
+            Some(Ipv4Addr::new(o[12], o[13], o[14], o[15]))
+        }
+        [0x2002, ..] => Some(Ipv4Addr::new(o[2], o[3], o[4], o[5])),
+        _ => None,
+    }
+}
+
+/// True for an address that reaches the local host through the loopback interface: 127/8,
+/// `::1` and the IPv4-mapped forms of 127/8 (not NAT64 or 6to4 forms, which leave the host).
+pub(crate) fn is_local_loopback(ip: IpAddr) -> bool {
+    ip.to_canonical().is_loopback()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(s: &str) -> AddressClass {
+        classify(s.parse().unwrap())
+    }
+
+    /// Asserts the class of an IPv4 address and of its IPv4-mapped and NAT64 forms.
+    #[track_caller]
+    fn assert_v4(addr: &str, expected: AddressClass) {
+        assert_eq!(class(addr), expected, "{addr}");
+        assert_eq!(class(&format!("::ffff:{addr}")), expected, "::ffff:{addr}");
+        assert_eq!(
+            class(&format!("64:ff9b::{addr}")),
+            expected,
+            "64:ff9b::{addr}"
+        );
+    }
+
+    /// First address inside, last inside, just below, just above, expected class.
+    type Boundary = (
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+        Option<&'static str>,
+        AddressClass,
+    );
+
+    /// (first inside, last inside, just below, just above, class) for each IPv4 range.
+    #[rustfmt::skip]
+    const V4_BOUNDARIES: &[Boundary] = &[
+        ("0.0.0.1", "0.255.255.255", None, Some("1.0.0.0"), AlwaysBlocked("this network 0.0.0.0/8")),
+        ("127.0.0.0", "127.255.255.255", Some("126.255.255.255"), Some("128.0.0.0"), AlwaysBlocked("loopback")),
+        ("169.254.0.0", "169.254.255.255", Some("169.253.255.255"), Some("169.255.0.0"), AlwaysBlocked("link-local (cloud metadata)")),
+        ("224.0.0.0", "239.255.255.255", Some("223.255.255.255"), None, AlwaysBlocked("multicast")),
+        ("10.0.0.0", "10.255.255.255", Some("9.255.255.255"), Some("11.0.0.0"), Internal("private 10.0.0.0/8")),
+        ("100.64.0.0", "100.127.255.255", Some("100.63.255.255"), Some("100.128.0.0"), Internal("shared address space 100.64.0.0/10")),
+        ("172.16.0.0", "172.31.255.255", Some("172.15.255.255"), Some("172.32.0.0"), Internal("private 172.16.0.0/12")),
+        ("192.0.0.0", "192.0.0.255", Some("191.255.255.255"), None, Internal("IETF protocol assignments 192.0.0.0/24")),
+        ("192.0.2.0", "192.0.2.255", Some("192.0.1.255"), Some("192.0.3.0"), Internal("documentation 192.0.2.0/24")),
+        ("192.168.0.0", "192.168.255.255", Some("192.167.255.255"), Some("192.169.0.0"), Internal("private 192.168.0.0/16")),
+        ("198.18.0.0", "198.19.255.255", Some("198.17.255.255"), Some("198.20.0.0"), Internal("benchmarking 198.18.0.0/15")),
+        ("198.51.100.0", "198.51.100.255", Some("198.51.99.255"), Some("198.51.101.0"), Internal("documentation 198.51.100.0/24")),
+        ("203.0.113.0", "203.0.113.255", Some("203.0.112.255"), Some("203.0.114.0"), Internal("documentation 203.0.113.0/24")),
+        ("240.0.0.0", "255.255.255.254", None, None, Internal("reserved 240.0.0.0/4")),
+    ];
+
+    #[test]
+    fn v4_range_boundaries() {
+        for &(first, last, below, above, expected) in V4_BOUNDARIES {
+            assert_v4(first, expected);
+            assert_v4(last, expected);
+            for outside in [below, above].into_iter().flatten() {
+                assert_v4(outside, AddressClass::Public);
+            }
+        }
+    }
+
+    #[test]
+    fn v4_single_addresses() {
+        assert_v4("0.0.0.0", AlwaysBlocked("unspecified"));
+        assert_v4("255.255.255.255", AlwaysBlocked("broadcast"));
+        assert_v4(
+            "169.254.169.254",
+            AlwaysBlocked("link-local (cloud metadata)"),
+        );
+        assert_v4(
+            "100.100.100.200",
+            AlwaysBlocked("cloud metadata (Alibaba Cloud)"),
+        );
+        assert_v4(
+            "100.100.100.199",
+            Internal("shared address space 100.64.0.0/10"),
+        );
+        assert_v4(
+            "100.100.100.201",
+            Internal("shared address space 100.64.0.0/10"),
+        );
+        assert_v4(
+            "192.0.0.192",
+            AlwaysBlocked("cloud metadata (Oracle Cloud)"),
+        );
+        assert_v4(
+            "192.0.0.191",
+            Internal("IETF protocol assignments 192.0.0.0/24"),
+        );
+        // The ranges between 192.0.0.0/24 and 192.0.2.0/24, and 192.88.99.0/24, are public.
+        assert_v4("192.0.1.0", AddressClass::Public);
+        for public in ["1.1.1.1", "8.8.8.8", "93.184.215.14", "223.255.255.255"] {
+            assert_v4(public, AddressClass::Public);
+        }
+    }
+
+    /// (first inside, last inside, just below, just above, class) for each IPv6 range.
+    #[rustfmt::skip]
+    const V6_BOUNDARIES: &[Boundary] = &[
+        ("::2", "::ffff:ffff", None, Some("::1:0:0"), AlwaysBlocked("IPv4-compatible ::/96")),
+        ("fe80::", "febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff", Some("fe7f:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), None, AlwaysBlocked("link-local")),
+        // Below ff00::/8 is fec0::/10 (site-local), checked by that row's last address.
+        ("ff00::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", None, None, AlwaysBlocked("multicast")),
+        ("fc00::", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", Some("fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), Some("fe00::"), Internal("unique local fc00::/7")),
+        ("fec0::", "feff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", None, None, Internal("site-local fec0::/10")),
+        ("2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", Some("2001:db7:ffff:ffff:ffff:ffff:ffff:ffff"), Some("2001:db9::"), Internal("documentation 2001:db8::/32")),
+        ("100::", "100::ffff:ffff:ffff:ffff", Some("ff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), Some("100:0:0:1::"), Internal("discard-only 100::/64")),
+        ("64:ff9b:1::", "64:ff9b:1:ffff:ffff:ffff:ffff:ffff", None, Some("64:ff9b:2::"), Internal("local-use NAT64 64:ff9b:1::/48")),
+    ];
+
+    #[test]
+    fn v6_range_boundaries() {
+        for &(first, last, below, above, expected) in V6_BOUNDARIES {
+            assert_eq!(class(first), expected, "{first}");
+            assert_eq!(class(last), expected, "{last}");
+            for outside in [below, above].into_iter().flatten() {
+                assert_eq!(class(outside), AddressClass::Public, "{outside}");
+            }
+        }
+    }
+
+    #[test]
+    fn v6_single_addresses() {
+        assert_eq!(class("::"), AlwaysBlocked("unspecified"));
+        assert_eq!(class("::1"), AlwaysBlocked("loopback"));
+        assert_eq!(
+            class("fd00:ec2::254"),
+            AlwaysBlocked("cloud metadata (AWS IPv6)")
+        );
+        assert_eq!(class("fd00:ec2::253"), Internal("unique local fc00::/7"));
+        for public in [
+            "2606:4700:4700::1111",
+            "2001:4860:4860::8888",
+            "2001::1",
+            "1::",
+        ] {
+            assert_eq!(class(public), AddressClass::Public, "{public}");
+        }
+    }
+
+    #[test]
+    fn mapped_forms_follow_the_ipv4_class() {
+        // Just outside ::ffff:0:0/96 on either side is not a mapped address.
+        assert_eq!(class("::fffe:7f00:1"), AddressClass::Public);
+        assert_eq!(class("::1:0:7f00:1"), AddressClass::Public);
+        assert_eq!(class("::ffff:0.0.0.0"), AlwaysBlocked("unspecified"));
+        assert_eq!(class("::ffff:8.8.8.8"), AddressClass::Public);
+    }
+
+    #[test]
+    fn nat64_follows_the_embedded_ipv4_class() {
+        assert_eq!(class("64:ff9b::7f00:1"), AlwaysBlocked("loopback"));
+        assert_eq!(
+            class("64:ff9b::a9fe:a9fe"),
+            AlwaysBlocked("link-local (cloud metadata)")
+        );
+        assert_eq!(class("64:ff9b::a00:1"), Internal("private 10.0.0.0/8"));
+        assert_eq!(
+            class("64:ff9b::c0a8:101"),
+            Internal("private 192.168.0.0/16")
+        );
+        assert_eq!(class("64:ff9b::808:808"), AddressClass::Public);
+        // Outside the /96 the address is an ordinary (public) one.
+        assert_eq!(class("64:ff9b:0:0:0:1:a00:1"), AddressClass::Public);
+        assert_eq!(
+            class("64:ff9a:ffff:ffff:ffff:ffff:a00:1"),
+            AddressClass::Public
+        );
+    }
+
+    #[test]
+    fn six_to_four_follows_the_embedded_ipv4_class() {
+        assert_eq!(class("2002:7f00:1::"), AlwaysBlocked("loopback"));
+        assert_eq!(
+            class("2002:a9fe:a9fe::1"),
+            AlwaysBlocked("link-local (cloud metadata)")
+        );
+        assert_eq!(class("2002:ac10:1::1"), Internal("private 172.16.0.0/12"));
+        assert_eq!(class("2002:808:808::1"), AddressClass::Public);
+        assert_eq!(class("2003:a00:1::"), AddressClass::Public);
+    }
+
+    #[test]
+    fn local_loopback_is_only_127_and_v6_loopback() {
+        for lo in ["127.0.0.1", "127.255.255.254", "::1", "::ffff:127.0.0.1"] {
+            assert!(is_local_loopback(lo.parse().unwrap()), "{lo}");
+        }
+        for not in [
+            "64:ff9b::7f00:1",
+            "2002:7f00:1::",
+            "0.0.0.0",
+            "::",
+            "169.254.1.1",
+        ] {
+            assert!(!is_local_loopback(not.parse().unwrap()), "{not}");
+        }
+    }
+
+    #[test]
+    fn names_and_display() {
+        assert_eq!(class("127.0.0.1").range_name(), Some("loopback"));
+        assert_eq!(AddressClass::Public.range_name(), None);
+        assert_eq!(
+            class("10.1.1.1").to_string(),
+            "internal (private 10.0.0.0/8)"
+        );
+        assert_eq!(class("::1").to_string(), "always blocked (loopback)");
+        assert!(class("::1").is_always_blocked());
+        assert!(class("1.1.1.1").is_public());
+    }
+}

@@ -1,0 +1,329 @@
+//! Local origins for the end-to-end tests: a plain HTTP/1.1 server in a thread (with
+//! behaviours a proxy must cope with: sized bodies, echo, silence, slow streams) and an
+//! HTTPS server run by Python's `ssl` module with a certificate made by `openssl` on the
+//! spot. Both listen on loopback only and record what they received.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+/// A received request: the request line and the headers, as text.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub request_line: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A plain HTTP/1.1 origin on 127.0.0.1 (or `[::1]`). Paths:
+/// - `/bytes/N`: N bytes of `x` with Content-Length;
+/// - `/chunked/N`: N bytes in chunked encoding;
+/// - `/echo...`: the request line as the body;
+/// - `/silent`: reads the request and never answers;
+/// - anything else: `hello from origin`.
+#[derive(Debug)]
+pub struct HttpOrigin {
+    pub addr: SocketAddr,
+    received: Arc<Mutex<Vec<Received>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl HttpOrigin {
+    pub fn start() -> HttpOrigin {
+        HttpOrigin::start_on("127.0.0.1:0")
+    }
+
+    pub fn start_on(bind: &str) -> HttpOrigin {
+        let listener = TcpListener::bind(bind).expect("bind origin");
+        let addr = listener.local_addr().expect("origin addr");
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (rec, st) = (Arc::clone(&received), Arc::clone(&stop));
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                if st.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                let rec = Arc::clone(&rec);
+                thread::spawn(move || serve(stream, &rec));
+            }
+        });
+        HttpOrigin {
+            addr,
+            received,
+            stop,
+        }
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+impl Drop for HttpOrigin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loop so the thread ends.
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn serve(stream: TcpStream, received: &Mutex<Vec<Received>>) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut writer = match stream.try_clone() {
+        Ok(w) => w,
+        Err(_) => return,
+    };
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let request_line = line.trim_end().to_string();
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((n, v)) = h.split_once(':') {
+                headers.push((n.trim().to_string(), v.trim().to_string()));
+            }
+        }
+        let get = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _): &&(String, String)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        let mut body = Vec::new();
+        if let Some(len) = get("content-length").and_then(|l| l.parse::<usize>().ok()) {
+            body.resize(len, 0);
+            if reader.read_exact(&mut body).is_err() {
+                return;
+            }
+        } else if get("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
+            loop {
+                let mut size = String::new();
+                if reader.read_line(&mut size).unwrap_or(0) == 0 {
+                    return;
+                }
+                let n = usize::from_str_radix(size.trim().split(';').next().unwrap_or("0"), 16)
+                    .unwrap_or(0);
+                if n == 0 {
+                    let mut end = String::new();
+                    let _ = reader.read_line(&mut end);
+                    break;
+                }
+                let mut chunk = vec![0u8; n + 2];
+                if reader.read_exact(&mut chunk).is_err() {
+                    return;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        }
+        let path = request_line.split(' ').nth(1).unwrap_or("/").to_string();
+        let method = request_line.split(' ').next().unwrap_or("GET").to_string();
+        if let Ok(mut r) = received.lock() {
+            r.push(Received {
+                request_line: request_line.clone(),
+                headers: headers.clone(),
+                body: body.clone(),
+            });
+        }
+        let close = get("connection").is_some_and(|c| c.eq_ignore_ascii_case("close"));
+        let ok = if path == "/silent" {
+            thread::sleep(Duration::from_secs(120));
+            return;
+        } else if let Some(n) = path
+            .strip_prefix("/bytes/")
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nContent-Type: application/octet-stream\r\n\r\n"
+            );
+            writer.write_all(head.as_bytes()).is_ok()
+                && (method == "HEAD" || write_repeated(&mut writer, n))
+        } else if let Some(n) = path
+            .strip_prefix("/chunked/")
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            let mut ok = writer
+                .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .is_ok();
+            let mut left = n;
+            while ok && left > 0 {
+                let c = left.min(10_000);
+                ok = writer.write_all(format!("{c:x}\r\n").as_bytes()).is_ok()
+                    && write_repeated(&mut writer, c)
+                    && writer.write_all(b"\r\n").is_ok();
+                left -= c;
+            }
+            ok && writer.write_all(b"0\r\n\r\n").is_ok()
+        } else if path.starts_with("/echo") {
+            let text = format!("{request_line}\n");
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\r\n",
+                text.len() + body.len()
+            );
+            writer.write_all(head.as_bytes()).is_ok()
+                && writer.write_all(text.as_bytes()).is_ok()
+                && writer.write_all(&body).is_ok()
+        } else {
+            let text = "hello from origin\n";
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\r\n",
+                text.len()
+            );
+            writer.write_all(head.as_bytes()).is_ok() && writer.write_all(text.as_bytes()).is_ok()
+        };
+        if !ok || close {
+            return;
+        }
+    }
+}
+
+fn write_repeated(w: &mut TcpStream, n: usize) -> bool {
+    let block = vec![b'x'; 64 * 1024];
+    let mut left = n;
+    while left > 0 {
+        let c = left.min(block.len());
+        if w.write_all(&block[..c]).is_err() {
+            return false;
+        }
+        left -= c;
+    }
+    true
+}
+
+/// A certificate and key for `localhost`, `127.0.0.1`, `::1` and `*.local.test`, made by
+/// `openssl` in `dir`.
+pub fn make_cert(dir: &Path) -> (PathBuf, PathBuf) {
+    let cert = dir.join("origin-cert.pem");
+    let key = dir.join("origin-key.pem");
+    let status = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .args([
+            "-addext",
+            "subjectAltName=DNS:localhost,DNS:*.local.test,DNS:origin.test,IP:127.0.0.1,IP:::1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run openssl");
+    assert!(
+        status.success(),
+        "openssl could not make a test certificate"
+    );
+    (cert, key)
+}
+
+/// An HTTPS origin (Python `http.server` + `ssl`) on 127.0.0.1: `GET /bytes/N` answers N
+/// bytes, anything else `hello over tls`.
+#[derive(Debug)]
+pub struct HttpsOrigin {
+    pub addr: SocketAddr,
+    pub cert: PathBuf,
+    child: Child,
+}
+
+const HTTPS_ORIGIN: &str = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_GET(self):
+        if self.path.startswith("/bytes/"):
+            n = int(self.path[7:])
+            self.send_response(200); self.send_header("Content-Length", str(n)); self.end_headers()
+            block = b"y" * 65536
+            while n > 0:
+                c = min(n, len(block)); self.wfile.write(block[:c]); n -= c
+        else:
+            body = b"hello over tls\n"
+            self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+            self.wfile.write(body)
+srv = http.server.ThreadingHTTPServer((sys.argv[3], 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+
+impl HttpsOrigin {
+    pub fn start(dir: &Path) -> HttpsOrigin {
+        let (cert, key) = make_cert(dir);
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(HTTPS_ORIGIN)
+            .arg(&cert)
+            .arg(&key)
+            .arg("127.0.0.1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the https origin");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("origin stdout");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("origin port");
+        let port: u16 = line.trim().parse().expect("origin printed its port");
+        HttpsOrigin {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            cert,
+            child,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+impl Drop for HttpsOrigin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

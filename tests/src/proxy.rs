@@ -1,0 +1,264 @@
+//! A running `sluice run` for a test: a policy written to a temporary directory, listeners on
+//! ephemeral loopback ports (read back from sluice's stderr), an audit file, and helpers to
+//! talk to it with raw sockets and to read its audit events.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::sluice_bin;
+
+/// A temporary directory removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("sluice-e2e-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).expect("write temp file");
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `sluice run` process.
+#[derive(Debug)]
+pub struct Sluice {
+    child: Child,
+    /// The listeners, in the order of the `--listen` flags.
+    pub addrs: Vec<SocketAddr>,
+    pub audit_path: PathBuf,
+    stderr: Arc<Mutex<String>>,
+    pub dir: TempDir,
+}
+
+impl Sluice {
+    /// Starts sluice with `policy` (YAML text) and extra flags. Unless the flags contain
+    /// `--listen`, it listens on `127.0.0.1:0`.
+    pub fn start(policy: &str, extra: &[&str]) -> Sluice {
+        let dir = TempDir::new("sluice");
+        let policy_path = dir.write("policy.yaml", policy);
+        let audit_path = dir.path().join("audit.jsonl");
+        let mut cmd = Command::new(sluice_bin());
+        cmd.arg("run")
+            .arg("--policy")
+            .arg(&policy_path)
+            .arg("--audit-log")
+            .arg(&audit_path);
+        if !extra.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.args(extra);
+        let expected = extra.iter().filter(|a| **a == "--listen").count().max(1);
+        Sluice::spawn(cmd, dir, audit_path, expected)
+    }
+
+    fn spawn(mut cmd: Command, dir: TempDir, audit_path: PathBuf, listeners: usize) -> Sluice {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sluice");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
+        let pipe = child.stderr.take().expect("stderr");
+        let log = Arc::clone(&stderr);
+        thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.strip_prefix("sluice: listening on ") {
+                    if let Some(addr) = rest.split(' ').next().and_then(|a| a.parse().ok()) {
+                        let _ = tx.send(addr);
+                    }
+                }
+                if let Ok(mut l) = log.lock() {
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }
+        });
+        let mut addrs = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while addrs.len() < listeners {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(a) => addrs.push(a),
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    thread::sleep(Duration::from_millis(100));
+                    let text = stderr.lock().map(|s| s.clone()).unwrap_or_default();
+                    panic!("sluice did not start listening; stderr:\n{text}");
+                }
+            }
+        }
+        Sluice {
+            child,
+            addrs,
+            audit_path,
+            stderr,
+            dir,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    /// `http://127.0.0.1:PORT` for `-x` / `HTTPS_PROXY`.
+    pub fn proxy_url(&self) -> String {
+        match self.addr() {
+            SocketAddr::V4(a) => format!("http://{a}"),
+            SocketAddr::V6(a) => format!("http://[{}]:{}", a.ip(), a.port()),
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Every audit event written so far.
+    pub fn events(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.audit_path).unwrap_or_default();
+        text.lines()
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}"))
+            })
+            .collect()
+    }
+
+    /// Waits until some event satisfies `pred` (events are written as they happen).
+    pub fn wait_event(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(e) = self.events().into_iter().find(|e| pred(e)) {
+                return e;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "no audit event {what}; events:\n{:#?}\nstderr:\n{}",
+                    self.events(),
+                    self.stderr()
+                );
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Sends raw bytes and returns everything the proxy answers until it closes (or 10 s).
+    pub fn raw(&self, bytes: &[u8]) -> String {
+        raw_exchange(self.addr(), bytes)
+    }
+
+    /// Stops sluice with SIGTERM and waits for it.
+    pub fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends raw bytes to `addr` and reads the answer until close or 10 s.
+pub fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect to sluice");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(bytes).expect("send");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The status code of an HTTP response text.
+pub fn status_of(response: &str) -> u16 {
+    response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"))
+}
+
+/// The JSON body of an HTTP response text.
+pub fn json_body(response: &str) -> Value {
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("body is not JSON ({e}): {response:?}"))
+}
+
+/// Runs a command and returns (exit code, stdout, stderr).
+pub fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().expect("run command");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Whether this test process is root (needed for network namespaces).
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// For tests that need root: true to run; false to skip (loudly), or a panic when
+/// `SLUICE_REQUIRE_PRIVILEGED=1` (CI), where skipping would hide a failure.
+pub fn privileged(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    if std::env::var("SLUICE_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+        panic!("{test} needs root and SLUICE_REQUIRE_PRIVILEGED=1");
+    }
+    eprintln!("SKIPPED {test}: needs root (network namespaces)");
+    false
+}
