@@ -77,6 +77,26 @@ impl Sluice {
         Sluice::spawn(cmd, dir, audit_path, expected)
     }
 
+    /// Like `start`, under a small open-file limit (`ulimit -n`), to exhaust descriptors.
+    pub fn start_with_fd_limit(policy: &str, extra: &[&str], nofile: u32) -> Sluice {
+        let dir = TempDir::new("sluice");
+        let policy_path = dir.write("policy.yaml", policy);
+        let audit_path = dir.path().join("audit.jsonl");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("ulimit -n {nofile} && exec \"$@\""))
+            .arg("sh")
+            .arg(sluice_bin())
+            .arg("run")
+            .arg("--policy")
+            .arg(&policy_path)
+            .arg("--audit-log")
+            .arg(&audit_path)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra);
+        Sluice::spawn(cmd, dir, audit_path, 1)
+    }
+
     fn spawn(mut cmd: Command, dir: TempDir, audit_path: PathBuf, listeners: usize) -> Sluice {
         let mut child = cmd
             .stdin(Stdio::null())

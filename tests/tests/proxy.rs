@@ -516,3 +516,78 @@ fn a_private_address_passes_only_with_allowed_ips() {
     }
     assert_events_valid(&sluice);
 }
+
+#[test]
+fn connection_limit_refuses_clearly_and_slow_heads_time_out() {
+    let origin = HttpOrigin::start();
+    let p = policy(&[(
+        "local",
+        &format!("{{host: 127.0.0.1, port: {}}}", origin.port()),
+        &["/usr/bin/curl"],
+    )]);
+    let sluice = Sluice::start(
+        &p,
+        &[
+            "--allow-loopback-upstream",
+            "--max-connections",
+            "2",
+            "--head-timeout",
+            "1s",
+        ],
+    );
+    // Two clients that never finish their head hold both slots.
+    let mut idle: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(sluice.addr()).unwrap())
+        .collect();
+    for s in &mut idle {
+        s.write_all(b"GET http://127.0.0.1/ HTTP/1.1\r\n").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let out = sluice.raw(b"GET http://127.0.0.1/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    assert_eq!(status_of(&out), 503, "{out}");
+    assert_eq!(json_body(&out)["error"], "too_many_connections");
+    // The slow ones get 408 once the head timeout passes, and their slots free up.
+    for mut s in idle {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        assert_eq!(status_of(&text), 408, "{text}");
+    }
+    let (code, out, _) = run(Command::new("curl")
+        .args(["-sS", "--max-time", "20", "-x", &sluice.proxy_url()])
+        .arg(format!("http://127.0.0.1:{}/", origin.port())));
+    assert_eq!((code, out.as_str()), (0, "hello from origin\n"));
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn the_accept_loop_survives_running_out_of_file_descriptors() {
+    let origin = HttpOrigin::start();
+    let p = policy(&[(
+        "local",
+        &format!("{{host: 127.0.0.1, port: {}}}", origin.port()),
+        &["/usr/bin/curl"],
+    )]);
+    let sluice = Sluice::start_with_fd_limit(&p, &["--allow-loopback-upstream"], 64);
+    // Far more connections than descriptors: some wait in the kernel's queue.
+    let held: Vec<TcpStream> = (0..120)
+        .filter_map(|_| TcpStream::connect(sluice.addr()).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(held);
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, out, err) = run(Command::new("curl")
+        .args(["-sS", "--max-time", "20", "-x", &sluice.proxy_url()])
+        .arg(format!("http://127.0.0.1:{}/", origin.port())));
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "hello from origin\n"),
+        "{err}\n{}",
+        sluice.stderr()
+    );
+    assert!(
+        sluice.stderr().contains("accept failed"),
+        "expected sluice to have hit the fd limit:\n{}",
+        sluice.stderr()
+    );
+}
