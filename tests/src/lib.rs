@@ -11,6 +11,8 @@
 //!
 //! or point `SLUICE_BIN` at an executable built elsewhere.
 #![forbid(unsafe_code)]
+// Test support: a failed expectation here is a failed test, reported with its message.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 pub mod netns;
 pub mod ocsf;

@@ -111,10 +111,10 @@ impl Sluice {
         thread::spawn(move || {
             for line in BufReader::new(pipe).lines() {
                 let Ok(line) = line else { break };
-                if let Some(rest) = line.strip_prefix("sluice: listening on ") {
-                    if let Some(addr) = rest.split(' ').next().and_then(|a| a.parse().ok()) {
-                        let _ = tx.send(addr);
-                    }
+                if let Some(rest) = line.strip_prefix("sluice: listening on ")
+                    && let Some(addr) = rest.split(' ').next().and_then(|a| a.parse().ok())
+                {
+                    let _ = tx.send(addr);
                 }
                 if let Ok(mut l) = log.lock() {
                     l.push_str(&line);
