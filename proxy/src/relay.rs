@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
-const BUF: usize = 16 * 1024;
+const BUF: usize = 64 * 1024;
 
 /// How a relay ended and what it carried.
 #[derive(Clone, Debug, PartialEq, Eq)]
