@@ -86,8 +86,19 @@ impl Glob {
     /// Compiles `pattern` with `delimiter` as the segment separator.
     pub fn new(pattern: &str, delimiter: char) -> Result<Glob, GlobError> {
         let pieces = parse(pattern, delimiter)?;
-        let mut alts = vec![Vec::new()];
-        expand(&pieces, &mut alts, pattern)?;
+        let alts = if pieces.iter().any(|p| matches!(p, Piece::Choice(_))) {
+            let mut alts = vec![Vec::new()];
+            expand(&pieces, &mut alts, pattern)?;
+            alts
+        } else {
+            vec![pieces
+                .into_iter()
+                .filter_map(|p| match p {
+                    Piece::Tok(t) => Some(t),
+                    Piece::Choice(_) => None,
+                })
+                .collect()]
+        };
         let alts = alts
             .into_iter()
             .map(|toks| Seq(merge_literals(toks)))
@@ -104,7 +115,12 @@ impl Glob {
     pub fn new_covering_prefix(pattern: &str, delimiter: char) -> Result<Glob, GlobError> {
         let mut glob = Glob::new(pattern, delimiter)?;
         let suffix: String = [delimiter, '*', '*'].iter().collect();
-        if let Some(prefix) = pattern.strip_suffix(&suffix)
+        // `/x/**` and `/x/**/**` alike also cover `/x`.
+        let mut stripped = pattern.strip_suffix(&suffix);
+        while let Some(p) = stripped.and_then(|p| p.strip_suffix(&suffix)) {
+            stripped = Some(p);
+        }
+        if let Some(prefix) = stripped
             && !prefix.is_empty()
             && !prefix.ends_with(delimiter)
         {
@@ -198,9 +214,14 @@ fn parse(pattern: &str, delim: char) -> Result<Vec<Piece>, GlobError> {
             other => (Piece::Tok(Tok::Lit(other.to_string())), 1),
         };
         i += used;
-        match alt.as_mut() {
-            Some((_, cur)) => cur.push(piece),
-            None => top.push(piece),
+        let list = match alt.as_mut() {
+            Some((_, cur)) => cur,
+            None => &mut top,
+        };
+        // Runs of literal characters become one token (loading thousands of globs is hot).
+        match (list.last_mut(), piece) {
+            (Some(Piece::Tok(Tok::Lit(prev))), Piece::Tok(Tok::Lit(s))) => prev.push_str(&s),
+            (_, piece) => list.push(piece),
         }
     }
     if alt.is_some() {
@@ -225,8 +246,13 @@ fn double_star(chars: &[char], i: usize, delim: char) -> (Piece, usize) {
             ],
         ])
     };
-    if at_start && at_end {
-        (Piece::Tok(Tok::AnyStar), 2)
+    // `**`, `**/`, `**/**/`: a pattern of nothing but recursive prefixes matches everything
+    // (as in globset).
+    let only_prefixes = chars[i..]
+        .chunks(3)
+        .all(|c| c.len() >= 2 && c[0] == '*' && c[1] == '*' && c.get(2).is_none_or(|&d| d == delim));
+    if at_start && only_prefixes {
+        (Piece::Tok(Tok::AnyStar), chars.len() - i)
     } else if (at_start || after_delim) && before_delim {
         (zero_or_more_segments(), 3)
     } else if after_delim && at_end {
