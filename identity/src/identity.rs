@@ -2,14 +2,14 @@
 //!
 //! Everything here is read fresh for each lookup: `exe` changes with execve and the parent
 //! with reparenting, under the same pid. The ancestor walk checks each hop (see
-//! [`next_ancestor`]) so a parent that exits mid-walk never leaves an unrelated process, which
+//! `next_ancestor`) so a parent that exits mid-walk never leaves an unrelated process, which
 //! inherited its pid number, in the chain.
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use crate::error::IdentityError;
-use crate::procfs::{ProcDir, ProcFs, StatFields, is_gone, strip_deleted};
+use crate::procfs::{ProcDir, ProcFs, is_gone, strip_deleted};
 
 /// Ancestor hops walked at most (the reference's bound).
 pub(crate) const MAX_ANCESTORS: usize = 64;
@@ -98,7 +98,7 @@ pub(crate) fn read_identity(proc: &ProcFs, owner: &ProcDir) -> Result<Resolved, 
     let (exe, exe_deleted) = strip_deleted(owner.exe_raw().map_err(failed)?, exists);
     let uid = owner.real_uid().map_err(failed)?;
     let cmdline = owner.cmdline().map_err(failed)?;
-    let ancestors = read_ancestors(proc, owner, stat)?;
+    let ancestors = read_ancestors(proc, owner)?;
     let cmdline_paths = cmdline_paths(&exe, &cmdline, &ancestors);
     Ok(Resolved {
         identity: Identity {
@@ -118,17 +118,12 @@ fn exists(path: &str) -> bool {
     Path::new(path).symlink_metadata().is_ok()
 }
 
-fn read_ancestors(
-    proc: &ProcFs,
-    owner: &ProcDir,
-    owner_stat: StatFields,
-) -> Result<Vec<Ancestor>, IdentityError> {
+fn read_ancestors(proc: &ProcFs, owner: &ProcDir) -> Result<Vec<Ancestor>, IdentityError> {
     let mut ancestors = Vec::new();
     let mut child_dir: Option<ProcDir> = None;
-    let mut ppid = owner_stat.ppid;
-    while ancestors.len() < MAX_ANCESTORS && ppid != 0 {
+    while ancestors.len() < MAX_ANCESTORS {
         let child = child_dir.as_ref().unwrap_or(owner);
-        let Some((dir, stat, ancestor)) = next_ancestor(proc, child, ppid)? else {
+        let Some((dir, ancestor)) = next_ancestor(proc, child)? else {
             break;
         };
         let reached_init = ancestor.pid == 1;
@@ -136,62 +131,69 @@ fn read_ancestors(
         if reached_init {
             break;
         }
-        ppid = stat.ppid;
         child_dir = Some(dir);
     }
     Ok(ancestors)
 }
 
-/// Reads `child`'s parent, believed to be `ppid`.
+/// Reads `child`'s parent (`None` when it has none in this pid namespace).
 ///
-/// The parent is opened first, then the child's parent pid is read again: if it is still
-/// `ppid`, the opened process *is* the parent, because a pid is freed only after the exiting
-/// process's children were reparented. If the parent exits during the reads, the child now has
-/// another parent, and the hop is read again from there.
+/// The parent pid was read from the child's `stat`; the process opened under that pid
+/// afterwards is the parent unless the parent exited in between and the pid was reused. A
+/// reused pid belongs to a process started after the child (the child existed before its
+/// parent exited), so a process that started in an earlier clock tick than the child is the
+/// parent. When the ticks are equal, the child's parent pid is read again after opening: if it
+/// is unchanged, the opened process is the parent, because a pid is freed only after the
+/// exiting process's children were reparented. A parent that exits during the reads leaves the
+/// child with another parent, and the hop is read again from there.
 fn next_ancestor(
     proc: &ProcFs,
     child: &ProcDir,
-    mut ppid: u32,
-) -> Result<Option<(ProcDir, StatFields, Ancestor)>, IdentityError> {
-    let child_gone = || IdentityError::ProcessExited { pid: child.pid() };
+) -> Result<Option<(ProcDir, Ancestor)>, IdentityError> {
+    let child_gone = |_| IdentityError::ProcessExited { pid: child.pid() };
+    let child_stat = child.stat().map_err(child_gone)?;
+    let mut ppid = child_stat.ppid;
     for _ in 0..HOP_RETRIES {
         if ppid == 0 {
             return Ok(None);
         }
-        let opened = proc.pid_dir(ppid);
-        let now = child.stat().map_err(|_| child_gone())?.ppid;
-        if now != ppid {
-            ppid = now;
-            continue;
-        }
-        let dir = match opened {
+        let dir = match proc.pid_dir(ppid) {
             Ok(dir) => dir,
             // The parent exited after the first read: the child is being reparented.
             Err(source) if is_gone(&source) => {
-                ppid = child.stat().map_err(|_| child_gone())?.ppid;
+                ppid = child.stat_fresh().map_err(child_gone)?.ppid;
                 continue;
             }
             Err(source) => return Err(IdentityError::ProcUnreadable { pid: ppid, source }),
         };
         let Ok(stat) = dir.stat() else {
-            ppid = child.stat().map_err(|_| child_gone())?.ppid;
+            ppid = child.stat_fresh().map_err(child_gone)?.ppid;
             continue;
         };
+        if stat.start_time >= child_stat.start_time {
+            let now = child.stat_fresh().map_err(child_gone)?.ppid;
+            if now != ppid {
+                ppid = now;
+                continue;
+            }
+        }
         // Another user's process without CAP_SYS_PTRACE, or one with no executable, keeps its
         // place in the chain with an empty exe; a failure because it exited re-reads the hop.
         let exe = dir.exe_raw().map(|raw| strip_deleted(raw, exists).0);
         let cmdline = dir.cmdline();
-        if (exe.is_err() || cmdline.is_err()) && dir.stat().is_err() {
-            ppid = child.stat().map_err(|_| child_gone())?.ppid;
+        if (exe.is_err() || cmdline.is_err()) && dir.stat_fresh().is_err() {
+            ppid = child.stat_fresh().map_err(child_gone)?.ppid;
             continue;
         }
         let (exe, cmdline) = (exe.unwrap_or_default(), cmdline.unwrap_or_default());
-        let ancestor = Ancestor {
-            pid: ppid,
-            exe,
-            cmdline,
-        };
-        return Ok(Some((dir, stat, ancestor)));
+        return Ok(Some((
+            dir,
+            Ancestor {
+                pid: ppid,
+                exe,
+                cmdline,
+            },
+        )));
     }
     Err(IdentityError::ProcessExited { pid: ppid })
 }

@@ -30,12 +30,20 @@
 //!   socket, the siblings of the topmost one, and every owner's descendants. A socket passed
 //!   with SCM_RIGHTS (or `pidfd_getfd`) to an unrelated process is not searched for;
 //!   sluice-shim's seccomp filter forbids AF_UNIX sockets, so the sandboxed side cannot do that.
+//!   Nor is a socket that reached a cousin through a grandparent that has since closed its
+//!   copy (the reference's full scan would see it).
+//! - Completing the owner set reads the fd table of every sibling of the topmost owner, so a
+//!   client whose parent has thousands of children costs about as much as a full scan.
 //! - The proxy's own process is never searched: a client's socket cannot reach it.
 //! - A socket held only by a thread that unshared its fd table (`clone` without `CLONE_FILES`)
 //!   is found only through the thread group leader's table.
 //! - Reading another user's fd table needs CAP_SYS_PTRACE (or root); entering another network
 //!   namespace needs CAP_SYS_ADMIN. An ancestor whose exe cannot be read keeps an empty exe.
 //! - Paths are as the owning process's mount namespace shows them.
+//! - The exact socket query names no interface, so a client socket bound to one with
+//!   `SO_BINDTODEVICE` is not found (the lookup fails closed).
+//! - For redirected (transparent) connections, `local` must be the original destination the
+//!   client dialled, not the redirect target the proxy accepted on.
 #![forbid(unsafe_code)]
 
 mod diag;

@@ -2,7 +2,8 @@
 //!
 //! Order of search, stopping at the first process that holds the socket:
 //! 1. recently identified clients (start time checked, so a reused pid is skipped) and their
-//!    newest children: an agent's next connection usually comes from one of them;
+//!    newest children, within a budget of descriptors read: an agent's next connection
+//!    usually comes from one of them;
 //! 2. every process, newest (highest pid) first, listed in windows that grow downwards from the
 //!    last pid handed out, so a fresh client is found without listing all of `/proc`; processes
 //!    whose `/proc/<pid>` belongs to the socket's uid are read first;
@@ -11,7 +12,9 @@
 //! The first owner's fork family then completes the owner set: its parent (and further up
 //! while they hold the socket too), the siblings of the topmost owner, and the children of
 //! every owner. Fork is the only way a socket reaches another process that this search
-//! follows; see the crate documentation for what it does not.
+//! follows; see the crate documentation for what it does not. The cost of that completion
+//! grows with the number of siblings: a client whose parent has thousands of children pays
+//! for reading each of their fd tables.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -20,9 +23,13 @@ use crate::procfs::{ProcDir, ProcFs, SocketLink};
 use crate::recent::RecentPid;
 
 /// Newest children of each recent client checked before the scan (the scan covers the rest).
-const RECENT_CHILDREN_LIMIT: usize = 16;
+const RECENT_CHILDREN_LIMIT: usize = 8;
+/// Descriptors the recent-client phase may read before it gives way to the scan: recent
+/// clients can be long-lived programs with large fd tables, and a connection from an unrelated
+/// fresh process must not pay for reading all of them.
+const RECENT_FD_BUDGET: usize = 256;
 /// The first window of the descending scan; each next window is four times larger.
-const FIRST_WINDOW: u32 = 64;
+const FIRST_WINDOW: u32 = 8;
 /// Ancestors climbed while they hold the socket too (the ancestor walk's bound).
 const MAX_CLIMB: usize = 64;
 
@@ -40,6 +47,8 @@ pub(crate) struct OwnerSearch<'a> {
     link: SocketLink,
     checked: HashSet<u32>,
     owners: BTreeMap<u32, ProcDir>,
+    /// Descriptors read so far.
+    fds_read: usize,
 }
 
 impl<'a> OwnerSearch<'a> {
@@ -52,6 +61,7 @@ impl<'a> OwnerSearch<'a> {
             link: SocketLink::new(inode),
             checked: HashSet::from([skip]),
             owners: BTreeMap::new(),
+            fds_read: 0,
         }
     }
 
@@ -71,6 +81,9 @@ impl<'a> OwnerSearch<'a> {
 
     fn search_recent(&mut self, recent: &[RecentPid], stale: &mut Vec<RecentPid>) -> Option<u32> {
         for entry in recent {
+            if self.fds_read >= RECENT_FD_BUDGET {
+                break;
+            }
             let dir = match self.proc.pid_dir(entry.pid) {
                 Ok(dir)
                     if dir
@@ -89,6 +102,9 @@ impl<'a> OwnerSearch<'a> {
             };
             let children = dir.children().unwrap_or_default();
             for child in children.into_iter().rev().take(RECENT_CHILDREN_LIMIT) {
+                if self.fds_read >= RECENT_FD_BUDGET {
+                    return None;
+                }
                 if self.check(child) {
                     return Some(child);
                 }
@@ -164,7 +180,11 @@ impl<'a> OwnerSearch<'a> {
         }
 
         // Down: anything an owner forked after creating or inheriting the socket.
+        let mut expanded = HashSet::new();
         while let Some(pid) = to_expand.pop() {
+            if !expanded.insert(pid) {
+                continue;
+            }
             let Some(dir) = self.owners.get(&pid) else {
                 continue;
             };
@@ -178,7 +198,7 @@ impl<'a> OwnerSearch<'a> {
                 }
                 // An owner that exited has no children to search; one that is alive but whose
                 // children cannot be listed (no CONFIG_PROC_CHILDREN) needs the full scan.
-                Err(_) if dir.stat().is_ok() => children_unreadable = true,
+                Err(_) if dir.stat_fresh().is_ok() => children_unreadable = true,
                 Err(_) => {}
             }
         }
@@ -216,7 +236,7 @@ impl<'a> OwnerSearch<'a> {
             };
         }
         // Permission errors and vanished processes are "not an owner", never fatal.
-        if dir.holds(&self.link).unwrap_or(false) {
+        if dir.holds(&self.link, &mut self.fds_read).unwrap_or(false) {
             self.owners.insert(pid, dir);
             Ok(())
         } else {
@@ -262,7 +282,7 @@ pub fn full_scan_owners(proc_root: &Path, inode: u64) -> Vec<u32> {
         .into_iter()
         .filter(|pid| {
             proc.pid_dir(*pid)
-                .and_then(|dir| dir.holds(&link))
+                .and_then(|dir| dir.holds(&link, &mut 0))
                 .unwrap_or(false)
         })
         .collect()
@@ -275,8 +295,8 @@ mod tests {
     #[test]
     fn windows_cover_every_pid_once_newest_first() {
         let windows = scan_windows(Some(1000));
-        assert_eq!(windows[0], (937, 1000));
-        assert_eq!(windows[1], (681, 936));
+        assert_eq!(windows[0], (993, 1000));
+        assert_eq!(windows[1], (961, 992));
         assert_eq!(windows.last(), Some(&(1001, u32::MAX)));
         let mut covered: Vec<(u32, u32)> = windows.clone();
         covered.sort_unstable();
@@ -290,7 +310,7 @@ mod tests {
     #[test]
     fn small_and_missing_last_pid() {
         assert_eq!(scan_windows(Some(1)), [(1, 1), (2, u32::MAX)]);
-        assert_eq!(scan_windows(Some(10)), [(1, 10), (11, u32::MAX)]);
+        assert_eq!(scan_windows(Some(10)), [(3, 10), (1, 2), (11, u32::MAX)]);
         assert_eq!(scan_windows(None), [(1, u32::MAX)]);
         assert_eq!(scan_windows(Some(0)), [(1, u32::MAX)]);
         let top = scan_windows(Some(u32::MAX));

@@ -8,6 +8,7 @@
 //! It does not decide which processes to look at (`owners`) or how to assemble an identity
 //! (`identity`).
 
+use std::cell::OnceCell;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
@@ -21,10 +22,10 @@ use rustix::path::DecInt;
 
 /// `/proc/<pid>/cmdline` can be as large as the argument area (ARG_MAX, usually 2 MiB); the
 /// identity needs the program's arguments, not a whole generated command line.
-const CMDLINE_LIMIT: u64 = 256 * 1024;
+const CMDLINE_LIMIT: usize = 256 * 1024;
 /// `stat`, `status` and `children` are a few KiB at most; the cap only bounds a hostile or
 /// surprising procfs.
-const SMALL_FILE_LIMIT: u64 = 64 * 1024;
+const SMALL_FILE_LIMIT: usize = 64 * 1024;
 /// The directory position of pid `n` in the procfs root is `n + TGID_OFFSET`
 /// (`FIRST_PROCESS_ENTRY + 2` in `fs/proc/base.c`). Seeking there lists pids `>= n` without
 /// reading the ones below; callers still filter by range, so a kernel that numbers positions
@@ -38,6 +39,8 @@ const TGID_OFFSET: i64 = 258;
 pub(crate) struct StatFields {
     /// Field 4: the parent's pid (0 when the parent is outside this pid namespace).
     pub(crate) ppid: u32,
+    /// Field 20: threads in the process (children are listed per thread).
+    pub(crate) num_threads: u32,
     /// Field 22: start time in clock ticks since boot; with the pid it names one process.
     pub(crate) start_time: u64,
 }
@@ -48,10 +51,16 @@ pub(crate) fn parse_stat(contents: &[u8]) -> Option<StatFields> {
     let close = contents.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(contents.get(close + 1..)?).ok()?;
     let mut fields = rest.split_ascii_whitespace();
-    // After `)`: field 3 (state) is index 0, field 4 (ppid) index 1, field 22 index 19.
+    // After `)`: field 3 (state) is index 0, field 4 (ppid) index 1, field 20 index 17,
+    // field 22 index 19.
     let ppid = fields.nth(1)?.parse().ok()?;
-    let start_time = fields.nth(17)?.parse().ok()?;
-    Some(StatFields { ppid, start_time })
+    let num_threads = fields.nth(15)?.parse().ok()?;
+    let start_time = fields.nth(1)?.parse().ok()?;
+    Some(StatFields {
+        ppid,
+        num_threads,
+        start_time,
+    })
 }
 
 /// The real uid from `/proc/<pid>/status` (`Uid:\treal\teffective\tsaved\tfs`).
@@ -149,7 +158,11 @@ impl ProcFs {
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        Ok(ProcDir { pid, fd })
+        Ok(ProcDir {
+            pid,
+            fd,
+            stat: OnceCell::new(),
+        })
     }
 
     /// The owner of `/proc/<pid>`: the process's effective uid (root for a non-dumpable one).
@@ -167,7 +180,7 @@ impl ProcFs {
             OFlags::RDONLY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        let contents = read_limited(fd, SMALL_FILE_LIMIT)?;
+        let contents = read_limited(fd, SMALL_FILE_LIMIT, Complete::OnShortRead)?;
         std::str::from_utf8(&contents)
             .ok()
             .and_then(|text| text.trim().parse().ok())
@@ -232,6 +245,10 @@ fn numeric_name(name: &[u8]) -> Option<u32> {
 pub(crate) struct ProcDir {
     pid: u32,
     fd: OwnedFd,
+    /// The first `stat` read through this handle. Within one lookup an earlier read is as good
+    /// as a later one (see `identity::next_ancestor`), and it is read by the search, the owner
+    /// set completion and the identity alike.
+    stat: OnceCell<StatFields>,
 }
 
 impl ProcDir {
@@ -241,7 +258,8 @@ impl ProcDir {
 
     /// Whether any of the process's descriptors is the socket. A descriptor closed while the
     /// table is read is skipped; an unreadable table (exited, not permitted) is an error.
-    pub(crate) fn holds(&self, link: &SocketLink) -> io::Result<bool> {
+    /// `entries_read` counts the descriptors looked at.
+    pub(crate) fn holds(&self, link: &SocketLink, entries_read: &mut usize) -> io::Result<bool> {
         let fd_dir = rustix::fs::openat(
             &self.fd,
             "fd",
@@ -256,12 +274,13 @@ impl ProcDir {
             if name.to_bytes().first() == Some(&b'.') {
                 continue;
             }
+            *entries_read += 1;
             match rustix::fs::readlinkat(dir.fd()?, name, std::mem::take(&mut buffer)) {
                 Ok(target) => {
                     if link.matches(target.as_bytes()) {
                         return Ok(true);
                     }
-                    buffer = target.into_bytes_with_nul();
+                    buffer = target.into_bytes();
                     buffer.clear();
                 }
                 Err(Errno::NOENT) => {}
@@ -271,18 +290,33 @@ impl ProcDir {
         Ok(false)
     }
 
+    /// `stat`, read once per handle.
     pub(crate) fn stat(&self) -> io::Result<StatFields> {
-        parse_stat(&self.read("stat", SMALL_FILE_LIMIT)?).ok_or_else(|| invalid("stat"))
+        if let Some(stat) = self.stat.get() {
+            return Ok(*stat);
+        }
+        let stat = self.stat_fresh()?;
+        Ok(*self.stat.get_or_init(|| stat))
+    }
+
+    /// `stat`, read now.
+    pub(crate) fn stat_fresh(&self) -> io::Result<StatFields> {
+        parse_stat(&self.read("stat", SMALL_FILE_LIMIT, Complete::OnShortRead)?)
+            .ok_or_else(|| invalid("stat"))
     }
 
     /// The real uid (`Uid:` in `status`).
     pub(crate) fn real_uid(&self) -> io::Result<u32> {
-        parse_status_real_uid(&self.read("status", SMALL_FILE_LIMIT)?)
+        parse_status_real_uid(&self.read("status", SMALL_FILE_LIMIT, Complete::OnShortRead)?)
             .ok_or_else(|| invalid("status"))
     }
 
     pub(crate) fn cmdline(&self) -> io::Result<Vec<String>> {
-        Ok(parse_cmdline(&self.read("cmdline", CMDLINE_LIMIT)?))
+        Ok(parse_cmdline(&self.read(
+            "cmdline",
+            CMDLINE_LIMIT,
+            Complete::OnShortRead,
+        )?))
     }
 
     /// The raw `exe` link target (may end in ` (deleted)`).
@@ -296,6 +330,15 @@ impl ProcDir {
     /// Children of every thread of the process (a child's parent is the thread that forked it),
     /// in the order the kernel lists them: oldest first.
     pub(crate) fn children(&self) -> io::Result<Vec<u32>> {
+        if self.stat()?.num_threads <= 1 {
+            // One thread: its tid is the pid, no need to list `task/`.
+            let path = format!("task/{}/children", self.pid);
+            return Ok(parse_children(&self.read(
+                &path,
+                SMALL_FILE_LIMIT,
+                Complete::SmallRecords,
+            )?));
+        }
         let task_dir = rustix::fs::openat(
             &self.fd,
             "task",
@@ -316,7 +359,11 @@ impl ProcDir {
                 OFlags::RDONLY | OFlags::CLOEXEC,
                 Mode::empty(),
             ) {
-                Ok(fd) => children.extend(parse_children(&read_limited(fd, SMALL_FILE_LIMIT)?)),
+                Ok(fd) => children.extend(parse_children(&read_limited(
+                    fd,
+                    SMALL_FILE_LIMIT,
+                    Complete::SmallRecords,
+                )?)),
                 // A thread that exited while the list was read has no children left to report.
                 Err(Errno::NOENT) | Err(Errno::SRCH) if tid != self.pid => {}
                 Err(err) => return Err(err.into()),
@@ -325,14 +372,14 @@ impl ProcDir {
         Ok(children)
     }
 
-    fn read(&self, name: &str, limit: u64) -> io::Result<Vec<u8>> {
+    fn read(&self, name: &str, limit: usize, complete: Complete) -> io::Result<Vec<u8>> {
         let fd = rustix::fs::openat(
             &self.fd,
             name,
             OFlags::RDONLY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        read_limited(fd, limit)
+        read_limited(fd, limit, complete)
     }
 }
 
@@ -342,9 +389,48 @@ impl AsFd for ProcDir {
     }
 }
 
-fn read_limited(fd: OwnedFd, limit: u64) -> io::Result<Vec<u8>> {
-    let mut contents = Vec::with_capacity(512);
-    File::from(fd).take(limit).read_to_end(&mut contents)?;
+/// When a procfs file has been read in full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Complete {
+    /// A read shorter than asked is the end: true of files produced in one piece (`stat`,
+    /// `status`, `cmdline`), and it saves the extra `read` that returns 0.
+    OnShortRead,
+    /// A `seq_file` with one small record per item (`children`): a read also stops short when
+    /// the kernel's page-sized buffer is full, which leaves it within one record of a page. A
+    /// read well short of that is the end; anything else reads on to a zero-length read.
+    SmallRecords,
+}
+
+/// The page-sized `seq_file` buffer, and a margin larger than any `children` record (`%d `).
+const SEQ_PAGE: usize = 4096;
+const SEQ_RECORD_MARGIN: usize = 64;
+
+fn read_limited(fd: OwnedFd, limit: usize, complete: Complete) -> io::Result<Vec<u8>> {
+    let mut file = File::from(fd);
+    let mut contents = vec![0; limit.min(4096)];
+    let mut len = 0;
+    loop {
+        if len == contents.len() {
+            if len >= limit {
+                break;
+            }
+            contents.resize((len * 2).min(limit), 0);
+        }
+        let read = match file.read(&mut contents[len..]) {
+            Ok(read) => read,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err),
+        };
+        len += read;
+        let complete = match complete {
+            Complete::OnShortRead => len < contents.len(),
+            Complete::SmallRecords => read + SEQ_RECORD_MARGIN < SEQ_PAGE.min(contents.len()),
+        };
+        if read == 0 || complete {
+            break;
+        }
+    }
+    contents.truncate(len);
     Ok(contents)
 }
 
@@ -360,6 +446,7 @@ mod tests {
             parse_stat(line),
             Some(StatFields {
                 ppid: 17,
+                num_threads: 1,
                 start_time: 987654
             })
         );
@@ -367,11 +454,12 @@ mod tests {
 
     #[test]
     fn stat_with_plain_comm() {
-        let line = b"1 (init) S 0 1 1 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 5 1 1 1 1 1 1";
+        let line = b"1 (init) S 0 1 1 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 3 0 5 1 1 1 1 1 1";
         assert_eq!(
             parse_stat(line),
             Some(StatFields {
                 ppid: 0,
+                num_threads: 3,
                 start_time: 5
             })
         );
@@ -457,29 +545,30 @@ mod tests {
         ))
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
         .unwrap();
-        assert!(me.holds(&SocketLink::new(inode)).unwrap());
-        assert!(!me.holds(&SocketLink::new(inode + 1_000_000)).unwrap());
+        assert!(me.holds(&SocketLink::new(inode), &mut 0).unwrap());
+        assert!(
+            !me.holds(&SocketLink::new(inode + 1_000_000), &mut 0)
+                .unwrap()
+        );
     }
 
     #[test]
     fn windowed_listing_agrees_with_the_full_listing() {
         let proc = ProcFs::open(Path::new("/proc")).unwrap();
         let me = std::process::id();
+        let (lo, hi) = (me.saturating_sub(50).max(1), me + 50);
+        let window = proc.pids_in(lo, hi).unwrap();
         let all = proc.all_pids().unwrap();
-        assert!(all.contains(&me));
-        let window = proc.pids_in(me.saturating_sub(50).max(1), me + 50).unwrap();
-        assert!(window.contains(&me));
-        let expected: Vec<u32> = all
-            .iter()
-            .copied()
-            .filter(|p| (me.saturating_sub(50).max(1)..=me + 50).contains(p))
-            .collect();
-        // Processes may come and go between the two listings; ours is stable.
+        // Processes come and go between the two listings; ours stays, and the window holds
+        // nothing outside its range.
+        assert!(window.contains(&me) && all.contains(&me));
         assert!(
-            window
-                .iter()
-                .all(|p| *p >= me.saturating_sub(50).max(1) && *p <= me + 50)
+            window.iter().all(|pid| (lo..=hi).contains(pid)),
+            "{window:?}"
         );
-        assert!(expected.contains(&me));
+        assert!(
+            window.windows(2).all(|pair| pair[0] < pair[1]),
+            "not ascending: {window:?}"
+        );
     }
 }

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use crate::error::IdentityError;
 use crate::identity::{Identity, read_identity};
@@ -41,6 +41,8 @@ impl Default for IdentityConfig {
 #[derive(Debug)]
 pub struct IdentityResolver {
     proc_root: PathBuf,
+    /// Opened on first use and kept: lookups open `/proc/<pid>` relative to it.
+    proc: OnceLock<ProcFs>,
     namespaces: Namespaces,
     recent: Mutex<RecentPids>,
     own_pid: u32,
@@ -56,6 +58,7 @@ impl IdentityResolver {
         }
         Self {
             proc_root: config.proc_root,
+            proc: OnceLock::new(),
             namespaces,
             recent: Mutex::new(RecentPids::new(config.recent_capacity)),
             own_pid: std::process::id(),
@@ -79,13 +82,10 @@ impl IdentityResolver {
             .namespaces
             .find(peer, local)?
             .ok_or(IdentityError::SocketNotFound { peer, local })?;
-        let proc = ProcFs::open(&self.proc_root).map_err(|source| IdentityError::ProcRoot {
-            path: self.proc_root.clone(),
-            source,
-        })?;
+        let proc = self.procfs()?;
 
         let recent = lock(&self.recent).snapshot();
-        let found = OwnerSearch::new(&proc, socket.inode, self.own_pid).run(&recent, socket.uid);
+        let found = OwnerSearch::new(proc, socket.inode, self.own_pid).run(&recent, socket.uid);
         if !found.stale.is_empty() {
             let mut recent = lock(&self.recent);
             for entry in &found.stale {
@@ -101,7 +101,7 @@ impl IdentityResolver {
         let resolved = found
             .owners
             .iter()
-            .map(|owner| read_identity(&proc, owner))
+            .map(|owner| read_identity(proc, owner))
             .collect::<Result<Vec<_>, _>>()?;
         let mut resolved = resolved.into_iter();
         let Some(first) = resolved.next() else {
@@ -128,8 +128,56 @@ impl IdentityResolver {
     }
 }
 
+impl IdentityResolver {
+    fn procfs(&self) -> Result<&ProcFs, IdentityError> {
+        if let Some(proc) = self.proc.get() {
+            return Ok(proc);
+        }
+        let opened = ProcFs::open(&self.proc_root).map_err(|source| IdentityError::ProcRoot {
+            path: self.proc_root.clone(),
+            source,
+        })?;
+        Ok(self.proc.get_or_init(|| opened))
+    }
+}
+
 /// The recent list stays consistent under a panicking holder (each critical section is one
 /// `VecDeque` operation), so a poisoned lock is used as is.
 fn lock(mutex: &Mutex<RecentPids>) -> MutexGuard<'_, RecentPids> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_resolver_is_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<IdentityResolver>();
+    }
+
+    #[test]
+    fn the_default_searches_proc_and_remembers_recent_clients() {
+        let config = IdentityConfig::default();
+        assert_eq!(config.proc_root, PathBuf::from("/proc"));
+        assert!(config.namespace_pids.is_empty());
+        assert!(config.recent_capacity > 0);
+    }
+
+    #[test]
+    fn a_missing_proc_root_is_an_error_not_a_panic() {
+        let resolver = IdentityResolver::new(IdentityConfig {
+            proc_root: PathBuf::from("/nonexistent-proc"),
+            ..IdentityConfig::default()
+        });
+        // A connection that exists, so the lookup gets as far as /proc.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, peer) = listener.accept().unwrap();
+        let err = resolver
+            .lookup(peer, server.local_addr().unwrap())
+            .unwrap_err();
+        assert!(matches!(err, IdentityError::ProcRoot { .. }), "{err:?}");
+    }
 }

@@ -3,16 +3,26 @@
 //!
 //! Tests that need root say so; they fail instead of skipping when
 //! `SLUICE_REQUIRE_PRIVILEGED=1` (CI).
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use sluice_identity::{IdentityConfig, IdentityError, IdentityResolver, full_scan_owners};
 
 const PYTHON: &str = "/usr/bin/python3";
+
+/// Held while the test process forks: between fork and exec a child holds copies of every
+/// descriptor of the test process, which would make it an owner of the test's own sockets.
+static FORKING: Mutex<()> = Mutex::new(());
+
+fn forking() -> MutexGuard<'static, ()> {
+    FORKING.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 // === fixtures ===
 
@@ -26,12 +36,14 @@ struct Client {
 
 impl Client {
     fn spawn(command: &mut Command) -> Self {
+        let forking = forking();
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap_or_else(|err| panic!("spawn {command:?}: {err}"));
+        drop(forking);
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().unwrap());
         Self {
@@ -142,7 +154,9 @@ fn privileged(test: &str) -> bool {
         std::env::var("SLUICE_REQUIRE_PRIVILEGED").as_deref() != Ok("1"),
         "{test} needs root and SLUICE_REQUIRE_PRIVILEGED=1 is set"
     );
-    eprintln!(
+    // Straight to fd 2: the test harness swallows `eprintln!` of passing tests.
+    let _ = writeln!(
+        std::io::stderr(),
         "!!! SKIPPED {test}: needs root (set SLUICE_REQUIRE_PRIVILEGED=1 to make this fatal)"
     );
     false
@@ -152,8 +166,9 @@ fn privileged(test: &str) -> bool {
 fn connect_script(host: &str) -> String {
     format!(
         "import os, socket, sys\n\
+         def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
          c = socket.create_connection(('{host}', int(sys.argv[1])))\n\
-         print('ready', os.getpid(), flush=True)\n\
+         say('ready', os.getpid())\n\
          sys.stdin.read()\n"
     )
 }
@@ -222,9 +237,10 @@ fn ipv4_and_v4_mapped_clients_of_a_dual_stack_listener() {
     let port = listener.local_addr().unwrap().port();
     // An AF_INET client, and an AF_INET6 client talking to a v4-mapped address.
     let script = "import os, socket, sys\n\
+                  def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
                   fam, host = (socket.AF_INET, '127.0.0.1') if sys.argv[2] == '4' else (socket.AF_INET6, '::ffff:127.0.0.1')\n\
                   c = socket.socket(fam); c.connect((host, int(sys.argv[1])))\n\
-                  print('ready', os.getpid(), flush=True)\n\
+                  say('ready', os.getpid())\n\
                   sys.stdin.read()\n";
     let resolver = resolver();
     for family in ["4", "6"] {
@@ -257,14 +273,15 @@ fn ipv4_and_v4_mapped_clients_of_a_dual_stack_listener() {
 fn double_forked_client_loses_its_original_parent() {
     let (listener, _) = listener("127.0.0.1:0");
     let script = "import os, socket, sys\n\
+                  def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
                   if os.fork() == 0:\n\
                   \x20   if os.fork() == 0:\n\
                   \x20       c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
-                  \x20       print('grandchild', os.getpid(), os.getppid(), flush=True)\n\
+                  \x20       say('grandchild', os.getpid(), os.getppid())\n\
                   \x20       sys.stdin.read()\n\
                   \x20   os._exit(0)\n\
                   os.wait()\n\
-                  print('parent', os.getpid(), flush=True)\n\
+                  say('parent', os.getpid())\n\
                   sys.stdin.read()\n";
     let mut client = Client::python(script, listener.local_addr().unwrap().port());
     let (_stream, peer, local) = accept(&listener);
@@ -295,16 +312,18 @@ fn double_forked_client_loses_its_original_parent() {
 fn socket_shared_with_another_program_is_ambiguous() {
     let (listener, _) = listener("127.0.0.1:0");
     let script = "import os, socket, subprocess, sys\n\
+                  def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
                   c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
                   c.set_inheritable(True)\n\
-                  p = subprocess.Popen(['/usr/bin/sleep', '600'], pass_fds=[c.fileno()], stdin=subprocess.DEVNULL)\n\
-                  print('ready', os.getpid(), p.pid, flush=True)\n\
+                  p = subprocess.Popen(['/usr/bin/sleep', '600'], pass_fds=[c.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n\
+                  say('ready', os.getpid(), p.pid)\n\
                   sys.stdin.read()\n\
                   p.kill()\n";
     let mut client = Client::python(script, listener.local_addr().unwrap().port());
     let (_stream, peer, local) = accept(&listener);
     let line = client.line();
     let sleeper: u32 = line[2].parse().unwrap();
+    let _sleeper = KillOnDrop(sleeper);
     wait_for_exe(sleeper, "/usr/bin/sleep");
 
     let err = resolver().lookup(peer, local).unwrap_err();
@@ -334,6 +353,7 @@ fn siblings_running_one_program_share_an_identity() {
     // The parent connects, forks two children that keep the socket, then closes its own copy:
     // only the siblings hold it, and they are the same program with the same ancestors.
     let script = "import os, socket, sys\n\
+                  def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
                   c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
                   kids = []\n\
                   for _ in range(2):\n\
@@ -342,7 +362,7 @@ fn siblings_running_one_program_share_an_identity() {
                   \x20       sys.stdin.read(); os._exit(0)\n\
                   \x20   kids.append(pid)\n\
                   c.close()\n\
-                  print('ready', *kids, flush=True)\n\
+                  say('ready', *kids)\n\
                   sys.stdin.read()\n";
     let mut client = Client::python(script, listener.local_addr().unwrap().port());
     let (_stream, peer, local) = accept(&listener);
@@ -392,7 +412,9 @@ fn a_closed_connection_is_not_found() {
 #[test]
 fn the_proxys_own_connection_has_no_owner() {
     // The resolver never reads its own process (a client's socket cannot be there), so a
-    // connection the test process makes to itself is owned by nobody it may name.
+    // connection the test process makes to itself is owned by nobody it may name. (No other
+    // test may fork meanwhile: its child would hold a copy until it execs.)
+    let _forking = forking();
     let (listener, local) = listener("127.0.0.1:0");
     let _client = TcpStream::connect(local).unwrap();
     let (_stream, peer, local) = accept(&listener);
@@ -408,9 +430,10 @@ fn a_repeat_client_is_found_again_and_exec_is_not_cached() {
     let (listener, _) = listener("127.0.0.1:0");
     // Connects, then on request execs `sleep` keeping the socket: same pid, another program.
     let script = "import os, socket, sys\n\
+                  def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
                   c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
                   c.set_inheritable(True)\n\
-                  print('ready', flush=True)\n\
+                  say('ready')\n\
                   sys.stdin.readline()\n\
                   os.execv('/usr/bin/sleep', ['/usr/bin/sleep', '600'])\n";
     let mut client = Client::python(script, listener.local_addr().unwrap().port());
@@ -457,15 +480,16 @@ fn client_in_another_network_namespace_is_found_once_registered() {
     }
     // Server and client both live in a fresh network namespace; the lookup runs out here.
     let script = "import os, socket, sys\n\
+                  def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
                   srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen()\n\
                   port = srv.getsockname()[1]\n\
                   if os.fork() == 0:\n\
                   \x20   srv.close()\n\
                   \x20   c = socket.create_connection(('127.0.0.1', port))\n\
-                  \x20   print('client', os.getpid(), flush=True)\n\
+                  \x20   say('client', os.getpid())\n\
                   \x20   sys.stdin.read(); os._exit(0)\n\
                   conn, peer = srv.accept()\n\
-                  print('server', peer[0], peer[1], *conn.getsockname(), flush=True)\n\
+                  say('server', peer[0], peer[1], *conn.getsockname())\n\
                   sys.stdin.read()\n";
     let mut namespaced = Client::spawn(
         Command::new("unshare")
@@ -480,6 +504,7 @@ fn client_in_another_network_namespace_is_found_once_registered() {
     let (mut client_pid, mut addrs) = (0, None);
     for _ in 0..2 {
         let line = namespaced.line();
+        assert!(line.len() >= 2, "unexpected report {line:?}");
         match line[0].as_str() {
             "client" => client_pid = line[1].parse().unwrap(),
             _ => {
@@ -522,10 +547,11 @@ fn namespace_registered_in_config_is_searched() {
         return;
     }
     let script = "import os, socket, sys\n\
+                  def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
                   srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen()\n\
                   c = socket.create_connection(srv.getsockname())\n\
                   conn, peer = srv.accept()\n\
-                  print(peer[0], peer[1], *conn.getsockname(), flush=True)\n\
+                  say(peer[0], peer[1], *conn.getsockname())\n\
                   sys.stdin.read()\n";
     let mut namespaced = Client::spawn(
         Command::new("unshare")
@@ -562,6 +588,19 @@ fn wait_for_exe(pid: u32, exe: &str) {
         std::thread::sleep(Duration::from_millis(5));
     }
     panic!("pid {pid} never became {exe}");
+}
+
+/// Kills a process the test did not spawn itself (a grandchild) when the test ends.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _forking = forking();
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .arg(self.0.to_string())
+            .status();
+    }
 }
 
 /// A directory under the system temp dir, removed on drop.

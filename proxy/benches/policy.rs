@@ -49,6 +49,15 @@ impl Lcg {
 
 /// The generated policy text: `ENTRIES` entries × 5 endpoints.
 fn policy_text() -> String {
+    let text = generate_policy_text();
+    // `SLUICE_BENCH_DUMP=FILE` writes the generated policy out, to profile loading elsewhere.
+    if let Some(path) = std::env::var_os("SLUICE_BENCH_DUMP") {
+        let _ = std::fs::write(path, &text);
+    }
+    text
+}
+
+fn generate_policy_text() -> String {
     let mut rng = Lcg(0x5eed_1ce5);
     let mut y = String::with_capacity(4 << 20);
     y.push_str("version: 1\nnetwork_policies:\n");

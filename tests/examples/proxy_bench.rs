@@ -26,7 +26,11 @@ fn start_origin() -> SocketAddr {
                 if r.read_line(&mut line).is_err() {
                     return;
                 }
-                if let Some(n) = line.trim().strip_prefix('D').and_then(|n| n.parse::<u64>().ok()) {
+                if let Some(n) = line
+                    .trim()
+                    .strip_prefix('D')
+                    .and_then(|n| n.parse::<u64>().ok())
+                {
                     let block = vec![7u8; 256 * 1024];
                     let mut left = n;
                     while left > 0 {
@@ -58,7 +62,12 @@ fn tunnel(proxy: Option<SocketAddr>, origin: SocketAddr) -> TcpStream {
             write!(s, "CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\n").unwrap();
             let mut head = [0u8; 39];
             s.read_exact(&mut head).unwrap();
-            assert_eq!(&head[..12], b"HTTP/1.1 200", "{}", String::from_utf8_lossy(&head));
+            assert_eq!(
+                &head[..12],
+                b"HTTP/1.1 200",
+                "{}",
+                String::from_utf8_lossy(&head)
+            );
             s
         }
     }
@@ -105,12 +114,24 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let mib: u64 = std::env::var("BENCH_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
-    let conns: usize = std::env::var("BENCH_CONNS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+    let mib: u64 = std::env::var("BENCH_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let conns: usize = std::env::var("BENCH_CONNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
     let bin = std::env::var("SLUICE_BIN").unwrap_or_else(|_| {
         let exe = std::env::current_exe().unwrap();
         // target/release/examples/proxy_bench → target/release/sluice
-        exe.parent().unwrap().parent().unwrap().join("sluice").to_string_lossy().into_owned()
+        exe.parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("sluice")
+            .to_string_lossy()
+            .into_owned()
     });
     let origin = start_origin();
     let me = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
@@ -127,7 +148,14 @@ fn main() {
     )
     .unwrap();
     let mut child = Command::new(&bin)
-        .args(["run", "--listen", "127.0.0.1:0", "--allow-loopback-upstream", "--log-format", "json"])
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-loopback-upstream",
+            "--log-format",
+            "json",
+        ])
         .arg("--policy")
         .arg(&policy)
         .arg("--audit-log")
@@ -153,17 +181,39 @@ fn main() {
     throughput(Some(proxy), origin, 64 << 20);
     let bytes = mib << 20;
     let direct = median((0..3).map(|_| throughput(None, origin, bytes)).collect());
-    let proxied = median((0..3).map(|_| throughput(Some(proxy), origin, bytes)).collect());
+    let proxied = median(
+        (0..3)
+            .map(|_| throughput(Some(proxy), origin, bytes))
+            .collect(),
+    );
     let (d_rate, d_lat) = connections(None, origin, conns);
     let (p_rate, p_lat) = connections(Some(proxy), origin, conns);
 
-    println!("sluice explicit proxy benchmark ({mib} MiB transfers, {conns} sequential connections)");
+    println!(
+        "sluice explicit proxy benchmark ({mib} MiB transfers, {conns} sequential connections)"
+    );
     println!("| measure | direct | through sluice | ratio |");
     println!("|---|---|---|---|");
-    println!("| CONNECT relay throughput (MiB/s, median of 3) | {direct:.0} | {proxied:.0} | {:.2} |", proxied / direct);
-    println!("| new connections per second | {d_rate:.0} | {p_rate:.0} | {:.2} |", p_rate / d_rate);
-    println!("| connection setup + first byte p50 (µs) | {:.0} | {:.0} | {:.1}x |", pct(&d_lat, 0.5), pct(&p_lat, 0.5), pct(&p_lat, 0.5) / pct(&d_lat, 0.5));
-    println!("| connection setup + first byte p99 (µs) | {:.0} | {:.0} | {:.1}x |", pct(&d_lat, 0.99), pct(&p_lat, 0.99), pct(&p_lat, 0.99) / pct(&d_lat, 0.99));
+    println!(
+        "| CONNECT relay throughput (MiB/s, median of 3) | {direct:.0} | {proxied:.0} | {:.2} |",
+        proxied / direct
+    );
+    println!(
+        "| new connections per second | {d_rate:.0} | {p_rate:.0} | {:.2} |",
+        p_rate / d_rate
+    );
+    println!(
+        "| connection setup + first byte p50 (µs) | {:.0} | {:.0} | {:.1}x |",
+        pct(&d_lat, 0.5),
+        pct(&p_lat, 0.5),
+        pct(&p_lat, 0.5) / pct(&d_lat, 0.5)
+    );
+    println!(
+        "| connection setup + first byte p99 (µs) | {:.0} | {:.0} | {:.1}x |",
+        pct(&d_lat, 0.99),
+        pct(&p_lat, 0.99),
+        pct(&p_lat, 0.99) / pct(&d_lat, 0.99)
+    );
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);

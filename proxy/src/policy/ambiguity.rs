@@ -25,9 +25,11 @@ pub fn check(entries: &[Entry], diags: &mut Diagnostics) {
             by_port.entry(p).or_default().push(i);
         }
     }
+    let suffix_of: Vec<Option<String>> =
+        all.iter().map(|(_, ep)| ep.host.literal_suffix()).collect();
     let mut pairs: BTreeSet<(usize, usize)> = BTreeSet::new();
     for members in by_port.values() {
-        candidate_pairs(&all, members, &mut pairs);
+        candidate_pairs(&all, &suffix_of, members, &mut pairs);
     }
     for (i, j) in pairs {
         let ((le, l), (re, r)) = (all[i], all[j]);
@@ -53,39 +55,37 @@ pub fn check(entries: &[Entry], diags: &mut Diagnostics) {
             conflicts.join("; "),
             l.location,
         );
-        diags.error(&r.location.file, r.location.pos, &r.field(), message);
+        diags.error(&r.location.file, r.location.pos, r.field(), message);
     }
 }
 
 /// Pairs of endpoints on one port whose hosts can match a common name.
 fn candidate_pairs(
     all: &[(&Entry, &Endpoint)],
+    suffix_of: &[Option<String>],
     members: &[usize],
     out: &mut BTreeSet<(usize, usize)>,
 ) {
     let mut exact: HashMap<&str, Vec<usize>> = HashMap::new();
-    let mut exact_by_suffix: HashMap<String, Vec<usize>> = HashMap::new();
-    let mut wild_by_suffix: HashMap<String, Vec<usize>> = HashMap::new();
-    let mut wild_by_any_suffix: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut exact_by_suffix: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut wild_by_suffix: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut wild_by_any_suffix: HashMap<&str, Vec<usize>> = HashMap::new();
     let mut unindexed: Vec<usize> = Vec::new();
     for &i in members {
-        match &all[i].1.host {
-            HostPattern::Exact(h) => {
+        match (&all[i].1.host, suffix_of[i].as_deref()) {
+            (HostPattern::Exact(h), _) => {
                 exact.entry(h.as_str()).or_default().push(i);
                 for s in suffixes(h) {
-                    exact_by_suffix.entry(s.to_string()).or_default().push(i);
+                    exact_by_suffix.entry(s).or_default().push(i);
                 }
             }
-            w @ HostPattern::Wildcard { .. } => match w.literal_suffix() {
-                Some(s) => {
-                    for t in suffixes(&s) {
-                        wild_by_any_suffix.entry(t.to_string()).or_default().push(i);
-                    }
-                    wild_by_suffix.entry(s).or_default().push(i);
+            (HostPattern::Wildcard { .. }, Some(s)) => {
+                for t in suffixes(s) {
+                    wild_by_any_suffix.entry(t).or_default().push(i);
                 }
-                None => unindexed.push(i),
-            },
-            HostPattern::Any => unindexed.push(i),
+                wild_by_suffix.entry(s).or_default().push(i);
+            }
+            _ => unindexed.push(i),
         }
     }
     let mut add = |a: usize, b: usize| {
@@ -100,20 +100,19 @@ fn candidate_pairs(
             }
         }
     }
-    for group in wild_by_suffix.values() {
+    for (s, group) in &wild_by_suffix {
         for &w in group {
-            let s = all[w].1.host.literal_suffix().unwrap_or_default();
             // Exact hosts under the wildcard's literal suffix.
-            for &e in exact_by_suffix.get(&s).into_iter().flatten() {
+            for &e in exact_by_suffix.get(s).into_iter().flatten() {
                 add(w, e);
             }
             // Wildcards whose suffix is a suffix of this one's, or the other way round.
-            for t in suffixes(&s) {
+            for t in suffixes(s) {
                 for &o in wild_by_suffix.get(t).into_iter().flatten() {
                     add(w, o);
                 }
             }
-            for &o in wild_by_any_suffix.get(&s).into_iter().flatten() {
+            for &o in wild_by_any_suffix.get(s).into_iter().flatten() {
                 add(w, o);
             }
         }
@@ -138,55 +137,53 @@ fn contributes_metadata(ep: &Endpoint) -> bool {
 
 fn conflicts(l: &Endpoint, r: &Endpoint) -> Vec<String> {
     let mut out = Vec::new();
-    let mut cmp = |field: &str, a: String, b: String| {
-        if a != b {
-            out.push(format!("{field}={a} vs {b}"));
+    // Values are compared typed; text is made only for a conflict (most pairs agree).
+    let mut cmp = |field: &str, same: bool, show: &dyn Fn(&Endpoint) -> String| {
+        if !same {
+            out.push(format!("{field}={} vs {}", show(l), show(r)));
         }
     };
+    let tcp = |e: &Endpoint| (e.protocol == Protocol::Tcp).to_string();
     cmp(
         "transparent_tcp_eligible",
-        (l.protocol == Protocol::Tcp).to_string(),
-        (r.protocol == Protocol::Tcp).to_string(),
+        (l.protocol == Protocol::Tcp) == (r.protocol == Protocol::Tcp),
+        &tcp,
     );
+    cmp("tls", l.tls == r.tls, &|e| format!("{:?}", e.tls.as_str()));
     cmp(
-        "tls",
-        format!("{:?}", l.tls.as_str()),
-        format!("{:?}", r.tls.as_str()),
+        "allowed_ips",
+        l.allowed_ips == r.allowed_ips || ips(l) == ips(r),
+        &ips,
     );
-    cmp("allowed_ips", ips(l), ips(r));
     let request_level = contributes_metadata(l)
         && contributes_metadata(r)
-        && l.selector.intersects(&r.selector)
-        && l.selector.specificity() == r.selector.specificity();
+        && l.selector.specificity() == r.selector.specificity()
+        && l.selector.intersects(&r.selector);
     if request_level {
         let proto = |e: &Endpoint| match e.protocol {
             Protocol::Tcp => "",
             p => p.as_str(),
         };
-        cmp(
-            "protocol",
-            format!("{:?}", proto(l)),
-            format!("{:?}", proto(r)),
-        );
-        cmp(
-            "enforcement",
-            format!("{:?}", l.enforcement.as_str()),
-            format!("{:?}", r.enforcement.as_str()),
-        );
+        cmp("protocol", proto(l) == proto(r), &|e| {
+            format!("{:?}", proto(e))
+        });
+        cmp("enforcement", l.enforcement == r.enforcement, &|e| {
+            format!("{:?}", e.enforcement.as_str())
+        });
         cmp(
             "allow_encoded_slash",
-            l.allow_encoded_slash.to_string(),
-            r.allow_encoded_slash.to_string(),
+            l.allow_encoded_slash == r.allow_encoded_slash,
+            &|e| e.allow_encoded_slash.to_string(),
         );
         cmp(
             "websocket_credential_rewrite",
-            l.websocket_credential_rewrite.to_string(),
-            r.websocket_credential_rewrite.to_string(),
+            l.websocket_credential_rewrite == r.websocket_credential_rewrite,
+            &|e| e.websocket_credential_rewrite.to_string(),
         );
         cmp(
             "request_body_credential_rewrite",
-            l.request_body_credential_rewrite.to_string(),
-            r.request_body_credential_rewrite.to_string(),
+            l.request_body_credential_rewrite == r.request_body_credential_rewrite,
+            &|e| e.request_body_credential_rewrite.to_string(),
         );
     }
     out

@@ -77,11 +77,23 @@ pub struct Diagnostics {
 }
 
 impl Diagnostics {
-    pub fn error(&mut self, file: &Arc<str>, pos: Pos, field: &str, message: impl Into<String>) {
+    pub fn error(
+        &mut self,
+        file: &Arc<str>,
+        pos: Pos,
+        field: impl fmt::Display,
+        message: impl Into<String>,
+    ) {
         self.push(Severity::Error, file, pos, field, message.into());
     }
 
-    pub fn warning(&mut self, file: &Arc<str>, pos: Pos, field: &str, message: impl Into<String>) {
+    pub fn warning(
+        &mut self,
+        file: &Arc<str>,
+        pos: Pos,
+        field: impl fmt::Display,
+        message: impl Into<String>,
+    ) {
         self.push(Severity::Warning, file, pos, field, message.into());
     }
 
@@ -90,7 +102,7 @@ impl Diagnostics {
         severity: Severity,
         file: &Arc<str>,
         pos: Pos,
-        field: &str,
+        field: impl fmt::Display,
         message: String,
     ) {
         self.items.push(Diagnostic {

@@ -91,13 +91,15 @@ impl Glob {
             expand(&pieces, &mut alts, pattern)?;
             alts
         } else {
-            vec![pieces
-                .into_iter()
-                .filter_map(|p| match p {
-                    Piece::Tok(t) => Some(t),
-                    Piece::Choice(_) => None,
-                })
-                .collect()]
+            vec![
+                pieces
+                    .into_iter()
+                    .filter_map(|p| match p {
+                        Piece::Tok(t) => Some(t),
+                        Piece::Choice(_) => None,
+                    })
+                    .collect(),
+            ]
         };
         let alts = alts
             .into_iter()
@@ -248,9 +250,9 @@ fn double_star(chars: &[char], i: usize, delim: char) -> (Piece, usize) {
     };
     // `**`, `**/`, `**/**/`: a pattern of nothing but recursive prefixes matches everything
     // (as in globset).
-    let only_prefixes = chars[i..]
-        .chunks(3)
-        .all(|c| c.len() >= 2 && c[0] == '*' && c[1] == '*' && c.get(2).is_none_or(|&d| d == delim));
+    let only_prefixes = chars[i..].chunks(3).all(|c| {
+        c.len() >= 2 && c[0] == '*' && c[1] == '*' && c.get(2).is_none_or(|&d| d == delim)
+    });
     if at_start && only_prefixes {
         (Piece::Tok(Tok::AnyStar), chars.len() - i)
     } else if (at_start || after_delim) && before_delim {

@@ -160,7 +160,7 @@ fn load_with(
                 diags.error(
                     &file,
                     entry.location.pos,
-                    &format!("network_policies.{}", entry.key),
+                    format!("network_policies.{}", entry.key),
                     format!("policy `{}` is already defined in {first}", entry.key),
                 );
                 continue;

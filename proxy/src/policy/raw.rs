@@ -180,7 +180,7 @@ pub fn read(file: &Arc<str>, root: &Node, compat: Compat, diags: &mut Diagnostic
         root_pos: root.pos,
         ..RawDocument::default()
     };
-    let Some(fields) = r.fields(root, "", TOP_FIELDS, TOP_UNSUPPORTED) else {
+    let Some(fields) = r.fields(root, Field::Root, TOP_FIELDS, TOP_UNSUPPORTED) else {
         return doc;
     };
     doc.is_mapping = true;
@@ -188,7 +188,7 @@ pub fn read(file: &Arc<str>, root: &Node, compat: Compat, diags: &mut Diagnostic
         match key {
             "version" => {
                 doc.version_given = true;
-                doc.version = r.int(value, key);
+                doc.version = r.int(value, Field::Name(key));
             }
             "network_policies" => doc.network_policies = r.entries(value),
             "filesystem_policy" => doc.filesystem_policy = r.filesystem(value),
@@ -206,44 +206,57 @@ struct Reader<'a> {
     compat: Compat,
 }
 
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
+/// A field path (`network_policies.a.endpoints[0].host`), built without allocating: it is
+/// only turned into text when a diagnostic needs it, which keeps loading large policies fast.
+#[derive(Clone, Copy, Debug)]
+pub enum Field<'a> {
+    Root,
+    Name(&'a str),
+    Key(&'a Field<'a>, &'a str),
+    Index(&'a Field<'a>, usize),
+}
+
+impl std::fmt::Display for Field<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Field::Root => Ok(()),
+            Field::Name(n) => f.write_str(n),
+            Field::Key(Field::Root, k) => f.write_str(k),
+            Field::Key(p, k) => write!(f, "{p}.{k}"),
+            Field::Index(p, i) => write!(f, "{p}[{i}]"),
+        }
     }
 }
 
 impl Reader<'_> {
-    fn error(&mut self, pos: Pos, field: &str, message: impl Into<String>) {
-        self.diags.error(self.file, pos, field, message);
+    fn error(&mut self, pos: Pos, field: Field<'_>, message: impl Into<String>) {
+        self.diags.error(self.file, pos, field.to_string(), message);
     }
 
-    fn expected(&mut self, node: &Node, field: &str, what: &str) {
+    fn expected(&mut self, node: &Node, field: Field<'_>, what: &str) {
         let found = node.type_name();
         self.error(node.pos, field, format!("expected {what}, found {found}"));
     }
 
     /// The fields of a mapping, checked against the schema: unknown keys, keys sluice does
     /// not support yet, and duplicates are errors; what is left is returned in order.
-    fn fields<'n>(
+    fn fields<'n, 'a>(
         &mut self,
-        node: &'n Node,
-        path: &str,
+        node: &'n Node<'a>,
+        path: Field<'_>,
         known: &[&str],
         unsupported: &[(&str, &str)],
-    ) -> Option<Vec<(&'n str, &'n Node)>> {
+    ) -> Option<Vec<(&'n str, &'n Node<'a>)>> {
         let Kind::Map(pairs) = &node.kind else {
-            let what = if path.is_empty() {
-                "the policy document"
+            let what = if matches!(path, Field::Root) {
+                "the policy document".to_string()
             } else {
-                path
+                path.to_string()
             };
             let found = node.type_name();
-            let field = path.to_string();
             self.error(
                 node.pos,
-                &field,
+                path,
                 format!("expected a mapping for {what}, found {found}"),
             );
             return None;
@@ -255,22 +268,22 @@ impl Reader<'_> {
                 self.error(k.pos, path, "mapping keys must be plain strings");
                 continue;
             };
-            let field = join(path, key);
+            let field = Field::Key(&path, key);
             if let Some((_, feature)) = unsupported.iter().find(|(name, _)| name == key) {
                 self.error(
                     k.pos,
-                    &field,
+                    field,
                     format!("`{key}` ({feature}) is not supported by sluice yet"),
                 );
                 continue;
             }
-            if !known.contains(&key.as_str()) {
+            if !known.contains(&key.as_ref()) {
                 let hint = suggest(key, known)
                     .map(|s| format!(" (did you mean `{s}`?)"))
                     .unwrap_or_default();
                 self.error(
                     k.pos,
-                    &field,
+                    field,
                     format!(
                         "unknown field `{key}`{hint}; expected one of: {}",
                         known.join(", ")
@@ -281,7 +294,7 @@ impl Reader<'_> {
             if let Some(first) = seen.insert(key, k.pos) {
                 self.error(
                     k.pos,
-                    &field,
+                    field,
                     format!(
                         "duplicate field `{key}` (first defined at line {})",
                         first.line
@@ -289,15 +302,15 @@ impl Reader<'_> {
                 );
                 continue;
             }
-            out.push((key.as_str(), v));
+            out.push((key.as_ref(), v));
         }
         Some(out)
     }
 
-    fn string(&mut self, node: &Node, field: &str) -> Option<Spanned<String>> {
+    fn string(&mut self, node: &Node, field: Field<'_>) -> Option<Spanned<String>> {
         match &node.kind {
             Kind::Scalar(s, _) if !node.is_null() => Some(Spanned {
-                value: s.clone(),
+                value: s.to_string(),
                 pos: node.pos,
             }),
             _ => {
@@ -307,7 +320,7 @@ impl Reader<'_> {
         }
     }
 
-    fn int(&mut self, node: &Node, field: &str) -> Option<Spanned<i128>> {
+    fn int(&mut self, node: &Node, field: Field<'_>) -> Option<Spanned<i128>> {
         if let Kind::Scalar(s, Style::Plain) = &node.kind
             && let Some(value) = parse_int(s)
         {
@@ -320,7 +333,7 @@ impl Reader<'_> {
         None
     }
 
-    fn bool(&mut self, node: &Node, field: &str) -> Option<Spanned<bool>> {
+    fn bool(&mut self, node: &Node, field: Field<'_>) -> Option<Spanned<bool>> {
         if let Kind::Scalar(s, Style::Plain) = &node.kind
             && let Some(value) = parse_bool(s)
         {
@@ -333,7 +346,7 @@ impl Reader<'_> {
         None
     }
 
-    fn list<'n>(&mut self, node: &'n Node, field: &str) -> Option<&'n [Node]> {
+    fn list<'n, 'a>(&mut self, node: &'n Node<'a>, field: Field<'_>) -> Option<&'n [Node<'a>]> {
         match &node.kind {
             Kind::Seq(items) => Some(items),
             _ => {
@@ -343,12 +356,12 @@ impl Reader<'_> {
         }
     }
 
-    fn strings(&mut self, node: &Node, field: &str) -> Option<Spanned<Vec<Spanned<String>>>> {
+    fn strings(&mut self, node: &Node, field: Field<'_>) -> Option<Spanned<Vec<Spanned<String>>>> {
         let items = self.list(node, field)?;
         let value = items
             .iter()
             .enumerate()
-            .filter_map(|(i, item)| self.string(item, &format!("{field}[{i}]")))
+            .filter_map(|(i, item)| self.string(item, Field::Index(&field, i)))
             .collect();
         Some(Spanned {
             value,
@@ -363,28 +376,32 @@ impl Reader<'_> {
             return Vec::new();
         }
         let Kind::Map(pairs) = &node.kind else {
-            self.expected(node, PATH, "a mapping of policy names to policies");
+            self.expected(
+                node,
+                Field::Name(PATH),
+                "a mapping of policy names to policies",
+            );
             return Vec::new();
         };
         let mut out: Vec<RawEntry> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
         for (k, v) in pairs {
-            let Some(key) = self.string(k, PATH) else {
+            let Some(key) = self.string(k, Field::Name(PATH)) else {
                 continue;
             };
-            let field = join(PATH, &key.value);
+            let field = Field::Key(&Field::Name(PATH), &key.value);
             if key.value.is_empty() {
-                self.error(k.pos, PATH, "policy names must not be empty");
+                self.error(k.pos, Field::Name(PATH), "policy names must not be empty");
                 continue;
             }
-            let entry = self.entry(key.clone(), v, &field);
+            let entry = self.entry(key.clone(), v, field);
             match index.get(&key.value) {
                 Some(&i) => {
                     let first = out[i].key.pos.line;
                     match self.compat {
                         Compat::Strict => self.error(
                             key.pos,
-                            &field,
+                            field,
                             format!(
                                 "policy `{}` is defined twice in this file (first at line {first}); \
                                  the reference silently keeps only the last one",
@@ -395,7 +412,7 @@ impl Reader<'_> {
                             self.diags.warning(
                                 self.file,
                                 key.pos,
-                                &field,
+                                field,
                                 format!(
                                     "policy `{}` is defined twice (first at line {first}); \
                                      the last definition wins (--compat openshell)",
@@ -419,7 +436,7 @@ impl Reader<'_> {
         out
     }
 
-    fn entry(&mut self, key: Spanned<String>, node: &Node, path: &str) -> Option<RawEntry> {
+    fn entry(&mut self, key: Spanned<String>, node: &Node, path: Field<'_>) -> Option<RawEntry> {
         let fields = self.fields(node, path, ENTRY_FIELDS, &[])?;
         let mut entry = RawEntry {
             key,
@@ -428,24 +445,24 @@ impl Reader<'_> {
             binaries: Vec::new(),
         };
         for (k, v) in fields {
-            let field = join(path, k);
+            let field = Field::Key(&path, k);
             match k {
-                "name" => entry.name = self.string(v, &field),
+                "name" => entry.name = self.string(v, field),
                 "endpoints" => {
-                    if let Some(items) = self.list(v, &field) {
+                    if let Some(items) = self.list(v, field) {
                         entry.endpoints = items
                             .iter()
                             .enumerate()
-                            .filter_map(|(i, item)| self.endpoint(item, &format!("{field}[{i}]")))
+                            .filter_map(|(i, item)| self.endpoint(item, Field::Index(&field, i)))
                             .collect();
                     }
                 }
                 "binaries" => {
-                    if let Some(items) = self.list(v, &field) {
+                    if let Some(items) = self.list(v, field) {
                         entry.binaries = items
                             .iter()
                             .enumerate()
-                            .filter_map(|(i, item)| self.binary(item, &format!("{field}[{i}]")))
+                            .filter_map(|(i, item)| self.binary(item, Field::Index(&field, i)))
                             .collect();
                     }
                 }
@@ -455,22 +472,22 @@ impl Reader<'_> {
         Some(entry)
     }
 
-    fn binary(&mut self, node: &Node, path: &str) -> Option<RawBinary> {
+    fn binary(&mut self, node: &Node, path: Field<'_>) -> Option<RawBinary> {
         let fields = self.fields(node, path, BINARY_FIELDS, &[])?;
         let mut out = None;
         let mut path_seen = false;
         for (k, v) in fields {
-            let field = join(path, k);
+            let field = Field::Key(&path, k);
             match k {
                 "path" => {
                     path_seen = true;
-                    out = self.string(v, &field).map(|path| RawBinary { path });
+                    out = self.string(v, field).map(|path| RawBinary { path });
                 }
-                "harness" if self.bool(v, &field).is_some() => {
+                "harness" if self.bool(v, field).is_some() => {
                     self.diags.warning(
                         self.file,
                         v.pos,
-                        &field,
+                        field,
                         "`harness` is deprecated and has no effect",
                     );
                 }
@@ -483,45 +500,45 @@ impl Reader<'_> {
         out
     }
 
-    fn endpoint(&mut self, node: &Node, path: &str) -> Option<RawEndpoint> {
+    fn endpoint(&mut self, node: &Node, path: Field<'_>) -> Option<RawEndpoint> {
         let fields = self.fields(node, path, ENDPOINT_FIELDS, ENDPOINT_UNSUPPORTED)?;
         let mut ep = RawEndpoint {
             pos: node.pos,
             ..RawEndpoint::default()
         };
         for (k, v) in fields {
-            let field = join(path, k);
+            let field = Field::Key(&path, k);
             let errors_before = self.diags.error_count();
             match k {
-                "host" => ep.host = self.string(v, &field),
-                "port" => ep.port = self.int(v, &field),
+                "host" => ep.host = self.string(v, field),
+                "port" => ep.port = self.int(v, field),
                 "ports" => {
-                    if let Some(items) = self.list(v, &field) {
+                    if let Some(items) = self.list(v, field) {
                         let value = items
                             .iter()
                             .enumerate()
-                            .filter_map(|(i, item)| self.int(item, &format!("{field}[{i}]")))
+                            .filter_map(|(i, item)| self.int(item, Field::Index(&field, i)))
                             .collect();
                         ep.ports = Some(Spanned { value, pos: v.pos });
                     }
                 }
-                "path" => ep.path = self.string(v, &field),
-                "protocol" => ep.protocol = self.string(v, &field),
-                "tls" => ep.tls = self.string(v, &field),
-                "enforcement" => ep.enforcement = self.string(v, &field),
-                "access" => ep.access = self.string(v, &field),
-                "rules" => ep.rules = self.rules(v, &field, true),
-                "deny_rules" => ep.deny_rules = self.rules(v, &field, false),
-                "allowed_ips" => ep.allowed_ips = self.strings(v, &field),
-                "allow_encoded_slash" => ep.allow_encoded_slash = self.bool(v, &field),
+                "path" => ep.path = self.string(v, field),
+                "protocol" => ep.protocol = self.string(v, field),
+                "tls" => ep.tls = self.string(v, field),
+                "enforcement" => ep.enforcement = self.string(v, field),
+                "access" => ep.access = self.string(v, field),
+                "rules" => ep.rules = self.rules(v, field, true),
+                "deny_rules" => ep.deny_rules = self.rules(v, field, false),
+                "allowed_ips" => ep.allowed_ips = self.strings(v, field),
+                "allow_encoded_slash" => ep.allow_encoded_slash = self.bool(v, field),
                 "request_body_credential_rewrite" => {
-                    ep.request_body_credential_rewrite = self.bool(v, &field);
+                    ep.request_body_credential_rewrite = self.bool(v, field);
                 }
                 "websocket_credential_rewrite" => {
-                    ep.websocket_credential_rewrite = self.bool(v, &field);
+                    ep.websocket_credential_rewrite = self.bool(v, field);
                 }
                 "allow_uninspected_credentials" => {
-                    ep.allow_uninspected_credentials = self.bool(v, &field);
+                    ep.allow_uninspected_credentials = self.bool(v, field);
                 }
                 _ => {}
             }
@@ -535,11 +552,16 @@ impl Reader<'_> {
     }
 
     /// `rules: [{allow: {...}}]` (wrapped) or `deny_rules: [{...}]` (flat).
-    fn rules(&mut self, node: &Node, path: &str, wrapped: bool) -> Option<Spanned<Vec<RawRule>>> {
+    fn rules(
+        &mut self,
+        node: &Node,
+        path: Field<'_>,
+        wrapped: bool,
+    ) -> Option<Spanned<Vec<RawRule>>> {
         let items = self.list(node, path)?;
         let mut out = Vec::new();
         for (i, item) in items.iter().enumerate() {
-            let item_path = format!("{path}[{i}]");
+            let item_path = Field::Index(&path, i);
             let body = if wrapped {
                 if let Kind::Map(pairs) = &item.kind
                     && !pairs.iter().any(|(k, _)| matches!(&k.kind, Kind::Scalar(s, _) if s == "allow"))
@@ -547,27 +569,27 @@ impl Reader<'_> {
                 {
                     self.error(
                         item.pos,
-                        &item_path,
+                        item_path,
                         "an allow rule is written `- allow: {method: ..., path: ...}` (only `deny_rules` items are flat)",
                     );
                     continue;
                 }
-                let Some(fields) = self.fields(item, &item_path, ALLOW_WRAPPER_FIELDS, &[]) else {
+                let Some(fields) = self.fields(item, item_path, ALLOW_WRAPPER_FIELDS, &[]) else {
                     continue;
                 };
                 let Some((_, inner)) = fields.into_iter().next() else {
                     self.error(
                         item.pos,
-                        &item_path,
+                        item_path,
                         "an allow rule needs an `allow` mapping",
                     );
                     continue;
                 };
-                (inner, format!("{item_path}.allow"))
+                (inner, Field::Key(&item_path, "allow"))
             } else {
                 (item, item_path)
             };
-            if let Some(rule) = self.rule(body.0, &body.1) {
+            if let Some(rule) = self.rule(body.0, body.1) {
                 out.push(rule);
             }
         }
@@ -577,7 +599,7 @@ impl Reader<'_> {
         })
     }
 
-    fn rule(&mut self, node: &Node, path: &str) -> Option<RawRule> {
+    fn rule(&mut self, node: &Node, path: Field<'_>) -> Option<RawRule> {
         let fields = self.fields(node, path, RULE_FIELDS, RULE_UNSUPPORTED)?;
         let mut rule = RawRule {
             pos: node.pos,
@@ -586,18 +608,18 @@ impl Reader<'_> {
             query: Vec::new(),
         };
         for (k, v) in fields {
-            let field = join(path, k);
+            let field = Field::Key(&path, k);
             match k {
-                "method" => rule.method = self.string(v, &field),
-                "path" => rule.path = self.string(v, &field),
-                "query" => rule.query = self.query(v, &field),
+                "method" => rule.method = self.string(v, field),
+                "path" => rule.path = self.string(v, field),
+                "query" => rule.query = self.query(v, field),
                 _ => {}
             }
         }
         Some(rule)
     }
 
-    fn query(&mut self, node: &Node, path: &str) -> Vec<RawQuery> {
+    fn query(&mut self, node: &Node, path: Field<'_>) -> Vec<RawQuery> {
         let Kind::Map(pairs) = &node.kind else {
             self.expected(node, path, "a mapping of query parameter names to matchers");
             return Vec::new();
@@ -607,22 +629,22 @@ impl Reader<'_> {
             let Some(key) = self.string(k, path) else {
                 continue;
             };
-            let field = join(path, &key.value);
+            let field = Field::Key(&path, &key.value);
             let matcher = match &v.kind {
-                Kind::Scalar(..) => self.string(v, &field).map(RawMatcher::Glob),
-                Kind::Map(_) => self.fields(v, &field, ANY_FIELDS, &[]).and_then(|f| {
+                Kind::Scalar(..) => self.string(v, field).map(RawMatcher::Glob),
+                Kind::Map(_) => self.fields(v, field, ANY_FIELDS, &[]).and_then(|f| {
                     match f.into_iter().next() {
                         Some((_, list)) => self
-                            .strings(list, &join(&field, "any"))
+                            .strings(list, Field::Key(&field, "any"))
                             .map(RawMatcher::Any),
                         None => {
-                            self.error(v.pos, &field, "a query matcher mapping needs `any: [...]`");
+                            self.error(v.pos, field, "a query matcher mapping needs `any: [...]`");
                             None
                         }
                     }
                 }),
                 Kind::Seq(_) => {
-                    self.expected(v, &field, "a glob string or `{any: [...]}`");
+                    self.expected(v, field, "a glob string or `{any: [...]}`");
                     None
                 }
             };
@@ -631,7 +653,7 @@ impl Reader<'_> {
                 match self.compat {
                     Compat::Strict => self.error(
                         key.pos,
-                        &field,
+                        field,
                         format!(
                             "query parameter `{}` is listed twice (first at {}); \
                              the reference silently keeps only the last one",
@@ -642,7 +664,7 @@ impl Reader<'_> {
                         self.diags.warning(
                             self.file,
                             key.pos,
-                            &field,
+                            field,
                             format!(
                                 "query parameter `{}` is listed twice; the last matcher wins \
                                  (--compat openshell)",
@@ -661,20 +683,20 @@ impl Reader<'_> {
 
     fn filesystem(&mut self, node: &Node) -> Option<RawFilesystem> {
         const PATH: &str = "filesystem_policy";
-        let fields = self.fields(node, PATH, FILESYSTEM_FIELDS, &[])?;
+        let fields = self.fields(node, Field::Name(PATH), FILESYSTEM_FIELDS, &[])?;
         let mut fs = RawFilesystem {
             pos: node.pos,
             ..RawFilesystem::default()
         };
         for (k, v) in fields {
-            let field = join(PATH, k);
+            let field = Field::Key(&Field::Name(PATH), k);
             match k {
-                "include_workdir" => fs.include_workdir = self.bool(v, &field),
+                "include_workdir" => fs.include_workdir = self.bool(v, field),
                 "read_only" => {
-                    fs.read_only = self.strings(v, &field).map(|s| s.value).unwrap_or_default()
+                    fs.read_only = self.strings(v, field).map(|s| s.value).unwrap_or_default()
                 }
                 "read_write" => {
-                    fs.read_write = self.strings(v, &field).map(|s| s.value).unwrap_or_default();
+                    fs.read_write = self.strings(v, field).map(|s| s.value).unwrap_or_default();
                 }
                 _ => {}
             }
@@ -684,30 +706,31 @@ impl Reader<'_> {
 
     fn landlock(&mut self, node: &Node) -> Option<RawLandlock> {
         const PATH: &str = "landlock";
-        let fields = self.fields(node, PATH, LANDLOCK_FIELDS, &[])?;
+        let fields = self.fields(node, Field::Name(PATH), LANDLOCK_FIELDS, &[])?;
         let mut out = RawLandlock {
             pos: node.pos,
             compatibility: None,
         };
         for (_, v) in fields {
-            out.compatibility = self.string(v, "landlock.compatibility");
+            out.compatibility =
+                self.string(v, Field::Key(&Field::Name("landlock"), "compatibility"));
         }
         Some(out)
     }
 
     fn process(&mut self, node: &Node) -> Option<RawProcess> {
         const PATH: &str = "process";
-        let fields = self.fields(node, PATH, PROCESS_FIELDS, &[])?;
+        let fields = self.fields(node, Field::Name(PATH), PROCESS_FIELDS, &[])?;
         let mut out = RawProcess {
             pos: node.pos,
             run_as_user: None,
             run_as_group: None,
         };
         for (k, v) in fields {
-            let field = join(PATH, k);
+            let field = Field::Key(&Field::Name(PATH), k);
             match k {
-                "run_as_user" => out.run_as_user = self.string(v, &field),
-                "run_as_group" => out.run_as_group = self.string(v, &field),
+                "run_as_user" => out.run_as_user = self.string(v, field),
+                "run_as_group" => out.run_as_group = self.string(v, field),
                 _ => {}
             }
         }

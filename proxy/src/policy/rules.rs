@@ -10,7 +10,7 @@ use super::model::{
     RuleOrigin,
 };
 use super::raw::{RawEndpoint, RawMatcher, RawRule};
-use super::validate::Validator;
+use super::validate::{Idx, Sub, Validator};
 
 /// What an endpoint's L7 fields compile to.
 #[derive(Debug, Default)]
@@ -33,7 +33,7 @@ pub fn endpoint_rules(
         ok: true,
         ..L7Rules::default()
     };
-    let field = |name: &str| format!("{path}.{name}");
+    let field = |name: &'static str| Sub(&path, name);
 
     if protocol == Protocol::Tcp {
         let l7_fields = [
@@ -51,7 +51,7 @@ pub fn endpoint_rules(
             if let Some(pos) = pos {
                 v.error(
                     pos,
-                    &field(name),
+                    field(name),
                     format!("`{name}` is an L7 setting and a `protocol: tcp` endpoint has none"),
                 );
                 out.ok = false;
@@ -62,7 +62,7 @@ pub fn endpoint_rules(
 
     if protocol == Protocol::L4 {
         if let Some(d) = &raw.deny_rules {
-            v.error(d.pos, &field("deny_rules"), "`deny_rules` need `protocol: rest` or `websocket` (and rules or access to deny from)");
+            v.error(d.pos, field("deny_rules"), "`deny_rules` need `protocol: rest` or `websocket` (and rules or access to deny from)");
             out.ok = false;
         }
         for (name, pos) in [
@@ -72,7 +72,7 @@ pub fn endpoint_rules(
             if let Some(pos) = pos {
                 let accepted = v.lenient(
                     pos,
-                    &field(name),
+                    field(name),
                     &format!("`{name}` has no effect without `protocol: rest` or `websocket`: requests would not be inspected at all"),
                     "ignores it and treats the endpoint as plain L4 (every request allowed)",
                 );
@@ -82,7 +82,7 @@ pub fn endpoint_rules(
         if let Some(e) = &raw.enforcement {
             v.warning(
                 e.pos,
-                &field("enforcement"),
+                field("enforcement"),
                 "`enforcement` has no effect without `protocol: rest` or `websocket`",
             );
         }
@@ -100,7 +100,7 @@ pub fn endpoint_rules(
         if raw.access.is_some() {
             let accepted = v.lenient(
                 r.pos,
-                &field("rules"),
+                field("rules"),
                 "`rules: []` is empty",
                 "ignores it and applies `access`",
             );
@@ -109,7 +109,7 @@ pub fn endpoint_rules(
             // Both modes: the reference refuses it too (spec §1.9).
             v.error(
                 r.pos,
-                &field("rules"),
+                field("rules"),
                 "`rules: []` is empty: it would deny every request",
             );
             out.ok = false;
@@ -119,7 +119,7 @@ pub fn endpoint_rules(
     if let (Some(r), Some(_)) = (rules_given, &raw.access) {
         v.error(
             r.pos,
-            &field("rules"),
+            field("rules"),
             "`rules` and `access` are mutually exclusive: use one",
         );
         out.ok = false;
@@ -133,7 +133,7 @@ pub fn endpoint_rules(
             other => {
                 let accepted = v.lenient(
                     a.pos,
-                    &field("access"),
+                    field("access"),
                     &format!(
                         "unknown `access` preset `{other}` (expected read-only, read-write or full)"
                     ),
@@ -149,8 +149,10 @@ pub fn endpoint_rules(
         }
     } else if let Some(r) = rules_given {
         for (i, rule) in r.value.iter().enumerate() {
-            let f = format!("{}[{i}].allow", field("rules"));
-            match compile_rule(v, rule, protocol, RuleKind::Allow, entry, index, i, &f) {
+            let rules_field = field("rules");
+            let item = Idx(&rules_field, i);
+            let f = Sub(&item, "allow");
+            match compile_rule(v, rule, protocol, RuleKind::Allow, entry, index, i, f) {
                 Ok(Some(rule)) => out.rules.push(rule),
                 Ok(None) => {}
                 Err(()) => out.ok = false,
@@ -172,15 +174,16 @@ pub fn endpoint_rules(
         if d.value.is_empty() {
             let accepted = v.lenient(
                 d.pos,
-                &field("deny_rules"),
+                field("deny_rules"),
                 "`deny_rules: []` is empty",
                 "ignores it",
             );
             out.ok &= accepted;
         }
         for (i, rule) in d.value.iter().enumerate() {
-            let f = format!("{}[{i}]", field("deny_rules"));
-            match compile_rule(v, rule, protocol, RuleKind::Deny, entry, index, i, &f) {
+            let deny_field = field("deny_rules");
+            let f = Idx(&deny_field, i);
+            match compile_rule(v, rule, protocol, RuleKind::Deny, entry, index, i, f) {
                 Ok(Some(rule)) => out.deny_rules.push(rule),
                 Ok(None) => {}
                 Err(()) => out.ok = false,
@@ -234,7 +237,7 @@ fn compile_rule(
     entry: &PolicyKey,
     endpoint: usize,
     index: usize,
-    field: &str,
+    field: impl std::fmt::Display + Copy,
 ) -> Result<Option<Rule>, ()> {
     let what = if kind == RuleKind::Deny {
         "a deny rule"
@@ -275,7 +278,7 @@ fn compile_rule(
             if parsed == Some(MethodMatcher::WebsocketText) && protocol != Protocol::WebSocket {
                 v.error(
                     m.pos,
-                    &format!("{field}.method"),
+                    Sub(&field, "method"),
                     "`WEBSOCKET_TEXT` is only valid with `protocol: websocket`",
                 );
                 return Err(());
@@ -288,7 +291,7 @@ fn compile_rule(
                 };
                 v.error(
                     m.pos,
-                    &format!("{field}.method"),
+                    Sub(&field, "method"),
                     format!(
                         "unknown method `{}` for `protocol: {}`; expected {expected}",
                         m.value,
@@ -315,13 +318,13 @@ fn compile_rule(
             None
         }
         Some(p) => {
-            let pf = format!("{field}.path");
+            let pf = Sub(&field, "path");
             if p.value == "**" {
                 Some(PathMatcher::All)
             } else if !p.value.starts_with('/') {
                 if !v.lenient(
                     p.pos,
-                    &pf,
+                    pf,
                     &format!(
                         "rule path `{}` does not start with `/`, so no request path can match it",
                         p.value
@@ -342,14 +345,14 @@ fn compile_rule(
                 match compiled {
                     Ok(g) => {
                         if let Some(c) = p.value.chars().find(|&c| !is_canonical_path_char(c)) {
-                            v.warning(p.pos, &pf, format!("rule path `{}` contains {c:?}, which never appears in a canonical request path (it is percent-encoded there); write it encoded", p.value));
+                            v.warning(p.pos, pf, format!("rule path `{}` contains {c:?}, which never appears in a canonical request path (it is percent-encoded there); write it encoded", p.value));
                         }
                         Some(PathMatcher::Glob(g))
                     }
                     Err(e) => {
                         if !v.lenient(
                             p.pos,
-                            &pf,
+                            pf,
                             &e.to_string(),
                             &format!("warns, and the rule {effect}"),
                         ) {
@@ -366,7 +369,8 @@ fn compile_rule(
     let mut query = Vec::new();
     let mut bad = false;
     for q in &raw.query {
-        let qf = format!("{field}.query.{}", q.key.value);
+        let query_field = Sub(&field, "query");
+        let qf = Sub(&query_field, &q.key.value);
         let (patterns, pos): (Vec<&str>, _) = match &q.matcher {
             RawMatcher::Glob(g) => (vec![g.value.as_str()], g.pos),
             RawMatcher::Any(list) => (
@@ -375,21 +379,21 @@ fn compile_rule(
             ),
         };
         if patterns.is_empty() {
-            v.error(pos, &qf, "`any: []` lists no pattern and would match nothing; list at least one glob (`*` for any value)");
+            v.error(pos, qf, "`any: []` lists no pattern and would match nothing; list at least one glob (`*` for any value)");
             bad = true;
             continue;
         }
         let mut globs = Vec::new();
         for p in patterns {
             if p.is_empty() {
-                v.error(pos, &qf, "an empty query matcher matches nothing; use `*` to require the parameter with any value");
+                v.error(pos, qf, "an empty query matcher matches nothing; use `*` to require the parameter with any value");
                 bad = true;
                 continue;
             }
             match Glob::new(p, '.') {
                 Ok(g) => globs.push(g),
                 Err(e) => {
-                    v.error(pos, &qf, e.to_string());
+                    v.error(pos, qf, e.to_string());
                     bad = true;
                 }
             }

@@ -11,6 +11,7 @@
 //! says what the reference would do; in `--compat openshell` it is accepted with the
 //! reference's interpretation and a warning.
 
+use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -34,6 +35,28 @@ const LAUNCHERS: &[&str] = &[
     "java", "pwsh", "tclsh", "sudo", "nohup", "xargs", "timeout", "nice", "make",
 ];
 
+/// `parent.name`, formatted only when a diagnostic needs it (loading is hot).
+#[derive(Clone, Copy)]
+#[allow(missing_debug_implementations)] // a formatting helper, shown through Display
+pub struct Sub<'a>(pub &'a dyn fmt::Display, pub &'a str);
+
+impl fmt::Display for Sub<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
+}
+
+/// `parent[i]`, formatted only when needed.
+#[derive(Clone, Copy)]
+#[allow(missing_debug_implementations)] // a formatting helper, shown through Display
+pub struct Idx<'a>(pub &'a dyn fmt::Display, pub usize);
+
+impl fmt::Display for Idx<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}]", self.0, self.1)
+    }
+}
+
 /// One file's validated content.
 #[derive(Debug, Default)]
 pub struct Validated {
@@ -50,17 +73,23 @@ pub struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    pub fn error(&mut self, pos: Pos, field: &str, message: impl Into<String>) {
+    pub fn error(&mut self, pos: Pos, field: impl fmt::Display, message: impl Into<String>) {
         self.diags.error(self.file, pos, field, message);
     }
 
-    pub fn warning(&mut self, pos: Pos, field: &str, message: impl Into<String>) {
+    pub fn warning(&mut self, pos: Pos, field: impl fmt::Display, message: impl Into<String>) {
         self.diags.warning(self.file, pos, field, message);
     }
 
     /// A construct the reference silently misreads: an error in strict mode, a warning with
     /// the reference's interpretation in `--compat openshell`. Returns true when accepted.
-    pub fn lenient(&mut self, pos: Pos, field: &str, problem: &str, reference: &str) -> bool {
+    pub fn lenient(
+        &mut self,
+        pos: Pos,
+        field: impl fmt::Display,
+        problem: &str,
+        reference: &str,
+    ) -> bool {
         match self.compat {
             Compat::Strict => {
                 self.error(
@@ -242,7 +271,7 @@ impl Validator<'_> {
         path: &str,
     ) -> Option<Endpoint> {
         let mut ok = true;
-        let field = |name: &str| format!("{path}.{name}");
+        let field = |name: &'static str| Sub(&path, name);
 
         let protocol = match &raw.protocol {
             None => Protocol::L4,
@@ -254,7 +283,7 @@ impl Validator<'_> {
                 unsupported @ ("graphql" | "mcp" | "json-rpc" | "sql") => {
                     self.error(
                         p.pos,
-                        &field("protocol"),
+                        field("protocol"),
                         format!("protocol `{unsupported}` is not supported by sluice yet"),
                     );
                     return None;
@@ -268,7 +297,7 @@ impl Validator<'_> {
                         };
                     self.error(
                         p.pos,
-                        &field("protocol"),
+                        field("protocol"),
                         format!(
                             "unknown protocol `{other}`{hint}; expected rest, websocket or tcp"
                         ),
@@ -278,13 +307,13 @@ impl Validator<'_> {
             },
         };
 
-        let host = self.host(raw, protocol, &field("host"));
+        let host = self.host(raw, protocol, field("host"));
         ok &= host.is_some();
         let ports = self.ports(raw, path);
         ok &= ports.is_some();
-        let tls = self.tls(raw, &field("tls"));
-        let (enforcement, enforcement_defaulted) = self.enforcement(raw, &field("enforcement"));
-        let allowed_ips = self.allowed_ips(raw, &field("allowed_ips"));
+        let tls = self.tls(raw, field("tls"));
+        let (enforcement, enforcement_defaulted) = self.enforcement(raw, field("enforcement"));
+        let allowed_ips = self.allowed_ips(raw, field("allowed_ips"));
         let l7 = rules::endpoint_rules(self, entry, index, raw, protocol, path);
         ok &= l7.ok;
 
@@ -293,13 +322,13 @@ impl Validator<'_> {
             match selector_for(&p.value) {
                 Ok(s) => selector = s,
                 Err(msg) => {
-                    self.error(p.pos, &field("path"), msg);
+                    self.error(p.pos, field("path"), msg);
                     ok = false;
                 }
             }
             if !protocol.is_l7() && !p.value.is_empty() && !self.lenient(
                 p.pos,
-                &field("path"),
+                field("path"),
                 "`path` selects requests for L7 rules and has no effect without `protocol: rest` or `websocket`: the whole host:port is allowed",
                 "ignores it and allows every path",
             ) {
@@ -311,7 +340,7 @@ impl Validator<'_> {
         if tls == TlsMode::Skip && protocol.is_l7() {
             if self.lenient(
                 raw.tls.as_ref().map_or(raw.pos, |t| t.pos),
-                &field("tls"),
+                field("tls"),
                 "`tls: skip` turns off all L7 inspection: the rules of this endpoint would never be enforced",
                 "relays the connection uninspected",
             ) {
@@ -357,7 +386,7 @@ impl Validator<'_> {
                 };
                 if !self.lenient(
                     v.pos,
-                    &field(flag),
+                    field(flag),
                     &format!("`{flag}` only applies with {need}"),
                     "ignores it",
                 ) {
@@ -391,7 +420,12 @@ impl Validator<'_> {
         })
     }
 
-    fn host(&mut self, raw: &RawEndpoint, protocol: Protocol, field: &str) -> Option<HostPattern> {
+    fn host(
+        &mut self,
+        raw: &RawEndpoint,
+        protocol: Protocol,
+        field: impl fmt::Display + Copy,
+    ) -> Option<HostPattern> {
         let (text, pos) = match &raw.host {
             Some(h) => (h.value.as_str(), h.pos),
             None => ("", raw.pos),
@@ -489,7 +523,7 @@ impl Validator<'_> {
             (Some(p), Some(list)) => {
                 let accepted = self.lenient(
                     p.pos,
-                    &format!("{path}.port"),
+                    format!("{path}.port"),
                     "`port` and `ports` are both given",
                     "drops `port` and uses `ports`",
                 );
@@ -524,7 +558,7 @@ impl Validator<'_> {
         ok.then_some(out)
     }
 
-    fn tls(&mut self, raw: &RawEndpoint, field: &str) -> TlsMode {
+    fn tls(&mut self, raw: &RawEndpoint, field: impl fmt::Display + Copy) -> TlsMode {
         let Some(t) = &raw.tls else {
             return TlsMode::Auto;
         };
@@ -551,7 +585,11 @@ impl Validator<'_> {
         }
     }
 
-    fn enforcement(&mut self, raw: &RawEndpoint, field: &str) -> (Enforcement, bool) {
+    fn enforcement(
+        &mut self,
+        raw: &RawEndpoint,
+        field: impl fmt::Display + Copy,
+    ) -> (Enforcement, bool) {
         let Some(e) = &raw.enforcement else {
             return (Enforcement::Audit, true);
         };
@@ -572,7 +610,7 @@ impl Validator<'_> {
         }
     }
 
-    fn allowed_ips(&mut self, raw: &RawEndpoint, field: &str) -> AllowedIps {
+    fn allowed_ips(&mut self, raw: &RawEndpoint, field: impl fmt::Display + Copy) -> AllowedIps {
         let mut out = AllowedIps::default();
         let Some(list) = &raw.allowed_ips else {
             return out;
@@ -581,7 +619,7 @@ impl Validator<'_> {
             self.warning(list.pos, field, "`allowed_ips` is empty and has no effect");
         }
         for (i, ip) in list.value.iter().enumerate() {
-            let f = format!("{field}[{i}]");
+            let f = Idx(&field, i);
             let text = ip.value.trim();
             let net = text
                 .parse::<IpNet>()
@@ -590,7 +628,7 @@ impl Validator<'_> {
                 Err(_) => {
                     self.lenient(
                         ip.pos,
-                        &f,
+                        f,
                         &format!("`{text}` is not an IP address or CIDR"),
                         "loads it and refuses every connection to this endpoint at CONNECT",
                     );
@@ -600,7 +638,7 @@ impl Validator<'_> {
                     if let Some(class) = always_blocked_overlap(&net) {
                         self.lenient(
                             ip.pos,
-                            &f,
+                            f,
                             &format!("`{text}` overlaps {class}, which is always blocked"),
                             "loads it and still refuses those addresses at CONNECT",
                         );
@@ -612,7 +650,7 @@ impl Validator<'_> {
                         IpNet::V6(n) => n.prefix_len() < 48,
                     };
                     if broad {
-                        self.warning(ip.pos, &f, format!("`{text}` is a very broad network (wider than /16 for IPv4, /48 for IPv6)"));
+                        self.warning(ip.pos, f, format!("`{text}` is a very broad network (wider than /16 for IPv4, /48 for IPv6)"));
                     }
                     out.nets.push(net);
                 }

@@ -50,23 +50,25 @@ pub enum Style {
     Quoted,
 }
 
+/// Scalars borrow from the source text where the parser allows it: a policy of thousands of
+/// endpoints has hundreds of thousands of scalars, most of them keys that are only compared.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Kind {
-    Scalar(String, Style),
-    Seq(Vec<Node>),
-    Map(Vec<(Node, Node)>),
+pub enum Kind<'a> {
+    Scalar(Cow<'a, str>, Style),
+    Seq(Vec<Node<'a>>),
+    Map(Vec<(Node<'a>, Node<'a>)>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Node {
-    pub kind: Kind,
+pub struct Node<'a> {
+    pub kind: Kind<'a>,
     pub pos: Pos,
 }
 
-impl Node {
+impl Node<'_> {
     /// True for `~`, `null`, `Null`, `NULL` and an empty plain scalar (YAML 1.2 core schema).
     pub fn is_null(&self) -> bool {
-        matches!(&self.kind, Kind::Scalar(s, Style::Plain) if matches!(s.as_str(), "" | "~" | "null" | "Null" | "NULL"))
+        matches!(&self.kind, Kind::Scalar(s, Style::Plain) if matches!(s.as_ref(), "" | "~" | "null" | "Null" | "NULL"))
     }
 
     /// A short word for the node's type, for "expected X, found Y" messages.
@@ -129,7 +131,7 @@ pub struct SyntaxError {
 }
 
 /// Parses one YAML document. An empty file is `Ok(None)`; more than one document is an error.
-pub fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
+pub fn parse(text: &str) -> Result<Option<Node<'_>>, SyntaxError> {
     let mut builder = Builder {
         parser: Parser::new_from_str(text),
         anchors: HashMap::new(),
@@ -141,7 +143,7 @@ pub fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
 
 struct Builder<'a> {
     parser: Parser<'a, saphyr_parser::StrInput<'a>>,
-    anchors: HashMap<usize, Node>,
+    anchors: HashMap<usize, Node<'a>>,
     nodes: usize,
     last_pos: Pos,
 }
@@ -175,7 +177,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn document(&mut self) -> Result<Option<Node>, SyntaxError> {
+    fn document(&mut self) -> Result<Option<Node<'a>>, SyntaxError> {
         let mut root = None;
         loop {
             let (event, pos) = self.next()?;
@@ -209,7 +211,7 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    fn node(&mut self, event: Event<'a>, pos: Pos, depth: usize) -> Result<Node, SyntaxError> {
+    fn node(&mut self, event: Event<'a>, pos: Pos, depth: usize) -> Result<Node<'a>, SyntaxError> {
         if depth > MAX_DEPTH {
             return Err(self.error(pos, "document nested too deeply (more than 128 levels)"));
         }
@@ -223,7 +225,7 @@ impl<'a> Builder<'a> {
                 };
                 (
                     Node {
-                        kind: Kind::Scalar(Cow::into_owned(value), style),
+                        kind: Kind::Scalar(value, style),
                         pos,
                     },
                     anchor,
@@ -296,7 +298,7 @@ fn tagged_style(tag: Option<&saphyr_parser::Tag>, pos: Pos) -> Result<Style, Syn
     }
 }
 
-fn size(node: &Node) -> usize {
+fn size(node: &Node<'_>) -> usize {
     match &node.kind {
         Kind::Scalar(..) => 1,
         Kind::Seq(items) => 1 + items.iter().map(size).sum::<usize>(),
@@ -308,7 +310,7 @@ fn size(node: &Node) -> usize {
 mod tests {
     use super::*;
 
-    fn scalar(node: &Node) -> &str {
+    fn scalar<'a>(node: &'a Node<'a>) -> &'a str {
         match &node.kind {
             Kind::Scalar(s, _) => s,
             other => panic!("not a scalar: {other:?}"),
