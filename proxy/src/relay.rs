@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
-const BUF: usize = 64 * 1024;
+const BUF: usize = 16 * 1024;
 
 /// How a relay ended and what it carried.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,7 +43,9 @@ impl RelayEnd {
     }
 }
 
-/// Relays until both directions finish. `initial` is sent to the upstream first (bytes the
+/// Relays until both directions finish. Buffers are 16 KiB: measured faster than 64 KiB on
+/// loopback (they stay in cache), and cheap for thousands of idle tunnels.
+/// `initial` is sent to the upstream first (bytes the
 /// client sent right after its CONNECT head).
 pub async fn relay<CR, CW, UR, UW>(
     mut client_r: CR,
