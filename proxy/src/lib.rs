@@ -13,3 +13,4 @@ pub mod listen;
 pub mod pipeline;
 pub mod policy;
 pub mod relay;
+pub mod tls;
