@@ -47,7 +47,9 @@ pub async fn identify(
     // worker (the runtime moves other tasks away) instead of handing it to another thread and
     // back, which costs two wake-ups per connection on a busy machine.
     let resolver = &shared.identity;
-    let looked_up = if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+    let looked_up = if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread
+    {
         tokio::task::block_in_place(|| resolver.lookup(peer, local))
     } else {
         resolver.lookup(peer, local)

@@ -9,14 +9,14 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use bytes::BytesMut;
 use http::{HeaderName, HeaderValue, Request};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 
 use super::caller::Known;
@@ -28,8 +28,9 @@ use crate::http::body::{self, ChannelBody};
 use crate::http::head::{self, BodyFraming, HeadError, RequestHead};
 use crate::http::respond::{self, Refusal, is_hop_by_hop};
 use crate::policy::canon;
+use crate::policy::decide::Admission;
 use crate::policy::decide::{RequestBasis, Verdict};
-use crate::policy::{L4Decision, Request as PolicyRequest};
+use crate::policy::{L4Decision, Policy, Request as PolicyRequest};
 
 /// Upstream connections kept per client connection.
 const MAX_UPSTREAMS: usize = 8;
@@ -124,27 +125,94 @@ struct Upstream {
     addr: SocketAddr,
 }
 
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What one request did to the connection.
 struct Step {
     keep_alive: bool,
 }
 
-pub async fn run(
+/// How requests on this connection find their upstream.
+#[derive(Debug)]
+pub enum Route {
+    /// Absolute-form requests: each names its own host, decided and dialled per request.
+    Forward,
+    /// Requests inside an admitted CONNECT tunnel (TLS-terminated, or plaintext HTTP).
+    Tunnel(Tunnel),
+}
+
+/// An admitted tunnel: its target, the policy snapshot it was admitted under, and its
+/// upstream connection.
+#[derive(Debug)]
+pub struct Tunnel {
+    pub host: String,
+    pub port: u16,
+    /// `https` when the tunnel carries TLS, else `http`.
+    pub scheme: &'static str,
+    pub policy: Arc<Policy>,
+    pub admission: Admission,
+    upstream: Upstream,
+}
+
+impl Tunnel {
+    #[allow(clippy::too_many_arguments)] // the parts of an admitted tunnel
+    pub fn new(
+        host: String,
+        port: u16,
+        scheme: &'static str,
+        policy: Arc<Policy>,
+        admission: Admission,
+        sender: SendRequest<ChannelBody>,
+        addr: SocketAddr,
+    ) -> Tunnel {
+        Tunnel {
+            host,
+            port,
+            scheme,
+            policy,
+            admission,
+            upstream: Upstream { sender, addr },
+        }
+    }
+}
+
+/// Serves HTTP/1 requests on a client connection until it closes: absolute-form requests
+/// (`Route::Forward`, with the first head already read) or requests in a tunnel.
+#[allow(clippy::too_many_arguments)] // one connection's halves, state and route
+pub async fn serve<R, W>(
     shared: &Shared,
     conn: &Conn,
     caller: Result<Known, String>,
-    first: RequestHead,
-    mut rd: OwnedReadHalf,
-    mut wr: OwnedWriteHalf,
+    mut route: Route,
+    first: Option<RequestHead>,
+    mut rd: R,
+    mut wr: W,
     mut buf: BytesMut,
-) {
+) where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
     let mut upstreams: HashMap<(String, u16), Upstream> = HashMap::new();
-    let mut head = first;
+    let mut next = first;
     loop {
+        let head = match next.take() {
+            Some(h) => h,
+            None => match read_next(shared, &mut rd, &mut wr, &mut buf).await {
+                Some(h) => h,
+                None => break,
+            },
+        };
         let step = one(
             shared,
             conn,
             &caller,
+            &mut route,
             &head,
             &mut rd,
             &mut wr,
@@ -155,30 +223,44 @@ pub async fn run(
         if !step.keep_alive {
             break;
         }
-        head = match tokio::time::timeout(
-            shared.limits.keepalive_timeout,
-            head::read_head(&mut rd, &mut buf, shared.limits.max_head_bytes),
-        )
-        .await
-        {
-            Ok(Ok(h)) if h.method.eq_ignore_ascii_case("CONNECT") => {
-                let refusal = Refusal::new(
-                    400,
-                    "bad_request",
-                    "CONNECT after a forwarded request on the same connection: open a new connection",
-                );
-                let _ = wr.write_all(&refusal.to_bytes()).await;
-                break;
-            }
-            Ok(Ok(h)) => h,
-            Ok(Err(HeadError::Closed)) | Err(_) => break,
-            Ok(Err(e)) => {
-                let _ = wr.write_all(&head_refusal(&e).to_bytes()).await;
-                break;
-            }
-        };
     }
     let _ = wr.shutdown().await;
+}
+
+/// The next request head on a kept-alive connection; `None` ends the connection (after
+/// answering a malformed head).
+async fn read_next<R, W>(
+    shared: &Shared,
+    rd: &mut R,
+    wr: &mut W,
+    buf: &mut BytesMut,
+) -> Option<RequestHead>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    match tokio::time::timeout(
+        shared.limits.keepalive_timeout,
+        head::read_head(rd, buf, shared.limits.max_head_bytes),
+    )
+    .await
+    {
+        Ok(Ok(h)) if h.method.eq_ignore_ascii_case("CONNECT") => {
+            let refusal = Refusal::new(
+                400,
+                "bad_request",
+                "CONNECT after a forwarded request on the same connection: open a new connection",
+            );
+            let _ = wr.write_all(&refusal.to_bytes()).await;
+            None
+        }
+        Ok(Ok(h)) => Some(h),
+        Ok(Err(HeadError::Closed)) | Err(_) => None,
+        Ok(Err(e)) => {
+            let _ = wr.write_all(&head_refusal(&e).to_bytes()).await;
+            None
+        }
+    }
 }
 
 /// The audit record of one request, filled in as the request goes.
@@ -234,7 +316,12 @@ impl Record<'_> {
             }));
     }
 
-    async fn refuse(&self, wr: &mut OwnedWriteHalf, refusal: Refusal, engine: Engine) -> Step {
+    async fn refuse<W: AsyncWrite + Unpin>(
+        &self,
+        wr: &mut W,
+        refusal: Refusal,
+        engine: Engine,
+    ) -> Step {
         let _ = wr.write_all(&refusal.to_bytes()).await;
         let reason = refusal
             .reason
@@ -258,16 +345,21 @@ fn path_only(path_and_query: &str) -> &str {
 }
 
 #[allow(clippy::too_many_arguments)] // the halves of one connection and its state, borrowed together
-async fn one(
+async fn one<R, W>(
     shared: &Shared,
     conn: &Conn,
     caller: &Result<Known, String>,
+    route: &mut Route,
     head: &RequestHead,
-    rd: &mut OwnedReadHalf,
-    wr: &mut OwnedWriteHalf,
+    rd: &mut R,
+    wr: &mut W,
     buf: &mut BytesMut,
     upstreams: &mut HashMap<(String, u16), Upstream>,
-) -> Step {
+) -> Step
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
     let mut rec = Record {
         shared,
         conn,
@@ -281,72 +373,113 @@ async fn one(
         policy: None,
         rule: None,
     };
-    let target = match parse_absolute(&head.target) {
-        Ok(t) => t,
-        Err(refusal) => return rec.refuse(wr, refusal, Engine::HttpParser).await,
-    };
-    rec.host = target.host.to_ascii_lowercase();
-    rec.port = target.port;
-    rec.path = path_only(&target.path_and_query).to_string();
-    let hp = format!("{}:{}", rec.host, rec.port);
-    let host = match canon::normalize_host(&target.host) {
-        Ok(h) => h,
-        Err(e) => {
-            return rec
-                .refuse(
-                    wr,
-                    Refusal::new(
-                        400,
-                        "invalid_target",
-                        format!("{} {hp} refused: {e}", rec.method),
-                    ),
-                    Engine::HttpParser,
+    let (host, port, path_and_query, policy, admission, known) = match route {
+        Route::Forward => {
+            let target = match parse_absolute(&head.target) {
+                Ok(t) => t,
+                Err(refusal) => return rec.refuse(wr, refusal, Engine::HttpParser).await,
+            };
+            rec.host = target.host.to_ascii_lowercase();
+            rec.port = target.port;
+            rec.path = path_only(&target.path_and_query).to_string();
+            let hp = format!("{}:{}", rec.host, rec.port);
+            let host = match canon::normalize_host(&target.host) {
+                Ok(h) => h,
+                Err(e) => {
+                    return rec
+                        .refuse(
+                            wr,
+                            Refusal::new(
+                                400,
+                                "invalid_target",
+                                format!("{} {hp} refused: {e}", rec.method),
+                            ),
+                            Engine::HttpParser,
+                        )
+                        .await;
+                }
+            };
+            rec.host.clone_from(&host);
+            if let Some(h) = head.header("host")
+                && !host_matches(h, &host, target.port, 80)
+            {
+                let refusal = Refusal::new(
+                    400,
+                    "bad_request",
+                    "the Host header does not match the request URI's authority",
+                );
+                return rec.refuse(wr, refusal, Engine::HttpParser).await;
+            }
+            let known = match caller {
+                Ok(k) => k,
+                Err(e) => {
+                    let refusal = Refusal::new(
+                        403,
+                        "policy_denied",
+                        format!("{} {hp}{} not permitted by policy", rec.method, rec.path),
+                    )
+                    .with_reason(e.clone())
+                    .with("stage", "identity");
+                    return rec.refuse(wr, refusal, Engine::Identity).await;
+                }
+            };
+            let policy = shared.policy.load_full();
+            let admission = match policy.decide_l4(&known.policy_caller(), &host, target.port) {
+                L4Decision::Allow(a) => a,
+                L4Decision::Deny(d) => {
+                    let refusal = Refusal::new(
+                        403,
+                        "policy_denied",
+                        format!("{} {hp}{} not permitted by policy", rec.method, rec.path),
+                    )
+                    .with_reason(d.reason)
+                    .with("binary", known.exe.clone())
+                    .with("ancestors", known.ancestors.clone())
+                    .with("host", host.clone())
+                    .with("port", target.port)
+                    .with("stage", "l4");
+                    return rec.refuse(wr, refusal, Engine::L4).await;
+                }
+            };
+            (
+                host,
+                target.port,
+                target.path_and_query,
+                policy,
+                admission,
+                known,
+            )
+        }
+        Route::Tunnel(t) => {
+            rec.host.clone_from(&t.host);
+            rec.port = t.port;
+            let (path_and_query, authority_ok) = tunnel_target(head, t);
+            rec.path = path_only(&path_and_query).to_string();
+            if !authority_ok {
+                // Host-header redirection of credentials is the attack this stops (spec §3.4).
+                let refusal = Refusal::new(
+                    403,
+                    "request_authority_mismatch",
+                    "HTTP request authority does not match the authorized tunnel endpoint",
                 )
-                .await;
-        }
-    };
-    rec.host.clone_from(&host);
-    if let Some(h) = head.header("host")
-        && !host_matches(h, &host, target.port)
-    {
-        let refusal = Refusal::new(
-            400,
-            "bad_request",
-            "the Host header does not match the request URI's authority",
-        );
-        return rec.refuse(wr, refusal, Engine::HttpParser).await;
-    }
-    let known = match caller {
-        Ok(k) => k,
-        Err(e) => {
-            let refusal = Refusal::new(
-                403,
-                "policy_denied",
-                format!("{} {hp}{} not permitted by policy", rec.method, rec.path),
+                .with("host", t.host.clone())
+                .with("port", t.port);
+                return rec.refuse(wr, refusal, Engine::HttpParser).await;
+            }
+            let Ok(known) = caller else {
+                return Step { keep_alive: false };
+            };
+            (
+                t.host.clone(),
+                t.port,
+                path_and_query,
+                Arc::clone(&t.policy),
+                t.admission.clone(),
+                known,
             )
-            .with_reason(e.clone())
-            .with("stage", "identity");
-            return rec.refuse(wr, refusal, Engine::Identity).await;
         }
     };
-    let policy = shared.policy.load_full();
-    let admission = match policy.decide_l4(&known.policy_caller(), &host, target.port) {
-        L4Decision::Allow(a) => a,
-        L4Decision::Deny(d) => {
-            let refusal = Refusal::new(
-                403,
-                "policy_denied",
-                format!("{} {hp}{} not permitted by policy", rec.method, rec.path),
-            )
-            .with_reason(d.reason)
-            .with("binary", known.exe.clone())
-            .with("ancestors", known.ancestors.clone())
-            .with("host", host.clone())
-            .with("port", target.port)
-            .with("stage", "l4");
-            return rec.refuse(wr, refusal, Engine::L4).await;
-        }
-    };
+    let hp = format!("{host}:{port}");
     rec.policy = Some(admission.entry.to_string());
 
     // The request target upstream sees: canonical, as policy judged it.
@@ -359,7 +492,7 @@ async fn one(
             &admission,
             &PolicyRequest {
                 method: &head.method,
-                target: target.path_and_query.as_bytes(),
+                target: path_and_query.as_bytes(),
                 websocket_upgrade: false,
             },
         );
@@ -402,10 +535,10 @@ async fn one(
         }
         match decision.target {
             Some(t) => t.to_origin_form(),
-            None => target.path_and_query.clone(),
+            None => path_and_query.clone(),
         }
     } else {
-        match canon::canonicalize(target.path_and_query.as_bytes(), true) {
+        match canon::canonicalize(path_and_query.as_bytes(), true) {
             Ok(t) => {
                 rec.path.clone_from(&t.path);
                 t.to_origin_form()
@@ -421,45 +554,57 @@ async fn one(
         }
     };
 
-    // An upstream connection: reuse this client's, or dial a vetted address.
-    let key = (host.clone(), target.port);
-    let reusable = match upstreams.get_mut(&key) {
-        Some(u) => u.sender.ready().await.is_ok(),
-        None => false,
-    };
-    if !reusable {
-        upstreams.remove(&key);
-        if upstreams.len() >= MAX_UPSTREAMS {
-            upstreams.clear();
+    let key = (host.clone(), port);
+    let upstream: &mut Upstream = match route {
+        Route::Tunnel(t) => {
+            // The tunnel's one upstream connection; if it has gone, so does the tunnel.
+            if t.upstream.sender.ready().await.is_err() {
+                return Step { keep_alive: false };
+            }
+            &mut t.upstream
         }
-        let plan = destination::plan_for(&policy, &admission, &host, shared.compat);
-        let (stream, addr) = match destination::connect(shared, &plan, &host, target.port).await {
-            Ok(x) => x,
-            Err(e) => {
-                let (refusal, engine) = dial_refusal(&e, &rec.method, &hp);
-                return rec.refuse(wr, refusal, engine).await;
+        Route::Forward => {
+            // An upstream connection: reuse this client's, or dial a vetted address.
+            let reusable = match upstreams.get_mut(&key) {
+                Some(u) => u.sender.ready().await.is_ok(),
+                None => false,
+            };
+            if !reusable {
+                upstreams.remove(&key);
+                if upstreams.len() >= MAX_UPSTREAMS {
+                    upstreams.clear();
+                }
+                let plan = destination::plan_for(&policy, &admission, &host, shared.compat);
+                let (stream, addr) = match destination::connect(shared, &plan, &host, port).await {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let (refusal, engine) = dial_refusal(&e, &rec.method, &hp);
+                        return rec.refuse(wr, refusal, engine).await;
+                    }
+                };
+                match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
+                    Ok((sender, connection)) => {
+                        tokio::spawn(async move {
+                            let _ = connection.await;
+                        });
+                        upstreams.insert(key.clone(), Upstream { sender, addr });
+                    }
+                    Err(e) => {
+                        let refusal = Refusal::new(
+                            502,
+                            "upstream_unreachable",
+                            format!("connection to {hp} failed"),
+                        )
+                        .with_reason(e.to_string());
+                        return rec.refuse(wr, refusal, Engine::Proxy).await;
+                    }
+                }
             }
-        };
-        match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
-            Ok((sender, connection)) => {
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                });
-                upstreams.insert(key.clone(), Upstream { sender, addr });
-            }
-            Err(e) => {
-                let refusal = Refusal::new(
-                    502,
-                    "upstream_unreachable",
-                    format!("connection to {hp} failed"),
-                )
-                .with_reason(e.to_string());
-                return rec.refuse(wr, refusal, Engine::Proxy).await;
-            }
+            let Some(upstream) = upstreams.get_mut(&key) else {
+                return Step { keep_alive: false };
+            };
+            upstream
         }
-    }
-    let Some(upstream) = upstreams.get_mut(&key) else {
-        return Step { keep_alive: false };
     };
     rec.ip = Some(upstream.addr.ip());
 
@@ -478,7 +623,7 @@ async fn one(
             (Some(tx), b)
         }
     };
-    let request = match build_request(head, &origin_form, &host, target.port, req_body) {
+    let request = match build_request(head, &origin_form, &host, port, req_body) {
         Ok(r) => r,
         Err(e) => {
             return rec
@@ -605,8 +750,45 @@ enum Exchange {
     Midway(String),
 }
 
+/// The request target inside a tunnel and whether its authority names the tunnel: an
+/// origin-form target with a Host header for host:port (the transport's default port may be
+/// left out), or an absolute-form target for the same authority (spec §3.4, §13 row 21).
+fn tunnel_target(head: &RequestHead, t: &Tunnel) -> (String, bool) {
+    let default_port = if t.scheme == "https" { 443 } else { 80 };
+    if head.target.starts_with('/') {
+        let ok = match head.header("host") {
+            Some(h) => host_matches(h, &t.host, t.port, default_port),
+            // HTTP/1.0 without Host: only the tunnel itself can be meant.
+            None => head.minor_version == 0,
+        };
+        return (head.target.clone(), ok);
+    }
+    let Some((scheme, rest)) = head.target.split_once("://") else {
+        return (head.target.clone(), false);
+    };
+    let scheme_port = match scheme.to_ascii_lowercase().as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return (head.target.clone(), false),
+    };
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(split);
+    let ok = host_matches(authority.as_bytes(), &t.host, t.port, scheme_port)
+        && head
+            .header("host")
+            .is_none_or(|h| host_matches(h, &t.host, t.port, scheme_port));
+    let path = if tail.is_empty() {
+        "/".to_string()
+    } else if tail.starts_with('?') {
+        format!("/{tail}")
+    } else {
+        tail.to_string()
+    };
+    (path, ok)
+}
+
 /// Whether a Host header names the same authority as the URI.
-fn host_matches(header: &[u8], host: &str, port: u16) -> bool {
+fn host_matches(header: &[u8], host: &str, port: u16, default_port: u16) -> bool {
     let Ok(h) = std::str::from_utf8(header) else {
         return false;
     };
@@ -623,7 +805,7 @@ fn host_matches(header: &[u8], host: &str, port: u16) -> bool {
         }
     };
     let hp: u16 = match hp {
-        None => 80,
+        None => default_port,
         Some(p) => match p.parse() {
             Ok(p) => p,
             Err(_) => return false,
@@ -713,11 +895,11 @@ mod tests {
 
     #[test]
     fn host_header_agreement() {
-        assert!(host_matches(b"x.test", "x.test", 80));
-        assert!(host_matches(b"X.test:80", "x.test", 80));
-        assert!(host_matches(b"x.test:8080", "x.test", 8080));
-        assert!(!host_matches(b"evil.test", "x.test", 80));
-        assert!(!host_matches(b"x.test:81", "x.test", 80));
-        assert!(host_matches(b"[::1]:81", "::1", 81));
+        assert!(host_matches(b"x.test", "x.test", 80, 80));
+        assert!(host_matches(b"X.test:80", "x.test", 80, 80));
+        assert!(host_matches(b"x.test:8080", "x.test", 8080, 80));
+        assert!(!host_matches(b"evil.test", "x.test", 80, 80));
+        assert!(!host_matches(b"x.test:81", "x.test", 80, 80));
+        assert!(host_matches(b"[::1]:81", "::1", 81, 80));
     }
 }

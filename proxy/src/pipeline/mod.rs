@@ -157,7 +157,17 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
     if head.method.eq_ignore_ascii_case("CONNECT") {
         connect::run(&shared, &conn, caller, head, rd, wr, buf).await;
     } else {
-        forward::run(&shared, &conn, caller, head, rd, wr, buf).await;
+        forward::serve(
+            &shared,
+            &conn,
+            caller,
+            forward::Route::Forward,
+            Some(head),
+            rd,
+            wr,
+            buf,
+        )
+        .await;
     }
 }
 

@@ -1,0 +1,404 @@
+//! Credential bindings (spec §3.4, and sluice's binaries rule): which secret a placeholder
+//! may become on a given request.
+//!
+//! Owns the per-key decision for a request scope (host, port, canonical path, caller): a key
+//! resolves only when its profile has an endpoint matching host, port and path, and, when the
+//! profile lists `binaries`, the caller or one of its ancestors is one of them. Matching uses
+//! the policy engine's `HostPattern`, port lists and `PathSelector`, so a binding means what
+//! the same endpoint means in a policy. Also owns "is this destination credentialed?", which
+//! the `uninspected_credentials` refusal of L4 and `tls: skip` connections needs (spec §3.6).
+//! It rewrites nothing (`rewrite.rs`, `body.rs`) and reads no files.
+
+use std::collections::HashMap;
+
+use crate::policy::decide::Caller;
+use crate::policy::model::Endpoint;
+
+use super::profile::{CredentialRef, EnvKey, ProviderProfile};
+use super::secrets::{Secret, SecretStore, Unavailability};
+
+/// One request as bindings see it.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestScope<'a> {
+    /// Lower-case, as the target parser leaves it.
+    pub host: &'a str,
+    pub port: u16,
+    /// The canonical path, as policy judged it (placeholders still in it); a query, if one
+    /// is passed by mistake, is ignored.
+    pub path: &'a str,
+    pub caller: Caller<'a>,
+}
+
+/// Why a known credential may not be used on this request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mismatch {
+    /// No endpoint of the credential's profile matches host, port and path.
+    Endpoint,
+    /// The profile lists `binaries`, and neither the caller nor an ancestor is one of them.
+    Caller,
+}
+
+impl Mismatch {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mismatch::Endpoint => "the request's host, port and path are outside the credential's profile endpoints",
+            Mismatch::Caller => "the calling program is not among the credential's profile binaries",
+        }
+    }
+}
+
+/// What a placeholder's key becomes on one request.
+#[derive(Debug)]
+pub enum Resolution<'b> {
+    /// Swap in this secret.
+    Allow {
+        secret: &'b Secret,
+        credential: CredentialRef,
+    },
+    /// A known key, outside its binding: `403 credential_endpoint_mismatch` and a finding.
+    OutsideBinding {
+        credential: CredentialRef,
+        reason: Mismatch,
+    },
+    /// No credential has this env var.
+    Unknown,
+    /// Known and bound, but without a usable value.
+    Unavailable {
+        credential: CredentialRef,
+        reason: Unavailability,
+    },
+}
+
+/// Something that turns a placeholder's key into a `Resolution`: a `Scoped` binding in the
+/// proxy, anything in tests.
+pub trait Resolve {
+    fn resolve(&self, key: &str) -> Resolution<'_>;
+}
+
+/// All profiles with their secrets, indexed by env key. Immutable once built; share it
+/// behind an `Arc` with the policy snapshot it was loaded with.
+#[derive(Debug, Default)]
+pub struct Bindings {
+    profiles: Vec<ProviderProfile>,
+    /// Env key → (profile index, credential index).
+    keys: HashMap<EnvKey, (usize, usize)>,
+    store: SecretStore,
+}
+
+impl Bindings {
+    /// `profiles` as loaded (env keys are unique across them: the loader refuses duplicates;
+    /// should one slip through, the first credential keeps it).
+    pub fn new(profiles: Vec<ProviderProfile>, store: SecretStore) -> Bindings {
+        let mut keys = HashMap::new();
+        for (p, profile) in profiles.iter().enumerate() {
+            for (c, credential) in profile.credentials.iter().enumerate() {
+                for key in &credential.env_vars {
+                    keys.entry(key.clone()).or_insert((p, c));
+                }
+            }
+        }
+        Bindings {
+            profiles,
+            keys,
+            store,
+        }
+    }
+
+    pub fn profiles(&self) -> &[ProviderProfile] {
+        &self.profiles
+    }
+
+    pub fn store(&self) -> &SecretStore {
+        &self.store
+    }
+
+    /// Whether any profile declares a credential.
+    pub fn has_credentials(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// The decision for one key on one request.
+    pub fn resolve(&self, key: &str, scope: &RequestScope<'_>) -> Resolution<'_> {
+        let Some(&(p, c)) = self.keys.get(key) else {
+            return Resolution::Unknown;
+        };
+        let Some(profile) = self.profiles.get(p) else {
+            return Resolution::Unknown;
+        };
+        let Some(credential) = profile.credential_ref(c) else {
+            return Resolution::Unknown;
+        };
+        let path = scope.path.split('?').next().unwrap_or(scope.path);
+        if !profile.binds(scope.host, scope.port, path) {
+            return Resolution::OutsideBinding {
+                credential,
+                reason: Mismatch::Endpoint,
+            };
+        }
+        if !profile.admits(&scope.caller) {
+            return Resolution::OutsideBinding {
+                credential,
+                reason: Mismatch::Caller,
+            };
+        }
+        match self.store.get(key) {
+            Some(Ok(secret)) => Resolution::Allow { secret, credential },
+            Some(Err(reason)) => Resolution::Unavailable { credential, reason },
+            None => Resolution::Unavailable {
+                credential,
+                reason: Unavailability::Unset,
+            },
+        }
+    }
+
+    /// These bindings, scoped to one request: what `rewrite_request` and `rewrite_body` take.
+    pub fn scoped<'b>(&'b self, scope: RequestScope<'b>) -> Scoped<'b> {
+        Scoped {
+            bindings: self,
+            scope,
+        }
+    }
+
+    /// Whether a connection to `host:port` reaches a credentialed endpoint: one of a profile
+    /// that declares credentials (all its endpoints count, whatever their path, spec §3.6).
+    pub fn is_credentialed(&self, host: &str, port: u16) -> bool {
+        self.credentialed_profiles()
+            .any(|p| p.endpoints.iter().any(|e| e.covers(host, port)))
+    }
+
+    /// Whether a policy endpoint overlaps a credentialed profile endpoint: host patterns that
+    /// can match a common name and a shared port. For refusing L4 and `tls: skip` endpoints
+    /// without `allow_uninspected_credentials`, at load or at connect.
+    pub fn endpoint_is_credentialed(&self, endpoint: &Endpoint) -> bool {
+        self.credentialed_profiles().any(|p| {
+            p.endpoints.iter().any(|e| {
+                e.ports.iter().any(|port| endpoint.ports.contains(port))
+                    && e.host.intersects(&endpoint.host)
+            })
+        })
+    }
+
+    /// `NAME=openshell:resolve:env:NAME` for every env var with a usable value, sorted by
+    /// name: what `sluice exec` puts in the sandboxed side's environment.
+    pub fn child_env(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .keys
+            .keys()
+            .filter(|k| self.store.is_available(k.as_str()))
+            .map(|k| (k.as_str().to_string(), k.placeholder()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn credentialed_profiles(&self) -> impl Iterator<Item = &ProviderProfile> {
+        self.profiles.iter().filter(|p| !p.credentials.is_empty())
+    }
+}
+
+/// `Bindings` for one request.
+#[derive(Clone, Copy, Debug)]
+pub struct Scoped<'b> {
+    bindings: &'b Bindings,
+    scope: RequestScope<'b>,
+}
+
+impl Resolve for Scoped<'_> {
+    fn resolve(&self, key: &str) -> Resolution<'_> {
+        self.bindings.resolve(key, &self.scope)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::credentials::profile;
+    use crate::policy::Source;
+
+    pub(crate) const PROFILES: &str = "\
+id: telegram
+credentials:
+  - {name: bot-token, env_vars: [TELEGRAM_BOT_TOKEN]}
+endpoints:
+  - {host: api.telegram.org, port: 443, path: '/bot*/**'}
+---
+id: github
+credentials:
+  - {name: token, env_vars: [GITHUB_TOKEN, GH_TOKEN]}
+  - {name: unset, env_vars: [GITHUB_UNSET]}
+endpoints:
+  - {host: api.github.com, port: 443}
+  - {host: '*.githubusercontent.com', ports: [443, 8443], path: /repos/**}
+binaries: [/usr/bin/gh, /usr/lib/git-core/*]
+---
+id: docs
+endpoints: [{host: docs.example.com, port: 443}]
+";
+
+    pub(crate) fn bindings(values: &[(&str, &str)]) -> Bindings {
+        let loaded = profile::load(&[Source {
+            name: "p.yaml".into(),
+            text: PROFILES.into(),
+        }])
+        .unwrap();
+        let values: Vec<(String, String)> = values
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let store = SecretStore::load(
+            &loaded.profiles,
+            |k| values.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()),
+            None,
+        )
+        .unwrap()
+        .store;
+        Bindings::new(loaded.profiles, store)
+    }
+
+    pub(crate) const NO_ANCESTORS: &[String] = &[];
+
+    pub(crate) fn scope<'a>(host: &'a str, port: u16, path: &'a str, exe: &'a str) -> RequestScope<'a> {
+        RequestScope {
+            host,
+            port,
+            path,
+            caller: Caller {
+                exe,
+                ancestors: NO_ANCESTORS,
+                cmdline: &[],
+            },
+        }
+    }
+
+    fn outcome(r: Resolution<'_>) -> String {
+        match r {
+            Resolution::Allow { secret, credential } => {
+                format!("allow {credential} {}", secret.expose())
+            }
+            Resolution::OutsideBinding { credential, reason } => {
+                format!("outside {credential} {reason:?}")
+            }
+            Resolution::Unknown => "unknown".into(),
+            Resolution::Unavailable { credential, reason } => {
+                format!("unavailable {credential} {reason:?}")
+            }
+        }
+    }
+
+    #[test]
+    fn binding_by_host_port_and_path() {
+        let b = bindings(&[("TELEGRAM_BOT_TOKEN", "123:abc"), ("GH_TOKEN", "ghp")]);
+        let r = |host, port, path| outcome(b.resolve("TELEGRAM_BOT_TOKEN", &scope(host, port, path, "/usr/bin/python3")));
+        assert_eq!(
+            r("api.telegram.org", 443, "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN/sendMessage"),
+            "allow telegram/bot-token 123:abc"
+        );
+        assert_eq!(r("api.telegram.org", 443, "/bot"), "allow telegram/bot-token 123:abc");
+        assert_eq!(r("api.telegram.org", 443, "/getMe"), "outside telegram/bot-token Endpoint");
+        assert_eq!(r("api.telegram.org", 80, "/botX/getMe"), "outside telegram/bot-token Endpoint");
+        assert_eq!(r("evil.example.com", 443, "/botX/getMe"), "outside telegram/bot-token Endpoint");
+        assert_eq!(r("api.telegram.org", 443, "/botX/getMe?x=/y"), "allow telegram/bot-token 123:abc");
+    }
+
+    #[test]
+    fn binding_by_binaries_and_ancestors() {
+        let b = bindings(&[("GH_TOKEN", "ghp")]);
+        let gh = scope("api.github.com", 443, "/user", "/usr/bin/gh");
+        assert_eq!(outcome(b.resolve("GH_TOKEN", &gh)), "allow github/token ghp");
+        // The other env var of the credential shares its value.
+        assert_eq!(outcome(b.resolve("GITHUB_TOKEN", &gh)), "allow github/token ghp");
+        let git = scope("api.github.com", 443, "/user", "/usr/lib/git-core/git-remote-https");
+        assert_eq!(outcome(b.resolve("GH_TOKEN", &git)), "allow github/token ghp");
+        let py = scope("api.github.com", 443, "/user", "/usr/bin/python3");
+        assert_eq!(outcome(b.resolve("GH_TOKEN", &py)), "outside github/token Caller");
+        let ancestors = vec!["/bin/bash".to_string(), "/usr/bin/gh".to_string()];
+        let child = RequestScope {
+            caller: Caller {
+                exe: "/usr/bin/python3",
+                ancestors: &ancestors,
+                cmdline: &[],
+            },
+            ..py
+        };
+        assert_eq!(outcome(b.resolve("GH_TOKEN", &child)), "allow github/token ghp");
+        // Endpoint mismatch is reported before the caller.
+        let elsewhere = scope("example.com", 443, "/", "/usr/bin/python3");
+        assert_eq!(outcome(b.resolve("GH_TOKEN", &elsewhere)), "outside github/token Endpoint");
+        // The telegram profile lists no binaries: any caller.
+        let tg = scope("api.telegram.org", 443, "/botX/getMe", "/anything");
+        assert_eq!(
+            outcome(b.resolve("TELEGRAM_BOT_TOKEN", &tg)),
+            "unavailable telegram/bot-token Unset"
+        );
+    }
+
+    #[test]
+    fn unknown_and_unavailable() {
+        let b = bindings(&[("GH_TOKEN", "ghp")]);
+        let gh = scope("api.github.com", 443, "/", "/usr/bin/gh");
+        assert_eq!(outcome(b.resolve("NOPE", &gh)), "unknown");
+        assert_eq!(outcome(b.resolve("GITHUB_UNSET", &gh)), "unavailable github/unset Unset");
+        let outside = scope("x.example.com", 443, "/", "/usr/bin/gh");
+        assert_eq!(outcome(b.resolve("GITHUB_UNSET", &outside)), "outside github/unset Endpoint");
+        let scoped = b.scoped(gh);
+        assert!(matches!(scoped.resolve("GH_TOKEN"), Resolution::Allow { .. }));
+    }
+
+    #[test]
+    fn credentialed_destinations() {
+        let b = bindings(&[]);
+        assert!(b.has_credentials());
+        assert!(b.is_credentialed("api.telegram.org", 443));
+        assert!(b.is_credentialed("raw.githubusercontent.com", 8443));
+        assert!(!b.is_credentialed("raw.githubusercontent.com", 80));
+        assert!(!b.is_credentialed("api.telegram.org", 80));
+        // A profile without credentials makes nothing credentialed.
+        assert!(!b.is_credentialed("docs.example.com", 443));
+        assert!(!Bindings::default().is_credentialed("api.telegram.org", 443));
+    }
+
+    #[test]
+    fn policy_endpoints_overlapping_credentialed_ones() {
+        let b = bindings(&[]);
+        let policy = "\
+version: 1
+network_policies:
+  p:
+    endpoints:
+      - {host: '*.telegram.org', port: 443}
+      - {host: '**.githubusercontent.com', ports: [8443]}
+      - {host: api.telegram.org, port: 80}
+      - {host: docs.example.com, port: 443}
+      - {host: '*.example.org', port: 443}
+    binaries: [{path: /usr/bin/curl}]
+";
+        let loaded = crate::policy::load(
+            &[Source {
+                name: "policy.yaml".into(),
+                text: policy.into(),
+            }],
+            crate::policy::Compat::Strict,
+        )
+        .unwrap();
+        let endpoints: Vec<&Endpoint> = loaded
+            .policy
+            .entries()
+            .iter()
+            .flat_map(|e| e.endpoints.iter())
+            .collect();
+        let got: Vec<bool> = endpoints.iter().map(|e| b.endpoint_is_credentialed(e)).collect();
+        assert_eq!(got, [true, true, false, false, false]);
+    }
+
+    #[test]
+    fn child_env_lists_available_keys() {
+        let b = bindings(&[("GH_TOKEN", "ghp")]);
+        assert_eq!(
+            b.child_env(),
+            [
+                ("GH_TOKEN".to_string(), "openshell:resolve:env:GH_TOKEN".to_string()),
+                ("GITHUB_TOKEN".to_string(), "openshell:resolve:env:GITHUB_TOKEN".to_string()),
+            ]
+        );
+    }
+}
