@@ -220,42 +220,80 @@ fn write_repeated(w: &mut TcpStream, n: usize) -> bool {
     true
 }
 
-/// A certificate and key for `localhost`, `127.0.0.1`, `::1` and `*.local.test`, made by
-/// `openssl` in `dir`.
-pub fn make_cert(dir: &Path) -> (PathBuf, PathBuf) {
+/// A test CA and a server certificate it signed, for `localhost`, `127.0.0.1`, `::1` and
+/// `*.local.test`, made by `openssl` in `dir`: (CA certificate, server certificate, server key).
+/// (A self-signed certificate is a CA, which verifiers refuse as a server certificate.)
+pub fn make_cert(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let ca = dir.join("origin-ca.pem");
+    let ca_key = dir.join("origin-ca-key.pem");
     let cert = dir.join("origin-cert.pem");
     let key = dir.join("origin-key.pem");
-    let status = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-        ])
-        .args([
-            "-addext",
-            "subjectAltName=DNS:localhost,DNS:*.local.test,DNS:origin.test,IP:127.0.0.1,IP:::1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("run openssl");
-    assert!(
-        status.success(),
-        "openssl could not make a test certificate"
-    );
-    (cert, key)
+    let csr = dir.join("origin.csr");
+    let ext = dir.join("origin.ext");
+    std::fs::write(
+        &ext,
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,DNS:*.local.test,DNS:origin.test,IP:127.0.0.1,IP:::1\n",
+    )
+    .expect("write ext file");
+    let openssl = |args: &[&str]| {
+        let status = Command::new("openssl")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run openssl");
+        assert!(status.success(), "openssl {args:?} failed");
+    };
+    let p = |p: &PathBuf| p.to_string_lossy().into_owned();
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=sluice test origin CA",
+        "-keyout",
+        &p(&ca_key),
+        "-out",
+        &p(&ca),
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        &p(&key),
+        "-out",
+        &p(&csr),
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &p(&csr),
+        "-CA",
+        &p(&ca),
+        "-CAkey",
+        &p(&ca_key),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        &p(&ext),
+        "-out",
+        &p(&cert),
+    ]);
+    (ca, cert, key)
 }
 
 /// An HTTPS origin (Python `http.server` + `ssl`) on 127.0.0.1: `GET /bytes/N` answers N
@@ -263,6 +301,7 @@ pub fn make_cert(dir: &Path) -> (PathBuf, PathBuf) {
 #[derive(Debug)]
 pub struct HttpsOrigin {
     pub addr: SocketAddr,
+    /// The CA that signed the origin's certificate: what a client must trust.
     pub cert: PathBuf,
     child: Child,
 }
@@ -292,7 +331,7 @@ srv.serve_forever()
 
 impl HttpsOrigin {
     pub fn start(dir: &Path) -> HttpsOrigin {
-        let (cert, key) = make_cert(dir);
+        let (ca, cert, key) = make_cert(dir);
         let mut child = Command::new("python3")
             .arg("-c")
             .arg(HTTPS_ORIGIN)
@@ -311,7 +350,7 @@ impl HttpsOrigin {
         let port: u16 = line.trim().parse().expect("origin printed its port");
         HttpsOrigin {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            cert,
+            cert: ca,
             child,
         }
     }

@@ -590,3 +590,68 @@ fn the_accept_loop_survives_running_out_of_file_descriptors() {
         sluice.stderr()
     );
 }
+
+#[test]
+fn tls_is_terminated_and_l7_rules_judge_each_request() {
+    let dir = TempDir::new("l7tls");
+    let origin = HttpsOrigin::start(dir.path());
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: /}}\n          - allow: {{method: GET, path: /bytes/*}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        origin.port()
+    );
+    let ca_dir = dir.path().join("ca");
+    let sluice = Sluice::start(
+        &p,
+        &[
+            "--allow-loopback-upstream",
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+            "--upstream-ca",
+            origin.cert.to_str().unwrap(),
+        ],
+    );
+    let ca = ca_dir.join("ca.pem");
+    assert!(
+        std::fs::read_to_string(&ca)
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
+    );
+    let bundle = std::fs::read_to_string(ca_dir.join("ca-bundle.pem")).unwrap();
+    assert!(
+        !bundle.contains("PRIVATE KEY")
+            && !std::fs::read_to_string(&ca).unwrap().contains("PRIVATE")
+    );
+    let get = |path: &str| {
+        run(Command::new("curl")
+            .args(["-s", "--max-time", "20", "--cacert"])
+            .arg(&ca)
+            .args(["-x", &sluice.proxy_url(), "-w", "\n%{http_code}"])
+            .arg(format!("https://127.0.0.1:{}{path}", origin.port())))
+    };
+    let (code, out, err) = get("/");
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "hello over tls\n\n200"),
+        "{err}\n{}",
+        sluice.stderr()
+    );
+    let (_, out, _) = get("/bytes/5");
+    assert!(out.ends_with("yyyyy\n200"), "{out}");
+    let (_, out, _) = get("/secret?token=abc");
+    let (body, status) = out.rsplit_once('\n').unwrap();
+    assert_eq!(status, "403", "{out}");
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["error"], "policy_denied");
+    assert_eq!(body["stage"], "l7");
+    assert!(
+        body["detail"].as_str().unwrap().contains("GET 127.0.0.1:"),
+        "{body}"
+    );
+    let denied = sluice.wait_event("denied request", |e| class(e) == 4002 && action(e) == 2);
+    assert_eq!(denied["http_request"]["url"]["path"], "/secret");
+    assert!(
+        !denied.to_string().contains("token=abc"),
+        "query leaked: {denied}"
+    );
+    assert_events_valid(&sluice);
+}

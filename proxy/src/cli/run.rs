@@ -39,6 +39,13 @@ pub struct RunArgs {
     /// Explicit proxy listener (CONNECT and absolute-form HTTP); repeat for more.
     #[arg(long = "listen", value_name = "ADDR", default_value = "127.0.0.1:3128")]
     pub listen: Vec<SocketAddr>,
+    /// Where `ca.pem` (sluice's ephemeral CA) and `ca-bundle.pem` (system roots plus the CA)
+    /// are written for clients to trust. Certificates only: the key stays in memory.
+    #[arg(long, value_name = "DIR")]
+    pub ca_dir: Option<std::path::PathBuf>,
+    /// Extra trust roots (PEM) for upstream TLS: private CAs, test origins. Repeatable.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    pub upstream_cas: Vec<std::path::PathBuf>,
     /// Static DNS answers, like curl --resolve: HOST=IP[,IP...].
     #[arg(long = "resolve", value_name = "HOST=IP")]
     pub resolve: Vec<String>,
@@ -222,6 +229,19 @@ async fn serve(args: RunArgs) -> ExitCode {
             "sluice: WARNING: --allow-loopback-upstream is on: policies may reach loopback addresses (127.0.0.0/8, ::1). This is for tests; never use it in production."
         );
     }
+    let tls = match tls_state(&args) {
+        Ok(t) => Some(t),
+        Err(e) if e.starts_with("--upstream-ca") => {
+            eprintln!("sluice: {e}");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!(
+                "sluice: WARNING: TLS termination unavailable ({e}); connections to inspected endpoints will be refused with 503"
+            );
+            None
+        }
+    };
     let shared = Arc::new(Shared::new(
         loaded.policy,
         resolver,
@@ -230,6 +250,7 @@ async fn serve(args: RunArgs) -> ExitCode {
         limits,
         args.allow_loopback_upstream,
         args.compat.into(),
+        tls,
     ));
     let mut listeners = Vec::new();
     for addr in &args.listen {
@@ -271,6 +292,28 @@ async fn serve(args: RunArgs) -> ExitCode {
         message: format!("sluice stopped ({reason})"),
     }));
     ExitCode::SUCCESS
+}
+
+/// The ephemeral CA (its certificates written to `--ca-dir`), the leaf cache and the
+/// upstream trust roots.
+fn tls_state(args: &RunArgs) -> Result<crate::pipeline::TlsState, String> {
+    use crate::tls::{ca::Ca, server::Terminator, upstream::UpstreamTls};
+    let upstream =
+        UpstreamTls::new(&args.upstream_cas).map_err(|e| format!("--upstream-ca: {e}"))?;
+    let ca = Arc::new(Ca::generate().map_err(|e| e.to_string())?);
+    if let Some(dir) = &args.ca_dir {
+        let (ca_file, bundle) = ca.write_files(dir).map_err(|e| e.to_string())?;
+        eprintln!(
+            "sluice: CA certificate in {} (bundle with the system roots: {})",
+            ca_file.display(),
+            bundle.display()
+        );
+    }
+    let terminator = Terminator::new(ca).map_err(|e| e.to_string())?;
+    Ok(crate::pipeline::TlsState {
+        terminator,
+        upstream,
+    })
 }
 
 async fn shutdown_signal() -> &'static str {

@@ -60,6 +60,24 @@ pub async fn identify(
     }
 }
 
+/// A command line as audit records it: query strings of URL arguments and credential
+/// placeholders are cut (queries and placeholders never reach a log; spec §7.2).
+fn audit_cmdline(argv: &[String]) -> Vec<String> {
+    argv.iter()
+        .map(|a| {
+            let a = match (a.contains("://"), a.find('?')) {
+                (true, Some(q)) => format!("{}?[query]", &a[..q]),
+                _ => a.clone(),
+            };
+            if a.contains("openshell:resolve:env:") || a.contains("OPENSHELL-RESOLVE-ENV-") {
+                "[placeholder]".to_string()
+            } else {
+                a
+            }
+        })
+        .collect()
+}
+
 fn known(id: &Identity) -> Known {
     Known {
         exe: id.exe.clone(),
@@ -69,7 +87,7 @@ fn known(id: &Identity) -> Known {
             process: audit::Process {
                 pid: id.pid,
                 exe: id.exe.clone(),
-                cmdline: id.cmdline.clone(),
+                cmdline: audit_cmdline(&id.cmdline),
                 uid: Some(id.uid),
             },
             ancestors: id
@@ -78,7 +96,7 @@ fn known(id: &Identity) -> Known {
                 .map(|a| audit::Process {
                     pid: a.pid,
                     exe: a.exe.clone(),
-                    cmdline: a.cmdline.clone(),
+                    cmdline: audit_cmdline(&a.cmdline),
                     uid: None,
                 })
                 .collect(),

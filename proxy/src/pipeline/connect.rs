@@ -195,11 +195,12 @@ pub async fn run(
         }
     };
     let entry = Some(admission.entry.to_string());
-    if admission.inspects(&policy) {
+    let inspect = admission.inspects(&policy);
+    if inspect && shared.tls.is_none() {
         let refusal = Refusal::new(
             503,
             "tls_termination_unavailable",
-            format!("CONNECT {hp} needs L7 inspection (protocol rest/websocket), which this sluice build cannot do yet; it is refused rather than relayed uninspected"),
+            format!("CONNECT {hp} needs L7 inspection, and TLS termination is unavailable; it is refused rather than relayed uninspected"),
         )
         .with("policy", admission.entry.to_string());
         ctx.refuse(&mut wr, refusal, entry, Engine::L7).await;
@@ -224,11 +225,28 @@ pub async fn run(
     ctx.open_event(
         Outcome::Allowed,
         entry.clone(),
-        Engine::L4,
+        if inspect { Engine::L7 } else { Engine::L4 },
         None,
         200,
         Some(addr.ip()),
     );
+    if inspect {
+        super::inspect::run(
+            shared,
+            conn,
+            known.clone(),
+            host.clone(),
+            ctx.port,
+            std::sync::Arc::clone(&policy),
+            admission,
+            (rd, wr),
+            buf,
+            upstream,
+            addr,
+        )
+        .await;
+        return;
+    }
     let (ur, uw) = upstream.into_split();
     let stats = relay::relay(rd, wr, ur, uw, &buf, shared.limits.idle_timeout).await;
     shared

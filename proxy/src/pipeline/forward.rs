@@ -276,6 +276,7 @@ struct Record<'a> {
     path: String,
     policy: Option<String>,
     rule: Option<String>,
+    scheme: &'static str,
 }
 
 impl Record<'_> {
@@ -301,7 +302,7 @@ impl Record<'_> {
                     ip: self.ip,
                 },
                 method: self.method.clone(),
-                scheme: "http",
+                scheme: self.scheme,
                 path: self.path.clone(),
                 outcome,
                 policy: self.policy.clone(),
@@ -372,6 +373,10 @@ where
         path: String::new(),
         policy: None,
         rule: None,
+        scheme: match route {
+            Route::Tunnel(t) => t.scheme,
+            Route::Forward => "http",
+        },
     };
     let (host, port, path_and_query, policy, admission, known) = match route {
         Route::Forward => {

@@ -11,6 +11,7 @@ pub mod caller;
 pub mod connect;
 pub mod destination;
 pub mod forward;
+pub mod inspect;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,6 +63,13 @@ impl Default for Limits {
     }
 }
 
+/// Both sides of TLS termination.
+#[derive(Debug)]
+pub struct TlsState {
+    pub terminator: crate::tls::server::Terminator,
+    pub upstream: crate::tls::upstream::UpstreamTls,
+}
+
 /// What every connection shares: the policy snapshot, resolvers, audit, limits.
 #[derive(Debug)]
 pub struct Shared {
@@ -72,6 +80,9 @@ pub struct Shared {
     pub limits: Limits,
     /// `--allow-loopback-upstream`: policies may reach 127.0.0.0/8 (tests only).
     pub allow_loopback: bool,
+    /// TLS termination (the CA's leaves and the verified upstream side); `None` when the CA
+    /// could not be made, and then inspected endpoints are refused with 503.
+    pub tls: Option<TlsState>,
     /// `--compat openshell` also changes one runtime rule: exactly declared hosts may resolve
     /// to private addresses (see `destination::plan_for`).
     pub compat: Compat,
@@ -87,6 +98,7 @@ impl Shared {
         limits: Limits,
         allow_loopback: bool,
         compat: Compat,
+        tls: Option<TlsState>,
     ) -> Shared {
         Shared {
             policy: ArcSwap::from_pointee(policy),
@@ -96,6 +108,7 @@ impl Shared {
             limits,
             allow_loopback,
             compat,
+            tls,
             next_id: AtomicU64::new(1),
         }
     }
