@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use super::caller::Known;
 use super::connect::dial_refusal;
 use super::destination;
+use super::judge;
 use super::{Conn, Shared, head_refusal};
 use crate::audit::{self, Engine, Outcome};
 use crate::http::body::{self, ChannelBody};
@@ -29,8 +30,7 @@ use crate::http::head::{self, BodyFraming, HeadError, RequestHead};
 use crate::http::respond::{self, Refusal, is_hop_by_hop};
 use crate::policy::canon;
 use crate::policy::decide::Admission;
-use crate::policy::decide::{RequestBasis, Verdict};
-use crate::policy::{L4Decision, Policy, Request as PolicyRequest};
+use crate::policy::{L4Decision, Policy};
 
 /// Upstream connections kept per client connection.
 const MAX_UPSTREAMS: usize = 8;
@@ -488,76 +488,23 @@ where
     rec.policy = Some(admission.entry.to_string());
 
     // The request target upstream sees: canonical, as policy judged it.
-    let mut outcome = Outcome::Allowed;
-    let mut engine = Engine::L4;
-    let mut reason = None;
-    let origin_form = if admission.inspects(&policy) {
-        engine = Engine::L7;
-        let decision = policy.decide_request(
-            &admission,
-            &PolicyRequest {
-                method: &head.method,
-                target: path_and_query.as_bytes(),
-                websocket_upgrade: false,
-            },
-        );
-        if let Some(t) = &decision.target {
-            rec.path.clone_from(&t.path);
-        }
-        rec.rule = decision.rule().map(|r| r.summary());
-        if let Some(r) = decision.rule() {
-            rec.policy = Some(r.origin.entry.to_string());
-        }
-        match (decision.verdict, &decision.basis) {
-            (Verdict::Deny, RequestBasis::Target(e)) => {
-                let refusal = Refusal::new(
-                    400,
-                    "invalid_request_target",
-                    format!("request-target refused: {e}"),
-                );
-                return rec.refuse(wr, refusal, Engine::HttpParser).await;
+    let judged = match judge::judge(&policy, &admission, known, &head.method, &path_and_query, &hp) {
+        Ok(j) => j,
+        Err((refusal, j)) => {
+            rec.policy = Some(j.policy);
+            rec.rule = j.rule;
+            if let Some(p) = j.path {
+                rec.path = p;
             }
-            (Verdict::Deny, _) => {
-                let refusal = Refusal::new(
-                    403,
-                    "policy_denied",
-                    format!(
-                        "{} {hp}{} denied by L7 policy: {}",
-                        rec.method, rec.path, decision.reason
-                    ),
-                )
-                .with_reason(decision.reason.clone())
-                .with("policy", rec.policy.clone().unwrap_or_default())
-                .with("binary", known.exe.clone())
-                .with("stage", "l7");
-                return rec.refuse(wr, refusal, Engine::L7).await;
-            }
-            (Verdict::Audit, _) => {
-                outcome = Outcome::Audited;
-                reason = Some(decision.reason.clone());
-            }
-            (Verdict::Allow, _) => {}
-        }
-        match decision.target {
-            Some(t) => t.to_origin_form(),
-            None => path_and_query.clone(),
-        }
-    } else {
-        match canon::canonicalize(path_and_query.as_bytes(), true) {
-            Ok(t) => {
-                rec.path.clone_from(&t.path);
-                t.to_origin_form()
-            }
-            Err(e) => {
-                let refusal = Refusal::new(
-                    400,
-                    "invalid_request_target",
-                    format!("request-target refused: {e}"),
-                );
-                return rec.refuse(wr, refusal, Engine::HttpParser).await;
-            }
+            return rec.refuse(wr, refusal, j.engine).await;
         }
     };
+    rec.policy = Some(judged.policy.clone());
+    rec.rule.clone_from(&judged.rule);
+    if let Some(p) = &judged.path {
+        rec.path.clone_from(p);
+    }
+    let (outcome, engine, reason, origin_form) = (judged.outcome, judged.engine, judged.reason, judged.origin_form);
 
     let key = (host.clone(), port);
     let upstream: &mut Upstream = match route {

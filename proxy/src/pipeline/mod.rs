@@ -12,6 +12,7 @@ pub mod connect;
 pub mod destination;
 pub mod forward;
 pub mod inspect;
+pub mod judge;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
