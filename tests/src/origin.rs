@@ -366,3 +366,64 @@ impl Drop for HttpsOrigin {
         let _ = self.child.wait();
     }
 }
+
+/// An HTTPS origin that speaks HTTP/2 and HTTP/1.1 (Node's `http2` module, `allowHTTP1`),
+/// answering each request with the protocol it arrived over: `proto=2 path=/x`.
+#[derive(Debug)]
+pub struct H2Origin {
+    pub addr: SocketAddr,
+    /// The CA that signed the origin's certificate.
+    pub cert: PathBuf,
+    child: Child,
+}
+
+const H2_ORIGIN: &str = r#"
+const http2 = require('http2'); const fs = require('fs');
+const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
+  (req, res) => {
+    let n = 0;
+    req.on('data', (c) => { n += c.length; });
+    req.on('end', () => {
+      res.setHeader('content-type', 'text/plain');
+      res.end(`proto=${req.httpVersion} method=${req.method} path=${req.url} body=${n}\n`);
+    });
+  });
+server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
+"#;
+
+impl H2Origin {
+    pub fn start(dir: &Path) -> H2Origin {
+        let (ca, cert, key) = make_cert(dir);
+        let mut child = Command::new("node")
+            .arg("-e")
+            .arg(H2_ORIGIN)
+            .arg(&cert)
+            .arg(&key)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the h2 origin (node)");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("origin stdout");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("origin port");
+        let port: u16 = line.trim().parse().expect("origin printed its port");
+        H2Origin {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            cert: ca,
+            child,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+impl Drop for H2Origin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

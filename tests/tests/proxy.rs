@@ -655,3 +655,58 @@ fn tls_is_terminated_and_l7_rules_judge_each_request() {
     );
     assert_events_valid(&sluice);
 }
+
+#[test]
+fn http2_is_inspected_end_to_end_and_http1_clients_stay_on_http1() {
+    let dir = TempDir::new("h2");
+    let origin = sluice_e2e::origin::H2Origin::start(dir.path());
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: /ok/**}}\n          - allow: {{method: POST, path: /upload}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        origin.port()
+    );
+    let ca_dir = dir.path().join("ca");
+    let sluice = Sluice::start(
+        &p,
+        &[
+            "--allow-loopback-upstream",
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+            "--upstream-ca",
+            origin.cert.to_str().unwrap(),
+        ],
+    );
+    let ca = ca_dir.join("ca.pem");
+    let curl = |extra: &[&str], path: &str| {
+        run(Command::new("curl")
+            .args(["-s", "--max-time", "20", "--cacert"])
+            .arg(&ca)
+            .args([
+                "-x",
+                &sluice.proxy_url(),
+                "-w",
+                "%{http_code} h%{http_version}",
+            ])
+            .args(extra)
+            .arg(format!("https://127.0.0.1:{}{path}", origin.port())))
+    };
+    // HTTP/2 on both legs: the origin saw HTTP/2, curl negotiated HTTP/2 with sluice.
+    let (code, out, err) = curl(&["--http2"], "/ok/a?x=1");
+    assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
+    assert!(
+        out.starts_with("proto=2.0 method=GET path=/ok/a?x=1"),
+        "{out}"
+    );
+    assert!(out.ends_with("200 h2"), "{out}");
+    // A streamed upload over HTTP/2.
+    let (_, out, _) = curl(&["--http2", "--data-binary", "@-"], "/upload");
+    assert!(out.contains("method=POST path=/upload"), "{out}");
+    // Refused on its own stream.
+    let (_, out, _) = curl(&["--http2"], "/admin");
+    assert!(out.ends_with("403 h2"), "{out}");
+    assert!(out.contains("\"error\":\"policy_denied\""), "{out}");
+    // An HTTP/1.1-only client gets HTTP/1.1 on both legs.
+    let (_, out, _) = curl(&["--http1.1"], "/ok/b");
+    assert!(out.starts_with("proto=1.1 method=GET path=/ok/b"), "{out}");
+    assert!(out.ends_with("200 h1.1"), "{out}");
+    assert_events_valid(&sluice);
+}

@@ -120,7 +120,7 @@ impl Ctx<'_> {
 }
 
 pub async fn run(
-    shared: &Shared,
+    shared: &std::sync::Arc<Shared>,
     conn: &Conn,
     caller: Result<Known, String>,
     head: RequestHead,

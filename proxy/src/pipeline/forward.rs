@@ -488,7 +488,14 @@ where
     rec.policy = Some(admission.entry.to_string());
 
     // The request target upstream sees: canonical, as policy judged it.
-    let judged = match judge::judge(&policy, &admission, known, &head.method, &path_and_query, &hp) {
+    let judged = match judge::judge(
+        &policy,
+        &admission,
+        known,
+        &head.method,
+        &path_and_query,
+        &hp,
+    ) {
         Ok(j) => j,
         Err((refusal, j)) => {
             rec.policy = Some(j.policy);
@@ -504,7 +511,12 @@ where
     if let Some(p) = &judged.path {
         rec.path.clone_from(p);
     }
-    let (outcome, engine, reason, origin_form) = (judged.outcome, judged.engine, judged.reason, judged.origin_form);
+    let (outcome, engine, reason, origin_form) = (
+        judged.outcome,
+        judged.engine,
+        judged.reason,
+        judged.origin_form,
+    );
 
     let key = (host.clone(), port);
     let upstream: &mut Upstream = match route {

@@ -8,8 +8,9 @@
 //! first, the upstream is offered the same ALPN, the client handshake completes with what the
 //! upstream chose) and the tunnel's upstream HTTP connection.
 //!
-//! HTTP/2 in tunnels is not served yet: sluice offers the upstream `http/1.1` only, so a client
-//! that offers both gets HTTP/1.1 end to end, and one that offers only `h2` is refused.
+//! Both legs speak the same protocol: HTTP/2 (`h2.rs`) when the upstream chose `h2` from the
+//! client's offer, else HTTP/1.1 through the one request loop, so an h1-only upstream never
+//! sees HTTP/2 and a gRPC client gets h2 end to end.
 
 use std::io;
 use std::net::SocketAddr;
@@ -117,7 +118,7 @@ fn detect(first: &[u8]) -> Detected {
 /// The inspected tunnel, from just after the `200` to the end.
 #[allow(clippy::too_many_arguments)] // one admitted connection's parts
 pub async fn run(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     conn: &Conn,
     caller: Known,
     host: String,
@@ -223,18 +224,8 @@ pub async fn run(
             };
             let hello = start.client_hello();
             let sni = hello.server_name().map(str::to_ascii_lowercase);
-            let offer = match hello.alpn().map(|a| Offer::from_client(a)) {
-                // HTTP/2 is not served in tunnels yet: ask the upstream for HTTP/1.1 only.
-                Some(Offer::H2AndHttp11 | Offer::Http11) => Offer::Http11,
-                Some(Offer::H2) => {
-                    fail(
-                        "the client offers only HTTP/2 (h2), which sluice does not inspect yet"
-                            .to_string(),
-                    );
-                    return;
-                }
-                Some(Offer::None) | None => Offer::None,
-            };
+            // Offer the upstream exactly what the client offered (of h2 and http/1.1).
+            let offer = hello.alpn().map_or(Offer::None, |a| Offer::from_client(a));
             // The upstream is verified against its real name (SNI = the CONNECT host).
             let Ok(server_name) = ServerName::try_from(host.clone()) else {
                 fail(format!("`{host}` is not a valid TLS server name"));
@@ -277,6 +268,23 @@ pub async fn run(
                         return;
                     }
                 };
+            if alpn == Alpn::H2 {
+                let tunnel = super::h2::H2Tunnel {
+                    shared: Arc::clone(shared),
+                    conn_id: conn.id,
+                    peer: conn.peer,
+                    known: caller.clone(),
+                    host: host.clone(),
+                    port,
+                    policy,
+                    admission,
+                    addr,
+                };
+                if let Err(e) = super::h2::serve(tunnel, client_tls, upstream_tls).await {
+                    fail(e);
+                }
+                return;
+            }
             let sender =
                 match hyper::client::conn::http1::handshake(TokioIo::new(upstream_tls)).await {
                     Ok((sender, connection)) => {

@@ -7,9 +7,9 @@ use super::caller::Known;
 use crate::audit::{Engine, Outcome};
 use crate::http::respond::Refusal;
 use crate::policy::Policy;
+use crate::policy::Request as PolicyRequest;
 use crate::policy::canon;
 use crate::policy::decide::{Admission, RequestBasis, Verdict};
-use crate::policy::Request as PolicyRequest;
 
 /// What the judgement found; filled in even for a refusal, for the audit record.
 #[derive(Clone, Debug)]
@@ -58,7 +58,11 @@ pub fn judge(
             }
             Err(e) => {
                 judged.engine = Engine::HttpParser;
-                let refusal = Refusal::new(400, "invalid_request_target", format!("request-target refused: {e}"));
+                let refusal = Refusal::new(
+                    400,
+                    "invalid_request_target",
+                    format!("request-target refused: {e}"),
+                );
                 Err((refusal, judged))
             }
         };
@@ -77,18 +81,28 @@ pub fn judge(
     if let Some(r) = decision.rule() {
         judged.policy = r.origin.entry.to_string();
     }
-    let shown_path = judged.path.clone().unwrap_or_else(|| path_and_query.split('?').next().unwrap_or("/").to_string());
+    let shown_path = judged
+        .path
+        .clone()
+        .unwrap_or_else(|| path_and_query.split('?').next().unwrap_or("/").to_string());
     match (decision.verdict, &decision.basis) {
         (Verdict::Deny, RequestBasis::Target(e)) => {
             judged.engine = Engine::HttpParser;
-            let refusal = Refusal::new(400, "invalid_request_target", format!("request-target refused: {e}"));
+            let refusal = Refusal::new(
+                400,
+                "invalid_request_target",
+                format!("request-target refused: {e}"),
+            );
             return Err((refusal, judged));
         }
         (Verdict::Deny, _) => {
             let refusal = Refusal::new(
                 403,
                 "policy_denied",
-                format!("{method_up} {hp}{shown_path} denied by L7 policy: {}", decision.reason),
+                format!(
+                    "{method_up} {hp}{shown_path} denied by L7 policy: {}",
+                    decision.reason
+                ),
             )
             .with_reason(decision.reason.clone())
             .with("policy", judged.policy.clone())

@@ -11,6 +11,7 @@ pub mod caller;
 pub mod connect;
 pub mod destination;
 pub mod forward;
+pub mod h2;
 pub mod inspect;
 pub mod judge;
 

@@ -1,0 +1,347 @@
+//! HTTP/2 in an inspected tunnel: hyper's HTTP/2 server on the client's TLS stream, hyper's
+//! HTTP/2 client on the upstream's, and the same judgement (`judge`) per stream as HTTP/1.
+//!
+//! Owns the per-stream handler: the authority check (`:authority` must name the tunnel),
+//! the L7 decision, the upstream request (canonical target, connection-specific headers
+//! dropped, body and trailers streamed with HTTP/2 flow control as backpressure), the
+//! response streamed back, and one audit event per stream. A refusal answers that stream
+//! only; the connection and its other streams go on. gRPC is HTTP/2 with trailers and needs
+//! nothing more.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, Uri};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::Shared;
+use super::caller::Known;
+use super::judge::{self, Judged};
+use crate::audit::{self, Engine, Outcome};
+use crate::http::respond::{Refusal, is_hop_by_hop};
+use crate::policy::Policy;
+use crate::policy::decide::Admission;
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// What every stream of one HTTP/2 tunnel shares.
+#[derive(Debug)]
+pub struct H2Tunnel {
+    pub shared: Arc<Shared>,
+    pub conn_id: u64,
+    pub peer: SocketAddr,
+    pub known: Known,
+    pub host: String,
+    pub port: u16,
+    pub policy: Arc<Policy>,
+    pub admission: Admission,
+    pub addr: SocketAddr,
+}
+
+/// Connects HTTP/2 to the upstream over `upstream_io`, then serves the client's streams on
+/// `client_io` until either side closes.
+pub async fn serve<C, U>(tunnel: H2Tunnel, client_io: C, upstream_io: U) -> Result<(), String>
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(upstream_io))
+            .await
+            .map_err(|e| format!("upstream HTTP/2 handshake failed: {e}"))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let tunnel = Arc::new(tunnel);
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let tunnel = Arc::clone(&tunnel);
+        let sender = sender.clone();
+        async move { Ok::<_, Infallible>(handle(&tunnel, sender, req).await) }
+    });
+    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(client_io), service)
+        .await
+        .map_err(|e| format!("client HTTP/2: {e}"))
+}
+
+fn refusal_response(refusal: &Refusal) -> Response<Body> {
+    let body = Full::new(Bytes::from(refusal.body()))
+        .map_err(|never| match never {})
+        .boxed();
+    let mut resp = Response::new(body);
+    *resp.status_mut() =
+        http::StatusCode::from_u16(refusal.status).unwrap_or(http::StatusCode::FORBIDDEN);
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Whether `authority` (`host[:port]`) names the tunnel; 443 may be left out.
+fn names_tunnel(authority: &str, host: &str, port: u16) -> bool {
+    let a = authority.to_ascii_lowercase();
+    let (h, p) = if let Some(v6) = a.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((h, rest)) => (h.to_string(), rest.strip_prefix(':').map(str::to_string)),
+            None => return false,
+        }
+    } else {
+        match a.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p.to_string())),
+            None => (a.clone(), None),
+        }
+    };
+    let p = match p {
+        None => 443,
+        Some(p) => match p.parse::<u16>() {
+            Ok(p) => p,
+            Err(_) => return false,
+        },
+    };
+    h == host && p == port
+}
+
+async fn handle(
+    t: &H2Tunnel,
+    mut sender: SendRequest<Incoming>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let started = Instant::now();
+    let method = req.method().as_str().to_string();
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let hp = format!("{}:{}", t.host, t.port);
+    let mut judged = Judged {
+        origin_form: path_and_query.clone(),
+        path: None,
+        outcome: Outcome::Denied,
+        engine: Engine::HttpParser,
+        reason: None,
+        rule: None,
+        policy: t.admission.entry.to_string(),
+    };
+    let authority = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .or_else(|| {
+            req.headers()
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_string)
+        });
+    if !authority
+        .as_deref()
+        .is_some_and(|a| names_tunnel(a, &t.host, t.port))
+    {
+        let refusal = Refusal::new(
+            403,
+            "request_authority_mismatch",
+            "HTTP request authority does not match the authorized tunnel endpoint",
+        );
+        emit(
+            t,
+            &method,
+            &judged,
+            Some(403),
+            0,
+            started,
+            Some(refusal.detail.clone()),
+        );
+        return refusal_response(&refusal);
+    }
+    judged = match judge::judge(
+        &t.policy,
+        &t.admission,
+        &t.known,
+        &method,
+        &path_and_query,
+        &hp,
+    ) {
+        Ok(j) => j,
+        Err((refusal, j)) => {
+            let reason = refusal
+                .reason
+                .clone()
+                .or_else(|| Some(refusal.detail.clone()));
+            let mut j = j;
+            j.outcome = Outcome::Denied;
+            emit(t, &method, &j, Some(refusal.status), 0, started, reason);
+            return refusal_response(&refusal);
+        }
+    };
+    let (parts, body) = req.into_parts();
+    let authority = if t.port == 443 {
+        t.host.clone()
+    } else {
+        format!("{}:{}", t.host, t.port)
+    };
+    let uri = match format!("https://{authority}{}", judged.origin_form).parse::<Uri>() {
+        Ok(u) => u,
+        Err(e) => {
+            let refusal = Refusal::new(
+                400,
+                "invalid_request_target",
+                format!("request-target refused: {e}"),
+            );
+            emit(
+                t,
+                &method,
+                &judged,
+                Some(400),
+                0,
+                started,
+                Some(refusal.detail.clone()),
+            );
+            return refusal_response(&refusal);
+        }
+    };
+    let mut up = Request::builder()
+        .method(parts.method)
+        .uri(uri)
+        .version(http::Version::HTTP_2);
+    for (name, value) in &parts.headers {
+        let n = name.as_str();
+        // HTTP/2 forbids connection-specific headers; `te: trailers` is the one allowed (gRPC).
+        if (is_hop_by_hop(n) && !(n == "te" && value == "trailers")) || n == "host" {
+            continue;
+        }
+        up = up.header(name, value);
+    }
+    let upstream_req = match up.body(body) {
+        Ok(r) => r,
+        Err(e) => {
+            let refusal = Refusal::new(400, "bad_request", e.to_string());
+            emit(
+                t,
+                &method,
+                &judged,
+                Some(400),
+                0,
+                started,
+                Some(refusal.detail.clone()),
+            );
+            return refusal_response(&refusal);
+        }
+    };
+    let timeout = t.shared.limits.upstream_timeout;
+    let response = match tokio::time::timeout(timeout, sender.send_request(upstream_req)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            let refusal = Refusal::new(
+                502,
+                "upstream_unreachable",
+                format!("connection to {hp} failed"),
+            )
+            .with_reason(e.to_string());
+            emit(
+                t,
+                &method,
+                &judged,
+                Some(502),
+                0,
+                started,
+                Some(e.to_string()),
+            );
+            return refusal_response(&refusal);
+        }
+        Err(_) => {
+            let refusal = Refusal::new(
+                504,
+                "upstream_timeout",
+                format!("{hp} sent no response within {} s", timeout.as_secs_f32()),
+            );
+            emit(
+                t,
+                &method,
+                &judged,
+                Some(504),
+                0,
+                started,
+                Some(refusal.detail.clone()),
+            );
+            return refusal_response(&refusal);
+        }
+    };
+    let status = response.status().as_u16();
+    let (mut parts, body) = response.into_parts();
+    let drop: Vec<http::HeaderName> = parts
+        .headers
+        .keys()
+        .filter(|n| is_hop_by_hop(n.as_str()))
+        .cloned()
+        .collect();
+    for n in drop {
+        parts.headers.remove(n);
+    }
+    let reason = judged.reason.clone();
+    emit(t, &method, &judged, Some(status), 0, started, reason);
+    Response::from_parts(parts, body.boxed())
+}
+
+fn emit(
+    t: &H2Tunnel,
+    method: &str,
+    j: &Judged,
+    status: Option<u16>,
+    bytes_out: u64,
+    started: Instant,
+    reason: Option<String>,
+) {
+    t.shared
+        .audit
+        .emit(&audit::Event::HttpRequest(audit::HttpRequest {
+            time: SystemTime::now(),
+            id: t.conn_id,
+            caller: Some(t.known.audit.clone()),
+            src: t.peer,
+            dst: audit::Destination {
+                host: t.host.clone(),
+                port: t.port,
+                ip: Some(t.addr.ip()),
+            },
+            method: method.to_ascii_uppercase(),
+            scheme: "https",
+            path: j
+                .path
+                .clone()
+                .unwrap_or_else(|| j.origin_form.split('?').next().unwrap_or("/").to_string()),
+            outcome: j.outcome,
+            policy: Some(j.policy.clone()),
+            engine: j.engine,
+            rule: j.rule.clone(),
+            reason,
+            status,
+            bytes_in: 0,
+            bytes_out,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            credentials: Vec::new(),
+        }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authority_names_the_tunnel() {
+        assert!(names_tunnel("api.example.com", "api.example.com", 443));
+        assert!(names_tunnel("API.example.com:443", "api.example.com", 443));
+        assert!(names_tunnel("127.0.0.1:8443", "127.0.0.1", 8443));
+        assert!(!names_tunnel("127.0.0.1", "127.0.0.1", 8443));
+        assert!(!names_tunnel("evil.example.com", "api.example.com", 443));
+        assert!(names_tunnel("[::1]:8443", "::1", 8443));
+    }
+}
