@@ -1,13 +1,11 @@
-//! sluice-shim: confines a command (Landlock, seccomp, privilege drop) and execs it.
+//! sluice-shim binary: parses the command line and runs the launch sequence of the library.
 //!
-//! The confinement steps are built with the shim issue; until then the binary refuses to run
-//! anything, with the documented setup-failure exit code, rather than exec a command
-//! unconfined.
+//! Exit codes: 125 setup or policy failure, 126 the command cannot be executed, 127 the
+//! command was not found; on success the process *is* the command.
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    eprintln!("sluice-shim: confinement is not built yet; refusing to run a command unconfined");
-    ExitCode::from(125)
+    sluice_shim::run(std::env::args_os().skip(1))
 }
