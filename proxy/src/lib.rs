@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod cli;
+pub mod credentials;
 pub mod http;
 pub mod listen;
 pub mod pipeline;

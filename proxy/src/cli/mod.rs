@@ -4,6 +4,7 @@
 //! codes: 0 success; 1 the input was refused (a policy with errors, a malformed batch line);
 //! 2 usage errors (unknown flags, missing arguments).
 
+mod exec;
 mod policy;
 mod run;
 
@@ -28,6 +29,8 @@ struct Cli {
 enum Command {
     /// Run the proxy.
     Run(run::RunArgs),
+    /// Run a command confined by sluice-shim, with sluice as its only way out.
+    Exec(exec::ExecArgs),
     /// Check, explain and show policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -63,6 +66,7 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Exec(args) => exec::exec(args),
         Command::Policy(cmd) => policy::run(cmd),
     }
 }

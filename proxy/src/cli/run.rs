@@ -37,7 +37,8 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = CompatArg::Strict)]
     pub compat: CompatArg,
     /// Explicit proxy listener (CONNECT and absolute-form HTTP); repeat for more.
-    #[arg(long = "listen", value_name = "ADDR", default_value = "127.0.0.1:3128")]
+    /// Default: 127.0.0.1:3128 for `run`, an ephemeral loopback port for `exec`.
+    #[arg(long = "listen", value_name = "ADDR")]
     pub listen: Vec<SocketAddr>,
     /// Where `ca.pem` (sluice's ephemeral CA) and `ca-bundle.pem` (system roots plus the CA)
     /// are written for clients to trust. Certificates only: the key stays in memory.
@@ -53,8 +54,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub allow_loopback_upstream: bool,
     /// Where OCSF JSON lines go: a file (appended, mode 0600) or `-` for stdout.
-    #[arg(long, value_name = "PATH|-", default_value = "-")]
-    pub audit_log: String,
+    /// Default: `-` for `run`, `./sluice-audit.jsonl` for `exec`.
+    #[arg(long, value_name = "PATH|-")]
+    pub audit_log: Option<String>,
     /// Format of the lines on stderr.
     #[arg(long, value_enum, default_value_t = LogFormatArg::Shorthand)]
     pub log_format: LogFormatArg,
@@ -134,6 +136,13 @@ pub fn load_policy(policies: &[String], compat: CompatArg) -> Result<Loaded, Vec
     }
 }
 
+/// Announces a bound listener on stderr (tests and wrappers read the address from it).
+pub fn announce(listener: &tokio::net::TcpListener, what: &str) {
+    if let Ok(a) = listener.local_addr() {
+        eprintln!("sluice: listening on {a} ({what})");
+    }
+}
+
 pub fn run(args: RunArgs) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -148,16 +157,28 @@ pub fn run(args: RunArgs) -> ExitCode {
     runtime.block_on(serve(args))
 }
 
-async fn serve(args: RunArgs) -> ExitCode {
+/// A proxy ready to serve: shared state built, policy loaded and audited, TLS set up.
+#[derive(Debug)]
+pub struct Prepared {
+    pub shared: Arc<Shared>,
+    pub audit: Arc<AuditSink>,
+    /// `ca.pem` and `ca-bundle.pem`, when written (`--ca-dir`).
+    pub ca_files: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+/// Everything of `run` before the listeners: audit sink, policy, resolver, identity, TLS.
+/// On failure the message is printed and the exit code returned.
+pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
     let format = match args.log_format {
         LogFormatArg::Shorthand => LogFormat::Shorthand,
         LogFormatArg::Json => LogFormat::Json,
     };
-    let audit = match AuditSink::open(&args.audit_log, format) {
+    let audit_log = args.audit_log.clone().unwrap_or_else(|| "-".to_string());
+    let audit = match AuditSink::open(&audit_log, format) {
         Ok(a) => Arc::new(a),
         Err(e) => {
-            eprintln!("sluice: cannot open the audit log {}: {e}", args.audit_log);
-            return ExitCode::from(1);
+            eprintln!("sluice: cannot open the audit log {audit_log}: {e}");
+            return Err(ExitCode::from(1));
         }
     };
     let sources = if args.policies.is_empty() {
@@ -182,7 +203,7 @@ async fn serve(args: RunArgs) -> ExitCode {
                 hash: None,
                 warnings: 0,
             }));
-            return ExitCode::from(1);
+            return Err(ExitCode::from(1));
         }
     };
     print_diagnostics(&loaded.warnings);
@@ -201,14 +222,14 @@ async fn serve(args: RunArgs) -> ExitCode {
         Ok(o) => o,
         Err(e) => {
             eprintln!("sluice: --resolve: {e}");
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     };
     let resolver = match Resolver::from_system(overrides) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sluice: cannot set up DNS resolution: {e}");
-            return ExitCode::from(1);
+            return Err(ExitCode::from(1));
         }
     };
     let identity = Arc::new(IdentityResolver::new(IdentityConfig {
@@ -229,17 +250,17 @@ async fn serve(args: RunArgs) -> ExitCode {
             "sluice: WARNING: --allow-loopback-upstream is on: policies may reach loopback addresses (127.0.0.0/8, ::1). This is for tests; never use it in production."
         );
     }
-    let tls = match tls_state(&args) {
-        Ok(t) => Some(t),
+    let (tls, ca_files) = match tls_state(args) {
+        Ok((t, files)) => (Some(t), files),
         Err(e) if e.starts_with("--upstream-ca") => {
             eprintln!("sluice: {e}");
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
         Err(e) => {
             eprintln!(
                 "sluice: WARNING: TLS termination unavailable ({e}); connections to inspected endpoints will be refused with 503"
             );
-            None
+            (None, None)
         }
     };
     let shared = Arc::new(Shared::new(
@@ -252,8 +273,26 @@ async fn serve(args: RunArgs) -> ExitCode {
         args.compat.into(),
         tls,
     ));
+    Ok(Prepared {
+        shared,
+        audit,
+        ca_files,
+    })
+}
+
+async fn serve(args: RunArgs) -> ExitCode {
+    let Prepared { shared, audit, .. } = match prepare(&args).await {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let mut listeners = Vec::new();
-    for addr in &args.listen {
+    let defaults = [SocketAddr::from(([127, 0, 0, 1], 3128))];
+    let addrs: &[SocketAddr] = if args.listen.is_empty() {
+        &defaults
+    } else {
+        &args.listen
+    };
+    for addr in addrs {
         match listen::bind(*addr) {
             Ok(l) => {
                 let actual = l
@@ -296,11 +335,21 @@ async fn serve(args: RunArgs) -> ExitCode {
 
 /// The ephemeral CA (its certificates written to `--ca-dir`), the leaf cache and the
 /// upstream trust roots.
-fn tls_state(args: &RunArgs) -> Result<crate::pipeline::TlsState, String> {
+#[allow(clippy::type_complexity)] // (state, written files)
+fn tls_state(
+    args: &RunArgs,
+) -> Result<
+    (
+        crate::pipeline::TlsState,
+        Option<(std::path::PathBuf, std::path::PathBuf)>,
+    ),
+    String,
+> {
     use crate::tls::{ca::Ca, server::Terminator, upstream::UpstreamTls};
     let upstream =
         UpstreamTls::new(&args.upstream_cas).map_err(|e| format!("--upstream-ca: {e}"))?;
     let ca = Arc::new(Ca::generate().map_err(|e| e.to_string())?);
+    let mut files = None;
     if let Some(dir) = &args.ca_dir {
         let (ca_file, bundle) = ca.write_files(dir).map_err(|e| e.to_string())?;
         eprintln!(
@@ -308,12 +357,16 @@ fn tls_state(args: &RunArgs) -> Result<crate::pipeline::TlsState, String> {
             ca_file.display(),
             bundle.display()
         );
+        files = Some((ca_file, bundle));
     }
     let terminator = Terminator::new(ca).map_err(|e| e.to_string())?;
-    Ok(crate::pipeline::TlsState {
-        terminator,
-        upstream,
-    })
+    Ok((
+        crate::pipeline::TlsState {
+            terminator,
+            upstream,
+        },
+        files,
+    ))
 }
 
 async fn shutdown_signal() -> &'static str {

@@ -41,8 +41,12 @@ pub enum Mismatch {
 impl Mismatch {
     pub fn as_str(self) -> &'static str {
         match self {
-            Mismatch::Endpoint => "the request's host, port and path are outside the credential's profile endpoints",
-            Mismatch::Caller => "the calling program is not among the credential's profile binaries",
+            Mismatch::Endpoint => {
+                "the request's host, port and path are outside the credential's profile endpoints"
+            }
+            Mismatch::Caller => {
+                "the calling program is not among the credential's profile binaries"
+            }
         }
     }
 }
@@ -257,7 +261,12 @@ endpoints: [{host: docs.example.com, port: 443}]
 
     pub(crate) const NO_ANCESTORS: &[String] = &[];
 
-    pub(crate) fn scope<'a>(host: &'a str, port: u16, path: &'a str, exe: &'a str) -> RequestScope<'a> {
+    pub(crate) fn scope<'a>(
+        host: &'a str,
+        port: u16,
+        path: &'a str,
+        exe: &'a str,
+    ) -> RequestScope<'a> {
         RequestScope {
             host,
             port,
@@ -288,29 +297,70 @@ endpoints: [{host: docs.example.com, port: 443}]
     #[test]
     fn binding_by_host_port_and_path() {
         let b = bindings(&[("TELEGRAM_BOT_TOKEN", "123:abc"), ("GH_TOKEN", "ghp")]);
-        let r = |host, port, path| outcome(b.resolve("TELEGRAM_BOT_TOKEN", &scope(host, port, path, "/usr/bin/python3")));
+        let r = |host, port, path| {
+            outcome(b.resolve(
+                "TELEGRAM_BOT_TOKEN",
+                &scope(host, port, path, "/usr/bin/python3"),
+            ))
+        };
         assert_eq!(
-            r("api.telegram.org", 443, "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN/sendMessage"),
+            r(
+                "api.telegram.org",
+                443,
+                "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN/sendMessage"
+            ),
             "allow telegram/bot-token 123:abc"
         );
-        assert_eq!(r("api.telegram.org", 443, "/bot"), "allow telegram/bot-token 123:abc");
-        assert_eq!(r("api.telegram.org", 443, "/getMe"), "outside telegram/bot-token Endpoint");
-        assert_eq!(r("api.telegram.org", 80, "/botX/getMe"), "outside telegram/bot-token Endpoint");
-        assert_eq!(r("evil.example.com", 443, "/botX/getMe"), "outside telegram/bot-token Endpoint");
-        assert_eq!(r("api.telegram.org", 443, "/botX/getMe?x=/y"), "allow telegram/bot-token 123:abc");
+        assert_eq!(
+            r("api.telegram.org", 443, "/bot"),
+            "allow telegram/bot-token 123:abc"
+        );
+        assert_eq!(
+            r("api.telegram.org", 443, "/getMe"),
+            "outside telegram/bot-token Endpoint"
+        );
+        assert_eq!(
+            r("api.telegram.org", 80, "/botX/getMe"),
+            "outside telegram/bot-token Endpoint"
+        );
+        assert_eq!(
+            r("evil.example.com", 443, "/botX/getMe"),
+            "outside telegram/bot-token Endpoint"
+        );
+        assert_eq!(
+            r("api.telegram.org", 443, "/botX/getMe?x=/y"),
+            "allow telegram/bot-token 123:abc"
+        );
     }
 
     #[test]
     fn binding_by_binaries_and_ancestors() {
         let b = bindings(&[("GH_TOKEN", "ghp")]);
         let gh = scope("api.github.com", 443, "/user", "/usr/bin/gh");
-        assert_eq!(outcome(b.resolve("GH_TOKEN", &gh)), "allow github/token ghp");
+        assert_eq!(
+            outcome(b.resolve("GH_TOKEN", &gh)),
+            "allow github/token ghp"
+        );
         // The other env var of the credential shares its value.
-        assert_eq!(outcome(b.resolve("GITHUB_TOKEN", &gh)), "allow github/token ghp");
-        let git = scope("api.github.com", 443, "/user", "/usr/lib/git-core/git-remote-https");
-        assert_eq!(outcome(b.resolve("GH_TOKEN", &git)), "allow github/token ghp");
+        assert_eq!(
+            outcome(b.resolve("GITHUB_TOKEN", &gh)),
+            "allow github/token ghp"
+        );
+        let git = scope(
+            "api.github.com",
+            443,
+            "/user",
+            "/usr/lib/git-core/git-remote-https",
+        );
+        assert_eq!(
+            outcome(b.resolve("GH_TOKEN", &git)),
+            "allow github/token ghp"
+        );
         let py = scope("api.github.com", 443, "/user", "/usr/bin/python3");
-        assert_eq!(outcome(b.resolve("GH_TOKEN", &py)), "outside github/token Caller");
+        assert_eq!(
+            outcome(b.resolve("GH_TOKEN", &py)),
+            "outside github/token Caller"
+        );
         let ancestors = vec!["/bin/bash".to_string(), "/usr/bin/gh".to_string()];
         let child = RequestScope {
             caller: Caller {
@@ -320,10 +370,16 @@ endpoints: [{host: docs.example.com, port: 443}]
             },
             ..py
         };
-        assert_eq!(outcome(b.resolve("GH_TOKEN", &child)), "allow github/token ghp");
+        assert_eq!(
+            outcome(b.resolve("GH_TOKEN", &child)),
+            "allow github/token ghp"
+        );
         // Endpoint mismatch is reported before the caller.
         let elsewhere = scope("example.com", 443, "/", "/usr/bin/python3");
-        assert_eq!(outcome(b.resolve("GH_TOKEN", &elsewhere)), "outside github/token Endpoint");
+        assert_eq!(
+            outcome(b.resolve("GH_TOKEN", &elsewhere)),
+            "outside github/token Endpoint"
+        );
         // The telegram profile lists no binaries: any caller.
         let tg = scope("api.telegram.org", 443, "/botX/getMe", "/anything");
         assert_eq!(
@@ -337,11 +393,20 @@ endpoints: [{host: docs.example.com, port: 443}]
         let b = bindings(&[("GH_TOKEN", "ghp")]);
         let gh = scope("api.github.com", 443, "/", "/usr/bin/gh");
         assert_eq!(outcome(b.resolve("NOPE", &gh)), "unknown");
-        assert_eq!(outcome(b.resolve("GITHUB_UNSET", &gh)), "unavailable github/unset Unset");
+        assert_eq!(
+            outcome(b.resolve("GITHUB_UNSET", &gh)),
+            "unavailable github/unset Unset"
+        );
         let outside = scope("x.example.com", 443, "/", "/usr/bin/gh");
-        assert_eq!(outcome(b.resolve("GITHUB_UNSET", &outside)), "outside github/unset Endpoint");
+        assert_eq!(
+            outcome(b.resolve("GITHUB_UNSET", &outside)),
+            "outside github/unset Endpoint"
+        );
         let scoped = b.scoped(gh);
-        assert!(matches!(scoped.resolve("GH_TOKEN"), Resolution::Allow { .. }));
+        assert!(matches!(
+            scoped.resolve("GH_TOKEN"),
+            Resolution::Allow { .. }
+        ));
     }
 
     #[test]
@@ -386,7 +451,10 @@ network_policies:
             .iter()
             .flat_map(|e| e.endpoints.iter())
             .collect();
-        let got: Vec<bool> = endpoints.iter().map(|e| b.endpoint_is_credentialed(e)).collect();
+        let got: Vec<bool> = endpoints
+            .iter()
+            .map(|e| b.endpoint_is_credentialed(e))
+            .collect();
         assert_eq!(got, [true, true, false, false, false]);
     }
 
@@ -396,8 +464,14 @@ network_policies:
         assert_eq!(
             b.child_env(),
             [
-                ("GH_TOKEN".to_string(), "openshell:resolve:env:GH_TOKEN".to_string()),
-                ("GITHUB_TOKEN".to_string(), "openshell:resolve:env:GITHUB_TOKEN".to_string()),
+                (
+                    "GH_TOKEN".to_string(),
+                    "openshell:resolve:env:GH_TOKEN".to_string()
+                ),
+                (
+                    "GITHUB_TOKEN".to_string(),
+                    "openshell:resolve:env:GITHUB_TOKEN".to_string()
+                ),
             ]
         );
     }

@@ -115,7 +115,11 @@ fn classify(token: &str, alias: bool) -> (&str, Form) {
     } else {
         (token, Form::Canonical)
     };
-    if alias { (key, Form::Alias) } else { (key, form) }
+    if alias {
+        (key, Form::Alias)
+    } else {
+        (key, form)
+    }
 }
 
 /// Every placeholder of the strict grammar in `text`, in order, not overlapping.
@@ -222,9 +226,8 @@ pub fn contains_marker(bytes: &[u8]) -> bool {
 
 /// Start of the first marker in `bytes`, if any (see `contains_marker`).
 pub fn find_marker(bytes: &[u8]) -> Option<usize> {
-    (0..bytes.len()).find(|&i| {
-        matches!(bytes[i], b'o' | b'O' | b'%' | b'\\') && marker_at(bytes, i).is_some()
-    })
+    (0..bytes.len())
+        .find(|&i| matches!(bytes[i], b'o' | b'O' | b'%' | b'\\') && marker_at(bytes, i).is_some())
 }
 
 /// If a marker starts at `start`, where it ends.
@@ -261,8 +264,7 @@ fn char_at(bytes: &[u8], pos: usize) -> Option<(u8, usize)> {
             let escaped = matches!(bytes.get(pos + 1), Some(b'u' | b'U'))
                 && hex_at(bytes, pos + 2) == Some(0)
                 && hex_at(bytes, pos + 3) == Some(0);
-            if escaped
-                && let (Some(h), Some(l)) = (hex_at(bytes, pos + 4), hex_at(bytes, pos + 5))
+            if escaped && let (Some(h), Some(l)) = (hex_at(bytes, pos + 4), hex_at(bytes, pos + 5))
             {
                 return Some((h << 4 | l, pos + 6));
             }
@@ -306,16 +308,13 @@ mod tests {
             [("API_KEY", Form::Revisioned, 0..33)]
         );
         let stable = format!("openshell:resolve:env:s{HEX64}_TOKEN");
-        assert_eq!(
-            keys(&stable),
-            [("TOKEN", Form::Stable, 0..stable.len())]
-        );
+        assert_eq!(keys(&stable), [("TOKEN", Form::Stable, 0..stable.len())]);
         // Upper-case hex is not a stable handle: the whole token is the key.
         let upper = format!("openshell:resolve:env:s{}_TOKEN", HEX64.to_uppercase());
         assert_eq!(find(&upper)[0].form, Form::Canonical);
         // `v_KEY` and `v1_` are not revisions.
-        assert_eq!(keys("openshell:resolve:env:v_KEY")[0].key, "v_KEY");
-        assert_eq!(keys("openshell:resolve:env:v1_")[0].key, "v1_");
+        assert_eq!(keys("openshell:resolve:env:v_KEY")[0].0, "v_KEY");
+        assert_eq!(keys("openshell:resolve:env:v1_")[0].0, "v1_");
     }
 
     #[test]
@@ -323,15 +322,15 @@ mod tests {
         // Telegram: the placeholder inside a path segment.
         assert_eq!(
             keys("bot openshell:resolve:env:TG/sendMessage"),
-            [("TG", Form::Canonical, 4..26)]
+            [("TG", Form::Canonical, 4..28)]
         );
         assert_eq!(
             keys("botopenshell:resolve:env:TG"),
             [("TG", Form::Canonical, 3..27)]
         );
         // The key is the longest run of key characters.
-        assert_eq!(keys("openshell:resolve:env:A-B")[0].key, "A");
-        assert_eq!(keys("openshell:resolve:env:A.B")[0].key, "A");
+        assert_eq!(keys("openshell:resolve:env:A-B")[0].0, "A");
+        assert_eq!(keys("openshell:resolve:env:A.B")[0].0, "A");
         // Two placeholders.
         let two = keys("openshell:resolve:env:A:openshell:resolve:env:B");
         assert_eq!(two.len(), 2);
@@ -360,13 +359,10 @@ mod tests {
             keys("Bearer token.v1-OPENSHELL-RESOLVE-ENV-KEY"),
             [("KEY", Form::Alias, 7..41)]
         );
-        assert_eq!(keys("a~b_OPENSHELL-RESOLVE-ENV-K")[0].key, "K");
-        assert_eq!(keys("x-OPENSHELL-RESOLVE-ENV-v3_KEY")[0].key, "KEY");
+        assert_eq!(keys("a~b_OPENSHELL-RESOLVE-ENV-K")[0].0, "K");
+        assert_eq!(keys("x-OPENSHELL-RESOLVE-ENV-v3_KEY")[0].0, "KEY");
         // Bounded by non-alias characters on both sides.
-        assert_eq!(
-            keys("\"sk-OPENSHELL-RESOLVE-ENV-KEY\"")[0].span,
-            1..29
-        );
+        assert_eq!(keys("\"sk-OPENSHELL-RESOLVE-ENV-KEY\"")[0].2, 1..29);
     }
 
     #[test]
@@ -478,11 +474,66 @@ mod tests {
         assert_eq!(ALIAS_MARKER.len(), MARKER_LEN);
     }
 
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        const FRAGMENTS: &[&str] = &[
+            "openshell:resolve:env:",
+            "OPENSHELL-RESOLVE-ENV-",
+            "sk-",
+            "v1_",
+            "KEY",
+            "A",
+            "_",
+            "-",
+            ".",
+            "~",
+            ":",
+            "/",
+            " ",
+            "%3A",
+            "é",
+        ];
+
+        fn text() -> impl Strategy<Value = String> {
+            proptest::collection::vec(proptest::sample::select(FRAGMENTS), 0..30)
+                .prop_map(|parts| parts.concat())
+        }
+
+        proptest! {
+            /// Placeholders come out in order, inside the text, each a marker-bearing token
+            /// that parses back alone to the same key.
+            #[test]
+            fn found_placeholders_are_well_formed(text in text()) {
+                let mut last = 0;
+                for p in find(&text) {
+                    prop_assert!(p.span.start >= last && p.span.end <= text.len());
+                    last = p.span.end;
+                    let token = &text[p.span.clone()];
+                    prop_assert!(contains_marker(token.as_bytes()));
+                    prop_assert!(is_valid_key(p.key));
+                    let alone = parse_exact(token);
+                    prop_assert_eq!(alone.map(|q| q.key), Some(p.key));
+                }
+            }
+
+            #[test]
+            fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+                let _ = find_in_bytes(&bytes);
+                let _ = contains_marker(&bytes);
+            }
+        }
+    }
+
     #[test]
     fn non_ascii_input_is_harmless() {
         let text = "é openshell:resolve:env:KEY ü";
-        assert_eq!(keys(text)[0].key, "KEY");
-        assert_eq!(find_in_bytes(b"\xffopenshell:resolve:env:K\xfe")[0].key, "K");
+        assert_eq!(keys(text)[0].0, "KEY");
+        assert_eq!(
+            find_in_bytes(b"\xffopenshell:resolve:env:K\xfe")[0].key,
+            "K"
+        );
         assert!(find("ééé").is_empty());
         assert!(!contains_marker(&[0xff, 0xfe, b'%']));
         assert!(!contains_marker(&[0xff, b'%', b'\\']));

@@ -146,7 +146,10 @@ pub enum SecretsError {
         key: String,
         first: usize,
     },
-    #[error("credential `{credential}` is required, but none of its env vars ({}) is set in {searched}", join_keys(env_vars))]
+    #[error(
+        "credential `{credential}` is required, but none of its env vars ({}) is set in {searched}",
+        join_keys(env_vars)
+    )]
     RequiredMissing {
         credential: CredentialRef,
         env_vars: Vec<EnvKey>,
@@ -155,7 +158,10 @@ pub enum SecretsError {
     #[error(
         "credential `{credential}` is required, but the value of `{key}` contains CR, LF or NUL, which could split an HTTP message"
     )]
-    RequiredInvalid { credential: CredentialRef, key: EnvKey },
+    RequiredInvalid {
+        credential: CredentialRef,
+        key: EnvKey,
+    },
 }
 
 /// What is wrong with a line of the secrets file (never what the line says).
@@ -283,9 +289,11 @@ impl SecretStore {
                 }
                 let first = own.iter().find_map(|e| e.as_ref().ok()).cloned();
                 if credential.required && first.is_none() {
-                    match own.iter().zip(&credential.env_vars).find(|(e, _)| {
-                        matches!(e, Err(Unavailability::ForbiddenCharacters))
-                    }) {
+                    match own
+                        .iter()
+                        .zip(&credential.env_vars)
+                        .find(|(e, _)| matches!(e, Err(Unavailability::ForbiddenCharacters)))
+                    {
                         Some((_, key)) => errors.push(SecretsError::RequiredInvalid {
                             credential: cref.clone(),
                             key: key.clone(),
@@ -491,11 +499,7 @@ fn parse_secrets(path: &Path, bytes: &[u8]) -> Result<FileValues, Vec<SecretsErr
         let value = value.trim();
         let value = [('"', '"'), ('\'', '\'')]
             .iter()
-            .find_map(|&(open, close)| {
-                value
-                    .strip_prefix(open)
-                    .and_then(|v| v.strip_suffix(close))
-            })
+            .find_map(|&(open, close)| value.strip_prefix(open).and_then(|v| v.strip_suffix(close)))
             .unwrap_or(value);
         if let Some((_, first)) = values.get(name) {
             errors.push(SecretsError::DuplicateKey {
@@ -593,7 +597,10 @@ endpoints: [{host: slack.com, port: 443}]
     fn secret_is_redacted_and_refuses_control_characters() {
         let s = Secret::new("hunter2".into()).unwrap();
         assert_eq!(format!("{s:?}"), "Secret(<redacted>)");
-        assert_eq!(format!("{:#?}", Some(&s)), "Some(\n    Secret(<redacted>),\n)");
+        assert_eq!(
+            format!("{:#?}", Some(&s)),
+            "Some(\n    Secret(<redacted>),\n)"
+        );
         assert_eq!(s.expose(), "hunter2");
         for bad in ["a\rb", "a\nb", "a\0b"] {
             assert_eq!(
@@ -601,7 +608,10 @@ endpoints: [{host: slack.com, port: 443}]
                 Unavailability::ForbiddenCharacters
             );
         }
-        assert_eq!(Secret::new(String::new()).unwrap_err(), Unavailability::Unset);
+        assert_eq!(
+            Secret::new(String::new()).unwrap_err(),
+            Unavailability::Unset
+        );
     }
 
     #[test]
@@ -629,7 +639,9 @@ endpoints: [{host: slack.com, port: 443}]
         let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
         assert_eq!(
             w,
-            ["env var `SLACK_APP_TOKEN` of credential `slack/app` is unavailable (no value is set); its placeholder will be answered with credential_unavailable"]
+            [
+                "env var `SLACK_APP_TOKEN` of credential `slack/app` is unavailable (no value is set); its placeholder will be answered with credential_unavailable"
+            ]
         );
     }
 
@@ -639,7 +651,9 @@ endpoints: [{host: slack.com, port: 443}]
         let msgs: Vec<String> = err.errors.iter().map(ToString::to_string).collect();
         assert_eq!(
             msgs,
-            ["credential `github/token` is required, but none of its env vars (GITHUB_TOKEN, GH_TOKEN) is set in sluice's environment"]
+            [
+                "credential `github/token` is required, but none of its env vars (GITHUB_TOKEN, GH_TOKEN) is set in sluice's environment"
+            ]
         );
         let err = SecretStore::load(&profiles(), env(&[("GH_TOKEN", "x\r\nInjected: 1")]), None)
             .unwrap_err();
@@ -724,11 +738,15 @@ endpoints: [{host: slack.com, port: 443}]
         assert!(check_metadata(p, true, 0o100600, 1000, 1000).is_ok());
         assert!(check_metadata(p, true, 0o100400, 1000, 1000).is_ok());
         assert_eq!(
-            check_metadata(p, true, 0o100600, 0, 1000).unwrap_err().to_string(),
+            check_metadata(p, true, 0o100600, 0, 1000)
+                .unwrap_err()
+                .to_string(),
             "secrets file /s is owned by uid 0, not by the uid sluice runs as (1000)"
         );
         assert_eq!(
-            check_metadata(p, true, 0o100604, 1000, 1000).unwrap_err().to_string(),
+            check_metadata(p, true, 0o100604, 1000, 1000)
+                .unwrap_err()
+                .to_string(),
             "secrets file /s has mode 0604; it must not be readable or writable by group or others (chmod 600 /s)"
         );
         assert!(matches!(
@@ -751,7 +769,9 @@ endpoints: [{host: slack.com, port: 443}]
             msgs,
             [
                 format!("{p}:1: expected KEY=VALUE"),
-                format!("{p}:2: the name before `=` is not a valid env var name (letters, digits and `_`)"),
+                format!(
+                    "{p}:2: the name before `=` is not a valid env var name (letters, digits and `_`)"
+                ),
                 format!("{p}:4: `GH_TOKEN` is already set at line 3"),
             ]
         );
@@ -762,7 +782,10 @@ endpoints: [{host: slack.com, port: 443}]
     fn store_debug_is_redacted() {
         let loaded = SecretStore::load(
             &profiles(),
-            env(&[("GH_TOKEN", "very-secret-gh"), ("SLACK_BOT_TOKEN", "very-secret-slack")]),
+            env(&[
+                ("GH_TOKEN", "very-secret-gh"),
+                ("SLACK_BOT_TOKEN", "very-secret-slack"),
+            ]),
             None,
         )
         .unwrap();

@@ -497,7 +497,8 @@ where
         &hp,
     ) {
         Ok(j) => j,
-        Err((refusal, j)) => {
+        Err(boxed) => {
+            let (refusal, j) = *boxed;
             rec.policy = Some(j.policy);
             rec.rule = j.rule;
             if let Some(p) = j.path {

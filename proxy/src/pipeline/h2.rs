@@ -171,7 +171,8 @@ async fn handle(
         &hp,
     ) {
         Ok(j) => j,
-        Err((refusal, j)) => {
+        Err(boxed) => {
+            let (refusal, j) = *boxed;
             let reason = refusal
                 .reason
                 .clone()

@@ -225,7 +225,7 @@ pub async fn run(
             let hello = start.client_hello();
             let sni = hello.server_name().map(str::to_ascii_lowercase);
             // Offer the upstream exactly what the client offered (of h2 and http/1.1).
-            let offer = hello.alpn().map_or(Offer::None, |a| Offer::from_client(a));
+            let offer = hello.alpn().map_or(Offer::None, Offer::from_client);
             // The upstream is verified against its real name (SNI = the CONNECT host).
             let Ok(server_name) = ServerName::try_from(host.clone()) else {
                 fail(format!("`{host}` is not a valid TLS server name"));

@@ -28,7 +28,7 @@ pub struct Judged {
 }
 
 /// Judges `method path_and_query` on the admitted connection. `Err` carries the refusal and
-/// the engine that refused, with what was found so far.
+/// what was found so far (its `engine` is the one that refused).
 pub fn judge(
     policy: &Policy,
     admission: &Admission,
@@ -36,7 +36,7 @@ pub fn judge(
     method: &str,
     path_and_query: &str,
     hp: &str,
-) -> Result<Judged, (Refusal, Judged)> {
+) -> Result<Judged, Box<(Refusal, Judged)>> {
     let mut judged = Judged {
         origin_form: path_and_query.to_string(),
         path: None,
@@ -63,7 +63,7 @@ pub fn judge(
                     "invalid_request_target",
                     format!("request-target refused: {e}"),
                 );
-                Err((refusal, judged))
+                Err(Box::new((refusal, judged)))
             }
         };
     }
@@ -93,7 +93,7 @@ pub fn judge(
                 "invalid_request_target",
                 format!("request-target refused: {e}"),
             );
-            return Err((refusal, judged));
+            return Err(Box::new((refusal, judged)));
         }
         (Verdict::Deny, _) => {
             let refusal = Refusal::new(
@@ -112,7 +112,7 @@ pub fn judge(
             .with("binary", known.exe.clone())
             .with("stage", "l7");
             judged.reason = Some(decision.reason);
-            return Err((refusal, judged));
+            return Err(Box::new((refusal, judged)));
         }
         (Verdict::Audit, _) => {
             judged.outcome = Outcome::Audited;

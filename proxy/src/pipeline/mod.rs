@@ -92,6 +92,7 @@ pub struct Shared {
 }
 
 impl Shared {
+    #[allow(clippy::too_many_arguments)] // the shared parts of a running proxy, each distinct
     pub fn new(
         policy: Policy,
         resolver: Resolver,

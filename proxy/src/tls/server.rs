@@ -72,15 +72,15 @@ impl<V: Clone> Lru<V> {
     }
 
     fn insert(&mut self, key: String, value: V) {
-        if self.map.len() >= self.capacity && !self.map.contains_key(&key) {
-            if let Some(oldest) = self
+        if self.map.len() >= self.capacity
+            && !self.map.contains_key(&key)
+            && let Some(oldest) = self
                 .map
                 .iter()
                 .min_by_key(|(_, (_, t))| *t)
                 .map(|(k, _)| k.clone())
-            {
-                self.map.remove(&oldest);
-            }
+        {
+            self.map.remove(&oldest);
         }
         self.tick += 1;
         self.map.insert(key, (value, self.tick));

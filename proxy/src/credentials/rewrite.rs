@@ -1,0 +1,981 @@
+//! Swapping placeholders for secrets in a request head (spec §3.3), all or nothing.
+//!
+//! Owns the substitution sites of a request head and their rules: a header value that is a
+//! placeholder, `<scheme> <placeholder>`, or `Basic <base64>` whose `user:pass` holds
+//! placeholders (decoded, swapped, re-encoded); a path segment, percent-decoded, with
+//! placeholders anywhere in it and a secret that must not change the path's shape (`/ \ ? #`,
+//! `..`, control bytes); a query value, percent-decoded, every placeholder swapped and the
+//! secret re-encoded. Anything marker-like elsewhere (see `placeholder::contains_marker`) is
+//! refused. Nothing changes unless every placeholder resolves; errors name the credential or
+//! the env key, never a secret. Also owns `CredentialError`, which `body.rs` shares. Binding
+//! decisions come from a `Resolve` (`binding.rs`); the head parser is `http::head`.
+
+use std::fmt;
+use std::ops::Range;
+
+use base64::Engine as _;
+use base64::alphabet;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+
+use super::binding::{Mismatch, Resolution, Resolve};
+use super::placeholder::{self, Placeholder};
+use super::profile::CredentialRef;
+use super::secrets::Unavailability;
+
+/// Detection Finding type for a known credential used outside its binding (spec §3.5).
+pub const FINDING_ENDPOINT_MISMATCH: &str = "openshell.provider_credential.endpoint_mismatch";
+
+/// Where in a request a placeholder was.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Site {
+    /// A header, by its name as sent.
+    Header(String),
+    Path,
+    Query,
+    Body,
+}
+
+impl fmt::Display for Site {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Site::Header(name) => write!(f, "header `{name}`"),
+            Site::Path => f.write_str("request path"),
+            Site::Query => f.write_str("query string"),
+            Site::Body => f.write_str("request body"),
+        }
+    }
+}
+
+/// Why a known, bound credential could not be swapped in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnavailableReason {
+    /// No credential has this env var.
+    UnknownKey,
+    /// The env var has no usable value.
+    NoValue(Unavailability),
+    /// The value would change the shape of the site (a `/` in a path segment, a control
+    /// byte in a header).
+    UnsafeForSite,
+}
+
+impl fmt::Display for UnavailableReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnavailableReason::UnknownKey => f.write_str("no provider credential has this env var"),
+            UnavailableReason::NoValue(u) => u.fmt(f),
+            UnavailableReason::UnsafeForSite => {
+                f.write_str("its value has characters that are not allowed there")
+            }
+        }
+    }
+}
+
+/// Why a request cannot go upstream with its placeholders. Holds names, never values.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CredentialError {
+    /// A known credential outside its binding: `403 credential_endpoint_mismatch`, and a
+    /// Detection Finding.
+    #[error("credential `{credential}` in the {site} is not authorized for this request: {}", reason.as_str())]
+    EndpointMismatch {
+        credential: CredentialRef,
+        reason: Mismatch,
+        site: Site,
+    },
+    /// An unknown key, or a known one without a usable value: `500 credential_unavailable`.
+    #[error("credential placeholder for `{key}` in the {site} could not be resolved: {reason}")]
+    Unavailable {
+        key: String,
+        credential: Option<CredentialRef>,
+        reason: UnavailableReason,
+        site: Site,
+    },
+    /// Something marker-like that is not a placeholder in a place sluice swaps:
+    /// `500 credential_unavailable` (a forward proxy may answer `400
+    /// invalid_credential_placeholder` for the request target).
+    #[error(
+        "the {site} holds a credential placeholder marker that is malformed or in a position sluice does not substitute"
+    )]
+    InvalidPlaceholder { site: Site },
+}
+
+impl CredentialError {
+    /// The HTTP status to answer with.
+    pub fn status(&self) -> u16 {
+        match self {
+            CredentialError::EndpointMismatch { .. } => 403,
+            CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => 500,
+        }
+    }
+
+    /// The `error` field of the JSON body (spec §3.5).
+    pub fn code(&self) -> &'static str {
+        match self {
+            CredentialError::EndpointMismatch { .. } => "credential_endpoint_mismatch",
+            CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => {
+                "credential_unavailable"
+            }
+        }
+    }
+
+    /// The reference's client-facing message (spec §3.5), free of names and values.
+    pub fn client_message(&self) -> &'static str {
+        match self {
+            CredentialError::EndpointMismatch { .. } => {
+                "Credential is not authorized for this request endpoint"
+            }
+            CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => {
+                "Credential placeholder could not be resolved"
+            }
+        }
+    }
+
+    /// The Detection Finding to emit, if this is credential misuse.
+    pub fn finding(&self) -> Option<&'static str> {
+        match self {
+            CredentialError::EndpointMismatch { .. } => Some(FINDING_ENDPOINT_MISMATCH),
+            _ => None,
+        }
+    }
+
+    pub fn site(&self) -> &Site {
+        match self {
+            CredentialError::EndpointMismatch { site, .. }
+            | CredentialError::Unavailable { site, .. }
+            | CredentialError::InvalidPlaceholder { site } => site,
+        }
+    }
+
+    /// Which error to report when a request has several: misuse first (it is the one that
+    /// needs a finding), then unresolvable keys, then malformed markers.
+    fn rank(&self) -> u8 {
+        match self {
+            CredentialError::EndpointMismatch { .. } => 3,
+            CredentialError::Unavailable { .. } => 2,
+            CredentialError::InvalidPlaceholder { .. } => 1,
+        }
+    }
+}
+
+/// What was swapped in: credential names for the audit event, sorted, each once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Injected {
+    pub credentials: Vec<CredentialRef>,
+}
+
+impl Injected {
+    pub fn is_empty(&self) -> bool {
+        self.credentials.is_empty()
+    }
+}
+
+/// Swaps every placeholder of a request head for its secret: in `target` (the canonical
+/// origin-form `path?query` policy judged) and in header values. All or nothing: on error,
+/// `target` and `headers` are unchanged.
+pub fn rewrite_request(
+    target: &mut String,
+    headers: &mut [(String, Vec<u8>)],
+    resolver: &impl Resolve,
+) -> Result<Injected, CredentialError> {
+    let mut run = Run::new(resolver);
+    let new_target = run.target(target);
+    let mut new_headers = Vec::new();
+    for (i, (name, value)) in headers.iter().enumerate() {
+        if let Some(v) = run.header(name, value) {
+            new_headers.push((i, v));
+        }
+    }
+    let injected = run.finish()?;
+    if let Some(t) = new_target {
+        *target = t;
+    }
+    for (i, v) in new_headers {
+        if let Some((_, value)) = headers.get_mut(i) {
+            *value = v;
+        }
+    }
+    Ok(injected)
+}
+
+/// Whether a request head carries anything marker-like (raw, percent-encoded, or inside a
+/// `Basic` credential): lets the proxy skip the rewrite on the common path.
+pub fn head_has_marker(target: &str, headers: &[(String, Vec<u8>)]) -> bool {
+    placeholder::contains_marker(target.as_bytes())
+        || headers.iter().any(|(name, value)| {
+            placeholder::contains_marker(name.as_bytes())
+                || placeholder::contains_marker(value)
+                || basic_payload(value).is_some_and(|d| placeholder::contains_marker(&d))
+        })
+}
+
+// === The substitution core, shared with body.rs ===
+
+/// One request's substitutions: the credentials used, and the worst error so far.
+pub(super) struct Run<'r, R: Resolve> {
+    resolver: &'r R,
+    used: Vec<CredentialRef>,
+    error: Option<CredentialError>,
+}
+
+/// How a secret is written into a site, and which secrets the site refuses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Encoding {
+    /// As is (header values, decoded Basic credentials, text bodies, decoded JSON strings).
+    Raw,
+    /// A header value: visible ASCII, space, tab or non-ASCII bytes only.
+    Header,
+    /// A path segment: no `/ \ ? #`, no `..`; pchar set kept, the rest `%HH`.
+    PathSegment,
+    /// A query or form value: unreserved kept, the rest `%HH`.
+    QueryValue,
+}
+
+impl<'r, R: Resolve> Run<'r, R> {
+    pub(super) fn new(resolver: &'r R) -> Self {
+        Run {
+            resolver,
+            used: Vec::new(),
+            error: None,
+        }
+    }
+
+    pub(super) fn fail(&mut self, e: CredentialError) {
+        if self.error.as_ref().is_none_or(|old| e.rank() > old.rank()) {
+            self.error = Some(e);
+        }
+    }
+
+    pub(super) fn failed(&self) -> bool {
+        self.error.is_some()
+    }
+
+    pub(super) fn finish(mut self) -> Result<Injected, CredentialError> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.used.sort();
+        self.used.dedup();
+        Ok(Injected {
+            credentials: self.used,
+        })
+    }
+
+    /// The secret for one placeholder, encoded for its site; `None` after recording why not.
+    fn secret_for(&mut self, p: &Placeholder<'_>, site: &Site, enc: Encoding) -> Option<Vec<u8>> {
+        let unavailable = |credential, reason| CredentialError::Unavailable {
+            key: p.key.to_string(),
+            credential,
+            reason,
+            site: site.clone(),
+        };
+        match self.resolver.resolve(p.key) {
+            Resolution::Allow { secret, credential } => {
+                let value = secret.expose();
+                if !allowed_in(value, enc) {
+                    self.fail(unavailable(
+                        Some(credential),
+                        UnavailableReason::UnsafeForSite,
+                    ));
+                    return None;
+                }
+                self.used.push(credential);
+                Some(encode(value, enc))
+            }
+            Resolution::OutsideBinding { credential, reason } => {
+                self.fail(CredentialError::EndpointMismatch {
+                    credential,
+                    reason,
+                    site: site.clone(),
+                });
+                None
+            }
+            Resolution::Unknown => {
+                self.fail(unavailable(None, UnavailableReason::UnknownKey));
+                None
+            }
+            Resolution::Unavailable { credential, reason } => {
+                self.fail(unavailable(
+                    Some(credential),
+                    UnavailableReason::NoValue(reason),
+                ));
+                None
+            }
+        }
+    }
+
+    /// Swaps every placeholder of `decoded`, writing the result over `raw`: `offsets[i]` is
+    /// where decoded byte `i` starts in `raw` (`offsets[len]` is `raw.len()`), so that all
+    /// bytes around the placeholders keep their original spelling. Marker-like text outside
+    /// the placeholders is refused. `None`: nothing swapped (or a failure was recorded).
+    pub(super) fn swap(
+        &mut self,
+        raw: &[u8],
+        decoded: &[u8],
+        offsets: Option<&[usize]>,
+        site: &Site,
+        enc: Encoding,
+    ) -> Option<Vec<u8>> {
+        let found = placeholder::find_in_bytes(decoded);
+        let mut gaps = Vec::with_capacity(found.len() + 1);
+        let mut last = 0;
+        for p in &found {
+            gaps.push(last..p.span.start);
+            last = p.span.end;
+        }
+        gaps.push(last..decoded.len());
+        // Resolve the placeholders even next to a malformed marker, so that a misused
+        // credential is still reported (and found) as such.
+        let mut ok = !gaps
+            .iter()
+            .any(|g| placeholder::contains_marker(&decoded[g.clone()]));
+        if !ok {
+            self.fail(CredentialError::InvalidPlaceholder { site: site.clone() });
+        }
+        let raw_at = |i: usize| offsets.map_or(i, |o| o.get(i).copied().unwrap_or(raw.len()));
+        let mut out = Vec::with_capacity(raw.len() + 64);
+        let mut copied = 0;
+        for p in &found {
+            let Range { start, end } = p.span;
+            let secret = self.secret_for(p, site, enc);
+            if let Some(secret) = secret {
+                out.extend_from_slice(&raw[copied..raw_at(start)]);
+                out.extend_from_slice(&secret);
+                copied = raw_at(end);
+            } else {
+                ok = false;
+            }
+        }
+        out.extend_from_slice(&raw[copied..]);
+        (ok && !found.is_empty()).then_some(out)
+    }
+
+    /// The new target, if it changes.
+    fn target(&mut self, target: &str) -> Option<String> {
+        if !placeholder::contains_marker(target.as_bytes()) {
+            return None;
+        }
+        let (path, query) = match target.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (target, None),
+        };
+        let mut changed = false;
+        let mut segments = Vec::new();
+        for segment in path.split('/') {
+            let (decoded, offsets) = percent_decode(segment.as_bytes(), false);
+            match self.swap(
+                segment.as_bytes(),
+                &decoded,
+                Some(&offsets),
+                &Site::Path,
+                Encoding::PathSegment,
+            ) {
+                Some(new) => {
+                    changed = true;
+                    segments.push(String::from_utf8_lossy(&new).into_owned());
+                }
+                None => segments.push(segment.to_string()),
+            }
+        }
+        let mut out = segments.join("/");
+        if let Some(q) = query {
+            out.push('?');
+            match self.pairs(q.as_bytes(), &Site::Query, false) {
+                Some(new) => {
+                    changed = true;
+                    out.push_str(&String::from_utf8_lossy(&new));
+                }
+                None => out.push_str(q),
+            }
+        }
+        (changed && !self.failed()).then_some(out)
+    }
+
+    /// `k=v&k=v` (a query, or a form body with `plus_is_space`): placeholders swapped in
+    /// values; a marker in a name, or in a part without `=`, is refused.
+    pub(super) fn pairs(
+        &mut self,
+        raw: &[u8],
+        site: &Site,
+        plus_is_space: bool,
+    ) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(raw.len() + 64);
+        let mut changed = false;
+        for (i, pair) in raw.split(|&b| b == b'&').enumerate() {
+            if i > 0 {
+                out.push(b'&');
+            }
+            let (name, value) = match pair.iter().position(|&b| b == b'=') {
+                Some(eq) => (&pair[..eq], Some(&pair[eq + 1..])),
+                None => (pair, None),
+            };
+            let (decoded_name, _) = percent_decode(name, plus_is_space);
+            if placeholder::contains_marker(&decoded_name) {
+                self.fail(CredentialError::InvalidPlaceholder { site: site.clone() });
+                out.extend_from_slice(pair);
+                continue;
+            }
+            let Some(value) = value else {
+                out.extend_from_slice(pair);
+                continue;
+            };
+            let (decoded, offsets) = percent_decode(value, plus_is_space);
+            out.extend_from_slice(name);
+            out.push(b'=');
+            match self.swap(value, &decoded, Some(&offsets), site, Encoding::QueryValue) {
+                Some(new) => {
+                    changed = true;
+                    out.extend_from_slice(&new);
+                }
+                None => out.extend_from_slice(value),
+            }
+        }
+        changed.then_some(out)
+    }
+
+    /// The new value of one header, if it changes.
+    fn header(&mut self, name: &str, value: &[u8]) -> Option<Vec<u8>> {
+        let site = Site::Header(name.to_string());
+        if placeholder::contains_marker(name.as_bytes()) {
+            self.fail(CredentialError::InvalidPlaceholder { site });
+            return None;
+        }
+        let basic = basic_payload(value);
+        let basic_marker = basic.as_deref().is_some_and(placeholder::contains_marker);
+        if !basic_marker && !placeholder::contains_marker(value) {
+            return None;
+        }
+        let trimmed = trim_ows(value);
+        // The whole value.
+        if let Some(p) = exact(trimmed) {
+            return self.secret_for(&p, &site, Encoding::Header);
+        }
+        // `Basic <base64 of user:pass>`.
+        if let (Some(decoded), true) = (basic, basic_marker) {
+            let split = scheme_split(trimmed)?;
+            let new = self.swap(&decoded, &decoded, None, &site, Encoding::Raw)?;
+            let mut out = trimmed[..split].to_vec();
+            out.push(b' ');
+            out.extend_from_slice(BASIC.encode(&new).as_bytes());
+            return Some(out);
+        }
+        // `<scheme> <placeholder>`.
+        if let Some(split) = scheme_split(trimmed)
+            && let Some(p) = exact(trim_ows(&trimmed[split..]))
+        {
+            let secret = self.secret_for(&p, &site, Encoding::Header)?;
+            let mut out = trimmed[..split].to_vec();
+            out.push(b' ');
+            out.extend_from_slice(&secret);
+            return Some(out);
+        }
+        self.fail(CredentialError::InvalidPlaceholder { site });
+        None
+    }
+}
+
+/// Padded or not on input (clients differ); padded on output, as RFC 7617 writes it.
+const BASIC: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// The decoded `user:pass` of a `Basic` credential.
+fn basic_payload(value: &[u8]) -> Option<Vec<u8>> {
+    let trimmed = trim_ows(value);
+    let split = scheme_split(trimmed)?;
+    if !trimmed[..split].eq_ignore_ascii_case(b"basic") {
+        return None;
+    }
+    BASIC.decode(trim_ows(&trimmed[split..])).ok()
+}
+
+/// Where the first word of a header value ends, if something follows it.
+fn scheme_split(value: &[u8]) -> Option<usize> {
+    let split = value.iter().position(|&b| b == b' ' || b == b'\t')?;
+    (split > 0).then_some(split)
+}
+
+/// The placeholder that is the whole of `bytes`.
+fn exact(bytes: &[u8]) -> Option<Placeholder<'_>> {
+    let found = placeholder::find_in_bytes(bytes);
+    match found.as_slice() {
+        [p] if p.span == (0..bytes.len()) => found.into_iter().next(),
+        _ => None,
+    }
+}
+
+fn trim_ows(value: &[u8]) -> &[u8] {
+    let start = value
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|&b| b != b' ' && b != b'\t')
+        .map_or(start, |e| e + 1);
+    &value[start..end.max(start)]
+}
+
+/// Decodes `%HH` once (and `+` as a space for forms), keeping where each decoded byte began;
+/// a `%` without two hex digits stays as it is.
+pub(super) fn percent_decode(raw: &[u8], plus_is_space: bool) -> (Vec<u8>, Vec<usize>) {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut offsets = Vec::with_capacity(raw.len() + 1);
+    let mut i = 0;
+    while i < raw.len() {
+        offsets.push(i);
+        match raw[i] {
+            b'%' => match (
+                raw.get(i + 1).and_then(|&b| hex(b)),
+                raw.get(i + 2).and_then(|&b| hex(b)),
+            ) {
+                (Some(h), Some(l)) => {
+                    out.push(h << 4 | l);
+                    i += 3;
+                }
+                _ => {
+                    out.push(b'%');
+                    i += 1;
+                }
+            },
+            b'+' if plus_is_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    offsets.push(raw.len());
+    (out, offsets)
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn allowed_in(value: &str, enc: Encoding) -> bool {
+    let bytes = value.as_bytes();
+    match enc {
+        Encoding::Raw | Encoding::QueryValue => true,
+        Encoding::Header => {
+            bytes.iter().all(|&b| b == b'\t' || b >= 0x20) && !bytes.contains(&0x7f)
+        }
+        Encoding::PathSegment => {
+            !bytes
+                .iter()
+                .any(|&b| matches!(b, b'/' | b'\\' | b'?' | b'#') || b < 0x20 || b == 0x7f)
+                && !value.contains("..")
+        }
+    }
+}
+
+fn encode(value: &str, enc: Encoding) -> Vec<u8> {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let keep = |b: u8| match enc {
+        Encoding::Raw | Encoding::Header => true,
+        Encoding::PathSegment => b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&b),
+        Encoding::QueryValue => b.is_ascii_alphanumeric() || b"-._~".contains(&b),
+    };
+    let mut out = Vec::with_capacity(value.len());
+    for b in value.bytes() {
+        if keep(b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credentials::binding::Bindings;
+    use crate::credentials::binding::tests::{bindings, scope};
+
+    fn headers(list: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
+        list.iter()
+            .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    fn value<'h>(headers: &'h [(String, Vec<u8>)], name: &str) -> &'h str {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| std::str::from_utf8(v).unwrap())
+            .unwrap()
+    }
+
+    fn gh() -> Bindings {
+        bindings(&[
+            ("GH_TOKEN", "ghp_secret"),
+            ("TELEGRAM_BOT_TOKEN", "123456:ABC-def"),
+        ])
+    }
+
+    type Outcome = (
+        Result<Injected, CredentialError>,
+        String,
+        Vec<(String, Vec<u8>)>,
+    );
+
+    fn run(b: &Bindings, host: &str, target: &str, hs: &[(&str, &str)]) -> Outcome {
+        let mut target = target.to_string();
+        let mut hs = headers(hs);
+        let path = target.split('?').next().unwrap_or("").to_string();
+        let scoped = b.scoped(scope(host, 443, &path, "/usr/bin/gh"));
+        let r = rewrite_request(&mut target, &mut hs, &scoped);
+        (r, target, hs)
+    }
+
+    #[test]
+    fn header_whole_and_scheme_forms() {
+        let b = gh();
+        let (r, _, hs) = run(
+            &b,
+            "api.github.com",
+            "/user",
+            &[
+                ("X-Api-Key", "openshell:resolve:env:GH_TOKEN"),
+                (
+                    "Authorization",
+                    "Bearer  openshell:resolve:env:GITHUB_TOKEN ",
+                ),
+                ("X-Token", "token xoxb-OPENSHELL-RESOLVE-ENV-GH_TOKEN"),
+                ("X-Rev", "openshell:resolve:env:v7_GH_TOKEN"),
+                ("Accept", "application/json"),
+            ],
+        );
+        let injected = r.unwrap();
+        assert_eq!(injected.credentials.len(), 1);
+        assert_eq!(injected.credentials[0].to_string(), "github/token");
+        assert_eq!(value(&hs, "X-Api-Key"), "ghp_secret");
+        assert_eq!(value(&hs, "Authorization"), "Bearer ghp_secret");
+        assert_eq!(value(&hs, "X-Token"), "token ghp_secret");
+        assert_eq!(value(&hs, "X-Rev"), "ghp_secret");
+        assert_eq!(value(&hs, "Accept"), "application/json");
+    }
+
+    #[test]
+    fn basic_auth_round_trip() {
+        let b = gh();
+        let creds = BASIC.encode("x-access-token:openshell:resolve:env:GH_TOKEN");
+        let (r, _, hs) = run(
+            &b,
+            "api.github.com",
+            "/",
+            &[("Authorization", &format!("Basic {creds}"))],
+        );
+        r.unwrap();
+        let v = value(&hs, "Authorization");
+        let token = v.strip_prefix("Basic ").unwrap();
+        assert_eq!(BASIC.decode(token).unwrap(), b"x-access-token:ghp_secret");
+        // Both halves, unpadded input, lower-case scheme.
+        let creds =
+            BASIC.encode("openshell:resolve:env:GH_TOKEN:sk-OPENSHELL-RESOLVE-ENV-GH_TOKEN");
+        let unpadded = creds.trim_end_matches('=');
+        let (r, _, hs) = run(
+            &b,
+            "api.github.com",
+            "/",
+            &[("Authorization", &format!("basic {unpadded}"))],
+        );
+        r.unwrap();
+        let token = value(&hs, "Authorization").strip_prefix("basic ").unwrap();
+        assert_eq!(BASIC.decode(token).unwrap(), b"ghp_secret:ghp_secret");
+        // A Basic credential without placeholders is left alone.
+        let plain = BASIC.encode("user:pass");
+        let (r, _, hs) = run(
+            &b,
+            "api.github.com",
+            "/",
+            &[("Authorization", &format!("Basic {plain}"))],
+        );
+        assert!(r.unwrap().is_empty());
+        assert_eq!(value(&hs, "Authorization"), format!("Basic {plain}"));
+    }
+
+    #[test]
+    fn basic_auth_with_unknown_key_fails_closed() {
+        let b = gh();
+        let creds = BASIC.encode("u:openshell:resolve:env:NOPE");
+        let (r, _, hs) = run(
+            &b,
+            "api.github.com",
+            "/",
+            &[("Authorization", &format!("Basic {creds}"))],
+        );
+        let e = r.unwrap_err();
+        assert_eq!(e.code(), "credential_unavailable");
+        assert_eq!(value(&hs, "Authorization"), format!("Basic {creds}"));
+    }
+
+    #[test]
+    fn header_markers_elsewhere_are_refused() {
+        let b = gh();
+        for v in [
+            "prefix openshell:resolve:env:GH_TOKEN suffix",
+            "x=openshell:resolve:env:GH_TOKEN",
+            "openshell%3Aresolve%3Aenv%3AGH_TOKEN",
+            "Bearer OPENSHELL-RESOLVE-ENV-GH_TOKEN",
+            "Bearer Openshell:Resolve:Env:GH_TOKEN",
+            "openshell:resolve:env:",
+        ] {
+            let (r, _, hs) = run(&b, "api.github.com", "/", &[("X-Api-Key", v)]);
+            assert_eq!(
+                r.unwrap_err(),
+                CredentialError::InvalidPlaceholder {
+                    site: Site::Header("X-Api-Key".into())
+                },
+                "{v}"
+            );
+            assert_eq!(value(&hs, "X-Api-Key"), v);
+        }
+        let (r, _, _) = run(
+            &b,
+            "api.github.com",
+            "/",
+            &[("X-OPENSHELL-RESOLVE-ENV-A", "1")],
+        );
+        assert!(matches!(r, Err(CredentialError::InvalidPlaceholder { .. })));
+    }
+
+    #[test]
+    fn telegram_path_segment() {
+        let b = gh();
+        let (r, target, _) = run(
+            &b,
+            "api.telegram.org",
+            "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN/sendMessage?chat_id=1",
+            &[],
+        );
+        assert_eq!(r.unwrap().credentials[0].to_string(), "telegram/bot-token");
+        assert_eq!(target, "/bot123456:ABC-def/sendMessage?chat_id=1");
+        // Percent-encoded placeholder in the segment.
+        let (r, target, _) = run(
+            &b,
+            "api.telegram.org",
+            "/botopenshell%3Aresolve%3Aenv%3ATELEGRAM_BOT_TOKEN/getMe",
+            &[],
+        );
+        r.unwrap();
+        assert_eq!(target, "/bot123456:ABC-def/getMe");
+    }
+
+    #[test]
+    fn path_values_that_change_the_path_are_refused() {
+        for bad in ["a/b", "a\\b", "a?b", "a#b", "..", "x..y", "a\tb"] {
+            let b = bindings(&[("TELEGRAM_BOT_TOKEN", bad)]);
+            let (r, target, _) = run(
+                &b,
+                "api.telegram.org",
+                "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN/getMe",
+                &[],
+            );
+            let e = r.unwrap_err();
+            assert!(
+                matches!(
+                    &e,
+                    CredentialError::Unavailable {
+                        reason: UnavailableReason::UnsafeForSite,
+                        site: Site::Path,
+                        ..
+                    }
+                ),
+                "{bad}: {e:?}"
+            );
+            assert_eq!(target, "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN/getMe");
+            assert!(!e.to_string().contains(bad), "{e}");
+        }
+        // Other characters are percent-encoded as a segment.
+        let b = bindings(&[("TELEGRAM_BOT_TOKEN", "a b%c")]);
+        let (r, target, _) = run(
+            &b,
+            "api.telegram.org",
+            "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN/x",
+            &[],
+        );
+        r.unwrap();
+        assert_eq!(target, "/bota%20b%25c/x");
+    }
+
+    #[test]
+    fn query_values() {
+        let b = gh();
+        let (r, target, _) = run(
+            &b,
+            "api.github.com",
+            "/search?q=a+b&key=openshell%3Aresolve%3Aenv%3AGH_TOKEN&both=openshell:resolve:env:GH_TOKEN-openshell:resolve:env:GITHUB_TOKEN&flag",
+            &[],
+        );
+        r.unwrap();
+        assert_eq!(
+            target,
+            "/search?q=a+b&key=ghp_secret&both=ghp_secret-ghp_secret&flag"
+        );
+        let b = bindings(&[("GH_TOKEN", "a+b/c d")]);
+        let (r, target, _) = run(
+            &b,
+            "api.github.com",
+            "/s?k=openshell:resolve:env:GH_TOKEN",
+            &[],
+        );
+        r.unwrap();
+        assert_eq!(target, "/s?k=a%2Bb%2Fc%20d");
+        // Markers in a name or a bare part are refused.
+        for t in [
+            "/s?openshell:resolve:env:GH_TOKEN=1",
+            "/s?openshell:resolve:env:GH_TOKEN",
+        ] {
+            let (r, target, _) = run(&b, "api.github.com", t, &[]);
+            assert!(
+                matches!(
+                    r,
+                    Err(CredentialError::InvalidPlaceholder { site: Site::Query })
+                ),
+                "{t}"
+            );
+            assert_eq!(target, t);
+        }
+    }
+
+    #[test]
+    fn outside_binding_is_a_mismatch_and_changes_nothing() {
+        let b = gh();
+        let (r, target, hs) = run(
+            &b,
+            "evil.example.com",
+            "/x?k=openshell:resolve:env:GH_TOKEN",
+            &[("Authorization", "Bearer openshell:resolve:env:GH_TOKEN")],
+        );
+        let e = r.unwrap_err();
+        assert_eq!(e.status(), 403);
+        assert_eq!(e.code(), "credential_endpoint_mismatch");
+        assert_eq!(e.finding(), Some(FINDING_ENDPOINT_MISMATCH));
+        assert_eq!(
+            e.to_string(),
+            "credential `github/token` in the query string is not authorized for this request: the request's host, port and path are outside the credential's profile endpoints"
+        );
+        assert_eq!(target, "/x?k=openshell:resolve:env:GH_TOKEN");
+        assert_eq!(
+            value(&hs, "Authorization"),
+            "Bearer openshell:resolve:env:GH_TOKEN"
+        );
+    }
+
+    #[test]
+    fn all_or_nothing_and_worst_error_wins() {
+        let b = gh();
+        // One good header, one unknown key, one mismatched credential.
+        let (r, target, hs) = run(
+            &b,
+            "api.github.com",
+            "/user?k=openshell:resolve:env:UNKNOWN_KEY",
+            &[
+                ("X-A", "openshell:resolve:env:GH_TOKEN"),
+                ("X-B", "openshell:resolve:env:TELEGRAM_BOT_TOKEN"),
+            ],
+        );
+        let e = r.unwrap_err();
+        assert!(
+            matches!(e, CredentialError::EndpointMismatch { .. }),
+            "{e:?}"
+        );
+        assert_eq!(value(&hs, "X-A"), "openshell:resolve:env:GH_TOKEN");
+        assert_eq!(target, "/user?k=openshell:resolve:env:UNKNOWN_KEY");
+        let (r, _, _) = run(
+            &b,
+            "api.github.com",
+            "/user?k=openshell:resolve:env:UNKNOWN_KEY",
+            &[],
+        );
+        let e = r.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "credential placeholder for `UNKNOWN_KEY` in the query string could not be resolved: no provider credential has this env var"
+        );
+        assert_eq!((e.status(), e.code()), (500, "credential_unavailable"));
+    }
+
+    #[test]
+    fn unavailable_value_and_caller_mismatch() {
+        let b = bindings(&[]);
+        let (r, _, _) = run(
+            &b,
+            "api.github.com",
+            "/",
+            &[("X", "openshell:resolve:env:GITHUB_UNSET")],
+        );
+        assert_eq!(
+            r.unwrap_err().to_string(),
+            "credential placeholder for `GITHUB_UNSET` in the header `X` could not be resolved: no value is set"
+        );
+        let b = gh();
+        let mut hs = headers(&[("X", "openshell:resolve:env:GH_TOKEN")]);
+        let mut target = "/".to_string();
+        let scoped = b.scoped(scope("api.github.com", 443, "/", "/usr/bin/curl"));
+        let e = rewrite_request(&mut target, &mut hs, &scoped).unwrap_err();
+        assert!(matches!(
+            e,
+            CredentialError::EndpointMismatch {
+                reason: Mismatch::Caller,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn no_marker_no_change() {
+        let b = gh();
+        let (r, target, hs) = run(
+            &b,
+            "api.github.com",
+            "/a%20b/c?x=1+2",
+            &[("Authorization", "Bearer real")],
+        );
+        assert!(r.unwrap().is_empty());
+        assert_eq!(target, "/a%20b/c?x=1+2");
+        assert_eq!(value(&hs, "Authorization"), "Bearer real");
+        assert!(!head_has_marker("/a", &hs));
+        let creds = BASIC.encode("u:openshell:resolve:env:X");
+        assert!(head_has_marker(
+            "/a",
+            &headers(&[("Authorization", &format!("Basic {creds}"))])
+        ));
+        assert!(head_has_marker("/a%3Aopenshell%3aresolve%3Aenv%3A", &[]));
+    }
+
+    #[test]
+    fn header_secret_with_control_bytes_is_refused() {
+        let b = bindings(&[("GH_TOKEN", "a\u{1b}b")]);
+        let (r, _, _) = run(
+            &b,
+            "api.github.com",
+            "/",
+            &[("X", "openshell:resolve:env:GH_TOKEN")],
+        );
+        assert!(matches!(
+            r.unwrap_err(),
+            CredentialError::Unavailable {
+                reason: UnavailableReason::UnsafeForSite,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn decoding_keeps_offsets() {
+        let (d, o) = percent_decode(b"a%3Ab%zz+", true);
+        assert_eq!(d, b"a:b%zz ");
+        assert_eq!(o, [0, 1, 4, 5, 6, 7, 8, 9]);
+    }
+}
