@@ -374,16 +374,20 @@ pub struct H2Origin {
     pub addr: SocketAddr,
     /// The CA that signed the origin's certificate.
     pub cert: PathBuf,
+    /// JSON lines, one per request received: method, url, headers, body.
+    pub log: PathBuf,
     child: Child,
 }
 
 const H2_ORIGIN: &str = r#"
 const http2 = require('http2'); const fs = require('fs');
+const log = process.argv[3];
 const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
   (req, res) => {
-    let n = 0;
-    req.on('data', (c) => { n += c.length; });
+    let n = 0; const chunks = [];
+    req.on('data', (c) => { n += c.length; chunks.push(c); });
     req.on('end', () => {
+      fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('latin1') }) + '\n');
       res.setHeader('content-type', 'text/plain');
       res.end(`proto=${req.httpVersion} method=${req.method} path=${req.url} body=${n}\n`);
     });
@@ -394,11 +398,13 @@ server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
 impl H2Origin {
     pub fn start(dir: &Path) -> H2Origin {
         let (ca, cert, key) = make_cert(dir);
+        let log = dir.join(format!("h2-origin-{}.jsonl", std::process::id()));
         let mut child = Command::new("node")
             .arg("-e")
             .arg(H2_ORIGIN)
             .arg(&cert)
             .arg(&key)
+            .arg(&log)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -412,12 +418,22 @@ impl H2Origin {
         H2Origin {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             cert: ca,
+            log,
             child,
         }
     }
 
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// Everything the origin received so far, one JSON value per request.
+    pub fn received(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 }
 

@@ -97,6 +97,24 @@ impl Sluice {
         Sluice::spawn(cmd, dir, audit_path, 1)
     }
 
+    /// Like `start`, with extra variables in sluice's own environment (secrets).
+    pub fn start_with_env(policy: &str, extra: &[&str], env: &[(&str, &str)]) -> Sluice {
+        let dir = TempDir::new("sluice");
+        let policy_path = dir.write("policy.yaml", policy);
+        let audit_path = dir.path().join("audit.jsonl");
+        let mut cmd = Command::new(sluice_bin());
+        cmd.arg("run")
+            .arg("--policy")
+            .arg(&policy_path)
+            .arg("--audit-log")
+            .arg(&audit_path);
+        cmd.args(["--listen", "127.0.0.1:0"]).args(extra);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Sluice::spawn(cmd, dir, audit_path, 1)
+    }
+
     fn spawn(mut cmd: Command, dir: TempDir, audit_path: PathBuf, listeners: usize) -> Sluice {
         let mut child = cmd
             .stdin(Stdio::null())

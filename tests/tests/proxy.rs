@@ -710,3 +710,116 @@ fn http2_is_inspected_end_to_end_and_http1_clients_stay_on_http1() {
     assert!(out.ends_with("200 h1.1"), "{out}");
     assert_events_valid(&sluice);
 }
+
+const SECRET: &str = "s3cr3t-VALUE-7f3a9c";
+
+#[test]
+fn placeholders_become_secrets_only_where_bound() {
+    let dir = TempDir::new("creds");
+    let (d1, d2) = (dir.path().join("one"), dir.path().join("two"));
+    std::fs::create_dir_all(&d1).unwrap();
+    std::fs::create_dir_all(&d2).unwrap();
+    let origin = sluice_e2e::origin::H2Origin::start(&d1);
+    let other = sluice_e2e::origin::H2Origin::start(&d2);
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        origin.port(),
+        other.port()
+    );
+    let providers = dir.write(
+        "providers.yaml",
+        &format!(
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {}\n",
+            origin.port()
+        ),
+    );
+    let ca_dir = dir.path().join("ca");
+    let mut cmd_args = vec![
+        "--allow-loopback-upstream".to_string(),
+        "--ca-dir".to_string(),
+        ca_dir.display().to_string(),
+        "--upstream-ca".to_string(),
+        origin.cert.display().to_string(),
+        "--upstream-ca".to_string(),
+        other.cert.display().to_string(),
+        "--providers".to_string(),
+        providers.display().to_string(),
+    ];
+    let refs: Vec<&str> = cmd_args.iter_mut().map(|s| s.as_str()).collect();
+    let sluice = Sluice::start_with_env(&p, &refs, &[("TEST_API_KEY", SECRET)]);
+    let ca = ca_dir.join("ca.pem");
+    let curl = |port: u16, header: &str, path: &str, http: &str| {
+        run(Command::new("curl")
+            .args(["-s", "--max-time", "20", http, "--cacert"])
+            .arg(&ca)
+            .args([
+                "-x",
+                &sluice.proxy_url(),
+                "-w",
+                "\n%{http_code}",
+                "-H",
+                header,
+            ])
+            .arg(format!("https://127.0.0.1:{port}{path}")))
+        .1
+    };
+    // Bound: the origin receives the secret, the client never sees it.
+    for http in ["--http1.1", "--http2"] {
+        let out = curl(
+            origin.port(),
+            "Authorization: Bearer openshell:resolve:env:TEST_API_KEY",
+            "/v1/x",
+            http,
+        );
+        assert!(out.ends_with("200"), "{http}: {out}\n{}", sluice.stderr());
+        assert!(!out.contains(SECRET), "the client saw the secret: {out}");
+    }
+    let got = origin.received();
+    assert_eq!(got.len(), 2, "{got:?}");
+    for r in &got {
+        assert_eq!(
+            r["headers"]["authorization"],
+            format!("Bearer {SECRET}"),
+            "{r}"
+        );
+    }
+    // The same placeholder on another endpoint: refused, and a finding recorded.
+    let out = curl(
+        other.port(),
+        "Authorization: Bearer openshell:resolve:env:TEST_API_KEY",
+        "/v1/x",
+        "--http1.1",
+    );
+    assert!(out.ends_with("403"), "{out}");
+    assert!(
+        out.contains("\"error\":\"credential_endpoint_mismatch\""),
+        "{out}"
+    );
+    assert!(
+        other.received().is_empty(),
+        "the other origin got the request: {:?}",
+        other.received()
+    );
+    sluice.wait_event("finding", |e| class(e) == 2004);
+    // An unknown placeholder: 500, nothing sent.
+    let out = curl(
+        origin.port(),
+        "X-Key: openshell:resolve:env:NO_SUCH_KEY",
+        "/v1/y",
+        "--http1.1",
+    );
+    assert!(out.ends_with("500"), "{out}");
+    assert!(
+        out.contains("\"error\":\"credential_unavailable\""),
+        "{out}"
+    );
+    assert_eq!(origin.received().len(), 2);
+    // No secret in the audit log or sluice's own output.
+    let audit = std::fs::read_to_string(&sluice.audit_path).unwrap();
+    assert!(!audit.contains(SECRET) && !sluice.stderr().contains(SECRET));
+    assert!(
+        audit.contains("test-api/api-key"),
+        "credential names are audited"
+    );
+    assert_events_valid(&sluice);
+}

@@ -191,6 +191,24 @@ pub struct Lifecycle {
     pub message: String,
 }
 
+/// A security finding: credential misuse or a smuggling attempt (Detection Finding 2004).
+#[derive(Clone, Debug)]
+pub struct Finding {
+    pub time: SystemTime,
+    pub id: u64,
+    pub caller: Option<Caller>,
+    pub src: SocketAddr,
+    pub dst: Destination,
+    /// The finding type, e.g. `openshell.provider_credential.endpoint_mismatch`.
+    pub kind: String,
+    /// One sentence for people.
+    pub title: String,
+    /// The credential *name* involved, if any (never a value).
+    pub credential: Option<String>,
+    pub policy: Option<String>,
+    pub severity: Severity,
+}
+
 /// Every kind of audit event sluice emits.
 #[derive(Clone, Debug)]
 pub enum Event {
@@ -199,4 +217,5 @@ pub enum Event {
     HttpRequest(HttpRequest),
     PolicyChange(PolicyChange),
     Lifecycle(Lifecycle),
+    Finding(Finding),
 }

@@ -26,8 +26,8 @@ use std::time::SystemTime;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Caller, ConnectionClose, ConnectionOpen, Destination, Engine, Event, HttpRequest, Lifecycle,
-    Outcome, PolicyChange, Process, Severity, Via,
+    Caller, ConnectionClose, ConnectionOpen, Destination, Engine, Event, Finding, HttpRequest,
+    Lifecycle, Outcome, PolicyChange, Process, Severity, Via,
 };
 
 /// The OCSF schema version of every event (`metadata.version`).
@@ -61,6 +61,7 @@ pub fn to_json(event: &Event, ctx: &Context) -> Value {
         Event::HttpRequest(e) => http_request(e, ctx),
         Event::PolicyChange(e) => policy_change(e, ctx),
         Event::Lifecycle(e) => lifecycle(e, ctx),
+        Event::Finding(e) => finding(e, ctx),
     };
     Value::Object(object)
 }
@@ -72,6 +73,7 @@ pub fn severity(event: &Event) -> Severity {
         Event::HttpRequest(e) => outcome_severity(e.outcome),
         Event::ConnectionClose(_) | Event::Lifecycle(_) => Severity::Informational,
         Event::PolicyChange(e) => policy_severity(e),
+        Event::Finding(e) => e.severity,
     }
 }
 
@@ -90,6 +92,7 @@ pub fn message(event: &Event) -> String {
         Event::HttpRequest(e) => request_message(e),
         Event::PolicyChange(e) => policy_message(e),
         Event::Lifecycle(e) => lifecycle_message(e),
+        Event::Finding(e) => e.title.clone(),
     }
 }
 
@@ -215,6 +218,13 @@ const DEVICE_CONFIG_STATE_CHANGE: Class = Class {
     name: "Device Config State Change",
     category_uid: 5,
     category_name: "Discovery",
+};
+
+const DETECTION_FINDING: Class = Class {
+    uid: 2004,
+    name: "Detection Finding",
+    category_uid: 2,
+    category_name: "Findings",
 };
 
 const APPLICATION_LIFECYCLE: Class = Class {
@@ -481,6 +491,64 @@ fn policy_change(e: &PolicyChange, ctx: &Context) -> Map<String, Value> {
             format!("{}:policy:{}", ctx.instance, epoch_millis(e.time)),
             None,
             &[HOST],
+        ),
+    );
+    m
+}
+
+fn finding(e: &Finding, ctx: &Context) -> Map<String, Value> {
+    let common = Common {
+        time: e.time,
+        severity: e.severity,
+        success: false,
+        message: e.title.clone(),
+    };
+    let mut m = header(
+        &DETECTION_FINDING,
+        &Activity::known(1, "Create"),
+        common,
+        ctx,
+    );
+    // A finding's status is its triage state, not success or failure.
+    m.insert("status_id".into(), json!(1));
+    m.insert("status".into(), json!("New"));
+    let nanos = e
+        .time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    m.insert(
+        "finding_info".into(),
+        json!({ "uid": format!("{}:{}:finding:{nanos}", ctx.instance, e.id), "title": e.title, "types": [e.kind] }),
+    );
+    m.insert("action_id".into(), json!(2));
+    m.insert("action".into(), json!("Denied"));
+    m.insert("disposition_id".into(), json!(2));
+    m.insert("disposition".into(), json!("Blocked"));
+    let mut rule = Map::new();
+    rule.insert("name".into(), json!(e.policy.as_deref().unwrap_or("-")));
+    rule.insert("type".into(), json!("credentials"));
+    m.insert("firewall_rule".into(), Value::Object(rule));
+    let mut unmapped = Map::new();
+    unmapped.insert("finding_type".into(), json!(e.kind));
+    unmapped.insert(
+        "destination".into(),
+        json!(format!("{}:{}", e.dst.host, e.dst.port)),
+    );
+    if let Some(c) = &e.credential {
+        unmapped.insert("credential".into(), json!(c));
+    }
+    if let Some(caller) = &e.caller {
+        unmapped.insert("binary".into(), json!(caller.process.exe));
+        unmapped.insert("pid".into(), json!(caller.process.pid));
+    }
+    m.insert("unmapped".into(), Value::Object(unmapped));
+    m.insert(
+        "metadata".into(),
+        metadata(
+            ctx,
+            format!("{}:{}:finding:{nanos}", ctx.instance, e.id),
+            Some(e.id),
+            &[HOST, SECURITY_CONTROL],
         ),
     );
     m

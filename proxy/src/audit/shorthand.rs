@@ -42,6 +42,18 @@ pub fn shorthand(event: &Event) -> String {
         Event::HttpRequest(e) => request(e, sev),
         Event::PolicyChange(e) => policy(e, sev),
         Event::Lifecycle(e) => lifecycle(e, sev),
+        Event::Finding(e) => {
+            let mut s = format!("FINDING:BLOCKED {sev} \"");
+            push_clean(&mut s, &e.title.chars().take(120).collect::<String>());
+            s.push_str("\" [type:");
+            push_clean(&mut s, &e.kind);
+            if let Some(c) = &e.credential {
+                s.push_str(" credential:");
+                push_clean(&mut s, c);
+            }
+            s.push(']');
+            s
+        }
     }
 }
 
@@ -77,6 +89,7 @@ fn event_time(event: &Event) -> SystemTime {
         Event::HttpRequest(e) => e.time,
         Event::PolicyChange(e) => e.time,
         Event::Lifecycle(e) => e.time,
+        Event::Finding(e) => e.time,
     }
 }
 

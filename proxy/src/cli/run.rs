@@ -47,6 +47,13 @@ pub struct RunArgs {
     /// Extra trust roots (PEM) for upstream TLS: private CAs, test origins. Repeatable.
     #[arg(long = "upstream-ca", value_name = "FILE")]
     pub upstream_cas: Vec<std::path::PathBuf>,
+    /// Provider profiles (OpenShell providers-v2 shape; one or more YAML documents per file).
+    #[arg(long = "providers", value_name = "FILE")]
+    pub providers: Vec<String>,
+    /// Secret values as KEY=VALUE lines; refused unless mode 0600 or stricter. Otherwise the
+    /// values come from sluice's own environment.
+    #[arg(long, value_name = "FILE")]
+    pub secrets_file: Option<std::path::PathBuf>,
     /// Static DNS answers, like curl --resolve: HOST=IP[,IP...].
     #[arg(long = "resolve", value_name = "HOST=IP")]
     pub resolve: Vec<String>,
@@ -218,6 +225,25 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         warnings: loaded.warnings.len(),
     }));
 
+    let credentials = match crate::credentials::load(
+        &args.providers,
+        |k| std::env::var(k).ok(),
+        args.secrets_file.as_deref(),
+    ) {
+        Ok(c) => {
+            for w in &c.warnings {
+                eprintln!("{w}");
+            }
+            Arc::new(c.bindings)
+        }
+        Err(e) => {
+            for line in e.lines() {
+                eprintln!("{line}");
+            }
+            eprintln!("sluice: cannot load the provider profiles or their secrets");
+            return Err(ExitCode::from(1));
+        }
+    };
     let overrides = match Overrides::from_args(&args.resolve) {
         Ok(o) => o,
         Err(e) => {
@@ -272,6 +298,7 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         args.allow_loopback_upstream,
         args.compat.into(),
         tls,
+        Arc::clone(&credentials),
     ));
     Ok(Prepared {
         shared,

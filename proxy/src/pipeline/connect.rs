@@ -196,6 +196,41 @@ pub async fn run(
     };
     let entry = Some(admission.entry.to_string());
     let inspect = admission.inspects(&policy);
+    // A credentialed destination reached without inspection would carry placeholders as
+    // text, or real secrets nobody checks (spec §3.6).
+    if !inspect
+        && shared.credentials.is_credentialed(&host, ctx.port)
+        && !admission
+            .endpoints
+            .iter()
+            .any(|r| policy.endpoint(*r).allow_uninspected_credentials)
+    {
+        let refusal = Refusal::new(
+            403,
+            "uninspected_credentials",
+            "credentialed endpoint requires L7 inspection; raw tunnel is not explicitly allowed",
+        )
+        .with("host", host.clone())
+        .with("port", ctx.port)
+        .with("policy", admission.entry.to_string());
+        super::emit_finding(
+            shared,
+            conn.id,
+            conn.peer,
+            Some(known),
+            audit::Destination {
+                host: host.clone(),
+                port: ctx.port,
+                ip: None,
+            },
+            "openshell.credentials.traffic_uninspectable",
+            format!("CONNECT refused for {hp}: uninspected credential traffic"),
+            None,
+            entry.clone(),
+        );
+        ctx.refuse(&mut wr, refusal, entry, Engine::L4).await;
+        return;
+    }
     if inspect && shared.tls.is_none() {
         let refusal = Refusal::new(
             503,

@@ -25,6 +25,7 @@ use super::destination;
 use super::judge;
 use super::{Conn, Shared, head_refusal};
 use crate::audit::{self, Engine, Outcome};
+use crate::credentials;
 use crate::http::body::{self, ChannelBody};
 use crate::http::head::{self, BodyFraming, HeadError, RequestHead};
 use crate::http::respond::{self, Refusal, is_hop_by_hop};
@@ -277,6 +278,8 @@ struct Record<'a> {
     policy: Option<String>,
     rule: Option<String>,
     scheme: &'static str,
+    /// Names of the credentials injected into this request.
+    credentials: Vec<String>,
 }
 
 impl Record<'_> {
@@ -313,7 +316,7 @@ impl Record<'_> {
                 bytes_in,
                 bytes_out,
                 duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                credentials: Vec::new(),
+                credentials: self.credentials.clone(),
             }));
     }
 
@@ -377,6 +380,7 @@ where
             Route::Tunnel(t) => t.scheme,
             Route::Forward => "http",
         },
+        credentials: Vec::new(),
     };
     let (host, port, path_and_query, policy, admission, known) = match route {
         Route::Forward => {
@@ -519,6 +523,50 @@ where
         judged.origin_form,
     );
 
+    // Credentials: placeholders become secrets only where each is bound (spec §3.3, §3.4).
+    // After this point the head may hold a secret: it is never logged or shown.
+    let mut headers = head.headers.clone();
+    let mut origin_form = origin_form;
+    if credentials::head_has_marker(&origin_form, &headers) {
+        let scope = credentials::RequestScope {
+            host: &host,
+            port,
+            path: &rec.path,
+            caller: known.policy_caller(),
+        };
+        let scoped = shared.credentials.scoped(scope);
+        match credentials::rewrite_request(&mut origin_form, &mut headers, &scoped) {
+            Ok(injected) => {
+                rec.credentials = injected
+                    .credentials
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+            }
+            Err(e) => {
+                if let Some(kind) = e.finding() {
+                    super::emit_finding(
+                        shared,
+                        conn.id,
+                        conn.peer,
+                        Some(known),
+                        audit::Destination {
+                            host: host.clone(),
+                            port,
+                            ip: None,
+                        },
+                        kind,
+                        format!("credential misuse refused on {hp}: {e}"),
+                        None,
+                        rec.policy.clone(),
+                    );
+                }
+                let refusal = Refusal::new(e.status(), e.code(), e.client_message())
+                    .with("message", e.client_message());
+                return rec.refuse(wr, refusal, Engine::L7).await;
+            }
+        }
+    }
     let key = (host.clone(), port);
     let upstream: &mut Upstream = match route {
         Route::Tunnel(t) => {
@@ -588,7 +636,7 @@ where
             (Some(tx), b)
         }
     };
-    let request = match build_request(head, &origin_form, &host, port, req_body) {
+    let request = match build_request(head, &headers, &origin_form, &host, port, req_body) {
         Ok(r) => r,
         Err(e) => {
             return rec
@@ -783,6 +831,7 @@ fn host_matches(header: &[u8], host: &str, port: u16, default_port: u16) -> bool
 /// `Host` from the URI, `Via` added.
 fn build_request(
     head: &RequestHead,
+    headers: &[(String, Vec<u8>)],
     origin_form: &str,
     host: &str,
     port: u16,
@@ -800,7 +849,7 @@ fn build_request(
         (false, p) => format!("{host}:{p}"),
     };
     builder = builder.header(http::header::HOST, authority);
-    for (name, value) in &head.headers {
+    for (name, value) in headers {
         let lower = name.to_ascii_lowercase();
         if is_hop_by_hop(&lower)
             || nominated.contains(&lower)

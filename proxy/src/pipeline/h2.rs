@@ -26,6 +26,7 @@ use super::Shared;
 use super::caller::Known;
 use super::judge::{self, Judged};
 use crate::audit::{self, Engine, Outcome};
+use crate::credentials;
 use crate::http::respond::{Refusal, is_hop_by_hop};
 use crate::policy::Policy;
 use crate::policy::decide::Admission;
@@ -184,12 +185,66 @@ async fn handle(
         }
     };
     let (parts, body) = req.into_parts();
+    // Credentials: placeholders become secrets only where each is bound (spec §3.3, §3.4).
+    let mut origin_form = judged.origin_form.clone();
+    let mut headers: Vec<(String, Vec<u8>)> = parts
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
+        .collect();
+    let mut injected: Vec<String> = Vec::new();
+    if credentials::head_has_marker(&origin_form, &headers) {
+        let path = judged.path.clone().unwrap_or_else(|| "/".to_string());
+        let scope = credentials::RequestScope {
+            host: &t.host,
+            port: t.port,
+            path: &path,
+            caller: t.known.policy_caller(),
+        };
+        let scoped = t.shared.credentials.scoped(scope);
+        match credentials::rewrite_request(&mut origin_form, &mut headers, &scoped) {
+            Ok(inj) => injected = inj.credentials.iter().map(ToString::to_string).collect(),
+            Err(e) => {
+                if let Some(kind) = e.finding() {
+                    super::emit_finding(
+                        &t.shared,
+                        t.conn_id,
+                        t.peer,
+                        Some(&t.known),
+                        audit::Destination {
+                            host: t.host.clone(),
+                            port: t.port,
+                            ip: Some(t.addr.ip()),
+                        },
+                        kind,
+                        format!("credential misuse refused on {hp}: {e}"),
+                        None,
+                        Some(judged.policy.clone()),
+                    );
+                }
+                let refusal = Refusal::new(e.status(), e.code(), e.client_message())
+                    .with("message", e.client_message());
+                let mut j = judged.clone();
+                j.outcome = Outcome::Denied;
+                emit(
+                    t,
+                    &method,
+                    &j,
+                    Some(refusal.status),
+                    0,
+                    started,
+                    Some(e.to_string()),
+                );
+                return refusal_response(&refusal);
+            }
+        }
+    }
     let authority = if t.port == 443 {
         t.host.clone()
     } else {
         format!("{}:{}", t.host, t.port)
     };
-    let uri = match format!("https://{authority}{}", judged.origin_form).parse::<Uri>() {
+    let uri = match format!("https://{authority}{origin_form}").parse::<Uri>() {
         Ok(u) => u,
         Err(e) => {
             let refusal = Refusal::new(
@@ -213,13 +268,13 @@ async fn handle(
         .method(parts.method)
         .uri(uri)
         .version(http::Version::HTTP_2);
-    for (name, value) in &parts.headers {
+    for (name, value) in &headers {
         let n = name.as_str();
         // HTTP/2 forbids connection-specific headers; `te: trailers` is the one allowed (gRPC).
-        if (is_hop_by_hop(n) && !(n == "te" && value == "trailers")) || n == "host" {
+        if (is_hop_by_hop(n) && !(n == "te" && value.as_slice() == b"trailers")) || n == "host" {
             continue;
         }
-        up = up.header(name, value);
+        up = up.header(name.as_str(), value.as_slice());
     }
     let upstream_req = match up.body(body) {
         Ok(r) => r,
@@ -288,10 +343,20 @@ async fn handle(
         parts.headers.remove(n);
     }
     let reason = judged.reason.clone();
-    emit(t, &method, &judged, Some(status), 0, started, reason);
+    emit_with(
+        t,
+        &method,
+        &judged,
+        Some(status),
+        0,
+        started,
+        reason,
+        injected,
+    );
     Response::from_parts(parts, body.boxed())
 }
 
+#[allow(clippy::too_many_arguments)] // the parts of one audit record
 fn emit(
     t: &H2Tunnel,
     method: &str,
@@ -300,6 +365,20 @@ fn emit(
     bytes_out: u64,
     started: Instant,
     reason: Option<String>,
+) {
+    emit_with(t, method, j, status, bytes_out, started, reason, Vec::new());
+}
+
+#[allow(clippy::too_many_arguments)] // the parts of one audit record
+fn emit_with(
+    t: &H2Tunnel,
+    method: &str,
+    j: &Judged,
+    status: Option<u16>,
+    bytes_out: u64,
+    started: Instant,
+    reason: Option<String>,
+    credentials: Vec<String>,
 ) {
     t.shared
         .audit
@@ -328,7 +407,7 @@ fn emit(
             bytes_in: 0,
             bytes_out,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            credentials: Vec::new(),
+            credentials,
         }));
 }
 

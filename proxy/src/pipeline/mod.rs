@@ -82,6 +82,8 @@ pub struct Shared {
     pub limits: Limits,
     /// `--allow-loopback-upstream`: policies may reach 127.0.0.0/8 (tests only).
     pub allow_loopback: bool,
+    /// Provider profiles and their secrets: which placeholder may become which secret where.
+    pub credentials: Arc<crate::credentials::Bindings>,
     /// TLS termination (the CA's leaves and the verified upstream side); `None` when the CA
     /// could not be made, and then inspected endpoints are refused with 503.
     pub tls: Option<TlsState>,
@@ -102,6 +104,7 @@ impl Shared {
         allow_loopback: bool,
         compat: Compat,
         tls: Option<TlsState>,
+        credentials: Arc<crate::credentials::Bindings>,
     ) -> Shared {
         Shared {
             policy: ArcSwap::from_pointee(policy),
@@ -112,6 +115,7 @@ impl Shared {
             allow_loopback,
             compat,
             tls,
+            credentials,
             next_id: AtomicU64::new(1),
         }
     }
@@ -185,6 +189,34 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
         )
         .await;
     }
+}
+
+/// Records a security finding (Detection Finding 2004): credential misuse, or traffic that
+/// would carry credentials uninspected.
+#[allow(clippy::too_many_arguments)] // the parts of one finding
+pub fn emit_finding(
+    shared: &Shared,
+    conn_id: u64,
+    peer: SocketAddr,
+    caller: Option<&caller::Known>,
+    dst: audit::Destination,
+    kind: &str,
+    title: String,
+    credential: Option<String>,
+    policy: Option<String>,
+) {
+    shared.audit.emit(&audit::Event::Finding(audit::Finding {
+        time: SystemTime::now(),
+        id: conn_id,
+        caller: caller.map(|c| c.audit.clone()),
+        src: peer,
+        dst,
+        kind: kind.to_string(),
+        title,
+        credential,
+        policy,
+        severity: audit::Severity::High,
+    }));
 }
 
 /// The refusal for a head that could not be read.
