@@ -722,9 +722,10 @@ fn placeholders_become_secrets_only_where_bound() {
     let origin = sluice_e2e::origin::H2Origin::start(&d1);
     let other = sluice_e2e::origin::H2Origin::start(&d2);
     let p = format!(
-        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n      - path: {}\n",
         origin.port(),
-        other.port()
+        other.port(),
+        python()
     );
     let providers = dir.write(
         "providers.yaml",
@@ -814,6 +815,44 @@ fn placeholders_become_secrets_only_where_bound() {
         "{out}"
     );
     assert_eq!(origin.received().len(), 2);
+    // A placeholder in a body to a credentialed endpoint without body rewriting never
+    // reaches the upstream, whole or split across chunks, over HTTP/1.1 and HTTP/2.
+    for http in ["--http1.1", "--http2"] {
+        let out = run(Command::new("curl")
+            .args(["-s", "--max-time", "20", http, "--cacert"])
+            .arg(&ca)
+            .args([
+                "-x",
+                &sluice.proxy_url(),
+                "-w",
+                "\n%{http_code}",
+                "--data-binary",
+                "token=openshell:resolve:env:TEST_API_KEY",
+            ])
+            .arg(format!("https://127.0.0.1:{}/v1/upload", origin.port())))
+        .1;
+        assert!(out.ends_with("403"), "{http}: {out}");
+        assert!(out.contains("credential_in_body"), "{http}: {out}");
+    }
+    let split = format!(
+        "import http.client, ssl, time\nctx = ssl.create_default_context(cafile={ca:?})\nc = http.client.HTTPSConnection('127.0.0.1', {sport}, context=ctx, timeout=20)\nc.set_tunnel('127.0.0.1', {port})\nc.putrequest('POST', '/v1/split')\nc.putheader('Transfer-Encoding', 'chunked')\nc.endheaders()\ntry:\n    for part in [b'{{\"x\": \"openshell:res', b'olve:env:TEST_API_KEY\"}}']:\n        c.send(b'%x\\r\\n%s\\r\\n' % (len(part), part))\n        time.sleep(0.3)\n    c.send(b'0\\r\\n\\r\\n')\n    print(c.getresponse().status)\nexcept Exception as e:\n    print('reset', type(e).__name__)\n",
+        ca = ca.display().to_string(),
+        port = origin.port(),
+        sport = sluice.addr().port(),
+    );
+    let (_, out, err) = run(Command::new(python()).arg("-c").arg(&split));
+    assert!(
+        out.starts_with("403") || out.starts_with("reset"),
+        "{out}{err}"
+    );
+    assert!(
+        origin
+            .received()
+            .iter()
+            .all(|r| !r["body"].as_str().unwrap_or_default().contains("openshell")),
+        "{:?}",
+        origin.received()
+    );
     // No secret in the audit log or sluice's own output.
     let audit = std::fs::read_to_string(&sluice.audit_path).unwrap();
     assert!(!audit.contains(SECRET) && !sluice.stderr().contains(SECRET));

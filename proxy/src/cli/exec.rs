@@ -368,7 +368,8 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         extra_rw: &args.rw,
         extra_ro: &args.ro,
         netns_path: netns.as_ref().map(|n| n.path.clone()),
-        env: Vec::new(),
+        // Each provider credential's variable holds its placeholder, never the value.
+        env: shared.credentials.child_env(),
         command: &args.command,
     };
     let shim = shim_binary(args.shim.as_ref());

@@ -35,6 +35,36 @@ pub enum BodyError {
     /// The upstream side stopped reading (it failed or answered early).
     #[error("upstream stopped reading the request body")]
     Abandoned,
+    /// The body carries a credential placeholder to an endpoint that may not receive one
+    /// unresolved (spec §3.5); it was stopped before that chunk went upstream.
+    #[error("a credential placeholder in the request body would reach the upstream unresolved")]
+    Placeholder,
+}
+
+/// Where decoded body bytes go: the channel to the upstream, through an optional guard that
+/// stops the body at the first credential placeholder (across chunk boundaries).
+#[derive(Debug)]
+pub struct BodySink {
+    tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
+    guard: Option<crate::credentials::BodyGuard>,
+}
+
+impl BodySink {
+    pub fn new(tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>, guard: bool) -> BodySink {
+        BodySink {
+            tx,
+            guard: guard.then(crate::credentials::BodyGuard::new),
+        }
+    }
+
+    async fn data(&mut self, chunk: Bytes) -> Result<(), BodyError> {
+        if let Some(g) = self.guard.as_mut()
+            && g.feed(&chunk)
+        {
+            return Err(BodyError::Placeholder);
+        }
+        send(&self.tx, Frame::data(chunk)).await
+    }
 }
 
 /// The request body as hyper sees it: frames arriving from the connection task.
@@ -100,16 +130,16 @@ pub async fn pump<R: AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
     framing: BodyFraming,
-    tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
+    mut sink: BodySink,
 ) -> Result<u64, BodyError> {
     let result = match framing {
         BodyFraming::None => Ok(0),
-        BodyFraming::Length(n) => pump_length(reader, buf, n, &tx).await,
-        BodyFraming::Chunked => pump_chunked(reader, buf, &tx).await,
+        BodyFraming::Length(n) => pump_length(reader, buf, n, &mut sink).await,
+        BodyFraming::Chunked => pump_chunked(reader, buf, &mut sink).await,
     };
     if let Err(e) = &result {
         // Tell the upstream side the body is broken, so it does not wait forever.
-        let _ = tx.send(Err(e.clone())).await;
+        let _ = sink.tx.send(Err(e.clone())).await;
     }
     result
 }
@@ -134,7 +164,7 @@ async fn pump_length<R: AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
     mut remaining: u64,
-    tx: &mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
+    sink: &mut BodySink,
 ) -> Result<u64, BodyError> {
     let total = remaining;
     while remaining > 0 {
@@ -147,7 +177,7 @@ async fn pump_length<R: AsyncRead + Unpin>(
             .min(FRAME);
         let chunk = buf.split_to(take).freeze();
         remaining -= take as u64;
-        send(tx, Frame::data(chunk)).await?;
+        sink.data(chunk).await?;
     }
     Ok(total)
 }
@@ -175,7 +205,7 @@ async fn line<R: AsyncRead + Unpin>(
 async fn pump_chunked<R: AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
-    tx: &mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
+    sink: &mut BodySink,
 ) -> Result<u64, BodyError> {
     let mut total = 0u64;
     loop {
@@ -204,7 +234,7 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
                 .min(FRAME);
             let chunk = buf.split_to(take).freeze();
             size -= take as u64;
-            send(tx, Frame::data(chunk)).await?;
+            sink.data(chunk).await?;
         }
         while buf.len() < 2 {
             fill(reader, buf).await?;
@@ -237,7 +267,7 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
         trailers.append(name, value);
     }
     if !trailers.is_empty() {
-        send(tx, Frame::trailers(trailers)).await?;
+        send(&sink.tx, Frame::trailers(trailers)).await?;
     }
     Ok(total)
 }
@@ -255,7 +285,7 @@ mod tests {
         let mut buf = BytesMut::new();
         let mut r = input;
         let collect = tokio::spawn(async move { body.collect().await });
-        let res = pump(&mut r, &mut buf, framing, tx).await;
+        let res = pump(&mut r, &mut buf, framing, BodySink::new(tx, true)).await;
         let (data, trailers) = match collect.await.unwrap() {
             Ok(c) => {
                 let t = c.trailers().cloned();

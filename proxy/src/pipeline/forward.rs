@@ -622,6 +622,13 @@ where
     rec.ip = Some(upstream.addr.ip());
 
     let framing = head.framing();
+    // A credentialed endpoint that does not opt in to body rewriting must never receive a
+    // placeholder in a body (spec §3.5); bodies elsewhere pass as they are.
+    let body_rewrite = admission
+        .endpoints
+        .iter()
+        .any(|r| policy.endpoint(*r).request_body_credential_rewrite);
+    let guard_body = !body_rewrite && shared.credentials.is_credentialed(&host, port);
     let expect_continue = head
         .header("expect")
         .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
@@ -657,7 +664,7 @@ where
     let (done_tx, done_rx) = oneshot::channel::<()>();
     let pump = async {
         let result = match tx {
-            Some(tx) => body::pump(rd, buf, framing, tx).await,
+            Some(tx) => body::pump(rd, buf, framing, body::BodySink::new(tx, guard_body)).await,
             None => Ok(0),
         };
         let _ = done_tx.send(());
@@ -730,6 +737,28 @@ where
         Err(Exchange::Failed(e)) => {
             upstreams.remove(&key);
             let refusal = match &pumped {
+                Some(Err(body::BodyError::Placeholder)) => {
+                    super::emit_finding(
+                        shared,
+                        conn.id,
+                        conn.peer,
+                        Some(known),
+                        audit::Destination {
+                            host: host.clone(),
+                            port,
+                            ip: rec.ip,
+                        },
+                        "openshell.credentials.traffic_uninspectable",
+                        format!("request body with a credential placeholder stopped before {hp}"),
+                        None,
+                        rec.policy.clone(),
+                    );
+                    Refusal::new(
+                        403,
+                        "credential_in_body",
+                        "a credential placeholder in the request body would reach the upstream unresolved; this endpoint does not allow body rewriting (request_body_credential_rewrite)",
+                    )
+                }
                 Some(Err(body_err)) => {
                     Refusal::new(400, "bad_request", format!("request body: {body_err}"))
                 }

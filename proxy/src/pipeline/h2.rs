@@ -33,6 +33,53 @@ use crate::policy::decide::Admission;
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
+/// A client request body on its way upstream, stopped at the first credential placeholder
+/// when the destination must not receive one unresolved (spec §3.5).
+#[derive(Debug)]
+pub struct Guarded {
+    inner: Incoming,
+    guard: Option<credentials::BodyGuard>,
+    tripped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl http_body::Body for Guarded {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        use std::task::Poll;
+        match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let this = &mut *self;
+                if let (Some(g), Some(data)) = (this.guard.as_mut(), frame.data_ref())
+                    && g.feed(data)
+                {
+                    this.tripped
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    return Poll::Ready(Some(Err(
+                        "credential placeholder in the request body".into()
+                    )));
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// What every stream of one HTTP/2 tunnel shares.
 #[derive(Debug)]
 pub struct H2Tunnel {
@@ -113,7 +160,7 @@ fn names_tunnel(authority: &str, host: &str, port: u16) -> bool {
 
 async fn handle(
     t: &H2Tunnel,
-    mut sender: SendRequest<Incoming>,
+    mut sender: SendRequest<Guarded>,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let started = Instant::now();
@@ -276,6 +323,18 @@ async fn handle(
         }
         up = up.header(name.as_str(), value.as_slice());
     }
+    let body_rewrite = t
+        .admission
+        .endpoints
+        .iter()
+        .any(|r| t.policy.endpoint(*r).request_body_credential_rewrite);
+    let tripped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let body = Guarded {
+        inner: body,
+        guard: (!body_rewrite && t.shared.credentials.is_credentialed(&t.host, t.port))
+            .then(credentials::BodyGuard::new),
+        tripped: Arc::clone(&tripped),
+    };
     let upstream_req = match up.body(body) {
         Ok(r) => r,
         Err(e) => {
@@ -295,6 +354,38 @@ async fn handle(
     let timeout = t.shared.limits.upstream_timeout;
     let response = match tokio::time::timeout(timeout, sender.send_request(upstream_req)).await {
         Ok(Ok(r)) => r,
+        Ok(Err(_)) if tripped.load(std::sync::atomic::Ordering::Relaxed) => {
+            super::emit_finding(
+                &t.shared,
+                t.conn_id,
+                t.peer,
+                Some(&t.known),
+                audit::Destination {
+                    host: t.host.clone(),
+                    port: t.port,
+                    ip: Some(t.addr.ip()),
+                },
+                "openshell.credentials.traffic_uninspectable",
+                format!("request body with a credential placeholder stopped before {hp}"),
+                None,
+                Some(judged.policy.clone()),
+            );
+            let refusal = Refusal::new(
+                403,
+                "credential_in_body",
+                "a credential placeholder in the request body would reach the upstream unresolved; this endpoint does not allow body rewriting (request_body_credential_rewrite)",
+            );
+            emit(
+                t,
+                &method,
+                &judged,
+                Some(403),
+                0,
+                started,
+                Some(refusal.detail.clone()),
+            );
+            return refusal_response(&refusal);
+        }
         Ok(Err(e)) => {
             let refusal = Refusal::new(
                 502,
