@@ -862,3 +862,41 @@ fn placeholders_become_secrets_only_where_bound() {
     );
     assert_events_valid(&sluice);
 }
+
+#[test]
+fn the_demo_shows_a_swap_and_two_refusals() {
+    let (code, out, err) = run(Command::new(sluice_e2e::sluice_bin()).arg("demo"));
+    assert_eq!(code, 0, "{out}\n{err}");
+    let step = |n: &str| {
+        let start = out
+            .find(n)
+            .unwrap_or_else(|| panic!("no step {n} in:\n{out}"));
+        out[start..]
+            .split("\n\n")
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let one = step("1. ");
+    assert!(one.contains("client got 200"), "{one}");
+    assert!(
+        one.contains("origin got GET /v1/hello Authorization: Bearer demo-"),
+        "{one}"
+    );
+    assert!(
+        one.contains("credentials_injected:demo-api/api-key"),
+        "{one}"
+    );
+    let two = step("2. ");
+    assert!(
+        two.contains("client got 403") && two.contains("origin got nothing"),
+        "{two}"
+    );
+    assert!(two.contains("HTTP:DELETE [MED] DENIED"), "{two}");
+    let three = step("3. ");
+    assert!(
+        three.contains("403 Forbidden") && three.contains("origin got nothing"),
+        "{three}"
+    );
+    assert!(three.contains("NET:OPEN [MED] DENIED"), "{three}");
+}

@@ -4,6 +4,7 @@
 //! codes: 0 success; 1 the input was refused (a policy with errors, a malformed batch line);
 //! 2 usage errors (unknown flags, missing arguments).
 
+mod demo;
 mod exec;
 mod policy;
 mod run;
@@ -31,6 +32,8 @@ enum Command {
     Run(run::RunArgs),
     /// Run a command confined by sluice-shim, with sluice as its only way out.
     Exec(exec::ExecArgs),
+    /// An offline tour: a local origin, a placeholder swapped for a secret, two refusals.
+    Demo,
     /// Check, explain and show policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -56,6 +59,10 @@ impl From<CompatArg> for Compat {
 }
 
 pub fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if demo::is_client_invocation(&args) {
+        return demo::client(&args[2..]);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -67,6 +74,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Exec(args) => exec::exec(args),
+        Command::Demo => demo::demo(),
         Command::Policy(cmd) => policy::run(cmd),
     }
 }

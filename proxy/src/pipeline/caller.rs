@@ -81,7 +81,14 @@ fn audit_cmdline(argv: &[String]) -> Vec<String> {
 fn known(id: &Identity) -> Known {
     Known {
         exe: id.exe.clone(),
-        ancestors: id.ancestors.iter().map(|a| a.exe.clone()).collect(),
+        // An ancestor whose exe the kernel would not show (pid 1 in some sandboxes) matches
+        // nothing and says nothing: left out.
+        ancestors: id
+            .ancestors
+            .iter()
+            .filter(|a| !a.exe.is_empty())
+            .map(|a| a.exe.clone())
+            .collect(),
         cmdline_paths: id.cmdline_paths.clone(),
         audit: audit::Caller {
             process: audit::Process {

@@ -106,7 +106,13 @@ pub fn judge(
             )
             .with_reason(decision.reason.clone())
             .with("policy", judged.policy.clone())
-            .with("rule", judged.rule.clone().unwrap_or_default())
+            .with(
+                "rule",
+                judged
+                    .rule
+                    .clone()
+                    .map_or(serde_json::Value::Null, serde_json::Value::from),
+            )
             .with("method", method_up.clone())
             .with("path", shown_path)
             .with("binary", known.exe.clone())
