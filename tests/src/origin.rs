@@ -443,3 +443,62 @@ impl Drop for H2Origin {
         let _ = self.child.wait();
     }
 }
+
+/// A static HTTPS file server (Python) for a directory: a dumb-HTTP git remote, a simple
+/// package index. Listens on 127.0.0.1; its certificate is for `origin.test` among others.
+#[derive(Debug)]
+pub struct StaticHttpsOrigin {
+    pub addr: SocketAddr,
+    /// The CA that signed the origin's certificate.
+    pub cert: PathBuf,
+    child: Child,
+}
+
+const STATIC_ORIGIN: &str = r#"
+import functools, http.server, ssl, sys
+H = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[3])
+H.log_message = lambda *a: None
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+
+impl StaticHttpsOrigin {
+    pub fn start(cert_dir: &Path, root: &Path) -> StaticHttpsOrigin {
+        let (ca, cert, key) = make_cert(cert_dir);
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(STATIC_ORIGIN)
+            .arg(&cert)
+            .arg(&key)
+            .arg(root)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the static origin");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("origin stdout");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("origin port");
+        let port: u16 = line.trim().parse().expect("origin printed its port");
+        StaticHttpsOrigin {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            cert: ca,
+            child,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+impl Drop for StaticHttpsOrigin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,317 @@
+//! End-to-end tests of `sluice exec`: the real sluice and sluice-shim binaries running real
+//! programs (curl, git, pip, Python) confined, with local origins on loopback reached through
+//! sluice under a test name (`origin.test`, resolved by `--resolve`). Needs root (the shim
+//! drops to uid 65534; `--netns` makes a network namespace).
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use sluice_e2e::origin::{H2Origin, StaticHttpsOrigin};
+use sluice_e2e::proxy::{TempDir, privileged};
+use sluice_e2e::sluice_bin;
+
+const SECRET: &str = "s3cr3t-EXEC-91bd44";
+
+/// A directory the confined command (uid 65534) may write.
+fn workdir(dir: &TempDir, name: &str) -> std::path::PathBuf {
+    let w = dir.path().join(name);
+    std::fs::create_dir_all(&w).unwrap();
+    std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The temporary parent must be traversable too.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    w
+}
+
+fn realpath(p: &str) -> String {
+    std::fs::canonicalize(p).map_or_else(|_| p.to_string(), |p| p.display().to_string())
+}
+
+/// `sluice exec` with the policy text, extra flags, sluice's environment and the command.
+fn exec(
+    dir: &TempDir,
+    cwd: &Path,
+    policy: &str,
+    flags: &[String],
+    env: &[(&str, &str)],
+    cmd: &[&str],
+) -> (i32, String, String) {
+    let policy_path = dir.write("policy.yaml", policy);
+    let mut c = Command::new(sluice_bin());
+    c.arg("exec")
+        .arg("--policy")
+        .arg(&policy_path)
+        .arg("--audit-log")
+        .arg(dir.path().join("audit.jsonl"))
+        .args(flags)
+        .arg("--")
+        .args(cmd)
+        .current_dir(cwd);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("run sluice exec");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn base_flags(origin_port: u16, ca: &Path) -> Vec<String> {
+    let _ = origin_port;
+    vec![
+        "--allow-loopback-upstream".into(),
+        "--resolve".into(),
+        "origin.test=127.0.0.1".into(),
+        "--upstream-ca".into(),
+        ca.display().to_string(),
+    ]
+}
+
+#[test]
+fn the_secret_is_injected_and_the_child_only_ever_sees_the_placeholder() {
+    if !privileged("the_secret_is_injected_and_the_child_only_ever_sees_the_placeholder") {
+        return;
+    }
+    let dir = TempDir::new("exec-creds");
+    let origin = H2Origin::start(dir.path());
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: origin.test, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        origin.port()
+    );
+    let providers = dir.write(
+        "providers.yaml",
+        &format!("id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\nendpoints:\n  - host: origin.test\n    port: {}\n", origin.port()),
+    );
+    let mut flags = base_flags(origin.port(), &origin.cert);
+    flags.extend(["--providers".to_string(), providers.display().to_string()]);
+    let cwd = workdir(&dir, "work");
+    let script = format!(
+        "env | grep TEST_API_KEY; curl -sS --max-time 20 -H \"Authorization: Bearer $TEST_API_KEY\" https://origin.test:{}/v1/x",
+        origin.port()
+    );
+    let (code, out, err) = exec(
+        &dir,
+        &cwd,
+        &policy,
+        &flags,
+        &[("TEST_API_KEY", SECRET)],
+        &["/bin/sh", "-c", &script],
+    );
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        out.contains("TEST_API_KEY=openshell:resolve:env:TEST_API_KEY"),
+        "{out}"
+    );
+    assert!(
+        !out.contains(SECRET) && !err.contains(SECRET),
+        "the child or sluice's output showed the secret:\n{out}\n{err}"
+    );
+    assert!(
+        out.contains("proto=") && out.contains("path=/v1/x"),
+        "{out}"
+    );
+    let got = origin.received();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        got[0]["headers"]["authorization"],
+        format!("Bearer {SECRET}")
+    );
+    let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+    assert!(!audit.contains(SECRET));
+}
+
+#[test]
+fn in_its_own_network_namespace_the_child_has_no_way_out_but_sluice() {
+    if !privileged("in_its_own_network_namespace_the_child_has_no_way_out_but_sluice") {
+        return;
+    }
+    let dir = TempDir::new("exec-netns");
+    let origin = H2Origin::start(dir.path());
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: origin.test, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        origin.port()
+    );
+    let mut flags = base_flags(origin.port(), &origin.cert);
+    flags.push("--netns".into());
+    let cwd = workdir(&dir, "work");
+    // UDP (DNS-like) and raw TCP to an address outside: both must fail. 192.0.2.1 is a
+    // documentation address; inside the namespace there is no route to anything anyway.
+    let probe = "import socket\nfor name, f in [('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('192.0.2.1', 53))), ('tcp', lambda: socket.create_connection(('192.0.2.1', 443), timeout=3))]:\n    try:\n        f()\n        print(name, 'SENT')\n    except OSError as e:\n        print(name, 'failed', e.errno)\n";
+    // The child's environment is built from scratch, so the probe travels as a file.
+    std::fs::write(cwd.join("probe.py"), probe).unwrap();
+    let script = format!(
+        "/usr/bin/python3 probe.py; curl -sS --max-time 20 https://origin.test:{}/through-sluice",
+        origin.port()
+    );
+    let mut c = vec!["/bin/sh", "-c"];
+    c.push(&script);
+    let policy_path = dir.write("policy.yaml", &policy);
+    let out = Command::new(sluice_bin())
+        .arg("exec")
+        .arg("--policy")
+        .arg(&policy_path)
+        .arg("--audit-log")
+        .arg(dir.path().join("audit.jsonl"))
+        .args(&flags)
+        .arg("--")
+        .args(&c)
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(stdout.contains("udp failed"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("tcp failed"), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("SENT"), "{stdout}");
+    // ... while sluice, listening inside the namespace, still carries allowed traffic.
+    assert!(
+        stdout.contains("path=/through-sluice"),
+        "{stdout}\n{stderr}"
+    );
+}
+
+#[test]
+fn git_clones_over_https_under_exec() {
+    if !privileged("git_clones_over_https_under_exec") {
+        return;
+    }
+    let dir = TempDir::new("exec-git");
+    let served = dir.path().join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let git = |args: &[&str], cwd: &Path| {
+        let s = Command::new("git")
+            .args(args)
+            .current_dir(cwd)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .output()
+            .unwrap();
+        assert!(
+            s.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&s.stderr)
+        );
+    };
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    git(&["init", "-q", "-b", "main"], &src);
+    std::fs::write(src.join("README"), "cloned through sluice\n").unwrap();
+    git(&["add", "README"], &src);
+    git(&["commit", "-q", "-m", "first"], &src);
+    git(
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            src.to_str().unwrap(),
+            served.join("repo.git").to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    git(&["update-server-info"], &served.join("repo.git"));
+    let cert_dir = dir.path().join("certs");
+    std::fs::create_dir_all(&cert_dir).unwrap();
+    let origin = StaticHttpsOrigin::start(&cert_dir, &served);
+    let git_bin = realpath(
+        &String::from_utf8_lossy(
+            &Command::new("sh")
+                .args(["-c", "command -v git"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .trim()
+        .to_string(),
+    );
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  git:\n    endpoints:\n      - {{host: origin.test, port: {}, protocol: rest, enforcement: enforce, access: read-only}}\n    binaries:\n      - path: {git_bin}\n",
+        origin.port()
+    );
+    let cwd = workdir(&dir, "work");
+    let url = format!("https://origin.test:{}/repo.git", origin.port());
+    let (code, out, err) = exec(
+        &dir,
+        &cwd,
+        &policy,
+        &base_flags(origin.port(), &origin.cert),
+        &[],
+        &[&git_bin, "clone", "-q", &url, "cloned"],
+    );
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(
+        std::fs::read_to_string(cwd.join("cloned/README")).unwrap(),
+        "cloned through sluice\n"
+    );
+}
+
+#[test]
+fn pip_downloads_from_a_local_index_under_exec() {
+    if !privileged("pip_downloads_from_a_local_index_under_exec") {
+        return;
+    }
+    let dir = TempDir::new("exec-pip");
+    let served = dir.path().join("served");
+    let simple = served.join("simple").join("demo-pkg");
+    std::fs::create_dir_all(&simple).unwrap();
+    std::fs::create_dir_all(served.join("files")).unwrap();
+    // A minimal wheel, made by Python's zipfile.
+    let wheel = served.join("files").join("demo_pkg-0.1-py3-none-any.whl");
+    let make = format!(
+        "import zipfile\nz = zipfile.ZipFile({w:?}, 'w')\nz.writestr('demo_pkg/__init__.py', 'X = 1\\n')\nz.writestr('demo_pkg-0.1.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: demo-pkg\\nVersion: 0.1\\n')\nz.writestr('demo_pkg-0.1.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\nz.writestr('demo_pkg-0.1.dist-info/RECORD', '')\nz.close()\n",
+        w = wheel.display().to_string()
+    );
+    assert!(
+        Command::new("python3")
+            .arg("-c")
+            .arg(&make)
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::write(
+        simple.join("index.html"),
+        "<!DOCTYPE html><html><body><a href=\"../../files/demo_pkg-0.1-py3-none-any.whl\">demo_pkg-0.1-py3-none-any.whl</a></body></html>\n",
+    )
+    .unwrap();
+    let cert_dir = dir.path().join("certs");
+    std::fs::create_dir_all(&cert_dir).unwrap();
+    let origin = StaticHttpsOrigin::start(&cert_dir, &served);
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  index:\n    endpoints:\n      - {{host: origin.test, port: {}, protocol: rest, enforcement: enforce, access: read-only}}\n    binaries:\n      - path: /usr/bin/python3\n",
+        origin.port()
+    );
+    let cwd = workdir(&dir, "work");
+    let index = format!("https://origin.test:{}/simple/", origin.port());
+    let (code, out, err) = exec(
+        &dir,
+        &cwd,
+        &policy,
+        &base_flags(origin.port(), &origin.cert),
+        &[],
+        &[
+            "/usr/bin/python3",
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--index-url",
+            &index,
+            "-d",
+            "downloads",
+            "demo-pkg",
+        ],
+    );
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        cwd.join("downloads/demo_pkg-0.1-py3-none-any.whl")
+            .is_file(),
+        "{out}\n{err}"
+    );
+}
