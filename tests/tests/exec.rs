@@ -219,17 +219,8 @@ fn git_clones_over_https_under_exec() {
     let cert_dir = dir.path().join("certs");
     std::fs::create_dir_all(&cert_dir).unwrap();
     let origin = StaticHttpsOrigin::start(&cert_dir, &served);
-    let git_bin = realpath(
-        &String::from_utf8_lossy(
-            &Command::new("sh")
-                .args(["-c", "command -v git"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .trim()
-        .to_string(),
-    );
+    let which = Command::new("sh").args(["-c", "command -v git"]).output().unwrap();
+    let git_bin = realpath(String::from_utf8_lossy(&which.stdout).trim());
     let policy = format!(
         "version: 1\nnetwork_policies:\n  git:\n    endpoints:\n      - {{host: origin.test, port: {}, protocol: rest, enforcement: enforce, access: read-only}}\n    binaries:\n      - path: {git_bin}\n",
         origin.port()
