@@ -219,7 +219,10 @@ fn git_clones_over_https_under_exec() {
     let cert_dir = dir.path().join("certs");
     std::fs::create_dir_all(&cert_dir).unwrap();
     let origin = StaticHttpsOrigin::start(&cert_dir, &served);
-    let which = Command::new("sh").args(["-c", "command -v git"]).output().unwrap();
+    let which = Command::new("sh")
+        .args(["-c", "command -v git"])
+        .output()
+        .unwrap();
     let git_bin = realpath(String::from_utf8_lossy(&which.stdout).trim());
     let policy = format!(
         "version: 1\nnetwork_policies:\n  git:\n    endpoints:\n      - {{host: origin.test, port: {}, protocol: rest, enforcement: enforce, access: read-only}}\n    binaries:\n      - path: {git_bin}\n",
@@ -305,4 +308,59 @@ fn pip_downloads_from_a_local_index_under_exec() {
             .is_file(),
         "{out}\n{err}"
     );
+}
+
+#[test]
+fn doctor_checks_the_clients_outside_and_inside_exec() {
+    let (_, out, err) = {
+        let o = Command::new(sluice_bin()).arg("doctor").output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    assert!(
+        out.contains("started a sluice on 127.0.0.1:"),
+        "{out}\n{err}"
+    );
+    for tool in ["curl", "python urllib", "git"] {
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(tool))
+            .unwrap_or_else(|| panic!("no {tool} line:\n{out}"));
+        assert!(line.ends_with(" ok"), "{line}\n{out}");
+    }
+    // A failing client gets the settings it needs.
+    for line in out.lines().filter(|l| l.contains("FAILED")) {
+        let next = out
+            .lines()
+            .skip_while(|l| *l != line)
+            .nth(1)
+            .unwrap_or_default();
+        assert!(next.contains("fix:"), "{line} without advice:\n{out}");
+    }
+    if !privileged("doctor_checks_the_clients_outside_and_inside_exec") {
+        return;
+    }
+    let dir = TempDir::new("exec-doctor");
+    let cwd = workdir(&dir, "work");
+    let bin = sluice_bin().display().to_string();
+    let (_, out, err) = exec(
+        &dir,
+        &cwd,
+        "version: 1\nnetwork_policies: {}\n",
+        &[],
+        &[],
+        &[&bin, "doctor"],
+    );
+    assert!(
+        out.contains("checking the proxy in the environment"),
+        "{out}\n{err}"
+    );
+    let curl = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("curl"))
+        .unwrap_or_default();
+    assert!(curl.ends_with(" ok"), "{out}\n{err}");
 }

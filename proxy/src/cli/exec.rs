@@ -167,6 +167,19 @@ pub fn shim_args(i: &ShimInputs<'_>) -> Vec<String> {
     a
 }
 
+/// npm reads its own settings: without these it ignores the proxy variables and
+/// NODE_EXTRA_CA_CERTS (measured with npm 11).
+pub fn npm_env(proxy_url: &str, bundle: &Path) -> Vec<(String, String)> {
+    vec![
+        ("npm_config_proxy".to_string(), proxy_url.to_string()),
+        ("npm_config_https_proxy".to_string(), proxy_url.to_string()),
+        (
+            "npm_config_cafile".to_string(),
+            bundle.display().to_string(),
+        ),
+    ]
+}
+
 /// `cmd` as an absolute path: itself if it has a `/`, else the first match on PATH.
 fn resolve_command(cmd: &str) -> Option<PathBuf> {
     if cmd.contains('/') {
@@ -369,7 +382,11 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         extra_ro: &args.ro,
         netns_path: netns.as_ref().map(|n| n.path.clone()),
         // Each provider credential's variable holds its placeholder, never the value.
-        env: shared.credentials.child_env(),
+        env: {
+            let mut env = shared.credentials.child_env();
+            env.extend(npm_env(&format!("http://{proxy_addr}"), &ca_bundle));
+            env
+        },
         command: &args.command,
     };
     let shim = shim_binary(args.shim.as_ref());

@@ -5,6 +5,7 @@
 //! 2 usage errors (unknown flags, missing arguments).
 
 mod demo;
+mod doctor;
 mod exec;
 mod policy;
 mod run;
@@ -34,6 +35,8 @@ enum Command {
     Exec(exec::ExecArgs),
     /// An offline tour: a local origin, a placeholder swapped for a secret, two refusals.
     Demo,
+    /// Check that curl, Python, git, pip, npm and Node reach the network through sluice.
+    Doctor,
     /// Check, explain and show policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -75,6 +78,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Exec(args) => exec::exec(args),
         Command::Demo => demo::demo(),
+        Command::Doctor => doctor::doctor(),
         Command::Policy(cmd) => policy::run(cmd),
     }
 }

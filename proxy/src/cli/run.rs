@@ -93,6 +93,25 @@ pub struct RunArgs {
     pub max_head_bytes: usize,
 }
 
+impl RunArgs {
+    /// The arguments `sluice doctor` runs its own sluice with: the default policy, CA files
+    /// in `ca_dir`, no audit file.
+    pub fn for_doctor(ca_dir: std::path::PathBuf) -> RunArgs {
+        #[derive(clap::Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        use clap::Parser;
+        let dir = ca_dir.display().to_string();
+        match Wrap::try_parse_from(["sluice", "--ca-dir", &dir, "--audit-log", "/dev/null"]) {
+            Ok(w) => w.run,
+            // The flags above are all valid; clap cannot refuse them.
+            Err(_) => Wrap::parse_from(["sluice"]).run,
+        }
+    }
+}
+
 /// `10s`, `500ms`, `2m`, `1h`, or a number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();

@@ -160,6 +160,12 @@ pub async fn run(
         }
     };
     ctx.host.clone_from(&host);
+    if host == super::doctor::HOST {
+        // Answered by sluice itself, whatever the policy: it proves the way through sluice
+        // and the trust in its CA, and reaches nothing.
+        super::doctor::tunnel(shared, rd, wr, buf).await;
+        return;
+    }
     let known = match &caller {
         Ok(k) => k,
         Err(e) => {

@@ -409,6 +409,12 @@ where
                 }
             };
             rec.host.clone_from(&host);
+            if host == super::doctor::HOST {
+                let _ = wr
+                    .write_all(&super::doctor::plain_response(&rec.path))
+                    .await;
+                return Step { keep_alive: false };
+            }
             if let Some(h) = head.header("host")
                 && !host_matches(h, &host, target.port, 80)
             {

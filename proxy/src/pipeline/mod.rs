@@ -10,6 +10,7 @@
 pub mod caller;
 pub mod connect;
 pub mod destination;
+pub mod doctor;
 pub mod forward;
 pub mod h2;
 pub mod inspect;

@@ -1,0 +1,222 @@
+//! `sluice doctor`: does each common client reach the network through sluice, trusting its
+//! CA? For curl, Python (urllib, requests), git, pip, npm and Node, when installed, it asks
+//! `https://doctor.sluice.internal/<tool>` (answered by sluice itself) with the proxy and CA
+//! settings of the environment, and prints, for each one that fails, what to set.
+//!
+//! Inside `sluice exec` (the proxy variables are set) it checks the running sluice. Outside,
+//! it starts a sluice of its own on loopback and gives the tools the environment `sluice
+//! exec` would give them.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::run::{RunArgs, prepare};
+use crate::listen;
+use crate::pipeline::doctor::{HOST, OK_TEXT};
+
+struct Check {
+    name: &'static str,
+    /// The program that must exist for the check to run.
+    needs: &'static str,
+    /// Shell command; `$URL` is the doctor URL for this tool.
+    command: &'static str,
+    /// Text in stdout or stderr that proves the request arrived.
+    proof: &'static str,
+    advice: &'static str,
+}
+
+const CHECKS: &[Check] = &[
+    Check {
+        name: "curl",
+        needs: "curl",
+        command: "curl -sS --max-time 15 \"$URL\"",
+        proof: "sluice doctor",
+        advice: "set https_proxy/HTTPS_PROXY=http://<sluice> and CURL_CA_BUNDLE (or SSL_CERT_FILE) to sluice's ca-bundle.pem",
+    },
+    Check {
+        name: "python urllib",
+        needs: "python3",
+        command: "python3 -c \"import urllib.request, sys; print(urllib.request.urlopen(sys.argv[1], timeout=15).read().decode())\" \"$URL\"",
+        proof: "sluice doctor",
+        advice: "set https_proxy and SSL_CERT_FILE to sluice's ca-bundle.pem",
+    },
+    Check {
+        name: "python requests",
+        needs: "python3",
+        command: "python3 -c \"import requests, sys; print(requests.get(sys.argv[1], timeout=15).text)\" \"$URL\" 2>&1 || python3 -c 'import requests' 2>/dev/null || echo NOT-INSTALLED",
+        proof: "sluice doctor",
+        advice: "set REQUESTS_CA_BUNDLE to sluice's ca-bundle.pem (requests ignores SSL_CERT_FILE) and https_proxy",
+    },
+    Check {
+        name: "git",
+        needs: "git",
+        command: "git ls-remote \"$URL/repo.git\" && echo git-reached-sluice",
+        proof: "git-reached-sluice",
+        advice: "set GIT_SSL_CAINFO to sluice's ca-bundle.pem and https_proxy (or git config http.proxy)",
+    },
+    Check {
+        name: "pip",
+        needs: "python3",
+        command: "python3 -m pip --version >/dev/null 2>&1 || { echo NOT-INSTALLED; exit 0; }; python3 -m pip download --no-deps --disable-pip-version-check --index-url \"$URL/simple/\" -d \"${TMPDIR:-/tmp}/sluice-doctor-pip\" doctor-probe 2>&1",
+        proof: "No matching distribution",
+        advice: "set PIP_CERT (or REQUESTS_CA_BUNDLE) to sluice's ca-bundle.pem and https_proxy",
+    },
+    Check {
+        name: "npm",
+        needs: "npm",
+        command: "npm view doctor-probe description --registry \"$URL/\" 2>&1",
+        proof: "sluice doctor",
+        advice: "npm reads neither HTTPS_PROXY nor NODE_EXTRA_CA_CERTS here: set npm_config_https_proxy=http://<sluice> and npm_config_cafile to sluice's ca-bundle.pem",
+    },
+    Check {
+        name: "node",
+        needs: "node",
+        command: "node -e \"fetch(process.argv[1]).then(r => r.text()).then(t => console.log(t)).catch(e => { console.error(String(e.cause || e)); process.exit(1); })\" \"$URL\" 2>&1",
+        proof: "sluice doctor",
+        advice: "set NODE_EXTRA_CA_CERTS to sluice's ca.pem; Node's fetch uses proxy variables only from Node 22.21/24.5 on with NODE_USE_ENV_PROXY=1 (older Node: use undici's EnvHttpProxyAgent)",
+    },
+];
+
+fn installed(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The variables `sluice exec` gives a command (the shim's set), for a proxy and CA files.
+fn exec_like_env(proxy: &str, ca: &PathBuf, bundle: &PathBuf) -> Vec<(String, String)> {
+    let url = format!("http://{proxy}");
+    let mut env = Vec::new();
+    for k in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"] {
+        env.push((k.to_string(), url.clone()));
+    }
+    for k in ["NO_PROXY", "no_proxy"] {
+        env.push((k.to_string(), "localhost,127.0.0.1,::1".to_string()));
+    }
+    let b = bundle.display().to_string();
+    for k in [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "PIP_CERT",
+        "CARGO_HTTP_CAINFO",
+        "AWS_CA_BUNDLE",
+    ] {
+        env.push((k.to_string(), b.clone()));
+    }
+    env.push(("NODE_EXTRA_CA_CERTS".to_string(), ca.display().to_string()));
+    env.extend(super::exec::npm_env(&url, bundle));
+    env.push(("NODE_USE_ENV_PROXY".to_string(), "1".to_string()));
+    env
+}
+
+pub fn doctor() -> ExitCode {
+    let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    else {
+        return ExitCode::from(1);
+    };
+    runtime.block_on(run_checks())
+}
+
+async fn run_checks() -> ExitCode {
+    let inside = std::env::var("https_proxy")
+        .or_else(|_| std::env::var("HTTPS_PROXY"))
+        .ok();
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut cleanup = None;
+    match &inside {
+        Some(p) => println!("sluice doctor: checking the proxy in the environment ({p})"),
+        None => {
+            let dir = std::env::temp_dir().join(format!("sluice-doctor-{}", std::process::id()));
+            let args = RunArgs::for_doctor(dir.clone());
+            let prepared = match prepare(&args).await {
+                Ok(p) => p,
+                Err(code) => return code,
+            };
+            let Some((ca, bundle)) = prepared.ca_files.clone() else {
+                eprintln!("sluice doctor: TLS is unavailable in this sluice");
+                return ExitCode::from(1);
+            };
+            let listener = match listen::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0))) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("sluice doctor: cannot listen: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let Ok(addr) = listener.local_addr() else {
+                return ExitCode::from(1);
+            };
+            tokio::spawn(listen::accept_loop(listener, Arc::clone(&prepared.shared)));
+            println!(
+                "sluice doctor: started a sluice on {addr}; the tools get the environment `sluice exec` would give them"
+            );
+            env = exec_like_env(&addr.to_string(), &ca, &bundle);
+            cleanup = Some(dir);
+        }
+    }
+    let mut failed = 0;
+    println!();
+    for check in CHECKS {
+        if !installed(check.needs) {
+            println!("  {:<16} not installed", check.name);
+            continue;
+        }
+        let url = format!("https://{HOST}/{}", check.name.replace(' ', "-"));
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(check.command).env("URL", &url);
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            tokio::task::spawn_blocking(move || cmd.output()),
+        )
+        .await;
+        let text = match out {
+            Ok(Ok(Ok(o))) => format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            _ => "timed out".to_string(),
+        };
+        if text.contains("NOT-INSTALLED") {
+            println!("  {:<16} not installed", check.name);
+        } else if text.contains(check.proof) || text.contains(OK_TEXT.trim()) {
+            println!("  {:<16} ok", check.name);
+        } else {
+            failed += 1;
+            let first = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no output")
+                .trim();
+            println!(
+                "  {:<16} FAILED: {}",
+                check.name,
+                first.chars().take(160).collect::<String>()
+            );
+            println!("  {:<16} fix: {}", "", check.advice);
+        }
+    }
+    if let Some(dir) = cleanup {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    println!();
+    if failed == 0 {
+        println!("every installed client reaches the network through sluice and trusts its CA");
+        ExitCode::SUCCESS
+    } else {
+        println!("{failed} client(s) need the settings above");
+        ExitCode::from(1)
+    }
+}
