@@ -7,7 +7,7 @@
 //! it starts a sluice of its own on loopback and gives the tools the environment `sluice
 //! exec` would give them.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,7 +89,7 @@ fn installed(program: &str) -> bool {
 }
 
 /// The variables `sluice exec` gives a command (the shim's set), for a proxy and CA files.
-fn exec_like_env(proxy: &str, ca: &PathBuf, bundle: &PathBuf) -> Vec<(String, String)> {
+fn exec_like_env(proxy: &str, ca: &Path, bundle: &Path) -> Vec<(String, String)> {
     let url = format!("http://{proxy}");
     let mut env = Vec::new();
     for k in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"] {
