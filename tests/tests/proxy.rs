@@ -900,3 +900,85 @@ fn the_demo_shows_a_swap_and_two_refusals() {
     );
     assert!(three.contains("NET:OPEN [MED] DENIED"), "{three}");
 }
+
+/// A one-shot WebSocket echo server (Python, raw sockets): handshake, then echo one text
+/// frame back, then close.
+const WS_SERVER: &str = r#"
+import base64, hashlib, socket, sys
+s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(5)
+print(s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept()
+    data = b''
+    while b'\r\n\r\n' not in data:
+        data += c.recv(4096)
+    head, rest = data.split(b'\r\n\r\n', 1)
+    key = [l.split(b':', 1)[1].strip() for l in head.split(b'\r\n') if l.lower().startswith(b'sec-websocket-key')][0]
+    accept = base64.b64encode(hashlib.sha1(key + b'258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest())
+    c.sendall(b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ' + accept + b'\r\n\r\n')
+    buf = rest
+    while len(buf) < 2: buf += c.recv(4096)
+    n = buf[1] & 0x7f
+    while len(buf) < 6 + n: buf += c.recv(4096)
+    mask, payload = buf[2:6], buf[6:6+n]
+    text = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    c.sendall(bytes([0x81, len(text)]) + text)
+    c.close()
+"#;
+
+#[test]
+fn websocket_upgrades_are_judged_as_get_and_relayed_after_a_valid_101() {
+    let mut server = Command::new("python3")
+        .args(["-c", WS_SERVER])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port: u16 = line.trim().parse().unwrap();
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  ws:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, rules: [{{allow: {{method: GET, path: /ws}}}}]}}\n    binaries:\n      - path: {}\n",
+        me()
+    );
+    let sluice = Sluice::start(&p, &["--allow-loopback-upstream"]);
+    let mut s = TcpStream::connect(sluice.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut b).unwrap(),
+            1,
+            "{}",
+            String::from_utf8_lossy(&head)
+        );
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(head.contains("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), "{head}");
+    // A masked text frame out, the echo back, raw through sluice.
+    let text = b"hi over ws";
+    let mask = [1u8, 2, 3, 4];
+    let mut frame = vec![0x81, 0x80 | u8::try_from(text.len()).unwrap()];
+    frame.extend_from_slice(&mask);
+    frame.extend(text.iter().enumerate().map(|(i, c)| c ^ mask[i % 4]));
+    s.write_all(&frame).unwrap();
+    let mut echo = [0u8; 12];
+    s.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo[2..], text);
+    // A POST with the same headers is not a handshake: the rules refuse it.
+    let out = sluice.raw(format!("POST http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\n\r\n").as_bytes());
+    assert_eq!(status_of(&out), 403, "{out}");
+    let _ = server.kill();
+    assert_events_valid(&sluice);
+}

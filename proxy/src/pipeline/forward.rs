@@ -32,6 +32,7 @@ use crate::http::respond::{self, Refusal, is_hop_by_hop};
 use crate::policy::canon;
 use crate::policy::decide::Admission;
 use crate::policy::{L4Decision, Policy};
+use crate::relay;
 
 /// Upstream connections kept per client connection.
 const MAX_UPSTREAMS: usize = 8;
@@ -498,6 +499,12 @@ where
     rec.policy = Some(admission.entry.to_string());
 
     // The request target upstream sees: canonical, as policy judged it.
+    // A WebSocket handshake: judged as a GET upgrade, relayed raw after a valid 101.
+    let ws_upgrade = head.method.eq_ignore_ascii_case("GET")
+        && head
+            .header("upgrade")
+            .is_some_and(|u| u.eq_ignore_ascii_case(b"websocket"))
+        && head.connection_tokens().iter().any(|t| t == "upgrade");
     let judged = match judge::judge(
         &policy,
         &admission,
@@ -505,6 +512,7 @@ where
         &head.method,
         &path_and_query,
         &hp,
+        ws_upgrade,
     ) {
         Ok(j) => j,
         Err(boxed) => {
@@ -604,7 +612,7 @@ where
                 match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
                     Ok((sender, connection)) => {
                         tokio::spawn(async move {
-                            let _ = connection.await;
+                            let _ = connection.with_upgrades().await;
                         });
                         upstreams.insert(key.clone(), Upstream { sender, addr });
                     }
@@ -649,7 +657,7 @@ where
             (Some(tx), b)
         }
     };
-    let request = match build_request(head, &headers, &origin_form, &host, port, req_body) {
+    let mut request = match build_request(head, &headers, &origin_form, &host, port, req_body) {
         Ok(r) => r,
         Err(e) => {
             return rec
@@ -657,6 +665,29 @@ where
                 .await;
         }
     };
+    if ws_upgrade {
+        // Upgrade and Connection are hop-by-hop, except in a handshake sluice relays.
+        let h = request.headers_mut();
+        h.insert(
+            http::header::CONNECTION,
+            HeaderValue::from_static("upgrade"),
+        );
+        h.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
+        let key = head.header("sec-websocket-key").map(<[u8]>::to_vec);
+        return websocket(
+            shared,
+            &rec,
+            rd,
+            wr,
+            buf,
+            upstream,
+            request,
+            key.as_deref(),
+            engine,
+            outcome,
+        )
+        .await;
+    }
     if expect_continue
         && tx.is_some()
         && wr
@@ -790,6 +821,125 @@ where
             Step { keep_alive: false }
         }
     }
+}
+
+/// The handshake's expected `Sec-WebSocket-Accept` (RFC 6455 §4.2.2).
+fn websocket_accept(key: &[u8]) -> String {
+    use base64::Engine as _;
+    let mut input = key.to_vec();
+    input.extend_from_slice(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &input);
+    base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
+}
+
+/// A WebSocket handshake: sent upstream; a valid `101` is passed on and the two sides are
+/// relayed raw until either closes; anything else is an ordinary response.
+#[allow(clippy::too_many_arguments)] // one connection's halves and the request's state
+async fn websocket<R, W>(
+    shared: &Shared,
+    rec: &Record<'_>,
+    rd: &mut R,
+    wr: &mut W,
+    buf: &mut BytesMut,
+    upstream: &mut Upstream,
+    request: Request<ChannelBody>,
+    key: Option<&[u8]>,
+    engine: Engine,
+    outcome: Outcome,
+) -> Step
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    let timeout = shared.limits.upstream_timeout;
+    let response = match tokio::time::timeout(timeout, upstream.sender.send_request(request)).await
+    {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            let refusal = Refusal::new(
+                502,
+                "upstream_unreachable",
+                format!("connection to {}:{} failed", rec.host, rec.port),
+            )
+            .with_reason(e.to_string());
+            return rec.refuse(wr, refusal, Engine::Proxy).await;
+        }
+        Err(_) => {
+            let refusal = Refusal::new(
+                504,
+                "upstream_timeout",
+                format!("{}:{} sent no response", rec.host, rec.port),
+            );
+            return rec.refuse(wr, refusal, Engine::Proxy).await;
+        }
+    };
+    let status = response.status().as_u16();
+    if status != 101 {
+        let written = respond::write_response(wr, response, false, 1, false).await;
+        rec.emit(
+            outcome,
+            engine,
+            None,
+            Some(status),
+            0,
+            written.map_or(0, |w| w.body_bytes),
+        );
+        return Step { keep_alive: false };
+    }
+    let accept_ok = match (key, response.headers().get("sec-websocket-accept")) {
+        (Some(k), Some(a)) => a.as_bytes() == websocket_accept(k).as_bytes(),
+        _ => false,
+    };
+    let upgrade_ok = response
+        .headers()
+        .get(http::header::UPGRADE)
+        .is_some_and(|u| u.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    if !accept_ok || !upgrade_ok {
+        let refusal = Refusal::new(
+            502,
+            "upstream_unreachable",
+            "the upstream's WebSocket handshake answer is not valid (RFC 6455)",
+        );
+        return rec.refuse(wr, refusal, Engine::Proxy).await;
+    }
+    let mut head = b"HTTP/1.1 101 Switching Protocols\r\n".to_vec();
+    for (name, value) in response.headers() {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    let upgraded = match hyper::upgrade::on(response).await {
+        Ok(u) => u,
+        Err(e) => {
+            let refusal = Refusal::new(502, "upstream_unreachable", format!("upgrade failed: {e}"));
+            return rec.refuse(wr, refusal, Engine::Proxy).await;
+        }
+    };
+    if wr.write_all(&head).await.is_err() {
+        return Step { keep_alive: false };
+    }
+    rec.emit(
+        outcome,
+        engine,
+        Some("websocket upgrade".to_string()),
+        Some(101),
+        0,
+        0,
+    );
+    let (ur, uw) = tokio::io::split(TokioIo::new(upgraded));
+    let leftover = buf.split();
+    let _ = relay::relay(
+        &mut *rd,
+        &mut *wr,
+        ur,
+        uw,
+        &leftover,
+        shared.limits.idle_timeout,
+    )
+    .await;
+    Step { keep_alive: false }
 }
 
 enum Exchange {

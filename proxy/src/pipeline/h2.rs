@@ -217,6 +217,7 @@ async fn handle(
         &method,
         &path_and_query,
         &hp,
+        false,
     ) {
         Ok(j) => j,
         Err(boxed) => {

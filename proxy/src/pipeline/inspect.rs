@@ -175,7 +175,7 @@ pub async fn run(
             let sender = match hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await {
                 Ok((sender, connection)) => {
                     tokio::spawn(async move {
-                        let _ = connection.await;
+                        let _ = connection.with_upgrades().await;
                     });
                     sender
                 }
@@ -289,7 +289,7 @@ pub async fn run(
                 match hyper::client::conn::http1::handshake(TokioIo::new(upstream_tls)).await {
                     Ok((sender, connection)) => {
                         tokio::spawn(async move {
-                            let _ = connection.await;
+                            let _ = connection.with_upgrades().await;
                         });
                         sender
                     }

@@ -36,6 +36,7 @@ pub fn judge(
     method: &str,
     path_and_query: &str,
     hp: &str,
+    websocket_upgrade: bool,
 ) -> Result<Judged, Box<(Refusal, Judged)>> {
     let mut judged = Judged {
         origin_form: path_and_query.to_string(),
@@ -73,7 +74,7 @@ pub fn judge(
         &PolicyRequest {
             method,
             target: path_and_query.as_bytes(),
-            websocket_upgrade: false,
+            websocket_upgrade,
         },
     );
     judged.path = decision.target.as_ref().map(|t| t.path.clone());
