@@ -980,5 +980,6 @@ fn websocket_upgrades_are_judged_as_get_and_relayed_after_a_valid_101() {
     let out = sluice.raw(format!("POST http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\n\r\n").as_bytes());
     assert_eq!(status_of(&out), 403, "{out}");
     let _ = server.kill();
+    let _ = server.wait();
     assert_events_valid(&sluice);
 }
