@@ -384,6 +384,22 @@ const http2 = require('http2'); const fs = require('fs');
 const log = process.argv[3];
 const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
   (req, res) => {
+    const m = req.url.match(/^\/bytes\/(\d+)/);
+    if (m) {
+      let left = Number(m[1]); const block = Buffer.alloc(1 << 16, 120);
+      res.setHeader('content-type', 'application/octet-stream');
+      res.setHeader('content-length', String(left));
+      const pump = () => { while (left > 0) { const c = Math.min(left, block.length); left -= c; if (!res.write(c === block.length ? block : block.subarray(0, c))) { res.once('drain', pump); return; } } res.end(); };
+      pump(); return;
+    }
+    if (req.url.startsWith('/sse')) {
+      res.setHeader('content-type', 'text/event-stream');
+      let i = 0; const t = setInterval(() => { res.write(`data: ${i} ${Date.now()}\n\n`); if (++i === 3) { clearInterval(t); res.end(); } }, 700);
+      return;
+    }
+    if (req.url.startsWith('/count')) {
+      let n = 0; req.on('data', (c) => { n += c.length; }); req.on('end', () => res.end(`count=${n}\n`)); return;
+    }
     let n = 0; const chunks = [];
     req.on('data', (c) => { n += c.length; chunks.push(c); });
     req.on('end', () => {

@@ -231,6 +231,20 @@ impl Sluice {
         let _ = self.child.wait();
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// sluice's peak resident memory (VmHWM), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }

@@ -983,3 +983,71 @@ fn websocket_upgrades_are_judged_as_get_and_relayed_after_a_valid_101() {
     let _ = server.wait();
     assert_events_valid(&sluice);
 }
+
+#[test]
+fn a_gigabyte_streams_both_ways_in_constant_memory_and_sse_events_arrive_as_sent() {
+    let dir = TempDir::new("stream");
+    let origin = sluice_e2e::origin::H2Origin::start(dir.path());
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  big:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        origin.port()
+    );
+    let ca_dir = dir.path().join("ca");
+    let sluice = Sluice::start(
+        &p,
+        &[
+            "--allow-loopback-upstream",
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+            "--upstream-ca",
+            origin.cert.to_str().unwrap(),
+        ],
+    );
+    let ca = ca_dir.join("ca.pem");
+    const GIB: u64 = 1 << 30;
+    let base = format!("https://127.0.0.1:{}", origin.port());
+    let proxy = sluice.proxy_url();
+    // Download: 1 GiB through TLS termination on both legs.
+    let (code, out, err) = run(Command::new("curl")
+        .args(["-sS", "--http1.1", "--max-time", "300", "--cacert"])
+        .arg(&ca)
+        .args(["-x", &proxy, "-o", "/dev/null", "-w", "%{size_download}"])
+        .arg(format!("{base}/bytes/{GIB}")));
+    assert_eq!((code, out.trim()), (0, GIB.to_string().as_str()), "{err}");
+    // Upload: 1 GiB streamed from stdin (chunked), counted by the origin.
+    let upload = format!(
+        "head -c {GIB} /dev/zero | curl -sS --http1.1 --max-time 300 --cacert {} -x {proxy} -T - {base}/count",
+        ca.display()
+    );
+    let (code, out, err) = run(Command::new("sh").args(["-c", &upload]));
+    assert_eq!(
+        (code, out.trim()),
+        (0, format!("count={GIB}").as_str()),
+        "{err}"
+    );
+    let peak = sluice.peak_rss_kib();
+    assert!(
+        peak > 0 && peak < 64 * 1024,
+        "sluice's peak RSS was {peak} KiB"
+    );
+    // Server-sent events: each arrives when sent (~700 ms apart), not all at the end.
+    let sse = format!(
+        "curl -sSN --http1.1 --max-time 30 --cacert {} -x {proxy} {base}/sse | while read -r line; do [ -n \"$line\" ] && echo \"$line $(date +%s%3N)\"; done",
+        ca.display()
+    );
+    let (_, out, err) = run(Command::new("sh").args(["-c", &sse]));
+    let lines: Vec<Vec<i64>> = out
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .skip(2)
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .collect();
+    assert_eq!(lines.len(), 3, "{out}\n{err}");
+    for l in &lines {
+        // Received within 300 ms of being sent.
+        assert!(l[1] - l[0] < 300, "event delayed: {out}");
+    }
+}
