@@ -1051,3 +1051,61 @@ fn a_gigabyte_streams_both_ways_in_constant_memory_and_sse_events_arrive_as_sent
         assert!(l[1] - l[0] < 300, "event delayed: {out}");
     }
 }
+
+#[test]
+fn opted_in_bodies_get_the_secret_and_a_fixed_length() {
+    let dir = TempDir::new("bodyrw");
+    let origin = sluice_e2e::origin::H2Origin::start(dir.path());
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full, request_body_credential_rewrite: true}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        origin.port()
+    );
+    let providers = dir.write(
+        "providers.yaml",
+        &format!("id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {}\n", origin.port()),
+    );
+    let ca_dir = dir.path().join("ca");
+    let sluice = Sluice::start_with_env(
+        &p,
+        &[
+            "--allow-loopback-upstream",
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+            "--upstream-ca",
+            origin.cert.to_str().unwrap(),
+            "--providers",
+            providers.to_str().unwrap(),
+        ],
+        &[("TEST_API_KEY", SECRET)],
+    );
+    let body = r#"{"token":"openshell:resolve:env:TEST_API_KEY","n":1}"#;
+    let (code, out, err) = run(Command::new("curl")
+        .args(["-sS", "--http1.1", "--max-time", "20", "--cacert"])
+        .arg(ca_dir.join("ca.pem"))
+        .args([
+            "-x",
+            &sluice.proxy_url(),
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            body,
+        ])
+        .arg(format!("https://127.0.0.1:{}/v1/json", origin.port())));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains(SECRET), "{out}");
+    let got = origin.received();
+    let r = got.last().unwrap();
+    let expected = format!(r#"{{"token":"{SECRET}","n":1}}"#);
+    assert_eq!(r["body"], expected, "{r}");
+    assert_eq!(
+        r["headers"]["content-length"],
+        expected.len().to_string(),
+        "{r}"
+    );
+    assert!(
+        !std::fs::read_to_string(&sluice.audit_path)
+            .unwrap()
+            .contains(SECRET)
+    );
+    assert_events_valid(&sluice);
+}

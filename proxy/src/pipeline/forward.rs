@@ -646,25 +646,73 @@ where
     let expect_continue = head
         .header("expect")
         .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
-    let (tx, req_body) = match framing {
-        BodyFraming::None => (None, ChannelBody::empty()),
-        BodyFraming::Length(n) => {
+    // Opt-in body rewriting (`request_body_credential_rewrite`): the body is buffered (at
+    // most 256 KiB), its placeholders swapped where bound, and its length fixed.
+    let mut framing = framing;
+    let mut rewritten: Option<bytes::Bytes> = None;
+    if body_rewrite && framing != BodyFraming::None && !ws_upgrade {
+        let bytes =
+            match read_bounded(rd, buf, framing, credentials::body::MAX_REWRITE_BODY_BYTES).await {
+                Ok(b) => b,
+                Err(refusal) => return rec.refuse(wr, refusal, Engine::HttpParser).await,
+            };
+        if credentials::placeholder::contains_marker(&bytes) {
+            let scope = credentials::RequestScope {
+                host: &host,
+                port,
+                path: &rec.path,
+                caller: known.policy_caller(),
+            };
+            let scoped = shared.credentials.scoped(scope);
+            let content_type = head
+                .header("content-type")
+                .map(|v| String::from_utf8_lossy(v).into_owned());
+            match credentials::rewrite_body(content_type.as_deref(), &bytes, &scoped) {
+                Ok(done) => {
+                    rec.credentials
+                        .extend(done.injected.credentials.iter().map(ToString::to_string));
+                    rewritten = Some(bytes::Bytes::from(done.body.into_owned()));
+                }
+                Err(e) => {
+                    let refusal = Refusal::new(e.status(), e.code(), e.to_string());
+                    return rec.refuse(wr, refusal, Engine::L7).await;
+                }
+            }
+        } else {
+            rewritten = Some(bytes);
+        }
+        if let Some(b) = &rewritten {
+            credentials::set_content_length(&mut headers, b.len());
+            framing = BodyFraming::Length(b.len() as u64);
+        }
+    }
+    let (tx, req_body) = match (framing, rewritten) {
+        (_, Some(b)) => {
+            let (tx, body) = ChannelBody::channel(Some(b.len() as u64));
+            // Capacity 2: one frame fits without waiting.
+            let _ = tx.try_send(Ok(http_body::Frame::data(b)));
+            (None, body)
+        }
+        (BodyFraming::None, None) => (None, ChannelBody::empty()),
+        (BodyFraming::Length(n), None) => {
             let (tx, b) = ChannelBody::channel(Some(n));
             (Some(tx), b)
         }
-        BodyFraming::Chunked => {
+        (BodyFraming::Chunked, None) => {
             let (tx, b) = ChannelBody::channel(None);
             (Some(tx), b)
         }
     };
-    let mut request = match build_request(head, &headers, &origin_form, &host, port, req_body) {
-        Ok(r) => r,
-        Err(e) => {
-            return rec
-                .refuse(wr, Refusal::new(400, "bad_request", e), Engine::HttpParser)
-                .await;
-        }
-    };
+    let chunked = framing == BodyFraming::Chunked;
+    let mut request =
+        match build_request(head, chunked, &headers, &origin_form, &host, port, req_body) {
+            Ok(r) => r,
+            Err(e) => {
+                return rec
+                    .refuse(wr, Refusal::new(400, "bad_request", e), Engine::HttpParser)
+                    .await;
+            }
+        };
     if ws_upgrade {
         // Upgrade and Connection are hop-by-hop, except in a handshake sluice relays.
         let h = request.headers_mut();
@@ -821,6 +869,58 @@ where
             Step { keep_alive: false }
         }
     }
+}
+
+/// Reads a whole request body, refusing one larger than `max` bytes (413).
+async fn read_bounded<R: AsyncRead + Unpin + Send>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    framing: BodyFraming,
+    max: usize,
+) -> Result<bytes::Bytes, Refusal> {
+    let too_large = || {
+        Refusal::new(
+            413,
+            "request_body_too_large",
+            format!(
+                "a body to rewrite may be at most {max} bytes (request_body_credential_rewrite)"
+            ),
+        )
+    };
+    if let BodyFraming::Length(n) = framing
+        && n > max as u64
+    {
+        return Err(too_large());
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let pump = body::pump(rd, buf, framing, body::BodySink::new(tx, false));
+    let collect = async move {
+        let mut out = Vec::new();
+        while let Some(frame) = rx.recv().await {
+            match frame {
+                Ok(f) => {
+                    if let Ok(d) = f.into_data() {
+                        out.extend_from_slice(&d);
+                        if out.len() > max {
+                            return Err(too_large());
+                        }
+                    }
+                }
+                Err(e) => {
+                    return Err(Refusal::new(
+                        400,
+                        "bad_request",
+                        format!("request body: {e}"),
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    };
+    let (pumped, collected) = tokio::join!(pump, collect);
+    let out = collected?;
+    pumped.map_err(|e| Refusal::new(400, "bad_request", format!("request body: {e}")))?;
+    Ok(bytes::Bytes::from(out))
 }
 
 /// The handshake's expected `Sec-WebSocket-Accept` (RFC 6455 §4.2.2).
@@ -1016,6 +1116,7 @@ fn host_matches(header: &[u8], host: &str, port: u16, default_port: u16) -> bool
 /// `Host` from the URI, `Via` added.
 fn build_request(
     head: &RequestHead,
+    chunked: bool,
     headers: &[(String, Vec<u8>)],
     origin_form: &str,
     host: &str,
@@ -1049,7 +1150,7 @@ fn build_request(
             .map_err(|_| format!("invalid value for header `{name}`"))?;
         builder = builder.header(n, v);
     }
-    if head.framing() == BodyFraming::Chunked {
+    if chunked {
         builder = builder.header(http::header::TRANSFER_ENCODING, "chunked");
     }
     builder = builder.header(http::header::VIA, "1.1 sluice");

@@ -324,15 +324,12 @@ async fn handle(
         }
         up = up.header(name.as_str(), value.as_slice());
     }
-    let body_rewrite = t
-        .admission
-        .endpoints
-        .iter()
-        .any(|r| t.policy.endpoint(*r).request_body_credential_rewrite);
+    // Opt-in body rewriting is done on HTTP/1.1 only so far; on HTTP/2 a placeholder in the
+    // body of a credentialed endpoint is stopped like any other (never sent unresolved).
     let tripped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let body = Guarded {
         inner: body,
-        guard: (!body_rewrite && t.shared.credentials.is_credentialed(&t.host, t.port))
+        guard: (t.shared.credentials.is_credentialed(&t.host, t.port))
             .then(credentials::BodyGuard::new),
         tripped: Arc::clone(&tripped),
     };
