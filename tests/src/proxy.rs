@@ -314,3 +314,38 @@ pub fn privileged(test: &str) -> bool {
     eprintln!("SKIPPED {test}: needs root (network namespaces)");
     false
 }
+
+/// The real path of `p` (what the kernel reports as a process's exe), or `p` itself.
+pub fn realpath(p: &str) -> String {
+    std::fs::canonicalize(p).map_or_else(|_| p.to_string(), |p| p.to_string_lossy().into_owned())
+}
+
+/// The real path of the Python interpreter (behind pyenv shims and symlinks), which is what
+/// the kernel reports as its exe.
+pub fn python() -> String {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import os, sys; print(os.path.realpath(sys.executable))",
+        ])
+        .output()
+        .expect("python3");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Every audit event sluice wrote validates against the OCSF schema.
+pub fn assert_events_valid(sluice: &Sluice) {
+    let events = sluice.events();
+    assert!(!events.is_empty(), "no audit events at all");
+    let mut problems = Vec::new();
+    for e in &events {
+        if let Err(errs) = crate::ocsf::validate(e) {
+            problems.push(format!("{}\n  {}", e, errs.join("\n  ")));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "invalid OCSF events:\n{}",
+        problems.join("\n")
+    );
+}

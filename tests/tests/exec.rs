@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use sluice_e2e::origin::{H2Origin, StaticHttpsOrigin};
-use sluice_e2e::proxy::{TempDir, privileged};
+use sluice_e2e::proxy::{TempDir, privileged, realpath};
 use sluice_e2e::sluice_bin;
 
 const SECRET: &str = "s3cr3t-EXEC-91bd44";
@@ -22,10 +22,6 @@ fn workdir(dir: &TempDir, name: &str) -> std::path::PathBuf {
     // The temporary parent must be traversable too.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     w
-}
-
-fn realpath(p: &str) -> String {
-    std::fs::canonicalize(p).map_or_else(|_| p.to_string(), |p| p.display().to_string())
 }
 
 /// `sluice exec` with the policy text, extra flags, sluice's environment and the command.

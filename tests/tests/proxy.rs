@@ -10,26 +10,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sluice_e2e::ocsf;
 use sluice_e2e::origin::{HttpOrigin, HttpsOrigin};
-use sluice_e2e::proxy::{Sluice, TempDir, json_body, privileged, run, status_of};
-
-/// The real path of the Python interpreter (behind pyenv shims and symlinks), which is what
-/// the kernel reports as its exe.
-fn python() -> String {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import os, sys; print(os.path.realpath(sys.executable))",
-        ])
-        .output()
-        .expect("python3");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn realpath(p: &str) -> String {
-    std::fs::canonicalize(p).map_or_else(|_| p.to_string(), |p| p.to_string_lossy().into_owned())
-}
+use sluice_e2e::proxy::{
+    Sluice, TempDir, assert_events_valid, json_body, privileged, python, realpath, run, status_of,
+};
 
 fn curl() -> String {
     realpath("/usr/bin/curl")
@@ -57,23 +41,6 @@ fn policy(entries: &[(&str, &str, &[&str])]) -> String {
         }
     }
     s
-}
-
-/// Every audit event sluice wrote validates against the OCSF schema.
-fn assert_events_valid(sluice: &Sluice) {
-    let events = sluice.events();
-    assert!(!events.is_empty(), "no audit events at all");
-    let mut problems = Vec::new();
-    for e in &events {
-        if let Err(errs) = ocsf::validate(e) {
-            problems.push(format!("{}\n  {}", e, errs.join("\n  ")));
-        }
-    }
-    assert!(
-        problems.is_empty(),
-        "invalid OCSF events:\n{}",
-        problems.join("\n")
-    );
 }
 
 fn class(e: &Value) -> u64 {

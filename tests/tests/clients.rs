@@ -1,0 +1,220 @@
+//! The client matrix: the libraries agents actually use, configured only the way their users
+//! configure them (proxy and CA from the environment), through `sluice run` with TLS
+//! termination and credential injection. Python `requests` (HTTP/1.1), `httpx` (HTTP/2),
+//! Node's `undici` `EnvHttpProxyAgent`, and gRPC (`grpcio`, HTTP/2 with trailers). The clients
+//! live in `tests/clients/`; `.ci/run` installs their packages.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use sluice_e2e::origin::{H2Origin, make_cert};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, realpath, run};
+use sluice_e2e::workspace_dir;
+
+const SECRET: &str = "client-matrix-SECRET-4d2e";
+const PLACEHOLDER: &str = "Authorization: Bearer openshell:resolve:env:MATRIX_KEY";
+
+fn clients_dir() -> PathBuf {
+    workspace_dir().join("tests/clients")
+}
+
+fn node() -> String {
+    let out = Command::new("node")
+        .args(["-p", "process.execPath"])
+        .output()
+        .expect("node");
+    realpath(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// A client command with the proxy in its environment and nothing that would bypass it.
+fn client(program: &str, sluice: &Sluice) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.current_dir(clients_dir())
+        .env("HTTPS_PROXY", sluice.proxy_url())
+        .env("https_proxy", sluice.proxy_url())
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy");
+    cmd
+}
+
+/// sluice with `policy`, a provider binding `MATRIX_KEY` to `bound_port`, trusting `origin_ca`.
+fn start(dir: &TempDir, policy: &str, bound_port: u16, origin_ca: &Path) -> Sluice {
+    let providers = dir.write(
+        "providers.yaml",
+        &format!(
+            "id: matrix\ncredentials:\n  - name: key\n    env_vars: [MATRIX_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {bound_port}\n"
+        ),
+    );
+    let ca_dir = dir.path().join("ca");
+    let args = [
+        "--allow-loopback-upstream".to_string(),
+        "--ca-dir".to_string(),
+        ca_dir.display().to_string(),
+        "--upstream-ca".to_string(),
+        origin_ca.display().to_string(),
+        "--providers".to_string(),
+        providers.display().to_string(),
+    ];
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    Sluice::start_with_env(policy, &refs, &[("MATRIX_KEY", SECRET)])
+}
+
+fn rest_policy(port: u16, binaries: &[String]) -> String {
+    let mut p = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {port}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: /v1/**}}\n    binaries:\n"
+    );
+    for b in binaries {
+        p.push_str(&format!("      - path: {b}\n"));
+    }
+    p
+}
+
+#[test]
+fn python_requests_httpx_and_node_undici_get_the_secret_and_readable_refusals() {
+    let dir = TempDir::new("matrix");
+    let origin = H2Origin::start(dir.path());
+    let policy = rest_policy(origin.port(), &[python(), node()]);
+    let sluice = start(&dir, &policy, origin.port(), &origin.cert);
+    let ca = dir.path().join("ca/ca.pem");
+    let url = |path: &str| format!("https://127.0.0.1:{}{path}", origin.port());
+    let py = |kind: &str, path: &str| {
+        run(client("python3", &sluice)
+            .arg("py_client.py")
+            .arg(kind)
+            .arg(url(path))
+            .arg(&ca)
+            .arg(PLACEHOLDER))
+    };
+    let undici = |path: &str| {
+        run(client("node", &sluice)
+            .env("NODE_EXTRA_CA_CERTS", &ca)
+            .arg("undici_client.mjs")
+            .arg(url(path))
+            .arg(PLACEHOLDER))
+    };
+
+    // requests speaks HTTP/1.1 on both legs; httpx negotiates HTTP/2 with sluice, and sluice
+    // with the origin; undici speaks HTTP/1.1.
+    let (code, out, err) = py("requests", "/v1/requests");
+    assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
+    assert!(
+        out.starts_with("200 HTTP/1.1 proto=1.1 method=GET path=/v1/requests"),
+        "{out}"
+    );
+    let (code, out, err) = py("httpx", "/v1/httpx");
+    assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
+    assert!(
+        out.starts_with("200 HTTP/2 proto=2.0 method=GET path=/v1/httpx"),
+        "{out}"
+    );
+    let (code, out, err) = undici("/v1/undici");
+    assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
+    assert!(
+        out.starts_with("200 proto=1.1 method=GET path=/v1/undici"),
+        "{out}"
+    );
+    // Each request reached the origin with the secret in place of the placeholder.
+    let got = origin.received();
+    assert_eq!(got.len(), 3, "{got:?}");
+    for r in &got {
+        assert_eq!(
+            r["headers"]["authorization"],
+            format!("Bearer {SECRET}"),
+            "{r}"
+        );
+    }
+
+    // A refusal is a 403 whose JSON body each client can read, naming the reason.
+    for (name, (_, out, _)) in [
+        ("requests", py("requests", "/admin")),
+        ("httpx", py("httpx", "/admin")),
+        ("undici", undici("/admin")),
+    ] {
+        assert!(out.starts_with("403 "), "{name}: {out}");
+        assert!(out.contains("\"error\":\"policy_denied\""), "{name}: {out}");
+    }
+    assert_eq!(origin.received().len(), 3, "a refused request was sent");
+    let audit = std::fs::read_to_string(&sluice.audit_path).unwrap();
+    assert!(!audit.contains(SECRET) && !sluice.stderr().contains(SECRET));
+    assert_events_valid(&sluice);
+}
+
+/// A gRPC echo server (grpcio over TLS) on 127.0.0.1.
+struct GrpcOrigin {
+    port: u16,
+    ca: PathBuf,
+    child: Child,
+}
+
+impl GrpcOrigin {
+    fn start(dir: &Path) -> GrpcOrigin {
+        let (ca, cert, key) = make_cert(dir);
+        let mut child = Command::new("python3")
+            .current_dir(clients_dir())
+            .args(["grpc_echo.py", "serve"])
+            .arg(&cert)
+            .arg(&key)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the gRPC origin");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("gRPC origin port");
+        let port = line.trim().parse().expect("gRPC origin printed its port");
+        GrpcOrigin { port, ca, child }
+    }
+}
+
+impl Drop for GrpcOrigin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn grpc_calls_are_judged_per_method_and_get_the_secret_in_metadata() {
+    let dir = TempDir::new("grpc");
+    let origin = GrpcOrigin::start(dir.path());
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  grpc:\n    endpoints:\n      - host: 127.0.0.1\n        port: {}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: POST, path: /echo.Echo/Say}}\n    binaries:\n      - path: {}\n",
+        origin.port,
+        python()
+    );
+    let sluice = start(&dir, &policy, origin.port, &origin.ca);
+    let ca = dir.path().join("ca/ca.pem");
+    let call = |method: &str| {
+        run(client("python3", &sluice)
+            .args(["grpc_echo.py", "call"])
+            .arg(format!("127.0.0.1:{}", origin.port))
+            .arg(&ca)
+            .arg(method)
+            .arg("Bearer openshell:resolve:env:MATRIX_KEY"))
+    };
+    // Allowed: the reply (a gRPC status carried in HTTP/2 trailers) comes back, and the
+    // server saw the secret.
+    let (code, out, err) = call("/echo.Echo/Say");
+    assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
+    assert_eq!(
+        out.trim(),
+        format!("OK auth=Bearer {SECRET} msg=hello"),
+        "{err}\n{}",
+        sluice.stderr()
+    );
+    // Another method of the same service: refused, which gRPC reports as PERMISSION_DENIED.
+    let (_, out, err) = call("/echo.Echo/Admin");
+    assert!(
+        out.starts_with("ERR PERMISSION_DENIED"),
+        "{out}{err}\n{}",
+        sluice.stderr()
+    );
+    let audit = std::fs::read_to_string(&sluice.audit_path).unwrap();
+    assert!(audit.contains("/echo.Echo/Admin"), "the refusal is audited");
+    assert!(!audit.contains(SECRET) && !sluice.stderr().contains(SECRET));
+    assert_events_valid(&sluice);
+}
