@@ -1,0 +1,416 @@
+//! TLS-interception benchmark: keep-alive 1 KiB HTTPS requests (HTTP/1.1) at concurrency 1 and
+//! 64, new TLS connections per second, and a 100 MiB download, through each proxy terminating
+//! TLS, against the same local HTTPS origin reached directly, all in one run.
+//!
+//! `tls_bench make-certs DIR` writes an origin CA and leaf (`origin-ca.pem`, `origin-cert.pem`,
+//! `origin-key.pem`) and a CA for other intercepting proxies (`proxy-ca.pem`,
+//! `proxy-ca-key.pem`). `tls_bench` then measures direct and sluice (started from `SLUICE_BIN`,
+//! default next to this example), plus each `name=ADDR=CA_FILE` in `BENCH_COMPARE`, with the
+//! origin certificates from `BENCH_ORIGIN_DIR` (made on the spot when unset).
+//! `scripts/bench-compare` runs it with Squid (ssl-bump) and mitmproxy.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    SanType,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+const BIG: u64 = 100 << 20;
+
+fn make_certs(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let ca = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem(), Issuer::new(params, key))
+    };
+    let (origin_ca, _, issuer) = ca("bench origin CA");
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::default();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "127.0.0.1");
+    params.subject_alt_names = vec![SanType::IpAddress([127, 0, 0, 1].into())];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let leaf = params.signed_by(&key, &issuer).unwrap();
+    std::fs::write(dir.join("origin-ca.pem"), origin_ca).unwrap();
+    std::fs::write(dir.join("origin-cert.pem"), leaf.pem()).unwrap();
+    std::fs::write(dir.join("origin-key.pem"), key.serialize_pem()).unwrap();
+    let (proxy_ca, proxy_key, _) = ca("bench proxy CA");
+    std::fs::write(dir.join("proxy-ca.pem"), proxy_ca).unwrap();
+    std::fs::write(dir.join("proxy-ca-key.pem"), proxy_key).unwrap();
+}
+
+/// The origin: HTTP/1.1 keep-alive over TLS; `/big` is 100 MiB, anything else 1 KiB.
+async fn start_origin(dir: &Path) -> SocketAddr {
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(dir.join("origin-cert.pem"))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+    let key = PrivateKeyDer::from_pem_file(dir.join("origin-key.pem")).unwrap();
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = tcp.set_nodelay(true);
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut s = BufReader::new(tls);
+                let small = vec![b'x'; 1024];
+                let block = vec![b'y'; 256 * 1024];
+                loop {
+                    let mut line = String::new();
+                    let mut path = String::new();
+                    loop {
+                        line.clear();
+                        if s.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if path.is_empty() {
+                            path = line.split(' ').nth(1).unwrap_or("/").to_string();
+                        } else if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let len = if path == "/big" { BIG } else { 1024 };
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n");
+                    if s.get_mut().write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    if len == 1024 {
+                        let _ = s.get_mut().write_all(&small).await;
+                    } else {
+                        let mut left = len;
+                        while left > 0 {
+                            let c = left.min(block.len() as u64) as usize;
+                            if s.get_mut().write_all(&block[..c]).await.is_err() {
+                                return;
+                            }
+                            left -= c as u64;
+                        }
+                    }
+                    let _ = s.get_mut().flush().await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[derive(Clone)]
+struct Path_ {
+    name: String,
+    proxy: Option<SocketAddr>,
+    connector: TlsConnector,
+}
+
+fn connector(ca: &Path) -> TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    TlsConnector::from(Arc::new(config))
+}
+
+type Conn = BufReader<TlsStream<TcpStream>>;
+
+async fn connect(p: &Path_, origin: SocketAddr) -> Conn {
+    let mut tcp = TcpStream::connect(p.proxy.unwrap_or(origin)).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    if p.proxy.is_some() {
+        tcp.write_all(format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            tcp.read_exact(&mut b).await.unwrap();
+            head.push(b[0]);
+        }
+        assert!(
+            head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200"),
+            "{}: {}",
+            p.name,
+            String::from_utf8_lossy(&head)
+        );
+    }
+    let name = ServerName::IpAddress(origin.ip().into());
+    BufReader::with_capacity(
+        256 * 1024,
+        p.connector.connect(name, tcp).await.unwrap_or_else(|e| {
+            panic!("{}: TLS handshake: {e}", p.name);
+        }),
+    )
+}
+
+/// One GET on a kept-alive connection; returns the body length.
+async fn get(c: &mut Conn, origin: SocketAddr, path: &str) -> u64 {
+    c.get_mut()
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut len = 0u64;
+    let mut line = String::new();
+    let mut status = true;
+    loop {
+        line.clear();
+        assert!(c.read_line(&mut line).await.unwrap() > 0, "closed mid-head");
+        if status {
+            assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+            status = false;
+        } else if line == "\r\n" {
+            break;
+        } else if let Some((n, v)) = line.split_once(':')
+            && n.eq_ignore_ascii_case("content-length")
+        {
+            len = v.trim().parse().unwrap();
+        }
+    }
+    let mut left = len;
+    let mut buf = vec![0u8; 256 * 1024];
+    while left > 0 {
+        let want = left.min(buf.len() as u64) as usize;
+        let n = c.read(&mut buf[..want]).await.unwrap();
+        assert!(n > 0, "closed mid-body");
+        left -= n as u64;
+    }
+    len
+}
+
+struct KeepAlive {
+    rps: f64,
+    p50: f64,
+    p99: f64,
+}
+
+async fn keep_alive(p: &Path_, origin: SocketAddr, conc: usize, dur: Duration) -> KeepAlive {
+    let mut tasks = Vec::new();
+    let start = Instant::now() + Duration::from_millis(300);
+    for _ in 0..conc {
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = connect(&p, origin).await;
+            get(&mut c, origin, "/warm").await;
+            tokio::time::sleep_until(start.into()).await;
+            let mut lat = Vec::new();
+            while start.elapsed() < dur {
+                let t = Instant::now();
+                get(&mut c, origin, "/1k").await;
+                lat.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort_by(f64::total_cmp);
+    KeepAlive {
+        rps: all.len() as f64 / dur.as_secs_f64(),
+        p50: pct(&all, 0.5),
+        p99: pct(&all, 0.99),
+    }
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn new_conns(p: &Path_, origin: SocketAddr, n: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        let mut c = connect(p, origin).await;
+        get(&mut c, origin, "/1k").await;
+    }
+    n as f64 / t.elapsed().as_secs_f64()
+}
+
+async fn download(p: &Path_, origin: SocketAddr) -> f64 {
+    let mut c = connect(p, origin).await;
+    let t = Instant::now();
+    assert_eq!(get(&mut c, origin, "/big").await, BIG);
+    BIG as f64 / t.elapsed().as_secs_f64() / (1024.0 * 1024.0)
+}
+
+fn start_sluice(dir: &Path, origin: SocketAddr) -> (std::process::Child, SocketAddr, PathBuf) {
+    let bin = std::env::var("SLUICE_BIN").unwrap_or_else(|_| {
+        let exe = std::env::current_exe().unwrap();
+        exe.parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("sluice")
+            .to_string_lossy()
+            .into_owned()
+    });
+    let me = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "version: 1\nnetwork_policies:\n  bench:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: {}\n",
+            origin.port(),
+            me.display()
+        ),
+    )
+    .unwrap();
+    let ca_dir = dir.join("sluice-ca");
+    let mut child = Command::new(&bin)
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-loopback-upstream",
+        ])
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--ca-dir")
+        .arg(&ca_dir)
+        .arg("--upstream-ca")
+        .arg(dir.join("origin-ca.pem"))
+        .arg("--audit-log")
+        .arg(dir.join("audit.jsonl"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let addr: SocketAddr = loop {
+        let mut line = String::new();
+        assert!(
+            std::io::BufRead::read_line(&mut err, &mut line).unwrap() > 0,
+            "sluice exited"
+        );
+        if let Some(rest) = line.strip_prefix("sluice: listening on ") {
+            break rest.split(' ').next().unwrap().parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || for _ in std::io::BufRead::lines(err) {});
+    (child, addr, ca_dir.join("ca.pem"))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("make-certs") {
+        make_certs(Path::new(args.get(2).expect("make-certs DIR")));
+        return;
+    }
+    let dir = std::env::var("BENCH_ORIGIN_DIR").map_or_else(
+        |_| {
+            let d = std::env::temp_dir().join(format!("sluice-tls-bench-{}", std::process::id()));
+            make_certs(&d);
+            d
+        },
+        PathBuf::from,
+    );
+    let secs: u64 = std::env::var("BENCH_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let conns: usize = std::env::var("BENCH_CONNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let origin = start_origin(&dir).await;
+        let (mut child, sluice, sluice_ca) = start_sluice(&dir, origin);
+        let mut paths = vec![
+            Path_ {
+                name: "direct".into(),
+                proxy: None,
+                connector: connector(&dir.join("origin-ca.pem")),
+            },
+            Path_ {
+                name: "sluice".into(),
+                proxy: Some(sluice),
+                connector: connector(&sluice_ca),
+            },
+        ];
+        for item in std::env::var("BENCH_COMPARE").unwrap_or_default().split(',') {
+            let parts: Vec<&str> = item.split('=').collect();
+            if let [name, addr, ca] = parts[..] {
+                paths.push(Path_ {
+                    name: name.into(),
+                    proxy: Some(addr.parse().unwrap()),
+                    connector: connector(Path::new(ca)),
+                });
+            }
+        }
+        let dur = Duration::from_secs(secs);
+        let mut rows = Vec::new();
+        for p in &paths {
+            let one = keep_alive(p, origin, 1, dur).await;
+            let many = keep_alive(p, origin, 64, dur).await;
+            let nc = new_conns(p, origin, conns).await;
+            let dl = download(p, origin).await;
+            rows.push((p.name.clone(), one, many, nc, dl));
+        }
+        let base = (rows[0].1.rps, rows[0].2.rps, rows[0].3, rows[0].4, rows[0].1.p50);
+        println!(
+            "TLS interception benchmark (HTTP/1.1 keep-alive 1 KiB GETs for {secs} s each; {conns} sequential new connections; one 100 MiB download)"
+        );
+        println!(
+            "| path | c=1 req/s (ratio) | c=1 p50 / p99 µs | c=64 req/s (ratio) | c=64 p50 / p99 µs | new TLS conns/s (ratio) | 100 MiB MiB/s (ratio) |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for (name, one, many, nc, dl) in &rows {
+            println!(
+                "| {name} | {:.0} ({:.2}) | {:.0} / {:.0} | {:.0} ({:.2}) | {:.0} / {:.0} | {:.0} ({:.2}) | {:.0} ({:.2}) |",
+                one.rps,
+                one.rps / base.0,
+                one.p50,
+                one.p99,
+                many.rps,
+                many.rps / base.1,
+                many.p50,
+                many.p99,
+                nc,
+                nc / base.2,
+                dl,
+                dl / base.3
+            );
+        }
+        for (name, one, ..) in rows.iter().skip(1) {
+            println!("added p50 at c=1, {name}: {:.0} µs", one.p50 - base.4);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    });
+}
