@@ -326,11 +326,37 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
     })
 }
 
+/// Raises the soft open-file limit to the hard one (each proxied connection holds two
+/// descriptors, and distributions start services at 1024), and warns when even that cannot
+/// carry `--max-connections`.
+fn raise_fd_limit(max_connections: usize) {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            limit.current = limit.maximum;
+        }
+    }
+    if let Some(n) = limit.current {
+        let room = usize::try_from(n.saturating_sub(64) / 2).unwrap_or(usize::MAX);
+        if room < max_connections {
+            eprintln!(
+                "sluice: warning: the open-file limit ({n}) carries about {room} proxied connections, fewer than --max-connections {max_connections}; beyond it, new clients wait in the accept queue"
+            );
+        }
+    }
+}
+
 async fn serve(args: RunArgs) -> ExitCode {
     let Prepared { shared, audit, .. } = match prepare(&args).await {
         Ok(p) => p,
         Err(code) => return code,
     };
+    raise_fd_limit(args.max_connections);
     let mut listeners = Vec::new();
     let defaults = [SocketAddr::from(([127, 0, 0, 1], 3128))];
     let addrs: &[SocketAddr] = if args.listen.is_empty() {
