@@ -23,6 +23,8 @@ use super::caller::Known;
 use super::connect::dial_refusal;
 use super::destination;
 use super::judge;
+use super::target::{host_matches, parse_absolute, tunnel_target};
+use super::websocket::websocket;
 use super::{Conn, Shared, head_refusal};
 use crate::audit::{self, Engine, Outcome};
 use crate::credentials;
@@ -32,98 +34,12 @@ use crate::http::respond::{self, Refusal, is_hop_by_hop};
 use crate::policy::canon;
 use crate::policy::decide::Admission;
 use crate::policy::{L4Decision, Policy};
-use crate::relay;
 
 /// Upstream connections kept per client connection.
 const MAX_UPSTREAMS: usize = 8;
 
-/// An absolute-form request target.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Absolute {
-    pub host: String,
-    pub port: u16,
-    /// Path and query as sent (`/` when the URI has none).
-    pub path_and_query: String,
-}
-
-/// Parses `http://host[:port][/path][?query]`; anything else is a refusal.
-pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
-    if target.starts_with('/') {
-        return Err(Refusal::new(
-            400,
-            "not_a_proxy_request",
-            "sluice is a proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port",
-        ));
-    }
-    let Some((scheme, rest)) = target.split_once("://") else {
-        return Err(Refusal::new(
-            400,
-            "bad_request",
-            "request target is not an absolute http:// URI",
-        ));
-    };
-    match scheme.to_ascii_lowercase().as_str() {
-        "http" => {}
-        "https" => {
-            return Err(Refusal::new(
-                400,
-                "https_requires_connect",
-                "Use CONNECT for HTTPS URLs",
-            ));
-        }
-        other => {
-            return Err(Refusal::new(
-                400,
-                "unsupported_proxy_scheme",
-                format!(
-                    "scheme `{other}` is not supported by the forward proxy (http only; use CONNECT)"
-                ),
-            ));
-        }
-    }
-    let split = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(split);
-    if authority.contains('@') {
-        return Err(Refusal::new(
-            400,
-            "bad_request",
-            "user information in the request URI is not allowed",
-        ));
-    }
-    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (h, after) = v6
-            .split_once(']')
-            .ok_or_else(|| Refusal::new(400, "bad_request", "unclosed `[` in the URI host"))?;
-        (h.to_string(), after.strip_prefix(':'))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), Some(p)),
-            None => (authority.to_string(), None),
-        }
-    };
-    let port = match port {
-        None => 80,
-        Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-            Refusal::new(400, "bad_request", format!("invalid port `{p}` in the URI"))
-        })?,
-    };
-    if host.is_empty() {
-        return Err(Refusal::new(400, "bad_request", "empty host in the URI"));
-    }
-    let path_and_query = match tail {
-        "" => "/".to_string(),
-        t if t.starts_with('?') => format!("/{t}"),
-        t => t.to_string(),
-    };
-    Ok(Absolute {
-        host,
-        port,
-        path_and_query,
-    })
-}
-
-struct Upstream {
-    sender: SendRequest<ChannelBody>,
+pub(super) struct Upstream {
+    pub(super) sender: SendRequest<ChannelBody>,
     addr: SocketAddr,
 }
 
@@ -136,8 +52,8 @@ impl std::fmt::Debug for Upstream {
 }
 
 /// What one request did to the connection.
-struct Step {
-    keep_alive: bool,
+pub(super) struct Step {
+    pub(super) keep_alive: bool,
 }
 
 /// How requests on this connection find their upstream.
@@ -266,25 +182,25 @@ where
 }
 
 /// The audit record of one request, filled in as the request goes.
-struct Record<'a> {
-    shared: &'a Shared,
-    conn: &'a Conn,
-    caller: Option<&'a Known>,
-    started: Instant,
-    method: String,
-    host: String,
-    port: u16,
-    ip: Option<std::net::IpAddr>,
-    path: String,
-    policy: Option<String>,
-    rule: Option<String>,
-    scheme: &'static str,
+pub(super) struct Record<'a> {
+    pub(super) shared: &'a Shared,
+    pub(super) conn: &'a Conn,
+    pub(super) caller: Option<&'a Known>,
+    pub(super) started: Instant,
+    pub(super) method: String,
+    pub(super) host: String,
+    pub(super) port: u16,
+    pub(super) ip: Option<std::net::IpAddr>,
+    pub(super) path: String,
+    pub(super) policy: Option<String>,
+    pub(super) rule: Option<String>,
+    pub(super) scheme: &'static str,
     /// Names of the credentials injected into this request.
-    credentials: Vec<String>,
+    pub(super) credentials: Vec<String>,
 }
 
 impl Record<'_> {
-    fn emit(
+    pub(super) fn emit(
         &self,
         outcome: Outcome,
         engine: Engine,
@@ -321,7 +237,7 @@ impl Record<'_> {
             }));
     }
 
-    async fn refuse<W: AsyncWrite + Unpin>(
+    pub(super) async fn refuse<W: AsyncWrite + Unpin>(
         &self,
         wr: &mut W,
         refusal: Refusal,
@@ -923,193 +839,10 @@ async fn read_bounded<R: AsyncRead + Unpin + Send>(
     Ok(bytes::Bytes::from(out))
 }
 
-/// The handshake's expected `Sec-WebSocket-Accept` (RFC 6455 §4.2.2).
-fn websocket_accept(key: &[u8]) -> String {
-    use base64::Engine as _;
-    let mut input = key.to_vec();
-    input.extend_from_slice(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &input);
-    base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
-}
-
-/// A WebSocket handshake: sent upstream; a valid `101` is passed on and the two sides are
-/// relayed raw until either closes; anything else is an ordinary response.
-#[allow(clippy::too_many_arguments)] // one connection's halves and the request's state
-async fn websocket<R, W>(
-    shared: &Shared,
-    rec: &Record<'_>,
-    rd: &mut R,
-    wr: &mut W,
-    buf: &mut BytesMut,
-    upstream: &mut Upstream,
-    request: Request<ChannelBody>,
-    key: Option<&[u8]>,
-    engine: Engine,
-    outcome: Outcome,
-) -> Step
-where
-    R: AsyncRead + Unpin + Send,
-    W: AsyncWrite + Unpin + Send,
-{
-    let timeout = shared.limits.upstream_timeout;
-    let response = match tokio::time::timeout(timeout, upstream.sender.send_request(request)).await
-    {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            let refusal = Refusal::new(
-                502,
-                "upstream_unreachable",
-                format!("connection to {}:{} failed", rec.host, rec.port),
-            )
-            .with_reason(e.to_string());
-            return rec.refuse(wr, refusal, Engine::Proxy).await;
-        }
-        Err(_) => {
-            let refusal = Refusal::new(
-                504,
-                "upstream_timeout",
-                format!("{}:{} sent no response", rec.host, rec.port),
-            );
-            return rec.refuse(wr, refusal, Engine::Proxy).await;
-        }
-    };
-    let status = response.status().as_u16();
-    if status != 101 {
-        let written = respond::write_response(wr, response, false, 1, false).await;
-        rec.emit(
-            outcome,
-            engine,
-            None,
-            Some(status),
-            0,
-            written.map_or(0, |w| w.body_bytes),
-        );
-        return Step { keep_alive: false };
-    }
-    let accept_ok = match (key, response.headers().get("sec-websocket-accept")) {
-        (Some(k), Some(a)) => a.as_bytes() == websocket_accept(k).as_bytes(),
-        _ => false,
-    };
-    let upgrade_ok = response
-        .headers()
-        .get(http::header::UPGRADE)
-        .is_some_and(|u| u.as_bytes().eq_ignore_ascii_case(b"websocket"));
-    if !accept_ok || !upgrade_ok {
-        let refusal = Refusal::new(
-            502,
-            "upstream_unreachable",
-            "the upstream's WebSocket handshake answer is not valid (RFC 6455)",
-        );
-        return rec.refuse(wr, refusal, Engine::Proxy).await;
-    }
-    let mut head = b"HTTP/1.1 101 Switching Protocols\r\n".to_vec();
-    for (name, value) in response.headers() {
-        head.extend_from_slice(name.as_str().as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value.as_bytes());
-        head.extend_from_slice(b"\r\n");
-    }
-    head.extend_from_slice(b"\r\n");
-    let upgraded = match hyper::upgrade::on(response).await {
-        Ok(u) => u,
-        Err(e) => {
-            let refusal = Refusal::new(502, "upstream_unreachable", format!("upgrade failed: {e}"));
-            return rec.refuse(wr, refusal, Engine::Proxy).await;
-        }
-    };
-    if wr.write_all(&head).await.is_err() {
-        return Step { keep_alive: false };
-    }
-    rec.emit(
-        outcome,
-        engine,
-        Some("websocket upgrade".to_string()),
-        Some(101),
-        0,
-        0,
-    );
-    let (ur, uw) = tokio::io::split(TokioIo::new(upgraded));
-    let leftover = buf.split();
-    let _ = relay::relay(
-        &mut *rd,
-        &mut *wr,
-        ur,
-        uw,
-        &leftover,
-        shared.limits.idle_timeout,
-    )
-    .await;
-    Step { keep_alive: false }
-}
-
 enum Exchange {
     Timeout,
     Failed(String),
     Midway(String),
-}
-
-/// The request target inside a tunnel and whether its authority names the tunnel: an
-/// origin-form target with a Host header for host:port (the transport's default port may be
-/// left out), or an absolute-form target for the same authority (spec §3.4, §13 row 21).
-fn tunnel_target(head: &RequestHead, t: &Tunnel) -> (String, bool) {
-    let default_port = if t.scheme == "https" { 443 } else { 80 };
-    if head.target.starts_with('/') {
-        let ok = match head.header("host") {
-            Some(h) => host_matches(h, &t.host, t.port, default_port),
-            // HTTP/1.0 without Host: only the tunnel itself can be meant.
-            None => head.minor_version == 0,
-        };
-        return (head.target.clone(), ok);
-    }
-    let Some((scheme, rest)) = head.target.split_once("://") else {
-        return (head.target.clone(), false);
-    };
-    let scheme_port = match scheme.to_ascii_lowercase().as_str() {
-        "http" => 80,
-        "https" => 443,
-        _ => return (head.target.clone(), false),
-    };
-    let split = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(split);
-    let ok = host_matches(authority.as_bytes(), &t.host, t.port, scheme_port)
-        && head
-            .header("host")
-            .is_none_or(|h| host_matches(h, &t.host, t.port, scheme_port));
-    let path = if tail.is_empty() {
-        "/".to_string()
-    } else if tail.starts_with('?') {
-        format!("/{tail}")
-    } else {
-        tail.to_string()
-    };
-    (path, ok)
-}
-
-/// Whether a Host header names the same authority as the URI.
-fn host_matches(header: &[u8], host: &str, port: u16, default_port: u16) -> bool {
-    let Ok(h) = std::str::from_utf8(header) else {
-        return false;
-    };
-    let h = h.trim().to_ascii_lowercase();
-    let (hh, hp) = if let Some(v6) = h.strip_prefix('[') {
-        match v6.split_once(']') {
-            Some((a, rest)) => (a.to_string(), rest.strip_prefix(':').map(str::to_string)),
-            None => return false,
-        }
-    } else {
-        match h.rsplit_once(':') {
-            Some((a, p)) => (a.to_string(), Some(p.to_string())),
-            None => (h.clone(), None),
-        }
-    };
-    let hp: u16 = match hp {
-        None => default_port,
-        Some(p) => match p.parse() {
-            Ok(p) => p,
-            Err(_) => return false,
-        },
-    };
-    hh == host && hp == port
 }
 
 /// The upstream request: origin-form target, hop-by-hop and `Proxy-*` headers removed,
@@ -1155,51 +888,4 @@ fn build_request(
     }
     builder = builder.header(http::header::VIA, "1.1 sluice");
     builder.body(body).map_err(|e| e.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn absolute_targets() {
-        let a = parse_absolute("http://Example.com:8080/a/b?c=1").unwrap();
-        assert_eq!(
-            (a.host.as_str(), a.port, a.path_and_query.as_str()),
-            ("Example.com", 8080, "/a/b?c=1")
-        );
-        assert_eq!(parse_absolute("http://x.test").unwrap().path_and_query, "/");
-        assert_eq!(
-            parse_absolute("http://x.test?q").unwrap().path_and_query,
-            "/?q"
-        );
-        assert_eq!(parse_absolute("http://[::1]:81/").unwrap().host, "::1");
-        assert_eq!(
-            parse_absolute("https://x.test/").unwrap_err().error,
-            "https_requires_connect"
-        );
-        assert_eq!(
-            parse_absolute("ftp://x.test/").unwrap_err().error,
-            "unsupported_proxy_scheme"
-        );
-        assert_eq!(
-            parse_absolute("/local").unwrap_err().error,
-            "not_a_proxy_request"
-        );
-        assert_eq!(
-            parse_absolute("http://u:p@x.test/").unwrap_err().status,
-            400
-        );
-        assert_eq!(parse_absolute("http://x.test:0/").unwrap_err().status, 400);
-    }
-
-    #[test]
-    fn host_header_agreement() {
-        assert!(host_matches(b"x.test", "x.test", 80, 80));
-        assert!(host_matches(b"X.test:80", "x.test", 80, 80));
-        assert!(host_matches(b"x.test:8080", "x.test", 8080, 80));
-        assert!(!host_matches(b"evil.test", "x.test", 80, 80));
-        assert!(!host_matches(b"x.test:81", "x.test", 80, 80));
-        assert!(host_matches(b"[::1]:81", "::1", 81, 80));
-    }
 }

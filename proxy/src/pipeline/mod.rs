@@ -15,6 +15,8 @@ pub mod forward;
 pub mod h2;
 pub mod inspect;
 pub mod judge;
+pub mod target;
+mod websocket;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

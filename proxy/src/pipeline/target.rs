@@ -1,0 +1,203 @@
+//! Request targets: the absolute-form URI of a forward-proxy request
+//! (`http://host[:port]/path?query`), and, inside a tunnel, whether a request's authority
+//! (its target and `Host` header) names the tunnel's own host and port.
+
+use super::forward::Tunnel;
+use crate::http::head::RequestHead;
+use crate::http::respond::Refusal;
+
+/// An absolute-form request target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Absolute {
+    pub host: String,
+    pub port: u16,
+    /// Path and query as sent (`/` when the URI has none).
+    pub path_and_query: String,
+}
+
+/// Parses `http://host[:port][/path][?query]`; anything else is a refusal.
+pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
+    if target.starts_with('/') {
+        return Err(Refusal::new(
+            400,
+            "not_a_proxy_request",
+            "sluice is a proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port",
+        ));
+    }
+    let Some((scheme, rest)) = target.split_once("://") else {
+        return Err(Refusal::new(
+            400,
+            "bad_request",
+            "request target is not an absolute http:// URI",
+        ));
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "http" => {}
+        "https" => {
+            return Err(Refusal::new(
+                400,
+                "https_requires_connect",
+                "Use CONNECT for HTTPS URLs",
+            ));
+        }
+        other => {
+            return Err(Refusal::new(
+                400,
+                "unsupported_proxy_scheme",
+                format!(
+                    "scheme `{other}` is not supported by the forward proxy (http only; use CONNECT)"
+                ),
+            ));
+        }
+    }
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(split);
+    if authority.contains('@') {
+        return Err(Refusal::new(
+            400,
+            "bad_request",
+            "user information in the request URI is not allowed",
+        ));
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (h, after) = v6
+            .split_once(']')
+            .ok_or_else(|| Refusal::new(400, "bad_request", "unclosed `[` in the URI host"))?;
+        (h.to_string(), after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (authority.to_string(), None),
+        }
+    };
+    let port = match port {
+        None => 80,
+        Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+            Refusal::new(400, "bad_request", format!("invalid port `{p}` in the URI"))
+        })?,
+    };
+    if host.is_empty() {
+        return Err(Refusal::new(400, "bad_request", "empty host in the URI"));
+    }
+    let path_and_query = match tail {
+        "" => "/".to_string(),
+        t if t.starts_with('?') => format!("/{t}"),
+        t => t.to_string(),
+    };
+    Ok(Absolute {
+        host,
+        port,
+        path_and_query,
+    })
+}
+
+/// The request target inside a tunnel and whether its authority names the tunnel: an
+/// origin-form target with a Host header for host:port (the transport's default port may be
+/// left out), or an absolute-form target for the same authority (spec §3.4, §13 row 21).
+pub fn tunnel_target(head: &RequestHead, t: &Tunnel) -> (String, bool) {
+    let default_port = if t.scheme == "https" { 443 } else { 80 };
+    if head.target.starts_with('/') {
+        let ok = match head.header("host") {
+            Some(h) => host_matches(h, &t.host, t.port, default_port),
+            // HTTP/1.0 without Host: only the tunnel itself can be meant.
+            None => head.minor_version == 0,
+        };
+        return (head.target.clone(), ok);
+    }
+    let Some((scheme, rest)) = head.target.split_once("://") else {
+        return (head.target.clone(), false);
+    };
+    let scheme_port = match scheme.to_ascii_lowercase().as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return (head.target.clone(), false),
+    };
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(split);
+    let ok = host_matches(authority.as_bytes(), &t.host, t.port, scheme_port)
+        && head
+            .header("host")
+            .is_none_or(|h| host_matches(h, &t.host, t.port, scheme_port));
+    let path = if tail.is_empty() {
+        "/".to_string()
+    } else if tail.starts_with('?') {
+        format!("/{tail}")
+    } else {
+        tail.to_string()
+    };
+    (path, ok)
+}
+
+/// Whether a Host header names the same authority as the URI.
+pub fn host_matches(header: &[u8], host: &str, port: u16, default_port: u16) -> bool {
+    let Ok(h) = std::str::from_utf8(header) else {
+        return false;
+    };
+    let h = h.trim().to_ascii_lowercase();
+    let (hh, hp) = if let Some(v6) = h.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((a, rest)) => (a.to_string(), rest.strip_prefix(':').map(str::to_string)),
+            None => return false,
+        }
+    } else {
+        match h.rsplit_once(':') {
+            Some((a, p)) => (a.to_string(), Some(p.to_string())),
+            None => (h.clone(), None),
+        }
+    };
+    let hp: u16 = match hp {
+        None => default_port,
+        Some(p) => match p.parse() {
+            Ok(p) => p,
+            Err(_) => return false,
+        },
+    };
+    hh == host && hp == port
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_targets() {
+        let a = parse_absolute("http://Example.com:8080/a/b?c=1").unwrap();
+        assert_eq!(
+            (a.host.as_str(), a.port, a.path_and_query.as_str()),
+            ("Example.com", 8080, "/a/b?c=1")
+        );
+        assert_eq!(parse_absolute("http://x.test").unwrap().path_and_query, "/");
+        assert_eq!(
+            parse_absolute("http://x.test?q").unwrap().path_and_query,
+            "/?q"
+        );
+        assert_eq!(parse_absolute("http://[::1]:81/").unwrap().host, "::1");
+        assert_eq!(
+            parse_absolute("https://x.test/").unwrap_err().error,
+            "https_requires_connect"
+        );
+        assert_eq!(
+            parse_absolute("ftp://x.test/").unwrap_err().error,
+            "unsupported_proxy_scheme"
+        );
+        assert_eq!(
+            parse_absolute("/local").unwrap_err().error,
+            "not_a_proxy_request"
+        );
+        assert_eq!(
+            parse_absolute("http://u:p@x.test/").unwrap_err().status,
+            400
+        );
+        assert_eq!(parse_absolute("http://x.test:0/").unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn host_header_agreement() {
+        assert!(host_matches(b"x.test", "x.test", 80, 80));
+        assert!(host_matches(b"X.test:80", "x.test", 80, 80));
+        assert!(host_matches(b"x.test:8080", "x.test", 8080, 80));
+        assert!(!host_matches(b"evil.test", "x.test", 80, 80));
+        assert!(!host_matches(b"x.test:81", "x.test", 80, 80));
+        assert!(host_matches(b"[::1]:81", "::1", 81, 80));
+    }
+}
