@@ -1,0 +1,380 @@
+use super::*;
+use crate::credentials::binding::Bindings;
+use crate::credentials::binding::tests::{bindings, scope};
+
+fn headers(list: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
+    list.iter()
+        .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+fn value<'h>(headers: &'h [(String, Vec<u8>)], name: &str) -> &'h str {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| std::str::from_utf8(v).unwrap())
+        .unwrap()
+}
+
+fn gh() -> Bindings {
+    bindings(&[
+        ("GH_TOKEN", "ghp_secret"),
+        ("TELEGRAM_BOT_TOKEN", "123456:ABC-def"),
+    ])
+}
+
+type Outcome = (
+    Result<Injected, CredentialError>,
+    String,
+    Vec<(String, Vec<u8>)>,
+);
+
+fn run(b: &Bindings, host: &str, target: &str, hs: &[(&str, &str)]) -> Outcome {
+    let mut target = target.to_string();
+    let mut hs = headers(hs);
+    let path = target.split('?').next().unwrap_or("").to_string();
+    let scoped = b.scoped(scope(host, 443, &path, "/usr/bin/gh"));
+    let r = rewrite_request(&mut target, &mut hs, &scoped);
+    (r, target, hs)
+}
+
+#[test]
+fn header_whole_and_scheme_forms() {
+    let b = gh();
+    let (r, _, hs) = run(
+        &b,
+        "api.github.com",
+        "/user",
+        &[
+            ("X-Api-Key", "openshell:resolve:env:GH_TOKEN"),
+            (
+                "Authorization",
+                "Bearer  openshell:resolve:env:GITHUB_TOKEN ",
+            ),
+            ("X-Token", "token xoxb-OPENSHELL-RESOLVE-ENV-GH_TOKEN"),
+            ("X-Rev", "openshell:resolve:env:v7_GH_TOKEN"),
+            ("Accept", "application/json"),
+        ],
+    );
+    let injected = r.unwrap();
+    assert_eq!(injected.credentials.len(), 1);
+    assert_eq!(injected.credentials[0].to_string(), "github/token");
+    assert_eq!(value(&hs, "X-Api-Key"), "ghp_secret");
+    assert_eq!(value(&hs, "Authorization"), "Bearer ghp_secret");
+    assert_eq!(value(&hs, "X-Token"), "token ghp_secret");
+    assert_eq!(value(&hs, "X-Rev"), "ghp_secret");
+    assert_eq!(value(&hs, "Accept"), "application/json");
+}
+
+#[test]
+fn basic_auth_round_trip() {
+    let b = gh();
+    let creds = BASIC.encode("x-access-token:openshell:resolve:env:GH_TOKEN");
+    let (r, _, hs) = run(
+        &b,
+        "api.github.com",
+        "/",
+        &[("Authorization", &format!("Basic {creds}"))],
+    );
+    r.unwrap();
+    let v = value(&hs, "Authorization");
+    let token = v.strip_prefix("Basic ").unwrap();
+    assert_eq!(BASIC.decode(token).unwrap(), b"x-access-token:ghp_secret");
+    // Both halves, unpadded input, lower-case scheme.
+    let creds = BASIC.encode("openshell:resolve:env:GH_TOKEN:sk-OPENSHELL-RESOLVE-ENV-GH_TOKEN");
+    let unpadded = creds.trim_end_matches('=');
+    let (r, _, hs) = run(
+        &b,
+        "api.github.com",
+        "/",
+        &[("Authorization", &format!("basic {unpadded}"))],
+    );
+    r.unwrap();
+    let token = value(&hs, "Authorization").strip_prefix("basic ").unwrap();
+    assert_eq!(BASIC.decode(token).unwrap(), b"ghp_secret:ghp_secret");
+    // A Basic credential without placeholders is left alone.
+    let plain = BASIC.encode("user:pass");
+    let (r, _, hs) = run(
+        &b,
+        "api.github.com",
+        "/",
+        &[("Authorization", &format!("Basic {plain}"))],
+    );
+    assert!(r.unwrap().is_empty());
+    assert_eq!(value(&hs, "Authorization"), format!("Basic {plain}"));
+}
+
+#[test]
+fn basic_auth_with_unknown_key_fails_closed() {
+    let b = gh();
+    let creds = BASIC.encode("u:openshell:resolve:env:NOPE");
+    let (r, _, hs) = run(
+        &b,
+        "api.github.com",
+        "/",
+        &[("Authorization", &format!("Basic {creds}"))],
+    );
+    let e = r.unwrap_err();
+    assert_eq!(e.code(), "credential_unavailable");
+    assert_eq!(value(&hs, "Authorization"), format!("Basic {creds}"));
+}
+
+#[test]
+fn header_markers_elsewhere_are_refused() {
+    let b = gh();
+    for v in [
+        "prefix openshell:resolve:env:GH_TOKEN suffix",
+        "x=openshell:resolve:env:GH_TOKEN",
+        "openshell%3Aresolve%3Aenv%3AGH_TOKEN",
+        "Bearer OPENSHELL-RESOLVE-ENV-GH_TOKEN",
+        "Bearer Openshell:Resolve:Env:GH_TOKEN",
+        "openshell:resolve:env:",
+    ] {
+        let (r, _, hs) = run(&b, "api.github.com", "/", &[("X-Api-Key", v)]);
+        assert_eq!(
+            r.unwrap_err(),
+            CredentialError::InvalidPlaceholder {
+                site: Site::Header("X-Api-Key".into())
+            },
+            "{v}"
+        );
+        assert_eq!(value(&hs, "X-Api-Key"), v);
+    }
+    let (r, _, _) = run(
+        &b,
+        "api.github.com",
+        "/",
+        &[("X-OPENSHELL-RESOLVE-ENV-A", "1")],
+    );
+    assert!(matches!(r, Err(CredentialError::InvalidPlaceholder { .. })));
+}
+
+#[test]
+fn telegram_path_segment() {
+    let b = gh();
+    let (r, target, _) = run(
+        &b,
+        "api.telegram.org",
+        "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN/sendMessage?chat_id=1",
+        &[],
+    );
+    assert_eq!(r.unwrap().credentials[0].to_string(), "telegram/bot-token");
+    assert_eq!(target, "/bot123456:ABC-def/sendMessage?chat_id=1");
+    // Percent-encoded placeholder in the segment.
+    let (r, target, _) = run(
+        &b,
+        "api.telegram.org",
+        "/botopenshell%3Aresolve%3Aenv%3ATELEGRAM_BOT_TOKEN/getMe",
+        &[],
+    );
+    r.unwrap();
+    assert_eq!(target, "/bot123456:ABC-def/getMe");
+}
+
+#[test]
+fn path_values_that_change_the_path_are_refused() {
+    for bad in ["a/b", "a\\b", "a?b", "a#b", "..", "x..y", "a\tb"] {
+        let b = bindings(&[("TELEGRAM_BOT_TOKEN", bad)]);
+        let (r, target, _) = run(
+            &b,
+            "api.telegram.org",
+            "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN/getMe",
+            &[],
+        );
+        let e = r.unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                CredentialError::Unavailable {
+                    reason: UnavailableReason::UnsafeForSite,
+                    site: Site::Path,
+                    ..
+                }
+            ),
+            "{bad}: {e:?}"
+        );
+        assert_eq!(target, "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN/getMe");
+        assert!(!e.to_string().contains(bad), "{e}");
+    }
+    // Other characters are percent-encoded as a segment.
+    let b = bindings(&[("TELEGRAM_BOT_TOKEN", "a b%c")]);
+    let (r, target, _) = run(
+        &b,
+        "api.telegram.org",
+        "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN/x",
+        &[],
+    );
+    r.unwrap();
+    assert_eq!(target, "/bota%20b%25c/x");
+}
+
+#[test]
+fn query_values() {
+    let b = gh();
+    let (r, target, _) = run(
+        &b,
+        "api.github.com",
+        "/search?q=a+b&key=openshell%3Aresolve%3Aenv%3AGH_TOKEN&both=openshell:resolve:env:GH_TOKEN-openshell:resolve:env:GITHUB_TOKEN&flag",
+        &[],
+    );
+    r.unwrap();
+    assert_eq!(
+        target,
+        "/search?q=a+b&key=ghp_secret&both=ghp_secret-ghp_secret&flag"
+    );
+    let b = bindings(&[("GH_TOKEN", "a+b/c d")]);
+    let (r, target, _) = run(
+        &b,
+        "api.github.com",
+        "/s?k=openshell:resolve:env:GH_TOKEN",
+        &[],
+    );
+    r.unwrap();
+    assert_eq!(target, "/s?k=a%2Bb%2Fc%20d");
+    // Markers in a name or a bare part are refused.
+    for t in [
+        "/s?openshell:resolve:env:GH_TOKEN=1",
+        "/s?openshell:resolve:env:GH_TOKEN",
+    ] {
+        let (r, target, _) = run(&b, "api.github.com", t, &[]);
+        assert!(
+            matches!(
+                r,
+                Err(CredentialError::InvalidPlaceholder { site: Site::Query })
+            ),
+            "{t}"
+        );
+        assert_eq!(target, t);
+    }
+}
+
+#[test]
+fn outside_binding_is_a_mismatch_and_changes_nothing() {
+    let b = gh();
+    let (r, target, hs) = run(
+        &b,
+        "evil.example.com",
+        "/x?k=openshell:resolve:env:GH_TOKEN",
+        &[("Authorization", "Bearer openshell:resolve:env:GH_TOKEN")],
+    );
+    let e = r.unwrap_err();
+    assert_eq!(e.status(), 403);
+    assert_eq!(e.code(), "credential_endpoint_mismatch");
+    assert_eq!(e.finding(), Some(FINDING_ENDPOINT_MISMATCH));
+    assert_eq!(
+        e.to_string(),
+        "credential `github/token` in the query string is not authorized for this request: the request's host, port and path are outside the credential's profile endpoints"
+    );
+    assert_eq!(target, "/x?k=openshell:resolve:env:GH_TOKEN");
+    assert_eq!(
+        value(&hs, "Authorization"),
+        "Bearer openshell:resolve:env:GH_TOKEN"
+    );
+}
+
+#[test]
+fn all_or_nothing_and_worst_error_wins() {
+    let b = gh();
+    // One good header, one unknown key, one mismatched credential.
+    let (r, target, hs) = run(
+        &b,
+        "api.github.com",
+        "/user?k=openshell:resolve:env:UNKNOWN_KEY",
+        &[
+            ("X-A", "openshell:resolve:env:GH_TOKEN"),
+            ("X-B", "openshell:resolve:env:TELEGRAM_BOT_TOKEN"),
+        ],
+    );
+    let e = r.unwrap_err();
+    assert!(
+        matches!(e, CredentialError::EndpointMismatch { .. }),
+        "{e:?}"
+    );
+    assert_eq!(value(&hs, "X-A"), "openshell:resolve:env:GH_TOKEN");
+    assert_eq!(target, "/user?k=openshell:resolve:env:UNKNOWN_KEY");
+    let (r, _, _) = run(
+        &b,
+        "api.github.com",
+        "/user?k=openshell:resolve:env:UNKNOWN_KEY",
+        &[],
+    );
+    let e = r.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "credential placeholder for `UNKNOWN_KEY` in the query string could not be resolved: no provider credential has this env var"
+    );
+    assert_eq!((e.status(), e.code()), (500, "credential_unavailable"));
+}
+
+#[test]
+fn unavailable_value_and_caller_mismatch() {
+    let b = bindings(&[]);
+    let (r, _, _) = run(
+        &b,
+        "api.github.com",
+        "/",
+        &[("X", "openshell:resolve:env:GITHUB_UNSET")],
+    );
+    assert_eq!(
+        r.unwrap_err().to_string(),
+        "credential placeholder for `GITHUB_UNSET` in the header `X` could not be resolved: no value is set"
+    );
+    let b = gh();
+    let mut hs = headers(&[("X", "openshell:resolve:env:GH_TOKEN")]);
+    let mut target = "/".to_string();
+    let scoped = b.scoped(scope("api.github.com", 443, "/", "/usr/bin/curl"));
+    let e = rewrite_request(&mut target, &mut hs, &scoped).unwrap_err();
+    assert!(matches!(
+        e,
+        CredentialError::EndpointMismatch {
+            reason: Mismatch::Caller,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn no_marker_no_change() {
+    let b = gh();
+    let (r, target, hs) = run(
+        &b,
+        "api.github.com",
+        "/a%20b/c?x=1+2",
+        &[("Authorization", "Bearer real")],
+    );
+    assert!(r.unwrap().is_empty());
+    assert_eq!(target, "/a%20b/c?x=1+2");
+    assert_eq!(value(&hs, "Authorization"), "Bearer real");
+    assert!(!head_has_marker("/a", &hs));
+    let creds = BASIC.encode("u:openshell:resolve:env:X");
+    assert!(head_has_marker(
+        "/a",
+        &headers(&[("Authorization", &format!("Basic {creds}"))])
+    ));
+    assert!(head_has_marker("/a%3Aopenshell%3aresolve%3Aenv%3A", &[]));
+}
+
+#[test]
+fn header_secret_with_control_bytes_is_refused() {
+    let b = bindings(&[("GH_TOKEN", "a\u{1b}b")]);
+    let (r, _, _) = run(
+        &b,
+        "api.github.com",
+        "/",
+        &[("X", "openshell:resolve:env:GH_TOKEN")],
+    );
+    assert!(matches!(
+        r.unwrap_err(),
+        CredentialError::Unavailable {
+            reason: UnavailableReason::UnsafeForSite,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn decoding_keeps_offsets() {
+    let (d, o) = percent_decode(b"a%3Ab%zz+", true);
+    assert_eq!(d, b"a:b%zz ");
+    assert_eq!(o, [0, 1, 4, 5, 6, 7, 8, 9]);
+}
