@@ -6,7 +6,9 @@
 //! `origin-key.pem`) and a CA for other intercepting proxies (`proxy-ca.pem`,
 //! `proxy-ca-key.pem`). `tls_bench` then measures direct and sluice (started from `SLUICE_BIN`,
 //! default next to this example), plus each `name=ADDR=CA_FILE` in `BENCH_COMPARE`, with the
-//! origin certificates from `BENCH_ORIGIN_DIR` (made on the spot when unset).
+//! origin certificates from `BENCH_ORIGIN_DIR` (made on the spot when unset). A fourth field,
+//! `=PID`, also measures that proxy's memory per idle intercepted connection (`BENCH_IDLE`
+//! connections, default 1000 and 5000).
 //! `scripts/bench-compare` runs it with Squid (ssl-bump) and mitmproxy.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
 
@@ -130,6 +132,8 @@ struct Path_ {
     name: String,
     proxy: Option<SocketAddr>,
     connector: TlsConnector,
+    /// The proxy's process, for its memory.
+    pid: Option<u32>,
 }
 
 fn connector(ca: &Path) -> TlsConnector {
@@ -147,6 +151,10 @@ fn connector(ca: &Path) -> TlsConnector {
 type Conn = BufReader<TlsStream<TcpStream>>;
 
 async fn connect(p: &Path_, origin: SocketAddr) -> Conn {
+    connect_with(p, origin, 256 * 1024).await
+}
+
+async fn connect_with(p: &Path_, origin: SocketAddr, buffer: usize) -> Conn {
     let mut tcp = TcpStream::connect(p.proxy.unwrap_or(origin)).await.unwrap();
     tcp.set_nodelay(true).unwrap();
     if p.proxy.is_some() {
@@ -168,7 +176,7 @@ async fn connect(p: &Path_, origin: SocketAddr) -> Conn {
     }
     let name = ServerName::IpAddress(origin.ip().into());
     BufReader::with_capacity(
-        256 * 1024,
+        buffer,
         p.connector.connect(name, tcp).await.unwrap_or_else(|e| {
             panic!("{}: TLS handshake: {e}", p.name);
         }),
@@ -265,6 +273,55 @@ async fn download(p: &Path_, origin: SocketAddr) -> f64 {
     BIG as f64 / t.elapsed().as_secs_f64() / (1024.0 * 1024.0)
 }
 
+/// Resident memory of `pid` in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Memory per idle intercepted connection: `n` connections opened (CONNECT, TLS, one request,
+/// so both legs are up), held for a second, and the proxy's RSS growth divided by `n`.
+/// `None` when the proxy could not hold them all.
+async fn idle_kib_per_conn(p: &Path_, origin: SocketAddr, pid: u32, n: usize) -> Option<f64> {
+    let before = rss_kib(pid);
+    let mut held = Vec::with_capacity(n);
+    for batch in 0..n.div_ceil(50) {
+        let mut tasks = Vec::new();
+        for _ in batch * 50..((batch + 1) * 50).min(n) {
+            let p = p.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut c = connect_with(&p, origin, 4096).await;
+                get(&mut c, origin, "/1k").await;
+                c
+            }));
+        }
+        for t in tasks {
+            held.push(t.await.ok()?);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = rss_kib(pid);
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Some(after.saturating_sub(before) as f64 / n as f64)
+}
+
+fn raise_fd_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let l = getrlimit(Resource::Nofile);
+    let _ = setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: l.maximum,
+            maximum: l.maximum,
+        },
+    );
+}
+
 fn start_sluice(dir: &Path, origin: SocketAddr) -> (std::process::Child, SocketAddr, PathBuf) {
     let bin = std::env::var("SLUICE_BIN").unwrap_or_else(|_| {
         let exe = std::env::current_exe().unwrap();
@@ -294,6 +351,8 @@ fn start_sluice(dir: &Path, origin: SocketAddr) -> (std::process::Child, SocketA
             "--listen",
             "127.0.0.1:0",
             "--allow-loopback-upstream",
+            "--max-connections",
+            "20000",
         ])
         .arg("--policy")
         .arg(&policy)
@@ -318,7 +377,11 @@ fn start_sluice(dir: &Path, origin: SocketAddr) -> (std::process::Child, SocketA
             break rest.split(' ').next().unwrap().parse().unwrap();
         }
     };
-    std::thread::spawn(move || for _ in std::io::BufRead::lines(err) {});
+    // Keep sluice's stderr (human audit lines, warnings) next to its audit log.
+    let mut log = std::fs::File::create(dir.join("sluice.stderr")).unwrap();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut err, &mut log);
+    });
     (child, addr, ca_dir.join("ca.pem"))
 }
 
@@ -344,6 +407,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
+    raise_fd_limit();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -356,20 +420,23 @@ fn main() {
                 name: "direct".into(),
                 proxy: None,
                 connector: connector(&dir.join("origin-ca.pem")),
+                pid: None,
             },
             Path_ {
                 name: "sluice".into(),
                 proxy: Some(sluice),
                 connector: connector(&sluice_ca),
+                pid: Some(child.id()),
             },
         ];
         for item in std::env::var("BENCH_COMPARE").unwrap_or_default().split(',') {
             let parts: Vec<&str> = item.split('=').collect();
-            if let [name, addr, ca] = parts[..] {
+            if let [name, addr, ca, ref rest @ ..] = parts[..] {
                 paths.push(Path_ {
                     name: name.into(),
                     proxy: Some(addr.parse().unwrap()),
                     connector: connector(Path::new(ca)),
+                    pid: rest.first().and_then(|p| p.parse().ok()),
                 });
             }
         }
@@ -409,6 +476,20 @@ fn main() {
         }
         for (name, one, ..) in rows.iter().skip(1) {
             println!("added p50 at c=1, {name}: {:.0} µs", one.p50 - base.4);
+        }
+        let idle: Vec<usize> = std::env::var("BENCH_IDLE")
+            .unwrap_or_else(|_| "1000,5000".into())
+            .split(',')
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        for p in paths.iter().filter(|p| p.pid.is_some()) {
+            for &n in &idle {
+                let per = idle_kib_per_conn(p, origin, p.pid.unwrap_or(0), n).await;
+                match per {
+                    Some(k) => println!("{}: {n} idle intercepted connections, {k:.1} KiB each", p.name),
+                    None => println!("{}: could not hold {n} idle intercepted connections", p.name),
+                }
+            }
         }
         let _ = child.kill();
         let _ = child.wait();
