@@ -620,6 +620,24 @@ fn tls_is_terminated_and_l7_rules_judge_each_request() {
         !denied.to_string().contains("token=abc"),
         "query leaked: {denied}"
     );
+    // Every inspected tunnel that was admitted also closes in the audit, with the bytes the
+    // client sent and received (TLS records included).
+    let admitted = |evs: &[Value]| evs.iter().filter(|e| is_open(e) && action(e) == 1).count();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let closes = loop {
+        let evs = sluice.events();
+        let closes: Vec<Value> = evs.iter().filter(|e| is_close(e)).cloned().collect();
+        if closes.len() >= admitted(&evs) || Instant::now() > deadline {
+            assert_eq!(closes.len(), admitted(&evs), "{evs:?}");
+            break closes;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!closes.is_empty());
+    for c in &closes {
+        assert!(c["traffic"]["bytes_in"].as_u64().unwrap_or(0) > 100, "{c}");
+        assert!(c["traffic"]["bytes_out"].as_u64().unwrap_or(0) > 100, "{c}");
+    }
     assert_events_valid(&sluice);
 }
 

@@ -95,6 +95,37 @@ impl Ctx<'_> {
             }));
     }
 
+    /// The close event of an admitted tunnel: bytes from and to the client, and why it ended.
+    fn close_event(
+        &self,
+        policy: Option<String>,
+        addr: std::net::SocketAddr,
+        bytes_in: u64,
+        bytes_out: u64,
+        reason: &str,
+    ) {
+        self.shared
+            .audit
+            .emit(&audit::Event::ConnectionClose(audit::ConnectionClose {
+                time: SystemTime::now(),
+                id: self.conn.id,
+                via: Via::Connect,
+                caller: self.caller.map(|c| c.audit.clone()),
+                src: self.conn.peer,
+                dst: audit::Destination {
+                    host: self.host.clone(),
+                    port: self.port,
+                    ip: Some(addr.ip()),
+                },
+                policy,
+                bytes_in,
+                bytes_out,
+                duration_ms: u64::try_from(self.conn.started.elapsed().as_millis())
+                    .unwrap_or(u64::MAX),
+                reason: reason.to_string(),
+            }));
+    }
+
     async fn refuse(
         &self,
         wr: &mut OwnedWriteHalf,
@@ -272,6 +303,7 @@ pub async fn run(
         Some(addr.ip()),
     );
     if inspect {
+        let traffic = std::sync::Arc::new(super::counted::Traffic::default());
         super::inspect::run(
             shared,
             conn,
@@ -284,31 +316,28 @@ pub async fn run(
             buf,
             upstream,
             addr,
+            &traffic,
         )
         .await;
+        // Client-side bytes, TLS records included, as for an uninspected tunnel.
+        ctx.close_event(
+            entry,
+            addr,
+            traffic.bytes_in(),
+            traffic.bytes_out(),
+            "closed",
+        );
         return;
     }
     let (ur, uw) = upstream.into_split();
     let stats = relay::relay(rd, wr, ur, uw, &buf, shared.limits.idle_timeout).await;
-    shared
-        .audit
-        .emit(&audit::Event::ConnectionClose(audit::ConnectionClose {
-            time: SystemTime::now(),
-            id: conn.id,
-            via: Via::Connect,
-            caller: Some(known.audit.clone()),
-            src: conn.peer,
-            dst: audit::Destination {
-                host: host.clone(),
-                port: ctx.port,
-                ip: Some(addr.ip()),
-            },
-            policy: entry,
-            bytes_in: stats.client_to_upstream,
-            bytes_out: stats.upstream_to_client,
-            duration_ms: u64::try_from(conn.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            reason: stats.end.describe(),
-        }));
+    ctx.close_event(
+        entry,
+        addr,
+        stats.client_to_upstream,
+        stats.upstream_to_client,
+        &stats.end.describe(),
+    );
 }
 
 /// The refusal for a failed destination step, shared with the forward path.

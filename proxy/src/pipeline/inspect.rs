@@ -28,6 +28,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 
 use super::caller::Known;
+use super::counted::{Counted, Traffic};
 use super::forward::{self, Route, Tunnel};
 use super::{Conn, Shared};
 use crate::audit::{self, Engine, Outcome, Via};
@@ -129,6 +130,7 @@ pub async fn run(
     mut buf: BytesMut,
     upstream: TcpStream,
     addr: SocketAddr,
+    traffic: &Arc<Traffic>,
 ) {
     let entry = admission.entry.to_string();
     // Protocol detection: enough bytes to tell TLS from HTTP, within the timeout.
@@ -146,6 +148,8 @@ pub async fn run(
     })
     .await
     .unwrap_or(Detected::Other);
+    // What the client sent after its CONNECT head so far; from here on, `Counted` counts.
+    traffic.add_in(buf.len() as u64);
     let fail = |reason: String| {
         shared
             .audit
@@ -191,8 +195,8 @@ pub async fn run(
                 Ok(caller.clone()),
                 Route::Tunnel(tunnel),
                 None,
-                rd,
-                wr,
+                Counted::new(rd, Arc::clone(traffic)),
+                Counted::new(wr, Arc::clone(traffic)),
                 buf,
             )
             .await;
@@ -205,7 +209,7 @@ pub async fn run(
             let Ok(client) = rd.reunite(wr) else {
                 return;
             };
-            let stream = Prefixed::new(buf, client);
+            let stream = Prefixed::new(buf, Counted::new(client, Arc::clone(traffic)));
             let start = match tokio::time::timeout(
                 DETECT_TIMEOUT,
                 LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream),

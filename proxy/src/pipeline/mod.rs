@@ -9,6 +9,7 @@
 
 pub mod caller;
 pub mod connect;
+mod counted;
 pub mod destination;
 pub mod doctor;
 pub mod forward;

@@ -1,0 +1,101 @@
+//! A stream that counts the bytes read from it and written to it, for the close event of a
+//! connection whose stream is handed on (to TLS, to the request loop) before it ends.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Bytes read from the client (`bytes_in`) and written to it (`bytes_out`) so far.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+impl Traffic {
+    pub fn add_in(&self, n: u64) {
+        self.bytes_in.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn bytes_in(&self) -> u64 {
+        self.bytes_in.load(Ordering::Relaxed)
+    }
+
+    pub fn bytes_out(&self) -> u64 {
+        self.bytes_out.load(Ordering::Relaxed)
+    }
+}
+
+/// `inner`, with every byte through it added to a shared [`Traffic`].
+#[derive(Debug)]
+pub struct Counted<S> {
+    inner: S,
+    traffic: Arc<Traffic>,
+}
+
+impl<S> Counted<S> {
+    pub fn new(inner: S, traffic: Arc<Traffic>) -> Self {
+        Counted { inner, traffic }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len().saturating_sub(before);
+        self.traffic.add_in(n as u64);
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &polled {
+            self.traffic
+                .bytes_out
+                .fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn counts_both_directions() {
+        let (a, mut b) = tokio::io::duplex(64);
+        let traffic = Arc::new(Traffic::default());
+        let mut c = Counted::new(a, Arc::clone(&traffic));
+        c.write_all(b"hello").await.unwrap();
+        b.write_all(b"abc").await.unwrap();
+        drop(b);
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).await.unwrap();
+        assert_eq!((traffic.bytes_in(), traffic.bytes_out()), (3, 5));
+    }
+}
