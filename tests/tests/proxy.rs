@@ -838,9 +838,20 @@ fn placeholders_become_secrets_only_where_bound() {
         "{:?}",
         origin.received()
     );
-    // No secret in the audit log or sluice's own output.
+    // No secret in the audit log, sluice's own output, or any file sluice wrote (its audit
+    // directory, the CA directory).
     let audit = std::fs::read_to_string(&sluice.audit_path).unwrap();
     assert!(!audit.contains(SECRET) && !sluice.stderr().contains(SECRET));
+    for d in [sluice.audit_path.parent().unwrap(), ca_dir.as_path()] {
+        for f in std::fs::read_dir(d).unwrap().flatten() {
+            let bytes = std::fs::read(f.path()).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(SECRET),
+                "the secret is in {}",
+                f.path().display()
+            );
+        }
+    }
     assert!(
         audit.contains("test-api/api-key"),
         "credential names are audited"
