@@ -127,8 +127,9 @@ async fn start_origin(dir: &Path) -> SocketAddr {
     addr
 }
 
+/// One way to reach the origin: directly or through a proxy, with the CA to trust.
 #[derive(Clone)]
-struct Path_ {
+struct Leg {
     name: String,
     proxy: Option<SocketAddr>,
     connector: TlsConnector,
@@ -150,11 +151,11 @@ fn connector(ca: &Path) -> TlsConnector {
 
 type Conn = BufReader<TlsStream<TcpStream>>;
 
-async fn connect(p: &Path_, origin: SocketAddr) -> Conn {
+async fn connect(p: &Leg, origin: SocketAddr) -> Conn {
     connect_with(p, origin, 256 * 1024).await
 }
 
-async fn connect_with(p: &Path_, origin: SocketAddr, buffer: usize) -> Conn {
+async fn connect_with(p: &Leg, origin: SocketAddr, buffer: usize) -> Conn {
     let mut tcp = TcpStream::connect(p.proxy.unwrap_or(origin)).await.unwrap();
     tcp.set_nodelay(true).unwrap();
     if p.proxy.is_some() {
@@ -223,7 +224,7 @@ struct KeepAlive {
     p99: f64,
 }
 
-async fn keep_alive(p: &Path_, origin: SocketAddr, conc: usize, dur: Duration) -> KeepAlive {
+async fn keep_alive(p: &Leg, origin: SocketAddr, conc: usize, dur: Duration) -> KeepAlive {
     let mut tasks = Vec::new();
     let start = Instant::now() + Duration::from_millis(300);
     for _ in 0..conc {
@@ -257,7 +258,7 @@ fn pct(v: &[f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
-async fn new_conns(p: &Path_, origin: SocketAddr, n: usize) -> f64 {
+async fn new_conns(p: &Leg, origin: SocketAddr, n: usize) -> f64 {
     let t = Instant::now();
     for _ in 0..n {
         let mut c = connect(p, origin).await;
@@ -266,7 +267,7 @@ async fn new_conns(p: &Path_, origin: SocketAddr, n: usize) -> f64 {
     n as f64 / t.elapsed().as_secs_f64()
 }
 
-async fn download(p: &Path_, origin: SocketAddr) -> f64 {
+async fn download(p: &Leg, origin: SocketAddr) -> f64 {
     let mut c = connect(p, origin).await;
     let t = Instant::now();
     assert_eq!(get(&mut c, origin, "/big").await, BIG);
@@ -286,7 +287,7 @@ fn rss_kib(pid: u32) -> u64 {
 /// Memory per idle intercepted connection: `n` connections opened (CONNECT, TLS, one request,
 /// so both legs are up), held for a second, and the proxy's RSS growth divided by `n`.
 /// `None` when the proxy could not hold them all.
-async fn idle_kib_per_conn(p: &Path_, origin: SocketAddr, pid: u32, n: usize) -> Option<f64> {
+async fn idle_kib_per_conn(p: &Leg, origin: SocketAddr, pid: u32, n: usize) -> Option<f64> {
     let before = rss_kib(pid);
     let mut held = Vec::with_capacity(n);
     for batch in 0..n.div_ceil(50) {
@@ -416,13 +417,13 @@ fn main() {
         let origin = start_origin(&dir).await;
         let (mut child, sluice, sluice_ca) = start_sluice(&dir, origin);
         let mut paths = vec![
-            Path_ {
+            Leg {
                 name: "direct".into(),
                 proxy: None,
                 connector: connector(&dir.join("origin-ca.pem")),
                 pid: None,
             },
-            Path_ {
+            Leg {
                 name: "sluice".into(),
                 proxy: Some(sluice),
                 connector: connector(&sluice_ca),
@@ -432,7 +433,7 @@ fn main() {
         for item in std::env::var("BENCH_COMPARE").unwrap_or_default().split(',') {
             let parts: Vec<&str> = item.split('=').collect();
             if let [name, addr, ca, ref rest @ ..] = parts[..] {
-                paths.push(Path_ {
+                paths.push(Leg {
                     name: name.into(),
                     proxy: Some(addr.parse().unwrap()),
                     connector: connector(Path::new(ca)),
