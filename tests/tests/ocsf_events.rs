@@ -116,6 +116,11 @@ fn closes() -> Vec<Event> {
         .into_iter()
         .map(|caller| {
             let duration_ms = if caller.is_some() { u64::MAX } else { 1250 };
+            let engine = if caller.is_some() {
+                Engine::L7
+            } else {
+                Engine::L4
+            };
             Event::ConnectionClose(ConnectionClose {
                 time: time(),
                 id: 1,
@@ -124,6 +129,7 @@ fn closes() -> Vec<Event> {
                 src: src(),
                 dst: dst("api.github.com", 443, None),
                 policy: Some("github".into()),
+                engine,
                 bytes_in: 517,
                 bytes_out: u64::MAX,
                 // Saturated to OCSF's signed 64-bit `long_t`.

@@ -635,6 +635,7 @@ fn tls_is_terminated_and_l7_rules_judge_each_request() {
     };
     assert!(!closes.is_empty());
     for c in &closes {
+        assert_eq!(c["firewall_rule"]["type"], "l7", "{c}");
         assert!(c["traffic"]["bytes_in"].as_u64().unwrap_or(0) > 100, "{c}");
         assert!(c["traffic"]["bytes_out"].as_u64().unwrap_or(0) > 100, "{c}");
     }

@@ -131,6 +131,8 @@ pub struct ConnectionClose {
     pub src: SocketAddr,
     pub dst: Destination,
     pub policy: Option<String>,
+    /// `L4` for a relayed tunnel, `L7` for one whose requests were inspected.
+    pub engine: Engine,
     /// Bytes received from the client (and sent upstream).
     pub bytes_in: u64,
     /// Bytes sent to the client (received from upstream).

@@ -351,7 +351,7 @@ fn connection_close(e: &ConnectionClose, ctx: &Context) -> Map<String, Value> {
     }
     m.insert(
         "firewall_rule".into(),
-        firewall_rule(e.policy.as_deref(), Engine::L4, None),
+        firewall_rule(e.policy.as_deref(), e.engine, None),
     );
     m.insert("traffic".into(), traffic(e.bytes_in, e.bytes_out));
     m.insert("duration".into(), json!(long(e.duration_ms)));

@@ -108,7 +108,7 @@ fn close(e: &ConnectionClose, sev: &str) -> String {
     let mut s = format!("NET:CLOSE {sev} ");
     push_actor(&mut s, e.caller.as_ref());
     push_clean(&mut s, &authority(&e.dst.host, e.dst.port));
-    push_rule(&mut s, e.policy.as_deref(), "l4");
+    push_rule(&mut s, e.policy.as_deref(), e.engine.as_str());
     // OCSF orientation, as in the JSON `traffic` object (see `ocsf::traffic`).
     let _ = write!(
         s,

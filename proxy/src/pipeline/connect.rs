@@ -99,6 +99,7 @@ impl Ctx<'_> {
     fn close_event(
         &self,
         policy: Option<String>,
+        engine: Engine,
         addr: std::net::SocketAddr,
         bytes_in: u64,
         bytes_out: u64,
@@ -118,6 +119,7 @@ impl Ctx<'_> {
                     ip: Some(addr.ip()),
                 },
                 policy,
+                engine,
                 bytes_in,
                 bytes_out,
                 duration_ms: u64::try_from(self.conn.started.elapsed().as_millis())
@@ -322,6 +324,7 @@ pub async fn run(
         // Client-side bytes, TLS records included, as for an uninspected tunnel.
         ctx.close_event(
             entry,
+            Engine::L7,
             addr,
             traffic.bytes_in(),
             traffic.bytes_out(),
@@ -333,6 +336,7 @@ pub async fn run(
     let stats = relay::relay(rd, wr, ur, uw, &buf, shared.limits.idle_timeout).await;
     ctx.close_event(
         entry,
+        Engine::L4,
         addr,
         stats.client_to_upstream,
         stats.upstream_to_client,

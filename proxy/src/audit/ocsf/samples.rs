@@ -84,6 +84,7 @@ pub fn close() -> ConnectionClose {
             ip: Some(IpAddr::V4(Ipv4Addr::new(140, 82, 121, 6))),
         },
         policy: Some("github".into()),
+        engine: Engine::L4,
         bytes_in: 517,
         bytes_out: 4096,
         duration_ms: 1250,
