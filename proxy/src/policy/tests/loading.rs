@@ -1,0 +1,338 @@
+//! Diagnostics: validation, the strict / compat rows of §13, ambiguity, merging.
+
+use super::*;
+
+// === §1.9 validation ===
+
+#[test]
+fn validation_messages() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "host: h.example.com\n  port: 0",
+            "p.yaml:6:15: network_policies.p.endpoints[0].port: port 0 is out of range 1-65535",
+        ),
+        (
+            "host: h.example.com\n  port: 70000",
+            "p.yaml:6:15: network_policies.p.endpoints[0].port: port 70000 is out of range 1-65535",
+        ),
+        (
+            "host: h.example.com",
+            "p.yaml:5:9: network_policies.p.endpoints[0]: an endpoint needs `port` or `ports`",
+        ),
+        (
+            "port: 443",
+            "p.yaml:5:9: network_policies.p.endpoints[0].host: `host` is required (only an endpoint with `allowed_ips` may leave it out)",
+        ),
+        (
+            "host: h.example.com\n  ports: []",
+            "p.yaml:6:16: network_policies.p.endpoints[0].ports: `ports` must list at least one port",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: REST\n  access: full",
+            "p.yaml:7:19: network_policies.p.endpoints[0].protocol: unknown protocol `REST` (protocols are lower-case); expected rest, websocket or tcp",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: graphql",
+            "p.yaml:7:19: network_policies.p.endpoints[0].protocol: protocol `graphql` is not supported by sluice yet",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest",
+            "p.yaml:5:9: network_policies.p.endpoints[0]: `protocol: rest` needs `rules` or `access`",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  access: full\n  rules:\n    - allow: {method: GET, path: /}",
+            "p.yaml:10:11: network_policies.p.endpoints[0].rules: `rules` and `access` are mutually exclusive: use one",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  deny_rules:\n    - {method: GET, path: /}",
+            "p.yaml:8:11: network_policies.p.endpoints[0].deny_rules: `deny_rules` need `protocol: rest` or `websocket` (and rules or access to deny from)",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: FETCH, path: /}",
+            "p.yaml:9:29: network_policies.p.endpoints[0].rules[0].allow.method: unknown method `FETCH` for `protocol: rest`; expected GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: WEBSOCKET_TEXT, path: /}",
+            "p.yaml:9:29: network_policies.p.endpoints[0].rules[0].allow.method: `WEBSOCKET_TEXT` is only valid with `protocol: websocket`",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: tcp\n  access: full",
+            "p.yaml:8:17: network_policies.p.endpoints[0].access: `access` is an L7 setting and a `protocol: tcp` endpoint has none",
+        ),
+        (
+            "host: 10.0.0.1\n  port: 5432\n  protocol: tcp",
+            "p.yaml:5:15: network_policies.p.endpoints[0].host: a `protocol: tcp` endpoint needs a valid DNS host name (not an IP literal, no trailing dot)",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  access: full\n  path: v1",
+            "p.yaml:9:15: network_policies.p.endpoints[0].path: `v1` must start with `/` (or be `**`)",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: GET, path: /s, query: {a: \"\"}}",
+            "p.yaml:9:55: network_policies.p.endpoints[0].rules[0].allow.query.a: an empty query matcher matches nothing; use `*` to require the parameter with any value",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: GET, path: /s, query: {a: {any: []}}}",
+            "p.yaml:9:61: network_policies.p.endpoints[0].rules[0].allow.query.a: `any: []` lists no pattern and would match nothing; list at least one glob (`*` for any value)",
+        ),
+    ];
+    let mismatches: Vec<String> = cases
+        .iter()
+        .filter_map(|(endpoint, want)| {
+            let got = errors(&one(endpoint));
+            (got != [*want])
+                .then(|| format!("endpoint:\n{endpoint}\n want: {want}\n  got: {got:?}"))
+        })
+        .collect();
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+#[test]
+fn sandbox_section_validation() {
+    let text = "version: 1\nfilesystem_policy:\n  read_only: [usr, /a/../b]\n  read_write: [/]\nprocess:\n  run_as_user: root\n  run_as_group: \"0\"\n";
+    assert_eq!(
+        errors(text),
+        [
+            "p.yaml:3:15: filesystem_policy.read_only[0]: `usr` must be an absolute path",
+            "p.yaml:3:20: filesystem_policy.read_only[1]: `/a/../b` must not contain `..`",
+            "p.yaml:4:16: filesystem_policy.read_write[0]: `/` cannot be writable",
+            "p.yaml:6:16: process.run_as_user: `root` must be `sandbox` or a numeric id from 1 to 4294967294 (never root)",
+            "p.yaml:7:17: process.run_as_group: `0` must be `sandbox` or a numeric id from 1 to 4294967294 (never root)",
+        ]
+    );
+}
+
+#[test]
+fn defaulted_enforcement_warns_with_the_line() {
+    let text = one("host: h.example.com\n  port: 443\n  protocol: rest\n  access: full");
+    let w = warnings_in(&text, Compat::Strict);
+    assert_eq!(w.len(), 1);
+    assert!(w[0].starts_with("p.yaml:5:9: warning: network_policies.p.endpoints[0]: `enforcement` is not set, so it is `audit`"), "{w:?}");
+    // Written out explicitly: no warning.
+    assert!(warnings_in(&one("host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: audit\n  access: full"), Compat::Strict).is_empty());
+}
+
+#[test]
+fn version_checks() {
+    assert_eq!(
+        errors("version: 2\nnetwork_policies: {}\n"),
+        ["p.yaml:1:10: version: unsupported policy version 2; sluice reads version 1"]
+    );
+    let w = warnings_in("network_policies: {}\n", Compat::Strict);
+    assert_eq!(
+        w,
+        [
+            "p.yaml:1:1: warning: version: `version` is missing; sluice reads the document as version 1"
+        ]
+    );
+    assert!(errors_in("version: 2\nnetwork_policies: {}\n", Compat::OpenShell).is_empty());
+}
+
+// === §13 strict / compat rows ===
+
+/// (endpoint yaml, strict error substring, compat warning substring)
+const STRICT_ROWS: &[(&str, &str, &str)] = &[
+    // row 6
+    (
+        "host: h.example.com\n  port: 443\n  allowed_ips: [127.0.0.1]",
+        "overlaps loopback 127.0.0.0/8",
+        "still refuses those addresses",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  allowed_ips: [not-an-ip]",
+        "`not-an-ip` is not an IP address or CIDR",
+        "refuses every connection",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  allowed_ips: [10.0.0.0/33]",
+        "`10.0.0.0/33` is not an IP address or CIDR",
+        "refuses every connection",
+    ),
+    // row 7
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: full\n  deny_rules: []",
+        "`deny_rules: []` is empty",
+        "ignores it",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: full\n  rules: []",
+        "`rules: []` is empty",
+        "applies `access`",
+    ),
+    // row 8
+    (
+        "host: h.example.com\n  port: 443\n  access: read-only",
+        "`access` has no effect without `protocol",
+        "plain L4",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  rules:\n    - allow: {method: GET, path: /}",
+        "`rules` has no effect without `protocol",
+        "plain L4",
+    ),
+    // row 9
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: full\n  deny_rules:\n    - {method: POST}",
+        "a deny rule without `path`",
+        "blocks nothing",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  rules:\n    - allow: {path: /x}",
+        "an allow rule without `method`",
+        "allows nothing",
+    ),
+    // row 10
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: read-ony",
+        "unknown `access` preset `read-ony`",
+        "denies every request",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  tls: terminat",
+        "unknown `tls` value `terminat`",
+        "treats it as auto",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: Enforce\n  access: full",
+        "unknown `enforcement` value `Enforce`",
+        "treats it as `audit`",
+    ),
+    // row 11
+    (
+        "host: h.example.com\n  port: 443\n  ports: [8443]",
+        "`port` and `ports` are both given",
+        "drops `port`",
+    ),
+    // row 14
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: read-only\n  tls: skip",
+        "`tls: skip` turns off all L7 inspection",
+        "uninspected",
+    ),
+];
+
+#[test]
+fn strict_rows_refuse_and_compat_accepts_with_warning() {
+    for (endpoint, strict, compat) in STRICT_ROWS {
+        let text = one(endpoint);
+        let e = errors(&text);
+        assert_eq!(e.len(), 1, "{endpoint}: {e:?}");
+        assert!(
+            e[0].contains(strict) && e[0].contains("accept with --compat openshell"),
+            "{endpoint}: {e:?}"
+        );
+        let w = warnings_in(&text, Compat::OpenShell);
+        assert!(
+            w.iter()
+                .any(|w| w.contains(compat) && w.contains("warning: ")),
+            "{endpoint}: {w:?}"
+        );
+    }
+}
+
+#[test]
+fn compat_interpretations_are_the_references() {
+    // row 8: rules dropped, endpoint is L4, every request passes.
+    let text = one("host: h.example.com\n  port: 443\n  access: read-only");
+    let p = try_load(&text, Compat::OpenShell).unwrap().policy;
+    let a = admission(&p, "h.example.com", 443);
+    assert!(!a.inspects(&p));
+    // row 10: `Enforce` means audit.
+    let text = one(
+        "host: api.example.com\n  port: 443\n  protocol: rest\n  enforcement: Enforce\n  access: read-only",
+    );
+    let p = try_load(&text, Compat::OpenShell).unwrap().policy;
+    assert_eq!(verdict(&p, "api.example.com", "POST", "/x"), Verdict::Audit);
+    // row 11: the last duplicate wins, `port` dropped for `ports`.
+    let text = one("host: api.example.com\n  port: 443\n  ports: [8443]");
+    let p = try_load(&text, Compat::OpenShell).unwrap().policy;
+    assert!(!allowed(&p, CURL, "api.example.com", 443));
+    assert!(allowed(&p, CURL, "api.example.com", 8443));
+    // row 6: an invalid allowed_ips entry loads but the endpoint refuses addresses later.
+    let text = one("host: api.example.com\n  port: 443\n  allowed_ips: [bogus]");
+    let p = try_load(&text, Compat::OpenShell).unwrap().policy;
+    let a = admission(&p, "api.example.com", 443);
+    assert!(p.endpoint(a.endpoint).allowed_ips.has_invalid);
+}
+
+#[test]
+fn broad_allowed_ips_warn() {
+    let w = warnings_in(
+        &one("host: h.example.com\n  port: 443\n  allowed_ips: [10.0.0.0/8]"),
+        Compat::Strict,
+    );
+    assert!(w.iter().any(|w| w.contains("very broad network")), "{w:?}");
+}
+
+// === §1.10 ambiguity ===
+
+#[test]
+fn ambiguity_names_both_endpoints_and_the_field() {
+    let text = "version: 1\nnetwork_policies:\n  a:\n    name: alpha\n    endpoints:\n      - {host: \"*.example.com\", port: 443, protocol: rest, enforcement: enforce, access: full}\n    binaries: [{path: /usr/bin/curl}]\n  b:\n    endpoints:\n      - {host: api.example.com, ports: [443, 8443], protocol: rest, enforcement: audit, access: full}\n    binaries: [{path: /usr/bin/git}]\n";
+    assert_eq!(
+        errors(text),
+        [
+            "p.yaml:10:9: network_policies.b.endpoints[0]: network policies 'alpha' endpoint[0] (*.example.com:443) and 'b' endpoint[0] (api.example.com:443,8443) overlap on port(s) 443 with conflicting metadata: enforcement=\"enforce\" vs \"audit\" (other endpoint at p.yaml:6:9)"
+        ]
+    );
+}
+
+#[test]
+fn ambiguity_ignores_disjoint_and_more_specific_paths() {
+    // Different ports, non-overlapping hosts, and a more specific path are all fine.
+    let text = "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - {host: api.example.com, port: 443, protocol: rest, enforcement: enforce, access: full}\n      - {host: api.example.com, port: 8443, protocol: rest, enforcement: audit, access: full}\n      - {host: \"*.example.org\", port: 443, protocol: rest, enforcement: audit, access: full}\n      - {host: api.example.com, port: 443, path: /v1/**, protocol: rest, enforcement: audit, access: full}\n      - {host: api.example.com, port: 443}\n    binaries: [{path: /usr/bin/curl}]\n";
+    assert_eq!(errors(text), Vec::<String>::new());
+}
+
+#[test]
+fn ambiguity_connection_level_conflicts() {
+    let text = "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - {host: api.example.com, port: 443, tls: skip}\n      - {host: api.example.com, port: 443}\n    binaries: [{path: /usr/bin/curl}]\n";
+    let e = errors(text);
+    assert_eq!(e.len(), 1);
+    assert!(e[0].contains("tls=\"skip\" vs \"auto\""), "{e:?}");
+}
+
+// === merging ===
+
+#[test]
+fn merged_files_refuse_a_key_defined_twice() {
+    let a = Source { name: "a.yaml".into(), text: "version: 1\nnetwork_policies:\n  gh:\n    endpoints: [{host: a.example.com, port: 443}]\n    binaries: [{path: /usr/bin/curl}]\n".into() };
+    let b = Source { name: "b.yaml".into(), text: "version: 1\nnetwork_policies:\n  other:\n    endpoints: [{host: b.example.com, port: 443}]\n    binaries: [{path: /usr/bin/curl}]\n  gh:\n    endpoints: [{host: c.example.com, port: 443}]\n    binaries: [{path: /usr/bin/curl}]\n".into() };
+    let e = load(&[a.clone(), b], Compat::Strict).unwrap_err();
+    let lines: Vec<String> = e.errors().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        ["b.yaml:6:3: network_policies.gh: policy `gh` is already defined in a.yaml:3:3"]
+    );
+    let c = Source { name: "c.yaml".into(), text: "version: 1\nnetwork_policies:\n  more:\n    endpoints: [{host: d.example.com, port: 443}]\n    binaries: [{path: /usr/bin/curl}]\n".into() };
+    let merged = load(&[a, c], Compat::Strict).unwrap().policy;
+    assert_eq!(merged.entries().len(), 2);
+}
+
+#[test]
+fn load_is_all_or_nothing_and_reports_every_file() {
+    let good = Source {
+        name: "good.yaml".into(),
+        text: "version: 1\nnetwork_policies: {}\n".into(),
+    };
+    let bad1 = Source {
+        name: "bad1.yaml".into(),
+        text: "version: 1\nbogus: 1\n".into(),
+    };
+    let bad2 = Source {
+        name: "bad2.yaml".into(),
+        text: "version: [\n".into(),
+    };
+    let e = load(&[good, bad1, bad2], Compat::Strict).unwrap_err();
+    let files: Vec<&str> = e.errors().map(|d| &*d.location.file).collect();
+    assert_eq!(files, ["bad1.yaml", "bad2.yaml"]);
+}
+
+#[test]
+fn diagnostics_are_deterministic() {
+    let text = "version: 1\nnetwork_policies:\n  b:\n    endpoints: [{port: 0}]\n  a:\n    endpoints: [{host: \"*\", port: 1}]\n";
+    let first = errors(text);
+    for _ in 0..5 {
+        assert_eq!(errors(text), first);
+    }
+}
