@@ -366,6 +366,26 @@ impl Validator<'_> {
     }
 }
 
+/// An event's `class_uid` (0 when absent).
+pub fn class(e: &Value) -> u64 {
+    e["class_uid"].as_u64().unwrap_or(0)
+}
+
+/// A Network Activity open.
+pub fn is_open(e: &Value) -> bool {
+    class(e) == 4001 && e["activity_id"] == 1
+}
+
+/// A Network Activity close.
+pub fn is_close(e: &Value) -> bool {
+    class(e) == 4001 && e["activity_id"] == 2
+}
+
+/// An event's `action_id`: 1 allowed, 2 denied (0 when absent).
+pub fn action(e: &Value) -> u64 {
+    e["action_id"].as_u64().unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -349,3 +349,12 @@ pub fn assert_events_valid(sluice: &Sluice) {
         problems.join("\n")
     );
 }
+
+/// The running test executable (its real path): the client of raw-socket tests.
+pub fn me() -> String {
+    realpath(
+        &std::env::current_exe()
+            .expect("current exe")
+            .to_string_lossy(),
+    )
+}
