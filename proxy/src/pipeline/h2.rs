@@ -25,6 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::Shared;
 use super::caller::Known;
 use super::judge::{self, Judged};
+use super::target::host_matches;
 use crate::audit::{self, Engine, Outcome};
 use crate::credentials;
 use crate::http::respond::{Refusal, is_hop_by_hop};
@@ -134,28 +135,20 @@ fn refusal_response(refusal: &Refusal) -> Response<Body> {
     resp
 }
 
-/// Whether `authority` (`host[:port]`) names the tunnel; 443 may be left out.
-fn names_tunnel(authority: &str, host: &str, port: u16) -> bool {
-    let a = authority.to_ascii_lowercase();
-    let (h, p) = if let Some(v6) = a.strip_prefix('[') {
-        match v6.split_once(']') {
-            Some((h, rest)) => (h.to_string(), rest.strip_prefix(':').map(str::to_string)),
-            None => return false,
-        }
-    } else {
-        match a.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), Some(p.to_string())),
-            None => (a.clone(), None),
-        }
-    };
-    let p = match p {
-        None => 443,
-        Some(p) => match p.parse::<u16>() {
-            Ok(p) => p,
-            Err(_) => return false,
-        },
-    };
-    h == host && p == port
+/// Audits a refused request (its reason, else its detail) and answers it.
+fn refuse(
+    t: &H2Tunnel,
+    method: &str,
+    j: &Judged,
+    started: Instant,
+    refusal: &Refusal,
+) -> Response<Body> {
+    let reason = refusal
+        .reason
+        .clone()
+        .or_else(|| Some(refusal.detail.clone()));
+    emit(t, method, j, Some(refusal.status), 0, started, reason);
+    refusal_response(refusal)
 }
 
 async fn handle(
@@ -192,23 +185,14 @@ async fn handle(
         });
     if !authority
         .as_deref()
-        .is_some_and(|a| names_tunnel(a, &t.host, t.port))
+        .is_some_and(|a| host_matches(a.as_bytes(), &t.host, t.port, 443))
     {
         let refusal = Refusal::new(
             403,
             "request_authority_mismatch",
             "HTTP request authority does not match the authorized tunnel endpoint",
         );
-        emit(
-            t,
-            &method,
-            &judged,
-            Some(403),
-            0,
-            started,
-            Some(refusal.detail.clone()),
-        );
-        return refusal_response(&refusal);
+        return refuse(t, &method, &judged, started, &refusal);
     }
     judged = match judge::judge(
         &t.policy,
@@ -221,15 +205,9 @@ async fn handle(
     ) {
         Ok(j) => j,
         Err(boxed) => {
-            let (refusal, j) = *boxed;
-            let reason = refusal
-                .reason
-                .clone()
-                .or_else(|| Some(refusal.detail.clone()));
-            let mut j = j;
+            let (refusal, mut j) = *boxed;
             j.outcome = Outcome::Denied;
-            emit(t, &method, &j, Some(refusal.status), 0, started, reason);
-            return refusal_response(&refusal);
+            return refuse(t, &method, &j, started, &refusal);
         }
     };
     let (parts, body) = req.into_parts();
@@ -300,16 +278,7 @@ async fn handle(
                 "invalid_request_target",
                 format!("request-target refused: {e}"),
             );
-            emit(
-                t,
-                &method,
-                &judged,
-                Some(400),
-                0,
-                started,
-                Some(refusal.detail.clone()),
-            );
-            return refusal_response(&refusal);
+            return refuse(t, &method, &judged, started, &refusal);
         }
     };
     let mut up = Request::builder()
@@ -337,16 +306,7 @@ async fn handle(
         Ok(r) => r,
         Err(e) => {
             let refusal = Refusal::new(400, "bad_request", e.to_string());
-            emit(
-                t,
-                &method,
-                &judged,
-                Some(400),
-                0,
-                started,
-                Some(refusal.detail.clone()),
-            );
-            return refusal_response(&refusal);
+            return refuse(t, &method, &judged, started, &refusal);
         }
     };
     let timeout = t.shared.limits.upstream_timeout;
@@ -373,16 +333,7 @@ async fn handle(
                 "credential_in_body",
                 "a credential placeholder in the request body would reach the upstream unresolved; this endpoint does not allow body rewriting (request_body_credential_rewrite)",
             );
-            emit(
-                t,
-                &method,
-                &judged,
-                Some(403),
-                0,
-                started,
-                Some(refusal.detail.clone()),
-            );
-            return refusal_response(&refusal);
+            return refuse(t, &method, &judged, started, &refusal);
         }
         Ok(Err(e)) => {
             let refusal = Refusal::new(
@@ -391,16 +342,7 @@ async fn handle(
                 format!("connection to {hp} failed"),
             )
             .with_reason(e.to_string());
-            emit(
-                t,
-                &method,
-                &judged,
-                Some(502),
-                0,
-                started,
-                Some(e.to_string()),
-            );
-            return refusal_response(&refusal);
+            return refuse(t, &method, &judged, started, &refusal);
         }
         Err(_) => {
             let refusal = Refusal::new(
@@ -408,16 +350,7 @@ async fn handle(
                 "upstream_timeout",
                 format!("{hp} sent no response within {} s", timeout.as_secs_f32()),
             );
-            emit(
-                t,
-                &method,
-                &judged,
-                Some(504),
-                0,
-                started,
-                Some(refusal.detail.clone()),
-            );
-            return refusal_response(&refusal);
+            return refuse(t, &method, &judged, started, &refusal);
         }
     };
     let status = response.status().as_u16();
@@ -498,19 +431,4 @@ fn emit_with(
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             credentials,
         }));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn authority_names_the_tunnel() {
-        assert!(names_tunnel("api.example.com", "api.example.com", 443));
-        assert!(names_tunnel("API.example.com:443", "api.example.com", 443));
-        assert!(names_tunnel("127.0.0.1:8443", "127.0.0.1", 8443));
-        assert!(!names_tunnel("127.0.0.1", "127.0.0.1", 8443));
-        assert!(!names_tunnel("evil.example.com", "api.example.com", 443));
-        assert!(names_tunnel("[::1]:8443", "::1", 8443));
-    }
 }

@@ -199,5 +199,21 @@ mod tests {
         assert!(!host_matches(b"evil.test", "x.test", 80, 80));
         assert!(!host_matches(b"x.test:81", "x.test", 80, 80));
         assert!(host_matches(b"[::1]:81", "::1", 81, 80));
+        // An HTTP/2 :authority inside a TLS tunnel: 443 may be left out.
+        assert!(host_matches(
+            b"API.example.com",
+            "api.example.com",
+            443,
+            443
+        ));
+        assert!(host_matches(
+            b"api.example.com:443",
+            "api.example.com",
+            443,
+            443
+        ));
+        assert!(!host_matches(b"127.0.0.1", "127.0.0.1", 8443, 443));
+        assert!(host_matches(b"[::1]:8443", "::1", 8443, 443));
+        assert!(!host_matches(b"[::1", "::1", 443, 443));
     }
 }
