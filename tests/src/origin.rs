@@ -220,6 +220,42 @@ fn write_repeated(w: &mut TcpStream, n: usize) -> bool {
     true
 }
 
+/// An origin server run as a child process that prints its port on its first stdout line;
+/// killed on drop.
+#[derive(Debug)]
+pub struct OriginProcess {
+    pub port: u16,
+    child: Child,
+}
+
+impl OriginProcess {
+    /// Starts `cmd` (stdout piped, stderr inherited) and reads the port it prints.
+    pub fn spawn(cmd: &mut Command, what: &str) -> OriginProcess {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {what}: {e}"));
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("origin stdout");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap_or_else(|e| panic!("{what} port: {e}"));
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{what} printed no port: {line:?}"));
+        OriginProcess { port, child }
+    }
+}
+
+impl Drop for OriginProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A test CA and a server certificate it signed, for `localhost`, `127.0.0.1`, `::1` and
 /// `*.local.test`, made by `openssl` in `dir`: (CA certificate, server certificate, server key).
 /// (A self-signed certificate is a CA, which verifiers refuse as a server certificate.)
@@ -303,7 +339,7 @@ pub struct HttpsOrigin {
     pub addr: SocketAddr,
     /// The CA that signed the origin's certificate: what a client must trust.
     pub cert: PathBuf,
-    child: Child,
+    process: OriginProcess,
 }
 
 const HTTPS_ORIGIN: &str = r#"
@@ -332,38 +368,25 @@ srv.serve_forever()
 impl HttpsOrigin {
     pub fn start(dir: &Path) -> HttpsOrigin {
         let (ca, cert, key) = make_cert(dir);
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(HTTPS_ORIGIN)
-            .arg(&cert)
-            .arg(&key)
-            .arg("127.0.0.1")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the https origin");
-        let mut line = String::new();
-        let stdout = child.stdout.take().expect("origin stdout");
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("origin port");
-        let port: u16 = line.trim().parse().expect("origin printed its port");
+        let process = OriginProcess::spawn(
+            Command::new("python3")
+                .arg("-c")
+                .arg(HTTPS_ORIGIN)
+                .arg(&cert)
+                .arg(&key)
+                .arg("127.0.0.1"),
+            "the https origin",
+        );
+        let port = process.port;
         HttpsOrigin {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             cert: ca,
-            child,
+            process,
         }
     }
 
     pub fn port(&self) -> u16 {
-        self.addr.port()
-    }
-}
-
-impl Drop for HttpsOrigin {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.port
     }
 }
 
@@ -376,7 +399,7 @@ pub struct H2Origin {
     pub cert: PathBuf,
     /// JSON lines, one per request received: method, url, headers, body.
     pub log: PathBuf,
-    child: Child,
+    process: OriginProcess,
 }
 
 const H2_ORIGIN: &str = r#"
@@ -415,32 +438,26 @@ impl H2Origin {
     pub fn start(dir: &Path) -> H2Origin {
         let (ca, cert, key) = make_cert(dir);
         let log = dir.join(format!("h2-origin-{}.jsonl", std::process::id()));
-        let mut child = Command::new("node")
-            .arg("-e")
-            .arg(H2_ORIGIN)
-            .arg(&cert)
-            .arg(&key)
-            .arg(&log)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the h2 origin (node)");
-        let mut line = String::new();
-        let stdout = child.stdout.take().expect("origin stdout");
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("origin port");
-        let port: u16 = line.trim().parse().expect("origin printed its port");
+        let process = OriginProcess::spawn(
+            Command::new("node")
+                .arg("-e")
+                .arg(H2_ORIGIN)
+                .arg(&cert)
+                .arg(&key)
+                .arg(&log),
+            "the h2 origin (node)",
+        );
+        let port = process.port;
         H2Origin {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             cert: ca,
             log,
-            child,
+            process,
         }
     }
 
     pub fn port(&self) -> u16 {
-        self.addr.port()
+        self.process.port
     }
 
     /// Everything the origin received so far, one JSON value per request.
@@ -453,13 +470,6 @@ impl H2Origin {
     }
 }
 
-impl Drop for H2Origin {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A static HTTPS file server (Python) for a directory: a dumb-HTTP git remote, a simple
 /// package index. Listens on 127.0.0.1; its certificate is for `origin.test` among others.
 #[derive(Debug)]
@@ -467,7 +477,7 @@ pub struct StaticHttpsOrigin {
     pub addr: SocketAddr,
     /// The CA that signed the origin's certificate.
     pub cert: PathBuf,
-    child: Child,
+    process: OriginProcess,
 }
 
 const STATIC_ORIGIN: &str = r#"
@@ -484,37 +494,24 @@ srv.serve_forever()
 impl StaticHttpsOrigin {
     pub fn start(cert_dir: &Path, root: &Path) -> StaticHttpsOrigin {
         let (ca, cert, key) = make_cert(cert_dir);
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(STATIC_ORIGIN)
-            .arg(&cert)
-            .arg(&key)
-            .arg(root)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the static origin");
-        let mut line = String::new();
-        let stdout = child.stdout.take().expect("origin stdout");
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("origin port");
-        let port: u16 = line.trim().parse().expect("origin printed its port");
+        let process = OriginProcess::spawn(
+            Command::new("python3")
+                .arg("-c")
+                .arg(STATIC_ORIGIN)
+                .arg(&cert)
+                .arg(&key)
+                .arg(root),
+            "the static origin",
+        );
+        let port = process.port;
         StaticHttpsOrigin {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             cert: ca,
-            child,
+            process,
         }
     }
 
     pub fn port(&self) -> u16 {
-        self.addr.port()
-    }
-}
-
-impl Drop for StaticHttpsOrigin {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.port
     }
 }

@@ -5,11 +5,10 @@
 //! live in `tests/clients/`; `.ci/run` installs their packages.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
-use sluice_e2e::origin::{H2Origin, make_cert};
+use sluice_e2e::origin::{H2Origin, OriginProcess, make_cert};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, realpath, run};
 use sluice_e2e::workspace_dir;
 
@@ -143,50 +142,30 @@ fn python_requests_httpx_and_node_undici_get_the_secret_and_readable_refusals() 
     assert_events_valid(&sluice);
 }
 
-/// A gRPC echo server (grpcio over TLS) on 127.0.0.1.
-struct GrpcOrigin {
-    port: u16,
-    ca: PathBuf,
-    child: Child,
-}
-
-impl GrpcOrigin {
-    fn start(dir: &Path) -> GrpcOrigin {
-        let (ca, cert, key) = make_cert(dir);
-        let mut child = Command::new("python3")
+/// A gRPC echo server (grpcio over TLS) on 127.0.0.1, and the CA of its certificate.
+fn grpc_origin(dir: &Path) -> (OriginProcess, PathBuf) {
+    let (ca, cert, key) = make_cert(dir);
+    let process = OriginProcess::spawn(
+        Command::new("python3")
             .current_dir(clients_dir())
             .args(["grpc_echo.py", "serve"])
             .arg(&cert)
-            .arg(&key)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the gRPC origin");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("gRPC origin port");
-        let port = line.trim().parse().expect("gRPC origin printed its port");
-        GrpcOrigin { port, ca, child }
-    }
-}
-
-impl Drop for GrpcOrigin {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+            .arg(&key),
+        "the gRPC origin",
+    );
+    (process, ca)
 }
 
 #[test]
 fn grpc_calls_are_judged_per_method_and_get_the_secret_in_metadata() {
     let dir = TempDir::new("grpc");
-    let origin = GrpcOrigin::start(dir.path());
+    let (origin, origin_ca) = grpc_origin(dir.path());
     let policy = format!(
         "version: 1\nnetwork_policies:\n  grpc:\n    endpoints:\n      - host: 127.0.0.1\n        port: {}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: POST, path: /echo.Echo/Say}}\n    binaries:\n      - path: {}\n",
         origin.port,
         python()
     );
-    let sluice = start(&dir, &policy, origin.port, &origin.ca);
+    let sluice = start(&dir, &policy, origin.port, &origin_ca);
     let ca = dir.path().join("ca/ca.pem");
     let call = |method: &str| {
         run(client("python3", &sluice)
