@@ -6,6 +6,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,34 @@ use serde_json::Value;
 use sluice_e2e::ocsf::{action, class, is_close, is_open};
 use sluice_e2e::origin::HttpsOrigin;
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, python, run, status_of};
+
+const SECRET: &str = "s3cr3t-VALUE-7f3a9c";
+
+/// sluice terminating TLS for local origins: its CA written to `dir/ca`, the origins' CAs
+/// trusted upstream, `TEST_API_KEY` = [`SECRET`] in its environment for `providers`.
+/// Returns sluice and the CA file its clients trust.
+fn intercepting(
+    dir: &TempDir,
+    policy: &str,
+    origin_cas: &[&Path],
+    providers: Option<&Path>,
+) -> (Sluice, PathBuf) {
+    let ca_dir = dir.path().join("ca");
+    let mut args = vec![
+        "--allow-loopback-upstream".to_string(),
+        "--ca-dir".to_string(),
+        ca_dir.display().to_string(),
+    ];
+    for ca in origin_cas {
+        args.extend(["--upstream-ca".to_string(), ca.display().to_string()]);
+    }
+    if let Some(p) = providers {
+        args.extend(["--providers".to_string(), p.display().to_string()]);
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sluice = Sluice::start_with_env(policy, &refs, &[("TEST_API_KEY", SECRET)]);
+    (sluice, ca_dir.join("ca.pem"))
+}
 
 #[test]
 fn tls_is_terminated_and_l7_rules_judge_each_request() {
@@ -22,24 +51,13 @@ fn tls_is_terminated_and_l7_rules_judge_each_request() {
         "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: /}}\n          - allow: {{method: GET, path: /bytes/*}}\n    binaries:\n      - path: /usr/bin/curl\n",
         origin.port()
     );
-    let ca_dir = dir.path().join("ca");
-    let sluice = Sluice::start(
-        &p,
-        &[
-            "--allow-loopback-upstream",
-            "--ca-dir",
-            ca_dir.to_str().unwrap(),
-            "--upstream-ca",
-            origin.cert.to_str().unwrap(),
-        ],
-    );
-    let ca = ca_dir.join("ca.pem");
+    let (sluice, ca) = intercepting(&dir, &p, &[&origin.cert], None);
     assert!(
         std::fs::read_to_string(&ca)
             .unwrap()
             .contains("BEGIN CERTIFICATE")
     );
-    let bundle = std::fs::read_to_string(ca_dir.join("ca-bundle.pem")).unwrap();
+    let bundle = std::fs::read_to_string(ca.with_file_name("ca-bundle.pem")).unwrap();
     assert!(
         !bundle.contains("PRIVATE KEY")
             && !std::fs::read_to_string(&ca).unwrap().contains("PRIVATE")
@@ -106,18 +124,7 @@ fn http2_is_inspected_end_to_end_and_http1_clients_stay_on_http1() {
         "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: /ok/**}}\n          - allow: {{method: POST, path: /upload}}\n    binaries:\n      - path: /usr/bin/curl\n",
         origin.port()
     );
-    let ca_dir = dir.path().join("ca");
-    let sluice = Sluice::start(
-        &p,
-        &[
-            "--allow-loopback-upstream",
-            "--ca-dir",
-            ca_dir.to_str().unwrap(),
-            "--upstream-ca",
-            origin.cert.to_str().unwrap(),
-        ],
-    );
-    let ca = ca_dir.join("ca.pem");
+    let (sluice, ca) = intercepting(&dir, &p, &[&origin.cert], None);
     let curl = |extra: &[&str], path: &str| {
         run(Command::new("curl")
             .args(["-s", "--max-time", "20", "--cacert"])
@@ -153,8 +160,6 @@ fn http2_is_inspected_end_to_end_and_http1_clients_stay_on_http1() {
     assert_events_valid(&sluice);
 }
 
-const SECRET: &str = "s3cr3t-VALUE-7f3a9c";
-
 #[test]
 fn placeholders_become_secrets_only_where_bound() {
     let dir = TempDir::new("creds");
@@ -176,21 +181,7 @@ fn placeholders_become_secrets_only_where_bound() {
             origin.port()
         ),
     );
-    let ca_dir = dir.path().join("ca");
-    let mut cmd_args = vec![
-        "--allow-loopback-upstream".to_string(),
-        "--ca-dir".to_string(),
-        ca_dir.display().to_string(),
-        "--upstream-ca".to_string(),
-        origin.cert.display().to_string(),
-        "--upstream-ca".to_string(),
-        other.cert.display().to_string(),
-        "--providers".to_string(),
-        providers.display().to_string(),
-    ];
-    let refs: Vec<&str> = cmd_args.iter_mut().map(|s| s.as_str()).collect();
-    let sluice = Sluice::start_with_env(&p, &refs, &[("TEST_API_KEY", SECRET)]);
-    let ca = ca_dir.join("ca.pem");
+    let (sluice, ca) = intercepting(&dir, &p, &[&origin.cert, &other.cert], Some(&providers));
     let curl = |port: u16, header: &str, path: &str, http: &str| {
         run(Command::new("curl")
             .args(["-s", "--max-time", "20", http, "--cacert"])
@@ -299,7 +290,7 @@ fn placeholders_become_secrets_only_where_bound() {
     // directory, the CA directory).
     let audit = std::fs::read_to_string(&sluice.audit_path).unwrap();
     assert!(!audit.contains(SECRET) && !sluice.stderr().contains(SECRET));
-    for d in [sluice.audit_path.parent().unwrap(), ca_dir.as_path()] {
+    for d in [sluice.audit_path.parent().unwrap(), ca.parent().unwrap()] {
         for f in std::fs::read_dir(d).unwrap().flatten() {
             let bytes = std::fs::read(f.path()).unwrap_or_default();
             assert!(
@@ -445,18 +436,7 @@ fn a_gigabyte_streams_both_ways_in_constant_memory_and_sse_events_arrive_as_sent
         "version: 1\nnetwork_policies:\n  big:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n",
         origin.port()
     );
-    let ca_dir = dir.path().join("ca");
-    let sluice = Sluice::start(
-        &p,
-        &[
-            "--allow-loopback-upstream",
-            "--ca-dir",
-            ca_dir.to_str().unwrap(),
-            "--upstream-ca",
-            origin.cert.to_str().unwrap(),
-        ],
-    );
-    let ca = ca_dir.join("ca.pem");
+    let (sluice, ca) = intercepting(&dir, &p, &[&origin.cert], None);
     const GIB: u64 = 1 << 30;
     let base = format!("https://127.0.0.1:{}", origin.port());
     let proxy = sluice.proxy_url();
@@ -517,24 +497,11 @@ fn opted_in_bodies_get_the_secret_and_a_fixed_length() {
         "providers.yaml",
         &format!("id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {}\n", origin.port()),
     );
-    let ca_dir = dir.path().join("ca");
-    let sluice = Sluice::start_with_env(
-        &p,
-        &[
-            "--allow-loopback-upstream",
-            "--ca-dir",
-            ca_dir.to_str().unwrap(),
-            "--upstream-ca",
-            origin.cert.to_str().unwrap(),
-            "--providers",
-            providers.to_str().unwrap(),
-        ],
-        &[("TEST_API_KEY", SECRET)],
-    );
+    let (sluice, ca) = intercepting(&dir, &p, &[&origin.cert], Some(&providers));
     let body = r#"{"token":"openshell:resolve:env:TEST_API_KEY","n":1}"#;
     let (code, out, err) = run(Command::new("curl")
         .args(["-sS", "--http1.1", "--max-time", "20", "--cacert"])
-        .arg(ca_dir.join("ca.pem"))
+        .arg(&ca)
         .args([
             "-x",
             &sluice.proxy_url(),
