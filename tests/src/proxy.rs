@@ -97,6 +97,35 @@ impl Sluice {
         Sluice::spawn(cmd, dir, audit_path, 1)
     }
 
+    /// sluice terminating TLS for local origins: its CA written to `dir/ca`, the origins' CAs
+    /// trusted upstream, `providers` loaded, `env` (secrets) in its environment. Returns
+    /// sluice and the CA file its clients trust.
+    pub fn intercepting(
+        dir: &TempDir,
+        policy: &str,
+        origin_cas: &[&Path],
+        providers: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> (Sluice, PathBuf) {
+        let ca_dir = dir.path().join("ca");
+        let mut args = vec![
+            "--allow-loopback-upstream".to_string(),
+            "--ca-dir".to_string(),
+            ca_dir.display().to_string(),
+        ];
+        for ca in origin_cas {
+            args.extend(["--upstream-ca".to_string(), ca.display().to_string()]);
+        }
+        if let Some(p) = providers {
+            args.extend(["--providers".to_string(), p.display().to_string()]);
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        (
+            Sluice::start_with_env(policy, &refs, env),
+            ca_dir.join("ca.pem"),
+        )
+    }
+
     /// Like `start`, with extra variables in sluice's own environment (secrets).
     pub fn start_with_env(policy: &str, extra: &[&str], env: &[(&str, &str)]) -> Sluice {
         let dir = TempDir::new("sluice");

@@ -40,26 +40,22 @@ fn client(program: &str, sluice: &Sluice) -> Command {
     cmd
 }
 
-/// sluice with `policy`, a provider binding `MATRIX_KEY` to `bound_port`, trusting `origin_ca`.
-fn start(dir: &TempDir, policy: &str, bound_port: u16, origin_ca: &Path) -> Sluice {
+/// sluice with `policy`, a provider binding `MATRIX_KEY` to `bound_port`, trusting `origin_ca`;
+/// and the CA file its clients trust.
+fn start(dir: &TempDir, policy: &str, bound_port: u16, origin_ca: &Path) -> (Sluice, PathBuf) {
     let providers = dir.write(
         "providers.yaml",
         &format!(
             "id: matrix\ncredentials:\n  - name: key\n    env_vars: [MATRIX_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {bound_port}\n"
         ),
     );
-    let ca_dir = dir.path().join("ca");
-    let args = [
-        "--allow-loopback-upstream".to_string(),
-        "--ca-dir".to_string(),
-        ca_dir.display().to_string(),
-        "--upstream-ca".to_string(),
-        origin_ca.display().to_string(),
-        "--providers".to_string(),
-        providers.display().to_string(),
-    ];
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    Sluice::start_with_env(policy, &refs, &[("MATRIX_KEY", SECRET)])
+    Sluice::intercepting(
+        dir,
+        policy,
+        &[origin_ca],
+        Some(&providers),
+        &[("MATRIX_KEY", SECRET)],
+    )
 }
 
 fn rest_policy(port: u16, binaries: &[String]) -> String {
@@ -77,8 +73,7 @@ fn python_requests_httpx_and_node_undici_get_the_secret_and_readable_refusals() 
     let dir = TempDir::new("matrix");
     let origin = H2Origin::start(dir.path());
     let policy = rest_policy(origin.port(), &[python(), node()]);
-    let sluice = start(&dir, &policy, origin.port(), &origin.cert);
-    let ca = dir.path().join("ca/ca.pem");
+    let (sluice, ca) = start(&dir, &policy, origin.port(), &origin.cert);
     let url = |path: &str| format!("https://127.0.0.1:{}{path}", origin.port());
     let py = |kind: &str, path: &str| {
         run(client("python3", &sluice)
@@ -165,8 +160,7 @@ fn grpc_calls_are_judged_per_method_and_get_the_secret_in_metadata() {
         origin.port,
         python()
     );
-    let sluice = start(&dir, &policy, origin.port, &origin_ca);
-    let ca = dir.path().join("ca/ca.pem");
+    let (sluice, ca) = start(&dir, &policy, origin.port, &origin_ca);
     let call = |method: &str| {
         run(client("python3", &sluice)
             .args(["grpc_echo.py", "call"])

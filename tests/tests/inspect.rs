@@ -17,30 +17,21 @@ use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, python, run, s
 
 const SECRET: &str = "s3cr3t-VALUE-7f3a9c";
 
-/// sluice terminating TLS for local origins: its CA written to `dir/ca`, the origins' CAs
-/// trusted upstream, `TEST_API_KEY` = [`SECRET`] in its environment for `providers`.
-/// Returns sluice and the CA file its clients trust.
+/// sluice terminating TLS for local origins, with `TEST_API_KEY` = [`SECRET`] in its
+/// environment; see [`Sluice::intercepting`].
 fn intercepting(
     dir: &TempDir,
     policy: &str,
     origin_cas: &[&Path],
     providers: Option<&Path>,
 ) -> (Sluice, PathBuf) {
-    let ca_dir = dir.path().join("ca");
-    let mut args = vec![
-        "--allow-loopback-upstream".to_string(),
-        "--ca-dir".to_string(),
-        ca_dir.display().to_string(),
-    ];
-    for ca in origin_cas {
-        args.extend(["--upstream-ca".to_string(), ca.display().to_string()]);
-    }
-    if let Some(p) = providers {
-        args.extend(["--providers".to_string(), p.display().to_string()]);
-    }
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let sluice = Sluice::start_with_env(policy, &refs, &[("TEST_API_KEY", SECRET)]);
-    (sluice, ca_dir.join("ca.pem"))
+    Sluice::intercepting(
+        dir,
+        policy,
+        origin_cas,
+        providers,
+        &[("TEST_API_KEY", SECRET)],
+    )
 }
 
 #[test]
