@@ -578,6 +578,12 @@ impl HostPattern {
     /// contains `*` (spec §13 row 2); otherwise `?`, `[` and `{` are literal text.
     pub fn new(host: &str) -> Result<HostPattern, HostPatternError> {
         let host = host.to_ascii_lowercase();
+        // One trailing dot names the same host (the fully qualified form): dropped, as the
+        // target's is (`canon::normalize_host`).
+        let host = match host.strip_suffix('.') {
+            Some(h) if !h.is_empty() => h.to_string(),
+            _ => host,
+        };
         if host.is_empty() {
             return Ok(HostPattern::Any);
         }

@@ -148,6 +148,19 @@ pub fn endpoint_rules(
             out.rules = preset_rules(access, protocol, entry, index, v, a.pos);
         }
     } else if let Some(r) = rules_given {
+        if r
+            .value
+            .iter()
+            .all(|rule| rule.method.is_none() && rule.path.is_none() && rule.query.is_empty())
+        {
+            // Both modes: the reference refuses it too.
+            v.error(
+                r.pos,
+                field("rules"),
+                "no rule has an allow clause (`method`, `path`): they would deny every request; use `access: full` or write allow rules",
+            );
+            out.ok = false;
+        }
         for (i, rule) in r.value.iter().enumerate() {
             let rules_field = field("rules");
             let item = Idx(&rules_field, i);
@@ -212,8 +225,8 @@ fn preset_rules(
     methods
         .iter()
         .enumerate()
-        .map(|(i, &method)| Rule {
-            method,
+        .map(|(i, method)| Rule {
+            method: method.clone(),
             path: PathMatcher::All,
             query: Vec::new(),
             origin: RuleOrigin {
@@ -266,15 +279,6 @@ fn compile_rule(
         }
         Some(m) => {
             let parsed = MethodMatcher::parse(&m.value);
-            let valid = match (protocol, parsed) {
-                (_, None) => false,
-                (Protocol::WebSocket, Some(p)) => matches!(
-                    p,
-                    MethodMatcher::Get | MethodMatcher::WebsocketText | MethodMatcher::Any
-                ),
-                (_, Some(MethodMatcher::WebsocketText)) => false,
-                (_, Some(_)) => true,
-            };
             if parsed == Some(MethodMatcher::WebsocketText) && protocol != Protocol::WebSocket {
                 v.error(
                     m.pos,
@@ -283,24 +287,40 @@ fn compile_rule(
                 );
                 return Err(());
             }
-            if !valid {
-                let expected = if protocol == Protocol::WebSocket {
-                    "GET, WEBSOCKET_TEXT or *"
-                } else {
-                    "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *"
-                };
-                v.error(
-                    m.pos,
-                    Sub(&field, "method"),
-                    format!(
-                        "unknown method `{}` for `protocol: {}`; expected {expected}",
-                        m.value,
-                        protocol.as_str()
-                    ),
-                );
-                return Err(());
+            let expected = if protocol == Protocol::WebSocket {
+                "GET, WEBSOCKET_TEXT or *"
+            } else {
+                "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *"
+            };
+            match parsed {
+                Some(p) => Some(p),
+                None => {
+                    // The reference warns and matches the method as written; so does sluice,
+                    // in both modes: a rule for an extension method (`PURGE`) is meant.
+                    let Some(other) = MethodMatcher::other(&m.value) else {
+                        v.error(
+                            m.pos,
+                            Sub(&field, "method"),
+                            format!(
+                                "`{}` is not an HTTP method token; expected {expected}",
+                                m.value
+                            ),
+                        );
+                        return Err(());
+                    };
+                    v.warning(
+                        m.pos,
+                        Sub(&field, "method"),
+                        format!(
+                            "unknown method `{}` (expected {expected}); as the reference does, sluice matches it as written, so this rule {} only `{}` requests",
+                            m.value,
+                            if kind == RuleKind::Deny { "blocks" } else { "allows" },
+                            other.as_str()
+                        ),
+                    );
+                    Some(other)
+                }
             }
-            parsed
         }
     };
 

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use ipnet::IpNet;
 
 use super::Compat;
-use super::diag::{Diagnostics, Location};
-use super::glob::{Glob, HostPattern};
+use super::diag::{self, Diagnostics, Location};
+use super::glob::{Glob, GlobError, HostPattern, HostPatternError};
 use super::model::{
     AllowedIps, Binary, BinaryMatcher, Endpoint, Enforcement, Entry, LandlockCompat, PathSelector,
     PolicyKey, Protocol, RunAs, Sandbox, TlsMode,
@@ -92,7 +92,9 @@ impl Validator<'_> {
     ) -> bool {
         match self.compat {
             Compat::Strict => {
-                self.error(
+                self.diags.error_of(
+                    diag::Kind::Lenient,
+                    self.file,
                     pos,
                     field,
                     format!(
@@ -120,10 +122,10 @@ impl Validator<'_> {
         let mut out = Validated::default();
         match &doc.version {
             None if doc.version_given || !doc.is_mapping => {}
-            None => self.warning(
+            None => self.error(
                 doc.root_pos,
                 "version",
-                "`version` is missing; sluice reads the document as version 1",
+                "`version` is missing; write `version: 1` (the reference refuses a document without it)",
             ),
             Some(v) if v.value != 1 => {
                 let msg = format!(
@@ -281,7 +283,9 @@ impl Validator<'_> {
                 "websocket" => Protocol::WebSocket,
                 t if t.eq_ignore_ascii_case("tcp") => Protocol::Tcp,
                 unsupported @ ("graphql" | "mcp" | "json-rpc" | "sql") => {
-                    self.error(
+                    self.diags.error_of(
+                        diag::Kind::Unsupported,
+                        self.file,
                         p.pos,
                         field("protocol"),
                         format!("protocol `{unsupported}` is not supported by sluice yet"),
@@ -289,20 +293,43 @@ impl Validator<'_> {
                     return None;
                 }
                 other => {
-                    let hint =
-                        if matches!(other.to_ascii_lowercase().as_str(), "rest" | "websocket") {
-                            " (protocols are lower-case)"
-                        } else {
-                            ""
-                        };
-                    self.error(
-                        p.pos,
-                        field("protocol"),
-                        format!(
-                            "unknown protocol `{other}`{hint}; expected rest, websocket or tcp"
-                        ),
-                    );
-                    return None;
+                    let lower = other.to_ascii_lowercase();
+                    let known = match lower.as_str() {
+                        "rest" => Some(Protocol::Rest),
+                        "websocket" => Some(Protocol::WebSocket),
+                        _ => None,
+                    };
+                    match known {
+                        Some(proto) => {
+                            if !self.lenient(
+                                p.pos,
+                                field("protocol"),
+                                &format!("protocol `{other}` is not lower-case (write `{lower}`)"),
+                                &format!("reads it as `{lower}`"),
+                            ) {
+                                return None;
+                            }
+                            proto
+                        }
+                        None if matches!(lower.as_str(), "graphql" | "mcp" | "json-rpc" | "sql") => {
+                            self.diags.error_of(
+                                diag::Kind::Unsupported,
+                                self.file,
+                                p.pos,
+                                field("protocol"),
+                                format!("protocol `{other}` is not supported by sluice yet"),
+                            );
+                            return None;
+                        }
+                        None => {
+                            self.error(
+                                p.pos,
+                                field("protocol"),
+                                format!("unknown protocol `{other}`; expected rest, websocket or tcp"),
+                            );
+                            return None;
+                        }
+                    }
                 }
             },
         };
@@ -319,10 +346,23 @@ impl Validator<'_> {
 
         let mut selector = PathSelector::All;
         if let Some(p) = &raw.path {
-            match selector_for(&p.value) {
+            match parse_selector(&p.value) {
                 Ok(s) => selector = s,
-                Err(msg) => {
-                    self.error(p.pos, field("path"), msg);
+                Err(SelectorError::Glob(e)) => {
+                    // The reference warns and matches such a selector as literal text.
+                    if self.lenient(
+                        p.pos,
+                        field("path"),
+                        &e.to_string(),
+                        "warns and selects only the request path equal to this text",
+                    ) {
+                        selector = PathSelector::Literal(p.value.clone());
+                    } else {
+                        ok = false;
+                    }
+                }
+                Err(e) => {
+                    self.error(p.pos, field("path"), e.to_string());
                     ok = false;
                 }
             }
@@ -457,8 +497,29 @@ impl Validator<'_> {
             );
             return None;
         }
+        if text.trim().is_empty() {
+            self.error(
+                pos,
+                field,
+                "`host` is only whitespace; write a host name (or leave `host` out and use `allowed_ips`)",
+            );
+            return None;
+        }
         let pattern = match HostPattern::new(text) {
             Ok(p) => p,
+            Err(e @ HostPatternError::EmptyLabel(_)) => {
+                // The reference loads it; no target can match it, since sluice refuses a
+                // target host with an empty label before policy.
+                if !self.lenient(
+                    pos,
+                    field,
+                    &format!("{e}, so no request can match it"),
+                    "loads it as a pattern that matches nothing",
+                ) {
+                    return None;
+                }
+                HostPattern::Exact(text.to_ascii_lowercase())
+            }
             Err(e) => {
                 self.error(pos, field, e.to_string());
                 return None;
@@ -481,8 +542,6 @@ impl Validator<'_> {
                 field,
                 format!("`{text}` has glob characters but no `*`; like the reference, sluice reads it as a literal host name, which no request can have"),
             );
-        } else if !pattern.is_wildcard() && text.ends_with('.') {
-            self.warning(pos, field, format!("`{text}` ends with a dot; hosts are compared as text, and sluice refuses targets with an empty label, so it never matches"));
         } else if !pattern.is_wildcard() && !is_dns_pattern(text) && text.parse::<IpAddr>().is_err()
         {
             self.warning(
@@ -745,13 +804,29 @@ fn flag(v: &Option<Spanned<bool>>) -> bool {
 
 /// Compiles an endpoint `path` selector: `""`, `**` and `/**` select everything.
 pub fn selector_for(path: &str) -> Result<PathSelector, String> {
+    parse_selector(path).map_err(|e| e.to_string())
+}
+
+/// An endpoint `path` as a selector, with a typed error.
+pub fn parse_selector(path: &str) -> Result<PathSelector, SelectorError> {
     match path {
-        "" | "**" | "/**" => Ok(PathSelector::All),
-        p if !p.starts_with('/') => Err(format!("`{p}` must start with `/` (or be `**`)")),
+        // `/**` selects every path too, but is more specific than "" (spec §1.8: the count of
+        // characters other than `*`), so it is kept as a glob.
+        "" | "**" => Ok(PathSelector::All),
+        p if !p.starts_with('/') => Err(SelectorError::Relative(p.to_string())),
         p => Glob::new_covering_prefix(p, '/')
             .map(PathSelector::Glob)
-            .map_err(|e| e.to_string()),
+            .map_err(SelectorError::Glob),
     }
+}
+
+/// Why an endpoint `path` is not a selector.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    #[error("`{0}` must start with `/` (or be `**`)")]
+    Relative(String),
+    #[error("{0}")]
+    Glob(GlobError),
 }
 
 /// Labels of letters, digits, `-`, `_` and `*`, none empty.

@@ -2,7 +2,8 @@
 //! documented rule that covers it (or as unexplained).
 
 use sluice::policy::explain::{self, Question, QuestionRequest};
-use sluice::policy::{Caller, L4Decision, LoadError, Loaded, canon};
+use sluice::policy::diag::Kind;
+use sluice::policy::{Caller, Diagnostic, L4Decision, LoadError, Loaded, canon};
 
 pub use crate::corpus::{DecisionCase, ValidationCase};
 
@@ -21,14 +22,24 @@ pub fn compat_load(case: &ValidationCase, got: &Result<Loaded, LoadError>) -> Ou
             "accepted, the reference refuses at {}",
             case.stage.as_deref().unwrap_or("?")
         )),
+        (true, Err(e)) if e.errors().all(|d| d.kind == Kind::Unsupported) => {
+            Outcome::Explained(NOT_SUPPORTED)
+        }
         (true, Err(e)) => Outcome::Unexplained(format!("refused ({})", first_error(e))),
     }
 }
 
+/// README, "Where sluice differs": a feature sluice does not implement yet is refused, never
+/// ignored.
+const NOT_SUPPORTED: &str = "feature not supported yet: refused, never ignored";
+
+/// The strict loader may refuse more than the reference, but each error it adds to what
+/// `--compat openshell` reports must be one that says what the reference would do (a
+/// `Lenient` diagnostic), or a feature not supported yet.
 pub fn strict_load(
     case: &ValidationCase,
     got: &Result<Loaded, LoadError>,
-    _compat: &Result<Loaded, LoadError>,
+    compat: &Result<Loaded, LoadError>,
 ) -> Outcome {
     match (case.valid, got) {
         (true, Ok(_)) | (false, Err(_)) => Outcome::Agree,
@@ -37,7 +48,27 @@ pub fn strict_load(
             case.stage.as_deref().unwrap_or("?"),
             case.label
         )),
-        (true, Err(_)) => Outcome::Explained("stricter"),
+        (true, Err(e)) => {
+            let in_compat = |d: &Diagnostic| {
+                compat.as_ref().err().is_some_and(|c| {
+                    c.errors()
+                        .any(|x| x.location == d.location && x.field == d.field)
+                })
+            };
+            let extra: Vec<&Diagnostic> = e.errors().filter(|d| !in_compat(d)).collect();
+            if extra.iter().all(|d| d.kind == Kind::Lenient) {
+                Outcome::Explained("strict refuses a construct the reference misreads, saying what it would do")
+            } else if e.errors().all(|d| d.kind == Kind::Unsupported) {
+                Outcome::Explained(NOT_SUPPORTED)
+            } else {
+                let other = extra
+                    .iter()
+                    .find(|d| d.kind != Kind::Lenient)
+                    .map(|d| d.message.chars().take(60).collect::<String>())
+                    .unwrap_or_default();
+                Outcome::Unexplained(format!("strict refusal without the reference's reading ({other})"))
+            }
+        }
     }
 }
 
@@ -65,6 +96,9 @@ fn expected_decision(case: &DecisionCase) -> &str {
 pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outcome {
     let loaded = match loaded {
         Ok(l) => l,
+        Err(e) if e.errors().all(|d| d.kind == Kind::Unsupported) => {
+            return Outcome::Explained(NOT_SUPPORTED);
+        }
         Err(e) => return Outcome::Unexplained(format!("policy refused ({})", first_error(e))),
     };
     let policy = &loaded.policy;
