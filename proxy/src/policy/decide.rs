@@ -357,8 +357,17 @@ impl Policy {
                 format!("{method} {path} not permitted by policy"),
             )
         };
-        // The ambiguity check guarantees that selected endpoints agree on enforcement.
-        let verdict = match (&basis, selected[0].1.enforcement) {
+        // The ambiguity check makes selected endpoints agree on enforcement, except where the
+        // reference's spelling rules differ (`Enforce`): then any enforcing one enforces.
+        let enforcement = if selected
+            .iter()
+            .any(|(_, e)| e.enforcement == Enforcement::Enforce)
+        {
+            Enforcement::Enforce
+        } else {
+            Enforcement::Audit
+        };
+        let verdict = match (&basis, enforcement) {
             (RequestBasis::Allowed(_), _) => Verdict::Allow,
             (_, Enforcement::Audit) => Verdict::Audit,
             (_, Enforcement::Enforce) => Verdict::Deny,

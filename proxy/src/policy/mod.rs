@@ -10,6 +10,7 @@
 //! but the diagnostics.
 
 pub mod ambiguity;
+pub mod authority;
 pub mod canon;
 pub mod compile;
 pub mod decide;

@@ -331,6 +331,10 @@ pub struct Endpoint {
     pub enforcement: Enforcement,
     /// True when `enforcement` was not written (and so is the reference's `audit`).
     pub enforcement_defaulted: bool,
+    /// The enforcement the ambiguity check compares: the reference lower-cases the value
+    /// there (`Enforce` is `enforce`), while requests are judged by `enforcement` (where only
+    /// `enforce` exactly enforces).
+    pub enforcement_for_ambiguity: Enforcement,
     pub access: Option<Access>,
     pub rules: Vec<Rule>,
     pub deny_rules: Vec<Rule>,

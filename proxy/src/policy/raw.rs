@@ -401,7 +401,9 @@ impl Reader<'_> {
                 Some(&i) => {
                     let first = out[i].key.pos.line;
                     match self.compat {
-                        Compat::Strict => self.error(
+                        Compat::Strict => self.diags.error_of(
+                            diag::Kind::Lenient,
+                            self.file,
                             key.pos,
                             field,
                             format!(
@@ -666,7 +668,9 @@ impl Reader<'_> {
             let Some(matcher) = matcher else { continue };
             if let Some(prev) = out.iter_mut().find(|q| q.key.value == key.value) {
                 match self.compat {
-                    Compat::Strict => self.error(
+                    Compat::Strict => self.diags.error_of(
+                        diag::Kind::Lenient,
+                        self.file,
                         key.pos,
                         field,
                         format!(

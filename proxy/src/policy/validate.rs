@@ -132,14 +132,12 @@ impl Validator<'_> {
                     "unsupported policy version {}; sluice reads version 1",
                     v.value
                 );
-                match self.compat {
-                    Compat::Strict => self.error(v.pos, "version", msg),
-                    Compat::OpenShell => self.warning(
-                        v.pos,
-                        "version",
-                        format!("{msg} (the reference never checks it; read as version 1)"),
-                    ),
-                }
+                self.lenient(
+                    v.pos,
+                    "version",
+                    &msg,
+                    "never checks it: write `version: 1`; read as version 1",
+                );
             }
             Some(_) => {}
         }
@@ -198,12 +196,17 @@ impl Validator<'_> {
         let pos = raw.path.pos;
         let field = format!("{field}.path");
         let matcher = if source == "*" {
-            self.warning(
+            // Binary globs are segment-bound: `*` does not cross `/`, and every executable
+            // the kernel reports is an absolute path.
+            if !self.lenient(
                 pos,
                 &field,
-                "`*` admits every executable, including ones with no path",
-            );
-            BinaryMatcher::Any
+                "`*` does not cross `/`, so it matches no executable (write `/**` to admit every executable)",
+                "loads it and it admits no executable",
+            ) {
+                return None;
+            }
+            BinaryMatcher::Glob(Glob::new("*", '/').ok()?)
         } else if source.contains('*') {
             match Glob::new(&source, '/') {
                 Ok(g) => {
@@ -449,6 +452,10 @@ impl Validator<'_> {
             tls,
             enforcement,
             enforcement_defaulted,
+            enforcement_for_ambiguity: match &raw.enforcement {
+                Some(e) if e.value.eq_ignore_ascii_case("enforce") => Enforcement::Enforce,
+                _ => Enforcement::Audit,
+            },
             access: l7.access,
             rules: l7.rules,
             deny_rules: l7.deny_rules,
@@ -654,6 +661,15 @@ impl Validator<'_> {
         };
         match e.value.as_str() {
             "enforce" => (Enforcement::Enforce, false),
+            other if other.eq_ignore_ascii_case("enforce") => {
+                self.lenient(
+                    e.pos,
+                    field,
+                    &format!("`enforcement: {other}` is not lower-case (write `enforce`)"),
+                    "treats it as `audit` when judging requests (denied requests are logged and still forwarded), but as `enforce` when checking endpoints for ambiguity",
+                );
+                (Enforcement::Audit, false)
+            }
             "audit" => (Enforcement::Audit, false),
             other => {
                 self.lenient(
@@ -814,7 +830,9 @@ pub fn parse_selector(path: &str) -> Result<PathSelector, SelectorError> {
         // characters other than `*`), so it is kept as a glob.
         "" | "**" => Ok(PathSelector::All),
         p if !p.starts_with('/') => Err(SelectorError::Relative(p.to_string())),
-        p => Glob::new_covering_prefix(p, '/')
+        // The same segment-bound glob as rule paths: `/x/**` selects what is below `/x`, not
+        // `/x` itself (the reference's rule check refuses `/x` there too).
+        p => Glob::new(p, '/')
             .map(PathSelector::Glob)
             .map_err(SelectorError::Glob),
     }

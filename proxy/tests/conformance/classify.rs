@@ -3,6 +3,7 @@
 
 use sluice::policy::explain::{self, Question, QuestionRequest};
 use sluice::policy::diag::Kind;
+use sluice::policy::model::PathSelector;
 use sluice::policy::{Caller, Diagnostic, L4Decision, LoadError, Loaded, canon};
 
 pub use crate::corpus::{DecisionCase, ValidationCase};
@@ -93,6 +94,40 @@ fn expected_decision(case: &DecisionCase) -> &str {
     }
 }
 
+/// allow < audit (forwarded, logged) < deny.
+fn rank(decision: &str) -> u8 {
+    match decision {
+        "allow" => 0,
+        "audit" => 1,
+        _ => 2,
+    }
+}
+
+/// Whether a target host is a DNS name (letters, digits, `-`, `_`; no empty label, after one
+/// trailing dot) or an IP literal: written here from the definition, independently of sluice.
+fn valid_target_host(host: &str) -> bool {
+    let h = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    if h.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    let h = h.strip_suffix('.').unwrap_or(h);
+    !h.is_empty()
+        && h.len() <= 253
+        && h.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// The README's rows, as they apply to one case whose decision differs.
+const ROW3: &str = "row 3 (Fix): target host not a DNS name or IP literal, refused before policy";
+const ROW12: &str = "row 12 (Fix): endpoint `path` selection, one meaning";
+const ROW17: &str = "row 17 (Fix): request target byte outside visible ASCII refused";
+const ROW18: &str = "row 18 (Fix): deny rule `/x/**` also covers `/x`";
+const TRAILING_DOT: &str = "row 5: one trailing dot names the same host";
+const L4_RAW: &str = "row 22: an L4 endpoint's tunnel is relayed, not parsed";
+
 pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outcome {
     let loaded = match loaded {
         Ok(l) => l,
@@ -117,31 +152,83 @@ pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outc
     let answer = explain::explain(policy, &question);
     let want = expected_decision(case);
     // The matched entry is the L4 decision's (smallest admitting key).
-    let entry = canon::normalize_host(&q.host).ok().and_then(|host| {
+    let admission = canon::normalize_host(&q.host).ok().and_then(|host| {
         let caller = Caller {
             exe: &q.binary,
             ancestors: &q.ancestors,
             cmdline: &q.cmdline_paths,
         };
         match policy.decide_l4(&caller, &host, q.port) {
-            L4Decision::Allow(a) => Some(a.entry.to_string()),
+            L4Decision::Allow(a) => Some(a),
             L4Decision::Deny(_) => None,
         }
     });
+    let entry = admission.as_ref().map(|a| a.entry.to_string());
     let want_entry = if case.expect.l4 == "allow" && !case.expect.eval_error {
         case.expect.entry.clone()
     } else {
         None
     };
-    if answer.decision == want && (entry == want_entry || answer.decision == "deny" && entry.is_none() == want_entry.is_none()) && entry == want_entry {
+    if answer.decision == want && entry == want_entry {
         return Outcome::Agree;
     }
+    let got = answer.decision;
+    // Stricter: a decision at least as restrictive, or the same decision taken earlier (at
+    // L4 or before policy) where the reference admitted the connection.
+    let stricter = rank(got) > rank(want) || (rank(got) == rank(want) && entry.is_none());
+    let path = q.path.as_deref().unwrap_or("");
+
+    if q.host.ends_with('.') && !q.host.ends_with("..") && valid_target_host(&q.host) {
+        return Outcome::Explained(TRAILING_DOT);
+    }
+    if stricter && !valid_target_host(&q.host) && answer.stage == Some("target") {
+        return Outcome::Explained(ROW3);
+    }
+    if stricter
+        && q.method.is_some()
+        && path.bytes().any(|b| !(0x21..=0x7e).contains(&b))
+        && answer.stage == Some("target")
+    {
+        return Outcome::Explained(ROW17);
+    }
+    let inspected = admission.as_ref().is_some_and(|a| a.inspects(policy));
+    if !inspected
+        && admission.is_some()
+        && case.expect.mode.as_deref() == Some("passthrough")
+        && got == "allow"
+        && entry == want_entry
+    {
+        return Outcome::Explained(L4_RAW);
+    }
+    if stricter
+        && got == "deny"
+        && let (Some(rule), Some(canonical)) = (&answer.rule, &answer.canonical)
+        && rule
+            .split_once(' ')
+            .and_then(|(_, p)| p.strip_suffix("/**"))
+            .is_some_and(|prefix| prefix == canonical)
+    {
+        return Outcome::Explained(ROW18);
+    }
+    if stricter
+        && let Some(a) = &admission
+        && a.l7_endpoints(policy)
+            .iter()
+            .any(|(_, e)| !matches!(e.selector, PathSelector::All))
+    {
+        return Outcome::Explained(ROW12);
+    }
+    if std::env::var_os("CONFORMANCE_DUMP").is_some() {
+        eprintln!(
+            "DUMP {} q={:?} expect={:?} got={} {:?} reason={:?} rule={:?} entry={entry:?}",
+            case.policy, q, case.expect, answer.decision, answer.stage, answer.reason, answer.rule
+        );
+    }
     if answer.decision == want {
-        return Outcome::Unexplained(format!("entry {entry:?}, the reference {want_entry:?}"));
+        return Outcome::Unexplained(format!("same decision, entry {entry:?} where the reference has {want_entry:?}"));
     }
     Outcome::Unexplained(format!(
-        "{} where the reference says {want} (mode {})",
-        answer.decision,
+        "{got} where the reference says {want} (mode {})",
         case.expect.mode.as_deref().unwrap_or("-")
     ))
 }
