@@ -434,10 +434,13 @@ mod tests {
             normalize_host("x..example.org"),
             Err(HostError::EmptyLabel(_))
         ));
+        // One trailing dot is the same name; two are an empty label.
+        assert_eq!(normalize_host("Example.com.").unwrap(), "example.com");
         assert!(matches!(
-            normalize_host("example.com."),
+            normalize_host("example.com.."),
             Err(HostError::EmptyLabel(_))
         ));
+        assert!(matches!(normalize_host("."), Err(HostError::EmptyLabel(_))));
         assert!(matches!(
             normalize_host("exa mple.com"),
             Err(HostError::Invalid(_))

@@ -290,11 +290,23 @@ impl Policy {
             );
         };
         let selected: Vec<(EndpointRef, &Endpoint)> = matching
-            .into_iter()
+            .iter()
             .filter(|(_, e)| e.selector.specificity() == best)
-            .copied()
+            .map(|&&x| x)
             .collect();
         let refs: Vec<EndpointRef> = selected.iter().map(|(r, _)| *r).collect();
+        // Different selectors of equal specificity (`/a?/**` and `/?b/**`): no one of them is
+        // the most specific, and the reference refuses the request; so does sluice.
+        if selected
+            .iter()
+            .any(|(_, e)| e.selector.as_str() != selected[0].1.selector.as_str())
+        {
+            let reason = format!(
+                "no L7 endpoint path matched request {}: several different `path` selectors of equal specificity match it",
+                target.path
+            );
+            return hard(RequestBasis::NoEndpointPath, reason, Some(target), refs);
+        }
 
         if permissive && !selected.iter().all(|(_, e)| e.allow_encoded_slash) {
             let e = CanonError::EncodedSlashNotAllowed;
@@ -329,7 +341,9 @@ impl Policy {
         };
         let path = target.path.as_str();
 
-        let deny = selected
+        // Deny rules apply from every endpoint whose selector matches, the broader ones too
+        // (as in the reference); allow rules only from the most specific.
+        let deny = matching
             .iter()
             .flat_map(|(_, e)| e.deny_rules.iter())
             .find(|r| {

@@ -99,7 +99,14 @@ impl Diagnostics {
         field: impl fmt::Display,
         message: impl Into<String>,
     ) {
-        self.push(Severity::Error, Kind::Other, file, pos, field, message.into());
+        self.push(
+            Severity::Error,
+            Kind::Other,
+            file,
+            pos,
+            field,
+            message.into(),
+        );
     }
 
     /// An error of a given kind.
@@ -121,7 +128,14 @@ impl Diagnostics {
         field: impl fmt::Display,
         message: impl Into<String>,
     ) {
-        self.push(Severity::Warning, Kind::Other, file, pos, field, message.into());
+        self.push(
+            Severity::Warning,
+            Kind::Other,
+            file,
+            pos,
+            field,
+            message.into(),
+        );
     }
 
     fn push(

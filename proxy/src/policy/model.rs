@@ -267,6 +267,9 @@ pub enum PathSelector {
     /// A `path` that is not a valid glob, accepted in `--compat openshell` as the reference
     /// reads it: it selects only the request path equal to this text.
     Literal(String),
+    /// `P/**` with glob characters in `P`, accepted in `--compat openshell` as the reference
+    /// selects it: only paths below the literal text `P` (the field holds `P`).
+    LiteralPrefix(String),
 }
 
 impl PathSelector {
@@ -275,6 +278,9 @@ impl PathSelector {
             PathSelector::All => true,
             PathSelector::Glob(g) => g.is_match(path),
             PathSelector::Literal(l) => l == path,
+            PathSelector::LiteralPrefix(p) => path
+                .strip_prefix(p.as_str())
+                .is_some_and(|rest| rest.starts_with('/')),
         }
     }
 
@@ -284,6 +290,8 @@ impl PathSelector {
             PathSelector::All => 0,
             PathSelector::Glob(g) => g.specificity(),
             PathSelector::Literal(l) => l.chars().filter(|&c| c != '*').count(),
+            // `P/**`: the characters of `P` and the `/`.
+            PathSelector::LiteralPrefix(p) => p.chars().filter(|&c| c != '*').count() + 1,
         }
     }
 
@@ -292,6 +300,10 @@ impl PathSelector {
             (PathSelector::All, _) | (_, PathSelector::All) => true,
             (PathSelector::Glob(a), PathSelector::Glob(b)) => a.intersects(b),
             (PathSelector::Literal(l), o) | (o, PathSelector::Literal(l)) => o.is_match(l),
+            // A witness below the prefix: enough for the ambiguity check's purpose.
+            (PathSelector::LiteralPrefix(p), o) | (o, PathSelector::LiteralPrefix(p)) => {
+                o.is_match(&format!("{p}/x"))
+            }
         }
     }
 
@@ -300,6 +312,7 @@ impl PathSelector {
             PathSelector::All => "",
             PathSelector::Glob(g) => g.as_str(),
             PathSelector::Literal(l) => l,
+            PathSelector::LiteralPrefix(p) => p,
         }
     }
 }

@@ -148,8 +148,7 @@ pub fn endpoint_rules(
             out.rules = preset_rules(access, protocol, entry, index, v, a.pos);
         }
     } else if let Some(r) = rules_given {
-        if r
-            .value
+        if r.value
             .iter()
             .all(|rule| rule.method.is_none() && rule.path.is_none() && rule.query.is_empty())
         {
@@ -342,19 +341,26 @@ fn compile_rule(
             if p.value == "**" {
                 Some(PathMatcher::All)
             } else if !p.value.starts_with('/') {
+                // The reference matches it as a glob all the same: `*/x` matches `/x` (a `*`
+                // may be empty), `repos/**` matches nothing.
                 if !v.lenient(
                     p.pos,
                     pf,
                     &format!(
-                        "rule path `{}` does not start with `/`, so no request path can match it",
+                        "rule path `{}` does not start with `/` (write the absolute path)",
                         p.value
                     ),
-                    &format!("loads it and it {effect}"),
+                    "matches it as a glob against the absolute request path (`*/x` matches `/x`; `x/**` matches nothing)",
                 ) {
                     return Err(());
                 }
-                never = true;
-                None
+                match Glob::new(&p.value, '/') {
+                    Ok(g) => Some(PathMatcher::Glob(g)),
+                    Err(e) => {
+                        v.error(p.pos, pf, e.to_string());
+                        return Err(());
+                    }
+                }
             } else {
                 let compiled = if kind == RuleKind::Deny {
                     // A deny rule `/x/**` also covers `/x` (spec §13 row 18: fixed).

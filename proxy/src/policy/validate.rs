@@ -129,14 +129,14 @@ impl Validator<'_> {
             ),
             Some(v) if v.value != 1 => {
                 let msg = format!(
-                    "unsupported policy version {}; sluice reads version 1",
+                    "unsupported policy version {} (write `version: 1`)",
                     v.value
                 );
                 self.lenient(
                     v.pos,
                     "version",
                     &msg,
-                    "never checks it: write `version: 1`; read as version 1",
+                    "never checks it and reads the document as version 1",
                 );
             }
             Some(_) => {}
@@ -314,7 +314,11 @@ impl Validator<'_> {
                             }
                             proto
                         }
-                        None if matches!(lower.as_str(), "graphql" | "mcp" | "json-rpc" | "sql") => {
+                        None if matches!(
+                            lower.as_str(),
+                            "graphql" | "mcp" | "json-rpc" | "sql"
+                        ) =>
+                        {
                             self.diags.error_of(
                                 diag::Kind::Unsupported,
                                 self.file,
@@ -328,7 +332,9 @@ impl Validator<'_> {
                             self.error(
                                 p.pos,
                                 field("protocol"),
-                                format!("unknown protocol `{other}`; expected rest, websocket or tcp"),
+                                format!(
+                                    "unknown protocol `{other}`; expected rest, websocket or tcp"
+                                ),
                             );
                             return None;
                         }
@@ -349,7 +355,24 @@ impl Validator<'_> {
 
         let mut selector = PathSelector::All;
         if let Some(p) = &raw.path {
+            let glob_prefix = p
+                .value
+                .strip_suffix("/**")
+                .filter(|prefix| prefix.contains(['*', '?', '[', '{', '\\']));
             match parse_selector(&p.value) {
+                Ok(_) if glob_prefix.is_some() => {
+                    let prefix = glob_prefix.unwrap_or_default();
+                    if self.lenient(
+                        p.pos,
+                        field("path"),
+                        &format!("`{}`: glob characters before a trailing `/**`", p.value),
+                        &format!("selects only paths below the literal text `{prefix}`"),
+                    ) {
+                        selector = PathSelector::LiteralPrefix(prefix.to_string());
+                    } else {
+                        ok = false;
+                    }
+                }
                 Ok(s) => selector = s,
                 Err(SelectorError::Glob(e)) => {
                     // The reference warns and matches such a selector as literal text.
@@ -819,11 +842,19 @@ fn flag(v: &Option<Spanned<bool>>) -> bool {
 }
 
 /// Compiles an endpoint `path` selector: `""`, `**` and `/**` select everything.
+/// A credential binding's `path` (spec §3.4): the reference's Rust selector, where `/x/**`
+/// also covers `/x`.
 pub fn selector_for(path: &str) -> Result<PathSelector, String> {
-    parse_selector(path).map_err(|e| e.to_string())
+    match path {
+        "" | "**" | "/**" => Ok(PathSelector::All),
+        p if !p.starts_with('/') => Err(format!("`{p}` must start with `/` (or be `**`)")),
+        p => Glob::new_covering_prefix(p, '/')
+            .map(PathSelector::Glob)
+            .map_err(|e| e.to_string()),
+    }
 }
 
-/// An endpoint `path` as a selector, with a typed error.
+/// A policy endpoint's `path` as a selector, with a typed error.
 pub fn parse_selector(path: &str) -> Result<PathSelector, SelectorError> {
     match path {
         // `/**` selects every path too, but is more specific than "" (spec §1.8: the count of

@@ -1,8 +1,8 @@
 //! Comparing one case with the reference's answer, and classifying a difference by the
 //! documented rule that covers it (or as unexplained).
 
-use sluice::policy::explain::{self, Question, QuestionRequest};
 use sluice::policy::diag::Kind;
+use sluice::policy::explain::{self, Question, QuestionRequest};
 use sluice::policy::model::PathSelector;
 use sluice::policy::{Caller, Diagnostic, L4Decision, LoadError, Loaded, canon};
 
@@ -58,7 +58,9 @@ pub fn strict_load(
             };
             let extra: Vec<&Diagnostic> = e.errors().filter(|d| !in_compat(d)).collect();
             if extra.iter().all(|d| d.kind == Kind::Lenient) {
-                Outcome::Explained("strict refuses a construct the reference misreads, saying what it would do")
+                Outcome::Explained(
+                    "strict refuses a construct the reference misreads, saying what it would do",
+                )
             } else if e.errors().all(|d| d.kind == Kind::Unsupported) {
                 Outcome::Explained(NOT_SUPPORTED)
             } else {
@@ -67,7 +69,9 @@ pub fn strict_load(
                     .find(|d| d.kind != Kind::Lenient)
                     .map(|d| d.message.chars().take(60).collect::<String>())
                     .unwrap_or_default();
-                Outcome::Unexplained(format!("strict refusal without the reference's reading ({other})"))
+                Outcome::Unexplained(format!(
+                    "strict refusal without the reference's reading ({other})"
+                ))
             }
         }
     }
@@ -106,7 +110,10 @@ fn rank(decision: &str) -> u8 {
 /// Whether a target host is a DNS name (letters, digits, `-`, `_`; no empty label, after one
 /// trailing dot) or an IP literal: written here from the definition, independently of sluice.
 fn valid_target_host(host: &str) -> bool {
-    let h = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let h = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
     if h.parse::<std::net::IpAddr>().is_ok() {
         return true;
     }
@@ -116,7 +123,8 @@ fn valid_target_host(host: &str) -> bool {
         && h.split('.').all(|l| {
             !l.is_empty()
                 && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         })
 }
 
@@ -125,7 +133,8 @@ const ROW3: &str = "row 3 (Fix): target host not a DNS name or IP literal, refus
 const ROW12: &str = "row 12 (Fix): endpoint `path` selection, one meaning";
 const ROW17: &str = "row 17 (Fix): request target byte outside visible ASCII refused";
 const ROW18: &str = "row 18 (Fix): deny rule `/x/**` also covers `/x`";
-const TRAILING_DOT: &str = "row 5: one trailing dot names the same host";
+const HOST_SPELLING: &str =
+    "row 5: target host spelling (one trailing dot, IPv6 brackets) names the same host";
 const L4_RAW: &str = "row 22: an L4 endpoint's tunnel is relayed, not parsed";
 
 pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outcome {
@@ -178,8 +187,10 @@ pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outc
     let stricter = rank(got) > rank(want) || (rank(got) == rank(want) && entry.is_none());
     let path = q.path.as_deref().unwrap_or("");
 
-    if q.host.ends_with('.') && !q.host.ends_with("..") && valid_target_host(&q.host) {
-        return Outcome::Explained(TRAILING_DOT);
+    let bracketed = q.host.starts_with('[') && q.host.ends_with(']');
+    if (q.host.ends_with('.') && !q.host.ends_with("..") || bracketed) && valid_target_host(&q.host)
+    {
+        return Outcome::Explained(HOST_SPELLING);
     }
     if stricter && !valid_target_host(&q.host) && answer.stage == Some("target") {
         return Outcome::Explained(ROW3);
@@ -225,7 +236,9 @@ pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outc
         );
     }
     if answer.decision == want {
-        return Outcome::Unexplained(format!("same decision, entry {entry:?} where the reference has {want_entry:?}"));
+        return Outcome::Unexplained(format!(
+            "same decision, entry {entry:?} where the reference has {want_entry:?}"
+        ));
     }
     Outcome::Unexplained(format!(
         "{got} where the reference says {want} (mode {})",

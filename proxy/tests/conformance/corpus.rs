@@ -80,6 +80,8 @@ pub fn decisions() -> Vec<DecisionCase> {
         .lines()
         .map(|l| l.unwrap_or_else(|e| panic!("decisions.jsonl.gz: {e}")))
         .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("decisions.jsonl.gz: {e}: {l}")))
+        .map(|l| {
+            serde_json::from_str(&l).unwrap_or_else(|e| panic!("decisions.jsonl.gz: {e}: {l}"))
+        })
         .collect()
 }

@@ -147,12 +147,21 @@ fn binary_exact_glob_and_ancestors() {
 }
 
 #[test]
-fn binary_star_alone_admits_any_exe() {
-    // §13 row 1.
+fn binary_star_alone_admits_no_executable() {
+    // Binary globs are segment-bound: `*` does not cross `/`, so no absolute executable path
+    // matches it (as in the reference). Strict refuses it and says to write `/**`.
     let text = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - {host: h.example.com, port: 443}\n    binaries:\n      - path: \"*\"\n";
-    let p = policy(text);
-    assert!(allowed(&p, "/any/where", "h.example.com", 443));
-    assert!(allowed(&p, "", "h.example.com", 443));
+    let e = errors(text);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("write `/**` to admit every executable"), "{e:?}");
+    let p = match try_load(text, Compat::OpenShell) {
+        Ok(l) => l.policy,
+        Err(e) => panic!("{:#?}", e.diagnostics),
+    };
+    assert!(!allowed(&p, "/any/where", "h.example.com", 443));
+    assert!(!allowed(&p, "/usr/bin/curl", "h.example.com", 443));
+    let every = policy(&text.replace("\"*\"", "\"/**\""));
+    assert!(allowed(&every, "/usr/bin/curl", "h.example.com", 443));
 }
 
 #[test]
@@ -498,14 +507,16 @@ const SELECTORS: &str = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n  
 #[test]
 fn most_specific_selector_decides_alone() {
     let p = policy(SELECTORS);
-    // /v1 and below: only the read-only audit endpoint decides; the broader `full` one takes no part.
+    // Below /v1: only the read-only audit endpoint's rules allow; the broader `full` one
+    // takes no part.
     assert_eq!(
         verdict(&p, "api.example.com", "POST", "/v1/x"),
         Verdict::Audit
     );
+    // `/v1/**` selects what is below /v1, not /v1 itself (the rule-path glob meaning).
     assert_eq!(
         verdict(&p, "api.example.com", "POST", "/v1"),
-        Verdict::Audit
+        Verdict::Allow
     );
     assert_eq!(
         verdict(&p, "api.example.com", "GET", "/v1/x"),
