@@ -295,18 +295,6 @@ impl Policy {
             .map(|&&x| x)
             .collect();
         let refs: Vec<EndpointRef> = selected.iter().map(|(r, _)| *r).collect();
-        // Different selectors of equal specificity (`/a?/**` and `/?b/**`): no one of them is
-        // the most specific, and the reference refuses the request; so does sluice.
-        if selected
-            .iter()
-            .any(|(_, e)| e.selector.as_str() != selected[0].1.selector.as_str())
-        {
-            let reason = format!(
-                "no L7 endpoint path matched request {}: several different `path` selectors of equal specificity match it",
-                target.path
-            );
-            return hard(RequestBasis::NoEndpointPath, reason, Some(target), refs);
-        }
 
         if permissive && !selected.iter().all(|(_, e)| e.allow_encoded_slash) {
             let e = CanonError::EncodedSlashNotAllowed;

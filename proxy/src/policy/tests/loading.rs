@@ -105,11 +105,14 @@ fn sandbox_section_validation() {
 #[test]
 fn extension_methods_load_with_a_warning_and_match_as_written() {
     // As the reference: an unknown method token warns and matches only itself.
-    let text = one("host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  rules:\n    - allow: {method: purge, path: /**}");
+    let text = one(
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  rules:\n    - allow: {method: purge, path: /**}",
+    );
     for compat in [Compat::Strict, Compat::OpenShell] {
         let w = warnings_in(&text, compat);
         assert!(
-            w.iter().any(|w| w.contains("unknown method `purge`") && w.contains("allows only `PURGE` requests")),
+            w.iter().any(|w| w.contains("unknown method `purge`")
+                && w.contains("allows only `PURGE` requests")),
             "{w:?}"
         );
     }
@@ -131,7 +134,10 @@ fn both_modes_refuse_what_the_reference_refuses() {
         let text = one(endpoint);
         for compat in [Compat::Strict, Compat::OpenShell] {
             let e = errors_in(&text, compat);
-            assert!(e.iter().any(|e| e.contains(want)), "{compat:?} {endpoint}: {e:?}");
+            assert!(
+                e.iter().any(|e| e.contains(want)),
+                "{compat:?} {endpoint}: {e:?}"
+            );
         }
     }
 }
@@ -150,13 +156,17 @@ fn defaulted_enforcement_warns_with_the_line() {
 fn version_checks() {
     assert_eq!(
         errors("version: 2\nnetwork_policies: {}\n"),
-        ["p.yaml:1:10: version: unsupported policy version 2 (write `version: 1`); the reference never checks it and reads the document as version 1 (accept with --compat openshell)"]
+        [
+            "p.yaml:1:10: version: unsupported policy version 2 (write `version: 1`); the reference never checks it and reads the document as version 1 (accept with --compat openshell)"
+        ]
     );
     // A missing `version` is refused in both modes, as the reference refuses it.
     for compat in [Compat::Strict, Compat::OpenShell] {
         assert_eq!(
             errors_in("network_policies: {}\n", compat),
-            ["p.yaml:1:1: version: `version` is missing; write `version: 1` (the reference refuses a document without it)"]
+            [
+                "p.yaml:1:1: version: `version` is missing; write `version: 1` (the reference refuses a document without it)"
+            ]
         );
     }
     assert!(errors_in("version: 2\nnetwork_policies: {}\n", Compat::OpenShell).is_empty());

@@ -153,7 +153,10 @@ fn binary_star_alone_admits_no_executable() {
     let text = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - {host: h.example.com, port: 443}\n    binaries:\n      - path: \"*\"\n";
     let e = errors(text);
     assert_eq!(e.len(), 1, "{e:?}");
-    assert!(e[0].contains("write `/**` to admit every executable"), "{e:?}");
+    assert!(
+        e[0].contains("write `/**` to admit every executable"),
+        "{e:?}"
+    );
     let p = match try_load(text, Compat::OpenShell) {
         Ok(l) => l.policy,
         Err(e) => panic!("{:#?}", e.diagnostics),
