@@ -20,8 +20,9 @@ pub fn compat_load(case: &ValidationCase, got: &Result<Loaded, LoadError>) -> Ou
     match (case.valid, got) {
         (true, Ok(_)) | (false, Err(_)) => Outcome::Agree,
         (false, Ok(_)) => Outcome::Unexplained(format!(
-            "accepted, the reference refuses at {}",
-            case.stage.as_deref().unwrap_or("?")
+            "accepted, the reference refuses at {}: {}",
+            case.stage.as_deref().unwrap_or("?"),
+            case.error.lines().next().unwrap_or_default()
         )),
         (true, Err(e)) if e.errors().all(|d| d.kind == Kind::Unsupported) => {
             Outcome::Explained(NOT_SUPPORTED)
@@ -30,9 +31,8 @@ pub fn compat_load(case: &ValidationCase, got: &Result<Loaded, LoadError>) -> Ou
     }
 }
 
-/// README, "Where sluice differs": a feature sluice does not implement yet is refused, never
-/// ignored.
-const NOT_SUPPORTED: &str = "feature not supported yet: refused, never ignored";
+/// README row 23: a feature sluice does not implement yet is refused, never ignored.
+const NOT_SUPPORTED: &str = "row 23: feature not supported yet, refused, never ignored";
 
 /// The strict loader may refuse more than the reference, but each error it adds to what
 /// `--compat openshell` reports must be one that says what the reference would do (a
@@ -241,7 +241,8 @@ pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outc
         ));
     }
     Outcome::Unexplained(format!(
-        "{got} where the reference says {want} (mode {})",
-        case.expect.mode.as_deref().unwrap_or("-")
+        "{got} where the reference says {want} (mode {}; the reference's reason: {:?})",
+        case.expect.mode.as_deref().unwrap_or("-"),
+        case.expect.reason
     ))
 }

@@ -46,8 +46,6 @@ pub struct Expect {
     #[serde(default)]
     pub mode: Option<String>,
     #[serde(default)]
-    pub reject_kind: Option<String>,
-    #[serde(default)]
     pub eval_error: bool,
 }
 

@@ -518,6 +518,13 @@ pub fn reference_l7(
         .filter(|(_, r)| selector_specificity(r.selector.as_deref()) == best)
         .map(|&&x| x)
         .collect();
+    let enforce = selected[0].1.enforce;
+    if selected.iter().any(|(_, r)| r.enforce != enforce) {
+        return Err(format!(
+            "the selected endpoints {:?} disagree on enforcement: the ambiguity check should have refused this policy",
+            selected.iter().map(|(id, _)| id).collect::<Vec<_>>()
+        ));
+    }
     let method = method.to_ascii_uppercase();
     let Some(query) = parse_query(query) else {
         // A malformed query refuses the request, even under audit.
