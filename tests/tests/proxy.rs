@@ -534,3 +534,68 @@ fn the_accept_loop_survives_running_out_of_file_descriptors() {
         sluice.stderr()
     );
 }
+
+#[test]
+fn one_trailing_dot_names_the_same_host_and_other_empty_labels_are_refused() {
+    let origin = HttpOrigin::start();
+    // The policy writes one host with a trailing dot and one without.
+    let p = policy(&[(
+        "dotted",
+        &format!(
+            "{{host: api.local.test, port: {0}}}\n{{host: \"dl.local.test.\", port: {0}}}",
+            origin.port()
+        ),
+        &["/usr/bin/curl"],
+    )]);
+    let sluice = Sluice::start(
+        &p,
+        &[
+            "--allow-loopback-upstream",
+            "--resolve",
+            "api.local.test=127.0.0.1",
+            "--resolve",
+            "dl.local.test=127.0.0.1",
+        ],
+    );
+    let get = |url: String| {
+        run(Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "20",
+                "-x",
+                &sluice.proxy_url(),
+            ])
+            .arg(url))
+        .1
+    };
+    let port = origin.port();
+    // Forward proxy: the trailing dot is dropped before policy and before --resolve (DNS).
+    assert_eq!(get(format!("http://api.local.test.:{port}/")), "200");
+    assert_eq!(get(format!("http://dl.local.test:{port}/")), "200");
+    assert_eq!(get(format!("http://api.local.test:{port}/")), "200");
+    // Two dots, or an empty label elsewhere: refused before policy.
+    assert_eq!(get(format!("http://api.local.test..:{port}/")), "400");
+    assert_eq!(get(format!("http://api..local.test:{port}/")), "400");
+    // CONNECT to the dotted name (curl -p tunnels through CONNECT) is admitted too.
+    let (_, code, _) = run(Command::new("curl")
+        .args([
+            "-s",
+            "-p",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "20",
+            "-x",
+            &sluice.proxy_url(),
+        ])
+        .arg(format!("http://api.local.test.:{port}/")));
+    assert_eq!(code, "200");
+    assert_events_valid(&sluice);
+}

@@ -87,6 +87,11 @@ pub fn host_matches(header: &[u8], host: &str, port: u16, default_port: u16) -> 
             None => (h.clone(), None),
         }
     };
+    // One trailing dot names the same host, as for the target (`canon::normalize_host`).
+    let hh = match hh.strip_suffix('.') {
+        Some(h) if !h.is_empty() && !h.ends_with('.') => h.to_string(),
+        _ => hh,
+    };
     let hp: u16 = match hp {
         None => default_port,
         Some(p) => match p.parse() {
@@ -129,5 +134,9 @@ mod tests {
         assert!(!tunnel_request("/a", None, false, "x.test", 443, 443).1);
         assert!(tunnel_request("/a", None, true, "x.test", 443, 443).1);
         assert!(!tunnel_request("*", h, false, "x.test", 443, 443).1);
+        // One trailing dot is the same host; two are not.
+        assert!(host_matches(b"X.test.:443", "x.test", 443, 443));
+        assert!(host_matches(b"x.test.", "x.test", 443, 443));
+        assert!(!host_matches(b"x.test..", "x.test", 443, 443));
     }
 }
