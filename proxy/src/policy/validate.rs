@@ -551,7 +551,16 @@ impl Validator<'_> {
                 HostPattern::Exact(text.to_ascii_lowercase())
             }
             Err(e) => {
-                self.error(pos, field, e.to_string());
+                // `*github.com` is almost always `*.github.com` with the dot forgotten.
+                let message = match text.strip_prefix('*').filter(|rest| {
+                    !rest.starts_with(['.', '*']) && is_dns_pattern(rest) && rest.contains('.')
+                }) {
+                    Some(rest) => format!(
+                        "`{text}` is not a valid wildcard host; did you mean `*.{rest}` (any one label under {rest})?"
+                    ),
+                    None => e.to_string(),
+                };
+                self.error(pos, field, message);
                 return None;
             }
         };
@@ -572,6 +581,12 @@ impl Validator<'_> {
                 field,
                 format!("`{text}` has glob characters but no `*`; like the reference, sluice reads it as a literal host name, which no request can have"),
             );
+        } else if let Some(fix) = url_shaped_host(text) {
+            // A URL (or host:port, host/path) where a host belongs: the reference loads it and
+            // it matches nothing, which looks like an allow that silently is not one.
+            if !self.lenient(pos, field, &format!("`{text}` is not a host name: {fix}"), "loads it, and no request can match it") {
+                return None;
+            }
         } else if !pattern.is_wildcard() && !is_dns_pattern(text) && text.parse::<IpAddr>().is_err()
         {
             self.warning(
@@ -876,6 +891,42 @@ pub enum SelectorError {
     Relative(String),
     #[error("{0}")]
     Glob(GlobError),
+}
+
+/// For a host written as a URL, `host:port` or `host/path`: how to write it instead.
+fn url_shaped_host(text: &str) -> Option<String> {
+    let (scheme, rest) = match text.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, text),
+    };
+    let path_at = rest.find('/');
+    let authority = &rest[..path_at.unwrap_or(rest.len())];
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') && p.bytes().all(|b| b.is_ascii_digit()) => (h, Some(p)),
+        _ => (authority, None),
+    };
+    if scheme.is_none() && path_at.is_none() && port.is_none() {
+        return None;
+    }
+    if host.is_empty() || !is_dns_pattern(host) {
+        return None;
+    }
+    let port = port.map(str::to_string).or_else(|| match scheme {
+        Some(s) if s.eq_ignore_ascii_case("https") || s.eq_ignore_ascii_case("wss") => Some("443".to_string()),
+        Some(s) if s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("ws") => Some("80".to_string()),
+        _ => None,
+    });
+    let mut fix = format!("write `host: {host}`");
+    if let Some(p) = port {
+        fix.push_str(&format!(" with `port: {p}`"));
+    }
+    if let Some(i) = path_at {
+        let path = &rest[i..];
+        if path != "/" {
+            fix.push_str(&format!(", and restrict the path with a rule path or the endpoint `path` (`{path}`)"));
+        }
+    }
+    Some(fix)
 }
 
 /// Labels of letters, digits, `-`, `_` and `*`, none empty.
