@@ -599,3 +599,36 @@ fn one_trailing_dot_names_the_same_host_and_other_empty_labels_are_refused() {
     assert_eq!(code, "200");
     assert_events_valid(&sluice);
 }
+
+#[test]
+fn listen_accepts_localhost_and_inspected_endpoints_without_ca_dir_say_where_the_ca_is() {
+    // A free port, then `--listen localhost:PORT`.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("localhost:{port}");
+    let p = policy(&[(
+        "inspected",
+        "{host: api.local.test, port: 443, protocol: rest, enforcement: enforce, access: read-only}",
+        &["/usr/bin/curl"],
+    )]);
+    let sluice = Sluice::start(&p, &["--listen", &listen]);
+    assert_eq!(
+        sluice.addr(),
+        std::net::SocketAddr::from(([127, 0, 0, 1], port))
+    );
+    let err = sluice.stderr();
+    assert!(
+        err.contains("1 endpoint(s) are inspected") && err.contains("pass --ca-dir DIR"),
+        "{err}"
+    );
+    // With --ca-dir, no note: the files are written and named.
+    let dir = TempDir::new("ca");
+    let ca = dir.path().display().to_string();
+    let with_ca = Sluice::start(&p, &["--ca-dir", &ca]);
+    let err = with_ca.stderr();
+    assert!(!err.contains("pass --ca-dir"), "{err}");
+    assert!(err.contains("CA certificate in"), "{err}");
+}

@@ -200,7 +200,9 @@ fn load_with(
 /// What a YAML syntax error at `pos` most likely means, from the text there: a plain value
 /// starting with `*` is read by YAML as an alias (`host: *.github.com`).
 fn syntax_hint(text: &str, pos: Pos) -> Option<String> {
-    let line = text.lines().nth(usize::try_from(pos.line).ok()?.checked_sub(1)?)?;
+    let line = text
+        .lines()
+        .nth(usize::try_from(pos.line).ok()?.checked_sub(1)?)?;
     let col = usize::try_from(pos.col).ok()?.checked_sub(1)?;
     let rest = line.get(col..)?;
     if !rest.starts_with('*') {

@@ -584,7 +584,12 @@ impl Validator<'_> {
         } else if let Some(fix) = url_shaped_host(text) {
             // A URL (or host:port, host/path) where a host belongs: the reference loads it and
             // it matches nothing, which looks like an allow that silently is not one.
-            if !self.lenient(pos, field, &format!("`{text}` is not a host name: {fix}"), "loads it, and no request can match it") {
+            if !self.lenient(
+                pos,
+                field,
+                &format!("`{text}` is not a host name: {fix}"),
+                "loads it, and no request can match it",
+            ) {
                 return None;
             }
         } else if !pattern.is_wildcard() && !is_dns_pattern(text) && text.parse::<IpAddr>().is_err()
@@ -912,8 +917,12 @@ fn url_shaped_host(text: &str) -> Option<String> {
         return None;
     }
     let port = port.map(str::to_string).or_else(|| match scheme {
-        Some(s) if s.eq_ignore_ascii_case("https") || s.eq_ignore_ascii_case("wss") => Some("443".to_string()),
-        Some(s) if s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("ws") => Some("80".to_string()),
+        Some(s) if s.eq_ignore_ascii_case("https") || s.eq_ignore_ascii_case("wss") => {
+            Some("443".to_string())
+        }
+        Some(s) if s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("ws") => {
+            Some("80".to_string())
+        }
         _ => None,
     });
     let mut fix = format!("write `host: {host}`");
@@ -923,7 +932,9 @@ fn url_shaped_host(text: &str) -> Option<String> {
     if let Some(i) = path_at {
         let path = &rest[i..];
         if path != "/" {
-            fix.push_str(&format!(", and restrict the path with a rule path or the endpoint `path` (`{path}`)"));
+            fix.push_str(&format!(
+                ", and restrict the path with a rule path or the endpoint `path` (`{path}`)"
+            ));
         }
     }
     Some(fix)

@@ -429,22 +429,39 @@ fn star_glued_to_a_name_suggests_the_dot() {
     let e = errors(&one("host: \"*github.com\"\n  port: 443"));
     assert_eq!(
         e,
-        ["p.yaml:5:15: network_policies.p.endpoints[0].host: `*github.com` is not a valid wildcard host; did you mean `*.github.com` (any one label under github.com)?"]
+        [
+            "p.yaml:5:15: network_policies.p.endpoints[0].host: `*github.com` is not a valid wildcard host; did you mean `*.github.com` (any one label under github.com)?"
+        ]
     );
 }
 
 #[test]
 fn url_shaped_hosts_are_errors_with_the_fix() {
     for (host, fix) in [
-        ("https://api.github.com", "write `host: api.github.com` with `port: 443`"),
-        ("http://api.github.com/repos/x", "write `host: api.github.com` with `port: 80`, and restrict the path"),
-        ("api.github.com:8443", "write `host: api.github.com` with `port: 8443`"),
-        ("api.github.com/repos", "write `host: api.github.com`, and restrict the path"),
+        (
+            "https://api.github.com",
+            "write `host: api.github.com` with `port: 443`",
+        ),
+        (
+            "http://api.github.com/repos/x",
+            "write `host: api.github.com` with `port: 80`, and restrict the path",
+        ),
+        (
+            "api.github.com:8443",
+            "write `host: api.github.com` with `port: 8443`",
+        ),
+        (
+            "api.github.com/repos",
+            "write `host: api.github.com`, and restrict the path",
+        ),
     ] {
         let text = one(&format!("host: \"{host}\"\n  port: 443"));
         let e = errors(&text);
         assert_eq!(e.len(), 1, "{host}: {e:?}");
-        assert!(e[0].contains(fix) && e[0].contains("no request can match it"), "{host}: {e:?}");
+        assert!(
+            e[0].contains(fix) && e[0].contains("no request can match it"),
+            "{host}: {e:?}"
+        );
         // The reference loads it (it never matches): so does compat, with the same hint.
         let w = warnings_in(&text, Compat::OpenShell);
         assert!(w.iter().any(|w| w.contains(fix)), "{host}: {w:?}");
