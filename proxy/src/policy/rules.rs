@@ -73,7 +73,7 @@ pub fn endpoint_rules(
                 let accepted = v.lenient(
                     pos,
                     field(name),
-                    &format!("`{name}` has no effect without `protocol: rest` or `websocket`: requests would not be inspected at all"),
+                    &format!("`{name}` has no effect without `protocol: rest` or `websocket`: requests would not be inspected at all (add `protocol: rest`, or remove `{name}`)"),
                     "ignores it and treats the endpoint as plain L4 (every request allowed)",
                 );
                 out.ok &= accepted;
@@ -101,7 +101,7 @@ pub fn endpoint_rules(
             let accepted = v.lenient(
                 r.pos,
                 field("rules"),
-                "`rules: []` is empty",
+                "`rules: []` is empty (remove it)",
                 "ignores it and applies `access`",
             );
             out.ok &= accepted;
@@ -187,7 +187,7 @@ pub fn endpoint_rules(
             let accepted = v.lenient(
                 d.pos,
                 field("deny_rules"),
-                "`deny_rules: []` is empty",
+                "`deny_rules: []` is empty (remove it)",
                 "ignores it",
             );
             out.ok &= accepted;
@@ -268,7 +268,7 @@ fn compile_rule(
             if !v.lenient(
                 raw.pos,
                 field,
-                &format!("{what} without `method`"),
+                &format!("{what} without `method` (add one, e.g. `method: GET`, or `*`)"),
                 &format!("loads it and it {effect}"),
             ) {
                 return Err(());
@@ -328,7 +328,7 @@ fn compile_rule(
             if !v.lenient(
                 raw.pos,
                 field,
-                &format!("{what} without `path`"),
+                &format!("{what} without `path` (add one, e.g. `path: /**`)"),
                 &format!("loads it and it {effect}"),
             ) {
                 return Err(());

@@ -395,7 +395,7 @@ impl Validator<'_> {
             if !protocol.is_l7() && !p.value.is_empty() && !self.lenient(
                 p.pos,
                 field("path"),
-                "`path` selects requests for L7 rules and has no effect without `protocol: rest` or `websocket`: the whole host:port is allowed",
+                "`path` selects requests for L7 rules and has no effect without `protocol: rest` or `websocket`: the whole host:port is allowed (add `protocol: rest` with rules, or remove `path`)",
                 "ignores it and allows every path",
             ) {
                 ok = false;
@@ -407,7 +407,7 @@ impl Validator<'_> {
             if self.lenient(
                 raw.tls.as_ref().map_or(raw.pos, |t| t.pos),
                 field("tls"),
-                "`tls: skip` turns off all L7 inspection: the rules of this endpoint would never be enforced",
+                "`tls: skip` turns off all L7 inspection: the rules of this endpoint would never be enforced (remove `tls: skip`, or the `protocol` and its rules)",
                 "relays the connection uninspected",
             ) {
                 tls = TlsMode::Skip;
@@ -633,7 +633,7 @@ impl Validator<'_> {
                 let accepted = self.lenient(
                     p.pos,
                     format!("{path}.port"),
-                    "`port` and `ports` are both given",
+                    "`port` and `ports` are both given (keep only `ports`)",
                     "drops `port` and uses `ports`",
                 );
                 let ports = self.port_list(list, &ports_field, &mut check);
