@@ -3,9 +3,10 @@
 //!
 //! Owns the reference's semantics (spec §1.8, §2.7, §2.8, §2.10) with sluice's fixes (§13
 //! rows 3, 12, 18): the smallest matching key decides the reported entry; every matching
-//! entry's L7 endpoints apply; among L7 endpoints only those with the most specific matching
-//! `path` selector decide a request; deny rules win; `enforcement: audit` turns a soft denial
-//! into `Audit`. Pure: no sockets, no /proc.
+//! entry's L7 endpoints apply; among L7 endpoints only the allow rules of those with the most
+//! specific matching `path` selector can allow a request, while the deny rules of every
+//! endpoint whose selector matches apply; deny rules win; `enforcement: audit` turns a soft
+//! denial into `Audit`. Pure: no sockets, no /proc.
 
 use std::fmt;
 

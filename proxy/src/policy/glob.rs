@@ -113,7 +113,7 @@ impl Glob {
     }
 
     /// Like `new`, but a pattern ending in `<d>**` also matches the bare prefix (`/x/**`
-    /// covers `/x`). Used for endpoint path selectors and deny rules (spec §13 rows 12, 18).
+    /// covers `/x`). Used for deny rules (spec §13 row 18) and credential binding paths.
     pub fn new_covering_prefix(pattern: &str, delimiter: char) -> Result<Glob, GlobError> {
         let mut glob = Glob::new(pattern, delimiter)?;
         let suffix: String = [delimiter, '*', '*'].iter().collect();

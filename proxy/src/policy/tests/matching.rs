@@ -583,3 +583,48 @@ fn encoded_slash_only_where_allowed() {
         Verdict::Deny
     );
 }
+
+#[test]
+fn deny_rules_of_broader_selectors_still_apply() {
+    // The `/graphql` endpoint is the most specific and its preset allows POST; the broader
+    // endpoint's deny rule still blocks POST /graphql (as in the reference), under the
+    // selected endpoint's enforcement.
+    let text = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - {host: api.example.com, port: 443, protocol: rest, enforcement: enforce, access: full, deny_rules: [{method: POST, path: /graphql}]}\n      - {host: api.example.com, port: 443, path: /graphql, protocol: rest, enforcement: enforce, access: read-write}\n    binaries: [{path: /usr/bin/curl}]\n";
+    let p = policy(text);
+    assert_eq!(
+        verdict(&p, "api.example.com", "POST", "/graphql"),
+        Verdict::Deny
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/graphql"),
+        Verdict::Allow
+    );
+}
+
+#[test]
+fn slash_star_star_is_more_specific_than_no_selector() {
+    // `/**` (one character other than `*`) beats an endpoint without `path` (none): only the
+    // read-only `/**` endpoint's rules can allow, and the two do not conflict on enforcement.
+    let text = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - {host: api.example.com, port: 443, protocol: rest, enforcement: enforce, access: full}\n      - {host: api.example.com, port: 443, path: /**, protocol: rest, enforcement: audit, access: read-only}\n    binaries: [{path: /usr/bin/curl}]\n";
+    let p = policy(text);
+    assert_eq!(verdict(&p, "api.example.com", "POST", "/x"), Verdict::Audit);
+    assert_eq!(verdict(&p, "api.example.com", "GET", "/x"), Verdict::Allow);
+}
+
+#[test]
+fn glob_characters_before_a_trailing_double_star_select_the_literal_prefix_in_compat() {
+    let text = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - {host: api.example.com, port: 443, path: \"/v*/**\", protocol: rest, enforcement: enforce, access: full}\n    binaries: [{path: /usr/bin/curl}]\n";
+    let p = match try_load(text, Compat::OpenShell) {
+        Ok(l) => l.policy,
+        Err(e) => panic!("{:#?}", e.diagnostics),
+    };
+    // The reference's selector reads `/v*` as text: `/v1/x` is not below it, `/v*/x` is.
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/v1/x"),
+        Verdict::Deny
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/v*/x"),
+        Verdict::Allow
+    );
+}
