@@ -1,5 +1,6 @@
 //! Reading the corpus: `validation.jsonl`, `decisions.jsonl.gz` (gzip, decompressed here) and
-//! the policy files they name, all under `corpus/` next to this file.
+//! the policy files they name, all under `corpus/` next to this file, or under the folder
+//! `SLUICE_CONFORMANCE_DIR` names (another half of the corpus, same layout).
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -7,7 +8,10 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/corpus")
+    match std::env::var_os("SLUICE_CONFORMANCE_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/corpus"),
+    }
 }
 
 /// One line of `validation.jsonl`: does the reference load this policy?
