@@ -292,6 +292,25 @@ fn compile_rule(
                 "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *"
             };
             match parsed {
+                Some(p)
+                    if protocol == Protocol::WebSocket
+                        && !matches!(
+                            p,
+                            MethodMatcher::Get | MethodMatcher::WebsocketText | MethodMatcher::Any
+                        ) =>
+                {
+                    // A websocket endpoint only takes upgrades (GET) and text messages.
+                    v.warning(
+                        m.pos,
+                        Sub(&field, "method"),
+                        format!(
+                            "`{}` never applies on a `protocol: websocket` endpoint (expected {expected}), so this rule {}",
+                            m.value,
+                            if kind == RuleKind::Deny { "blocks nothing" } else { "allows nothing" }
+                        ),
+                    );
+                    Some(p)
+                }
                 Some(p) => Some(p),
                 None => {
                     // The reference warns and matches the method as written; so does sluice,

@@ -469,3 +469,20 @@ fn url_shaped_hosts_are_errors_with_the_fix() {
     // A plain host name is not touched.
     assert!(errors(&one("host: api.github.com\n  port: 443")).is_empty());
 }
+
+#[test]
+fn http_methods_on_a_websocket_endpoint_warn_that_they_never_apply() {
+    let text = one(
+        "host: h.example.com\n  port: 443\n  protocol: websocket\n  enforcement: enforce\n  rules:\n    - allow: {method: POST, path: /ws}\n    - allow: {method: GET, path: /ws}",
+    );
+    let w = warnings_in(&text, Compat::Strict);
+    assert!(
+        w.iter()
+            .any(|w| w.contains("`POST` never applies on a `protocol: websocket` endpoint")),
+        "{w:?}"
+    );
+    assert!(
+        !w.iter().any(|w| w.contains("`GET` never applies")),
+        "{w:?}"
+    );
+}
