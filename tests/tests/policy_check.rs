@@ -394,3 +394,21 @@ fn malformed_rule_items_are_not_called_empty_rules() {
         "{lines:#?}"
     );
 }
+
+#[test]
+fn explain_with_a_bare_program_name_suggests_its_absolute_path() {
+    let out = run_sluice([
+        "policy",
+        "explain",
+        "--binary",
+        "curl",
+        "https://api.github.com/",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let curl = std::fs::canonicalize("/usr/bin/curl").unwrap();
+    assert!(
+        err.contains(&format!("did you mean --binary {}?", curl.display())),
+        "{err}"
+    );
+}

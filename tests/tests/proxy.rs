@@ -534,3 +534,101 @@ fn the_accept_loop_survives_running_out_of_file_descriptors() {
         sluice.stderr()
     );
 }
+
+#[test]
+fn one_trailing_dot_names_the_same_host_and_other_empty_labels_are_refused() {
+    let origin = HttpOrigin::start();
+    // The policy writes one host with a trailing dot and one without.
+    let p = policy(&[(
+        "dotted",
+        &format!(
+            "{{host: api.local.test, port: {0}}}\n{{host: \"dl.local.test.\", port: {0}}}",
+            origin.port()
+        ),
+        &["/usr/bin/curl"],
+    )]);
+    let sluice = Sluice::start(
+        &p,
+        &[
+            "--allow-loopback-upstream",
+            "--resolve",
+            "api.local.test=127.0.0.1",
+            "--resolve",
+            "dl.local.test=127.0.0.1",
+        ],
+    );
+    let get = |url: String| {
+        run(Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "20",
+                "-x",
+                &sluice.proxy_url(),
+            ])
+            .arg(url))
+        .1
+    };
+    let port = origin.port();
+    // Forward proxy: the trailing dot is dropped before policy and before --resolve (DNS).
+    assert_eq!(get(format!("http://api.local.test.:{port}/")), "200");
+    assert_eq!(get(format!("http://dl.local.test:{port}/")), "200");
+    assert_eq!(get(format!("http://api.local.test:{port}/")), "200");
+    // Two dots, or an empty label elsewhere: refused before policy.
+    assert_eq!(get(format!("http://api.local.test..:{port}/")), "400");
+    assert_eq!(get(format!("http://api..local.test:{port}/")), "400");
+    // CONNECT to the dotted name (curl -p tunnels through CONNECT) is admitted too.
+    let (_, code, _) = run(Command::new("curl")
+        .args([
+            "-s",
+            "-p",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "20",
+            "-x",
+            &sluice.proxy_url(),
+        ])
+        .arg(format!("http://api.local.test.:{port}/")));
+    assert_eq!(code, "200");
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn listen_accepts_localhost_and_inspected_endpoints_without_ca_dir_say_where_the_ca_is() {
+    // A free port, then `--listen localhost:PORT`.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("localhost:{port}");
+    let p = policy(&[(
+        "inspected",
+        "{host: api.local.test, port: 443, protocol: rest, enforcement: enforce, access: read-only}",
+        &["/usr/bin/curl"],
+    )]);
+    let sluice = Sluice::start(&p, &["--listen", &listen]);
+    assert_eq!(
+        sluice.addr(),
+        std::net::SocketAddr::from(([127, 0, 0, 1], port))
+    );
+    let err = sluice.stderr();
+    assert!(
+        err.contains("1 endpoint(s) are inspected") && err.contains("pass --ca-dir DIR"),
+        "{err}"
+    );
+    // With --ca-dir, no note: the files are written and named.
+    let dir = TempDir::new("ca");
+    let ca = dir.path().display().to_string();
+    let with_ca = Sluice::start(&p, &["--ca-dir", &ca]);
+    let err = with_ca.stderr();
+    assert!(!err.contains("pass --ca-dir"), "{err}");
+    assert!(err.contains("CA certificate in"), "{err}");
+}

@@ -147,6 +147,18 @@ fn explain_cmd(args: &ExplainArgs) -> ExitCode {
         eprintln!("sluice: --binary and URL are required without --batch");
         return ExitCode::from(2);
     };
+    if !binary.starts_with('/') {
+        // Policies match the executable the kernel reports: an absolute path, symlinks
+        // resolved. A bare name matches nothing; say which path was meant.
+        let hint = match absolute_binary(binary) {
+            Some(p) => format!("did you mean --binary {p}?"),
+            None => format!("give the absolute path (`readlink -f \"$(command -v {binary})\"`)"),
+        };
+        eprintln!(
+            "sluice: --binary `{binary}` is not an absolute path: policies match the executable the kernel reports (absolute, symlinks resolved); {hint}"
+        );
+        return ExitCode::from(2);
+    }
     let target = match parse_url(url) {
         Ok(t) => t,
         Err(e) => {
@@ -172,6 +184,20 @@ fn explain_cmd(args: &ExplainArgs) -> ExitCode {
         print!("{}", explain::render_text(&answer));
     }
     ExitCode::SUCCESS
+}
+
+/// The absolute, symlink-resolved path of a program name found on `PATH` (what the kernel
+/// reports as the executable, and what `policy check` accepts in `binaries`).
+fn absolute_binary(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return None;
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .and_then(|found| std::fs::canonicalize(found).ok())
+        .map(|p| p.display().to_string())
 }
 
 /// One `--batch` query.

@@ -38,7 +38,8 @@ pub struct RunArgs {
     pub compat: CompatArg,
     /// Explicit proxy listener (CONNECT and absolute-form HTTP); repeat for more.
     /// Default: 127.0.0.1:3128 for `run`, an ephemeral loopback port for `exec`.
-    #[arg(long = "listen", value_name = "ADDR")]
+    /// `localhost:PORT` means 127.0.0.1:PORT.
+    #[arg(long = "listen", value_name = "ADDR", value_parser = parse_listen)]
     pub listen: Vec<SocketAddr>,
     /// Where `ca.pem` (sluice's ephemeral CA) and `ca-bundle.pem` (system roots plus the CA)
     /// are written for clients to trust. Certificates only: the key stays in memory.
@@ -113,6 +114,23 @@ impl RunArgs {
 }
 
 /// `10s`, `500ms`, `2m`, `1h`, or a number of seconds.
+/// A listener address: `IP:PORT`, `[IPv6]:PORT`, or `localhost:PORT` (the IPv4 loopback;
+/// no name is resolved).
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    match s.rsplit_once(':') {
+        Some((host, port)) if host.eq_ignore_ascii_case("localhost") => port
+            .parse::<u16>()
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            .map_err(|_| format!("invalid port `{port}` in `{s}`")),
+        _ => Err(format!(
+            "`{s}` is not IP:PORT, [IPv6]:PORT or localhost:PORT"
+        )),
+    }
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = s
@@ -352,10 +370,28 @@ fn raise_fd_limit(max_connections: usize) {
 }
 
 async fn serve(args: RunArgs) -> ExitCode {
-    let Prepared { shared, audit, .. } = match prepare(&args).await {
+    let Prepared {
+        shared,
+        audit,
+        ca_files,
+    } = match prepare(&args).await {
         Ok(p) => p,
         Err(code) => return code,
     };
+    if ca_files.is_none() {
+        let policy = shared.policy.load();
+        let inspected = policy
+            .entries()
+            .iter()
+            .flat_map(|e| e.endpoints.iter())
+            .filter(|ep| ep.inspects_requests())
+            .count();
+        if inspected > 0 {
+            eprintln!(
+                "sluice: note: {inspected} endpoint(s) are inspected, so sluice terminates their TLS with its own CA, which exists only in memory; clients will refuse it until they trust it: pass --ca-dir DIR to have DIR/ca.pem and DIR/ca-bundle.pem (the system roots plus sluice's CA) written, then point clients at the bundle (SSL_CERT_FILE, CURL_CA_BUNDLE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS=DIR/ca.pem, GIT_SSL_CAINFO)"
+            );
+        }
+    }
     raise_fd_limit(args.max_connections);
     let mut listeners = Vec::new();
     let defaults = [SocketAddr::from(([127, 0, 0, 1], 3128))];
@@ -460,6 +496,21 @@ async fn shutdown_signal() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            parse_listen("localhost:3128").unwrap(),
+            "127.0.0.1:3128".parse::<SocketAddr>().unwrap()
+        );
+        assert_eq!(
+            parse_listen("[::1]:8080").unwrap(),
+            "[::1]:8080".parse::<SocketAddr>().unwrap()
+        );
+        assert!(parse_listen("localhost:x").is_err());
+        assert!(parse_listen("example.com:3128").is_err());
+        assert!(parse_listen("3128").is_err());
+    }
 
     #[test]
     fn durations() {

@@ -238,12 +238,9 @@ fn parse_request_line(line: &[u8]) -> Result<(String, String, u8), HeadError> {
     if method.is_empty() || !method.iter().all(|&b| is_tchar(b)) {
         return Err(malformed("invalid method"));
     }
-    if target.is_empty() {
-        return Err(malformed("empty request target"));
-    }
-    // Visible ASCII only: no controls, no non-ASCII (spec §13 row 17).
-    if let Some(&b) = target.iter().find(|&&b| !(0x21..=0x7e).contains(&b)) {
-        return Err(malformed(format!("request target contains byte 0x{b:02x}")));
+    // Not empty, visible ASCII only (spec §13 row 17).
+    if let Err(e) = crate::policy::authority::check_request_target(target) {
+        return Err(malformed(e.to_string()));
     }
     let minor = match version {
         b"HTTP/1.1" => 1,

@@ -5,6 +5,8 @@
 use super::forward::Tunnel;
 use crate::http::head::RequestHead;
 use crate::http::respond::Refusal;
+use crate::policy::authority;
+pub use crate::policy::authority::host_matches;
 
 /// An absolute-form request target.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,63 +98,14 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
 /// left out), or an absolute-form target for the same authority (spec §3.4, §13 row 21).
 pub fn tunnel_target(head: &RequestHead, t: &Tunnel) -> (String, bool) {
     let default_port = if t.scheme == "https" { 443 } else { 80 };
-    if head.target.starts_with('/') {
-        let ok = match head.header("host") {
-            Some(h) => host_matches(h, &t.host, t.port, default_port),
-            // HTTP/1.0 without Host: only the tunnel itself can be meant.
-            None => head.minor_version == 0,
-        };
-        return (head.target.clone(), ok);
-    }
-    let Some((scheme, rest)) = head.target.split_once("://") else {
-        return (head.target.clone(), false);
-    };
-    let scheme_port = match scheme.to_ascii_lowercase().as_str() {
-        "http" => 80,
-        "https" => 443,
-        _ => return (head.target.clone(), false),
-    };
-    let split = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(split);
-    let ok = host_matches(authority.as_bytes(), &t.host, t.port, scheme_port)
-        && head
-            .header("host")
-            .is_none_or(|h| host_matches(h, &t.host, t.port, scheme_port));
-    let path = if tail.is_empty() {
-        "/".to_string()
-    } else if tail.starts_with('?') {
-        format!("/{tail}")
-    } else {
-        tail.to_string()
-    };
-    (path, ok)
-}
-
-/// Whether a Host header names the same authority as the URI.
-pub fn host_matches(header: &[u8], host: &str, port: u16, default_port: u16) -> bool {
-    let Ok(h) = std::str::from_utf8(header) else {
-        return false;
-    };
-    let h = h.trim().to_ascii_lowercase();
-    let (hh, hp) = if let Some(v6) = h.strip_prefix('[') {
-        match v6.split_once(']') {
-            Some((a, rest)) => (a.to_string(), rest.strip_prefix(':').map(str::to_string)),
-            None => return false,
-        }
-    } else {
-        match h.rsplit_once(':') {
-            Some((a, p)) => (a.to_string(), Some(p.to_string())),
-            None => (h.clone(), None),
-        }
-    };
-    let hp: u16 = match hp {
-        None => default_port,
-        Some(p) => match p.parse() {
-            Ok(p) => p,
-            Err(_) => return false,
-        },
-    };
-    hh == host && hp == port
+    authority::tunnel_request(
+        &head.target,
+        head.header("host"),
+        head.minor_version == 0,
+        &t.host,
+        t.port,
+        default_port,
+    )
 }
 
 #[cfg(test)]

@@ -167,9 +167,11 @@ fn conflicts(l: &Endpoint, r: &Endpoint) -> Vec<String> {
         cmp("protocol", proto(l) == proto(r), &|e| {
             format!("{:?}", proto(e))
         });
-        cmp("enforcement", l.enforcement == r.enforcement, &|e| {
-            format!("{:?}", e.enforcement.as_str())
-        });
+        cmp(
+            "enforcement",
+            l.enforcement_for_ambiguity == r.enforcement_for_ambiguity,
+            &|e| format!("{:?}", e.enforcement_for_ambiguity.as_str()),
+        );
         cmp(
             "allow_encoded_slash",
             l.allow_encoded_slash == r.allow_encoded_slash,

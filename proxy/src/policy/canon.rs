@@ -287,6 +287,12 @@ pub fn normalize_host(host: &str) -> Result<String, HostError> {
         return Ok(unbracketed.to_ascii_lowercase());
     }
     let lower = host.to_ascii_lowercase();
+    // One trailing dot is the fully qualified form of the same name: policy and DNS both see
+    // the name without it. Any other empty label is refused below.
+    let lower = match lower.strip_suffix('.') {
+        Some(h) if !h.is_empty() => h.to_string(),
+        _ => lower,
+    };
     if lower.len() > 253 {
         return Err(HostError::Invalid(lower));
     }
@@ -428,10 +434,13 @@ mod tests {
             normalize_host("x..example.org"),
             Err(HostError::EmptyLabel(_))
         ));
+        // One trailing dot is the same name; two are an empty label.
+        assert_eq!(normalize_host("Example.com.").unwrap(), "example.com");
         assert!(matches!(
-            normalize_host("example.com."),
+            normalize_host("example.com.."),
             Err(HostError::EmptyLabel(_))
         ));
+        assert!(matches!(normalize_host("."), Err(HostError::EmptyLabel(_))));
         assert!(matches!(
             normalize_host("exa mple.com"),
             Err(HostError::Invalid(_))

@@ -3,9 +3,10 @@
 //!
 //! Owns the reference's semantics (spec §1.8, §2.7, §2.8, §2.10) with sluice's fixes (§13
 //! rows 3, 12, 18): the smallest matching key decides the reported entry; every matching
-//! entry's L7 endpoints apply; among L7 endpoints only those with the most specific matching
-//! `path` selector decide a request; deny rules win; `enforcement: audit` turns a soft denial
-//! into `Audit`. Pure: no sockets, no /proc.
+//! entry's L7 endpoints apply; among L7 endpoints only the allow rules of those with the most
+//! specific matching `path` selector can allow a request, while the deny rules of every
+//! endpoint whose selector matches apply; deny rules win; `enforcement: audit` turns a soft
+//! denial into `Audit`. Pure: no sockets, no /proc.
 
 use std::fmt;
 
@@ -290,9 +291,9 @@ impl Policy {
             );
         };
         let selected: Vec<(EndpointRef, &Endpoint)> = matching
-            .into_iter()
+            .iter()
             .filter(|(_, e)| e.selector.specificity() == best)
-            .copied()
+            .map(|&&x| x)
             .collect();
         let refs: Vec<EndpointRef> = selected.iter().map(|(r, _)| *r).collect();
 
@@ -329,7 +330,9 @@ impl Policy {
         };
         let path = target.path.as_str();
 
-        let deny = selected
+        // Deny rules apply from every endpoint whose selector matches, the broader ones too
+        // (as in the reference); allow rules only from the most specific.
+        let deny = matching
             .iter()
             .flat_map(|(_, e)| e.deny_rules.iter())
             .find(|r| {
@@ -357,8 +360,17 @@ impl Policy {
                 format!("{method} {path} not permitted by policy"),
             )
         };
-        // The ambiguity check guarantees that selected endpoints agree on enforcement.
-        let verdict = match (&basis, selected[0].1.enforcement) {
+        // The ambiguity check makes selected endpoints agree on enforcement, except where the
+        // reference's spelling rules differ (`Enforce`): then any enforcing one enforces.
+        let enforcement = if selected
+            .iter()
+            .any(|(_, e)| e.enforcement == Enforcement::Enforce)
+        {
+            Enforcement::Enforce
+        } else {
+            Enforcement::Audit
+        };
+        let verdict = match (&basis, enforcement) {
             (RequestBasis::Allowed(_), _) => Verdict::Allow,
             (_, Enforcement::Audit) => Verdict::Audit,
             (_, Enforcement::Enforce) => Verdict::Deny,

@@ -43,6 +43,20 @@ impl fmt::Display for Location {
     }
 }
 
+/// What kind of problem a diagnostic reports, for tools that sort refusals by cause.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// Anything else: malformed, invalid or ambiguous.
+    #[default]
+    Other,
+    /// A field or value of the format that sluice does not implement yet; refused rather
+    /// than ignored, since ignoring a security setting would weaken enforcement.
+    Unsupported,
+    /// A construct the reference silently misreads: refused by the strict loader, with what
+    /// the reference would do; accepted with a warning in `--compat openshell`.
+    Lenient,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Diagnostic {
     pub location: Location,
@@ -50,6 +64,7 @@ pub struct Diagnostic {
     /// Dotted path of the field, e.g. `network_policies.github.endpoints[0].host`.
     pub field: String,
     pub message: String,
+    pub kind: Kind,
 }
 
 impl fmt::Display for Diagnostic {
@@ -84,7 +99,26 @@ impl Diagnostics {
         field: impl fmt::Display,
         message: impl Into<String>,
     ) {
-        self.push(Severity::Error, file, pos, field, message.into());
+        self.push(
+            Severity::Error,
+            Kind::Other,
+            file,
+            pos,
+            field,
+            message.into(),
+        );
+    }
+
+    /// An error of a given kind.
+    pub fn error_of(
+        &mut self,
+        kind: Kind,
+        file: &Arc<str>,
+        pos: Pos,
+        field: impl fmt::Display,
+        message: impl Into<String>,
+    ) {
+        self.push(Severity::Error, kind, file, pos, field, message.into());
     }
 
     pub fn warning(
@@ -94,12 +128,20 @@ impl Diagnostics {
         field: impl fmt::Display,
         message: impl Into<String>,
     ) {
-        self.push(Severity::Warning, file, pos, field, message.into());
+        self.push(
+            Severity::Warning,
+            Kind::Other,
+            file,
+            pos,
+            field,
+            message.into(),
+        );
     }
 
     fn push(
         &mut self,
         severity: Severity,
+        kind: Kind,
         file: &Arc<str>,
         pos: Pos,
         field: impl fmt::Display,
@@ -110,6 +152,7 @@ impl Diagnostics {
             severity,
             field: field.to_string(),
             message,
+            kind,
         });
     }
 

@@ -8,6 +8,7 @@
 
 use serde::Serialize;
 
+use super::authority;
 use super::canon::{self, CanonError};
 use super::compile::Policy;
 use super::decide::{Caller, L4Decision, L4DenyKind, Request, RequestBasis, Verdict};
@@ -141,11 +142,51 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         };
         return out;
     };
+    // An inspected tunnel parses each request: the request line's target and its authority
+    // are checked as the proxy checks them (`authority`), then the L7 rules judge it.
+    let mut target = req.target.clone();
+    if admission.inspects(policy) {
+        let refused = |out: &mut Explanation, reason: String, hint: &str| {
+            out.reason = reason;
+            out.stage = Some("target");
+            out.suggestions.push(hint.to_string());
+        };
+        if let Err(e) = authority::check_request_target(req.target.as_bytes()) {
+            refused(
+                &mut out,
+                e.to_string(),
+                "send a well-formed request target (visible ASCII, percent-encode the rest)",
+            );
+            return out;
+        }
+        let host_header = if host.contains(':') {
+            format!("[{host}]:{}", q.port)
+        } else {
+            format!("{host}:{}", q.port)
+        };
+        let (path, authority_ok) = authority::tunnel_request(
+            &req.target,
+            Some(host_header.as_bytes()),
+            false,
+            &host,
+            q.port,
+            443,
+        );
+        if !authority_ok {
+            refused(
+                &mut out,
+                "request_authority_mismatch: HTTP request authority does not match the authorized tunnel endpoint".to_string(),
+                "inside a tunnel, send origin-form targets (/path) or an absolute-form target for the tunnel's own host and port",
+            );
+            return out;
+        }
+        target = path;
+    }
     let decision = policy.decide_request(
         &admission,
         &Request {
             method: &req.method,
-            target: req.target.as_bytes(),
+            target: target.as_bytes(),
             websocket_upgrade: req.websocket_upgrade,
         },
     );

@@ -113,7 +113,7 @@ impl Glob {
     }
 
     /// Like `new`, but a pattern ending in `<d>**` also matches the bare prefix (`/x/**`
-    /// covers `/x`). Used for endpoint path selectors and deny rules (spec §13 rows 12, 18).
+    /// covers `/x`). Used for deny rules (spec §13 row 18) and credential binding paths.
     pub fn new_covering_prefix(pattern: &str, delimiter: char) -> Result<Glob, GlobError> {
         let mut glob = Glob::new(pattern, delimiter)?;
         let suffix: String = [delimiter, '*', '*'].iter().collect();
@@ -578,6 +578,12 @@ impl HostPattern {
     /// contains `*` (spec §13 row 2); otherwise `?`, `[` and `{` are literal text.
     pub fn new(host: &str) -> Result<HostPattern, HostPatternError> {
         let host = host.to_ascii_lowercase();
+        // One trailing dot names the same host (the fully qualified form): dropped, as the
+        // target's is (`canon::normalize_host`).
+        let host = match host.strip_suffix('.') {
+            Some(h) if !h.is_empty() => h.to_string(),
+            _ => host,
+        };
         if host.is_empty() {
             return Ok(HostPattern::Any);
         }

@@ -10,6 +10,7 @@
 //! but the diagnostics.
 
 pub mod ambiguity;
+pub mod authority;
 pub mod canon;
 pub mod compile;
 pub mod decide;
@@ -144,7 +145,8 @@ fn load_with(
                 continue;
             }
             Err(e) => {
-                diags.error(&file, e.pos, "", e.message);
+                let hint = syntax_hint(&source.text, e.pos).unwrap_or_default();
+                diags.error(&file, e.pos, "", format!("{}{hint}", e.message));
                 continue;
             }
         };
@@ -193,6 +195,23 @@ fn load_with(
         policy: Policy::compile(entries, sandbox, names),
         warnings: diags.into_sorted(),
     })
+}
+
+/// What a YAML syntax error at `pos` most likely means, from the text there: a plain value
+/// starting with `*` is read by YAML as an alias (`host: *.github.com`).
+fn syntax_hint(text: &str, pos: Pos) -> Option<String> {
+    let line = text
+        .lines()
+        .nth(usize::try_from(pos.line).ok()?.checked_sub(1)?)?;
+    let col = usize::try_from(pos.col).ok()?.checked_sub(1)?;
+    let rest = line.get(col..)?;
+    if !rest.starts_with('*') {
+        return None;
+    }
+    let value = rest.split(" #").next().unwrap_or(rest).trim_end();
+    Some(format!(
+        "; a plain value cannot start with `*` (YAML reads it as an alias): quote it, `\"{value}\"`"
+    ))
 }
 
 /// Each static section comes from at most one file (a second one is an error), so merging

@@ -108,7 +108,7 @@ impl Access {
 }
 
 /// A rule's method: one method, or `*`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum MethodMatcher {
     Any,
     Get,
@@ -120,9 +120,12 @@ pub enum MethodMatcher {
     Options,
     /// Synthetic method of WebSocket text messages.
     WebsocketText,
+    /// Any other HTTP method token (`PURGE`, `PROPFIND`), upper-case, matched as written.
+    Other(Arc<str>),
 }
 
 impl MethodMatcher {
+    /// A known method or `*`; `None` for anything else.
     pub fn parse(method: &str) -> Option<Self> {
         Some(match method.to_ascii_uppercase().as_str() {
             "*" => MethodMatcher::Any,
@@ -138,7 +141,14 @@ impl MethodMatcher {
         })
     }
 
-    pub fn as_str(self) -> &'static str {
+    /// An HTTP method token (RFC 9110 `token`) that is not a known method.
+    pub fn other(method: &str) -> Option<Self> {
+        let is_tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        (!method.is_empty() && method.bytes().all(is_tchar))
+            .then(|| MethodMatcher::Other(Arc::from(method.to_ascii_uppercase())))
+    }
+
+    pub fn as_str(&self) -> &str {
         match self {
             MethodMatcher::Any => "*",
             MethodMatcher::Get => "GET",
@@ -149,12 +159,13 @@ impl MethodMatcher {
             MethodMatcher::Patch => "PATCH",
             MethodMatcher::Options => "OPTIONS",
             MethodMatcher::WebsocketText => "WEBSOCKET_TEXT",
+            MethodMatcher::Other(m) => m,
         }
     }
 
     /// `method` is upper-case. A GET rule also covers HEAD, for allow and deny rules alike
     /// (spec §1.8); OPTIONS is never implied.
-    pub fn matches(self, method: &str) -> bool {
+    pub fn matches(&self, method: &str) -> bool {
         match self {
             MethodMatcher::Any => true,
             MethodMatcher::Get => method == "GET" || method == "HEAD",
@@ -253,6 +264,12 @@ pub enum PathSelector {
     All,
     /// Compiled so that `/x/**` also covers `/x` (spec §13 row 12).
     Glob(Glob),
+    /// A `path` that is not a valid glob, accepted in `--compat openshell` as the reference
+    /// reads it: it selects only the request path equal to this text.
+    Literal(String),
+    /// `P/**` with glob characters in `P`, accepted in `--compat openshell` as the reference
+    /// selects it: only paths below the literal text `P` (the field holds `P`).
+    LiteralPrefix(String),
 }
 
 impl PathSelector {
@@ -260,13 +277,21 @@ impl PathSelector {
         match self {
             PathSelector::All => true,
             PathSelector::Glob(g) => g.is_match(path),
+            PathSelector::Literal(l) => l == path,
+            PathSelector::LiteralPrefix(p) => path
+                .strip_prefix(p.as_str())
+                .is_some_and(|rest| rest.starts_with('/')),
         }
     }
 
+    /// The reference's `path_specificity`: the count of characters other than `*`.
     pub fn specificity(&self) -> usize {
         match self {
             PathSelector::All => 0,
             PathSelector::Glob(g) => g.specificity(),
+            PathSelector::Literal(l) => l.chars().filter(|&c| c != '*').count(),
+            // `P/**`: the characters of `P` and the `/`.
+            PathSelector::LiteralPrefix(p) => p.chars().filter(|&c| c != '*').count() + 1,
         }
     }
 
@@ -274,6 +299,11 @@ impl PathSelector {
         match (self, other) {
             (PathSelector::All, _) | (_, PathSelector::All) => true,
             (PathSelector::Glob(a), PathSelector::Glob(b)) => a.intersects(b),
+            (PathSelector::Literal(l), o) | (o, PathSelector::Literal(l)) => o.is_match(l),
+            // A witness below the prefix: enough for the ambiguity check's purpose.
+            (PathSelector::LiteralPrefix(p), o) | (o, PathSelector::LiteralPrefix(p)) => {
+                o.is_match(&format!("{p}/x"))
+            }
         }
     }
 
@@ -281,6 +311,8 @@ impl PathSelector {
         match self {
             PathSelector::All => "",
             PathSelector::Glob(g) => g.as_str(),
+            PathSelector::Literal(l) => l,
+            PathSelector::LiteralPrefix(p) => p,
         }
     }
 }
@@ -312,6 +344,10 @@ pub struct Endpoint {
     pub enforcement: Enforcement,
     /// True when `enforcement` was not written (and so is the reference's `audit`).
     pub enforcement_defaulted: bool,
+    /// The enforcement the ambiguity check compares: the reference lower-cases the value
+    /// there (`Enforce` is `enforce`), while requests are judged by `enforcement` (where only
+    /// `enforce` exactly enforces).
+    pub enforcement_for_ambiguity: Enforcement,
     pub access: Option<Access>,
     pub rules: Vec<Rule>,
     pub deny_rules: Vec<Rule>,

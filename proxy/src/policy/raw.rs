@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Compat;
-use super::diag::Diagnostics;
+use super::diag::{self, Diagnostics};
 use super::yaml::{Kind, Node, Pos, Style, parse_bool, parse_int};
 
 /// A value and where it was written.
@@ -270,7 +270,9 @@ impl Reader<'_> {
             };
             let field = Field::Key(&path, key);
             if let Some((_, feature)) = unsupported.iter().find(|(name, _)| name == key) {
-                self.error(
+                self.diags.error_of(
+                    diag::Kind::Unsupported,
+                    self.file,
                     k.pos,
                     field,
                     format!("`{key}` ({feature}) is not supported by sluice yet"),
@@ -399,7 +401,9 @@ impl Reader<'_> {
                 Some(&i) => {
                     let first = out[i].key.pos.line;
                     match self.compat {
-                        Compat::Strict => self.error(
+                        Compat::Strict => self.diags.error_of(
+                            diag::Kind::Lenient,
+                            self.file,
                             key.pos,
                             field,
                             format!(
@@ -631,6 +635,19 @@ impl Reader<'_> {
             };
             let field = Field::Key(&path, &key.value);
             let matcher = match &v.kind {
+                // The reference's schema wants a string here and refuses a number or a bool.
+                Kind::Scalar(text, Style::Plain)
+                    if parse_int(text).is_some()
+                        || parse_bool(text).is_some()
+                        || text.parse::<f64>().is_ok() =>
+                {
+                    self.error(
+                        v.pos,
+                        field,
+                        format!("expected a glob string, found the number or bool `{text}`; quote it (`\"{text}\"`)"),
+                    );
+                    None
+                }
                 Kind::Scalar(..) => self.string(v, field).map(RawMatcher::Glob),
                 Kind::Map(_) => self.fields(v, field, ANY_FIELDS, &[]).and_then(|f| {
                     match f.into_iter().next() {
@@ -651,7 +668,9 @@ impl Reader<'_> {
             let Some(matcher) = matcher else { continue };
             if let Some(prev) = out.iter_mut().find(|q| q.key.value == key.value) {
                 match self.compat {
-                    Compat::Strict => self.error(
+                    Compat::Strict => self.diags.error_of(
+                        diag::Kind::Lenient,
+                        self.file,
                         key.pos,
                         field,
                         format!(

@@ -73,7 +73,7 @@ pub fn endpoint_rules(
                 let accepted = v.lenient(
                     pos,
                     field(name),
-                    &format!("`{name}` has no effect without `protocol: rest` or `websocket`: requests would not be inspected at all"),
+                    &format!("`{name}` has no effect without `protocol: rest` or `websocket`: requests would not be inspected at all (add `protocol: rest`, or remove `{name}`)"),
                     "ignores it and treats the endpoint as plain L4 (every request allowed)",
                 );
                 out.ok &= accepted;
@@ -101,7 +101,7 @@ pub fn endpoint_rules(
             let accepted = v.lenient(
                 r.pos,
                 field("rules"),
-                "`rules: []` is empty",
+                "`rules: []` is empty (remove it)",
                 "ignores it and applies `access`",
             );
             out.ok &= accepted;
@@ -148,6 +148,18 @@ pub fn endpoint_rules(
             out.rules = preset_rules(access, protocol, entry, index, v, a.pos);
         }
     } else if let Some(r) = rules_given {
+        if r.value
+            .iter()
+            .all(|rule| rule.method.is_none() && rule.path.is_none() && rule.query.is_empty())
+        {
+            // Both modes: the reference refuses it too.
+            v.error(
+                r.pos,
+                field("rules"),
+                "no rule has an allow clause (`method`, `path`): they would deny every request; use `access: full` or write allow rules",
+            );
+            out.ok = false;
+        }
         for (i, rule) in r.value.iter().enumerate() {
             let rules_field = field("rules");
             let item = Idx(&rules_field, i);
@@ -175,7 +187,7 @@ pub fn endpoint_rules(
             let accepted = v.lenient(
                 d.pos,
                 field("deny_rules"),
-                "`deny_rules: []` is empty",
+                "`deny_rules: []` is empty (remove it)",
                 "ignores it",
             );
             out.ok &= accepted;
@@ -212,8 +224,8 @@ fn preset_rules(
     methods
         .iter()
         .enumerate()
-        .map(|(i, &method)| Rule {
-            method,
+        .map(|(i, method)| Rule {
+            method: method.clone(),
             path: PathMatcher::All,
             query: Vec::new(),
             origin: RuleOrigin {
@@ -256,7 +268,7 @@ fn compile_rule(
             if !v.lenient(
                 raw.pos,
                 field,
-                &format!("{what} without `method`"),
+                &format!("{what} without `method` (add one, e.g. `method: GET`, or `*`)"),
                 &format!("loads it and it {effect}"),
             ) {
                 return Err(());
@@ -266,15 +278,6 @@ fn compile_rule(
         }
         Some(m) => {
             let parsed = MethodMatcher::parse(&m.value);
-            let valid = match (protocol, parsed) {
-                (_, None) => false,
-                (Protocol::WebSocket, Some(p)) => matches!(
-                    p,
-                    MethodMatcher::Get | MethodMatcher::WebsocketText | MethodMatcher::Any
-                ),
-                (_, Some(MethodMatcher::WebsocketText)) => false,
-                (_, Some(_)) => true,
-            };
             if parsed == Some(MethodMatcher::WebsocketText) && protocol != Protocol::WebSocket {
                 v.error(
                     m.pos,
@@ -283,24 +286,59 @@ fn compile_rule(
                 );
                 return Err(());
             }
-            if !valid {
-                let expected = if protocol == Protocol::WebSocket {
-                    "GET, WEBSOCKET_TEXT or *"
-                } else {
-                    "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *"
-                };
-                v.error(
-                    m.pos,
-                    Sub(&field, "method"),
-                    format!(
-                        "unknown method `{}` for `protocol: {}`; expected {expected}",
-                        m.value,
-                        protocol.as_str()
-                    ),
-                );
-                return Err(());
+            let expected = if protocol == Protocol::WebSocket {
+                "GET, WEBSOCKET_TEXT or *"
+            } else {
+                "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *"
+            };
+            match parsed {
+                Some(p)
+                    if protocol == Protocol::WebSocket
+                        && !matches!(
+                            p,
+                            MethodMatcher::Get | MethodMatcher::WebsocketText | MethodMatcher::Any
+                        ) =>
+                {
+                    // A websocket endpoint only takes upgrades (GET) and text messages.
+                    v.warning(
+                        m.pos,
+                        Sub(&field, "method"),
+                        format!(
+                            "`{}` never applies on a `protocol: websocket` endpoint (expected {expected}), so this rule {}",
+                            m.value,
+                            if kind == RuleKind::Deny { "blocks nothing" } else { "allows nothing" }
+                        ),
+                    );
+                    Some(p)
+                }
+                Some(p) => Some(p),
+                None => {
+                    // The reference warns and matches the method as written; so does sluice,
+                    // in both modes: a rule for an extension method (`PURGE`) is meant.
+                    let Some(other) = MethodMatcher::other(&m.value) else {
+                        v.error(
+                            m.pos,
+                            Sub(&field, "method"),
+                            format!(
+                                "`{}` is not an HTTP method token; expected {expected}",
+                                m.value
+                            ),
+                        );
+                        return Err(());
+                    };
+                    v.warning(
+                        m.pos,
+                        Sub(&field, "method"),
+                        format!(
+                            "unknown method `{}` (expected {expected}); as the reference does, sluice matches it as written, so this rule {} only `{}` requests",
+                            m.value,
+                            if kind == RuleKind::Deny { "blocks" } else { "allows" },
+                            other.as_str()
+                        ),
+                    );
+                    Some(other)
+                }
             }
-            parsed
         }
     };
 
@@ -309,7 +347,7 @@ fn compile_rule(
             if !v.lenient(
                 raw.pos,
                 field,
-                &format!("{what} without `path`"),
+                &format!("{what} without `path` (add one, e.g. `path: /**`)"),
                 &format!("loads it and it {effect}"),
             ) {
                 return Err(());
@@ -322,19 +360,26 @@ fn compile_rule(
             if p.value == "**" {
                 Some(PathMatcher::All)
             } else if !p.value.starts_with('/') {
+                // The reference matches it as a glob all the same: `*/x` matches `/x` (a `*`
+                // may be empty), `repos/**` matches nothing.
                 if !v.lenient(
                     p.pos,
                     pf,
                     &format!(
-                        "rule path `{}` does not start with `/`, so no request path can match it",
+                        "rule path `{}` does not start with `/` (write the absolute path)",
                         p.value
                     ),
-                    &format!("loads it and it {effect}"),
+                    "matches it as a glob against the absolute request path (`*/x` matches `/x`; `x/**` matches nothing)",
                 ) {
                     return Err(());
                 }
-                never = true;
-                None
+                match Glob::new(&p.value, '/') {
+                    Ok(g) => Some(PathMatcher::Glob(g)),
+                    Err(e) => {
+                        v.error(p.pos, pf, e.to_string());
+                        return Err(());
+                    }
+                }
             } else {
                 let compiled = if kind == RuleKind::Deny {
                     // A deny rule `/x/**` also covers `/x` (spec §13 row 18: fixed).

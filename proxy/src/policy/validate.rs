@@ -18,8 +18,8 @@ use std::sync::Arc;
 use ipnet::IpNet;
 
 use super::Compat;
-use super::diag::{Diagnostics, Location};
-use super::glob::{Glob, HostPattern};
+use super::diag::{self, Diagnostics, Location};
+use super::glob::{Glob, GlobError, HostPattern, HostPatternError};
 use super::model::{
     AllowedIps, Binary, BinaryMatcher, Endpoint, Enforcement, Entry, LandlockCompat, PathSelector,
     PolicyKey, Protocol, RunAs, Sandbox, TlsMode,
@@ -92,7 +92,9 @@ impl Validator<'_> {
     ) -> bool {
         match self.compat {
             Compat::Strict => {
-                self.error(
+                self.diags.error_of(
+                    diag::Kind::Lenient,
+                    self.file,
                     pos,
                     field,
                     format!(
@@ -120,24 +122,22 @@ impl Validator<'_> {
         let mut out = Validated::default();
         match &doc.version {
             None if doc.version_given || !doc.is_mapping => {}
-            None => self.warning(
+            None => self.error(
                 doc.root_pos,
                 "version",
-                "`version` is missing; sluice reads the document as version 1",
+                "`version` is missing; write `version: 1` (the reference refuses a document without it)",
             ),
             Some(v) if v.value != 1 => {
                 let msg = format!(
-                    "unsupported policy version {}; sluice reads version 1",
+                    "unsupported policy version {} (write `version: 1`)",
                     v.value
                 );
-                match self.compat {
-                    Compat::Strict => self.error(v.pos, "version", msg),
-                    Compat::OpenShell => self.warning(
-                        v.pos,
-                        "version",
-                        format!("{msg} (the reference never checks it; read as version 1)"),
-                    ),
-                }
+                self.lenient(
+                    v.pos,
+                    "version",
+                    &msg,
+                    "never checks it and reads the document as version 1",
+                );
             }
             Some(_) => {}
         }
@@ -196,12 +196,17 @@ impl Validator<'_> {
         let pos = raw.path.pos;
         let field = format!("{field}.path");
         let matcher = if source == "*" {
-            self.warning(
+            // Binary globs are segment-bound: `*` does not cross `/`, and every executable
+            // the kernel reports is an absolute path.
+            if !self.lenient(
                 pos,
                 &field,
-                "`*` admits every executable, including ones with no path",
-            );
-            BinaryMatcher::Any
+                "`*` does not cross `/`, so it matches no executable (write `/**` to admit every executable)",
+                "loads it and it admits no executable",
+            ) {
+                return None;
+            }
+            BinaryMatcher::Glob(Glob::new("*", '/').ok()?)
         } else if source.contains('*') {
             match Glob::new(&source, '/') {
                 Ok(g) => {
@@ -281,7 +286,9 @@ impl Validator<'_> {
                 "websocket" => Protocol::WebSocket,
                 t if t.eq_ignore_ascii_case("tcp") => Protocol::Tcp,
                 unsupported @ ("graphql" | "mcp" | "json-rpc" | "sql") => {
-                    self.error(
+                    self.diags.error_of(
+                        diag::Kind::Unsupported,
+                        self.file,
                         p.pos,
                         field("protocol"),
                         format!("protocol `{unsupported}` is not supported by sluice yet"),
@@ -289,20 +296,49 @@ impl Validator<'_> {
                     return None;
                 }
                 other => {
-                    let hint =
-                        if matches!(other.to_ascii_lowercase().as_str(), "rest" | "websocket") {
-                            " (protocols are lower-case)"
-                        } else {
-                            ""
-                        };
-                    self.error(
-                        p.pos,
-                        field("protocol"),
-                        format!(
-                            "unknown protocol `{other}`{hint}; expected rest, websocket or tcp"
-                        ),
-                    );
-                    return None;
+                    let lower = other.to_ascii_lowercase();
+                    let known = match lower.as_str() {
+                        "rest" => Some(Protocol::Rest),
+                        "websocket" => Some(Protocol::WebSocket),
+                        _ => None,
+                    };
+                    match known {
+                        Some(proto) => {
+                            if !self.lenient(
+                                p.pos,
+                                field("protocol"),
+                                &format!("protocol `{other}` is not lower-case (write `{lower}`)"),
+                                &format!("reads it as `{lower}`"),
+                            ) {
+                                return None;
+                            }
+                            proto
+                        }
+                        None if matches!(
+                            lower.as_str(),
+                            "graphql" | "mcp" | "json-rpc" | "sql"
+                        ) =>
+                        {
+                            self.diags.error_of(
+                                diag::Kind::Unsupported,
+                                self.file,
+                                p.pos,
+                                field("protocol"),
+                                format!("protocol `{other}` is not supported by sluice yet"),
+                            );
+                            return None;
+                        }
+                        None => {
+                            self.error(
+                                p.pos,
+                                field("protocol"),
+                                format!(
+                                    "unknown protocol `{other}`; expected rest, websocket or tcp"
+                                ),
+                            );
+                            return None;
+                        }
+                    }
                 }
             },
         };
@@ -319,17 +355,47 @@ impl Validator<'_> {
 
         let mut selector = PathSelector::All;
         if let Some(p) = &raw.path {
-            match selector_for(&p.value) {
+            let glob_prefix = p
+                .value
+                .strip_suffix("/**")
+                .filter(|prefix| prefix.contains(['*', '?', '[', '{', '\\']));
+            match parse_selector(&p.value) {
+                Ok(_) if glob_prefix.is_some() => {
+                    let prefix = glob_prefix.unwrap_or_default();
+                    if self.lenient(
+                        p.pos,
+                        field("path"),
+                        &format!("`{}`: glob characters before a trailing `/**`", p.value),
+                        &format!("selects only paths below the literal text `{prefix}`"),
+                    ) {
+                        selector = PathSelector::LiteralPrefix(prefix.to_string());
+                    } else {
+                        ok = false;
+                    }
+                }
                 Ok(s) => selector = s,
-                Err(msg) => {
-                    self.error(p.pos, field("path"), msg);
+                Err(SelectorError::Glob(e)) => {
+                    // The reference warns and matches such a selector as literal text.
+                    if self.lenient(
+                        p.pos,
+                        field("path"),
+                        &e.to_string(),
+                        "warns and selects only the request path equal to this text",
+                    ) {
+                        selector = PathSelector::Literal(p.value.clone());
+                    } else {
+                        ok = false;
+                    }
+                }
+                Err(e) => {
+                    self.error(p.pos, field("path"), e.to_string());
                     ok = false;
                 }
             }
             if !protocol.is_l7() && !p.value.is_empty() && !self.lenient(
                 p.pos,
                 field("path"),
-                "`path` selects requests for L7 rules and has no effect without `protocol: rest` or `websocket`: the whole host:port is allowed",
+                "`path` selects requests for L7 rules and has no effect without `protocol: rest` or `websocket`: the whole host:port is allowed (add `protocol: rest` with rules, or remove `path`)",
                 "ignores it and allows every path",
             ) {
                 ok = false;
@@ -341,7 +407,7 @@ impl Validator<'_> {
             if self.lenient(
                 raw.tls.as_ref().map_or(raw.pos, |t| t.pos),
                 field("tls"),
-                "`tls: skip` turns off all L7 inspection: the rules of this endpoint would never be enforced",
+                "`tls: skip` turns off all L7 inspection: the rules of this endpoint would never be enforced (remove `tls: skip`, or the `protocol` and its rules)",
                 "relays the connection uninspected",
             ) {
                 tls = TlsMode::Skip;
@@ -409,6 +475,10 @@ impl Validator<'_> {
             tls,
             enforcement,
             enforcement_defaulted,
+            enforcement_for_ambiguity: match &raw.enforcement {
+                Some(e) if e.value.eq_ignore_ascii_case("enforce") => Enforcement::Enforce,
+                _ => Enforcement::Audit,
+            },
             access: l7.access,
             rules: l7.rules,
             deny_rules: l7.deny_rules,
@@ -457,10 +527,40 @@ impl Validator<'_> {
             );
             return None;
         }
+        if text.trim().is_empty() {
+            self.error(
+                pos,
+                field,
+                "`host` is only whitespace; write a host name (or leave `host` out and use `allowed_ips`)",
+            );
+            return None;
+        }
         let pattern = match HostPattern::new(text) {
             Ok(p) => p,
+            Err(e @ HostPatternError::EmptyLabel(_)) => {
+                // The reference loads it; no target can match it, since sluice refuses a
+                // target host with an empty label before policy.
+                if !self.lenient(
+                    pos,
+                    field,
+                    &format!("{e}, so no request can match it"),
+                    "loads it as a pattern that matches nothing",
+                ) {
+                    return None;
+                }
+                HostPattern::Exact(text.to_ascii_lowercase())
+            }
             Err(e) => {
-                self.error(pos, field, e.to_string());
+                // `*github.com` is almost always `*.github.com` with the dot forgotten.
+                let message = match text.strip_prefix('*').filter(|rest| {
+                    !rest.starts_with(['.', '*']) && is_dns_pattern(rest) && rest.contains('.')
+                }) {
+                    Some(rest) => format!(
+                        "`{text}` is not a valid wildcard host; did you mean `*.{rest}` (any one label under {rest})?"
+                    ),
+                    None => e.to_string(),
+                };
+                self.error(pos, field, message);
                 return None;
             }
         };
@@ -481,8 +581,17 @@ impl Validator<'_> {
                 field,
                 format!("`{text}` has glob characters but no `*`; like the reference, sluice reads it as a literal host name, which no request can have"),
             );
-        } else if !pattern.is_wildcard() && text.ends_with('.') {
-            self.warning(pos, field, format!("`{text}` ends with a dot; hosts are compared as text, and sluice refuses targets with an empty label, so it never matches"));
+        } else if let Some(fix) = url_shaped_host(text) {
+            // A URL (or host:port, host/path) where a host belongs: the reference loads it and
+            // it matches nothing, which looks like an allow that silently is not one.
+            if !self.lenient(
+                pos,
+                field,
+                &format!("`{text}` is not a host name: {fix}"),
+                "loads it, and no request can match it",
+            ) {
+                return None;
+            }
         } else if !pattern.is_wildcard() && !is_dns_pattern(text) && text.parse::<IpAddr>().is_err()
         {
             self.warning(
@@ -524,7 +633,7 @@ impl Validator<'_> {
                 let accepted = self.lenient(
                     p.pos,
                     format!("{path}.port"),
-                    "`port` and `ports` are both given",
+                    "`port` and `ports` are both given (keep only `ports`)",
                     "drops `port` and uses `ports`",
                 );
                 let ports = self.port_list(list, &ports_field, &mut check);
@@ -595,6 +704,15 @@ impl Validator<'_> {
         };
         match e.value.as_str() {
             "enforce" => (Enforcement::Enforce, false),
+            other if other.eq_ignore_ascii_case("enforce") => {
+                self.lenient(
+                    e.pos,
+                    field,
+                    &format!("`enforcement: {other}` is not lower-case (write `enforce`)"),
+                    "treats it as `audit` when judging requests (denied requests are logged and still forwarded), but as `enforce` when checking endpoints for ambiguity",
+                );
+                (Enforcement::Audit, false)
+            }
             "audit" => (Enforcement::Audit, false),
             other => {
                 self.lenient(
@@ -744,6 +862,8 @@ fn flag(v: &Option<Spanned<bool>>) -> bool {
 }
 
 /// Compiles an endpoint `path` selector: `""`, `**` and `/**` select everything.
+/// A credential binding's `path` (spec §3.4): the reference's Rust selector, where `/x/**`
+/// also covers `/x`.
 pub fn selector_for(path: &str) -> Result<PathSelector, String> {
     match path {
         "" | "**" | "/**" => Ok(PathSelector::All),
@@ -752,6 +872,72 @@ pub fn selector_for(path: &str) -> Result<PathSelector, String> {
             .map(PathSelector::Glob)
             .map_err(|e| e.to_string()),
     }
+}
+
+/// A policy endpoint's `path` as a selector, with a typed error.
+pub fn parse_selector(path: &str) -> Result<PathSelector, SelectorError> {
+    match path {
+        // `/**` selects every path too, but is more specific than "" (spec §1.8: the count of
+        // characters other than `*`), so it is kept as a glob.
+        "" | "**" => Ok(PathSelector::All),
+        p if !p.starts_with('/') => Err(SelectorError::Relative(p.to_string())),
+        // The same segment-bound glob as rule paths: `/x/**` selects what is below `/x`, not
+        // `/x` itself (the reference's rule check refuses `/x` there too).
+        p => Glob::new(p, '/')
+            .map(PathSelector::Glob)
+            .map_err(SelectorError::Glob),
+    }
+}
+
+/// Why an endpoint `path` is not a selector.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    #[error("`{0}` must start with `/` (or be `**`)")]
+    Relative(String),
+    #[error("{0}")]
+    Glob(GlobError),
+}
+
+/// For a host written as a URL, `host:port` or `host/path`: how to write it instead.
+fn url_shaped_host(text: &str) -> Option<String> {
+    let (scheme, rest) = match text.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, text),
+    };
+    let path_at = rest.find('/');
+    let authority = &rest[..path_at.unwrap_or(rest.len())];
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') && p.bytes().all(|b| b.is_ascii_digit()) => (h, Some(p)),
+        _ => (authority, None),
+    };
+    if scheme.is_none() && path_at.is_none() && port.is_none() {
+        return None;
+    }
+    if host.is_empty() || !is_dns_pattern(host) {
+        return None;
+    }
+    let port = port.map(str::to_string).or_else(|| match scheme {
+        Some(s) if s.eq_ignore_ascii_case("https") || s.eq_ignore_ascii_case("wss") => {
+            Some("443".to_string())
+        }
+        Some(s) if s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("ws") => {
+            Some("80".to_string())
+        }
+        _ => None,
+    });
+    let mut fix = format!("write `host: {host}`");
+    if let Some(p) = port {
+        fix.push_str(&format!(" with `port: {p}`"));
+    }
+    if let Some(i) = path_at {
+        let path = &rest[i..];
+        if path != "/" {
+            fix.push_str(&format!(
+                ", and restrict the path with a rule path or the endpoint `path` (`{path}`)"
+            ));
+        }
+    }
+    Some(fix)
 }
 
 /// Labels of letters, digits, `-`, `_` and `*`, none empty.

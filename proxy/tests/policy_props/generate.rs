@@ -93,7 +93,7 @@ pub const BINARIES: &[&str] = &[
     "/usr/**",
     "/**/sh",
     "/usr/*/curl",
-    "*",
+    "/**",
 ];
 pub const EXES: &[&str] = &[
     "/usr/bin/curl",
@@ -136,7 +136,14 @@ pub fn selector() -> impl Strategy<Value = Option<String>> {
         4 => Just(None),
         1 => Just(Some("**".to_string())),
         1 => Just(Some("/**".to_string())),
-        4 => pattern_segments().prop_map(Some),
+        // Glob characters before a trailing `/**` are refused by the strict loader (the
+        // reference reads that prefix as literal text): such a selector ends in `/*` instead.
+        4 => pattern_segments().prop_map(|s| {
+            match s.strip_suffix("/**") {
+                Some(prefix) if prefix.contains(['*', '?', '[', '{']) => Some(format!("{prefix}/*")),
+                _ => Some(s),
+            }
+        }),
     ]
 }
 

@@ -285,10 +285,10 @@ pub fn host_match(pattern: &str, host: &str) -> bool {
     }
 }
 
+/// A binary pattern is a glob when it contains `*` (segment-bound, so `*` alone matches no
+/// absolute path), else literal text.
 pub fn binary_match(pattern: &str, exe: &str) -> bool {
-    if pattern == "*" {
-        true
-    } else if pattern.contains('*') {
+    if pattern.contains('*') {
         glob_match(pattern, b'/', exe)
     } else {
         pattern == exe
@@ -455,18 +455,19 @@ pub fn find_endpoint<'p>(p: &'p GenPolicy, id: &EpId) -> &'p GenEndpoint {
     }
 }
 
+/// Selectors have the meaning of rule paths: `/x/**` selects below `/x`, not `/x`.
 pub fn selector_matches(sel: Option<&str>, path: &str) -> bool {
     match sel {
-        None | Some("" | "**" | "/**") => true,
-        Some(s) => covering_match(s, path),
+        None | Some("" | "**") => true,
+        Some(s) => glob_match(s, b'/', path),
     }
 }
 
-/// Specificity: the number of characters that are not `*` (`path_specificity`); a selector
-/// that selects everything (none, `**`, `/**`) has none.
+/// Specificity: the number of characters that are not `*` (`path_specificity`), so `/**`
+/// (one) is more specific than none or `**` (zero).
 pub fn selector_specificity(sel: Option<&str>) -> usize {
     match sel {
-        None | Some("" | "**" | "/**") => 0,
+        None => 0,
         Some(s) => s.chars().filter(|&c| c != '*').count(),
     }
 }
@@ -513,9 +514,9 @@ pub fn reference_l7(
         });
     };
     let selected: Vec<(&EpId, &GenRest)> = matching
-        .into_iter()
+        .iter()
         .filter(|(_, r)| selector_specificity(r.selector.as_deref()) == best)
-        .copied()
+        .map(|&&x| x)
         .collect();
     let enforce = selected[0].1.enforce;
     if selected.iter().any(|(_, r)| r.enforce != enforce) {
@@ -533,7 +534,8 @@ pub fn reference_l7(
             decided: selected.iter().map(|(id, _)| (*id).clone()).collect(),
         });
     };
-    let denied = selected
+    // Deny rules of every endpoint whose selector matches apply, broader ones too.
+    let denied = matching
         .iter()
         .flat_map(|(_, r)| &r.deny_rules)
         .any(|rule| {

@@ -28,8 +28,8 @@ fn validation_messages() {
             "p.yaml:6:16: network_policies.p.endpoints[0].ports: `ports` must list at least one port",
         ),
         (
-            "host: h.example.com\n  port: 443\n  protocol: REST\n  access: full",
-            "p.yaml:7:19: network_policies.p.endpoints[0].protocol: unknown protocol `REST` (protocols are lower-case); expected rest, websocket or tcp",
+            "host: h.example.com\n  port: 443\n  protocol: FTP\n  access: full",
+            "p.yaml:7:19: network_policies.p.endpoints[0].protocol: unknown protocol `FTP`; expected rest, websocket or tcp",
         ),
         (
             "host: h.example.com\n  port: 443\n  protocol: graphql",
@@ -48,8 +48,8 @@ fn validation_messages() {
             "p.yaml:8:11: network_policies.p.endpoints[0].deny_rules: `deny_rules` need `protocol: rest` or `websocket` (and rules or access to deny from)",
         ),
         (
-            "host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: FETCH, path: /}",
-            "p.yaml:9:29: network_policies.p.endpoints[0].rules[0].allow.method: unknown method `FETCH` for `protocol: rest`; expected GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *",
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: \"GE T\", path: /}",
+            "p.yaml:9:29: network_policies.p.endpoints[0].rules[0].allow.method: `GE T` is not an HTTP method token; expected GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS or *",
         ),
         (
             "host: h.example.com\n  port: 443\n  protocol: rest\n  rules:\n    - allow: {method: WEBSOCKET_TEXT, path: /}",
@@ -103,6 +103,46 @@ fn sandbox_section_validation() {
 }
 
 #[test]
+fn extension_methods_load_with_a_warning_and_match_as_written() {
+    // As the reference: an unknown method token warns and matches only itself.
+    let text = one(
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  rules:\n    - allow: {method: purge, path: /**}",
+    );
+    for compat in [Compat::Strict, Compat::OpenShell] {
+        let w = warnings_in(&text, compat);
+        assert!(
+            w.iter().any(|w| w.contains("unknown method `purge`")
+                && w.contains("allows only `PURGE` requests")),
+            "{w:?}"
+        );
+    }
+}
+
+#[test]
+fn both_modes_refuse_what_the_reference_refuses() {
+    for (endpoint, want) in [
+        ("host: \"   \"\n  port: 443", "`host` is only whitespace"),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  rules:\n    - allow: {method: GET, path: /, query: {page: 1}}",
+            "found the number or bool `1`; quote it",
+        ),
+        (
+            "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  rules:\n    - allow: {}",
+            "no rule has an allow clause",
+        ),
+    ] {
+        let text = one(endpoint);
+        for compat in [Compat::Strict, Compat::OpenShell] {
+            let e = errors_in(&text, compat);
+            assert!(
+                e.iter().any(|e| e.contains(want)),
+                "{compat:?} {endpoint}: {e:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn defaulted_enforcement_warns_with_the_line() {
     let text = one("host: h.example.com\n  port: 443\n  protocol: rest\n  access: full");
     let w = warnings_in(&text, Compat::Strict);
@@ -116,15 +156,19 @@ fn defaulted_enforcement_warns_with_the_line() {
 fn version_checks() {
     assert_eq!(
         errors("version: 2\nnetwork_policies: {}\n"),
-        ["p.yaml:1:10: version: unsupported policy version 2; sluice reads version 1"]
-    );
-    let w = warnings_in("network_policies: {}\n", Compat::Strict);
-    assert_eq!(
-        w,
         [
-            "p.yaml:1:1: warning: version: `version` is missing; sluice reads the document as version 1"
+            "p.yaml:1:10: version: unsupported policy version 2 (write `version: 1`); the reference never checks it and reads the document as version 1 (accept with --compat openshell)"
         ]
     );
+    // A missing `version` is refused in both modes, as the reference refuses it.
+    for compat in [Compat::Strict, Compat::OpenShell] {
+        assert_eq!(
+            errors_in("network_policies: {}\n", compat),
+            [
+                "p.yaml:1:1: version: `version` is missing; write `version: 1` (the reference refuses a document without it)"
+            ]
+        );
+    }
     assert!(errors_in("version: 2\nnetwork_policies: {}\n", Compat::OpenShell).is_empty());
 }
 
@@ -194,8 +238,38 @@ const STRICT_ROWS: &[(&str, &str, &str)] = &[
     ),
     (
         "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: Enforce\n  access: full",
-        "unknown `enforcement` value `Enforce`",
+        "`enforcement: Enforce` is not lower-case",
+        "treats it as `audit` when judging requests",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: block\n  access: full",
+        "unknown `enforcement` value `block`",
         "treats it as `audit`",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: REST\n  enforcement: enforce\n  access: full",
+        "protocol `REST` is not lower-case (write `rest`)",
+        "reads it as `rest`",
+    ),
+    (
+        "host: \"*..example.com\"\n  port: 443",
+        "empty label in host `*..example.com`",
+        "matches nothing",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  path: \"/v1[\"\n  access: full",
+        "unclosed character class",
+        "selects only the request path equal to this text",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  path: \"/v?/**\"\n  access: full",
+        "glob characters before a trailing `/**`",
+        "selects only paths below the literal text `/v?`",
+    ),
+    (
+        "host: h.example.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  rules:\n    - allow: {method: GET, path: \"*/x\"}",
+        "rule path `*/x` does not start with `/`",
+        "`*/x` matches `/x`",
     ),
     // row 11
     (
@@ -335,4 +409,80 @@ fn diagnostics_are_deterministic() {
     for _ in 0..5 {
         assert_eq!(errors(text), first);
     }
+}
+
+// === authoring hints ===
+
+#[test]
+fn unquoted_star_host_says_to_quote_it() {
+    let text = "version: 1\nnetwork_policies:\n  gh:\n    endpoints:\n      - host: *.github.com\n        port: 443\n    binaries:\n      - path: /usr/bin/curl\n";
+    let e = errors(text);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with("p.yaml:5:15: ") && e[0].ends_with("quote it, `\"*.github.com\"`"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn star_glued_to_a_name_suggests_the_dot() {
+    let e = errors(&one("host: \"*github.com\"\n  port: 443"));
+    assert_eq!(
+        e,
+        [
+            "p.yaml:5:15: network_policies.p.endpoints[0].host: `*github.com` is not a valid wildcard host; did you mean `*.github.com` (any one label under github.com)?"
+        ]
+    );
+}
+
+#[test]
+fn url_shaped_hosts_are_errors_with_the_fix() {
+    for (host, fix) in [
+        (
+            "https://api.github.com",
+            "write `host: api.github.com` with `port: 443`",
+        ),
+        (
+            "http://api.github.com/repos/x",
+            "write `host: api.github.com` with `port: 80`, and restrict the path",
+        ),
+        (
+            "api.github.com:8443",
+            "write `host: api.github.com` with `port: 8443`",
+        ),
+        (
+            "api.github.com/repos",
+            "write `host: api.github.com`, and restrict the path",
+        ),
+    ] {
+        let text = one(&format!("host: \"{host}\"\n  port: 443"));
+        let e = errors(&text);
+        assert_eq!(e.len(), 1, "{host}: {e:?}");
+        assert!(
+            e[0].contains(fix) && e[0].contains("no request can match it"),
+            "{host}: {e:?}"
+        );
+        // The reference loads it (it never matches): so does compat, with the same hint.
+        let w = warnings_in(&text, Compat::OpenShell);
+        assert!(w.iter().any(|w| w.contains(fix)), "{host}: {w:?}");
+    }
+    // A plain host name is not touched.
+    assert!(errors(&one("host: api.github.com\n  port: 443")).is_empty());
+}
+
+#[test]
+fn http_methods_on_a_websocket_endpoint_warn_that_they_never_apply() {
+    let text = one(
+        "host: h.example.com\n  port: 443\n  protocol: websocket\n  enforcement: enforce\n  rules:\n    - allow: {method: POST, path: /ws}\n    - allow: {method: GET, path: /ws}",
+    );
+    let w = warnings_in(&text, Compat::Strict);
+    assert!(
+        w.iter()
+            .any(|w| w.contains("`POST` never applies on a `protocol: websocket` endpoint")),
+        "{w:?}"
+    );
+    assert!(
+        !w.iter().any(|w| w.contains("`GET` never applies")),
+        "{w:?}"
+    );
 }

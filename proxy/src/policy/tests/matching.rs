@@ -147,12 +147,24 @@ fn binary_exact_glob_and_ancestors() {
 }
 
 #[test]
-fn binary_star_alone_admits_any_exe() {
-    // §13 row 1.
+fn binary_star_alone_admits_no_executable() {
+    // Binary globs are segment-bound: `*` does not cross `/`, so no absolute executable path
+    // matches it (as in the reference). Strict refuses it and says to write `/**`.
     let text = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - {host: h.example.com, port: 443}\n    binaries:\n      - path: \"*\"\n";
-    let p = policy(text);
-    assert!(allowed(&p, "/any/where", "h.example.com", 443));
-    assert!(allowed(&p, "", "h.example.com", 443));
+    let e = errors(text);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("write `/**` to admit every executable"),
+        "{e:?}"
+    );
+    let p = match try_load(text, Compat::OpenShell) {
+        Ok(l) => l.policy,
+        Err(e) => panic!("{:#?}", e.diagnostics),
+    };
+    assert!(!allowed(&p, "/any/where", "h.example.com", 443));
+    assert!(!allowed(&p, "/usr/bin/curl", "h.example.com", 443));
+    let every = policy(&text.replace("\"*\"", "\"/**\""));
+    assert!(allowed(&every, "/usr/bin/curl", "h.example.com", 443));
 }
 
 #[test]
@@ -498,14 +510,16 @@ const SELECTORS: &str = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n  
 #[test]
 fn most_specific_selector_decides_alone() {
     let p = policy(SELECTORS);
-    // /v1 and below: only the read-only audit endpoint decides; the broader `full` one takes no part.
+    // Below /v1: only the read-only audit endpoint's rules allow; the broader `full` one
+    // takes no part.
     assert_eq!(
         verdict(&p, "api.example.com", "POST", "/v1/x"),
         Verdict::Audit
     );
+    // `/v1/**` selects what is below /v1, not /v1 itself (the rule-path glob meaning).
     assert_eq!(
         verdict(&p, "api.example.com", "POST", "/v1"),
-        Verdict::Audit
+        Verdict::Allow
     );
     assert_eq!(
         verdict(&p, "api.example.com", "GET", "/v1/x"),
@@ -567,5 +581,50 @@ fn encoded_slash_only_where_allowed() {
     assert_eq!(
         verdict(&strict, "api.example.com", "GET", "/@scope%2fname"),
         Verdict::Deny
+    );
+}
+
+#[test]
+fn deny_rules_of_broader_selectors_still_apply() {
+    // The `/graphql` endpoint is the most specific and its preset allows POST; the broader
+    // endpoint's deny rule still blocks POST /graphql (as in the reference), under the
+    // selected endpoint's enforcement.
+    let text = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - {host: api.example.com, port: 443, protocol: rest, enforcement: enforce, access: full, deny_rules: [{method: POST, path: /graphql}]}\n      - {host: api.example.com, port: 443, path: /graphql, protocol: rest, enforcement: enforce, access: read-write}\n    binaries: [{path: /usr/bin/curl}]\n";
+    let p = policy(text);
+    assert_eq!(
+        verdict(&p, "api.example.com", "POST", "/graphql"),
+        Verdict::Deny
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/graphql"),
+        Verdict::Allow
+    );
+}
+
+#[test]
+fn slash_star_star_is_more_specific_than_no_selector() {
+    // `/**` (one character other than `*`) beats an endpoint without `path` (none): only the
+    // read-only `/**` endpoint's rules can allow, and the two do not conflict on enforcement.
+    let text = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - {host: api.example.com, port: 443, protocol: rest, enforcement: enforce, access: full}\n      - {host: api.example.com, port: 443, path: /**, protocol: rest, enforcement: audit, access: read-only}\n    binaries: [{path: /usr/bin/curl}]\n";
+    let p = policy(text);
+    assert_eq!(verdict(&p, "api.example.com", "POST", "/x"), Verdict::Audit);
+    assert_eq!(verdict(&p, "api.example.com", "GET", "/x"), Verdict::Allow);
+}
+
+#[test]
+fn glob_characters_before_a_trailing_double_star_select_the_literal_prefix_in_compat() {
+    let text = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - {host: api.example.com, port: 443, path: \"/v*/**\", protocol: rest, enforcement: enforce, access: full}\n    binaries: [{path: /usr/bin/curl}]\n";
+    let p = match try_load(text, Compat::OpenShell) {
+        Ok(l) => l.policy,
+        Err(e) => panic!("{:#?}", e.diagnostics),
+    };
+    // The reference's selector reads `/v*` as text: `/v1/x` is not below it, `/v*/x` is.
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/v1/x"),
+        Verdict::Deny
+    );
+    assert_eq!(
+        verdict(&p, "api.example.com", "GET", "/v*/x"),
+        Verdict::Allow
     );
 }

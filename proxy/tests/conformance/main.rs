@@ -1,0 +1,125 @@
+//! The OpenShell conformance corpus (`corpus/`, provenance in its README) run against the
+//! policy library, case by case.
+//!
+//! Sections:
+//! - `validation compat`: `--compat openshell` must load exactly the policies the reference
+//!   loads, except policies refused for a feature sluice does not implement yet (README,
+//!   "Where sluice differs": a security setting is never silently ignored).
+//! - `validation strict`: the default loader must never accept what the reference refuses; it
+//!   may refuse more, each extra refusal saying what the reference would do.
+//! - `decisions`: under `--compat openshell`, the decision (`allow`, `deny`, `audit`; the
+//!   reference's `reject` counts as `deny`) and the matched entry must be the reference's,
+//!   except where a documented difference applies, and there sluice may only be stricter.
+//!
+//! A difference counts as explained only when `classify` recognises it from the case's own
+//! semantics (the target host, the request target, the endpoints involved, the deciding rule),
+//! by the rule of the README's table that covers it. Every other difference fails the test.
+//! Each section prints one summary line: cases, agreements, and differences by class.
+
+mod classify;
+mod corpus;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use classify::{DecisionCase, Outcome};
+use sluice::policy::{Compat, Source, load};
+
+/// Counts per class for one section.
+#[derive(Default)]
+struct Section {
+    cases: usize,
+    agree: usize,
+    explained: BTreeMap<String, usize>,
+    unexplained: BTreeMap<String, Vec<String>>,
+}
+
+impl Section {
+    fn record(&mut self, id: String, outcome: Outcome) {
+        self.cases += 1;
+        match outcome {
+            Outcome::Agree => self.agree += 1,
+            Outcome::Explained(class) => *self.explained.entry(class.to_string()).or_default() += 1,
+            Outcome::Unexplained(class) => self.unexplained.entry(class).or_default().push(id),
+        }
+    }
+
+    fn summary(&self, name: &str) -> String {
+        let differ = self.cases - self.agree;
+        let mut s = format!(
+            "conformance {name}: {} cases, agree {}, differ {differ}",
+            self.cases, self.agree
+        );
+        for (class, n) in &self.explained {
+            let _ = write!(s, "; explained [{class}] {n}");
+        }
+        for (class, ids) in &self.unexplained {
+            let _ = write!(s, "; UNEXPLAINED [{class}] {}", ids.len());
+        }
+        s
+    }
+
+    fn failures(&self, name: &str) -> Vec<String> {
+        self.unexplained
+            .iter()
+            .map(|(class, ids)| {
+                let shown: Vec<&str> = ids.iter().take(8).map(String::as_str).collect();
+                format!(
+                    "{name}: {} unexplained [{class}], e.g. {}",
+                    ids.len(),
+                    shown.join(", ")
+                )
+            })
+            .collect()
+    }
+}
+
+fn source(policy: &str) -> Source {
+    Source {
+        name: policy.to_string(),
+        text: corpus::read_policy(policy),
+    }
+}
+
+#[test]
+fn openshell_conformance() {
+    let validation = corpus::validation();
+    let mut compat = Section::default();
+    let mut strict = Section::default();
+    for case in &validation {
+        let src = [source(&case.policy)];
+        let c = load(&src, Compat::OpenShell);
+        compat.record(case.policy.clone(), classify::compat_load(case, &c));
+        let s = load(&src, Compat::Strict);
+        strict.record(case.policy.clone(), classify::strict_load(case, &s, &c));
+    }
+
+    let mut decisions = Section::default();
+    let mut by_policy: BTreeMap<String, Vec<DecisionCase>> = BTreeMap::new();
+    for case in corpus::decisions() {
+        by_policy.entry(case.policy.clone()).or_default().push(case);
+    }
+    for (policy, cases) in &by_policy {
+        let loaded = load(&[source(policy)], Compat::OpenShell);
+        for (i, case) in cases.iter().enumerate() {
+            let id = format!("{policy}#{i}");
+            decisions.record(id, classify::decision(case, &loaded));
+        }
+    }
+
+    let sections = [
+        ("validation compat", &compat),
+        ("validation strict", &strict),
+        ("decisions", &decisions),
+    ];
+    let mut failures = Vec::new();
+    for (name, section) in sections {
+        println!("{}", section.summary(name));
+        failures.extend(section.failures(name));
+    }
+    assert!(
+        failures.is_empty(),
+        "differences from the reference that no documented rule explains:\n{}",
+        failures.join("\n")
+    );
+}
