@@ -6,7 +6,9 @@
 //! a tail that could be the start of a secret, so split secrets are caught across chunk and
 //! frame boundaries and a stream that pauses loses nothing), the `Scrubbed` response body both
 //! HTTP/1.1 and HTTP/2 wrap around an upstream body, and `scrub_response`, the one step both
-//! call on a response to a request that carried an injected secret: header values scrubbed,
+//! call on a response to a request that carried an injected secret: header values scrubbed
+//! back to the placeholder, a text body (`text/*`, JSON, XML, forms, none declared) likewise,
+//! any other body (gRPC, protobuf: binary framing that counts bytes) masked with as many `*`,
 //! `Content-Length` dropped (a scrubbed body changes length), and an encoded body refused
 //! (sluice asks for `Accept-Encoding: identity`, see `ask_identity_encoding`; a compressed
 //! body could hide the secret from the scan). Responses to requests without an injection never
@@ -64,6 +66,18 @@ impl ScrubSet {
 
     pub fn is_empty(&self) -> bool {
         self.pairs.is_empty()
+    }
+
+    /// The same secrets, each replaced by as many `*`: for bodies whose framing counts bytes
+    /// (gRPC messages, protobuf), where a replacement of another length would corrupt it.
+    pub fn masked(&self) -> ScrubSet {
+        ScrubSet {
+            pairs: self
+                .pairs
+                .iter()
+                .map(|(s, _)| (s.clone(), vec![b'*'; s.len()]))
+                .collect(),
+        }
     }
 
     /// Replaces every secret in `text` (a whole header value); the count of replacements.
@@ -274,6 +288,11 @@ where
         }
     }
     parts.headers.remove(http::header::CONTENT_LENGTH);
+    let body_set = if is_text(parts.headers.get(http::header::CONTENT_TYPE)) {
+        Arc::clone(&set)
+    } else {
+        Arc::new(set.masked())
+    };
     let hits = scrub_headers(&mut parts.headers, &set);
     let mut on_hit = Some(on_hit);
     if hits > 0
@@ -285,12 +304,33 @@ where
         parts,
         Scrubbed {
             inner: body,
-            scrubber: Scrubber::new(set),
+            scrubber: Scrubber::new(body_set),
             trailers: None,
             done: false,
             on_hit,
         },
     ))
+}
+
+/// Whether a body of this type is text, where the placeholder can stand in for the secret
+/// (no declared type counts as text: error pages often have none).
+fn is_text(content_type: Option<&HeaderValue>) -> bool {
+    let Some(ct) = content_type else { return true };
+    let ct = String::from_utf8_lossy(ct.as_bytes()).to_ascii_lowercase();
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    essence.starts_with("text/")
+        || essence.ends_with("+json")
+        || essence.ends_with("+xml")
+        || matches!(
+            essence,
+            "application/json"
+                | "application/xml"
+                | "application/javascript"
+                | "application/x-www-form-urlencoded"
+                | "application/x-ndjson"
+                | "application/problem+json"
+                | ""
+        )
 }
 
 /// Replaces secrets in every header value; a value that would no longer be a valid header
@@ -545,6 +585,35 @@ mod tests {
         assert_eq!(collected.trailers().unwrap()["x-t"], "PH");
         assert_eq!(&collected.to_bytes()[..], b"echo: PH; tok-se");
         assert_eq!(hits.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_binary_body_keeps_its_length() {
+        let s = set(&[("tok-secret", "openshell:resolve:env:K")]);
+        let grpc = |ct: &str| {
+            Response::builder()
+                .header("content-type", ct)
+                .header("x-echo", "tok-secret")
+                .body(http_body_util::Full::new(Bytes::from_static(
+                    b"\x00\x00\x00\x00\x0etok-secret abc",
+                )))
+                .unwrap()
+        };
+        let r = scrub_response(
+            grpc("application/grpc+proto"),
+            Arc::clone(&s),
+            Box::new(|| {}),
+        )
+        .unwrap();
+        assert_eq!(r.headers()["x-echo"], "openshell:resolve:env:K");
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"\x00\x00\x00\x00\x0e********** abc");
+        let r = scrub_response(grpc("Text/Plain; charset=utf-8"), s, Box::new(|| {})).unwrap();
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            &body[..],
+            b"\x00\x00\x00\x00\x0eopenshell:resolve:env:K abc"
+        );
     }
 
     #[test]

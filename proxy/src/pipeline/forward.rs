@@ -238,6 +238,20 @@ impl Record<'_> {
             }));
     }
 
+    /// Where this request goes, for credential findings; `None` without a known caller.
+    pub(super) fn dest(&self) -> Option<inject::Dest<'_>> {
+        Some(inject::Dest {
+            shared: self.shared,
+            conn_id: self.conn.id,
+            peer: self.conn.peer,
+            caller: self.caller?,
+            host: &self.host,
+            port: self.port,
+            ip: self.ip,
+            policy: self.policy.clone(),
+        })
+    }
+
     /// Refuses with a refusal whose audit reason differs from its client text.
     pub(super) async fn refuse_with<W: AsyncWrite + Unpin>(
         &self,
@@ -675,6 +689,7 @@ where
             key.as_deref(),
             engine,
             outcome,
+            scrub,
         )
         .await;
     }

@@ -130,14 +130,7 @@ pub(super) fn scrub<B>(
 where
     B: Body<Data = bytes::Bytes> + Unpin,
 {
-    let event = d.finding(
-        credentials::scrub::FINDING_REFLECTED,
-        format!(
-            "the response from {} carried an injected credential; it was replaced by its placeholder",
-            d.hp()
-        ),
-        (!credentials.is_empty()).then(|| credentials.join(",")),
-    );
+    let event = reflected(d, credentials);
     let audit = Arc::clone(&d.shared.audit);
     credentials::scrub_response(
         response,
@@ -148,6 +141,29 @@ where
         refusal: Refusal::new(e.status(), e.code(), e.to_string()),
         reason: e.to_string(),
     })
+}
+
+/// Scrubs the head of a WebSocket handshake's `101` (its frames are relayed as they are).
+pub(super) fn scrub_head(
+    d: &Dest<'_>,
+    set: &ScrubSet,
+    credentials: &[String],
+    headers: &mut http::HeaderMap,
+) {
+    if credentials::scrub::scrub_headers(headers, set) > 0 {
+        d.shared.audit.emit(&reflected(d, credentials));
+    }
+}
+
+fn reflected(d: &Dest<'_>, credentials: &[String]) -> audit::Event {
+    d.finding(
+        credentials::scrub::FINDING_REFLECTED,
+        format!(
+            "the response from {} carried an injected credential; it was replaced by its placeholder",
+            d.hp()
+        ),
+        (!credentials.is_empty()).then(|| credentials.join(",")),
+    )
 }
 
 /// A request body that cannot be scanned for placeholders where they must be found (it is
