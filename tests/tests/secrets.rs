@@ -446,3 +446,77 @@ fn a_secret_in_a_callers_command_line_never_reaches_a_log() {
     assert!(sluice.stderr().contains("[redacted:test-api/api-key]"));
     assert_events_valid(&sluice);
 }
+
+// === The scrub keeps streams streaming ===
+
+#[test]
+fn responses_to_requests_with_a_secret_still_stream() {
+    let dir = TempDir::new("scrubstream");
+    let origin = sluice_e2e::origin::H2Origin::start(dir.path());
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        origin.port()
+    );
+    let providers = dir.write(
+        "providers.yaml",
+        &format!(
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {}}}\n",
+            origin.port()
+        ),
+    );
+    let (sluice, ca) = Sluice::intercepting(
+        &dir,
+        &p,
+        &[&origin.cert],
+        Some(&providers),
+        &[("TEST_API_KEY", SECRET)],
+    );
+    let base = format!("https://127.0.0.1:{}", origin.port());
+    let proxy = sluice.proxy_url();
+    // Server-sent events: each arrives when sent (~700 ms apart), not held for the scrub.
+    for http in ["--http1.1", "--http2"] {
+        let sse = format!(
+            "curl -sSN {http} --max-time 30 --cacert {} -x {proxy} -H 'Authorization: Bearer {PLACEHOLDER}' {base}/sse | while read -r line; do [ -n \"$line\" ] && echo \"$line $(date +%s%3N)\"; done",
+            ca.display()
+        );
+        let (_, out, err) = run(Command::new("sh").args(["-c", &sse]));
+        let lines: Vec<Vec<i64>> = out
+            .lines()
+            .map(|l| {
+                l.split_whitespace()
+                    .skip(2)
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(lines.len(), 3, "{http}: {out}\n{err}\n{}", sluice.stderr());
+        for l in &lines {
+            assert!(l[1] - l[0] < 300, "{http}: event delayed: {out}");
+        }
+    }
+    // 256 MiB through the scrub, in constant memory, every byte delivered.
+    const SIZE: u64 = 256 << 20;
+    let (code, out, err) = run(Command::new("curl")
+        .args(["-sS", "--http1.1", "--max-time", "300", "--cacert"])
+        .arg(&ca)
+        .args(["-x", &proxy, "-o", "/dev/null", "-w", "%{size_download}"])
+        .args(["-H", &format!("Authorization: Bearer {PLACEHOLDER}")])
+        .arg(format!("{base}/bytes/{SIZE}")));
+    assert_eq!((code, out.trim()), (0, SIZE.to_string().as_str()), "{err}");
+    let peak = sluice.peak_rss_kib();
+    assert!(
+        peak > 0 && peak < 64 * 1024,
+        "sluice's peak RSS was {peak} KiB"
+    );
+    // The secret went into each of the three requests.
+    let injected = sluice
+        .events()
+        .iter()
+        .filter(|e| {
+            class(e) == 4002 && e["unmapped"]["credentials_injected"][0] == "test-api/api-key"
+        })
+        .count();
+    assert_eq!(injected, 3);
+    assert_nowhere(&sluice, SECRET, &[sluice.dir.path()]);
+    assert_events_valid(&sluice);
+}
