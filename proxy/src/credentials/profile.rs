@@ -781,6 +781,62 @@ extra: 1
     }
 
     #[test]
+    fn placement_comes_from_the_placement_fields() {
+        let placement = |fields: &str| {
+            let text = format!(
+                "id: x\ncredentials:\n  - {{name: k, env_vars: [K]{fields}}}\nendpoints: [{{host: a.example.com, port: 443}}]\n"
+            );
+            load_str(&text).map(|l| l.profiles[0].credentials[0].placement.clone())
+        };
+        assert_eq!(placement(""), Ok(Placement::AnyHeader));
+        assert_eq!(
+            placement(", auth_style: bearer"),
+            Ok(Placement::Header("authorization".into()))
+        );
+        assert_eq!(
+            placement(", auth_style: basic, header_name: Proxy-Auth"),
+            Ok(Placement::Header("proxy-auth".into()))
+        );
+        assert_eq!(
+            placement(", header_name: X-Api-Key"),
+            Ok(Placement::Header("x-api-key".into()))
+        );
+        assert_eq!(
+            placement(", query_param: key"),
+            Ok(Placement::Query("key".into()))
+        );
+        assert_eq!(
+            placement(", auth_style: path, path_template: '/bot{credential}/x'"),
+            Ok(Placement::Path(Some("/bot".into())))
+        );
+        assert_eq!(placement(", auth_style: path"), Ok(Placement::Path(None)));
+        for (fields, error) in [
+            (
+                ", auth_style: header",
+                "auth_style `header` needs `header_name`",
+            ),
+            (
+                ", auth_style: query",
+                "auth_style `query` needs `query_param`",
+            ),
+            (
+                ", auth_style: query, query_param: k, header_name: x",
+                "`header_name` does not apply to auth_style `query`",
+            ),
+            (
+                ", header_name: x, query_param: k",
+                "header_name and query_param are given together: say where the credential goes with `auth_style`",
+            ),
+        ] {
+            assert_eq!(
+                placement(fields),
+                Err(vec![format!("p.yaml:3:5: credentials[0]: {error}")]),
+                "{fields}"
+            );
+        }
+    }
+
+    #[test]
     fn profile_without_credentials_warns() {
         let loaded = load_str("id: x\nendpoints: [{host: a.example.com, port: 443}]\n").unwrap();
         let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();

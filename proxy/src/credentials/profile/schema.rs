@@ -835,7 +835,7 @@ fn placement(spec: &CredentialSpec) -> Result<Placement, String> {
             (None, Some(q), None) => Ok(Placement::Query(q)),
             (None, None, Some(t)) => Ok(Placement::Path(Some(t))),
             _ => Err(format!(
-                "{} are all given: say where the credential goes with `auth_style`",
+                "{} are given together: say where the credential goes with `auth_style`",
                 given.join(" and ")
             )),
         },
