@@ -377,10 +377,7 @@ fn placeholders_in_compressed_bodies_or_trailers_never_reach_the_upstream() {
     // The origin never saw a placeholder or a secret, in a body, a header or a trailer.
     let log = origin.log_text();
     assert!(!log.contains("openshell") && !log.contains(SECRET), "{log}");
-    assert!(
-        !log.contains("\\u001f\\u008b"),
-        "a gzipped body arrived: {log}"
-    );
+    assert!(!log.contains("/v1/gz"), "a gzipped body arrived: {log}");
     assert_nowhere(&sluice, SECRET, &[sluice.dir.path()]);
     assert_events_valid(&sluice);
 }
