@@ -515,3 +515,88 @@ impl StaticHttpsOrigin {
         self.process.port
     }
 }
+
+/// An HTTPS origin that speaks HTTP/2 and HTTP/1.1 (Node's `http2`, `allowHTTP1`) and echoes
+/// each request back, as a bound API's error page might: every request header as an
+/// `x-echo-<name>` response header, the URL as `x-echo-url`, and `{url, headers}` as a JSON
+/// body sent seven bytes at a time (each its own chunk or DATA frame, so that an echoed
+/// secret is split across them) under a `Content-Length` of the echo. `/gzip...` answers the
+/// echo gzip-encoded whatever the request accepts. Every request is logged like
+/// [`H2Origin`]'s, with its trailers.
+#[derive(Debug)]
+pub struct EchoOrigin {
+    pub addr: SocketAddr,
+    /// The CA that signed the origin's certificate.
+    pub cert: PathBuf,
+    /// JSON lines, one per request received: method, url, headers, body, trailers.
+    pub log: PathBuf,
+    process: OriginProcess,
+}
+
+const ECHO_ORIGIN: &str = r#"
+const http2 = require('http2'); const fs = require('fs'); const zlib = require('zlib');
+const log = process.argv[3];
+const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
+  (req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => {
+      fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('latin1'), trailers: req.trailers }) + '\n');
+      const echo = Buffer.from(JSON.stringify({ url: req.url, headers: req.headers }));
+      if (req.url.startsWith('/gzip')) {
+        res.setHeader('content-encoding', 'gzip'); res.end(zlib.gzipSync(echo)); return;
+      }
+      for (const [k, v] of Object.entries(req.headers)) {
+        if (!k.startsWith(':') && typeof v === 'string') { try { res.setHeader('x-echo-' + k, v); } catch (e) {} }
+      }
+      res.setHeader('x-echo-url', req.url);
+      res.setHeader('content-type', 'application/json');
+      res.setHeader('content-length', String(echo.length));
+      let i = 0;
+      const step = () => { if (i >= echo.length) { res.end(); return; } res.write(echo.subarray(i, i + 7)); i += 7; setTimeout(step, 1); };
+      step();
+    });
+  });
+server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
+"#;
+
+impl EchoOrigin {
+    pub fn start(dir: &Path) -> EchoOrigin {
+        let (ca, cert, key) = make_cert(dir);
+        let log = dir.join(format!("echo-origin-{}.jsonl", std::process::id()));
+        let process = OriginProcess::spawn(
+            Command::new("node")
+                .arg("-e")
+                .arg(ECHO_ORIGIN)
+                .arg(&cert)
+                .arg(&key)
+                .arg(&log),
+            "the echo origin (node)",
+        );
+        let port = process.port;
+        EchoOrigin {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            cert: ca,
+            log,
+            process,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.process.port
+    }
+
+    /// Everything the origin received so far, one JSON value per request.
+    pub fn received(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// The raw log: every byte the origin recorded.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}

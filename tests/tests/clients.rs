@@ -170,12 +170,13 @@ fn grpc_calls_are_judged_per_method_and_get_the_secret_in_metadata() {
             .arg("Bearer openshell:resolve:env:MATRIX_KEY"))
     };
     // Allowed: the reply (a gRPC status carried in HTTP/2 trailers) comes back, and the
-    // server saw the secret.
+    // server saw the secret, which it echoes: sluice masks the echo with as many `*` (a
+    // replacement of another length would break the gRPC message framing).
     let (code, out, err) = call("/echo.Echo/Say");
     assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
     assert_eq!(
         out.trim(),
-        format!("OK auth=Bearer {SECRET} msg=hello"),
+        format!("OK auth=Bearer {} msg=hello", "*".repeat(SECRET.len())),
         "{err}\n{}",
         sluice.stderr()
     );

@@ -14,7 +14,7 @@ pub mod sink;
 use std::net::{IpAddr, SocketAddr};
 use std::time::SystemTime;
 
-pub use sink::{AuditSink, LogFormat};
+pub use sink::{AuditSink, LogFormat, Redact};
 
 /// OCSF severity (spec §7.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -7,6 +7,10 @@
 //! the next line then starts on a fresh line). Auditing never stops the proxy: a failed write
 //! is counted ([`AuditSink::write_errors`]) and reported once on stderr, never a panic.
 //!
+//! Every line passes through the redactor first (`set_redactor`): whatever a field holds (a
+//! caller's command line with a real key in it, a reason quoting a value), a known secret
+//! value never reaches a log. One redaction at the sink covers every field and every event.
+//!
 //! This module owns the I/O only; what a line says is `ocsf` and `shorthand`.
 
 use std::fmt;
@@ -15,12 +19,19 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::SystemTime;
 
 use super::Event;
 use super::ocsf::{self, Context};
 use super::shorthand;
+
+/// Replaces known secret values in a line about to be written (the credentials module
+/// implements it over the secret store; audit knows nothing of secrets).
+pub trait Redact: Send + Sync {
+    /// The line with every secret replaced, or `None` when it holds none.
+    fn redact(&self, line: &str) -> Option<String>;
+}
 
 /// What the human line on stderr looks like (`--log-format`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,6 +76,7 @@ struct Inner {
     audit: Mutex<LineWriter>,
     human: Mutex<LineWriter>,
     write_errors: AtomicU64,
+    redactor: OnceLock<Arc<dyn Redact>>,
 }
 
 impl AuditSink {
@@ -108,6 +120,7 @@ impl AuditSink {
                 audit: Mutex::new(LineWriter::new(audit)),
                 human: Mutex::new(LineWriter::new(human)),
                 write_errors: AtomicU64::new(0),
+                redactor: OnceLock::new(),
             })),
         }
     }
@@ -117,16 +130,24 @@ impl AuditSink {
         AuditSink { inner: None }
     }
 
+    /// Sets what removes secret values from every line from now on (once; the secrets are
+    /// loaded after the sink opens, so that a failed load can be audited).
+    pub fn set_redactor(&self, redactor: Arc<dyn Redact>) {
+        if let Some(inner) = &self.inner {
+            let _ = inner.redactor.set(redactor);
+        }
+    }
+
     /// Writes `event`: its JSON line to the audit target, its human line to stderr.
     pub fn emit(&self, event: &Event) {
         let Some(inner) = &self.inner else { return };
-        let mut json = ocsf::to_json(event, &inner.ctx).to_string();
+        let mut json = inner.redacted(ocsf::to_json(event, &inner.ctx).to_string());
         json.push('\n');
         inner.write_audit(json.as_bytes());
         let human = match inner.format {
             LogFormat::Json => json,
             LogFormat::Shorthand => {
-                let mut line = shorthand::shorthand(event);
+                let mut line = inner.redacted(shorthand::shorthand(event));
                 line.push('\n');
                 line
             }
@@ -164,6 +185,13 @@ impl fmt::Debug for AuditSink {
 }
 
 impl Inner {
+    fn redacted(&self, line: String) -> String {
+        match self.redactor.get().and_then(|r| r.redact(&line)) {
+            Some(clean) => clean,
+            None => line,
+        }
+    }
+
     fn write_audit(&self, line: &[u8]) {
         let result = lock(&self.audit).write_line(line);
         if let Err(e) = result {
@@ -347,6 +375,38 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 5);
         assert_eq!(again.write_errors(), 0);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Replaces one word.
+    struct Word(&'static str);
+
+    impl Redact for Word {
+        fn redact(&self, line: &str) -> Option<String> {
+            line.contains(self.0)
+                .then(|| line.replace(self.0, "[redacted:test/key]"))
+        }
+    }
+
+    #[test]
+    fn every_line_is_redacted_before_it_is_written() {
+        let (audit, human) = (Shared::default(), Shared::default());
+        let sink = AuditSink::new(
+            Box::new(audit.clone()),
+            Box::new(human.clone()),
+            LogFormat::Shorthand,
+            samples::ctx(),
+            "test",
+        );
+        sink.set_redactor(Arc::new(Word("api.github.com")));
+        sink.emit(&Event::ConnectionOpen(samples::open(Outcome::Allowed)));
+        sink.emit(&Event::HttpRequest(samples::request(Outcome::Allowed)));
+        for text in [audit.text(), human.text()] {
+            assert!(!text.contains("api.github.com"), "{text}");
+            assert!(text.contains("[redacted:test/key]"), "{text}");
+        }
+        for line in audit.text().lines() {
+            serde_json::from_str::<Value>(line).unwrap();
+        }
     }
 
     #[test]

@@ -333,6 +333,7 @@ async fn tour(dir: &Path) -> Result<(), String> {
         },
         "memory",
     ));
+    audit.set_redactor(Arc::new(creds.bindings.redactor()));
     let shared = Arc::new(Shared::new(
         loaded.policy,
         sluice_resolver::Resolver::overrides_only(sluice_resolver::Overrides::new()),

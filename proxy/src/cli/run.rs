@@ -271,6 +271,8 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             for w in &c.warnings {
                 eprintln!("{w}");
             }
+            // No known secret value reaches the audit log or stderr, whichever field holds it.
+            audit.set_redactor(Arc::new(c.bindings.redactor()));
             Arc::new(c.bindings)
         }
         Err(e) => {

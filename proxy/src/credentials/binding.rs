@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use crate::policy::decide::Caller;
 use crate::policy::model::Endpoint;
 
-use super::profile::{CredentialRef, EnvKey, ProviderProfile};
+use super::profile::{CredentialRef, EnvKey, Placement, ProviderProfile};
 use super::secrets::{Secret, SecretStore, Unavailability};
 
 /// One request as bindings see it.
@@ -27,6 +27,18 @@ pub struct RequestScope<'a> {
     /// is passed by mistake, is ignored.
     pub path: &'a str,
     pub caller: Caller<'a>,
+    /// How the request goes upstream.
+    pub transport: Transport,
+}
+
+/// How a request reaches its upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// TLS to an upstream whose certificate was verified for the request's host.
+    VerifiedTls,
+    /// Plain HTTP (an absolute-form `http://` request, or plain HTTP inside a tunnel):
+    /// anyone on the path, or whatever answers on that address, reads it.
+    Plaintext,
 }
 
 /// Why a known credential may not be used on this request.
@@ -54,11 +66,15 @@ impl Mismatch {
 /// What a placeholder's key becomes on one request.
 #[derive(Debug)]
 pub enum Resolution<'b> {
-    /// Swap in this secret.
+    /// Swap in this secret, where `placement` allows.
     Allow {
         secret: &'b Secret,
         credential: CredentialRef,
+        placement: &'b Placement,
     },
+    /// Bound, but the request would carry it in plaintext and no matching endpoint opts in
+    /// (`allow_plaintext_credentials`): `403 credential_requires_tls` and a finding.
+    RequiresTls { credential: CredentialRef },
     /// A known key, outside its binding: `403 credential_endpoint_mismatch` and a finding.
     OutsideBinding {
         credential: CredentialRef,
@@ -129,7 +145,8 @@ impl Bindings {
         let Some(profile) = self.profiles.get(p) else {
             return Resolution::Unknown;
         };
-        let Some(credential) = profile.credential_ref(c) else {
+        let (Some(credential), Some(placement)) = (profile.credential_ref(c), profile.placement(c))
+        else {
             return Resolution::Unknown;
         };
         let path = scope.path.split('?').next().unwrap_or(scope.path);
@@ -145,8 +162,17 @@ impl Bindings {
                 reason: Mismatch::Caller,
             };
         }
+        if scope.transport == Transport::Plaintext
+            && !profile.binds_plaintext(scope.host, scope.port, path)
+        {
+            return Resolution::RequiresTls { credential };
+        }
         match self.store.get(key) {
-            Some(Ok(secret)) => Resolution::Allow { secret, credential },
+            Some(Ok(secret)) => Resolution::Allow {
+                secret,
+                credential,
+                placement,
+            },
             Some(Err(reason)) => Resolution::Unavailable { credential, reason },
             None => Resolution::Unavailable {
                 credential,
@@ -195,6 +221,31 @@ impl Bindings {
         out
     }
 
+    /// Every known secret value (as is, and as JSON writes it) → `[redacted:<credential>]`:
+    /// what the audit sink removes from every line, whatever field holds it.
+    pub fn redactor(&self) -> super::scrub::ScrubSet {
+        let mut set = super::scrub::ScrubSet::default();
+        let mut keys: Vec<(&EnvKey, &(usize, usize))> = self.keys.iter().collect();
+        keys.sort();
+        for (key, &(p, c)) in keys {
+            let (Some(Ok(secret)), Some(credential)) = (
+                self.store.get(key.as_str()),
+                self.profiles.get(p).and_then(|pr| pr.credential_ref(c)),
+            ) else {
+                continue;
+            };
+            let label = format!("[redacted:{credential}]");
+            let value = secret.expose();
+            set.add(value.as_bytes(), label.as_bytes());
+            if let Ok(json) = serde_json::to_string(value) {
+                let escaped = zeroize::Zeroizing::new(json);
+                let inner = &escaped[1..escaped.len() - 1];
+                set.add(inner.as_bytes(), label.as_bytes());
+            }
+        }
+        set
+    }
+
     fn credentialed_profiles(&self) -> impl Iterator<Item = &ProviderProfile> {
         self.profiles.iter().filter(|p| !p.credentials.is_empty())
     }
@@ -222,9 +273,16 @@ pub(crate) mod tests {
     pub(crate) const PROFILES: &str = "\
 id: telegram
 credentials:
-  - {name: bot-token, env_vars: [TELEGRAM_BOT_TOKEN]}
+  - {name: bot-token, env_vars: [TELEGRAM_BOT_TOKEN], auth_style: path, path_template: '/bot{credential}/'}
 endpoints:
   - {host: api.telegram.org, port: 443, path: '/bot*/**'}
+---
+id: maps
+credentials:
+  - {name: api-key, env_vars: [MAPS_KEY], query_param: key}
+endpoints:
+  - {host: maps.example.com, port: 443}
+  - {host: plain.example.com, port: 8080, allow_plaintext_credentials: true}
 ---
 id: github
 credentials:
@@ -276,14 +334,18 @@ endpoints: [{host: docs.example.com, port: 443}]
                 ancestors: NO_ANCESTORS,
                 cmdline: &[],
             },
+            transport: Transport::VerifiedTls,
         }
     }
 
     fn outcome(r: Resolution<'_>) -> String {
         match r {
-            Resolution::Allow { secret, credential } => {
+            Resolution::Allow {
+                secret, credential, ..
+            } => {
                 format!("allow {credential} {}", secret.expose())
             }
+            Resolution::RequiresTls { credential } => format!("requires-tls {credential}"),
             Resolution::OutsideBinding { credential, reason } => {
                 format!("outside {credential} {reason:?}")
             }

@@ -14,7 +14,7 @@ use std::fmt;
 
 use super::binding::Resolve;
 use super::placeholder::{self, MAX_ENCODED_MARKER_LEN};
-use super::rewrite::{CredentialError, Encoding, Injected, Run, Site};
+use super::rewrite::{CredentialError, Encoding, Injected, Run, Site, Spot};
 
 /// Largest body `rewrite_body` takes.
 pub const MAX_REWRITE_BODY_BYTES: usize = 256 * 1024;
@@ -193,7 +193,7 @@ pub fn rewrite_body<'a>(
     let new = match kind {
         BodyKind::Json => rewrite_json(&mut run, body)?,
         BodyKind::Form => run.pairs(body, &Site::Body, true),
-        BodyKind::Text => run.swap(body, body, None, &Site::Body, Encoding::Raw),
+        BodyKind::Text => run.swap(body, body, None, Spot::Body, &Site::Body, Encoding::Raw),
     };
     let injected = run.finish()?;
     Ok(RewrittenBody {
@@ -283,6 +283,7 @@ fn rewrite_json<R: Resolve>(
                 decoded.as_bytes(),
                 decoded.as_bytes(),
                 None,
+                Spot::Body,
                 &Site::Body,
                 Encoding::Raw,
             )

@@ -197,6 +197,23 @@ impl AuthStyle {
     }
 }
 
+/// Where a credential's placeholder may be swapped, from `auth_style`, `header_name`,
+/// `query_param` and `path_template` (sluice's rule; the reference stores these fields and
+/// swaps a placeholder wherever it is found).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Nothing declared: any request header, never the path or the query.
+    AnyHeader,
+    /// This header only (lower-case): `header_name`, else `authorization` for `bearer` and
+    /// `basic`.
+    Header(String),
+    /// The value of this query parameter only.
+    Query(String),
+    /// The path: where `path_template` puts `{credential}` (the template's text before it),
+    /// or, without a template, any path segment.
+    Path(Option<String>),
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CredentialSpec {
     pub name: CredentialName,
@@ -209,6 +226,8 @@ pub struct CredentialSpec {
     pub query_param: Option<String>,
     /// Contains `{credential}` exactly once.
     pub path_template: Option<String>,
+    /// Where the placeholder may be swapped, from the four fields above.
+    pub placement: Placement,
     pub location: Location,
 }
 
@@ -219,6 +238,10 @@ pub struct ProfileEndpoint {
     /// Sorted, deduplicated, never empty.
     pub ports: Vec<u16>,
     pub selector: PathSelector,
+    /// `allow_plaintext_credentials: true`: secrets may be sent to this endpoint over plain
+    /// HTTP (a loopback test service). Off by default: a secret travels only inside TLS to an
+    /// upstream whose certificate was verified for the host.
+    pub allow_plaintext: bool,
     pub location: Location,
 }
 
@@ -276,6 +299,17 @@ impl ProviderProfile {
     /// Whether a request to `host:port` and `path` is inside this profile's endpoints.
     pub fn binds(&self, host: &str, port: u16, path: &str) -> bool {
         self.endpoints.iter().any(|e| e.matches(host, port, path))
+    }
+
+    /// Whether a matching endpoint opts in to secrets over plain HTTP.
+    pub fn binds_plaintext(&self, host: &str, port: u16, path: &str) -> bool {
+        self.endpoints
+            .iter()
+            .any(|e| e.allow_plaintext && e.matches(host, port, path))
+    }
+
+    pub fn placement(&self, index: usize) -> Option<&Placement> {
+        self.credentials.get(index).map(|c| &c.placement)
     }
 
     pub fn credential_ref(&self, index: usize) -> Option<CredentialRef> {
@@ -625,7 +659,7 @@ endpoints: [{host: b.example.com, port: 443, bogus: 1}]
         assert_eq!(
             errors(text),
             [
-                "p.yaml:14:46: endpoints[0].bogus: unknown field `bogus`; expected one of: host, port, ports, path"
+                "p.yaml:14:46: endpoints[0].bogus: unknown field `bogus`; expected one of: host, port, ports, path, allow_plaintext_credentials"
             ]
         );
         let fixed = text.replace(", bogus: 1", "");
@@ -744,6 +778,62 @@ extra: 1
             errors("- id: x\n"),
             ["p.yaml:1:1: expected a mapping for a provider profile, found a list"]
         );
+    }
+
+    #[test]
+    fn placement_comes_from_the_placement_fields() {
+        let placement = |fields: &str| {
+            let text = format!(
+                "id: x\ncredentials:\n  - {{name: k, env_vars: [K]{fields}}}\nendpoints: [{{host: a.example.com, port: 443}}]\n"
+            );
+            load_str(&text).map(|l| l.profiles[0].credentials[0].placement.clone())
+        };
+        assert_eq!(placement(""), Ok(Placement::AnyHeader));
+        assert_eq!(
+            placement(", auth_style: bearer"),
+            Ok(Placement::Header("authorization".into()))
+        );
+        assert_eq!(
+            placement(", auth_style: basic, header_name: Proxy-Auth"),
+            Ok(Placement::Header("proxy-auth".into()))
+        );
+        assert_eq!(
+            placement(", header_name: X-Api-Key"),
+            Ok(Placement::Header("x-api-key".into()))
+        );
+        assert_eq!(
+            placement(", query_param: key"),
+            Ok(Placement::Query("key".into()))
+        );
+        assert_eq!(
+            placement(", auth_style: path, path_template: '/bot{credential}/x'"),
+            Ok(Placement::Path(Some("/bot".into())))
+        );
+        assert_eq!(placement(", auth_style: path"), Ok(Placement::Path(None)));
+        for (fields, error) in [
+            (
+                ", auth_style: header",
+                "auth_style `header` needs `header_name`",
+            ),
+            (
+                ", auth_style: query",
+                "auth_style `query` needs `query_param`",
+            ),
+            (
+                ", auth_style: query, query_param: k, header_name: x",
+                "`header_name` does not apply to auth_style `query`",
+            ),
+            (
+                ", header_name: x, query_param: k",
+                "header_name and query_param are given together: say where the credential goes with `auth_style`",
+            ),
+        ] {
+            assert_eq!(
+                placement(fields),
+                Err(vec![format!("p.yaml:3:5: credentials[0]: {error}")]),
+                "{fields}"
+            );
+        }
     }
 
     #[test]

@@ -19,11 +19,17 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
 use super::binding::{Mismatch, Resolution, Resolve};
 use super::placeholder::{self, Placeholder};
-use super::profile::CredentialRef;
+use super::profile::{CredentialRef, Placement};
+use super::scrub::ScrubSet;
 use super::secrets::Unavailability;
 
 /// Detection Finding type for a known credential used outside its binding (spec §3.5).
 pub const FINDING_ENDPOINT_MISMATCH: &str = "openshell.provider_credential.endpoint_mismatch";
+/// Detection Finding type for a credential in a part of the request its profile does not
+/// place it in (a header it does not name, the path, the query).
+pub const FINDING_PLACEMENT_MISMATCH: &str = "sluice.provider_credential.placement_mismatch";
+/// Detection Finding type for a credential that would have gone upstream in plaintext.
+pub const FINDING_REQUIRES_TLS: &str = "sluice.provider_credential.requires_tls";
 
 /// Where in a request a placeholder was.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -82,6 +88,26 @@ pub enum CredentialError {
         reason: Mismatch,
         site: Site,
     },
+    /// A known, bound credential where its profile does not place it: `403
+    /// credential_placement_mismatch`, and a Detection Finding.
+    #[error(
+        "credential `{credential}` in the {site} is not where its profile places it ({placement})"
+    )]
+    PlacementMismatch {
+        credential: CredentialRef,
+        site: Site,
+        placement: String,
+    },
+    /// A bound credential on a request that goes upstream in plaintext, where no matching
+    /// profile endpoint opts in (`allow_plaintext_credentials`): `403
+    /// credential_requires_tls`, and a Detection Finding.
+    #[error(
+        "credential `{credential}` in the {site} would be sent in plaintext; it travels only inside TLS to a verified upstream unless its profile endpoint sets allow_plaintext_credentials"
+    )]
+    RequiresTls {
+        credential: CredentialRef,
+        site: Site,
+    },
     /// An unknown key, or a known one without a usable value: `500 credential_unavailable`.
     #[error("credential placeholder for `{key}` in the {site} could not be resolved: {reason}")]
     Unavailable {
@@ -103,7 +129,9 @@ impl CredentialError {
     /// The HTTP status to answer with.
     pub fn status(&self) -> u16 {
         match self {
-            CredentialError::EndpointMismatch { .. } => 403,
+            CredentialError::EndpointMismatch { .. }
+            | CredentialError::PlacementMismatch { .. }
+            | CredentialError::RequiresTls { .. } => 403,
             CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => 500,
         }
     }
@@ -112,6 +140,8 @@ impl CredentialError {
     pub fn code(&self) -> &'static str {
         match self {
             CredentialError::EndpointMismatch { .. } => "credential_endpoint_mismatch",
+            CredentialError::PlacementMismatch { .. } => "credential_placement_mismatch",
+            CredentialError::RequiresTls { .. } => "credential_requires_tls",
             CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => {
                 "credential_unavailable"
             }
@@ -124,6 +154,12 @@ impl CredentialError {
             CredentialError::EndpointMismatch { .. } => {
                 "Credential is not authorized for this request endpoint"
             }
+            CredentialError::PlacementMismatch { .. } => {
+                "Credential placeholder is not where the provider profile places this credential"
+            }
+            CredentialError::RequiresTls { .. } => {
+                "Credential may only be sent over TLS to a verified upstream"
+            }
             CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => {
                 "Credential placeholder could not be resolved"
             }
@@ -134,6 +170,8 @@ impl CredentialError {
     pub fn finding(&self) -> Option<&'static str> {
         match self {
             CredentialError::EndpointMismatch { .. } => Some(FINDING_ENDPOINT_MISMATCH),
+            CredentialError::PlacementMismatch { .. } => Some(FINDING_PLACEMENT_MISMATCH),
+            CredentialError::RequiresTls { .. } => Some(FINDING_REQUIRES_TLS),
             _ => None,
         }
     }
@@ -141,6 +179,8 @@ impl CredentialError {
     pub fn site(&self) -> &Site {
         match self {
             CredentialError::EndpointMismatch { site, .. }
+            | CredentialError::PlacementMismatch { site, .. }
+            | CredentialError::RequiresTls { site, .. }
             | CredentialError::Unavailable { site, .. }
             | CredentialError::InvalidPlaceholder { site } => site,
         }
@@ -150,17 +190,21 @@ impl CredentialError {
     /// needs a finding), then unresolvable keys, then malformed markers.
     fn rank(&self) -> u8 {
         match self {
-            CredentialError::EndpointMismatch { .. } => 3,
+            CredentialError::EndpointMismatch { .. } => 5,
+            CredentialError::PlacementMismatch { .. } => 4,
+            CredentialError::RequiresTls { .. } => 3,
             CredentialError::Unavailable { .. } => 2,
             CredentialError::InvalidPlaceholder { .. } => 1,
         }
     }
 }
 
-/// What was swapped in: credential names for the audit event, sorted, each once.
+/// What was swapped in: credential names for the audit event, sorted, each once, and the
+/// secrets as written, to scrub from the response.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Injected {
     pub credentials: Vec<CredentialRef>,
+    pub scrub: ScrubSet,
 }
 
 impl Injected {
@@ -214,7 +258,48 @@ pub fn head_has_marker(target: &str, headers: &[(String, Vec<u8>)]) -> bool {
 pub(super) struct Run<'r, R: Resolve> {
     resolver: &'r R,
     used: Vec<CredentialRef>,
+    scrub: ScrubSet,
     error: Option<CredentialError>,
+}
+
+/// Exactly where a placeholder sits, for the placement check.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Spot<'a> {
+    /// A header value (or a `Basic` credential in it), by header name.
+    Header(&'a str),
+    /// Path segment `index` (0 is the empty one before the first `/`), percent-decoded.
+    Segment { index: usize, decoded: &'a [u8] },
+    /// The value of the query parameter with this (percent-decoded) name.
+    Query(&'a [u8]),
+    /// A body (swapped only where the endpoint opts in, whatever the profile says).
+    Body,
+}
+
+/// Whether `placement` allows a placeholder starting at decoded byte `start` of `spot`.
+fn permits(placement: &Placement, spot: Spot<'_>, start: usize) -> bool {
+    match (placement, spot) {
+        (_, Spot::Body) | (Placement::AnyHeader, Spot::Header(_)) => true,
+        (Placement::Header(name), Spot::Header(h)) => h.eq_ignore_ascii_case(name),
+        (Placement::Query(param), Spot::Query(name)) => name == param.as_bytes(),
+        (Placement::Path(None), Spot::Segment { .. }) => true,
+        (Placement::Path(Some(before)), Spot::Segment { index, decoded }) => {
+            let (dirs, last) = before.rsplit_once('/').unwrap_or(("", before));
+            index == dirs.matches('/').count() + 1
+                && start == last.len()
+                && decoded.starts_with(last.as_bytes())
+        }
+        _ => false,
+    }
+}
+
+fn describe(placement: &Placement) -> String {
+    match placement {
+        Placement::AnyHeader => "request headers only".to_string(),
+        Placement::Header(h) => format!("header `{h}` only"),
+        Placement::Query(q) => format!("query parameter `{q}` only"),
+        Placement::Path(Some(t)) => format!("the path, after `{t}`"),
+        Placement::Path(None) => "the path only".to_string(),
+    }
 }
 
 /// How a secret is written into a site, and which secrets the site refuses.
@@ -235,6 +320,7 @@ impl<'r, R: Resolve> Run<'r, R> {
         Run {
             resolver,
             used: Vec::new(),
+            scrub: ScrubSet::default(),
             error: None,
         }
     }
@@ -257,11 +343,20 @@ impl<'r, R: Resolve> Run<'r, R> {
         self.used.dedup();
         Ok(Injected {
             credentials: self.used,
+            scrub: self.scrub,
         })
     }
 
-    /// The secret for one placeholder, encoded for its site; `None` after recording why not.
-    fn secret_for(&mut self, p: &Placeholder<'_>, site: &Site, enc: Encoding) -> Option<Vec<u8>> {
+    /// The secret for one placeholder (spelled `text`, starting at decoded byte `start` of
+    /// `spot`), encoded for its site; `None` after recording why not.
+    fn secret_for(
+        &mut self,
+        p: &Placeholder<'_>,
+        text: &[u8],
+        spot: Spot<'_>,
+        site: &Site,
+        enc: Encoding,
+    ) -> Option<Vec<u8>> {
         let unavailable = |credential, reason| CredentialError::Unavailable {
             key: p.key.to_string(),
             credential,
@@ -269,7 +364,19 @@ impl<'r, R: Resolve> Run<'r, R> {
             site: site.clone(),
         };
         match self.resolver.resolve(p.key) {
-            Resolution::Allow { secret, credential } => {
+            Resolution::Allow {
+                secret,
+                credential,
+                placement,
+            } => {
+                if !permits(placement, spot, p.span.start) {
+                    self.fail(CredentialError::PlacementMismatch {
+                        credential,
+                        site: site.clone(),
+                        placement: describe(placement),
+                    });
+                    return None;
+                }
                 let value = secret.expose();
                 if !allowed_in(value, enc) {
                     self.fail(unavailable(
@@ -279,7 +386,15 @@ impl<'r, R: Resolve> Run<'r, R> {
                     return None;
                 }
                 self.used.push(credential);
+                self.scrub.add(value.as_bytes(), text);
                 Some(encode(value, enc))
+            }
+            Resolution::RequiresTls { credential } => {
+                self.fail(CredentialError::RequiresTls {
+                    credential,
+                    site: site.clone(),
+                });
+                None
             }
             Resolution::OutsideBinding { credential, reason } => {
                 self.fail(CredentialError::EndpointMismatch {
@@ -312,6 +427,7 @@ impl<'r, R: Resolve> Run<'r, R> {
         raw: &[u8],
         decoded: &[u8],
         offsets: Option<&[usize]>,
+        spot: Spot<'_>,
         site: &Site,
         enc: Encoding,
     ) -> Option<Vec<u8>> {
@@ -336,8 +452,11 @@ impl<'r, R: Resolve> Run<'r, R> {
         let mut copied = 0;
         for p in &found {
             let Range { start, end } = p.span;
-            let secret = self.secret_for(p, site, enc);
+            let secret = self.secret_for(p, &decoded[start..end], spot, site, enc);
             if let Some(secret) = secret {
+                // The spelling sent upstream, if the site encoded it: scrubbed back to what
+                // the client wrote there.
+                self.scrub.add(&secret, &raw[raw_at(start)..raw_at(end)]);
                 out.extend_from_slice(&raw[copied..raw_at(start)]);
                 out.extend_from_slice(&secret);
                 copied = raw_at(end);
@@ -360,12 +479,17 @@ impl<'r, R: Resolve> Run<'r, R> {
         };
         let mut changed = false;
         let mut segments = Vec::new();
-        for segment in path.split('/') {
+        for (index, segment) in path.split('/').enumerate() {
             let (decoded, offsets) = percent_decode(segment.as_bytes(), false);
+            let spot = Spot::Segment {
+                index,
+                decoded: &decoded,
+            };
             match self.swap(
                 segment.as_bytes(),
                 &decoded,
                 Some(&offsets),
+                spot,
                 &Site::Path,
                 Encoding::PathSegment,
             ) {
@@ -421,7 +545,19 @@ impl<'r, R: Resolve> Run<'r, R> {
             let (decoded, offsets) = percent_decode(value, plus_is_space);
             out.extend_from_slice(name);
             out.push(b'=');
-            match self.swap(value, &decoded, Some(&offsets), site, Encoding::QueryValue) {
+            let spot = if *site == Site::Body {
+                Spot::Body
+            } else {
+                Spot::Query(&decoded_name)
+            };
+            match self.swap(
+                value,
+                &decoded,
+                Some(&offsets),
+                spot,
+                site,
+                Encoding::QueryValue,
+            ) {
                 Some(new) => {
                     changed = true;
                     out.extend_from_slice(&new);
@@ -445,24 +581,30 @@ impl<'r, R: Resolve> Run<'r, R> {
             return None;
         }
         let trimmed = trim_ows(value);
+        let spot = Spot::Header(name);
         // The whole value.
         if let Some(p) = exact(trimmed) {
-            return self.secret_for(&p, &site, Encoding::Header);
+            return self.secret_for(&p, trimmed, spot, &site, Encoding::Header);
         }
         // `Basic <base64 of user:pass>`.
         if let (Some(decoded), true) = (basic, basic_marker) {
             let split = scheme_split(trimmed)?;
-            let new = self.swap(&decoded, &decoded, None, &site, Encoding::Raw)?;
+            let new = self.swap(&decoded, &decoded, None, spot, &site, Encoding::Raw)?;
+            let token = BASIC.encode(&new);
+            // An echo of the header shows the new token: scrubbed back to the client's.
+            self.scrub
+                .add(token.as_bytes(), trim_ows(&trimmed[split..]));
             let mut out = trimmed[..split].to_vec();
             out.push(b' ');
-            out.extend_from_slice(BASIC.encode(&new).as_bytes());
+            out.extend_from_slice(token.as_bytes());
             return Some(out);
         }
         // `<scheme> <placeholder>`.
         if let Some(split) = scheme_split(trimmed)
             && let Some(p) = exact(trim_ows(&trimmed[split..]))
         {
-            let secret = self.secret_for(&p, &site, Encoding::Header)?;
+            let text = trim_ows(&trimmed[split..]);
+            let secret = self.secret_for(&p, text, spot, &site, Encoding::Header)?;
             let mut out = trimmed[..split].to_vec();
             out.push(b' ');
             out.extend_from_slice(&secret);

@@ -20,6 +20,10 @@ use zeroize::{Zeroize, Zeroizing};
 use super::placeholder;
 use super::profile::{CredentialRef, EnvKey, ProviderProfile};
 
+/// Values shorter than this are warned about: the response scrub and the log redactor
+/// replace every occurrence of a value, so a short one also replaces unrelated text.
+const SHORT_SECRET_LEN: usize = 8;
+
 /// Largest secrets file read; anything bigger is surely not one.
 const MAX_SECRETS_FILE_BYTES: u64 = 1024 * 1024;
 
@@ -203,6 +207,14 @@ pub enum SecretsWarning {
         key: EnvKey,
         reason: Unavailability,
     },
+    #[error(
+        "the value of env var `{key}` (credential `{credential}`) is only {len} characters long: sluice replaces every occurrence of it in responses and logs, so unrelated text that matches is replaced too"
+    )]
+    ShortValue {
+        credential: CredentialRef,
+        key: EnvKey,
+        len: usize,
+    },
     #[error("{}:{line}: `{key}` is not an env var of any provider credential; ignored", path.display())]
     UnusedFileKey {
         path: PathBuf,
@@ -275,6 +287,14 @@ impl SecretStore {
                     };
                     let entry = match value.map(Secret::new) {
                         Some(Ok(secret)) => {
+                            let len = secret.expose().chars().count();
+                            if len < SHORT_SECRET_LEN {
+                                warnings.push(SecretsWarning::ShortValue {
+                                    credential: cref.clone(),
+                                    key: key.clone(),
+                                    len,
+                                });
+                            }
                             store.secrets.push(secret);
                             let origin = SecretOrigin {
                                 source,
@@ -640,6 +660,7 @@ endpoints: [{host: slack.com, port: 443}]
         assert_eq!(
             w,
             [
+                "the value of env var `SLACK_BOT_TOKEN` (credential `slack/bot`) is only 6 characters long: sluice replaces every occurrence of it in responses and logs, so unrelated text that matches is replaced too",
                 "env var `SLACK_APP_TOKEN` of credential `slack/app` is unavailable (no value is set); its placeholder will be answered with credential_unavailable"
             ]
         );

@@ -39,6 +39,9 @@ pub enum BodyError {
     /// unresolved (spec §3.5); it was stopped before that chunk went upstream.
     #[error("a credential placeholder in the request body would reach the upstream unresolved")]
     Placeholder,
+    /// The chunked trailers carry a credential placeholder; they were not sent upstream.
+    #[error("a credential placeholder in the request trailers would reach the upstream unresolved")]
+    PlaceholderInTrailers,
 }
 
 /// Where decoded body bytes go: the channel to the upstream, through an optional guard that
@@ -267,6 +270,14 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
         trailers.append(name, value);
     }
     if !trailers.is_empty() {
+        // Trailers are headers: a placeholder there is never forwarded unresolved (sluice
+        // swaps placeholders in the request head only).
+        if trailers.iter().any(|(n, v)| {
+            crate::credentials::placeholder::contains_marker(n.as_str().as_bytes())
+                || crate::credentials::placeholder::contains_marker(v.as_bytes())
+        }) {
+            return Err(BodyError::PlaceholderInTrailers);
+        }
         send(&sink.tx, Frame::trailers(trailers)).await?;
     }
     Ok(total)

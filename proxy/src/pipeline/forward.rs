@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use super::caller::Known;
 use super::connect::dial_refusal;
 use super::destination;
+use super::inject;
 use super::judge;
 use super::target::{host_matches, parse_absolute, tunnel_target};
 use super::websocket::websocket;
@@ -235,6 +236,31 @@ impl Record<'_> {
                 duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 credentials: self.credentials.clone(),
             }));
+    }
+
+    /// Where this request goes, for credential findings; `None` without a known caller.
+    pub(super) fn dest(&self) -> Option<inject::Dest<'_>> {
+        Some(inject::Dest {
+            shared: self.shared,
+            conn_id: self.conn.id,
+            peer: self.conn.peer,
+            caller: self.caller?,
+            host: &self.host,
+            port: self.port,
+            ip: self.ip,
+            policy: self.policy.clone(),
+        })
+    }
+
+    /// Refuses with a refusal whose audit reason differs from its client text.
+    pub(super) async fn refuse_with<W: AsyncWrite + Unpin>(
+        &self,
+        wr: &mut W,
+        refused: inject::Refused,
+        engine: Engine,
+    ) -> Step {
+        let refusal = refused.refusal.with_reason(refused.reason);
+        self.refuse(wr, refusal, engine).await
     }
 
     pub(super) async fn refuse<W: AsyncWrite + Unpin>(
@@ -453,50 +479,44 @@ where
         judged.origin_form,
     );
 
-    // Credentials: placeholders become secrets only where each is bound (spec §3.3, §3.4).
+    // Credentials: placeholders become secrets only where each is bound and placed (spec
+    // §3.3, §3.4), and only over verified TLS unless the binding opts in to plaintext.
     // After this point the head may hold a secret: it is never logged or shown.
     let mut headers = head.headers.clone();
     let mut origin_form = origin_form;
-    if credentials::head_has_marker(&origin_form, &headers) {
-        let scope = credentials::RequestScope {
-            host: &host,
-            port,
-            path: &rec.path,
-            caller: known.policy_caller(),
-        };
-        let scoped = shared.credentials.scoped(scope);
-        match credentials::rewrite_request(&mut origin_form, &mut headers, &scoped) {
-            Ok(injected) => {
-                rec.credentials = injected
-                    .credentials
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect();
-            }
-            Err(e) => {
-                if let Some(kind) = e.finding() {
-                    super::emit_finding(
-                        shared,
-                        conn.id,
-                        conn.peer,
-                        Some(known),
-                        audit::Destination {
-                            host: host.clone(),
-                            port,
-                            ip: None,
-                        },
-                        kind,
-                        format!("credential misuse refused on {hp}: {e}"),
-                        None,
-                        rec.policy.clone(),
-                    );
-                }
-                let refusal = Refusal::new(e.status(), e.code(), e.client_message())
-                    .with("message", e.client_message());
-                return rec.refuse(wr, refusal, Engine::L7).await;
-            }
+    let transport = if rec.scheme == "https" {
+        credentials::Transport::VerifiedTls
+    } else {
+        credentials::Transport::Plaintext
+    };
+    let policy_key = rec.policy.clone();
+    let dest = |ip| inject::Dest {
+        shared,
+        conn_id: conn.id,
+        peer: conn.peer,
+        caller: known,
+        host: &host,
+        port,
+        ip,
+        policy: policy_key.clone(),
+    };
+    let mut scrub = match inject::inject_head(
+        &dest(None),
+        transport,
+        &rec.path,
+        &mut origin_form,
+        &mut headers,
+    ) {
+        Ok(injected) => {
+            rec.credentials = injected
+                .credentials
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            injected.scrub
         }
-    }
+        Err(refused) => return rec.refuse_with(wr, refused, Engine::L7).await,
+    };
     let key = (host.clone(), port);
     let upstream: &mut Upstream = match route {
         Route::Tunnel(t) => {
@@ -559,6 +579,13 @@ where
         .iter()
         .any(|r| policy.endpoint(*r).request_body_credential_rewrite);
     let guard_body = !body_rewrite && shared.credentials.is_credentialed(&host, port);
+    // Where placeholders must be found in the body, a compressed body would hide them.
+    if (guard_body || body_rewrite)
+        && framing != BodyFraming::None
+        && let Some(refused) = inject::encoded_body(head.header_values("content-encoding"))
+    {
+        return rec.refuse_with(wr, refused, Engine::L7).await;
+    }
     let expect_continue = head
         .header("expect")
         .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
@@ -578,6 +605,7 @@ where
                 port,
                 path: &rec.path,
                 caller: known.policy_caller(),
+                transport,
             };
             let scoped = shared.credentials.scoped(scope);
             let content_type = head
@@ -587,7 +615,19 @@ where
                 Ok(done) => {
                     rec.credentials
                         .extend(done.injected.credentials.iter().map(ToString::to_string));
+                    rec.credentials.sort();
+                    rec.credentials.dedup();
+                    if !done.injected.scrub.is_empty() {
+                        if scrub.is_empty() {
+                            credentials::ask_identity_encoding(&mut headers);
+                        }
+                        scrub.merge(&done.injected.scrub);
+                    }
                     rewritten = Some(bytes::Bytes::from(done.body.into_owned()));
+                }
+                Err(credentials::BodyError::Credential(e)) => {
+                    let refused = inject::refuse_credential(&dest(Some(upstream.addr.ip())), &e);
+                    return rec.refuse_with(wr, refused, Engine::L7).await;
                 }
                 Err(e) => {
                     let refusal = Refusal::new(e.status(), e.code(), e.to_string());
@@ -649,6 +689,7 @@ where
             key.as_deref(),
             engine,
             outcome,
+            scrub,
         )
         .await;
     }
@@ -684,8 +725,18 @@ where
         };
         let response = response.map_err(Exchange::Failed)?;
         let status = response.status().as_u16();
-        respond::write_response(wr, response, is_head, head.minor_version, client_keep_alive)
-            .await
+        let written = if scrub.is_empty() {
+            respond::write_response(wr, response, is_head, head.minor_version, client_keep_alive)
+                .await
+        } else {
+            // The request carried a secret: the response is scrubbed of it.
+            let dest = dest(rec.ip);
+            let response = inject::scrub(&dest, scrub, &rec.credentials, response)
+                .map_err(Exchange::Refused)?;
+            respond::write_response(wr, response, is_head, head.minor_version, client_keep_alive)
+                .await
+        };
+        written
             .map(|w| (status, w))
             .map_err(|e| Exchange::Midway(e.to_string()))
     };
@@ -760,6 +811,11 @@ where
                         "a credential placeholder in the request body would reach the upstream unresolved; this endpoint does not allow body rewriting (request_body_credential_rewrite)",
                     )
                 }
+                Some(Err(body::BodyError::PlaceholderInTrailers)) => Refusal::new(
+                    403,
+                    "credential_in_trailers",
+                    "a credential placeholder in the request trailers would reach the upstream unresolved; sluice swaps placeholders in request headers only",
+                ),
                 Some(Err(body_err)) => {
                     Refusal::new(400, "bad_request", format!("request body: {body_err}"))
                 }
@@ -771,6 +827,10 @@ where
                 .with_reason(e),
             };
             rec.refuse(wr, refusal, Engine::Proxy).await
+        }
+        Err(Exchange::Refused(refused)) => {
+            upstreams.remove(&key);
+            rec.refuse_with(wr, refused, Engine::L7).await
         }
         Err(Exchange::Midway(e)) => {
             // The head was sent: the only honest signal left is closing the connection.
@@ -841,6 +901,8 @@ async fn read_bounded<R: AsyncRead + Unpin + Send>(
 
 enum Exchange {
     Timeout,
+    /// The response may not reach the client (it cannot be scrubbed of a secret).
+    Refused(inject::Refused),
     Failed(String),
     Midway(String),
 }

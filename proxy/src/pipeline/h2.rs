@@ -35,13 +35,18 @@ use crate::policy::decide::Admission;
 type Body = BoxBody<Bytes, hyper::Error>;
 
 /// A client request body on its way upstream, stopped at the first credential placeholder
-/// when the destination must not receive one unresolved (spec §3.5).
+/// when the destination must not receive one unresolved (spec §3.5), and at trailers that
+/// hold one (trailers are headers: a placeholder there is never forwarded unresolved).
 #[derive(Debug)]
 pub struct Guarded {
     inner: Incoming,
     guard: Option<credentials::BodyGuard>,
-    tripped: Arc<std::sync::atomic::AtomicBool>,
+    tripped: Arc<std::sync::atomic::AtomicU8>,
 }
+
+/// Why a `Guarded` body stopped (`tripped`).
+const TRIPPED_BODY: u8 = 1;
+const TRIPPED_TRAILERS: u8 = 2;
 
 impl http_body::Body for Guarded {
     type Data = Bytes;
@@ -59,9 +64,21 @@ impl http_body::Body for Guarded {
                     && g.feed(data)
                 {
                     this.tripped
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                        .store(TRIPPED_BODY, std::sync::atomic::Ordering::Relaxed);
                     return Poll::Ready(Some(Err(
                         "credential placeholder in the request body".into()
+                    )));
+                }
+                if frame.trailers_ref().is_some_and(|t| {
+                    t.iter().any(|(n, v)| {
+                        credentials::placeholder::contains_marker(n.as_str().as_bytes())
+                            || credentials::placeholder::contains_marker(v.as_bytes())
+                    })
+                }) {
+                    this.tripped
+                        .store(TRIPPED_TRAILERS, std::sync::atomic::Ordering::Relaxed);
+                    return Poll::Ready(Some(Err(
+                        "credential placeholder in the request trailers".into(),
                     )));
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -218,52 +235,49 @@ async fn handle(
         .iter()
         .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
         .collect();
-    let mut injected: Vec<String> = Vec::new();
-    if credentials::head_has_marker(&origin_form, &headers) {
-        let path = judged.path.clone().unwrap_or_else(|| "/".to_string());
-        let scope = credentials::RequestScope {
-            host: &t.host,
-            port: t.port,
-            path: &path,
-            caller: t.known.policy_caller(),
-        };
-        let scoped = t.shared.credentials.scoped(scope);
-        match credentials::rewrite_request(&mut origin_form, &mut headers, &scoped) {
-            Ok(inj) => injected = inj.credentials.iter().map(ToString::to_string).collect(),
-            Err(e) => {
-                if let Some(kind) = e.finding() {
-                    super::emit_finding(
-                        &t.shared,
-                        t.conn_id,
-                        t.peer,
-                        Some(&t.known),
-                        audit::Destination {
-                            host: t.host.clone(),
-                            port: t.port,
-                            ip: Some(t.addr.ip()),
-                        },
-                        kind,
-                        format!("credential misuse refused on {hp}: {e}"),
-                        None,
-                        Some(judged.policy.clone()),
-                    );
-                }
-                let refusal = Refusal::new(e.status(), e.code(), e.client_message())
-                    .with("message", e.client_message());
-                let mut j = judged.clone();
-                j.outcome = Outcome::Denied;
-                emit(
-                    t,
-                    &method,
-                    &j,
-                    Some(refusal.status),
-                    0,
-                    started,
-                    Some(e.to_string()),
-                );
-                return refusal_response(&refusal);
-            }
+    let dest = super::inject::Dest {
+        shared: &t.shared,
+        conn_id: t.conn_id,
+        peer: t.peer,
+        caller: &t.known,
+        host: &t.host,
+        port: t.port,
+        ip: Some(t.addr.ip()),
+        policy: Some(judged.policy.clone()),
+    };
+    let path = judged.path.clone().unwrap_or_else(|| "/".to_string());
+    let (injected, scrub) = match super::inject::inject_head(
+        &dest,
+        credentials::Transport::VerifiedTls,
+        &path,
+        &mut origin_form,
+        &mut headers,
+    ) {
+        Ok(inj) => (
+            inj.credentials
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<String>>(),
+            inj.scrub,
+        ),
+        Err(refused) => {
+            let mut j = judged.clone();
+            j.outcome = Outcome::Denied;
+            return refuse_with(t, &method, &j, started, refused);
         }
+    };
+    let guard_body = t.shared.credentials.is_credentialed(&t.host, t.port);
+    if guard_body
+        && !http_body::Body::is_end_stream(&body)
+        && let Some(refused) = super::inject::encoded_body(
+            parts
+                .headers
+                .get_all(http::header::CONTENT_ENCODING)
+                .iter()
+                .map(HeaderValue::as_bytes),
+        )
+    {
+        return refuse_with(t, &method, &judged, started, refused);
     }
     let authority = if t.port == 443 {
         t.host.clone()
@@ -295,11 +309,10 @@ async fn handle(
     }
     // Opt-in body rewriting is done on HTTP/1.1 only so far; on HTTP/2 a placeholder in the
     // body of a credentialed endpoint is stopped like any other (never sent unresolved).
-    let tripped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tripped = Arc::new(std::sync::atomic::AtomicU8::new(0));
     let body = Guarded {
         inner: body,
-        guard: (t.shared.credentials.is_credentialed(&t.host, t.port))
-            .then(credentials::BodyGuard::new),
+        guard: guard_body.then(credentials::BodyGuard::new),
         tripped: Arc::clone(&tripped),
     };
     let upstream_req = match up.body(body) {
@@ -312,7 +325,15 @@ async fn handle(
     let timeout = t.shared.limits.upstream_timeout;
     let response = match tokio::time::timeout(timeout, sender.send_request(upstream_req)).await {
         Ok(Ok(r)) => r,
-        Ok(Err(_)) if tripped.load(std::sync::atomic::Ordering::Relaxed) => {
+        Ok(Err(_)) if tripped.load(std::sync::atomic::Ordering::Relaxed) == TRIPPED_TRAILERS => {
+            let refusal = Refusal::new(
+                403,
+                "credential_in_trailers",
+                "a credential placeholder in the request trailers would reach the upstream unresolved; sluice swaps placeholders in request headers only",
+            );
+            return refuse(t, &method, &judged, started, &refusal);
+        }
+        Ok(Err(_)) if tripped.load(std::sync::atomic::Ordering::Relaxed) == TRIPPED_BODY => {
             super::emit_finding(
                 &t.shared,
                 t.conn_id,
@@ -364,6 +385,16 @@ async fn handle(
     for n in drop {
         parts.headers.remove(n);
     }
+    let response = Response::from_parts(parts, body);
+    let body = if scrub.is_empty() {
+        response.map(BodyExt::boxed)
+    } else {
+        // The request carried a secret: the response is scrubbed of it.
+        match super::inject::scrub(&dest, scrub, &injected, response) {
+            Ok(r) => r.map(BodyExt::boxed),
+            Err(refused) => return refuse_with(t, &method, &judged, started, refused),
+        }
+    };
     let reason = judged.reason.clone();
     emit_with(
         t,
@@ -375,7 +406,19 @@ async fn handle(
         reason,
         injected,
     );
-    Response::from_parts(parts, body.boxed())
+    body
+}
+
+/// Audits and answers a refusal whose audit reason differs from its client text.
+fn refuse_with(
+    t: &H2Tunnel,
+    method: &str,
+    j: &Judged,
+    started: Instant,
+    refused: super::inject::Refused,
+) -> Response<Body> {
+    let refusal = refused.refusal.with_reason(refused.reason);
+    refuse(t, method, j, started, &refusal)
 }
 
 #[allow(clippy::too_many_arguments)] // the parts of one audit record

@@ -14,6 +14,7 @@ pub mod destination;
 pub mod doctor;
 pub mod forward;
 pub mod h2;
+mod inject;
 pub mod inspect;
 pub mod judge;
 pub mod target;

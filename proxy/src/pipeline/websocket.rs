@@ -38,6 +38,7 @@ pub(super) async fn websocket<R, W>(
     key: Option<&[u8]>,
     engine: Engine,
     outcome: Outcome,
+    scrub: crate::credentials::ScrubSet,
 ) -> Step
 where
     R: AsyncRead + Unpin + Send,
@@ -66,8 +67,16 @@ where
         }
     };
     let status = response.status().as_u16();
+    // A handshake that carried a secret: its answer is scrubbed of it (see `inject`).
+    let dest = (!scrub.is_empty()).then(|| rec.dest()).flatten();
     if status != 101 {
-        let written = respond::write_response(wr, response, false, 1, false).await;
+        let written = match &dest {
+            None => respond::write_response(wr, response, false, 1, false).await,
+            Some(d) => match super::inject::scrub(d, scrub, &rec.credentials, response) {
+                Ok(r) => respond::write_response(wr, r, false, 1, false).await,
+                Err(refused) => return rec.refuse_with(wr, refused, Engine::L7).await,
+            },
+        };
         rec.emit(
             outcome,
             engine,
@@ -93,6 +102,10 @@ where
             "the upstream's WebSocket handshake answer is not valid (RFC 6455)",
         );
         return rec.refuse(wr, refusal, Engine::Proxy).await;
+    }
+    let mut response = response;
+    if let Some(d) = &dest {
+        super::inject::scrub_head(d, &scrub, &rec.credentials, response.headers_mut());
     }
     let mut head = b"HTTP/1.1 101 Switching Protocols\r\n".to_vec();
     for (name, value) in response.headers() {

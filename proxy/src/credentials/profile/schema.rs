@@ -16,8 +16,8 @@ use crate::policy::validate::selector_for;
 use crate::policy::yaml::{Kind, Node, Pos, Style, parse_bool, parse_int};
 
 use super::{
-    AuthStyle, Category, CredentialName, CredentialSpec, EnvKey, ProfileEndpoint, ProfileId,
-    ProviderProfile, placeholder,
+    AuthStyle, Category, CredentialName, CredentialSpec, EnvKey, Placement, ProfileEndpoint,
+    ProfileId, ProviderProfile, placeholder,
 };
 
 const PROFILE_FIELDS: &[&str] = &[
@@ -56,7 +56,13 @@ const CREDENTIAL_UNSUPPORTED: &[(&str, &str)] = &[
         "`token_grant` (SPIFFE token grants) is not supported by sluice yet",
     ),
 ];
-const ENDPOINT_FIELDS: &[&str] = &["host", "port", "ports", "path"];
+const ENDPOINT_FIELDS: &[&str] = &[
+    "host",
+    "port",
+    "ports",
+    "path",
+    "allow_plaintext_credentials",
+];
 /// Policy settings: the reference composes profiles into policy entries, sluice does not, so
 /// these would be silently without effect; they belong on a policy endpoint.
 const ENDPOINT_POLICY_FIELDS: &[&str] = &[
@@ -413,6 +419,7 @@ impl Reader<'_> {
             header_name: None,
             query_param: None,
             path_template: None,
+            placement: Placement::AnyHeader,
             location: self.location(node.pos),
         };
         for (key, value) in fields {
@@ -499,6 +506,13 @@ impl Reader<'_> {
             );
             ok = false;
         }
+        match placement(&spec) {
+            Ok(p) => spec.placement = p,
+            Err(message) => {
+                self.error(node.pos, path, message);
+                ok = false;
+            }
+        }
         spec.name = name?;
         ok.then_some(spec)
     }
@@ -564,6 +578,7 @@ impl Reader<'_> {
         let mut ok = true;
         let (mut host, mut port, mut ports) = (None, None, None);
         let mut selector = PathSelector::All;
+        let mut allow_plaintext = false;
         for (key, value) in fields {
             let field = join(path, key);
             match key {
@@ -600,6 +615,10 @@ impl Reader<'_> {
                         }
                         ports = Some(list);
                     }
+                    None => ok = false,
+                },
+                "allow_plaintext_credentials" => match self.bool(value, &field) {
+                    Some(b) => allow_plaintext = b,
                     None => ok = false,
                 },
                 "path" => match self.string(value, &field) {
@@ -645,6 +664,7 @@ impl Reader<'_> {
             host,
             ports: all_ports,
             selector,
+            allow_plaintext,
             location: self.location(node.pos),
         })
     }
@@ -757,6 +777,69 @@ fn written_name(node: &Node<'_>) -> Option<String> {
         (Kind::Scalar(key, _), Kind::Scalar(name, _)) if key == "name" => Some(name.to_string()),
         _ => None,
     })
+}
+
+/// Where a credential goes, from its placement fields; an error for fields that contradict
+/// each other or a style without the field it needs.
+fn placement(spec: &CredentialSpec) -> Result<Placement, String> {
+    let header = spec.header_name.as_ref().map(|h| h.to_ascii_lowercase());
+    let query = spec.query_param.clone();
+    let template = spec.path_template.as_ref().map(|t| {
+        let (before, _) = t.split_once("{credential}").unwrap_or((t.as_str(), ""));
+        before.to_string()
+    });
+    let given: Vec<&str> = [
+        ("header_name", header.is_some()),
+        ("query_param", query.is_some()),
+        ("path_template", template.is_some()),
+    ]
+    .iter()
+    .filter(|(_, set)| *set)
+    .map(|(name, _)| *name)
+    .collect();
+    let only = |allowed: &str| -> Result<(), String> {
+        match given.iter().find(|g| **g != allowed) {
+            Some(extra) => Err(format!(
+                "`{extra}` does not apply to auth_style `{}`",
+                spec.auth_style.map_or("", AuthStyle::as_str)
+            )),
+            None => Ok(()),
+        }
+    };
+    match spec.auth_style {
+        Some(AuthStyle::Bearer | AuthStyle::Basic) => {
+            only("header_name")?;
+            Ok(Placement::Header(
+                header.unwrap_or_else(|| "authorization".to_string()),
+            ))
+        }
+        Some(AuthStyle::Header) => {
+            only("header_name")?;
+            header
+                .map(Placement::Header)
+                .ok_or_else(|| "auth_style `header` needs `header_name`".to_string())
+        }
+        Some(AuthStyle::Query) => {
+            only("query_param")?;
+            query
+                .map(Placement::Query)
+                .ok_or_else(|| "auth_style `query` needs `query_param`".to_string())
+        }
+        Some(AuthStyle::Path) => {
+            only("path_template")?;
+            Ok(Placement::Path(template))
+        }
+        None => match (header, query, template) {
+            (None, None, None) => Ok(Placement::AnyHeader),
+            (Some(h), None, None) => Ok(Placement::Header(h)),
+            (None, Some(q), None) => Ok(Placement::Query(q)),
+            (None, None, Some(t)) => Ok(Placement::Path(Some(t))),
+            _ => Err(format!(
+                "{} are given together: say where the credential goes with `auth_style`",
+                given.join(" and ")
+            )),
+        },
+    }
 }
 
 fn join(path: &str, key: &str) -> String {

@@ -210,33 +210,43 @@ fn path_values_that_change_the_path_are_refused() {
 
 #[test]
 fn query_values() {
-    let b = gh();
+    let b = bindings(&[("MAPS_KEY", "mk_secret")]);
     let (r, target, _) = run(
         &b,
-        "api.github.com",
-        "/search?q=a+b&key=openshell%3Aresolve%3Aenv%3AGH_TOKEN&both=openshell:resolve:env:GH_TOKEN-openshell:resolve:env:GITHUB_TOKEN&flag",
+        "maps.example.com",
+        "/search?q=a+b&key=openshell%3Aresolve%3Aenv%3AMAPS_KEY&flag",
         &[],
     );
-    r.unwrap();
+    let injected = r.unwrap();
+    assert_eq!(target, "/search?q=a+b&key=mk_secret&flag");
+    // The response scrub turns the secret back into what the client sent.
+    let mut echoed = Vec::new();
+    assert_eq!(injected.scrub.replace_all(b"got mk_secret", &mut echoed), 1);
+    assert_eq!(echoed, b"got openshell:resolve:env:MAPS_KEY");
+    let b = bindings(&[("MAPS_KEY", "a+b/c d")]);
+    let (r, target, _) = run(
+        &b,
+        "maps.example.com",
+        "/s?key=openshell:resolve:env:MAPS_KEY",
+        &[],
+    );
+    let injected = r.unwrap();
+    assert_eq!(target, "/s?key=a%2Bb%2Fc%20d");
+    // Both spellings the upstream could echo are scrubbed.
+    let mut echoed = Vec::new();
+    injected
+        .scrub
+        .replace_all(b"a+b/c d|a%2Bb%2Fc%20d", &mut echoed);
     assert_eq!(
-        target,
-        "/search?q=a+b&key=ghp_secret&both=ghp_secret-ghp_secret&flag"
+        echoed,
+        b"openshell:resolve:env:MAPS_KEY|openshell:resolve:env:MAPS_KEY"
     );
-    let b = bindings(&[("GH_TOKEN", "a+b/c d")]);
-    let (r, target, _) = run(
-        &b,
-        "api.github.com",
-        "/s?k=openshell:resolve:env:GH_TOKEN",
-        &[],
-    );
-    r.unwrap();
-    assert_eq!(target, "/s?k=a%2Bb%2Fc%20d");
     // Markers in a name or a bare part are refused.
     for t in [
-        "/s?openshell:resolve:env:GH_TOKEN=1",
-        "/s?openshell:resolve:env:GH_TOKEN",
+        "/s?openshell:resolve:env:MAPS_KEY=1",
+        "/s?openshell:resolve:env:MAPS_KEY",
     ] {
-        let (r, target, _) = run(&b, "api.github.com", t, &[]);
+        let (r, target, _) = run(&b, "maps.example.com", t, &[]);
         assert!(
             matches!(
                 r,
@@ -246,6 +256,146 @@ fn query_values() {
         );
         assert_eq!(target, t);
     }
+}
+
+#[test]
+fn placeholders_go_only_where_the_profile_places_them() {
+    let b = bindings(&[
+        ("MAPS_KEY", "mk_secret"),
+        ("GH_TOKEN", "ghp_secret"),
+        ("TELEGRAM_BOT_TOKEN", "123456:ABC-def"),
+    ]);
+    let placement = |r: Result<Injected, CredentialError>| match r {
+        Err(e @ CredentialError::PlacementMismatch { .. }) => {
+            assert_eq!(
+                (e.status(), e.code()),
+                (403, "credential_placement_mismatch")
+            );
+            assert_eq!(e.finding(), Some(FINDING_PLACEMENT_MISMATCH));
+            e.to_string()
+        }
+        other => panic!("{other:?}"),
+    };
+    // No placement declared (github): request headers only, never the path or query.
+    let (r, target, _) = run(
+        &b,
+        "api.github.com",
+        "/search?q=openshell:resolve:env:GH_TOKEN",
+        &[],
+    );
+    assert_eq!(
+        placement(r),
+        "credential `github/token` in the query string is not where its profile places it (request headers only)"
+    );
+    assert_eq!(target, "/search?q=openshell:resolve:env:GH_TOKEN");
+    let (r, _, _) = run(
+        &b,
+        "api.github.com",
+        "/x/openshell:resolve:env:GH_TOKEN",
+        &[],
+    );
+    placement(r);
+    // `query_param: key`: that parameter only, not another one, not a header.
+    let (r, _, _) = run(
+        &b,
+        "maps.example.com",
+        "/s?other=openshell:resolve:env:MAPS_KEY",
+        &[],
+    );
+    placement(r);
+    let (r, _, hs) = run(
+        &b,
+        "maps.example.com",
+        "/s",
+        &[("User-Agent", "openshell:resolve:env:MAPS_KEY")],
+    );
+    assert_eq!(
+        placement(r),
+        "credential `maps/api-key` in the header `User-Agent` is not where its profile places it (query parameter `key` only)"
+    );
+    assert_eq!(value(&hs, "User-Agent"), "openshell:resolve:env:MAPS_KEY");
+    // `path_template: /bot{credential}/`: that segment and position only.
+    for t in [
+        "/bot1/openshell:resolve:env:TELEGRAM_BOT_TOKEN",
+        "/bot/xopenshell:resolve:env:TELEGRAM_BOT_TOKEN",
+        "/botxopenshell:resolve:env:TELEGRAM_BOT_TOKEN/getMe",
+        "/bot/getMe?x=openshell:resolve:env:TELEGRAM_BOT_TOKEN",
+    ] {
+        let (r, _, _) = run(&b, "api.telegram.org", t, &[]);
+        placement(r);
+    }
+    let (r, _, _) = run(
+        &b,
+        "api.telegram.org",
+        "/bot1/x",
+        &[("X-Token", "openshell:resolve:env:TELEGRAM_BOT_TOKEN")],
+    );
+    placement(r);
+}
+
+#[test]
+fn plaintext_needs_the_binding_to_opt_in() {
+    let b = bindings(&[("MAPS_KEY", "mk_secret"), ("GH_TOKEN", "ghp_secret")]);
+    let plain = |host, port, target: &str, hs: &[(&str, &str)]| {
+        let mut target = target.to_string();
+        let mut hs = headers(hs);
+        let path = target.split('?').next().unwrap_or("").to_string();
+        let mut s = scope(host, port, &path, "/usr/bin/gh");
+        s.transport = crate::credentials::Transport::Plaintext;
+        let r = rewrite_request(&mut target, &mut hs, &b.scoped(s));
+        (r, target, hs)
+    };
+    let (r, _, hs) = plain(
+        "api.github.com",
+        443,
+        "/user",
+        &[("Authorization", "Bearer openshell:resolve:env:GH_TOKEN")],
+    );
+    let e = r.unwrap_err();
+    assert_eq!((e.status(), e.code()), (403, "credential_requires_tls"));
+    assert_eq!(e.finding(), Some(FINDING_REQUIRES_TLS));
+    assert_eq!(
+        value(&hs, "Authorization"),
+        "Bearer openshell:resolve:env:GH_TOKEN"
+    );
+    // `allow_plaintext_credentials: true` on the matching profile endpoint.
+    let (r, target, _) = plain(
+        "plain.example.com",
+        8080,
+        "/s?key=openshell:resolve:env:MAPS_KEY",
+        &[],
+    );
+    r.unwrap();
+    assert_eq!(target, "/s?key=mk_secret");
+    let (r, _, _) = plain(
+        "maps.example.com",
+        443,
+        "/s?key=openshell:resolve:env:MAPS_KEY",
+        &[],
+    );
+    assert_eq!(r.unwrap_err().code(), "credential_requires_tls");
+}
+
+#[test]
+fn basic_auth_echo_is_scrubbed_back_to_the_clients_token() {
+    let b = gh();
+    let creds = BASIC.encode("x:openshell:resolve:env:GH_TOKEN");
+    let (r, _, hs) = run(
+        &b,
+        "api.github.com",
+        "/",
+        &[("Authorization", &format!("Basic {creds}"))],
+    );
+    let injected = r.unwrap();
+    let sent = value(&hs, "Authorization").to_string();
+    let mut echoed = Vec::new();
+    injected
+        .scrub
+        .replace_all(format!("{sent} x:ghp_secret").as_bytes(), &mut echoed);
+    assert_eq!(
+        String::from_utf8(echoed).unwrap(),
+        format!("Basic {creds} x:openshell:resolve:env:GH_TOKEN")
+    );
 }
 
 #[test]

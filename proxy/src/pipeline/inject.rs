@@ -1,0 +1,185 @@
+//! The credential steps of one inspected request, shared by HTTP/1.1 (`forward.rs`) and
+//! HTTP/2 (`h2.rs`): swap the head's placeholders (refusing misuse with its status, code and
+//! finding), ask for an unencoded response when a secret went in, scrub the response of every
+//! injected secret (with a finding when one comes back), and refuse what cannot be inspected
+//! (an encoded request body where placeholders must be found, a placeholder in trailers).
+//!
+//! The rules themselves live in `credentials` (`rewrite`, `binding`, `scrub`); this module
+//! only binds them to a request's destination and to audit.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use http::Response;
+use http_body::Body;
+
+use super::Shared;
+use super::caller::Known;
+use crate::audit;
+use crate::credentials::{self, CredentialError, Injected, ScrubSet, Scrubbed, Transport};
+use crate::http::respond::Refusal;
+
+/// Where an inspected request goes, as its findings name it.
+#[derive(Debug)]
+pub(super) struct Dest<'a> {
+    pub(super) shared: &'a Shared,
+    pub(super) conn_id: u64,
+    pub(super) peer: SocketAddr,
+    pub(super) caller: &'a Known,
+    pub(super) host: &'a str,
+    pub(super) port: u16,
+    pub(super) ip: Option<IpAddr>,
+    pub(super) policy: Option<String>,
+}
+
+impl Dest<'_> {
+    fn finding(&self, kind: &str, title: String, credential: Option<String>) -> audit::Event {
+        audit::Event::Finding(audit::Finding {
+            time: SystemTime::now(),
+            id: self.conn_id,
+            caller: Some(self.caller.audit.clone()),
+            src: self.peer,
+            dst: audit::Destination {
+                host: self.host.to_string(),
+                port: self.port,
+                ip: self.ip,
+            },
+            kind: kind.to_string(),
+            title,
+            credential,
+            policy: self.policy.clone(),
+            severity: audit::Severity::High,
+        })
+    }
+
+    fn hp(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// A refused request: what the client is told, and what audit records as the reason.
+#[derive(Debug)]
+pub(super) struct Refused {
+    pub(super) refusal: Refusal,
+    pub(super) reason: String,
+}
+
+/// Swaps the placeholders of a request head (`target` is the canonical origin-form target,
+/// `path` the canonical path policy judged). When a secret went in, the upstream is asked for
+/// an unencoded response, which the caller must pass through `scrub`.
+pub(super) fn inject_head(
+    d: &Dest<'_>,
+    transport: Transport,
+    path: &str,
+    target: &mut String,
+    headers: &mut Vec<(String, Vec<u8>)>,
+) -> Result<Injected, Refused> {
+    if !credentials::head_has_marker(target, headers) {
+        return Ok(Injected::default());
+    }
+    let scope = credentials::RequestScope {
+        host: d.host,
+        port: d.port,
+        path,
+        caller: d.caller.policy_caller(),
+        transport,
+    };
+    let scoped = d.shared.credentials.scoped(scope);
+    match credentials::rewrite_request(target, headers, &scoped) {
+        Ok(injected) => {
+            if !injected.is_empty() {
+                credentials::ask_identity_encoding(headers);
+            }
+            Ok(injected)
+        }
+        Err(e) => Err(refuse_credential(d, &e)),
+    }
+}
+
+/// The refusal (and the finding, for misuse) of a credential error.
+pub(super) fn refuse_credential(d: &Dest<'_>, e: &CredentialError) -> Refused {
+    if let Some(kind) = e.finding() {
+        let credential = match e {
+            CredentialError::EndpointMismatch { credential, .. }
+            | CredentialError::PlacementMismatch { credential, .. }
+            | CredentialError::RequiresTls { credential, .. } => Some(credential.to_string()),
+            _ => None,
+        };
+        d.shared.audit.emit(&d.finding(
+            kind,
+            format!("credential misuse refused on {}: {e}", d.hp()),
+            credential,
+        ));
+    }
+    Refused {
+        refusal: Refusal::new(e.status(), e.code(), e.client_message())
+            .with("message", e.client_message()),
+        reason: e.to_string(),
+    }
+}
+
+/// Scrubs a response to a request that carried injected secrets (see
+/// `credentials::scrub_response`); a Detection Finding is emitted at the first secret found.
+pub(super) fn scrub<B>(
+    d: &Dest<'_>,
+    set: ScrubSet,
+    credentials: &[String],
+    response: Response<B>,
+) -> Result<Response<Scrubbed<B>>, Refused>
+where
+    B: Body<Data = bytes::Bytes> + Unpin,
+{
+    let event = reflected(d, credentials);
+    let audit = Arc::clone(&d.shared.audit);
+    credentials::scrub_response(
+        response,
+        Arc::new(set),
+        Box::new(move || audit.emit(&event)),
+    )
+    .map_err(|e| Refused {
+        refusal: Refusal::new(e.status(), e.code(), e.to_string()),
+        reason: e.to_string(),
+    })
+}
+
+/// Scrubs the head of a WebSocket handshake's `101` (its frames are relayed as they are).
+pub(super) fn scrub_head(
+    d: &Dest<'_>,
+    set: &ScrubSet,
+    credentials: &[String],
+    headers: &mut http::HeaderMap,
+) {
+    if credentials::scrub::scrub_headers(headers, set) > 0 {
+        d.shared.audit.emit(&reflected(d, credentials));
+    }
+}
+
+fn reflected(d: &Dest<'_>, credentials: &[String]) -> audit::Event {
+    d.finding(
+        credentials::scrub::FINDING_REFLECTED,
+        format!(
+            "the response from {} carried an injected credential; it was replaced by its placeholder",
+            d.hp()
+        ),
+        (!credentials.is_empty()).then(|| credentials.join(",")),
+    )
+}
+
+/// A request body that cannot be scanned for placeholders where they must be found (it is
+/// compressed): refused before anything goes upstream.
+pub(super) fn encoded_body<'h>(
+    mut content_encodings: impl Iterator<Item = &'h [u8]>,
+) -> Option<Refused> {
+    let coding = content_encodings.find_map(|v| {
+        let c = String::from_utf8_lossy(v).trim().to_ascii_lowercase();
+        (!c.is_empty() && c != "identity").then_some(c)
+    })?;
+    let detail = format!(
+        "a request body with Content-Encoding `{coding}` to a credentialed endpoint cannot be scanned for credential placeholders; send it uncompressed"
+    );
+    Some(Refused {
+        refusal: Refusal::new(415, "credential_scan_encoded_body", detail.clone()),
+        reason: detail,
+    })
+}

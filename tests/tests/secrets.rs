@@ -1,0 +1,517 @@
+//! End-to-end attacks on the promise that the agent can use a credential without ever
+//! holding it: a secret swapped into plaintext HTTP, a bound API that echoes the request back,
+//! placeholders where the profile does not place them, in a compressed body or in trailers,
+//! and a real secret in a caller's own command line reaching the audit log. Real sluice,
+//! real curl, Python and Node clients, local origins; after each, every byte the client, the
+//! logs and the files received is swept for the secret, and every audit event is validated
+//! against OCSF.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use sluice_e2e::ocsf::class;
+use sluice_e2e::origin::{EchoOrigin, HttpOrigin};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, python, realpath, run};
+
+const SECRET: &str = "s3cr3t-VALUE-7f3a9c";
+const PLACEHOLDER: &str = "openshell:resolve:env:TEST_API_KEY";
+
+/// The Detection Finding of `kind`, waited for.
+fn finding(sluice: &Sluice, kind: &str) -> Value {
+    sluice.wait_event(kind, |e| {
+        class(e) == 2004 && e["finding_info"]["types"][0].as_str() == Some(kind)
+    })
+}
+
+/// No byte of sluice's audit log, its stderr, or any file in `dirs` holds `secret`.
+fn assert_nowhere(sluice: &Sluice, secret: &str, dirs: &[&Path]) {
+    let audit = std::fs::read_to_string(&sluice.audit_path).unwrap();
+    assert!(!audit.contains(secret), "the audit log holds the secret");
+    assert!(
+        !sluice.stderr().contains(secret),
+        "sluice's stderr holds the secret"
+    );
+    for d in dirs {
+        for f in std::fs::read_dir(d).unwrap().flatten() {
+            let bytes = std::fs::read(f.path()).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(secret),
+                "the secret is in {}",
+                f.path().display()
+            );
+        }
+    }
+}
+
+fn node() -> String {
+    let (_, out, _) = run(Command::new("sh").args(["-c", "command -v node"]));
+    realpath(out.trim())
+}
+
+// === 1. Never in plaintext ===
+
+/// sluice with `TEST_API_KEY` bound to `origin` (and, opted in to plaintext, to `optin`),
+/// plain HTTP origins; the test binary and curl may reach both.
+fn plaintext_setup(dir: &TempDir, origin: &HttpOrigin, optin: Option<&HttpOrigin>) -> Sluice {
+    let ports: Vec<u16> = std::iter::once(origin.port())
+        .chain(optin.map(HttpOrigin::port))
+        .collect();
+    let endpoints: String = ports
+        .iter()
+        .map(|p| format!("      - {{host: 127.0.0.1, port: {p}, protocol: rest, enforcement: enforce, access: full}}\n"))
+        .collect();
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n{endpoints}    binaries:\n      - path: /usr/bin/curl\n      - path: {}\n",
+        me()
+    );
+    let mut profile = format!(
+        "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {}}}\n",
+        origin.port()
+    );
+    if let Some(o) = optin {
+        profile.push_str(&format!(
+            "  - {{host: 127.0.0.1, port: {}, allow_plaintext_credentials: true}}\n",
+            o.port()
+        ));
+    }
+    let providers = dir.write("providers.yaml", &profile);
+    Sluice::intercepting(dir, &p, &[], Some(&providers), &[("TEST_API_KEY", SECRET)]).0
+}
+
+#[test]
+fn a_secret_never_travels_in_plaintext() {
+    let dir = TempDir::new("plain");
+    let origin = HttpOrigin::start();
+    let sluice = plaintext_setup(&dir, &origin, None);
+    let auth = format!("Authorization: Bearer {PLACEHOLDER}");
+
+    // CONNECT to the bound host and port, then plain HTTP inside the tunnel.
+    let mut s = TcpStream::connect(sluice.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let port = origin.port();
+    s.write_all(
+        format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut head = [0u8; 39];
+    s.read_exact(&mut head).unwrap();
+    assert!(
+        String::from_utf8_lossy(&head).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    s.write_all(
+        format!("GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.contains(" 403 ") && answer.contains("\"error\":\"credential_requires_tls\""),
+        "{answer}"
+    );
+    assert!(!answer.contains(SECRET));
+
+    // The same with curl: absolute form, and a tunnel (`--proxytunnel`) to an http:// URL.
+    for tunnel in [false, true] {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-s", "--max-time", "20", "-x", &sluice.proxy_url()]);
+        if tunnel {
+            cmd.arg("--proxytunnel");
+        }
+        cmd.args(["-w", "\n%{http_code}", "-H", &auth])
+            .arg(format!("http://127.0.0.1:{port}/v1/models"));
+        let (_, out, err) = run(&mut cmd);
+        assert!(out.ends_with("403"), "tunnel={tunnel}: {out}{err}");
+        assert!(out.contains("credential_requires_tls"), "{out}");
+        assert!(!out.contains(SECRET));
+    }
+    // Nothing reached the plaintext origin.
+    assert!(origin.received().is_empty(), "{:?}", origin.received());
+    let f = finding(&sluice, "sluice.provider_credential.requires_tls");
+    assert_eq!(f["unmapped"]["credential"], "test-api/api-key", "{f}");
+    assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), dir.path()]);
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn a_binding_that_opts_in_gets_the_secret_over_plaintext() {
+    let dir = TempDir::new("optin");
+    let origin = HttpOrigin::start();
+    let optin = HttpOrigin::start();
+    let sluice = plaintext_setup(&dir, &origin, Some(&optin));
+    let auth = format!("Authorization: Bearer {PLACEHOLDER}");
+    let curl = |port: u16| {
+        run(Command::new("curl")
+            .args(["-s", "--max-time", "20", "-x", &sluice.proxy_url()])
+            .args(["-w", "\n%{http_code}", "-H", &auth])
+            .arg(format!("http://127.0.0.1:{port}/echo")))
+    };
+    let (_, out, err) = curl(optin.port());
+    assert!(out.ends_with("200"), "{out}{err}\n{}", sluice.stderr());
+    assert!(!out.contains(SECRET), "{out}");
+    assert_eq!(
+        optin
+            .received()
+            .last()
+            .and_then(|r| r.header("authorization")),
+        Some(format!("Bearer {SECRET}").as_str())
+    );
+    // The opt-in is per endpoint: the other one still refuses.
+    let (_, out, _) = curl(origin.port());
+    assert!(out.ends_with("403"), "{out}");
+    assert!(origin.received().is_empty());
+    assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), dir.path()]);
+    assert_events_valid(&sluice);
+}
+
+// === 2. Never reflected back ===
+
+/// sluice terminating TLS for an echoing origin whose profile places the key as a bearer
+/// token; curl as the client.
+fn echo_setup(dir: &TempDir, origin: &EchoOrigin) -> (Sluice, std::path::PathBuf) {
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n      - path: {}\n      - path: {}\n",
+        origin.port(),
+        python(),
+        node()
+    );
+    let providers = dir.write(
+        "providers.yaml",
+        &format!(
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {}}}\n",
+            origin.port()
+        ),
+    );
+    Sluice::intercepting(
+        dir,
+        &p,
+        &[&origin.cert],
+        Some(&providers),
+        &[("TEST_API_KEY", SECRET)],
+    )
+}
+
+fn curl(sluice: &Sluice, ca: &Path, http: &str, args: &[&str], url: &str) -> String {
+    run(Command::new("curl")
+        .args(["-s", "-i", "--max-time", "20", http, "--cacert"])
+        .arg(ca)
+        .args(["-x", &sluice.proxy_url(), "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(url))
+    .1
+}
+
+#[test]
+fn a_bound_api_that_echoes_the_request_never_hands_the_secret_back() {
+    let dir = TempDir::new("reflect");
+    let origin = EchoOrigin::start(dir.path());
+    let (sluice, ca) = echo_setup(&dir, &origin);
+    let base = format!("https://127.0.0.1:{}", origin.port());
+    let auth = format!("Authorization: Bearer {PLACEHOLDER}");
+    for http in ["--http1.1", "--http2"] {
+        // The client asks for gzip: sluice asks the origin for identity instead, so that the
+        // echo can be scanned.
+        let out = curl(
+            &sluice,
+            &ca,
+            http,
+            &["-H", &auth, "-H", "Accept-Encoding: gzip"],
+            &format!("{base}/v1/echo?x=1"),
+        );
+        assert!(out.ends_with("200"), "{http}: {out}\n{}", sluice.stderr());
+        assert!(
+            !out.contains(SECRET),
+            "{http}: the client saw the secret:\n{out}"
+        );
+        // The echo arrived, with the placeholder where the secret was: in the echoed header
+        // and in the body, which came seven bytes at a time.
+        let lower = out.to_ascii_lowercase();
+        assert!(
+            lower.contains(
+                &format!("x-echo-authorization: bearer {PLACEHOLDER}").to_ascii_lowercase()
+            ),
+            "{http}: {out}"
+        );
+        assert!(
+            out.contains(&format!("\"authorization\":\"Bearer {PLACEHOLDER}\"")),
+            "{http}: {out}"
+        );
+        assert!(!lower.contains("content-length:"), "{http}: {out}");
+    }
+    let got = origin.received();
+    assert_eq!(got.len(), 2, "{got:?}");
+    for r in &got {
+        assert_eq!(
+            r["headers"]["authorization"],
+            format!("Bearer {SECRET}"),
+            "{r}"
+        );
+        assert_eq!(r["headers"]["accept-encoding"], "identity", "{r}");
+    }
+    let f = finding(&sluice, "sluice.provider_credential.reflected");
+    assert_eq!(f["unmapped"]["credential"], "test-api/api-key", "{f}");
+
+    // An origin that compresses anyway: refused, the encoded echo never reaches the client.
+    for http in ["--http1.1", "--http2"] {
+        let out = curl(&sluice, &ca, http, &["-H", &auth], &format!("{base}/gzip"));
+        assert!(out.ends_with("502"), "{http}: {out}");
+        assert!(out.contains("credential_response_encoded"), "{http}: {out}");
+    }
+    // A response to a request without a secret is left alone (its length kept).
+    let out = curl(&sluice, &ca, "--http1.1", &[], &format!("{base}/plain"));
+    assert!(out.ends_with("200"), "{out}");
+    assert!(
+        out.to_ascii_lowercase().contains("content-length:"),
+        "{out}"
+    );
+
+    assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), ca.parent().unwrap()]);
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn a_placeholder_goes_only_where_the_profile_places_it() {
+    let dir = TempDir::new("placement");
+    let origin = EchoOrigin::start(dir.path());
+    let (sluice, ca) = echo_setup(&dir, &origin);
+    let base = format!("https://127.0.0.1:{}", origin.port());
+    for http in ["--http1.1", "--http2"] {
+        for (args, path) in [
+            (
+                vec!["-H".to_string(), format!("User-Agent: {PLACEHOLDER}")],
+                "/v1/a".to_string(),
+            ),
+            (
+                vec!["-H".to_string(), format!("X-Api-Key: {PLACEHOLDER}")],
+                "/v1/b".to_string(),
+            ),
+            (Vec::new(), format!("/v1/{PLACEHOLDER}/c")),
+            (Vec::new(), format!("/v1/d?key={PLACEHOLDER}")),
+        ] {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = curl(&sluice, &ca, http, &args, &format!("{base}{path}"));
+            assert!(out.ends_with("403"), "{http} {args:?} {path}: {out}");
+            assert!(
+                out.contains("\"error\":\"credential_placement_mismatch\""),
+                "{http} {args:?} {path}: {out}"
+            );
+        }
+    }
+    assert!(origin.received().is_empty(), "{:?}", origin.received());
+    finding(&sluice, "sluice.provider_credential.placement_mismatch");
+    assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), dir.path()]);
+    assert_events_valid(&sluice);
+}
+
+// === 8. Compressed bodies and trailers ===
+
+#[test]
+fn placeholders_in_compressed_bodies_or_trailers_never_reach_the_upstream() {
+    let dir = TempDir::new("encbody");
+    let origin = EchoOrigin::start(dir.path());
+    let (sluice, ca) = echo_setup(&dir, &origin);
+    let base = format!("https://127.0.0.1:{}", origin.port());
+    // A gzipped body hides the placeholder from a byte scan: refused, over both protocols.
+    let gz = dir.path().join("body.gz");
+    let (code, _, err) = run(Command::new(python()).arg("-c").arg(format!(
+        "import gzip; open({:?}, 'wb').write(gzip.compress(b'{{\"k\": \"{PLACEHOLDER}\"}}'))",
+        gz.display().to_string()
+    )));
+    assert_eq!(code, 0, "{err}");
+    for http in ["--http1.1", "--http2"] {
+        let out = curl(
+            &sluice,
+            &ca,
+            http,
+            &[
+                "-H",
+                "Content-Encoding: gzip",
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                &format!("@{}", gz.display()),
+            ],
+            &format!("{base}/v1/gz"),
+        );
+        assert!(out.ends_with("415"), "{http}: {out}");
+        assert!(
+            out.contains("credential_scan_encoded_body"),
+            "{http}: {out}"
+        );
+    }
+    // HTTP/1.1 chunked trailers with a placeholder (Python, raw chunked framing).
+    let script = format!(
+        "import http.client, ssl\nctx = ssl.create_default_context(cafile={ca:?})\nc = http.client.HTTPSConnection('127.0.0.1', {sport}, context=ctx, timeout=20)\nc.set_tunnel('127.0.0.1', {port})\nc.putrequest('POST', '/v1/trailers1')\nc.putheader('Transfer-Encoding', 'chunked')\nc.putheader('Trailer', 'X-Sig')\nc.endheaders()\ntry:\n    c.send(b'5\\r\\nhello\\r\\n0\\r\\nX-Sig: {PLACEHOLDER}\\r\\n\\r\\n')\n    r = c.getresponse()\n    print(r.status, r.read().decode())\nexcept Exception as e:\n    print('reset', type(e).__name__)\n",
+        ca = ca.display().to_string(),
+        port = origin.port(),
+        sport = sluice.addr().port(),
+    );
+    let (_, out, err) = run(Command::new(python()).arg("-c").arg(&script));
+    assert!(
+        out.starts_with("403") && out.contains("credential_in_trailers"),
+        "{out}{err}"
+    );
+    // HTTP/2 trailers (Node's http2 client through a CONNECT tunnel).
+    let node_client = format!(
+        "const http = require('http'), tls = require('tls'), http2 = require('http2'), fs = require('fs');\nconst req = http.request({{ host: '127.0.0.1', port: {sport}, method: 'CONNECT', path: '127.0.0.1:{port}' }});\nreq.on('connect', (res, socket) => {{\n  const client = http2.connect('https://127.0.0.1:{port}', {{ createConnection: () => tls.connect({{ socket, host: '127.0.0.1', ca: fs.readFileSync({ca:?}), ALPNProtocols: ['h2'] }}) }});\n  const s = client.request({{ ':method': 'POST', ':path': '/v1/trailers2' }}, {{ waitForTrailers: true }});\n  s.on('wantTrailers', () => s.sendTrailers({{ 'x-sig': '{PLACEHOLDER}' }}));\n  let status = 0, body = '';\n  s.on('response', (h) => {{ status = h[':status']; }});\n  s.on('data', (d) => {{ body += d; }});\n  s.on('end', () => {{ console.log(status + ' ' + body); client.close(); }});\n  s.on('error', (e) => {{ console.log('reset ' + e.code); client.close(); }});\n  s.end('hello');\n}});\nreq.end();\n",
+        ca = ca.display().to_string(),
+        port = origin.port(),
+        sport = sluice.addr().port(),
+    );
+    let (_, out, err) = run(Command::new("node").arg("-e").arg(&node_client));
+    assert!(
+        out.starts_with("403") && out.contains("credential_in_trailers"),
+        "{out}{err}\n{}",
+        sluice.stderr()
+    );
+    // The origin never saw a placeholder or a secret, in a body, a header or a trailer.
+    let log = origin.log_text();
+    assert!(!log.contains("openshell") && !log.contains(SECRET), "{log}");
+    assert!(!log.contains("/v1/gz"), "a gzipped body arrived: {log}");
+    assert_nowhere(&sluice, SECRET, &[sluice.dir.path()]);
+    assert_events_valid(&sluice);
+}
+
+// === 9. Secrets in a caller's own command line ===
+
+#[test]
+fn a_secret_in_a_callers_command_line_never_reaches_a_log() {
+    const FILE_SECRET: &str = "file-s3cr3t-b41d2e";
+    let dir = TempDir::new("cmdline");
+    let origin = HttpOrigin::start();
+    // Allowed: the origin. Denied: any other port. Both are audited with the command line.
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  web:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        origin.port()
+    );
+    let providers = dir.write(
+        "providers.yaml",
+        "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n  - name: other\n    env_vars: [OTHER_KEY]\nendpoints:\n  - {host: api.example.test, port: 443}\n",
+    );
+    let secrets = dir.write("secrets.env", &format!("OTHER_KEY={FILE_SECRET}\n"));
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut sluice = Sluice::start_with_env(
+        &p,
+        &[
+            "--allow-loopback-upstream",
+            "--providers",
+            &providers.display().to_string(),
+            "--secrets-file",
+            &secrets.display().to_string(),
+            "--log-format",
+            "json",
+        ],
+        &[("TEST_API_KEY", SECRET)],
+    );
+    for port in [origin.port(), 9] {
+        let (_, out, err) = run(Command::new("curl")
+            .args(["-s", "--max-time", "20", "-x", &sluice.proxy_url()])
+            .args(["-w", "\n%{http_code}", "-H", &format!("X-Debug: {SECRET}")])
+            .args(["-H", &format!("X-Other: {FILE_SECRET}")])
+            .arg(format!("http://127.0.0.1:{port}/hello")));
+        let want = if port == 9 { "403" } else { "200" };
+        assert!(out.ends_with(want), "{port}: {out}{err}");
+    }
+    let e = sluice.wait_event("a denial of the curl with the secrets", |e| {
+        e["action_id"] == 2
+            && e["actor"]["process"]["cmd_line"]
+                .as_str()
+                .is_some_and(|c| c.contains("X-Debug"))
+    });
+    let cmd_line = e["actor"]["process"]["cmd_line"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        cmd_line.contains("[redacted:test-api/api-key]")
+            && cmd_line.contains("[redacted:test-api/other]"),
+        "{e}"
+    );
+    sluice.stop();
+    for s in [SECRET, FILE_SECRET] {
+        assert_nowhere(&sluice, s, &[sluice.dir.path()]);
+    }
+    assert!(sluice.stderr().contains("[redacted:test-api/api-key]"));
+    assert_events_valid(&sluice);
+}
+
+// === The scrub keeps streams streaming ===
+
+#[test]
+fn responses_to_requests_with_a_secret_still_stream() {
+    let dir = TempDir::new("scrubstream");
+    let origin = sluice_e2e::origin::H2Origin::start(dir.path());
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        origin.port()
+    );
+    let providers = dir.write(
+        "providers.yaml",
+        &format!(
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {}}}\n",
+            origin.port()
+        ),
+    );
+    let (sluice, ca) = Sluice::intercepting(
+        &dir,
+        &p,
+        &[&origin.cert],
+        Some(&providers),
+        &[("TEST_API_KEY", SECRET)],
+    );
+    let base = format!("https://127.0.0.1:{}", origin.port());
+    let proxy = sluice.proxy_url();
+    // Server-sent events: each arrives when sent (~700 ms apart), not held for the scrub.
+    for http in ["--http1.1", "--http2"] {
+        let sse = format!(
+            "curl -sSN {http} --max-time 30 --cacert {} -x {proxy} -H 'Authorization: Bearer {PLACEHOLDER}' {base}/sse | while read -r line; do [ -n \"$line\" ] && echo \"$line $(date +%s%3N)\"; done",
+            ca.display()
+        );
+        let (_, out, err) = run(Command::new("sh").args(["-c", &sse]));
+        let lines: Vec<Vec<i64>> = out
+            .lines()
+            .map(|l| {
+                l.split_whitespace()
+                    .skip(2)
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(lines.len(), 3, "{http}: {out}\n{err}\n{}", sluice.stderr());
+        for l in &lines {
+            assert!(l[1] - l[0] < 300, "{http}: event delayed: {out}");
+        }
+    }
+    // 256 MiB through the scrub, in constant memory, every byte delivered.
+    const SIZE: u64 = 256 << 20;
+    let (code, out, err) = run(Command::new("curl")
+        .args(["-sS", "--http1.1", "--max-time", "300", "--cacert"])
+        .arg(&ca)
+        .args(["-x", &proxy, "-o", "/dev/null", "-w", "%{size_download}"])
+        .args(["-H", &format!("Authorization: Bearer {PLACEHOLDER}")])
+        .arg(format!("{base}/bytes/{SIZE}")));
+    assert_eq!((code, out.trim()), (0, SIZE.to_string().as_str()), "{err}");
+    let peak = sluice.peak_rss_kib();
+    assert!(
+        peak > 0 && peak < 64 * 1024,
+        "sluice's peak RSS was {peak} KiB"
+    );
+    // The secret went into each of the three requests.
+    let injected = sluice
+        .events()
+        .iter()
+        .filter(|e| {
+            class(e) == 4002 && e["unmapped"]["credentials_injected"][0] == "test-api/api-key"
+        })
+        .count();
+    assert_eq!(injected, 3);
+    assert_nowhere(&sluice, SECRET, &[sluice.dir.path()]);
+    assert_events_valid(&sluice);
+}
