@@ -266,7 +266,7 @@ fn launch(policy: &Policy, sink: &mut StatusSink) -> Result<Infallible, LaunchEr
     let session = process::new_session()?;
 
     // 9. Drop privileges (bounding set, groups, gid, uid) and verify.
-    let dropped = privilege::drop_and_verify(policy.uid, policy.gid, mode, policy.compat)?;
+    let dropped = privilege::drop_and_verify(policy.uid, policy.gid, mode)?;
     degraded.extend(dropped.degraded.iter().cloned());
 
     // 10. Parent-death signal, after the uid change that would clear it.
