@@ -212,6 +212,17 @@ fn launch(policy: &Policy, sink: &mut StatusSink) -> Result<Infallible, LaunchEr
         }),
         Netns::Isolated | Netns::HostAllowed => {}
     }
+    // UDP reaches any address unless a fence stops it (Landlock before ABI 10 does not cover
+    // it). The shim cannot see a fence, only a namespace: a container's namespace is not the
+    // host's yet reaches the world. So only the supervisor's namespace (`--netns-path`, made
+    // with nothing but sluice in it) or an explicit --allow-udp lets the command have UDP.
+    let udp = (policy.netns_path.is_some() && netns == Netns::Isolated) || policy.allow_udp;
+    if policy.allow_udp && netns != Netns::Isolated {
+        degraded.push(Degradation {
+            feature: "udp",
+            detail: "UDP sockets allowed outside a network namespace (--allow-udp)".into(),
+        });
+    }
 
     // 5. The Landlock ruleset, as root. The interpreter grant needs the resolved command and
     //    the resolution needs the child's PATH, so the (pure) environment of step 7 is built
@@ -246,6 +257,7 @@ fn launch(policy: &Policy, sink: &mut StatusSink) -> Result<Infallible, LaunchEr
     // 6. Compile the seccomp programs now, so filter errors surface before any state changes.
     let programs = seccomp::compile(seccomp::Request {
         disabled: policy.disabled.seccomp,
+        datagram: udp,
     })?;
 
     // 7. The child environment was built from scratch in step 5.
@@ -254,7 +266,7 @@ fn launch(policy: &Policy, sink: &mut StatusSink) -> Result<Infallible, LaunchEr
     let session = process::new_session()?;
 
     // 9. Drop privileges (bounding set, groups, gid, uid) and verify.
-    let dropped = privilege::drop_and_verify(policy.uid, policy.gid, mode, policy.compat)?;
+    let dropped = privilege::drop_and_verify(policy.uid, policy.gid, mode)?;
     degraded.extend(dropped.degraded.iter().cloned());
 
     // 10. Parent-death signal, after the uid change that would clear it.
@@ -290,6 +302,7 @@ fn launch(policy: &Policy, sink: &mut StatusSink) -> Result<Infallible, LaunchEr
         missing_paths: &missing_paths,
         interpreter: &interp,
         seccomp: &programs,
+        udp,
         dropped: &dropped,
         no_new_privs,
         pdeathsig,

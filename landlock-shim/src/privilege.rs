@@ -7,7 +7,6 @@
 
 use std::io;
 
-use crate::cli::Compat;
 use crate::status::Degradation;
 use crate::sys::{self, CapSets};
 
@@ -98,12 +97,7 @@ pub struct Dropped {
 }
 
 /// Drops to `uid`/`gid` (when root) and verifies the result.
-pub fn drop_and_verify(
-    uid: u32,
-    gid: u32,
-    mode: Mode,
-    compat: Compat,
-) -> Result<Dropped, PrivilegeError> {
+pub fn drop_and_verify(uid: u32, gid: u32, mode: Mode) -> Result<Dropped, PrivilegeError> {
     let last = last_cap()?;
     if mode == Mode::Root {
         // The bounding set can only shrink with CAP_SETPCAP, so it goes first.
@@ -125,20 +119,16 @@ pub fn drop_and_verify(
         // clear them explicitly so a parent's securebits cannot keep them.
         sys::capset(CapSets::default()).map_err(syscall("capset(0)"))?;
     }
-    verify(uid, gid, last, mode, compat)
+    verify(uid, gid, last, mode)
 }
 
-fn verify(
-    uid: u32,
-    gid: u32,
-    last: u32,
-    mode: Mode,
-    compat: Compat,
-) -> Result<Dropped, PrivilegeError> {
+fn verify(uid: u32, gid: u32, last: u32, mode: Mode) -> Result<Dropped, PrivilegeError> {
     let mut degraded = Vec::new();
     let mut soft = |what: &'static str, detail: String| -> Result<(), PrivilegeError> {
-        // Only an already-unprivileged start in best-effort mode may run without these.
-        if mode == Mode::AlreadyTarget && compat == Compat::BestEffort {
+        // Only a start as the target uid may run without these, in either mode: there is
+        // nothing to drop, the groups and the bounding set are the invoker's own, and
+        // no_new_privs keeps setuid bits and file capabilities from raising them. Reported.
+        if mode == Mode::AlreadyTarget {
             degraded.push(Degradation {
                 feature: what,
                 detail,

@@ -213,8 +213,22 @@ const NAMESPACE_FLAGS: &[i32] = &[
     libc::CLONE_NEWCGROUP,
 ];
 
-fn socket_rules() -> Result<Vec<SeccompRule>, SeccompError> {
-    use SeccompCmpOp::{Eq, Ne};
+/// `SOCK_TYPE_MASK`: the socket type is the low four bits of `socket()`'s second argument
+/// (the rest are `SOCK_NONBLOCK`/`SOCK_CLOEXEC`).
+const SOCK_TYPE_MASK: u64 = 0xf;
+
+/// INET socket types the sandbox may create: stream always; datagram (UDP) only when
+/// `datagram` is true, i.e. inside a network namespace fenced by the supervisor.
+fn inet_types(datagram: bool) -> Vec<u64> {
+    let mut types = vec![libc::SOCK_STREAM as u64];
+    if datagram {
+        types.push(libc::SOCK_DGRAM as u64);
+    }
+    types
+}
+
+fn socket_rules(datagram: bool) -> Result<Vec<SeccompRule>, SeccompError> {
+    use SeccompCmpOp::{Eq, MaskedEq, Ne};
     let (inet, inet6, netlink) = (
         libc::AF_INET as u64,
         libc::AF_INET6 as u64,
@@ -241,17 +255,29 @@ fn socket_rules() -> Result<Vec<SeccompRule>, SeccompError> {
             cond(2, Ne, tcp)?,
             cond(2, Ne, udp)?,
         ])?);
+        // Socket types other than stream (and datagram inside a fence): SOCK_SEQPACKET with
+        // protocol 0 is SCTP, SOCK_RAW and SOCK_PACKET bypass ports altogether, and UDP in
+        // the host network namespace reaches any address (Landlock before ABI 10 does not
+        // cover UDP). One rule per type value: a deny-list cannot say "masked != X".
+        let allowed = inet_types(datagram);
+        for ty in (0..=SOCK_TYPE_MASK).filter(|t| !allowed.contains(t)) {
+            rules.push(rule(vec![
+                cond(0, Eq, family)?,
+                cond(1, MaskedEq(SOCK_TYPE_MASK), ty)?,
+            ])?);
+        }
     }
     Ok(rules)
 }
 
-/// The main deny-list (spec §1.8 table). EPERM for every denial.
-pub fn main_filter() -> Result<BpfProgram, SeccompError> {
+/// The main deny-list (spec §1.8 table). EPERM for every denial. `datagram` allows UDP
+/// sockets (only inside a fenced network namespace).
+pub fn main_filter(datagram: bool) -> Result<BpfProgram, SeccompError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for nr in ALWAYS_DENIED {
         rules.insert(*nr, Vec::new());
     }
-    rules.insert(libc::SYS_socket, socket_rules()?);
+    rules.insert(libc::SYS_socket, socket_rules(datagram)?);
     rules.insert(
         libc::SYS_ioctl,
         vec![
@@ -282,6 +308,9 @@ pub fn main_filter() -> Result<BpfProgram, SeccompError> {
 pub struct Request {
     /// Test builds: install nothing.
     pub disabled: bool,
+    /// Allow `SOCK_DGRAM` INET sockets (UDP). Only inside a fenced network namespace or on
+    /// explicit request: in the host namespace UDP reaches any address.
+    pub datagram: bool,
 }
 
 /// Compiles the programs (spec §1.4 step 6), so errors surface before any state changes.
@@ -302,7 +331,7 @@ pub fn compile(request: Request) -> Result<Programs, SeccompError> {
     });
     programs.push(Program {
         name: "main",
-        bpf: main_filter()?,
+        bpf: main_filter(request.datagram)?,
     });
     Ok(Programs(programs))
 }
@@ -348,8 +377,20 @@ mod tests {
 
     #[test]
     fn disabled_request_installs_nothing() {
-        let programs = compile(Request { disabled: true }).unwrap();
+        let programs = compile(Request {
+            disabled: true,
+            datagram: false,
+        })
+        .unwrap();
         assert!(programs.0.is_empty());
+    }
+
+    #[test]
+    fn the_datagram_choice_changes_the_main_program() {
+        let deny = main_filter(false).unwrap();
+        let allow = main_filter(true).unwrap();
+        assert_ne!(deny, allow);
+        assert!(deny.len() > allow.len());
     }
 
     #[test]

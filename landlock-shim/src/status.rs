@@ -48,6 +48,8 @@ pub struct Report<'a> {
     pub interpreter: &'a InterpGrant,
     /// seccomp programs installed.
     pub seccomp: &'a Programs,
+    /// Whether the seccomp filter lets the command make UDP sockets.
+    pub udp: bool,
     /// Verified credentials.
     pub dropped: &'a Dropped,
     /// no_new_privs read back.
@@ -111,6 +113,7 @@ impl Report<'_> {
                 "programs": self.seccomp.names(),
                 "instructions": self.seccomp.instructions(),
                 "hash": self.seccomp.hash(),
+                "udp": if self.seccomp.0.is_empty() || self.udp { "allowed" } else { "denied" },
             },
             "uid": self.dropped.uid,
             "gid": self.dropped.gid,

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod credentials;
 pub mod http;
 pub mod listen;
+pub mod nofollow;
 pub mod pipeline;
 pub mod policy;
 pub mod relay;

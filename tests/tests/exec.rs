@@ -359,4 +359,8 @@ fn doctor_checks_the_clients_outside_and_inside_exec() {
         .find(|l| l.trim_start().starts_with("curl"))
         .unwrap_or_default();
     assert!(curl.ends_with(" ok"), "{out}\n{err}");
+    // Advice inside exec never asks for what exec already set.
+    for fix in out.lines().filter(|l| l.contains("fix:")) {
+        assert!(fix.contains("already set"), "{fix}\n{out}");
+    }
 }

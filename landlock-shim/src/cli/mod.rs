@@ -21,10 +21,12 @@ usage: sluice-shim --proxy ADDR [--ca-bundle FILE] [--ca-cert FILE]
                    [--status-fd N] [--env KEY=VALUE]... [--workdir PATH]
                    [--allow-host-netns] [--netns-path PATH] [--min-abi N]
                    [--audit-denials] [--transparent-port N]... [--no-interp-grant]
-                   [--allow-unconfined]
+                   [--allow-unconfined] [--allow-udp]
                    -- CMD ARGS...
 
 Confines itself (Landlock, seccomp, no_new_privs, privilege drop) and execs CMD.
+UDP sockets (and every INET socket type but stream) are refused unless the supervisor's
+fenced network namespace is given with --netns-path, or --allow-udp is.
 Exit codes: 125 setup or policy failure, 126 CMD cannot be executed, 127 CMD not found;
 otherwise CMD's own status.
 ";
@@ -204,6 +206,8 @@ pub struct Policy {
     pub audit_denials: bool,
     /// Best-effort only: run even if Landlock is entirely unavailable.
     pub allow_unconfined: bool,
+    /// Allow UDP sockets in the host network namespace (where they reach any address).
+    pub allow_udp: bool,
     /// Test builds only: layers switched off.
     pub disabled: DisabledLayers,
     /// Test builds only: pretend the kernel's Landlock ABI is at most this.
@@ -366,6 +370,7 @@ where
     let mut netns_path = None;
     let mut transparent_ports = Vec::new();
     let (mut allow_host_netns, mut audit_denials, mut allow_unconfined) = (false, false, false);
+    let mut allow_udp = false;
     let mut interp_grant = true;
     // Only `--test-disable-layer` (a test-hooks flag) mutates it.
     #[cfg_attr(not(feature = "test-hooks"), allow(unused_mut))]
@@ -440,6 +445,7 @@ where
             Long("allow-host-netns") => allow_host_netns = true,
             Long("audit-denials") => audit_denials = true,
             Long("allow-unconfined") => allow_unconfined = true,
+            Long("allow-udp") => allow_udp = true,
             Long("no-interp-grant") => interp_grant = false,
             #[cfg(feature = "test-hooks")]
             Long("test-disable-layer") => disable_layer(&mut disabled, &parser.value()?)?,
@@ -484,6 +490,7 @@ where
         netns_path,
         audit_denials,
         allow_unconfined,
+        allow_udp,
         disabled,
         test_max_abi: test_abi_override(test_max_abi)?,
         command,

@@ -136,6 +136,8 @@ fn other_families_and_protocols_are_eperm() {
         "packet",
         "vsock",
         "netlink_diag",
+        "seqpacket",
+        "raw_udp",
     ] {
         let out = Shim::new(&fx, port).probe(&["socket", kind]);
         assert_eq!(
@@ -145,8 +147,101 @@ fn other_families_and_protocols_are_eperm() {
             out.stdout
         );
     }
-    for kind in ["tcp", "tcp6", "udp", "netlink_route"] {
+    for kind in ["tcp", "tcp6", "netlink_route"] {
         let out = Shim::new(&fx, port).probe(&["socket", kind]);
         assert_eq!(out.errno(), None, "{kind}: {}", out.stdout);
     }
+}
+
+/// A UDP socket on the host's loopback, and a reader that reports whatever arrives.
+fn udp_listener() -> (std::net::UdpSocket, String) {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    let addr = sock.local_addr().unwrap().to_string();
+    (sock, addr)
+}
+
+fn arrived(sock: &std::net::UdpSocket) -> Option<Vec<u8>> {
+    let mut buf = [0u8; 64];
+    sock.recv_from(&mut buf)
+        .ok()
+        .map(|(n, _)| buf[..n].to_vec())
+}
+
+#[test]
+fn udp_in_the_host_network_namespace_is_eperm_and_nothing_arrives() {
+    require_root!();
+    let fx = Fixture::new();
+    let (_l, port) = listener();
+    let (udp, to) = udp_listener();
+    let out = Shim::new(&fx, port).probe(&["udp_send", &to]);
+    out.assert_errno("EPERM");
+    assert_eq!(out.ready()["seccomp"]["udp"], "denied");
+    assert_eq!(arrived(&udp), None, "a datagram left the sandbox");
+    for kind in ["udp", "udp_nonblock", "udp6"] {
+        let out = Shim::new(&fx, port).probe(&["socket", kind]);
+        assert_eq!(
+            out.errno().as_deref(),
+            Some("EPERM"),
+            "{kind}: {}",
+            out.stdout
+        );
+    }
+    // socketpair(AF_UNIX) stays: Python's asyncio and libuv need it.
+    Shim::new(&fx, port).probe(&["socketpair_unix"]).assert_ok();
+    // Canary: Landlock (ABI < 10) does not cover UDP, so without seccomp it arrives.
+    Shim::new(&fx, port)
+        .disable("seccomp")
+        .probe(&["udp_send", &to])
+        .assert_ok();
+    assert_eq!(arrived(&udp).as_deref(), Some(&b"probe"[..]));
+}
+
+#[test]
+fn allow_udp_is_an_explicit_reported_opt_out() {
+    require_root!();
+    let fx = Fixture::new();
+    let (_l, port) = listener();
+    let (udp, to) = udp_listener();
+    let out = Shim::new(&fx, port)
+        .arg("--allow-udp")
+        .probe(&["udp_send", &to]);
+    out.assert_ok();
+    assert_eq!(out.ready()["seccomp"]["udp"], "allowed");
+    let degraded = out.ready()["degraded"].to_string();
+    assert!(degraded.contains("--allow-udp"), "{degraded}");
+    assert_eq!(arrived(&udp).as_deref(), Some(&b"probe"[..]));
+}
+
+#[test]
+fn udp_is_allowed_inside_the_supervisors_network_namespace() {
+    require_root!();
+    let fx = Fixture::new();
+    let (_l, port) = listener();
+    let mut holder = std::process::Command::new("unshare")
+        .args(["--net", "--", "sleep", "30"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ns = format!("/proc/{}/ns/net", holder.id());
+    let ours = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::fs::read_link(&ns).ok().is_none_or(|l| l == ours) {
+        assert!(std::time::Instant::now() < deadline, "no netns");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let out = Shim::new(&fx, port)
+        .arg("--netns-path")
+        .arg(&ns)
+        .probe(&["socket", "udp"]);
+    // A namespace the shim was merely started in (a container's) does not count.
+    let unshared = Shim::new(&fx, port)
+        .wrapped_in(&["unshare", "--net", "--"])
+        .probe(&["socket", "udp"]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    out.assert_ok();
+    assert_eq!(out.ready()["seccomp"]["udp"], "allowed");
+    unshared.assert_errno("EPERM");
 }

@@ -178,3 +178,36 @@ fn workdir_is_entered_as_the_target_user() {
     out.assert_ok();
     assert_eq!(out.json()["cwd"], fx.rw.to_str().unwrap());
 }
+
+#[test]
+fn a_start_as_the_target_user_runs_in_strict_mode_and_reports_what_it_cannot_drop() {
+    require_root!();
+    let fx = Fixture::new();
+    let (_l, port) = listener();
+    // What `sluice exec` does when a user (not root) runs it: the shim starts as that user.
+    let out = Shim::new(&fx, port)
+        .wrapped_in(&[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--groups=65533",
+            "--",
+        ])
+        .probe(&["status"]);
+    out.assert_ok();
+    let ready = out.ready();
+    assert_eq!(ready["compat"], "strict");
+    assert_eq!(ready["uid"], 65534);
+    assert_eq!(ready["no_new_privs"], true);
+    assert_eq!(ready["cap_bounding_cleared"], false);
+    let degraded = ready["degraded"].to_string();
+    assert!(
+        degraded.contains("cap_bounding_set") && degraded.contains("groups"),
+        "{degraded}"
+    );
+    let proc = &out.json()["proc"];
+    for set in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+        assert_eq!(proc[set], "0000000000000000", "{set}");
+    }
+    assert_eq!(proc["NoNewPrivs"], "1");
+}

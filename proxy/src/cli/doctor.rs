@@ -24,7 +24,12 @@ struct Check {
     command: &'static str,
     /// Text in stdout or stderr that proves the request arrived.
     proof: &'static str,
+    /// The variables the tool needs (all of which `sluice exec` sets).
+    vars: &'static [&'static str],
+    /// What the variables are for, shown when some are missing.
     advice: &'static str,
+    /// Why the tool can fail although every variable is set.
+    when_set: &'static str,
 }
 
 const CHECKS: &[Check] = &[
@@ -33,51 +38,85 @@ const CHECKS: &[Check] = &[
         needs: "curl",
         command: "curl -sS --max-time 15 \"$URL\"",
         proof: "sluice doctor",
-        advice: "set https_proxy/HTTPS_PROXY=http://<sluice> and CURL_CA_BUNDLE (or SSL_CERT_FILE) to sluice's ca-bundle.pem",
+        vars: &["https_proxy", "CURL_CA_BUNDLE"],
+        advice: "https_proxy=http://<sluice> and CURL_CA_BUNDLE (or SSL_CERT_FILE) = sluice's ca-bundle.pem",
+        when_set: "look at the error above: the proxy address must be reachable and the bundle readable",
     },
     Check {
         name: "python urllib",
         needs: "python3",
         command: "python3 -c \"import urllib.request, sys; print(urllib.request.urlopen(sys.argv[1], timeout=15).read().decode())\" \"$URL\"",
         proof: "sluice doctor",
-        advice: "set https_proxy and SSL_CERT_FILE to sluice's ca-bundle.pem",
+        vars: &["https_proxy", "SSL_CERT_FILE"],
+        advice: "https_proxy=http://<sluice> and SSL_CERT_FILE = sluice's ca-bundle.pem",
+        when_set: "look at the error above: the proxy address must be reachable and the bundle readable",
     },
     Check {
         name: "python requests",
         needs: "python3",
         command: "python3 -c \"import requests, sys; print(requests.get(sys.argv[1], timeout=15).text)\" \"$URL\" 2>&1 || python3 -c 'import requests' 2>/dev/null || echo NOT-INSTALLED",
         proof: "sluice doctor",
-        advice: "set REQUESTS_CA_BUNDLE to sluice's ca-bundle.pem (requests ignores SSL_CERT_FILE) and https_proxy",
+        vars: &["https_proxy", "REQUESTS_CA_BUNDLE"],
+        advice: "https_proxy=http://<sluice> and REQUESTS_CA_BUNDLE = sluice's ca-bundle.pem (requests ignores SSL_CERT_FILE)",
+        when_set: "a Session with trust_env=False or its own verify= ignores them: pass verify= sluice's ca-bundle.pem and proxies= explicitly",
     },
     Check {
         name: "git",
         needs: "git",
         command: "git ls-remote \"$URL/repo.git\" && echo git-reached-sluice",
         proof: "git-reached-sluice",
-        advice: "set GIT_SSL_CAINFO to sluice's ca-bundle.pem and https_proxy (or git config http.proxy)",
+        vars: &["https_proxy", "GIT_SSL_CAINFO"],
+        advice: "https_proxy=http://<sluice> (or git config http.proxy) and GIT_SSL_CAINFO = sluice's ca-bundle.pem",
+        when_set: "a git config http.proxy or http.sslCAInfo overrides them: check `git config -l`",
     },
     Check {
         name: "pip",
         needs: "python3",
         command: "python3 -m pip --version >/dev/null 2>&1 || { echo NOT-INSTALLED; exit 0; }; python3 -m pip download --no-deps --disable-pip-version-check --index-url \"$URL/simple/\" -d \"${TMPDIR:-/tmp}/sluice-doctor-pip\" doctor-probe 2>&1",
         proof: "No matching distribution",
-        advice: "set PIP_CERT (or REQUESTS_CA_BUNDLE) to sluice's ca-bundle.pem and https_proxy",
+        vars: &["https_proxy", "PIP_CERT"],
+        advice: "https_proxy=http://<sluice> and PIP_CERT (or REQUESTS_CA_BUNDLE) = sluice's ca-bundle.pem",
+        when_set: "a pip.conf `proxy` or `cert` overrides them: check `pip config list`",
     },
     Check {
         name: "npm",
         needs: "npm",
         command: "npm view doctor-probe description --registry \"$URL/\" 2>&1",
         proof: "sluice doctor",
-        advice: "npm reads neither HTTPS_PROXY nor NODE_EXTRA_CA_CERTS here: set npm_config_https_proxy=http://<sluice> and npm_config_cafile to sluice's ca-bundle.pem",
+        vars: &["npm_config_https_proxy", "npm_config_cafile"],
+        advice: "npm reads neither HTTPS_PROXY nor NODE_EXTRA_CA_CERTS here: npm_config_https_proxy=http://<sluice> and npm_config_cafile = sluice's ca-bundle.pem",
+        when_set: "an .npmrc `proxy`, `https-proxy`, `cafile` or `strict-ssl` setting overrides them: check `npm config list`",
     },
     Check {
         name: "node",
         needs: "node",
         command: "node -e \"fetch(process.argv[1]).then(r => r.text()).then(t => console.log(t)).catch(e => { console.error(String(e.cause || e)); process.exit(1); })\" \"$URL\" 2>&1",
         proof: "sluice doctor",
-        advice: "set NODE_EXTRA_CA_CERTS to sluice's ca.pem; Node's fetch uses proxy variables only from Node 22.21/24.5 on with NODE_USE_ENV_PROXY=1 (older Node: use undici's EnvHttpProxyAgent)",
+        vars: &["https_proxy", "NODE_EXTRA_CA_CERTS", "NODE_USE_ENV_PROXY"],
+        advice: "https_proxy=http://<sluice>, NODE_EXTRA_CA_CERTS = sluice's ca.pem and NODE_USE_ENV_PROXY=1",
+        when_set: "this Node's fetch ignores proxy variables (they are used from Node 22.21/24.5 on): upgrade Node, or give fetch undici's EnvHttpProxyAgent as its dispatcher",
     },
 ];
+
+/// What to do about a failed check: set the variables missing from `env` (what the tool
+/// ran with), or, when `sluice exec` already set them all, why the tool may still fail.
+fn advice(check: &Check, env: impl Fn(&str) -> Option<String>) -> String {
+    let missing: Vec<&str> = check
+        .vars
+        .iter()
+        .copied()
+        .filter(|k| env(k).is_none_or(|v| v.is_empty()))
+        .collect();
+    if missing.is_empty() {
+        format!(
+            "{} are already set (as sluice exec sets them); {}",
+            check.vars.join(", "),
+            check.when_set
+        )
+    } else {
+        format!("set {} ({})", missing.join(", "), check.advice)
+    }
+}
 
 fn installed(program: &str) -> bool {
     Command::new("sh")
@@ -205,7 +244,16 @@ async fn run_checks() -> ExitCode {
                 check.name,
                 first.chars().take(160).collect::<String>()
             );
-            println!("  {:<16} fix: {}", "", check.advice);
+            let fix = if inside.is_some() {
+                advice(check, |k| std::env::var(k).ok())
+            } else {
+                advice(check, |k| {
+                    env.iter()
+                        .find(|(name, _)| name == k)
+                        .map(|(_, v)| v.clone())
+                })
+            };
+            println!("  {:<16} fix: {fix}", "");
         }
     }
     if let Some(dir) = cleanup {
@@ -218,5 +266,32 @@ async fn run_checks() -> ExitCode {
     } else {
         println!("{failed} client(s) need the settings above");
         ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advice_names_only_what_is_missing() {
+        let npm = CHECKS.iter().find(|c| c.name == "npm").unwrap();
+        let none = advice(npm, |_| None);
+        assert!(
+            none.starts_with("set npm_config_https_proxy, npm_config_cafile"),
+            "{none}"
+        );
+        let half = advice(npm, |k| {
+            (k == "npm_config_cafile").then(|| "/ca".to_string())
+        });
+        assert!(half.starts_with("set npm_config_https_proxy ("), "{half}");
+        // Everything exec sets is set: no advice to set it again.
+        let env = exec_like_env("127.0.0.1:1", Path::new("/ca.pem"), Path::new("/b.pem"));
+        for check in CHECKS {
+            let all = advice(check, |k| {
+                env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+            });
+            assert!(all.contains("already set"), "{}: {all}", check.name);
+        }
     }
 }

@@ -1,18 +1,27 @@
-//! `sluice exec [run flags] [--rw PATH]... [--ro PATH]... [--netns] -- CMD ARGS...`: the
-//! proxy and a confined command together, in one process tree.
+//! `sluice exec [run flags] [--rw PATH]... [--ro PATH]... [--netns|--no-netns] [--allow-udp]
+//! -- CMD ARGS...`: the proxy and a confined command together, in one process tree.
 //!
-//! Owns the translation of the policy's static sections (`filesystem_policy`, `landlock`,
-//! `process`) and the exec flags into `sluice-shim` flags (`shim_args`, pure), the child's
-//! network (the host's, or with `--netns` a fresh namespace whose only reachable address is
-//! sluice's listener inside it), starting the proxy in-process, forwarding signals to the
-//! child, and exiting with the child's status. Audit goes to `./sluice-audit.jsonl` by
-//! default; denials are also printed on stderr.
+//! Owns the order of the steps and the translation of the policy's static sections
+//! (`filesystem_policy`, `landlock`, `process`) and the exec flags into shim flags
+//! (`shim_args`, pure): a private directory for the CA files and the command's `TMPDIR`
+//! (`sandbox_dir`), the proxy started in-process, who the command runs as (`invoker`), what
+//! it may touch (`grants`, `toolchain`) and the refusal when that covers the secrets file or
+//! the audit log (`reach`), its network (`fence`), the shim (this binary, re-executed with a
+//! hidden first argument, unless `--shim` names another), forwarding signals to the child,
+//! and exiting with its status. Audit goes to sluice's state directory by default, never to
+//! the working directory the command may write.
 
-use std::fs::File;
+mod fence;
+mod grants;
+mod invoker;
+mod reach;
+mod sandbox_dir;
+mod toolchain;
+
+use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, Command, ExitCode};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -21,7 +30,12 @@ use clap::Args;
 use super::run::{Prepared, RunArgs, announce, prepare};
 use crate::audit;
 use crate::listen;
-use crate::policy::model::{LandlockCompat, RunAs, Sandbox};
+use crate::policy::model::{LandlockCompat, Sandbox};
+use grants::{Grant, GrantInputs};
+use sandbox_dir::SandboxDir;
+
+/// sluice exec's exit status when it refuses to start the command.
+pub const EXIT_REFUSED: u8 = 125;
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
@@ -33,43 +47,23 @@ pub struct ExecArgs {
     /// Grant the command read-only access to PATH (repeat).
     #[arg(long = "ro", value_name = "PATH")]
     pub ro: Vec<PathBuf>,
-    /// Run the command in a fresh network namespace whose only reachable address is sluice.
-    #[arg(long)]
+    /// Require the network fence: a fresh network namespace whose only reachable address is
+    /// sluice (the default whenever sluice runs as root; this makes failing to build it fatal).
+    #[arg(long, conflicts_with = "no_netns")]
     pub netns: bool,
-    /// The sluice-shim binary (default: next to sluice, else on PATH).
+    /// Run the command in the host's network namespace (UDP is still refused by the shim).
+    #[arg(long)]
+    pub no_netns: bool,
+    /// Let the command use UDP even without the network fence, where it reaches any address.
+    #[arg(long)]
+    pub allow_udp: bool,
+    /// Another confinement launcher (default: this binary, which contains sluice-shim).
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
-
-/// Directories whose programs the command may execute, when they exist.
-const EXEC_DIRS: &[&str] = &[
-    "/usr/bin",
-    "/usr/sbin",
-    "/usr/local/bin",
-    "/usr/lib/git-core",
-    "/usr/local/libexec/git-core",
-    "/usr/lib/node_modules",
-    "/usr/libexec",
-];
-
-/// Read-only paths every command needs (runtimes read /proc, /sys, CA and resolver files).
-const BASE_RO: &[&str] = &[
-    "/usr",
-    "/etc",
-    "/proc",
-    "/sys",
-    "/dev/urandom",
-    "/dev/random",
-    "/lib",
-    "/lib64",
-    "/opt",
-];
-
-/// Read-write paths every command needs.
-const BASE_RW: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/tmp"];
 
 /// What the shim needs to know from sluice.
 #[derive(Debug)]
@@ -78,16 +72,14 @@ pub struct ShimInputs<'a> {
     pub ca_bundle: &'a Path,
     pub ca_cert: &'a Path,
     pub sandbox: &'a Sandbox,
+    pub grants: &'a [Grant],
+    pub uid: u32,
+    pub gid: u32,
     pub workdir: &'a Path,
-    pub extra_rw: &'a [PathBuf],
-    pub extra_ro: &'a [PathBuf],
     pub netns_path: Option<PathBuf>,
+    pub allow_udp: bool,
     pub env: Vec<(String, String)>,
     pub command: &'a [String],
-}
-
-fn exists(p: &str) -> bool {
-    Path::new(p).exists()
 }
 
 /// The shim's command line (pure, so it can be tested without running anything).
@@ -95,60 +87,9 @@ pub fn shim_args(i: &ShimInputs<'_>) -> Vec<String> {
     let mut a = vec!["--proxy".to_string(), i.proxy.to_string()];
     a.extend(["--ca-bundle".to_string(), i.ca_bundle.display().to_string()]);
     a.extend(["--ca-cert".to_string(), i.ca_cert.display().to_string()]);
-    let mut ro: Vec<String> = BASE_RO
-        .iter()
-        .filter(|p| exists(p))
-        .map(ToString::to_string)
-        .collect();
-    ro.extend(i.sandbox.read_only.iter().filter(|p| exists(p)).cloned());
-    ro.extend(i.extra_ro.iter().map(|p| p.display().to_string()));
-    let mut rw: Vec<String> = BASE_RW
-        .iter()
-        .filter(|p| exists(p))
-        .map(ToString::to_string)
-        .collect();
-    rw.extend(i.sandbox.read_write.iter().filter(|p| exists(p)).cloned());
-    if i.sandbox.include_workdir.unwrap_or(true) {
-        rw.push(i.workdir.display().to_string());
-    }
-    rw.extend(i.extra_rw.iter().map(|p| p.display().to_string()));
-    ro.sort();
-    ro.dedup();
-    rw.sort();
-    rw.dedup();
-    // A path both read-only and read-write is read-write.
-    ro.retain(|p| !rw.contains(p));
-    for p in &ro {
-        a.extend(["--ro".to_string(), p.clone()]);
-    }
-    for p in &rw {
-        a.extend(["--rw".to_string(), p.clone()]);
-    }
-    let mut exec: Vec<String> = EXEC_DIRS
-        .iter()
-        .filter(|p| exists(p))
-        .map(ToString::to_string)
-        .collect();
-    // The command's own directory (and that of its real path) may hold its helpers.
-    if let Some(resolved) = i.command.first().and_then(|c| resolve_command(c)) {
-        let real = std::fs::canonicalize(&resolved).unwrap_or_else(|_| resolved.clone());
-        for p in [resolved, real] {
-            if let Some(dir) = p.parent() {
-                exec.push(dir.display().to_string());
-            }
-        }
-    }
-    exec.sort();
-    exec.dedup();
-    for p in &exec {
-        a.extend(["--exec".to_string(), p.clone()]);
-    }
-    let id = |r: Option<RunAs>| match r {
-        Some(RunAs::Id(n)) => n,
-        Some(RunAs::Sandbox) | None => 65534,
-    };
-    a.extend(["--uid".to_string(), id(i.sandbox.run_as_user).to_string()]);
-    a.extend(["--gid".to_string(), id(i.sandbox.run_as_group).to_string()]);
+    a.extend(grants::shim_flags(i.grants));
+    a.extend(["--uid".to_string(), i.uid.to_string()]);
+    a.extend(["--gid".to_string(), i.gid.to_string()]);
     let compat = match i.sandbox.landlock {
         Some(LandlockCompat::BestEffort) => "best-effort",
         Some(LandlockCompat::HardRequirement) | None => "strict",
@@ -158,6 +99,9 @@ pub fn shim_args(i: &ShimInputs<'_>) -> Vec<String> {
     match &i.netns_path {
         Some(p) => a.extend(["--netns-path".to_string(), p.display().to_string()]),
         None => a.push("--allow-host-netns".to_string()),
+    }
+    if i.allow_udp {
+        a.push("--allow-udp".to_string());
     }
     for (k, v) in &i.env {
         a.extend(["--env".to_string(), format!("{k}={v}")]);
@@ -180,91 +124,30 @@ pub fn npm_env(proxy_url: &str, bundle: &Path) -> Vec<(String, String)> {
     ]
 }
 
-/// `cmd` as an absolute path: itself if it has a `/`, else the first match on PATH.
-fn resolve_command(cmd: &str) -> Option<PathBuf> {
-    if cmd.contains('/') {
-        return Some(PathBuf::from(cmd));
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(cmd))
-            .find(|p| p.is_file())
-    })
-}
-
-fn shim_binary(explicit: Option<&PathBuf>) -> PathBuf {
-    if let Some(p) = explicit {
-        return p.clone();
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(|d| d.join("sluice-shim")))
-        .filter(|p| p.is_file())
-        .unwrap_or_else(|| PathBuf::from("sluice-shim"))
-}
-
-/// A network namespace held open by a placeholder process, with sluice's listener inside it.
-struct Netns {
-    holder: Child,
-    path: PathBuf,
-}
-
-/// Makes a fresh network namespace (loopback up, nothing else), and binds `port` on its
-/// 127.0.0.1 from a thread that entered it: the listener lives in the namespace, sluice's
-/// upstream connections stay in the host's.
-fn netns_listener() -> Result<(Netns, std::net::TcpListener), String> {
-    let holder = Command::new("unshare")
-        .args(["--net", "sleep", "infinity"])
-        .stdin(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot create a network namespace (unshare --net): {e}"))?;
-    let path = PathBuf::from(format!("/proc/{}/ns/net", holder.id()));
-    let mut holder = holder;
-    let own = std::fs::metadata("/proc/self/ns/net").ok();
-    // Wait until the holder is in its own namespace.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let theirs = std::fs::metadata(&path).ok();
-        use std::os::unix::fs::MetadataExt;
-        match (&own, &theirs) {
-            (Some(o), Some(t)) if o.ino() != t.ino() => break,
-            _ if std::time::Instant::now() > deadline => {
-                let _ = holder.kill();
-                return Err("the network namespace did not appear".to_string());
-            }
-            _ => std::thread::sleep(std::time::Duration::from_millis(5)),
+/// The launcher: `--shim PATH` as given, else this very binary in its shim role.
+fn shim_command(explicit: Option<&PathBuf>) -> (Command, String) {
+    match explicit {
+        Some(p) => (Command::new(p), p.display().to_string()),
+        None => {
+            // /proc/self/exe is the running binary even if its file was replaced since.
+            let mut c = Command::new("/proc/self/exe");
+            c.arg(super::SHIM_SUBCOMMAND);
+            (c, "sluice's built-in sluice-shim".to_string())
         }
     }
-    let ns_path = path.clone();
-    let bound = std::thread::spawn(move || -> Result<std::net::TcpListener, String> {
-        let ns = File::open(&ns_path).map_err(|e| format!("open {}: {e}", ns_path.display()))?;
-        rustix::thread::move_into_link_name_space(
-            ns.as_fd(),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )
-        .map_err(|e| format!("enter the network namespace: {e}"))?;
-        // Children of this thread start in the namespace: bring its loopback up.
-        let up = Command::new("ip")
-            .args(["link", "set", "lo", "up"])
-            .status();
-        if !up.is_ok_and(|s| s.success()) {
-            return Err(
-                "cannot bring up loopback in the namespace (ip link set lo up)".to_string(),
-            );
-        }
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .map_err(|e| format!("listen in the namespace: {e}"))
-    })
-    .join()
-    .map_err(|_| "the namespace thread panicked".to_string())?;
-    match bound {
-        Ok(l) => Ok((Netns { holder, path }, l)),
-        Err(e) => {
-            let _ = holder.kill();
-            let _ = holder.wait();
-            Err(e)
-        }
-    }
+}
+
+/// `$XDG_STATE_HOME/sluice/exec-audit.jsonl` (or under `~/.local/state`), created if needed:
+/// never the working directory, which the command may usually write.
+fn default_audit_log() -> String {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(|| PathBuf::from("/var/tmp"))
+        .join("sluice");
+    let _ = std::fs::create_dir_all(&state);
+    state.join("exec-audit.jsonl").display().to_string()
 }
 
 pub fn exec(args: ExecArgs) -> ExitCode {
@@ -281,16 +164,56 @@ pub fn exec(args: ExecArgs) -> ExitCode {
     runtime.block_on(exec_async(args))
 }
 
+/// Where the command's grants come from besides the exec flags.
+struct GrantSources<'a> {
+    sandbox: &'a Sandbox,
+    workdir: &'a Path,
+    ca_dir: &'a Path,
+    tmp: &'a Path,
+    /// The command's PATH.
+    path: Option<&'a std::ffi::OsStr>,
+}
+
+/// The grants, given the policy's sandbox section and the private directory.
+fn all_grants(args: &ExecArgs, s: &GrantSources<'_>) -> Vec<Grant> {
+    let toolchain = args
+        .command
+        .first()
+        .map(|c| toolchain::grants(c, s.path, s.workdir))
+        .unwrap_or_default();
+    let (sandbox, workdir, ca_dir, tmp) = (s.sandbox, s.workdir, s.ca_dir, Some(s.tmp));
+    grants::collect(&GrantInputs {
+        sandbox,
+        workdir,
+        extra_ro: &args.ro,
+        extra_rw: &args.rw,
+        ca_dir,
+        tmp,
+        toolchain: &toolchain,
+    })
+}
+
 async fn exec_async(mut args: ExecArgs) -> ExitCode {
-    if args.run.audit_log.is_none() {
-        args.run.audit_log = Some("./sluice-audit.jsonl".to_string());
-    }
-    // The child needs the CA files: a directory of certificates only (never the key).
-    let ca_dir = args.run.ca_dir.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("sluice-exec-{}", std::process::id()))
-    });
-    let owned_ca_dir = args.run.ca_dir.is_none();
+    let workdir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    // The CA files and the command's TMPDIR live in a private directory of unpredictable name.
+    let mut private = match SandboxDir::create(&std::env::temp_dir()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("sluice: cannot create the command's private directory: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let ca_dir = args
+        .run
+        .ca_dir
+        .clone()
+        .unwrap_or_else(|| private.ca_dir().to_path_buf());
     args.run.ca_dir = Some(ca_dir.clone());
+    if args.run.audit_log.is_none() {
+        let log = default_audit_log();
+        eprintln!("sluice: audit log: {log}");
+        args.run.audit_log = Some(log);
+    }
     let Prepared {
         shared,
         audit: sink,
@@ -305,36 +228,65 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         );
         return ExitCode::from(1);
     };
-    // The confined command (another uid) must read the CA files.
-    for p in [&ca_dir, &ca_cert, &ca_bundle] {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = if p.is_dir() { 0o755 } else { 0o644 };
-        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
-    }
-
-    let (netns, std_listener) = if args.netns {
-        match netns_listener() {
-            Ok((n, l)) => (Some(n), l),
-            Err(e) => {
-                eprintln!("sluice: --netns: {e}");
-                return ExitCode::from(1);
-            }
-        }
-    } else {
-        let addr = args
-            .run
-            .listen
-            .first()
-            .copied()
-            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-        match listen::bind(addr).and_then(|l| l.into_std()) {
-            Ok(l) => (None, l),
-            Err(e) => {
-                eprintln!("sluice: cannot listen on {addr}: {e}");
-                return ExitCode::from(1);
-            }
+    let policy = shared.policy.load_full();
+    let (uid, gid) = invoker::child_ids(policy.sandbox(), &invoker::Invocation::current());
+    let tmp = match private.hand_over(uid, gid) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("sluice: cannot prepare the command's private directory: {e}");
+            return ExitCode::from(1);
         }
     };
+    let path = toolchain::command_path(std::env::var_os("PATH").as_deref(), uid, gid);
+    let grants = all_grants(
+        &args,
+        &GrantSources {
+            sandbox: policy.sandbox(),
+            workdir: &workdir,
+            ca_dir: &ca_dir,
+            tmp: &tmp,
+            path: path.as_deref(),
+        },
+    );
+    let audit_path = args
+        .run
+        .audit_log
+        .as_deref()
+        .filter(|l| *l != "-")
+        .map(PathBuf::from);
+    if let Err(e) = reach::check(
+        args.run.secrets_file.as_deref(),
+        audit_path.as_deref(),
+        &grants,
+    ) {
+        eprintln!("sluice: {e}");
+        return ExitCode::from(EXIT_REFUSED);
+    }
+
+    let choice = match (args.netns, args.no_netns) {
+        (true, _) => fence::Choice::Required,
+        (false, true) => fence::Choice::Declined,
+        (false, false) => fence::Choice::Auto,
+    };
+    let host_listen = args
+        .run
+        .listen
+        .first()
+        .copied()
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let network = match fence::build(choice, host_listen) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("sluice: --netns: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if args.allow_udp && network.netns.is_none() {
+        eprintln!(
+            "sluice: WARNING: --allow-udp: the command may send UDP to any address, around sluice"
+        );
+    }
+    let std_listener = network.listener;
     let listener = match std_listener
         .set_nonblocking(true)
         .and_then(|()| tokio::net::TcpListener::from_std(std_listener))
@@ -345,9 +297,10 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let netns = network.netns;
     announce(
         &listener,
-        if args.netns {
+        if netns.is_some() {
             "inside the command's network namespace"
         } else {
             "for the command"
@@ -357,7 +310,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         return ExitCode::from(1);
     };
     if let Some(n) = &netns {
-        shared.identity.add_namespace_pid(n.holder.id());
+        shared.identity.add_namespace_pid(n.pid());
     }
     tokio::spawn(listen::accept_loop(listener, Arc::clone(&shared)));
     sink.emit(&audit::Event::Lifecycle(audit::Lifecycle {
@@ -370,41 +323,41 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         ),
     }));
 
-    let workdir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let policy = shared.policy.load_full();
+    let mut env = shared.credentials.child_env();
+    env.extend(npm_env(&format!("http://{proxy_addr}"), &ca_bundle));
+    env.push(("TMPDIR".to_string(), tmp.display().to_string()));
+    // The user's PATH, whose directories the grants let the command execute from.
+    if let Some(path) = path.and_then(|p| p.into_string().ok()) {
+        env.push(("PATH".to_string(), path));
+    }
     let inputs = ShimInputs {
         proxy: proxy_addr,
         ca_bundle: &ca_bundle,
         ca_cert: &ca_cert,
         sandbox: policy.sandbox(),
+        grants: &grants,
+        uid,
+        gid,
         workdir: &workdir,
-        extra_rw: &args.rw,
-        extra_ro: &args.ro,
         netns_path: netns.as_ref().map(|n| n.path.clone()),
-        // Each provider credential's variable holds its placeholder, never the value.
-        env: {
-            let mut env = shared.credentials.child_env();
-            env.extend(npm_env(&format!("http://{proxy_addr}"), &ca_bundle));
-            env
-        },
+        allow_udp: args.allow_udp,
+        env,
         command: &args.command,
     };
-    let shim = shim_binary(args.shim.as_ref());
-    let child = match Command::new(&shim).args(shim_args(&inputs)).spawn() {
+    let (mut shim, shim_name) = shim_command(args.shim.as_ref());
+    let child = match shim
+        .args(shim_args(&inputs).into_iter().map(OsString::from))
+        .spawn()
+    {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("sluice: cannot start {}: {e}", shim.display());
-            return ExitCode::from(125);
+            eprintln!("sluice: cannot start {shim_name}: {e}");
+            return ExitCode::from(EXIT_REFUSED);
         }
     };
     let status = wait_forwarding_signals(child).await;
-    if let Some(mut n) = netns {
-        let _ = n.holder.kill();
-        let _ = n.holder.wait();
-    }
-    if owned_ca_dir {
-        let _ = std::fs::remove_dir_all(&ca_dir);
-    }
+    drop(netns);
+    drop(private);
     let code = status.unwrap_or(1);
     sink.emit(&audit::Event::Lifecycle(audit::Lifecycle {
         time: SystemTime::now(),
@@ -446,46 +399,39 @@ async fn wait_forwarding_signals(mut child: Child) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use grants::Access;
 
     #[test]
     fn shim_args_translate_the_policy() {
         let sandbox = Sandbox {
-            include_workdir: Some(true),
-            read_only: vec!["/usr".into(), "/does/not/exist".into()],
-            read_write: vec!["/tmp".into()],
             landlock: Some(LandlockCompat::HardRequirement),
-            run_as_user: Some(RunAs::Id(1234)),
-            run_as_group: Some(RunAs::Sandbox),
+            ..Sandbox::default()
         };
+        let grants = [Grant {
+            path: PathBuf::from("/work"),
+            access: Access::ReadWrite,
+            why: "the working directory".into(),
+        }];
         let cmd = vec!["curl".to_string(), "https://example.com".to_string()];
         let i = ShimInputs {
             proxy: "127.0.0.1:4567".parse().unwrap(),
             ca_bundle: Path::new("/run/ca-bundle.pem"),
             ca_cert: Path::new("/run/ca.pem"),
             sandbox: &sandbox,
+            grants: &grants,
+            uid: 1234,
+            gid: 65534,
             workdir: Path::new("/work"),
-            extra_rw: &[PathBuf::from("/data")],
-            extra_ro: &[],
             netns_path: None,
+            allow_udp: false,
             env: vec![("TOKEN".into(), "openshell:resolve:env:TOKEN".into())],
             command: &cmd,
         };
-        let a = shim_args(&i);
-        let joined = a.join(" ");
+        let joined = shim_args(&i).join(" ");
         assert!(
             joined.starts_with(
-                "--proxy 127.0.0.1:4567 --ca-bundle /run/ca-bundle.pem --ca-cert /run/ca.pem"
+                "--proxy 127.0.0.1:4567 --ca-bundle /run/ca-bundle.pem --ca-cert /run/ca.pem --rw /work"
             ),
-            "{joined}"
-        );
-        assert!(
-            joined.contains("--rw /work")
-                && joined.contains("--rw /data")
-                && joined.contains("--rw /tmp"),
-            "{joined}"
-        );
-        assert!(
-            joined.contains("--ro /usr") && !joined.contains("/does/not/exist"),
             "{joined}"
         );
         assert!(
@@ -493,11 +439,11 @@ mod tests {
             "{joined}"
         );
         assert!(joined.contains("--allow-host-netns"), "{joined}");
+        assert!(!joined.contains("--allow-udp"), "{joined}");
         assert!(
             joined.contains("--env TOKEN=openshell:resolve:env:TOKEN"),
             "{joined}"
         );
         assert!(joined.ends_with("-- curl https://example.com"), "{joined}");
-        assert!(joined.contains("--exec /usr/bin"), "{joined}");
     }
 }

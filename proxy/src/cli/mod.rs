@@ -61,7 +61,18 @@ impl From<CompatArg> for Compat {
     }
 }
 
+/// The hidden first argument under which `sluice` runs as its own confinement launcher
+/// (`sluice exec` re-executes itself with it, so one binary is enough).
+pub const SHIM_SUBCOMMAND: &str = "__shim";
+
 pub fn main() -> ExitCode {
+    // Before anything else: the shim must start single-threaded, with nothing opened.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == SHIM_SUBCOMMAND)
+    {
+        return sluice_shim::run(std::env::args_os().skip(2));
+    }
     let args: Vec<String> = std::env::args().collect();
     if demo::is_client_invocation(&args) {
         return demo::client(&args[2..]);

@@ -7,9 +7,7 @@
 //! key exists only in this process's memory (invariant 4).
 
 use std::fs;
-use std::io::Write;
 use std::net::IpAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -162,7 +160,8 @@ impl Ca {
     }
 
     /// Writes `ca.pem` and `ca-bundle.pem` (system roots, then this CA) into `dir`, mode 0644:
-    /// certificates only. Returns the two paths.
+    /// certificates only. Returns the two paths. Links are never followed: a link as `dir`
+    /// itself is refused, and a link planted at either file's name is replaced by the file.
     pub fn write_files(
         &self,
         dir: &Path,
@@ -172,8 +171,7 @@ impl Ca {
             reason: e.to_string(),
         };
         fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
-        let ca = dir.join("ca.pem");
-        let bundle = dir.join("ca-bundle.pem");
+        let dir = crate::nofollow::Dir::open(dir).map_err(|e| err(dir, e))?;
         let mut system = String::new();
         for p in SYSTEM_BUNDLES {
             if let Ok(text) = fs::read_to_string(p) {
@@ -181,19 +179,13 @@ impl Ca {
                 break;
             }
         }
-        for (path, text) in [
-            (&ca, self.cert_pem.clone()),
-            (&bundle, format!("{}\n{}", system.trim_end(), self.cert_pem)),
-        ] {
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o644)
-                .open(path)
-                .map_err(|e| err(path, e))?;
-            f.write_all(text.as_bytes()).map_err(|e| err(path, e))?;
-        }
+        let bundle_text = format!("{}\n{}", system.trim_end(), self.cert_pem);
+        let write = |name: &str, text: &str| {
+            dir.replace_file(name, text.as_bytes(), 0o644)
+                .map_err(|e| err(&dir.path().join(name), e))
+        };
+        let ca = write("ca.pem", &self.cert_pem)?;
+        let bundle = write("ca-bundle.pem", &bundle_text)?;
         Ok((ca, bundle))
     }
 }
