@@ -14,6 +14,10 @@ use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 
 /// Upper bound on nodes materialised from one document, aliases expanded.
 const MAX_NODES: usize = 1_000_000;
+/// Upper bound on nodes materialised by alias expansion. Checked before an alias is copied, so
+/// a bomb (each anchor ten aliases of the previous one) is refused before it allocates; a
+/// policy reuses a few small lists, never thousands of nodes.
+const MAX_ALIAS_NODES: usize = 100_000;
 /// Upper bound on nesting depth, so a hostile document cannot blow the stack.
 const MAX_DEPTH: usize = 128;
 
@@ -136,6 +140,7 @@ pub fn parse(text: &str) -> Result<Option<Node<'_>>, SyntaxError> {
         parser: Parser::new_from_str(text),
         anchors: HashMap::new(),
         nodes: 0,
+        alias_nodes: 0,
         last_pos: Pos::new(1, 1),
     };
     builder.document()
@@ -143,8 +148,10 @@ pub fn parse(text: &str) -> Result<Option<Node<'_>>, SyntaxError> {
 
 struct Builder<'a> {
     parser: Parser<'a, saphyr_parser::StrInput<'a>>,
-    anchors: HashMap<usize, Node<'a>>,
+    /// Anchored nodes with their size in nodes, so an alias is counted before it is copied.
+    anchors: HashMap<usize, (Node<'a>, usize)>,
     nodes: usize,
+    alias_nodes: usize,
     last_pos: Pos,
 }
 
@@ -269,17 +276,29 @@ impl<'a> Builder<'a> {
                 )
             }
             Event::Alias(id) => {
-                let Some(target) = self.anchors.get(&id).cloned() else {
+                let Some(&(_, target_size)) = self.anchors.get(&id) else {
                     return Err(self.error(pos, "invalid YAML: alias to an unknown anchor"));
                 };
-                self.count(pos, size(&target))?;
+                self.alias_nodes = self.alias_nodes.saturating_add(target_size);
+                if self.alias_nodes > MAX_ALIAS_NODES {
+                    return Err(self.error(
+                        pos,
+                        "aliases expand to more than 100000 nodes (alias bomb?)",
+                    ));
+                }
+                // The alias node itself was counted above; its content is counted here.
+                self.count(pos, target_size.saturating_sub(1))?;
+                let Some((target, _)) = self.anchors.get(&id) else {
+                    return Err(self.error(pos, "invalid YAML: alias to an unknown anchor"));
+                };
                 // The alias is reported where it is used, its content where it was written.
-                return Ok(target);
+                return Ok(target.clone());
             }
             _ => return Err(self.error(pos, "invalid YAML: unexpected event")),
         };
         if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+            let node_size = size(&node);
+            self.anchors.insert(anchor, (node.clone(), node_size));
         }
         Ok(node)
     }
@@ -381,7 +400,36 @@ mod tests {
             ));
         }
         let err = parse(&bomb).unwrap_err();
-        assert!(err.message.contains("too large"), "{err:?}");
+        assert_eq!(
+            err.message,
+            "aliases expand to more than 100000 nodes (alias bomb?)"
+        );
+        // a1..a3 expand 110 + 1110 + 11110 nodes; a4's aliases of a3 (11111 nodes each) pass
+        // the budget at the eighth one, line 5, column 10 + 7 * 5: nothing larger was built.
+        assert_eq!(err.pos, Pos::new(5, 45), "{err:?}");
+    }
+
+    #[test]
+    fn aliases_within_the_budget_expand() {
+        // 9 aliases of a 10001-node list: 90009 nodes through aliases, under the budget.
+        let list = format!("[{}]", vec!["x"; 10_000].join(", "));
+        let text = format!(
+            "a: &a {list}
+b: [{}]
+",
+            vec!["*a"; 9].join(", ")
+        );
+        let doc = parse(&text).unwrap().unwrap();
+        assert_eq!(size(&doc), 1 + 2 + 10 * 10_001 + 1);
+        let text = format!(
+            "a: &a {list}
+b: [{}]
+",
+            vec!["*a"; 10].join(", ")
+        );
+        let err = parse(&text).unwrap_err();
+        assert!(err.message.contains("alias bomb"), "{err:?}");
+        assert_eq!(err.pos, Pos::new(2, 5 + 4 * 9));
     }
 
     #[test]
