@@ -2,6 +2,7 @@
 //! whatever the query lines hold.
 //!
 //! Needs the binary: `cargo build -p sluice && cargo test -p sluice-e2e` (see `sluice_bin`).
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};

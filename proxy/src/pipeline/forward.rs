@@ -421,11 +421,15 @@ where
             .header("upgrade")
             .is_some_and(|u| u.eq_ignore_ascii_case(b"websocket"))
         && head.connection_tokens().iter().any(|t| t == "upgrade");
+    let method = judge::Method::new(
+        &head.method,
+        head.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+    );
     let judged = match judge::judge(
         &policy,
         &admission,
         known,
-        &head.method,
+        &method,
         &path_and_query,
         &hp,
         ws_upgrade,

@@ -417,7 +417,7 @@ mod tests {
             "a: &a {list}
 b: [{}]
 ",
-            vec!["*a"; 9].join(", ")
+            ["*a"; 9].join(", ")
         );
         let doc = parse(&text).unwrap().unwrap();
         assert_eq!(size(&doc), 1 + 2 + 10 * 10_001 + 1);
@@ -425,7 +425,7 @@ b: [{}]
             "a: &a {list}
 b: [{}]
 ",
-            vec!["*a"; 10].join(", ")
+            ["*a"; 10].join(", ")
         );
         let err = parse(&text).unwrap_err();
         assert!(err.message.contains("alias bomb"), "{err:?}");
