@@ -669,7 +669,10 @@ where
     let (done_tx, done_rx) = oneshot::channel::<()>();
     let pump = async {
         let result = match tx {
-            Some(tx) => body::pump(rd, buf, framing, body::BodySink::new(tx, guard_body)).await,
+            Some(tx) => {
+                let sink = body::BodySink::new(tx, guard_body).paced(shared.limits.body_pace);
+                body::pump(rd, buf, framing, sink).await
+            }
             None => Ok(0),
         };
         let _ = done_tx.send(());
@@ -764,9 +767,7 @@ where
                         "a credential placeholder in the request body would reach the upstream unresolved; this endpoint does not allow body rewriting (request_body_credential_rewrite)",
                     )
                 }
-                Some(Err(body_err)) => {
-                    Refusal::new(400, "bad_request", format!("request body: {body_err}"))
-                }
+                Some(Err(body_err)) => body_err.refusal(),
                 _ => Refusal::new(
                     502,
                     "upstream_unreachable",
@@ -826,20 +827,14 @@ async fn read_bounded<R: AsyncRead + Unpin + Send>(
                         }
                     }
                 }
-                Err(e) => {
-                    return Err(Refusal::new(
-                        400,
-                        "bad_request",
-                        format!("request body: {e}"),
-                    ));
-                }
+                Err(e) => return Err(e.refusal()),
             }
         }
         Ok(out)
     };
     let (pumped, collected) = tokio::join!(pump, collect);
     let out = collected?;
-    pumped.map_err(|e| Refusal::new(400, "bad_request", format!("request body: {e}")))?;
+    pumped.map_err(|e| e.refusal())?;
     Ok(bytes::Bytes::from(out))
 }
 
