@@ -143,10 +143,11 @@ pub fn judge(
     for o in named.iter().filter(|o| o.method != method_up) {
         let also = policy.decide_request(
             admission,
+            // Judged as the method it names: a WebSocket upgrade is judged as `GET`.
             &PolicyRequest {
                 method: &o.method,
                 target: path_and_query.as_bytes(),
-                websocket_upgrade,
+                websocket_upgrade: false,
             },
         );
         let named = Named {
