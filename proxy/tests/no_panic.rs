@@ -1,6 +1,6 @@
 //! Hostile input never panics the policy engine: arbitrary policy text (and mutations of a
-//! valid policy), arbitrary request targets, queries and hosts. This stands in for the fuzz
-//! targets (which need a nightly toolchain this machine cannot fetch) and runs in CI.
+//! valid policy), arbitrary request targets, queries and hosts. The parsers of what a client
+//! sends have their own runner (`fuzz_parsers.rs`) and libFuzzer targets (`fuzz/`).
 
 use proptest::prelude::*;
 use sluice::policy::canon::{canonicalize, normalize_host, parse_query};

@@ -59,6 +59,27 @@ impl fmt::Display for AddressClass {
     }
 }
 
+/// The cloud metadata and link-local service addresses of the major providers, for tests that
+/// check each is always blocked whatever a plan or an operator switch says. Every entry is
+/// inside an always-blocked row of the tables below (`169.254.0.0/16` or a row of its own).
+pub const CLOUD_METADATA_ADDRESSES: &[IpAddr] = &[
+    // AWS, Azure, Google Cloud, DigitalOcean, OpenStack, IBM, Hetzner instance metadata.
+    IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254)),
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254)),
+    IpAddr::V6(Ipv6Addr::new(0xfd20, 0x00ce, 0, 0, 0, 0, 0, 0x0254)),
+    // AWS ECS task metadata and credentials, AWS DNS and time sync (IPv4 and IPv6).
+    IpAddr::V4(Ipv4Addr::new(169, 254, 170, 2)),
+    IpAddr::V4(Ipv4Addr::new(169, 254, 169, 253)),
+    IpAddr::V4(Ipv4Addr::new(169, 254, 169, 123)),
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0253)),
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0123)),
+    // Alibaba Cloud, Oracle Cloud, Azure wire server, Tencent Cloud.
+    IpAddr::V4(Ipv4Addr::new(100, 100, 100, 200)),
+    IpAddr::V4(Ipv4Addr::new(192, 0, 0, 192)),
+    IpAddr::V4(Ipv4Addr::new(168, 63, 129, 16)),
+    IpAddr::V4(Ipv4Addr::new(169, 254, 0, 23)),
+];
+
 /// Classifies one address. Pure and allocation-free.
 pub fn classify(ip: IpAddr) -> AddressClass {
     match ip {
@@ -116,6 +137,16 @@ const V4_RANGES: &[Range<u32>] = &[
         192,
         32,
         AlwaysBlocked("cloud metadata (Oracle Cloud)"),
+    ),
+    // Azure's wire server (VM agent, DHCP, DNS, health probes): a public address that answers
+    // only inside Azure, where it hands out VM configuration and extension settings.
+    v4(
+        168,
+        63,
+        129,
+        16,
+        32,
+        AlwaysBlocked("cloud metadata (Azure wire server)"),
     ),
     v4(224, 0, 0, 0, 4, AlwaysBlocked("multicast")),
     v4(255, 255, 255, 255, 32, AlwaysBlocked("broadcast")),
@@ -197,6 +228,23 @@ const V6_RANGES: &[Range<u128>] = &[
         [0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254],
         128,
         AlwaysBlocked("cloud metadata (AWS IPv6)"),
+    ),
+    // The IPv6 forms of AWS's other link-local services: the Route 53 resolver (a DNS
+    // tunnel out of any VPC) and the time sync service, as 169.254.169.253 and .123 are.
+    v6(
+        [0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0253],
+        128,
+        AlwaysBlocked("cloud DNS resolver (AWS IPv6)"),
+    ),
+    v6(
+        [0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0123],
+        128,
+        AlwaysBlocked("cloud time service (AWS IPv6)"),
+    ),
+    v6(
+        [0xfd20, 0x00ce, 0, 0, 0, 0, 0, 0x0254],
+        128,
+        AlwaysBlocked("cloud metadata (Google Cloud IPv6)"),
     ),
     // Internal.
     v6(
@@ -347,6 +395,21 @@ mod tests {
             "192.0.0.191",
             Internal("IETF protocol assignments 192.0.0.0/24"),
         );
+        assert_v4(
+            "168.63.129.16",
+            AlwaysBlocked("cloud metadata (Azure wire server)"),
+        );
+        assert_v4("168.63.129.15", AddressClass::Public);
+        assert_v4("168.63.129.17", AddressClass::Public);
+        // AWS ECS task metadata, the AWS DNS resolver and time service, Tencent's metadata.
+        for link_local in [
+            "169.254.170.2",
+            "169.254.169.253",
+            "169.254.169.123",
+            "169.254.0.23",
+        ] {
+            assert_v4(link_local, AlwaysBlocked("link-local (cloud metadata)"));
+        }
         // The ranges between 192.0.0.0/24 and 192.0.2.0/24, and 192.88.99.0/24, are public.
         assert_v4("192.0.1.0", AddressClass::Public);
         for public in ["1.1.1.1", "8.8.8.8", "93.184.215.14", "223.255.255.255"] {
@@ -387,7 +450,16 @@ mod tests {
             class("fd00:ec2::254"),
             AlwaysBlocked("cloud metadata (AWS IPv6)")
         );
-        assert_eq!(class("fd00:ec2::253"), Internal("unique local fc00::/7"));
+        assert_eq!(
+            class("fd00:ec2::253"),
+            AlwaysBlocked("cloud DNS resolver (AWS IPv6)")
+        );
+        assert_eq!(
+            class("fd20:ce::254"),
+            AlwaysBlocked("cloud metadata (Google Cloud IPv6)")
+        );
+        assert_eq!(class("fd00:ec2::252"), Internal("unique local fc00::/7"));
+        assert_eq!(class("fd20:ce::253"), Internal("unique local fc00::/7"));
         for public in [
             "2606:4700:4700::1111",
             "2001:4860:4860::8888",

@@ -25,7 +25,7 @@ mod resolve;
 mod test_dns;
 mod vet;
 
-pub use class::{AddressClass, classify};
+pub use class::{AddressClass, CLOUD_METADATA_ADDRESSES, classify};
 pub use overrides::{Override, OverrideError, Overrides};
 pub use resolve::{DEFAULT_LOOKUP_TIMEOUT, Resolver, ResolverError};
 pub use vet::{

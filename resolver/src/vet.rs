@@ -460,6 +460,35 @@ mod tests {
     }
 
     #[test]
+    fn cloud_metadata_is_refused_under_every_plan_and_switch() {
+        use crate::class::CLOUD_METADATA_ADDRESSES;
+        for &ip in CLOUD_METADATA_ADDRESSES {
+            let mut forms = vec![ip];
+            if let IpAddr::V4(v4) = ip {
+                forms.push(IpAddr::V6(v4.to_ipv6_mapped()));
+            }
+            for ip in forms {
+                let text = ip.to_string();
+                let plans = [
+                    nets(&["0.0.0.0/0", "::/0"]),
+                    DestinationPlan::ImplicitIpLiteral(ip),
+                    DestinationPlan::ExactDeclaredHost,
+                    DestinationPlan::DefaultPublicOnly,
+                ];
+                for plan in &plans {
+                    for opts in [OFF, ON] {
+                        let r = refused(plan, &[&text], 80, opts);
+                        assert!(
+                            r.class.is_some_and(AddressClass::is_always_blocked),
+                            "{text} under {plan:?}: {r:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn explicit_allowed_ips_with_allow_loopback() {
         let plan = nets(&["127.0.0.1/32"]);
         allowed(&plan, &["127.0.0.1"], 8080, ON);

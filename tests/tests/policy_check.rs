@@ -412,3 +412,45 @@ fn explain_with_a_bare_program_name_suggests_its_absolute_path() {
         "{err}"
     );
 }
+
+/// Peak resident memory, in KiB, of `sluice policy check FILE`, measured by python3's
+/// `getrusage(RUSAGE_CHILDREN)` around the one child it runs (so the test's own memory and
+/// other tests' children do not count).
+fn policy_check_peak_kib(file: &Path) -> u64 {
+    let script = "import resource, subprocess, sys\n\
+                  r = subprocess.run(sys.argv[1:], capture_output=True)\n\
+                  sys.stderr.write(r.stderr.decode(errors='replace'))\n\
+                  print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n";
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(sluice_e2e::sluice_bin())
+        .args(["policy", "check"])
+        .arg(file)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked at"), "{stderr}");
+    let mut fields = stdout.split_whitespace();
+    let (Some(code), Some(kib)) = (fields.next(), fields.next()) else {
+        panic!("unexpected python3 output {stdout:?}, stderr {stderr}");
+    };
+    assert_eq!(code, "1", "the bomb must be refused: {stderr}");
+    kib.parse()
+        .unwrap_or_else(|e| panic!("bad ru_maxrss {kib:?}: {e}"))
+}
+
+#[test]
+fn alias_bomb_is_refused_before_it_allocates() {
+    // Fixture 58: 658 bytes whose aliases expand to 10^10 nodes. Before aliases had their
+    // own budget, checked before an alias is copied, `policy check` peaked at about 90 MiB
+    // (137 MB in release) before refusing it; now about 6 MiB above a small refused policy.
+    let baseline = policy_check_peak_kib(&malformed("57-allow-rule-without-allow-wrapper"));
+    let bomb = policy_check_peak_kib(&malformed("58-alias-bomb"));
+    assert!(
+        bomb < baseline + 16 * 1024,
+        "the alias bomb peaked at {bomb} KiB, a small policy at {baseline} KiB"
+    );
+}

@@ -291,6 +291,62 @@ fn metadata_addresses_and_names_are_always_refused() {
 }
 
 #[test]
+fn cloud_metadata_addresses_are_refused_whatever_allowed_ips_and_the_loopback_switch_say() {
+    // Each provider's metadata address, reached three ways: through a name whose endpoint's
+    // allowed_ips covers it (--resolve supplies the answer), as an IP literal the policy
+    // declares, and in its IPv4-mapped IPv6 form. sluice refuses before dialling, so no
+    // packet leaves loopback even when the test fails on a refusal that did not happen.
+    let addresses = [
+        ("168.63.129.16", "168.63.0.0/16"),
+        ("100.100.100.200", "100.64.0.0/10"),
+        ("192.0.0.192", "192.0.0.0/24"),
+        ("fd00:ec2::254", "fc00::/7"),
+        ("fd00:ec2::253", "fc00::/7"),
+        ("fd20:ce::254", "fc00::/7"),
+    ];
+    let mut endpoints = String::new();
+    let mut args = vec!["--allow-loopback-upstream".to_owned()];
+    for (i, (ip, net)) in addresses.iter().enumerate() {
+        endpoints.push_str(&format!(
+            "{{host: meta{i}.test, port: 80, allowed_ips: [\"{net}\"]}}\n"
+        ));
+        endpoints.push_str(&format!("{{host: \"{ip}\", port: 80}}\n"));
+        args.push("--resolve".to_owned());
+        args.push(format!("meta{i}.test={ip}"));
+    }
+    endpoints.push_str("{host: \"::ffff:169.254.169.254\", port: 80}\n");
+    endpoints.push_str("{host: \"::ffff:168.63.129.16\", port: 80}");
+    let p = policy(&[("inside", &endpoints, &[&me()])]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sluice = Sluice::start(&p, &args);
+    let mut targets: Vec<String> = (0..addresses.len())
+        .map(|i| format!("meta{i}.test"))
+        .collect();
+    targets.extend(addresses.iter().map(|(ip, _)| ip.to_string()));
+    targets.push("::ffff:169.254.169.254".to_owned());
+    targets.push("::ffff:168.63.129.16".to_owned());
+    for target in &targets {
+        let host = if target.contains(':') {
+            format!("[{target}]")
+        } else {
+            target.clone()
+        };
+        let out = sluice.raw(connect_request(&host, 80).as_bytes());
+        assert_eq!(status_of(&out), 403, "{target}: {out}");
+        let body = json_body(&out);
+        assert_eq!(body["error"], "ssrf_denied", "{target}: {out}");
+        assert!(
+            body["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("always blocked"),
+            "{target}: {out}"
+        );
+    }
+    assert_events_valid(&sluice);
+}
+
+#[test]
 fn upstream_down_is_502_and_a_silent_upstream_is_504_in_time() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_port = closed.local_addr().unwrap().port();

@@ -222,52 +222,69 @@ fn batch(loaded: &Loaded) -> ExitCode {
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let mut failed = 0usize;
-    for (n, line) in stdin.lock().lines().enumerate() {
-        let line = match line {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("sluice: reading stdin: {e}");
-                return ExitCode::from(1);
-            }
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let answer = match serde_json::from_str::<BatchQuery>(&line) {
-            Ok(q) => {
-                let question = Question {
-                    binary: q.binary,
-                    ancestors: q.ancestors,
-                    host: q.host,
-                    port: q.port,
-                    request: q.path.map(|p| QuestionRequest {
-                        method: q.method.unwrap_or_else(|| "GET".to_string()),
-                        target: p,
-                        websocket_upgrade: q.websocket,
-                    }),
-                };
-                serde_json::to_string(&explain::explain(&loaded.policy, &question))
-            }
-            Err(e) => {
-                failed += 1;
-                serde_json::to_string(&serde_json::json!({
-                    "line": n + 1,
-                    "error": format!("invalid query: {e}"),
-                }))
-            }
-        };
-        if writeln!(out, "{}", answer.unwrap_or_default()).is_err() {
+    let failed = match answer_batch(loaded, stdin.lock(), &mut out) {
+        Ok(failed) => failed,
+        Err(e) => {
+            eprintln!("sluice: {e}");
             return ExitCode::from(1);
         }
-    }
-    let _ = out.flush();
+    };
     if failed > 0 {
         eprintln!("sluice: {failed} malformed query line(s)");
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Answers each query line of `input` with one JSON line on `out`; a line that is not UTF-8
+/// or not a valid query gets an error line and the batch goes on. Returns how many lines
+/// failed; an I/O error on either side ends the batch.
+fn answer_batch(
+    loaded: &Loaded,
+    mut input: impl BufRead,
+    mut out: impl Write,
+) -> std::io::Result<usize> {
+    let mut failed = 0usize;
+    let mut raw = Vec::new();
+    let mut n = 0usize;
+    loop {
+        raw.clear();
+        if input.read_until(b'\n', &mut raw)? == 0 {
+            break;
+        }
+        n += 1;
+        let answer = match std::str::from_utf8(&raw) {
+            Ok(line) if line.trim().is_empty() => continue,
+            Ok(line) => answer_query(loaded, line),
+            Err(e) => Err(format!("line is not UTF-8: {e}")),
+        };
+        let answer = answer.unwrap_or_else(|error| {
+            failed += 1;
+            serde_json::json!({"line": n, "error": error}).to_string()
+        });
+        writeln!(out, "{answer}")?;
+    }
+    out.flush()?;
+    Ok(failed)
+}
+
+/// The JSON answer to one query line, or why the line is not a query.
+fn answer_query(loaded: &Loaded, line: &str) -> Result<String, String> {
+    let q = serde_json::from_str::<BatchQuery>(line).map_err(|e| format!("invalid query: {e}"))?;
+    let question = Question {
+        binary: q.binary,
+        ancestors: q.ancestors,
+        host: q.host,
+        port: q.port,
+        request: q.path.map(|p| QuestionRequest {
+            method: q.method.unwrap_or_else(|| "GET".to_string()),
+            target: p,
+            websocket_upgrade: q.websocket,
+        }),
+    };
+    serde_json::to_string(&explain::explain(&loaded.policy, &question))
+        .map_err(|e| format!("cannot encode the answer: {e}"))
 }
 
 #[derive(Debug, PartialEq, Eq)]

@@ -16,6 +16,7 @@ use sluice_resolver::{Overrides, Resolver};
 
 use super::CompatArg;
 use crate::audit::{self, AuditSink, LogFormat};
+use crate::http::body::BodyPace;
 use crate::listen;
 use crate::pipeline::{Limits, Shared};
 use crate::policy::{self, Diagnostic, Loaded};
@@ -92,6 +93,14 @@ pub struct RunArgs {
     /// Largest request head (bigger ones get 431).
     #[arg(long, value_name = "BYTES", default_value_t = 8192)]
     pub max_head_bytes: usize,
+    /// Longest a client may leave a request body silent; the whole body may take this plus
+    /// one second per --body-min-rate bytes it sent (then 408).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub body_timeout: Duration,
+    /// Slowest average rate, in bytes a second, at which a request body may keep arriving
+    /// past --body-timeout (0: only the silence bound).
+    #[arg(long, value_name = "BYTES", default_value_t = 256)]
+    pub body_min_rate: u64,
 }
 
 impl RunArgs {
@@ -309,6 +318,10 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         upstream_timeout: args.upstream_timeout,
         idle_timeout: args.idle_timeout,
         max_connections: args.max_connections.max(1),
+        body_pace: BodyPace {
+            idle: args.body_timeout,
+            min_rate: args.body_min_rate,
+        },
     };
     if args.allow_loopback_upstream {
         eprintln!(

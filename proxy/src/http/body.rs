@@ -4,9 +4,15 @@
 //! after each chunk, bounded size lines and trailers) and the hand-off to the upstream
 //! client: the connection task decodes frames and sends them through a bounded channel to a
 //! `ChannelBody`, which hyper polls. Nothing is buffered beyond one frame in flight.
+//!
+//! Every read of the body from the client is paced ([`BodyPace`]): a client that goes silent,
+//! or trickles its body slower than a minimum rate, is cut off, while a stream that keeps
+//! arriving at that rate may last as long as it likes. Time spent waiting for the upstream to
+//! take a frame (backpressure) is not the client's and does not count.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -42,6 +48,68 @@ pub enum BodyError {
     /// The chunked trailers carry a credential placeholder; they were not sent upstream.
     #[error("a credential placeholder in the request trailers would reach the upstream unresolved")]
     PlaceholderInTrailers,
+    /// The client went silent, or sent its body slower than the minimum rate.
+    #[error("request body too slow: {0}")]
+    TooSlow(String),
+}
+
+impl BodyError {
+    /// The answer to a client whose body failed: 408 when it was too slow, else 400.
+    pub fn refusal(&self) -> crate::http::respond::Refusal {
+        use crate::http::respond::Refusal;
+        match self {
+            Self::TooSlow(_) => Refusal::new(408, "request_timeout", self.to_string()),
+            Self::PlaceholderInTrailers => Refusal::new(
+                403,
+                "credential_in_trailers",
+                "a credential placeholder in the request trailers would reach the upstream unresolved; sluice swaps placeholders in request headers only",
+            ),
+            _ => Refusal::new(400, "bad_request", format!("request body: {self}")),
+        }
+    }
+}
+
+/// How fast a client must send its request body. Each wait for the client is at most `idle`;
+/// in all, the client may keep sluice waiting `idle` plus one second per `min_rate` bytes it
+/// sent, so a trickle (a byte a second) is cut after about `idle`, and a stream averaging at
+/// least `min_rate` bytes a second never is. `min_rate` 0 leaves only the idle bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyPace {
+    pub idle: Duration,
+    pub min_rate: u64,
+}
+
+impl Default for BodyPace {
+    fn default() -> Self {
+        BodyPace {
+            idle: Duration::from_secs(30),
+            min_rate: 256,
+        }
+    }
+}
+
+/// The client's side of one body so far: how long sluice waited for it, how much it sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct PaceState {
+    waited: Duration,
+    received: u64,
+}
+
+impl PaceState {
+    /// How long the next read may wait, or `None` when the client has used up its time.
+    fn allowance(&self, pace: BodyPace) -> Option<Duration> {
+        if pace.min_rate == 0 {
+            return Some(pace.idle);
+        }
+        let earned = Duration::from_secs_f64(self.received as f64 / pace.min_rate as f64);
+        let left = pace.idle.saturating_add(earned).checked_sub(self.waited)?;
+        (!left.is_zero()).then_some(left.min(pace.idle))
+    }
+
+    fn record(&mut self, waited: Duration, bytes: usize) {
+        self.waited = self.waited.saturating_add(waited);
+        self.received = self.received.saturating_add(bytes as u64);
+    }
 }
 
 /// Where decoded body bytes go: the channel to the upstream, through an optional guard that
@@ -50,14 +118,25 @@ pub enum BodyError {
 pub struct BodySink {
     tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
     guard: Option<crate::credentials::BodyGuard>,
+    pace: BodyPace,
+    state: PaceState,
 }
 
 impl BodySink {
+    /// A sink paced by [`BodyPace::default`]; see [`BodySink::paced`].
     pub fn new(tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>, guard: bool) -> BodySink {
         BodySink {
             tx,
             guard: guard.then(crate::credentials::BodyGuard::new),
+            pace: BodyPace::default(),
+            state: PaceState::default(),
         }
+    }
+
+    /// The same sink with the operator's pace (`--body-timeout`, `--body-min-rate`).
+    pub fn paced(mut self, pace: BodyPace) -> BodySink {
+        self.pace = pace;
+        self
     }
 
     async fn data(&mut self, chunk: Bytes) -> Result<(), BodyError> {
@@ -147,12 +226,39 @@ pub async fn pump<R: AsyncRead + Unpin>(
     result
 }
 
-async fn fill<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut BytesMut) -> Result<(), BodyError> {
+/// Reads more of the body from the client, within what its pace allows.
+async fn fill<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+    sink: &mut BodySink,
+) -> Result<(), BodyError> {
+    let too_slow = |state: PaceState| {
+        BodyError::TooSlow(format!(
+            "{} bytes in {:.1} s of waiting for the client (at most {} s silent, at least {} bytes/s)",
+            state.received,
+            state.waited.as_secs_f64(),
+            sink.pace.idle.as_secs(),
+            sink.pace.min_rate
+        ))
+    };
+    let Some(allowance) = sink.state.allowance(sink.pace) else {
+        return Err(too_slow(sink.state));
+    };
     buf.reserve(FRAME);
-    match reader.read_buf(buf).await {
-        Ok(0) => Err(BodyError::Truncated),
-        Ok(_) => Ok(()),
-        Err(e) => Err(BodyError::Io(e.to_string())),
+    let started = tokio::time::Instant::now();
+    let read = tokio::time::timeout(allowance, reader.read_buf(buf)).await;
+    let waited = started.elapsed();
+    match read {
+        Err(_) => {
+            sink.state.record(waited, 0);
+            Err(too_slow(sink.state))
+        }
+        Ok(Ok(0)) => Err(BodyError::Truncated),
+        Ok(Ok(n)) => {
+            sink.state.record(waited, n);
+            Ok(())
+        }
+        Ok(Err(e)) => Err(BodyError::Io(e.to_string())),
     }
 }
 
@@ -172,7 +278,7 @@ async fn pump_length<R: AsyncRead + Unpin>(
     let total = remaining;
     while remaining > 0 {
         if buf.is_empty() {
-            fill(reader, buf).await?;
+            fill(reader, buf, sink).await?;
         }
         let take = usize::try_from(remaining)
             .unwrap_or(usize::MAX)
@@ -189,6 +295,7 @@ async fn pump_length<R: AsyncRead + Unpin>(
 async fn line<R: AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
+    sink: &mut BodySink,
 ) -> Result<Bytes, BodyError> {
     loop {
         if let Some(i) = buf.iter().position(|&b| b == b'\n') {
@@ -201,7 +308,7 @@ async fn line<R: AsyncRead + Unpin>(
         if buf.len() > MAX_LINE {
             return Err(BodyError::BadChunk("line too long"));
         }
-        fill(reader, buf).await?;
+        fill(reader, buf, sink).await?;
     }
 }
 
@@ -212,7 +319,7 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
 ) -> Result<u64, BodyError> {
     let mut total = 0u64;
     loop {
-        let size_line = line(reader, buf).await?;
+        let size_line = line(reader, buf, sink).await?;
         let size_part = size_line.split(|&b| b == b';').next().unwrap_or_default();
         let size_text = std::str::from_utf8(size_part).map_err(|_| BodyError::BadChunk("size"))?;
         if size_text.is_empty()
@@ -229,7 +336,7 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
         total += size;
         while size > 0 {
             if buf.is_empty() {
-                fill(reader, buf).await?;
+                fill(reader, buf, sink).await?;
             }
             let take = usize::try_from(size)
                 .unwrap_or(usize::MAX)
@@ -240,7 +347,7 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
             sink.data(chunk).await?;
         }
         while buf.len() < 2 {
-            fill(reader, buf).await?;
+            fill(reader, buf, sink).await?;
         }
         if &buf[..2] != b"\r\n" {
             return Err(BodyError::BadChunk("missing CRLF after chunk data"));
@@ -251,7 +358,7 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
     let mut trailers = HeaderMap::new();
     let mut trailer_bytes = 0usize;
     loop {
-        let l = line(reader, buf).await?;
+        let l = line(reader, buf, sink).await?;
         if l.is_empty() {
             break;
         }
@@ -328,6 +435,88 @@ mod tests {
         assert_eq!(data, b"hello world");
         assert_eq!(trailers.unwrap().get("x-t").unwrap(), "v");
         assert_eq!(&rest[..], b"NEXT");
+    }
+
+    /// Pumps a `Content-Length: len` body that a writer task sends as `(delay, bytes)` steps,
+    /// on tokio's paused clock; returns the result and the (virtual) time it took.
+    async fn paced(
+        pace: BodyPace,
+        len: u64,
+        steps: Vec<(u64, usize)>,
+    ) -> (Result<u64, BodyError>, Duration) {
+        use tokio::io::AsyncWriteExt;
+        let (mut client, mut server) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            for (delay_ms, n) in steps {
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                if client.write_all(&vec![b'x'; n]).await.is_err() {
+                    return;
+                }
+            }
+            // Hold the connection open, silent, until the reader gives up.
+            tokio::time::sleep(Duration::from_secs(86_400)).await;
+        });
+        let (tx, mut rx) = ChannelBody::channel(None);
+        let drain = tokio::spawn(async move { while rx.frame().await.is_some() {} });
+        let started = tokio::time::Instant::now();
+        let mut buf = BytesMut::new();
+        let sink = BodySink::new(tx, false).paced(pace);
+        let res = pump(&mut server, &mut buf, BodyFraming::Length(len), sink).await;
+        let took = started.elapsed();
+        drain.abort();
+        (res, took)
+    }
+
+    const PACE: BodyPace = BodyPace {
+        idle: Duration::from_secs(10),
+        min_rate: 256,
+    };
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickle_is_cut_after_about_the_idle_time() {
+        // One byte a second: each wait is short, but the waiting adds up.
+        let (res, took) = paced(PACE, 1000, vec![(1000, 1); 1000]).await;
+        assert!(matches!(res, Err(BodyError::TooSlow(_))), "{res:?}");
+        assert!(
+            took >= Duration::from_secs(10) && took <= Duration::from_secs(11),
+            "{took:?}"
+        );
+        assert_eq!(res.unwrap_err().refusal().status, 408);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_is_cut_after_the_idle_time_even_with_credit() {
+        // 64 KiB up front earns 256 s of credit, but no single wait may exceed `idle`.
+        let (res, took) = paced(PACE, 1 << 20, vec![(0, 64 * 1024)]).await;
+        assert!(matches!(res, Err(BodyError::TooSlow(_))), "{res:?}");
+        assert_eq!(took, Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_at_the_minimum_rate_is_never_cut() {
+        // 512 bytes every 2 s (the minimum rate) for ten minutes: sixty times the idle time.
+        let (res, took) = paced(PACE, 300 * 512, vec![(2000, 512); 300]).await;
+        assert_eq!(res, Ok(300 * 512));
+        assert_eq!(took, Duration::from_secs(600));
+        // Without a minimum rate only silence counts: a byte every 9 s passes.
+        let idle_only = BodyPace {
+            min_rate: 0,
+            ..PACE
+        };
+        let (res, _) = paced(idle_only, 20, vec![(9000, 1); 20]).await;
+        assert_eq!(res, Ok(20));
+    }
+
+    #[test]
+    fn pace_allowance() {
+        let mut st = PaceState::default();
+        assert_eq!(st.allowance(PACE), Some(Duration::from_secs(10)));
+        st.record(Duration::from_secs(8), 256);
+        assert_eq!(st.allowance(PACE), Some(Duration::from_secs(3)));
+        st.record(Duration::from_secs(3), 0);
+        assert_eq!(st.allowance(PACE), None);
+        st.record(Duration::ZERO, 1 << 30);
+        assert_eq!(st.allowance(PACE), Some(Duration::from_secs(10)));
     }
 
     #[tokio::test]

@@ -447,11 +447,15 @@ where
             .header("upgrade")
             .is_some_and(|u| u.eq_ignore_ascii_case(b"websocket"))
         && head.connection_tokens().iter().any(|t| t == "upgrade");
+    let method = judge::Method::new(
+        &head.method,
+        head.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+    );
     let judged = match judge::judge(
         &policy,
         &admission,
         known,
-        &head.method,
+        &method,
         &path_and_query,
         &hp,
         ws_upgrade,
@@ -706,7 +710,10 @@ where
     let (done_tx, done_rx) = oneshot::channel::<()>();
     let pump = async {
         let result = match tx {
-            Some(tx) => body::pump(rd, buf, framing, body::BodySink::new(tx, guard_body)).await,
+            Some(tx) => {
+                let sink = body::BodySink::new(tx, guard_body).paced(shared.limits.body_pace);
+                body::pump(rd, buf, framing, sink).await
+            }
             None => Ok(0),
         };
         let _ = done_tx.send(());
@@ -811,14 +818,7 @@ where
                         "a credential placeholder in the request body would reach the upstream unresolved; this endpoint does not allow body rewriting (request_body_credential_rewrite)",
                     )
                 }
-                Some(Err(body::BodyError::PlaceholderInTrailers)) => Refusal::new(
-                    403,
-                    "credential_in_trailers",
-                    "a credential placeholder in the request trailers would reach the upstream unresolved; sluice swaps placeholders in request headers only",
-                ),
-                Some(Err(body_err)) => {
-                    Refusal::new(400, "bad_request", format!("request body: {body_err}"))
-                }
+                Some(Err(body_err)) => body_err.refusal(),
                 _ => Refusal::new(
                     502,
                     "upstream_unreachable",
@@ -882,20 +882,14 @@ async fn read_bounded<R: AsyncRead + Unpin + Send>(
                         }
                     }
                 }
-                Err(e) => {
-                    return Err(Refusal::new(
-                        400,
-                        "bad_request",
-                        format!("request body: {e}"),
-                    ));
-                }
+                Err(e) => return Err(e.refusal()),
             }
         }
         Ok(out)
     };
     let (pumped, collected) = tokio::join!(pump, collect);
     let out = collected?;
-    pumped.map_err(|e| Refusal::new(400, "bad_request", format!("request body: {e}")))?;
+    pumped.map_err(|e| e.refusal())?;
     Ok(bytes::Bytes::from(out))
 }
 

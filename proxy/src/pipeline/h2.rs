@@ -211,11 +211,17 @@ async fn handle(
         );
         return refuse(t, &method, &judged, started, &refusal);
     }
+    let named = judge::Method::new(
+        &method,
+        req.headers()
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_bytes())),
+    );
     judged = match judge::judge(
         &t.policy,
         &t.admission,
         &t.known,
-        &method,
+        &named,
         &path_and_query,
         &hp,
         false,

@@ -1,15 +1,35 @@
 //! One request's judgement on an admitted connection, shared by every transport (HTTP/1
 //! forward and tunnel, HTTP/2 tunnel): the L7 rules of inspected endpoints, canonicalisation
-//! of the target (what policy judged is what goes upstream), and the refusal to send when
-//! the answer is no.
+//! of the target (what policy judged is what goes upstream), the methods a request names
+//! through override headers (each judged like the request line's), and the refusal to send
+//! when the answer is no.
 
 use super::caller::Known;
 use crate::audit::{Engine, Outcome};
+use crate::http::method_override::{self, InvalidOverride, Override};
 use crate::http::respond::Refusal;
 use crate::policy::Policy;
 use crate::policy::Request as PolicyRequest;
 use crate::policy::canon;
-use crate::policy::decide::{Admission, RequestBasis, Verdict};
+use crate::policy::decide::{Admission, RequestBasis, RequestDecision, Verdict};
+
+/// The method of one request: the request line's, and the ones its override headers name
+/// (read by [`method_override::from_headers`], the same for HTTP/1 and HTTP/2).
+#[derive(Clone, Debug)]
+pub struct Method<'a> {
+    pub line: &'a str,
+    pub overrides: Result<Vec<Override>, InvalidOverride>,
+}
+
+impl<'a> Method<'a> {
+    /// The request line's method and the override headers among `headers` (name, value).
+    pub fn new<'h>(line: &'a str, headers: impl IntoIterator<Item = (&'h str, &'h [u8])>) -> Self {
+        Self {
+            line,
+            overrides: method_override::from_headers(headers),
+        }
+    }
+}
 
 /// What the judgement found; filled in even for a refusal, for the audit record.
 #[derive(Clone, Debug)]
@@ -29,15 +49,21 @@ pub struct Judged {
 
 /// Judges `method path_and_query` on the admitted connection. `Err` carries the refusal and
 /// what was found so far (its `engine` is the one that refused).
+///
+/// On an inspected endpoint, every method the request names through an override header or
+/// the `_method` query parameter is judged too, on the same target: the request passes only
+/// when each passes, since the upstream may act as any of them.
 pub fn judge(
     policy: &Policy,
     admission: &Admission,
     known: &Known,
-    method: &str,
+    method: &Method<'_>,
     path_and_query: &str,
     hp: &str,
     websocket_upgrade: bool,
 ) -> Result<Judged, Box<(Refusal, Judged)>> {
+    let overrides = &method.overrides;
+    let method = method.line;
     let mut judged = Judged {
         origin_form: path_and_query.to_string(),
         path: None,
@@ -86,23 +112,93 @@ pub fn judge(
         .path
         .clone()
         .unwrap_or_else(|| path_and_query.split('?').next().unwrap_or("/").to_string());
-    match (decision.verdict, &decision.basis) {
-        (Verdict::Deny, RequestBasis::Target(e)) => {
+    if let (Verdict::Deny, RequestBasis::Target(e)) = (decision.verdict, &decision.basis) {
+        judged.engine = Engine::HttpParser;
+        let refusal = Refusal::new(
+            400,
+            "invalid_request_target",
+            format!("request-target refused: {e}"),
+        );
+        return Err(Box::new((refusal, judged)));
+    }
+    let header_overrides = overrides.as_ref().map_err(Clone::clone);
+    let named = header_overrides.and_then(|found| {
+        let mut all = found.clone();
+        all.extend(method_override::from_query(path_and_query)?);
+        Ok(all)
+    });
+    let named = match named {
+        Ok(named) => named,
+        Err(e) => {
             judged.engine = Engine::HttpParser;
-            let refusal = Refusal::new(
-                400,
-                "invalid_request_target",
-                format!("request-target refused: {e}"),
-            );
+            let refusal = Refusal::new(400, "invalid_method_override", e.to_string());
             return Err(Box::new((refusal, judged)));
         }
-        (Verdict::Deny, _) => {
-            let refusal = Refusal::new(
+    };
+    let line = Named {
+        method: &method_up,
+        source: None,
+    };
+    verdict(&mut judged, &decision, line, known, hp, &shown_path)?;
+    for o in named.iter().filter(|o| o.method != method_up) {
+        let also = policy.decide_request(
+            admission,
+            // Judged as the method it names: a WebSocket upgrade is judged as `GET`.
+            &PolicyRequest {
+                method: &o.method,
+                target: path_and_query.as_bytes(),
+                websocket_upgrade: false,
+            },
+        );
+        let named = Named {
+            method: &method_up,
+            source: Some(o),
+        };
+        verdict(&mut judged, &also, named, known, hp, &shown_path)?;
+    }
+    if let Some(t) = decision.target {
+        judged.origin_form = t.to_origin_form();
+    }
+    Ok(judged)
+}
+
+/// The method one decision judged: the request line's, or one named by an override.
+#[derive(Clone, Copy)]
+struct Named<'a> {
+    /// The request line's method, upper case.
+    method: &'a str,
+    source: Option<&'a Override>,
+}
+
+/// Applies one decision's verdict to `judged`: a denial becomes the refusal (naming the
+/// override when one was judged), an audit verdict marks the request audited.
+fn verdict(
+    judged: &mut Judged,
+    decision: &RequestDecision<'_>,
+    named: Named<'_>,
+    known: &Known,
+    hp: &str,
+    shown_path: &str,
+) -> Result<(), Box<(Refusal, Judged)>> {
+    match decision.verdict {
+        Verdict::Deny => {
+            if let Some(r) = decision.rule() {
+                judged.policy = r.origin.entry.to_string();
+            }
+            judged.rule = decision.rule().map(|r| r.summary());
+            let (judged_method, how) = match named.source {
+                None => (named.method, String::new()),
+                Some(o) => (
+                    o.method.as_str(),
+                    format!(" as {} ({})", o.method, o.source),
+                ),
+            };
+            let mut refusal = Refusal::new(
                 403,
                 "policy_denied",
                 format!(
-                    "{method_up} {hp}{shown_path} denied by L7 policy: {}",
-                    decision.reason
+                    "{} {hp}{shown_path}{how} denied by L7 policy: {}",
+                    named.method, decision.reason
                 ),
             )
             .with_reason(decision.reason.clone())
@@ -114,21 +210,23 @@ pub fn judge(
                     .clone()
                     .map_or(serde_json::Value::Null, serde_json::Value::from),
             )
-            .with("method", method_up.clone())
-            .with("path", shown_path)
+            .with("method", judged_method.to_owned())
+            .with("path", shown_path.to_owned())
             .with("binary", known.exe.clone())
             .with("stage", "l7");
-            judged.reason = Some(decision.reason);
-            return Err(Box::new((refusal, judged)));
-        }
-        (Verdict::Audit, _) => {
-            judged.outcome = Outcome::Audited;
+            if let Some(o) = named.source {
+                refusal = refusal.with("method_override", o.source.to_string());
+            }
             judged.reason = Some(decision.reason.clone());
+            Err(Box::new((refusal, judged.clone())))
         }
-        (Verdict::Allow, _) => {}
+        Verdict::Audit => {
+            judged.outcome = Outcome::Audited;
+            if judged.reason.is_none() {
+                judged.reason = Some(decision.reason.clone());
+            }
+            Ok(())
+        }
+        Verdict::Allow => Ok(()),
     }
-    if let Some(t) = decision.target {
-        judged.origin_form = t.to_origin_form();
-    }
-    Ok(judged)
 }

@@ -54,6 +54,8 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// Concurrent client connections; past it, new ones get 503.
     pub max_connections: usize,
+    /// How fast a client must send a request body (then 408).
+    pub body_pace: crate::http::body::BodyPace,
 }
 
 impl Default for Limits {
@@ -66,6 +68,7 @@ impl Default for Limits {
             upstream_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(3600),
             max_connections: 4096,
+            body_pace: crate::http::body::BodyPace::default(),
         }
     }
 }

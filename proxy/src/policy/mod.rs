@@ -145,7 +145,11 @@ fn load_with(
                 continue;
             }
             Err(e) => {
-                let hint = syntax_hint(&source.text, e.pos).unwrap_or_default();
+                let hint = if e.over_budget {
+                    String::new()
+                } else {
+                    syntax_hint(&source.text, e.pos).unwrap_or_default()
+                };
                 diags.error(&file, e.pos, "", format!("{}{hint}", e.message));
                 continue;
             }

@@ -14,6 +14,10 @@ use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 
 /// Upper bound on nodes materialised from one document, aliases expanded.
 const MAX_NODES: usize = 1_000_000;
+/// Upper bound on nodes materialised by alias expansion. Checked before an alias is copied, so
+/// a bomb (each anchor ten aliases of the previous one) is refused before it allocates; a
+/// policy reuses a few small lists, never thousands of nodes.
+const MAX_ALIAS_NODES: usize = 100_000;
 /// Upper bound on nesting depth, so a hostile document cannot blow the stack.
 const MAX_DEPTH: usize = 128;
 
@@ -128,6 +132,9 @@ pub fn parse_int(s: &str) -> Option<i128> {
 pub struct SyntaxError {
     pub pos: Pos,
     pub message: String,
+    /// The document was well formed but over a size budget (nodes, aliases, nesting): no
+    /// authoring hint about the text at `pos` applies.
+    pub over_budget: bool,
 }
 
 /// Parses one YAML document. An empty file is `Ok(None)`; more than one document is an error.
@@ -136,6 +143,7 @@ pub fn parse(text: &str) -> Result<Option<Node<'_>>, SyntaxError> {
         parser: Parser::new_from_str(text),
         anchors: HashMap::new(),
         nodes: 0,
+        alias_nodes: 0,
         last_pos: Pos::new(1, 1),
     };
     builder.document()
@@ -143,8 +151,10 @@ pub fn parse(text: &str) -> Result<Option<Node<'_>>, SyntaxError> {
 
 struct Builder<'a> {
     parser: Parser<'a, saphyr_parser::StrInput<'a>>,
-    anchors: HashMap<usize, Node<'a>>,
+    /// Anchored nodes with their size in nodes, so an alias is counted before it is copied.
+    anchors: HashMap<usize, (Node<'a>, usize)>,
     nodes: usize,
+    alias_nodes: usize,
     last_pos: Pos,
 }
 
@@ -164,6 +174,7 @@ impl<'a> Builder<'a> {
                         u32::try_from(m.col().saturating_add(1)).unwrap_or(u32::MAX),
                     ),
                     message: format!("invalid YAML: {}", e.info()),
+                    over_budget: false,
                 })
             }
             None => Err(self.error(self.last_pos, "invalid YAML: unexpected end of input")),
@@ -174,6 +185,14 @@ impl<'a> Builder<'a> {
         SyntaxError {
             pos,
             message: message.to_string(),
+            over_budget: false,
+        }
+    }
+
+    fn over_budget(&self, pos: Pos, message: &str) -> SyntaxError {
+        SyntaxError {
+            over_budget: true,
+            ..self.error(pos, message)
         }
     }
 
@@ -203,7 +222,7 @@ impl<'a> Builder<'a> {
     fn count(&mut self, pos: Pos, add: usize) -> Result<(), SyntaxError> {
         self.nodes = self.nodes.saturating_add(add);
         if self.nodes > MAX_NODES {
-            return Err(self.error(
+            return Err(self.over_budget(
                 pos,
                 "document too large: more than 1000000 nodes (alias bomb?)",
             ));
@@ -213,7 +232,7 @@ impl<'a> Builder<'a> {
 
     fn node(&mut self, event: Event<'a>, pos: Pos, depth: usize) -> Result<Node<'a>, SyntaxError> {
         if depth > MAX_DEPTH {
-            return Err(self.error(pos, "document nested too deeply (more than 128 levels)"));
+            return Err(self.over_budget(pos, "document nested too deeply (more than 128 levels)"));
         }
         self.count(pos, 1)?;
         let (node, anchor) = match event {
@@ -269,17 +288,29 @@ impl<'a> Builder<'a> {
                 )
             }
             Event::Alias(id) => {
-                let Some(target) = self.anchors.get(&id).cloned() else {
+                let Some(&(_, target_size)) = self.anchors.get(&id) else {
                     return Err(self.error(pos, "invalid YAML: alias to an unknown anchor"));
                 };
-                self.count(pos, size(&target))?;
+                self.alias_nodes = self.alias_nodes.saturating_add(target_size);
+                if self.alias_nodes > MAX_ALIAS_NODES {
+                    return Err(self.over_budget(
+                        pos,
+                        "aliases expand to more than 100000 nodes (alias bomb?)",
+                    ));
+                }
+                // The alias node itself was counted above; its content is counted here.
+                self.count(pos, target_size.saturating_sub(1))?;
+                let Some((target, _)) = self.anchors.get(&id) else {
+                    return Err(self.error(pos, "invalid YAML: alias to an unknown anchor"));
+                };
                 // The alias is reported where it is used, its content where it was written.
-                return Ok(target);
+                return Ok(target.clone());
             }
             _ => return Err(self.error(pos, "invalid YAML: unexpected event")),
         };
         if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+            let node_size = size(&node);
+            self.anchors.insert(anchor, (node.clone(), node_size));
         }
         Ok(node)
     }
@@ -293,6 +324,7 @@ fn tagged_style(tag: Option<&saphyr_parser::Tag>, pos: Pos) -> Result<Style, Syn
         Some(t) => Err(SyntaxError {
             pos,
             message: format!("unsupported YAML tag {}{}", t.handle, t.suffix),
+            over_budget: false,
         }),
         None => Ok(Style::Plain),
     }
@@ -381,7 +413,36 @@ mod tests {
             ));
         }
         let err = parse(&bomb).unwrap_err();
-        assert!(err.message.contains("too large"), "{err:?}");
+        assert_eq!(
+            err.message,
+            "aliases expand to more than 100000 nodes (alias bomb?)"
+        );
+        // a1..a3 expand 110 + 1110 + 11110 nodes; a4's aliases of a3 (11111 nodes each) pass
+        // the budget at the eighth one, line 5, column 10 + 7 * 5: nothing larger was built.
+        assert_eq!(err.pos, Pos::new(5, 45), "{err:?}");
+    }
+
+    #[test]
+    fn aliases_within_the_budget_expand() {
+        // 9 aliases of a 10001-node list: 90009 nodes through aliases, under the budget.
+        let list = format!("[{}]", vec!["x"; 10_000].join(", "));
+        let text = format!(
+            "a: &a {list}
+b: [{}]
+",
+            ["*a"; 9].join(", ")
+        );
+        let doc = parse(&text).unwrap().unwrap();
+        assert_eq!(size(&doc), 1 + 2 + 10 * 10_001 + 1);
+        let text = format!(
+            "a: &a {list}
+b: [{}]
+",
+            ["*a"; 10].join(", ")
+        );
+        let err = parse(&text).unwrap_err();
+        assert!(err.message.contains("alias bomb"), "{err:?}");
+        assert_eq!(err.pos, Pos::new(2, 5 + 4 * 9));
     }
 
     #[test]

@@ -1,0 +1,264 @@
+//! Fuzz entry points: each takes bytes a hostile client could send and drives one parser the
+//! way the proxy does, checking what must hold of its output. None may panic, whatever the
+//! input.
+//!
+//! Test-facing only: the coverage-guided targets in `fuzz/` (outside the workspace) and the
+//! property-test runner in `proxy/tests/fuzz_parsers.rs` both call these, so the two exercise
+//! the same code. Nothing in the proxy calls them.
+
+use std::cell::RefCell;
+
+use bytes::BytesMut;
+use http_body_util::BodyExt;
+
+use crate::credentials::binding::{Resolution, Resolve};
+use crate::credentials::placeholder;
+use crate::credentials::profile::{CredentialName, CredentialRef, Placement, ProfileId};
+use crate::credentials::rewrite;
+use crate::credentials::secrets::Secret;
+use crate::http::body::{self, BodySink, ChannelBody};
+use crate::http::head::{self, BodyFraming};
+use crate::http::method_override;
+use crate::pipeline::{connect, target};
+use crate::policy::canon;
+use crate::tls::upstream::Offer;
+
+/// Longest head the proxy accepts by default (`--max-head-bytes`).
+const MAX_HEAD: usize = 8192;
+
+/// A request head: parsed strictly, and, when it parses, every accessor the pipeline uses;
+/// also read through `read_head` (the streaming path, with its size limit) in small pieces.
+pub fn http_head(data: &[u8]) {
+    if let Ok(h) = head::parse(data) {
+        // A parsed head's framing is unambiguous and its names are tokens.
+        let _ = h.framing();
+        let _ = h.keep_alive();
+        let _ = h.connection_tokens();
+        let _ = h.header("host");
+        assert!(h.headers.iter().all(|(n, _)| !n.is_empty()));
+        let _ = method_override::from_headers(
+            h.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+        );
+    }
+    block_on(async {
+        let mut reader = Trickle::new(data, 7);
+        let mut buf = BytesMut::new();
+        while let Ok(h) = head::read_head(&mut reader, &mut buf, MAX_HEAD).await {
+            // Pipelined heads: each must be a head `parse` accepts too.
+            let _ = h.framing();
+        }
+    });
+}
+
+/// A request body: the first byte picks the framing (chunked, or a Content-Length), the rest
+/// is the body as sent, decoded through the same pump as the proxy, guard on.
+pub fn request_body(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let framing = match pick % 4 {
+        0 | 1 => BodyFraming::Chunked,
+        2 => BodyFraming::Length(u64::from(pick)),
+        _ => BodyFraming::Length(rest.len() as u64),
+    };
+    block_on(async {
+        let (tx, body) = ChannelBody::channel(None);
+        let collect = async move { body.collect().await.map(|c| c.to_bytes().len()) };
+        let mut reader = Trickle::new(rest, usize::from(pick % 5) + 1);
+        let mut buf = BytesMut::new();
+        let pump = body::pump(&mut reader, &mut buf, framing, BodySink::new(tx, true));
+        let (pumped, collected) = tokio::join!(pump, collect);
+        if let (Ok(n), Ok(got)) = (pumped, collected) {
+            // What was decoded is what went upstream, and no more than was sent.
+            assert_eq!(n, got as u64);
+            assert!(got <= rest.len());
+        }
+    });
+}
+
+/// A `CONNECT` authority, then the host normalisation the pipeline applies to it.
+pub fn connect_authority(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(a) = connect::parse_authority(text) {
+        assert!(a.port != 0 && !a.host.is_empty());
+        let _ = canon::normalize_host(&a.host);
+    }
+}
+
+/// An absolute-form target (`http://host[:port]/path?query`), then what the pipeline does
+/// with it: host normalisation, the canonical path, the `_method` parameter, and the tunnel
+/// authority check against the parsed host.
+pub fn absolute_target(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let _ = target::host_matches(data, "api.example.com", 443, 443);
+    let _ = method_override::from_query(text);
+    if let Ok(a) = target::parse_absolute(text) {
+        let _ = canon::normalize_host(&a.host);
+        if let Ok(t) = canon::canonicalize(a.path_and_query.as_bytes(), false) {
+            assert!(t.path.starts_with('/'));
+            let _ = t.to_origin_form();
+        }
+        let _ = target::host_matches(a.host.as_bytes(), &a.host, a.port, 80);
+    }
+}
+
+/// Credential placeholders in a request head: the marker scan, the placeholder finder, and
+/// the all-or-nothing rewrite with its percent and `Basic` decoding. The first byte splits
+/// the rest into a target and header values (one per line).
+pub fn credential_rewrite(data: &[u8]) {
+    let _ = placeholder::find_in_bytes(data);
+    let _ = placeholder::contains_marker(data);
+    let Some((&split, rest)) = data.split_first() else {
+        return;
+    };
+    let at = usize::from(split).min(rest.len());
+    let (target, values) = rest.split_at(at);
+    let mut target = String::from_utf8_lossy(target).into_owned();
+    let mut headers: Vec<(String, Vec<u8>)> = values
+        .split(|&b| b == b'\n')
+        .enumerate()
+        .map(|(i, v)| {
+            let name = [
+                "authorization",
+                "x-api-key",
+                "cookie",
+                "proxy-authorization",
+            ][i % 4];
+            (name.to_owned(), v.to_vec())
+        })
+        .collect();
+    let before = (target.clone(), headers.clone());
+    let marked = rewrite::head_has_marker(&target, &headers);
+    match rewrite::rewrite_request(&mut target, &mut headers, &FuzzResolver::new()) {
+        Ok(injected) => {
+            // Nothing is injected where the cheap scan saw no marker.
+            assert!(marked || injected.is_empty());
+        }
+        // All or nothing: a refused head is left as it was.
+        Err(_) => assert_eq!((target, headers), before),
+    }
+}
+
+/// The first bytes of an inspected tunnel as a ClientHello, read by the acceptor the proxy
+/// uses, and the SNI and ALPN it takes from it.
+pub fn client_hello(data: &[u8]) {
+    let mut acceptor = rustls::server::Acceptor::default();
+    let mut input = data;
+    while !input.is_empty() {
+        match acceptor.read_tls(&mut input) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        match acceptor.accept() {
+            Ok(Some(accepted)) => {
+                let hello = accepted.client_hello();
+                let _ = hello.server_name().map(str::to_ascii_lowercase);
+                let _ = hello.alpn().map_or(Offer::None, Offer::from_client);
+                return;
+            }
+            Ok(None) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Resolves every key to one secret, except keys starting with `U` (unknown) and `O`
+/// (outside their binding), so the rewrite takes each of its paths.
+struct FuzzResolver {
+    secret: Option<Secret>,
+    credential: Option<CredentialRef>,
+    /// One of each placement, chosen by the key's second byte.
+    placements: [Placement; 5],
+}
+
+impl FuzzResolver {
+    fn new() -> Self {
+        let credential = ProfileId::new("fuzz")
+            .zip(CredentialName::new("key"))
+            .map(|(profile, name)| CredentialRef { profile, name });
+        Self {
+            secret: Secret::new("fuzz-secret-value".to_owned()).ok(),
+            credential,
+            placements: [
+                Placement::AnyHeader,
+                Placement::Header("authorization".to_owned()),
+                Placement::Query("key".to_owned()),
+                Placement::Path(None),
+                Placement::Path(Some("/v1/".to_owned())),
+            ],
+        }
+    }
+}
+
+impl Resolve for FuzzResolver {
+    fn resolve(&self, key: &str) -> Resolution<'_> {
+        let (Some(secret), Some(credential)) = (&self.secret, &self.credential) else {
+            return Resolution::Unknown;
+        };
+        match key.as_bytes().first() {
+            Some(b'U') => Resolution::Unknown,
+            Some(b'O') => Resolution::OutsideBinding {
+                credential: credential.clone(),
+                reason: crate::credentials::binding::Mismatch::Endpoint,
+            },
+            Some(b'T') => Resolution::RequiresTls {
+                credential: credential.clone(),
+            },
+            _ => Resolution::Allow {
+                secret,
+                credential: credential.clone(),
+                placement: &self.placements
+                    [usize::from(key.as_bytes().get(1).copied().unwrap_or(0)) % 5],
+            },
+        }
+    }
+}
+
+/// A reader that hands out `data` at most `step` bytes at a time, as a slow client would.
+struct Trickle<'a> {
+    data: &'a [u8],
+    step: usize,
+}
+
+impl<'a> Trickle<'a> {
+    fn new(data: &'a [u8], step: usize) -> Self {
+        Self { data, step }
+    }
+}
+
+impl tokio::io::AsyncRead for Trickle<'_> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let n = self.step.min(self.data.len()).min(buf.remaining());
+        let (now, later) = self.data.split_at(n);
+        buf.put_slice(now);
+        self.data = later;
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+thread_local! {
+    /// One current-thread runtime per fuzzing thread: building one per input would cost more
+    /// than the parsing it drives.
+    static RUNTIME: RefCell<Option<tokio::runtime::Runtime>> = const { RefCell::new(None) };
+}
+
+fn block_on<F: Future>(future: F) -> Option<F::Output> {
+    RUNTIME.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .ok();
+        }
+        slot.as_ref().map(|rt| rt.block_on(future))
+    })
+}
