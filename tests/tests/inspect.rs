@@ -520,3 +520,88 @@ fn opted_in_bodies_get_the_secret_and_a_fixed_length() {
     );
     assert_events_valid(&sluice);
 }
+
+/// The 403 of an L7 denial tells the agent what was refused and by what, in the fields the
+/// reference's body carries, the same over HTTP/1.1 and HTTP/2.
+#[test]
+fn an_l7_refusal_names_the_rule_missing_and_the_next_steps_over_http1_and_http2() {
+    let dir = TempDir::new("l7body");
+    let origin = sluice_e2e::origin::H2Origin::start(dir.path());
+    let port = origin.port();
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {port}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: /ok/**}}\n        deny_rules:\n          - {{method: GET, path: /ok/private/**}}\n    binaries:\n      - path: /usr/bin/curl\n"
+    );
+    let (sluice, ca) = intercepting(&dir, &p, &[&origin.cert], None);
+    let curl = curl_via(&sluice, &ca);
+    let exe = std::fs::canonicalize("/usr/bin/curl").unwrap();
+    let exe = exe.to_str().unwrap();
+    for (http, version) in [("--http1.1", "1.1"), ("--http2", "2")] {
+        let (_, out, err) = curl(
+            &[http, "-X", "POST"],
+            &format!("https://127.0.0.1:{port}/ok/a?token=abc"),
+        );
+        let (body, status) = out.rsplit_once('\n').unwrap();
+        assert_eq!(status, format!("403 {version}"), "{out}\n{err}");
+        let body: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["error"], "policy_denied", "{body}");
+        assert_eq!(body["layer"], "l7");
+        assert_eq!(body["policy"], "api");
+        assert_eq!(body["method"], "POST");
+        assert_eq!(body["path"], "/ok/a");
+        assert_eq!(body["host"], "127.0.0.1");
+        assert_eq!(body["port"], port);
+        assert_eq!(body["binary"], exe);
+        assert!(body["detail"].as_str().unwrap().contains("POST 127.0.0.1:"));
+        assert_eq!(body["rule_missing"]["type"], "rest_allow");
+        assert_eq!(body["rule_missing"]["method"], "POST");
+        assert_eq!(body["rule_missing"]["path"], "/ok/a");
+        assert_eq!(body["rule_missing"]["host"], "127.0.0.1");
+        assert_eq!(body["rule_missing"]["port"], port);
+        let steps = body["next_steps"].as_array().unwrap();
+        assert!(
+            steps
+                .iter()
+                .any(|s| s.as_str().unwrap().contains("{method: POST, path: /ok/a}")),
+            "{body}"
+        );
+        assert!(
+            !body.to_string().contains("token=abc"),
+            "query echoed: {body}"
+        );
+        // A deny rule is named as what blocks it.
+        let (_, out, _) = curl(&[http], &format!("https://127.0.0.1:{port}/ok/private/x"));
+        let (body, status) = out.rsplit_once('\n').unwrap();
+        assert_eq!(status, format!("403 {version}"), "{out}");
+        let body: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["rule"], "GET /ok/private/**", "{body}");
+        assert!(
+            body["next_steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s.as_str().unwrap().contains("deny rule")),
+            "{body}"
+        );
+    }
+    assert_events_valid(&sluice);
+}
+
+/// curl through `sluice` trusting `ca`: returns (exit code, body + "\n<status> <version>", stderr).
+fn curl_via<'a>(
+    sluice: &'a Sluice,
+    ca: &'a Path,
+) -> impl Fn(&[&str], &str) -> (i32, String, String) + 'a {
+    move |extra, url| {
+        run(Command::new("curl")
+            .args(["-s", "--max-time", "20", "--cacert"])
+            .arg(ca)
+            .args([
+                "-x",
+                &sluice.proxy_url(),
+                "-w",
+                "\n%{http_code} %{http_version}",
+            ])
+            .args(extra)
+            .arg(url))
+    }
+}

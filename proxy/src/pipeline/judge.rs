@@ -193,30 +193,17 @@ fn verdict(
                     format!(" as {} ({})", o.method, o.source),
                 ),
             };
-            let mut refusal = Refusal::new(
-                403,
-                "policy_denied",
-                format!(
-                    "{} {hp}{shown_path}{how} denied by L7 policy: {}",
-                    named.method, decision.reason
-                ),
-            )
-            .with_reason(decision.reason.clone())
-            .with("policy", judged.policy.clone())
-            .with(
-                "rule",
-                judged
-                    .rule
-                    .clone()
-                    .map_or(serde_json::Value::Null, serde_json::Value::from),
-            )
-            .with("method", judged_method.to_owned())
-            .with("path", shown_path.to_owned())
-            .with("binary", known.exe.clone())
-            .with("stage", "l7");
-            if let Some(o) = named.source {
-                refusal = refusal.with("method_override", o.source.to_string());
-            }
+            let refusal = l7_denial(&L7Denial {
+                judged,
+                decision,
+                line: named.method,
+                method: judged_method,
+                how: &how,
+                override_source: named.source.map(|o| o.source.to_string()),
+                binary: &known.exe,
+                hp,
+                path: shown_path,
+            });
             judged.reason = Some(decision.reason.clone());
             Err(Box::new((refusal, judged.clone())))
         }
@@ -228,5 +215,138 @@ fn verdict(
             Ok(())
         }
         Verdict::Allow => Ok(()),
+    }
+}
+
+/// What a 403 for an L7 denial is made of.
+struct L7Denial<'a> {
+    judged: &'a Judged,
+    decision: &'a RequestDecision<'a>,
+    /// The request line's method, upper case.
+    line: &'a str,
+    /// The method that was denied (the request line's or one an override named).
+    method: &'a str,
+    /// ` as M (header)` when an override's method was the one denied, else empty.
+    how: &'a str,
+    override_source: Option<String>,
+    binary: &'a str,
+    /// `host:port` of the tunnel or forward target.
+    hp: &'a str,
+    /// The canonical path (no query).
+    path: &'a str,
+}
+
+/// The body of an L7 denial: what the reference's 403 carries (`policy`, `rule`, `detail`,
+/// `layer`, `protocol`, `method`, `path`, `host` without the port, `port`, `binary`,
+/// `rule_missing`, `next_steps`), with sluice's `reason` and `stage`. Written for the agent
+/// that hit it: what was refused, by what, and what would have to change. The query string
+/// is never echoed (it may carry data the agent should not see in a log it forwards).
+fn l7_denial(d: &L7Denial<'_>) -> Refusal {
+    use serde_json::{Value, json};
+    let (host, port) = split_host_port(d.hp);
+    let reason = &d.decision.reason;
+    let policy = &d.judged.policy;
+    let rule = d.judged.rule.clone().map_or(Value::Null, Value::from);
+    let missing = json!({
+        "type": "rest_allow",
+        "layer": "l7",
+        "method": d.method,
+        "path": d.path,
+        "host": host,
+        "port": port,
+        "binary": d.binary,
+    });
+    let mut next_steps = vec![
+        "this request was refused by policy and retrying it unchanged will be refused again"
+            .to_string(),
+    ];
+    match &d.decision.basis {
+        RequestBasis::DenyRule(r) => next_steps.push(format!(
+            "a deny rule (`{}`) of policy entry `{}` blocks {} {}; deny rules win over allow rules, so only removing or narrowing that rule would allow it",
+            r.summary(),
+            r.origin.entry,
+            d.method,
+            d.path
+        )),
+        RequestBasis::NoEndpointPath => next_steps.push(format!(
+            "no endpoint of policy entry `{policy}` for {} selects the path {}; the operator would have to add one whose `path` covers it",
+            d.hp, d.path
+        )),
+        RequestBasis::WebSocketRequired => next_steps.push(
+            "this endpoint only accepts WebSocket upgrade requests (GET with `Upgrade: websocket`)"
+                .to_string(),
+        ),
+        _ => next_steps.push(format!(
+            "if the task needs it, ask the operator to add an allow rule {{method: {}, path: {}}} to policy entry `{policy}` for {}",
+            d.method, d.path, d.hp
+        )),
+    }
+    next_steps.push(format!(
+        "the operator can check a change with: sluice policy explain --policy FILE --binary {} --method {} https://{}{}",
+        d.binary, d.method, d.hp, d.path
+    ));
+    let mut refusal = Refusal::new(
+        403,
+        "policy_denied",
+        format!(
+            "{} {}{}{} denied by L7 policy: {reason}",
+            d.line, d.hp, d.path, d.how
+        ),
+    )
+    .with_reason(reason.clone())
+    .with("policy", policy.clone())
+    .with("rule", rule)
+    .with("layer", "l7")
+    .with("protocol", "rest")
+    .with("method", d.method.to_owned())
+    .with("path", d.path.to_owned())
+    .with("host", host)
+    .with("port", port.map_or(Value::Null, Value::from))
+    .with("binary", d.binary.to_owned())
+    .with("rule_missing", missing)
+    .with("next_steps", next_steps)
+    .with("stage", "l7");
+    if let Some(source) = &d.override_source {
+        refusal = refusal.with("method_override", source.clone());
+    }
+    refusal
+}
+
+/// `host:port` (IPv6 literals with or without brackets) as the host without brackets and
+/// the port.
+fn split_host_port(hp: &str) -> (String, Option<u16>) {
+    match hp.rsplit_once(':') {
+        Some((host, port)) => match port.parse::<u16>() {
+            Ok(port) => (
+                host.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string(),
+                Some(port),
+            ),
+            Err(_) => (hp.to_string(), None),
+        },
+        None => (hp.to_string(), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_host_port;
+
+    #[test]
+    fn host_and_port_are_split_for_names_and_ipv6_literals() {
+        assert_eq!(
+            split_host_port("api.example.com:443"),
+            ("api.example.com".to_string(), Some(443))
+        );
+        assert_eq!(
+            split_host_port("[::1]:8443"),
+            ("::1".to_string(), Some(8443))
+        );
+        assert_eq!(split_host_port("::1:8443"), ("::1".to_string(), Some(8443)));
+        assert_eq!(
+            split_host_port("example.com"),
+            ("example.com".to_string(), None)
+        );
     }
 }
