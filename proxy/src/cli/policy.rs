@@ -58,6 +58,8 @@ pub struct ExplainArgs {
     /// Read one JSON query per line from stdin and answer each with a JSON line.
     #[arg(long, conflicts_with_all = ["binary", "url"])]
     batch: bool,
+    /// How to read constructs NVIDIA OpenShell accepts but silently misreads (the README's
+    /// table of differences): refuse them (strict), or accept them as OpenShell does, warning.
     #[arg(long, value_enum, default_value_t = CompatArg::Strict)]
     compat: CompatArg,
     /// `https://host[:port]/path?query` (also http, ws, wss) or `host:port` for a

@@ -23,7 +23,7 @@ use crate::policy::{self, Diagnostic, Loaded};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormatArg {
-    /// One human line per event (spec §7.3).
+    /// One human line per event: `NET:OPEN [INFO] ALLOWED exe(pid) -> host:port [policy:.. engine:..]`.
     #[default]
     Shorthand,
     /// The OCSF JSON object of each event.
@@ -35,6 +35,8 @@ pub struct RunArgs {
     /// Policy files (merged); none = the embedded deny-all default.
     #[arg(long = "policy", value_name = "FILE")]
     pub policies: Vec<String>,
+    /// How to read constructs NVIDIA OpenShell accepts but silently misreads (the README's
+    /// table of differences): refuse them (strict), or accept them as OpenShell does, warning.
     #[arg(long, value_enum, default_value_t = CompatArg::Strict)]
     pub compat: CompatArg,
     /// Explicit proxy listener (CONNECT and absolute-form HTTP); repeat for more.

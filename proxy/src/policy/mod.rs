@@ -40,7 +40,8 @@ pub const DEFAULT_POLICY: &str = include_str!("default.yaml");
 /// The name diagnostics use for the embedded default.
 pub const DEFAULT_POLICY_NAME: &str = "<embedded default policy>";
 
-/// How to read constructs that the reference accepts but silently misreads (spec §13).
+/// How to read constructs that the reference accepts but silently misreads (the README's
+/// table of differences).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Compat {
     /// Refuse them, explaining what the reference would do.
