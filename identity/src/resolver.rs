@@ -2,13 +2,18 @@
 //!
 //! Caches are only *where to look*: diag sockets per network namespace and the recent client
 //! pids. Identities are never cached.
+//!
+//! A connection is identified once with [`IdentityResolver::lookup`] and then re-checked with
+//! [`IdentityResolver::confirm`] (when its request arrives, per inspected request, and
+//! periodically for long-lived tunnels): a socket can move between processes (`SCM_RIGHTS`,
+//! `pidfd_getfd`) after any one look, so one look proves only who held it at that moment.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use crate::error::IdentityError;
-use crate::identity::{Identity, read_identity};
+use crate::identity::{ClientSocket, Identity, read_exe, read_identity};
 use crate::netns::Namespaces;
 use crate::owners::OwnerSearch;
 use crate::procfs::ProcFs;
@@ -98,10 +103,14 @@ impl IdentityResolver {
             });
         }
 
+        let client = ClientSocket {
+            inode: socket.inode,
+            uid: socket.uid,
+        };
         let resolved = found
             .owners
             .iter()
-            .map(|owner| read_identity(proc, owner))
+            .map(|owner| read_identity(proc, owner, client))
             .collect::<Result<Vec<_>, _>>()?;
         let mut resolved = resolved.into_iter();
         let Some(first) = resolved.next() else {
@@ -110,10 +119,7 @@ impl IdentityResolver {
             });
         };
         let rest: Vec<_> = resolved.collect();
-        if rest
-            .iter()
-            .any(|other| !other.identity.same_policy_identity(&first.identity))
-        {
+        if rest.iter().any(|other| !other.same_policy_identity(&first)) {
             let pids = found.owners.iter().map(|owner| owner.pid()).collect();
             return Err(IdentityError::AmbiguousOwners {
                 inode: socket.inode,
@@ -121,10 +127,62 @@ impl IdentityResolver {
             });
         }
         lock(&self.recent).touch(RecentPid {
-            pid: first.identity.pid,
+            pid: first.pid,
             start_time: first.start_time,
         });
-        Ok(first.identity)
+        Ok(first)
+    }
+
+    /// Checks that the socket `previous` was read from is still held by that same process
+    /// (pid and start time) running the same executable, and by no process of another policy
+    /// identity. Fails with [`IdentityError::HolderChanged`] otherwise, including when no
+    /// process holds it (a socket in flight in an `SCM_RIGHTS` message).
+    ///
+    /// Cheaper than a lookup: no netlink query (the connection's socket is known) and, in the
+    /// common case of one holder, no ancestor walk (only reparenting changes the ancestors of
+    /// a process that is still the same one).
+    pub fn confirm(&self, previous: &Identity) -> Result<(), IdentityError> {
+        let proc = self.procfs()?;
+        let inode = previous.socket.inode;
+        let hint = [RecentPid {
+            pid: previous.pid,
+            start_time: previous.start_time,
+        }];
+        let found = OwnerSearch::new(proc, inode, self.own_pid).run(&hint, previous.socket.uid);
+        let mut same_holder = false;
+        let mut others_agree = true;
+        for owner in &found.owners {
+            if owner.pid() == previous.pid {
+                let started = owner
+                    .stat()
+                    .map_err(|_| IdentityError::ProcessExited { pid: owner.pid() })?
+                    .start_time;
+                let (exe, deleted) = read_exe(owner)?;
+                same_holder = started == previous.start_time
+                    && exe == previous.exe
+                    && deleted == previous.exe_deleted;
+            } else {
+                let other = read_identity(proc, owner, previous.socket)?;
+                others_agree &= other.same_policy_identity(previous);
+            }
+        }
+        if same_holder && others_agree {
+            return Ok(());
+        }
+        let now = found
+            .owners
+            .iter()
+            .map(|owner| {
+                let exe = read_exe(owner).map(|(exe, _)| exe).unwrap_or_default();
+                (owner.pid(), exe)
+            })
+            .collect();
+        Err(IdentityError::HolderChanged {
+            inode,
+            pid: previous.pid,
+            exe: previous.exe.clone(),
+            now,
+        })
     }
 }
 
