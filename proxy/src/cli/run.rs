@@ -88,6 +88,20 @@ pub struct RunArgs {
     /// Concurrent client connections (more get 503).
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub max_connections: usize,
+    /// Concurrent connections of one caller (one executable path; more get 429). Default: a
+    /// quarter of --max-connections.
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_caller: Option<usize>,
+    /// New connections one caller may open per second (bursts up to N; more get 429).
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    pub max_new_connections_per_caller_per_sec: u32,
+    /// A CONNECT tunnel whose client sends nothing for this long after `200` is closed.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub unused_tunnel_timeout: Duration,
+    /// How often sluice checks that an open connection's socket is still held by the process
+    /// it identified (a socket handed to another process is closed).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub caller_recheck_interval: Duration,
     /// Largest request head (bigger ones get 431).
     #[arg(long, value_name = "BYTES", default_value_t = 8192)]
     pub max_head_bytes: usize,
@@ -289,6 +303,13 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         upstream_timeout: args.upstream_timeout,
         idle_timeout: args.idle_timeout,
         max_connections: args.max_connections.max(1),
+        max_connections_per_caller: args
+            .max_connections_per_caller
+            .unwrap_or(args.max_connections / 4)
+            .max(1),
+        max_new_connections_per_caller_per_sec: args.max_new_connections_per_caller_per_sec.max(1),
+        unused_tunnel_timeout: args.unused_tunnel_timeout,
+        caller_recheck_interval: args.caller_recheck_interval,
     };
     if args.allow_loopback_upstream {
         eprintln!(

@@ -306,7 +306,7 @@ pub async fn run(
     );
     if inspect {
         let traffic = std::sync::Arc::new(super::counted::Traffic::default());
-        super::inspect::run(
+        let inspected = super::inspect::run(
             shared,
             conn,
             known.clone(),
@@ -319,8 +319,12 @@ pub async fn run(
             upstream,
             addr,
             &traffic,
-        )
-        .await;
+        );
+        // Ended by the client or upstream, or cut when the caller no longer holds the socket.
+        let reason = tokio::select! {
+            () = inspected => "closed".to_string(),
+            reason = conn.stop.wait() => reason,
+        };
         // Client-side bytes, TLS records included, as for an uninspected tunnel.
         ctx.close_event(
             entry,
@@ -328,12 +332,16 @@ pub async fn run(
             addr,
             traffic.bytes_in(),
             traffic.bytes_out(),
-            "closed",
+            &reason,
         );
         return;
     }
     let (ur, uw) = upstream.into_split();
-    let stats = relay::relay(rd, wr, ur, uw, &buf, shared.limits.idle_timeout).await;
+    let bounds = relay::Bounds {
+        idle: shared.limits.idle_timeout,
+        unused: Some(shared.limits.unused_tunnel_timeout),
+    };
+    let stats = relay::relay_until(rd, wr, ur, uw, &buf, bounds, conn.stop.wait()).await;
     ctx.close_event(
         entry,
         Engine::L4,

@@ -194,6 +194,21 @@ async fn handle(
         );
         return refuse(t, &method, &judged, started, &refusal);
     }
+    // Each stream is the caller's only if it still holds the socket.
+    if let Err(reason) = super::caller::confirm(&t.shared, &t.known).await {
+        let refusal = Refusal::new(
+            403,
+            "policy_denied",
+            format!(
+                "{method} {hp}{} not permitted by policy",
+                path_and_query.split('?').next().unwrap_or("/")
+            ),
+        )
+        .with_reason(reason)
+        .with("stage", "identity");
+        judged.engine = Engine::Identity;
+        return refuse(t, &method, &judged, started, &refusal);
+    }
     judged = match judge::judge(
         &t.policy,
         &t.admission,
