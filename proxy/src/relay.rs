@@ -5,7 +5,9 @@
 //! side is passed on (shutdown of the other side's write half) and the other direction keeps
 //! flowing; the relay ends when both directions are done, on an error, when neither side
 //! has sent a byte for the idle timeout (long by default, so SSE pauses survive), when the
-//! client has sent nothing at all for the unused-tunnel timeout, or when told to stop.
+//! client has sent nothing at all for the unused-tunnel timeout, or when told to stop. The
+//! client's first bytes after the CONNECT wait for a check (that the caller still holds the
+//! socket) before they go upstream.
 
 use std::future::Future;
 use std::time::Duration;
@@ -61,6 +63,15 @@ pub struct Bounds {
     pub unused: Option<Duration>,
 }
 
+/// What a relay checks besides its bounds: `stop` ends it (with the reason) whenever it
+/// resolves; `first_use` is awaited before the client's first bytes go upstream, and an
+/// `Err` (its reason) ends the relay instead.
+#[derive(Debug)]
+pub struct Checks<S, G> {
+    pub stop: S,
+    pub first_use: G,
+}
+
 /// Relays until both directions finish (see [`relay_until`]), with only an idle timeout.
 pub async fn relay<CR, CW, UR, UW>(
     client_r: CR,
@@ -84,32 +95,40 @@ where
         up_w,
         initial,
         bounds,
-        std::future::pending(),
+        Checks {
+            stop: std::future::pending(),
+            first_use: async { Ok(()) },
+        },
     )
     .await
 }
 
-/// Relays until both directions finish, a bound passes, or `stop` resolves (with the reason).
+/// Relays until both directions finish, a bound passes, or a check says stop.
 /// Buffers are 16 KiB: measured faster than 64 KiB on loopback (they stay in cache), and
 /// cheap for thousands of idle tunnels. `initial` is sent to the upstream first (bytes the
 /// client sent right after its CONNECT head).
-pub async fn relay_until<CR, CW, UR, UW>(
+pub async fn relay_until<CR, CW, UR, UW, S, G>(
     mut client_r: CR,
     mut client_w: CW,
     mut up_r: UR,
     mut up_w: UW,
     initial: &[u8],
     bounds: Bounds,
-    stop: impl Future<Output = String>,
+    checks: Checks<S, G>,
 ) -> RelayStats
 where
     CR: AsyncRead + Unpin,
     CW: AsyncWrite + Unpin,
     UR: AsyncRead + Unpin,
     UW: AsyncWrite + Unpin,
+    S: Future<Output = String>,
+    G: Future<Output = Result<(), String>>,
 {
     let idle = bounds.idle;
+    let Checks { stop, first_use } = checks;
     tokio::pin!(stop);
+    // Bytes that came with the CONNECT head were checked with it.
+    let mut first_use = initial.is_empty().then_some(Box::pin(first_use));
     let mut stats = RelayStats {
         client_to_upstream: 0,
         upstream_to_client: 0,
@@ -141,6 +160,12 @@ where
                     let _ = up_w.shutdown().await;
                 }
                 Ok(n) => {
+                    if let Some(check) = first_use.take()
+                        && let Err(reason) = check.await
+                    {
+                        stats.end = RelayEnd::Stopped(reason);
+                        break;
+                    }
                     if let Err(e) = up_w.write_all(&cbuf[..n]).await {
                         stats.end = RelayEnd::UpstreamError(e.to_string());
                         break;
@@ -230,7 +255,7 @@ mod tests {
             idle: Duration::from_secs(3600),
             unused: Some(Duration::from_secs(30)),
         };
-        let stats = relay_until(cr, cw, ur, uw, b"", bounds, std::future::pending()).await;
+        let stats = relay_until(cr, cw, ur, uw, b"", bounds, unchecked()).await;
         assert_eq!(stats.end, RelayEnd::UnusedTimeout);
         assert_eq!(stats.end.describe(), "unused tunnel timeout");
     }
@@ -246,7 +271,7 @@ mod tests {
             idle: Duration::from_secs(100),
             unused: Some(Duration::from_secs(30)),
         };
-        let stats = relay_until(cr, cw, ur, uw, b"", bounds, std::future::pending()).await;
+        let stats = relay_until(cr, cw, ur, uw, b"", bounds, unchecked()).await;
         assert_eq!(stats.end, RelayEnd::IdleTimeout);
     }
 
@@ -260,9 +285,42 @@ mod tests {
             idle: Duration::from_secs(3600),
             unused: None,
         };
-        let stop = async { "caller changed".to_string() };
-        let stats = relay_until(cr, cw, ur, uw, b"", bounds, stop).await;
+        let checks = Checks {
+            stop: async { "caller changed".to_string() },
+            first_use: async { Ok(()) },
+        };
+        let stats = relay_until(cr, cw, ur, uw, b"", bounds, checks).await;
         assert_eq!(stats.end, RelayEnd::Stopped("caller changed".into()));
+    }
+
+    #[tokio::test]
+    async fn first_bytes_wait_for_their_check_and_go_nowhere_when_it_fails() {
+        let (client, mut client_peer) = duplex(64);
+        let (upstream, mut upstream_peer) = duplex(64);
+        let (cr, cw) = tokio::io::split(client);
+        let (ur, uw) = tokio::io::split(upstream);
+        client_peer.write_all(b"secret").await.unwrap();
+        let bounds = Bounds {
+            idle: Duration::from_secs(3600),
+            unused: None,
+        };
+        let checks = Checks {
+            stop: std::future::pending(),
+            first_use: async { Err("caller changed".to_string()) },
+        };
+        let stats = relay_until(cr, cw, ur, uw, b"", bounds, checks).await;
+        assert_eq!(stats.end, RelayEnd::Stopped("caller changed".into()));
+        assert_eq!(stats.client_to_upstream, 0);
+        let mut got = Vec::new();
+        upstream_peer.read_to_end(&mut got).await.unwrap();
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    fn unchecked() -> Checks<std::future::Pending<String>, std::future::Ready<Result<(), String>>> {
+        Checks {
+            stop: std::future::pending(),
+            first_use: std::future::ready(Ok(())),
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -341,7 +341,13 @@ pub async fn run(
         idle: shared.limits.idle_timeout,
         unused: Some(shared.limits.unused_tunnel_timeout),
     };
-    let stats = relay::relay_until(rd, wr, ur, uw, &buf, bounds, conn.stop.wait()).await;
+    // The caller is confirmed again when it first uses the tunnel (a socket handed over right
+    // after connecting can pass both earlier looks), then periodically (`holder.rs`).
+    let checks = relay::Checks {
+        stop: conn.stop.wait(),
+        first_use: super::caller::confirm(shared, known),
+    };
+    let stats = relay::relay_until(rd, wr, ur, uw, &buf, bounds, checks).await;
     ctx.close_event(
         entry,
         Engine::L4,
