@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn the_table_is_bounded_and_keeps_callers_with_connections() {
-        let limits = Arc::new(CallerLimits::new(5, 1, 32));
+        let limits = Arc::new(CallerLimits::new(5, 100, 32));
         let now = Instant::now();
         let held: Vec<_> = (0..32)
             .map(|i| limits.admit(&format!("/held/{i}"), now).unwrap())
