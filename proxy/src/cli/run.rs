@@ -89,7 +89,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub max_connections: usize,
     /// Concurrent connections of one caller (one executable path; more get 429). Default: a
-    /// quarter of --max-connections.
+    /// quarter of --max-connections, at least 64 (or all of them when fewer).
     #[arg(long, value_name = "N")]
     pub max_connections_per_caller: Option<usize>,
     /// New connections one caller may open per second (bursts up to N; more get 429).
@@ -124,6 +124,13 @@ impl RunArgs {
             Err(_) => Wrap::parse_from(["sluice"]).run,
         }
     }
+}
+
+/// The default of `--max-connections-per-caller`: a quarter of `--max-connections`, but at
+/// least 64 (or all of them, when there are fewer), so a small proxy does not starve its one
+/// busy client.
+fn default_per_caller(max_connections: usize) -> usize {
+    (max_connections / 4).max(max_connections.min(64))
 }
 
 /// `10s`, `500ms`, `2m`, `1h`, or a number of seconds.
@@ -305,7 +312,7 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         max_connections: args.max_connections.max(1),
         max_connections_per_caller: args
             .max_connections_per_caller
-            .unwrap_or(args.max_connections / 4)
+            .unwrap_or_else(|| default_per_caller(args.max_connections))
             .max(1),
         max_new_connections_per_caller_per_sec: args.max_new_connections_per_caller_per_sec.max(1),
         unused_tunnel_timeout: args.unused_tunnel_timeout,
@@ -490,5 +497,12 @@ mod tests {
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn the_per_caller_default_is_a_quarter_but_at_least_64() {
+        assert_eq!(default_per_caller(4096), 1024);
+        assert_eq!(default_per_caller(100), 64);
+        assert_eq!(default_per_caller(2), 2);
     }
 }
