@@ -3,6 +3,7 @@ socket (SCM_RIGHTS) to a program it does list, so that sluice's look at /proc fi
 listed one, and takes the socket back to use it.
 
 Run as the attacker:  hand_over.py MODE LISTED_PYTHON PROXY_PORT ARGS...
+(PROXY_PORT `env`: the port of $HTTPS_PROXY, as inside `sluice exec`)
 The helper is LISTED_PYTHON (a copy of python3 at a path the policy lists) running this same
 file in a helper mode; it holds or uses sockets on the attacker's behalf.
 
@@ -206,7 +207,11 @@ def main():
     if mode == "helper":
         helper(int(sys.argv[2]), int(sys.argv[3]))
         return
-    listed, proxy_port = sys.argv[2], int(sys.argv[3])
+    listed, proxy_port = sys.argv[2], sys.argv[3]
+    if proxy_port == "env":
+        # Inside `sluice exec`: the proxy is the one the environment names.
+        proxy_port = os.environ["HTTPS_PROXY"].rstrip("/").rsplit(":", 1)[1]
+    proxy_port = int(proxy_port)
     args = sys.argv[4:]
     h = Helper(listed, proxy_port)
     try:

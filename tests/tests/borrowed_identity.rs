@@ -14,8 +14,8 @@ use std::process::Command;
 use serde_json::Value;
 use sluice_e2e::ocsf::{action, is_close, is_open};
 use sluice_e2e::origin::HttpOrigin;
-use sluice_e2e::package_dir;
-use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, json_body, python, run};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, json_body, privileged, python, run};
+use sluice_e2e::{package_dir, sluice_bin};
 
 /// A copy of the system python3 at a path only the policy names.
 fn listed_python(dir: &TempDir) -> PathBuf {
@@ -263,4 +263,78 @@ fn a_tunnel_handed_over_after_it_opened_is_closed_by_the_recheck() {
         "{close:#}"
     );
     assert_events_valid(&sluice);
+}
+
+#[test]
+fn inside_sluice_exec_the_hand_over_is_refused_too() {
+    if !privileged("inside_sluice_exec_the_hand_over_is_refused_too") {
+        return;
+    }
+    // The sandbox keeps socketpair(AF_UNIX) (runtimes need it), so SCM_RIGHTS works there.
+    let dir = TempDir::new("borrowed-exec");
+    let tools = dir.path().join("tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    let listed = tools.join("listed-python3");
+    std::fs::copy("/usr/bin/python3", &listed).unwrap();
+    // The attacker runs from the same directory (an unlisted copy), which the sandbox may
+    // execute from because the command lives there.
+    let attacker = tools.join("attacker-python3");
+    std::fs::copy("/usr/bin/python3", &attacker).unwrap();
+    let script = tools.join("hand_over.py");
+    std::fs::copy(package_dir().join("clients/hand_over.py"), &script).unwrap();
+    for p in [dir.path(), tools.as_path()] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let (l4, inspected) = (HttpOrigin::start(), HttpOrigin::start());
+    let policy_path = dir.write("policy.yaml", &policy(&listed, l4.port(), inspected.port()));
+    let audit = dir.path().join("audit.jsonl");
+    let target = format!("127.0.0.1:{}", l4.port());
+    let out = Command::new(sluice_bin())
+        .arg("exec")
+        .arg("--policy")
+        .arg(&policy_path)
+        .arg("--audit-log")
+        .arg(&audit)
+        .args(["--allow-loopback-upstream", "--ro"])
+        .arg(&tools)
+        .arg("--")
+        .arg(&attacker)
+        .arg(&script)
+        .args(["cork"])
+        .arg(&listed)
+        .args(["env", "10", "50", &target])
+        .current_dir(dir.path())
+        .output()
+        .expect("run sluice exec");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let attempts: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(attempts.len(), 10, "{stdout}\n{stderr}");
+    for a in &attempts {
+        assert_eq!(a["status"], 403, "{a:#}");
+        let body = json_body(a["answer"].as_str().unwrap());
+        assert_eq!(body["stage"], "identity", "{a:#}");
+        // The hand-over itself worked in the sandbox: sluice saw the socket change hands.
+        let reason = body["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("caller changed: ") && reason.contains("listed-python3"),
+            "{reason}"
+        );
+    }
+    let text = std::fs::read_to_string(&audit).unwrap();
+    for line in text.lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        assert!(
+            !(is_open(&e) && action(&e) == 1),
+            "a connection was allowed: {e:#}"
+        );
+    }
+    assert!(l4.received().is_empty());
 }
