@@ -16,6 +16,7 @@ use sluice_identity::Identity;
 
 use super::Shared;
 use crate::audit;
+use crate::http::respond::Refusal;
 use crate::policy;
 
 /// A caller as policy and audit see it.
@@ -72,6 +73,18 @@ pub async fn reconfirm(shared: &Shared, caller: &mut Result<Known, String>) {
     {
         *caller = Err(reason);
     }
+}
+
+/// The refusal of a request whose caller could not be identified or confirmed: `what` is the
+/// refused request (`CONNECT host:port`, `GET host:port/path`), `reason` why.
+pub fn refusal(what: &str, reason: &str) -> Refusal {
+    Refusal::new(
+        403,
+        "policy_denied",
+        format!("{what} not permitted by policy"),
+    )
+    .with_reason(reason)
+    .with("stage", "identity")
 }
 
 /// Runs a lookup (about 100 µs of /proc and netlink reads) on this worker: `block_in_place`

@@ -202,13 +202,7 @@ pub async fn run(
     let known = match &caller {
         Ok(k) => k,
         Err(e) => {
-            let refusal = Refusal::new(
-                403,
-                "policy_denied",
-                format!("CONNECT {hp} not permitted by policy"),
-            )
-            .with_reason(e.clone())
-            .with("stage", "identity");
+            let refusal = super::caller::refusal(&format!("CONNECT {hp}"), e);
             ctx.refuse(&mut wr, refusal, None, Engine::Identity).await;
             return;
         }

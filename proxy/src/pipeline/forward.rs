@@ -349,13 +349,8 @@ where
             let known = match caller {
                 Ok(k) => k,
                 Err(e) => {
-                    let refusal = Refusal::new(
-                        403,
-                        "policy_denied",
-                        format!("{} {hp}{} not permitted by policy", rec.method, rec.path),
-                    )
-                    .with_reason(e.clone())
-                    .with("stage", "identity");
+                    let what = format!("{} {hp}{}", rec.method, rec.path);
+                    let refusal = super::caller::refusal(&what, e);
                     return rec.refuse(wr, refusal, Engine::Identity).await;
                 }
             };
@@ -405,16 +400,8 @@ where
             let known = match caller {
                 Ok(k) => k,
                 Err(e) => {
-                    let refusal = Refusal::new(
-                        403,
-                        "policy_denied",
-                        format!(
-                            "{} {}:{}{} not permitted by policy",
-                            rec.method, t.host, t.port, rec.path
-                        ),
-                    )
-                    .with_reason(e.clone())
-                    .with("stage", "identity");
+                    let what = format!("{} {}:{}{}", rec.method, t.host, t.port, rec.path);
+                    let refusal = super::caller::refusal(&what, e);
                     return rec.refuse(wr, refusal, Engine::Identity).await;
                 }
             };

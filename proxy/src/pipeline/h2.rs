@@ -196,16 +196,8 @@ async fn handle(
     }
     // Each stream is the caller's only if it still holds the socket.
     if let Err(reason) = super::caller::confirm(&t.shared, &t.known).await {
-        let refusal = Refusal::new(
-            403,
-            "policy_denied",
-            format!(
-                "{method} {hp}{} not permitted by policy",
-                path_and_query.split('?').next().unwrap_or("/")
-            ),
-        )
-        .with_reason(reason)
-        .with("stage", "identity");
+        let path = path_and_query.split('?').next().unwrap_or("/");
+        let refusal = super::caller::refusal(&format!("{method} {hp}{path}"), &reason);
         judged.engine = Engine::Identity;
         return refuse(t, &method, &judged, started, &refusal);
     }
