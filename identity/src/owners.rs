@@ -49,6 +49,8 @@ pub(crate) struct OwnerSearch<'a> {
     owners: BTreeMap<u32, ProcDir>,
     /// Descriptors read so far.
     fds_read: usize,
+    /// Whether completing the owner set reads the siblings of the topmost owner.
+    siblings: bool,
 }
 
 impl<'a> OwnerSearch<'a> {
@@ -62,7 +64,18 @@ impl<'a> OwnerSearch<'a> {
             checked: HashSet::from([skip]),
             owners: BTreeMap::new(),
             fds_read: 0,
+            siblings: true,
         }
+    }
+
+    /// A search for a socket already identified, where only new holders matter: a process
+    /// gets a socket by fork from a holder (the up and down steps find those) or over
+    /// `SCM_RIGHTS` (which no fork-family step finds), so a sibling of the topmost holder can
+    /// only hold it now if it did when the socket was identified. Skipping the siblings keeps
+    /// a confirmation as cheap for a client with thousands of siblings as for any other.
+    pub(crate) fn without_siblings(mut self) -> Self {
+        self.siblings = false;
+        self
     }
 
     pub(crate) fn run(mut self, recent: &[RecentPid], socket_uid: u32) -> Found {
@@ -164,6 +177,9 @@ impl<'a> OwnerSearch<'a> {
                 to_expand.push(parent);
                 top = parent;
                 continue;
+            }
+            if !self.siblings {
+                break;
             }
             // Sideways: the parent may have forked others with the socket, then closed its copy.
             match self.proc.pid_dir(parent).and_then(|dir| dir.children()) {

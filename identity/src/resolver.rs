@@ -138,9 +138,10 @@ impl IdentityResolver {
     /// identity. Fails with [`IdentityError::HolderChanged`] otherwise, including when no
     /// process holds it (a socket in flight in an `SCM_RIGHTS` message).
     ///
-    /// Cheaper than a lookup: no netlink query (the connection's socket is known) and, in the
-    /// common case of one holder, no ancestor walk (only reparenting changes the ancestors of
-    /// a process that is still the same one).
+    /// Cheaper than a lookup: no netlink query (the connection's socket is known), no reading
+    /// of the siblings' fd tables (see `OwnerSearch::without_siblings`) and, in the common
+    /// case of one holder, no ancestor walk (only reparenting changes the ancestors of a
+    /// process that is still the same one).
     pub fn confirm(&self, previous: &Identity) -> Result<(), IdentityError> {
         let proc = self.procfs()?;
         let inode = previous.socket.inode;
@@ -148,7 +149,9 @@ impl IdentityResolver {
             pid: previous.pid,
             start_time: previous.start_time,
         }];
-        let found = OwnerSearch::new(proc, inode, self.own_pid).run(&hint, previous.socket.uid);
+        let found = OwnerSearch::new(proc, inode, self.own_pid)
+            .without_siblings()
+            .run(&hint, previous.socket.uid);
         let mut same_holder = false;
         let mut others_agree = true;
         for owner in &found.owners {
