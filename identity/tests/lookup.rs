@@ -463,14 +463,15 @@ fn a_repeat_client_is_found_again_and_exec_is_not_cached() {
 
 /// Connects, then hands the socket over `SCM_RIGHTS` to a child running another program (a
 /// copy of python3 at another path) and closes its own copy: first the socket is only in
-/// flight (held by no process), then the child takes it.
+/// flight (held by no process), then the child takes it. It says `ready` once the child runs
+/// the other program (and so no longer holds the copy it had from the fork).
 const HAND_OVER: &str = "import os, socket, sys\n\
     def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
     c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
     mine, theirs = socket.socketpair()\n\
     go_r, go_w = os.pipe()\n\
     receiver = 'import os, socket, sys\\n' \\\n\
-      'u = socket.socket(fileno=int(sys.argv[1])); os.read(int(sys.argv[2]), 1)\\n' \\\n\
+      'u = socket.socket(fileno=int(sys.argv[1])); u.send(b\"r\"); os.read(int(sys.argv[2]), 1)\\n' \\\n\
       'msg, fds, _, _ = socket.recv_fds(u, 1, 1)\\n' \\\n\
       'os.write(1, b\"taken %d\\\\n\" % os.getpid()); sys.stdin.read()\\n'\n\
     pid = os.fork()\n\
@@ -478,6 +479,7 @@ const HAND_OVER: &str = "import os, socket, sys\n\
     \x20   mine.close(); c.close(); os.set_inheritable(theirs.fileno(), True); os.set_inheritable(go_r, True)\n\
     \x20   os.execv(sys.argv[2], [sys.argv[2], '-c', receiver, str(theirs.fileno()), str(go_r)])\n\
     theirs.close()\n\
+    mine.recv(1)\n\
     say('ready', os.getpid())\n\
     sys.stdin.readline()\n\
     socket.send_fds(mine, [b'x'], [c.fileno()]); c.close()\n\
