@@ -52,6 +52,9 @@ pub struct ClientSocket {
     pub inode: u64,
     /// The uid that created the socket.
     pub uid: u32,
+    /// The descriptor number under which the identified process held it (where a later check
+    /// looks first).
+    pub fd: Option<u32>,
 }
 
 /// One process on the ancestor chain.
@@ -265,7 +268,11 @@ mod tests {
             ancestors,
             cmdline_paths,
             start_time: 1,
-            socket: ClientSocket { inode: 9, uid: 0 },
+            socket: ClientSocket {
+                inode: 9,
+                uid: 0,
+                fd: None,
+            },
         }
     }
 

@@ -37,6 +37,8 @@ const MAX_CLIMB: usize = 64;
 #[derive(Debug)]
 pub(crate) struct Found {
     pub(crate) owners: Vec<ProcDir>,
+    /// The descriptor number under which each owner holds the socket (by pid).
+    pub(crate) fds: BTreeMap<u32, u32>,
     pub(crate) stale: Vec<RecentPid>,
 }
 
@@ -47,6 +49,7 @@ pub(crate) struct OwnerSearch<'a> {
     link: SocketLink,
     checked: HashSet<u32>,
     owners: BTreeMap<u32, ProcDir>,
+    fds: BTreeMap<u32, u32>,
     /// Descriptors read so far.
     fds_read: usize,
     /// Whether completing the owner set reads the siblings of the topmost owner.
@@ -63,6 +66,7 @@ impl<'a> OwnerSearch<'a> {
             link: SocketLink::new(inode),
             checked: HashSet::from([skip]),
             owners: BTreeMap::new(),
+            fds: BTreeMap::new(),
             fds_read: 0,
             siblings: true,
         }
@@ -88,6 +92,7 @@ impl<'a> OwnerSearch<'a> {
         }
         Found {
             owners: self.owners.into_values().collect(),
+            fds: self.fds,
             stale,
         }
     }
@@ -252,11 +257,13 @@ impl<'a> OwnerSearch<'a> {
             };
         }
         // Permission errors and vanished processes are "not an owner", never fatal.
-        if dir.holds(&self.link, &mut self.fds_read).unwrap_or(false) {
-            self.owners.insert(pid, dir);
-            Ok(())
-        } else {
-            Err(dir)
+        match dir.holding_fd(&self.link, &mut self.fds_read) {
+            Ok(Some(fd)) => {
+                self.fds.insert(pid, fd);
+                self.owners.insert(pid, dir);
+                Ok(())
+            }
+            _ => Err(dir),
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::error::IdentityError;
 use crate::identity::{ClientSocket, Identity, read_exe, read_identity};
 use crate::netns::Namespaces;
 use crate::owners::OwnerSearch;
-use crate::procfs::ProcFs;
+use crate::procfs::{ProcFs, SocketLink};
 use crate::recent::{RecentPid, RecentPids};
 
 /// How the resolver finds processes and sockets.
@@ -106,6 +106,7 @@ impl IdentityResolver {
         let client = ClientSocket {
             inode: socket.inode,
             uid: socket.uid,
+            fd: None,
         };
         let resolved = found
             .owners
@@ -113,7 +114,7 @@ impl IdentityResolver {
             .map(|owner| read_identity(proc, owner, client))
             .collect::<Result<Vec<_>, _>>()?;
         let mut resolved = resolved.into_iter();
-        let Some(first) = resolved.next() else {
+        let Some(mut first) = resolved.next() else {
             return Err(IdentityError::NoOwner {
                 inode: socket.inode,
             });
@@ -126,6 +127,7 @@ impl IdentityResolver {
                 pids,
             });
         }
+        first.socket.fd = found.fds.get(&first.pid).copied();
         lock(&self.recent).touch(RecentPid {
             pid: first.pid,
             start_time: first.start_time,
@@ -133,16 +135,28 @@ impl IdentityResolver {
         Ok(first)
     }
 
+    /// Checks that the process `previous` names (pid and start time) still holds its socket
+    /// and still runs the same executable: a handful of reads of that one process, for a check
+    /// per request. It does not look for other holders; [`Self::recheck`] does. When the check
+    /// fails, the recheck says who holds the socket now ([`IdentityError::HolderChanged`]).
+    pub fn confirm(&self, previous: &Identity) -> Result<(), IdentityError> {
+        let proc = self.procfs()?;
+        if still_held(proc, previous) {
+            return Ok(());
+        }
+        self.recheck(previous)
+    }
+
     /// Checks that the socket `previous` was read from is still held by that same process
     /// (pid and start time) running the same executable, and by no process of another policy
-    /// identity. Fails with [`IdentityError::HolderChanged`] otherwise, including when no
-    /// process holds it (a socket in flight in an `SCM_RIGHTS` message).
+    /// identity in its fork family. Fails with [`IdentityError::HolderChanged`] otherwise,
+    /// including when no process holds it (a socket in flight in an `SCM_RIGHTS` message).
     ///
     /// Cheaper than a lookup: no netlink query (the connection's socket is known), no reading
     /// of the siblings' fd tables (see `OwnerSearch::without_siblings`) and, in the common
     /// case of one holder, no ancestor walk (only reparenting changes the ancestors of a
     /// process that is still the same one).
-    pub fn confirm(&self, previous: &Identity) -> Result<(), IdentityError> {
+    pub fn recheck(&self, previous: &Identity) -> Result<(), IdentityError> {
         let proc = self.procfs()?;
         let inode = previous.socket.inode;
         let hint = [RecentPid {
@@ -200,6 +214,22 @@ impl IdentityResolver {
         })?;
         Ok(self.proc.get_or_init(|| opened))
     }
+}
+
+/// Whether the process `previous` names still holds its socket (at the descriptor it had, or
+/// any other) and runs the same executable. The handle pins the process: a pid reused since
+/// is another `/proc` entry, and its start time differs too.
+fn still_held(proc: &ProcFs, previous: &Identity) -> bool {
+    let Ok(dir) = proc.pid_dir(previous.pid) else {
+        return false;
+    };
+    let link = SocketLink::new(previous.socket.inode);
+    dir.stat()
+        .is_ok_and(|stat| stat.start_time == previous.start_time)
+        && (previous.socket.fd.is_some_and(|fd| dir.fd_is(fd, &link))
+            || dir.holds(&link, &mut 0).unwrap_or(false))
+        && read_exe(&dir)
+            .is_ok_and(|(exe, deleted)| exe == previous.exe && deleted == previous.exe_deleted)
 }
 
 /// The recent list stays consistent under a panicking holder (each critical section is one

@@ -445,11 +445,17 @@ fn a_repeat_client_is_found_again_and_exec_is_not_cached() {
     let again = resolver.lookup(peer, local).unwrap();
     assert_eq!(again, before);
     resolver.confirm(&before).unwrap();
+    resolver.recheck(&before).unwrap();
 
     client.send_line("exec");
     wait_for_exe(client.pid(), "/usr/bin/sleep");
     // Same pid, same start time, another program: not the caller identified before.
     let err = resolver.confirm(&before).unwrap_err();
+    assert!(
+        matches!(err, IdentityError::HolderChanged { .. }),
+        "{err:?}"
+    );
+    let err = resolver.recheck(&before).unwrap_err();
     assert!(
         matches!(&err, IdentityError::HolderChanged { pid, now, .. }
             if *pid == client.pid() && *now == [(client.pid(), real_path("/usr/bin/sleep"))]),
@@ -510,7 +516,9 @@ fn a_socket_handed_over_with_scm_rights_is_a_changed_caller() {
         (before.pid, before.exe.as_str()),
         (client.pid(), real_path(PYTHON).as_str())
     );
+    assert!(before.socket.fd.is_some());
     resolver.confirm(&before).unwrap();
+    resolver.recheck(&before).unwrap();
 
     client.send_line("send");
     assert_eq!(client.line(), ["sent"]);

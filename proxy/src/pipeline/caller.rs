@@ -57,16 +57,24 @@ pub async fn identify(
     }
 }
 
-/// Confirms that the process identified before still holds the connection's socket, and
-/// nothing of another identity holds it too. Called when a request arrives: a socket handed
-/// over between the lookup and the request (or between two requests) is refused.
+/// Confirms that the process identified before (pid, start time, executable) still holds
+/// the connection's socket: a few reads of that one process, made for every later request
+/// and before a tunnel's first bytes go upstream. A socket handed over between the lookup and
+/// the request (or between two requests) is refused.
 pub async fn confirm(shared: &Shared, known: &Known) -> Result<(), String> {
     let resolver = &shared.identity;
     blocking(|| resolver.confirm(&known.identity)).map_err(|e| e.to_string())
 }
 
-/// Like [`confirm`], for a connection's caller as the request loop carries it: a caller that
-/// no longer holds the socket becomes the reason every later request is refused.
+/// Like [`confirm`], and no process of another identity in the caller's fork family holds the
+/// socket as well: made when the first request head arrives and at each periodic re-check.
+pub async fn recheck(shared: &Shared, known: &Known) -> Result<(), String> {
+    let resolver = &shared.identity;
+    blocking(|| resolver.recheck(&known.identity)).map_err(|e| e.to_string())
+}
+
+/// [`confirm`] for a connection's caller as the request loop carries it: a caller that no
+/// longer holds the socket becomes the reason every later request is refused.
 pub async fn reconfirm(shared: &Shared, caller: &mut Result<Known, String>) {
     if let Ok(known) = caller
         && let Err(reason) = confirm(shared, known).await

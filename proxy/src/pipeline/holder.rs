@@ -6,7 +6,7 @@
 //! the periodic re-check of a connection's caller (`--caller-recheck-interval`) and the signal
 //! it raises when the holder changed: each long-lived path (the L4 relay, an inspected tunnel,
 //! a forwarded connection) ends on that signal and audits the reason. Per-request checks are
-//! made where the requests are read (`forward.rs`, `h2.rs`), with the same `caller::confirm`.
+//! made where the requests are read (`forward.rs`, `h2.rs`), with `caller::confirm`.
 
 use std::sync::Arc;
 
@@ -67,7 +67,7 @@ pub fn watch(shared: Arc<Shared>, known: Known, raise: Raise) -> Watcher {
     Watcher(tokio::spawn(async move {
         loop {
             tokio::time::sleep(interval).await;
-            if let Err(reason) = caller::confirm(&shared, &known).await {
+            if let Err(reason) = caller::recheck(&shared, &known).await {
                 let _ = raise.tx.send(Some(reason));
                 return;
             }

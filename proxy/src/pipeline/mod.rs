@@ -218,8 +218,10 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
         }
     };
     // The request is the caller's only if the process that connected still holds the socket.
-    let mut caller = accepted;
-    caller::reconfirm(&shared, &mut caller).await;
+    let caller = match accepted {
+        Ok(known) => caller::recheck(&shared, &known).await.map(|()| known),
+        Err(e) => Err(e),
+    };
     let _watcher = caller
         .as_ref()
         .ok()
