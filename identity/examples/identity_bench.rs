@@ -2,7 +2,9 @@
 //!
 //! Run: `cargo run --release -p sluice-identity --example identity_bench [-- --idle 2000
 //! --repeat 500 --fresh 200 --siblings 1 --full 1]`. Prints one table: (a) one client process making many
-//! connections (the recent-pid list finds it), (b) a fresh client process per connection (the
+//! connections (the recent-pid list finds it), and the later check that it still holds the
+//! socket (`confirm`: that process only; `recheck`: its fork family too), (b) a fresh client
+//! process per connection (the
 //! descending scan finds it), (c) the naive full `/proc` scan on the same sockets as (b); then
 //! the same (a) and (b) with the idle processes as siblings of the clients (the owner-set
 //! completion reads every sibling's fd table, so this is the worst case for it).
@@ -55,10 +57,10 @@ fn main() -> Result<()> {
     settle();
     let processes = count_processes();
     let resolver = IdentityResolver::new(IdentityConfig::default());
-    rows.push((
-        "(a) one client, repeat connections",
-        repeat_client(&resolver, &listener, port, options.repeat)?,
-    ));
+    let (lookups, confirms, rechecks) = repeat_client(&resolver, &listener, port, options.repeat)?;
+    rows.push(("(a) one client, repeat connections", lookups));
+    rows.push(("(a) confirm(): the same client still holds it", confirms));
+    rows.push(("(a) recheck(): and its fork family", rechecks));
     let (fresh, full) = fresh_clients(&resolver, &listener, port, options.fresh, options.full > 0)?;
     rows.push(("(b) fresh client per connection", fresh));
     if options.full > 0 {
@@ -70,10 +72,11 @@ fn main() -> Result<()> {
         let siblings = IdleSiblings::spawn(options.idle)?;
         settle();
         let resolver = IdentityResolver::new(IdentityConfig::default());
-        rows.push((
-            "(a') as (a), idle processes are siblings",
-            repeat_client(&resolver, &listener, port, options.repeat)?,
-        ));
+        let (lookups, confirms, rechecks) =
+            repeat_client(&resolver, &listener, port, options.repeat)?;
+        rows.push(("(a') as (a), idle processes are siblings", lookups));
+        rows.push(("(a') confirm(), idle processes are siblings", confirms));
+        rows.push(("(a') recheck(), idle processes are siblings", rechecks));
         let (fresh, _) = fresh_clients(&resolver, &listener, port, options.fresh, false)?;
         rows.push(("(b') as (b), idle processes are siblings", fresh));
         drop(siblings);
@@ -111,17 +114,22 @@ fn parse_options() -> Result<Options> {
 
 // === scenarios ===
 
+/// Lookups, then `confirm` and `recheck` of the identity each found.
+type Samples = (Vec<Duration>, Vec<Duration>, Vec<Duration>);
+
 fn repeat_client(
     resolver: &IdentityResolver,
     listener: &TcpListener,
     port: u16,
     count: usize,
-) -> Result<Vec<Duration>> {
+) -> Result<Samples> {
     let mut client = Command::new(PYTHON)
         .args(["-c", REPEAT_CLIENT, &port.to_string(), &count.to_string()])
         .stdin(Stdio::null())
         .spawn()?;
     let mut samples = Vec::with_capacity(count);
+    let mut confirms = Vec::with_capacity(count);
+    let mut rechecks = Vec::with_capacity(count);
     for _ in 0..count {
         let (mut stream, peer) = listener.accept()?;
         let local = stream.local_addr()?;
@@ -133,10 +141,16 @@ fn repeat_client(
             );
         }
         samples.push(elapsed);
+        let (elapsed, confirmed) = timed(|| resolver.confirm(&identity));
+        confirmed?;
+        confirms.push(elapsed);
+        let (elapsed, rechecked) = timed(|| resolver.recheck(&identity));
+        rechecked?;
+        rechecks.push(elapsed);
         stream.write_all(b"k")?;
     }
     client.wait()?;
-    Ok(samples)
+    Ok((samples, confirms, rechecks))
 }
 
 fn fresh_clients(

@@ -58,6 +58,25 @@ pub enum IdentityError {
         pids: Vec<u32>,
     },
 
+    /// A check of an identified connection ([`IdentityResolver::confirm`](crate::IdentityResolver::confirm))
+    /// found its socket no longer held by the process identified before, but by others, by the
+    /// same process running another program, or (while it is in flight in an `SCM_RIGHTS`
+    /// message) by no process at all.
+    #[error(
+        "caller changed: socket inode {inode} was held by PID {pid} ({exe}) and is now held by {}",
+        describe_holders(.now)
+    )]
+    HolderChanged {
+        /// The socket's inode number.
+        inode: u64,
+        /// The process identified before.
+        pid: u32,
+        /// Its executable then.
+        exe: String,
+        /// The processes holding the socket now, ascending, with their executables.
+        now: Vec<(u32, String)>,
+    },
+
     /// The proxy's own NETLINK_SOCK_DIAG query failed (not "not found": the kernel refused).
     #[error("failed to resolve peer binary: sock_diag query failed")]
     SockDiag {
@@ -100,6 +119,18 @@ pub enum IdentityError {
     },
 }
 
+fn describe_holders(now: &[(u32, String)]) -> String {
+    if now.is_empty() {
+        return "no process".to_string();
+    }
+    let list = now
+        .iter()
+        .map(|(pid, exe)| format!("{pid} ({exe})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("PIDs [{list}]")
+}
+
 fn join_pids(pids: &[u32]) -> String {
     pids.iter()
         .map(u32::to_string)
@@ -137,6 +168,26 @@ mod tests {
             .to_string(),
             "ambiguous shared socket ownership: inode 9 is held by PIDs [3, 17] with different \
              policy identities"
+        );
+        let changed = |now| IdentityError::HolderChanged {
+            inode: 9,
+            pid: 3,
+            exe: "/usr/bin/curl".into(),
+            now,
+        };
+        assert_eq!(
+            changed(vec![]).to_string(),
+            "caller changed: socket inode 9 was held by PID 3 (/usr/bin/curl) and is now held by \
+             no process"
+        );
+        assert_eq!(
+            changed(vec![
+                (3, "/usr/bin/python3".into()),
+                (8, "/usr/bin/curl".into())
+            ])
+            .to_string(),
+            "caller changed: socket inode 9 was held by PID 3 (/usr/bin/curl) and is now held by \
+             PIDs [3 (/usr/bin/python3), 8 (/usr/bin/curl)]"
         );
     }
 }

@@ -37,6 +37,24 @@ pub struct Identity {
     /// Absolute argv entries of the process and its ancestors, first occurrence first, without
     /// duplicates and without the exe paths themselves. Shown in deny reasons; not matched.
     pub cmdline_paths: Vec<String>,
+    /// When the process started (clock ticks after boot, field 22 of `/proc/<pid>/stat`): with
+    /// the pid it names one process, never a later one that reused the pid number.
+    pub start_time: u64,
+    /// The client's socket this identity was read from.
+    pub socket: ClientSocket,
+}
+
+/// The client's end of a connection, as the kernel names it. One TCP connection keeps one
+/// socket for its whole life, so later checks of the same connection start from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientSocket {
+    /// The socket's inode (`socket:[<inode>]` in the holders' fd tables).
+    pub inode: u64,
+    /// The uid that created the socket.
+    pub uid: u32,
+    /// The descriptor number under which the identified process held it (where a later check
+    /// looks first).
+    pub fd: Option<u32>,
 }
 
 /// One process on the ancestor chain.
@@ -76,42 +94,49 @@ impl Identity {
     }
 }
 
-/// An identity and the owner's start time (which names the process for the recent-pid list).
-#[derive(Debug)]
-pub(crate) struct Resolved {
-    pub(crate) identity: Identity,
-    pub(crate) start_time: u64,
+/// Reads the identity of an owner of `socket` found by the search. The handle pins the
+/// process, so a read that fails because it is gone means it exited.
+pub(crate) fn read_identity(
+    proc: &ProcFs,
+    owner: &ProcDir,
+    socket: ClientSocket,
+) -> Result<Identity, IdentityError> {
+    let pid = owner.pid();
+    let failed = gone_or_unreadable(pid);
+    let stat = owner.stat().map_err(failed)?;
+    let (exe, exe_deleted) = read_exe(owner)?;
+    let uid = owner.real_uid().map_err(failed)?;
+    let cmdline = owner.cmdline().map_err(failed)?;
+    let ancestors = read_ancestors(proc, owner)?;
+    let cmdline_paths = cmdline_paths(&exe, &cmdline, &ancestors);
+    Ok(Identity {
+        pid,
+        exe,
+        exe_deleted,
+        uid,
+        cmdline,
+        ancestors,
+        cmdline_paths,
+        start_time: stat.start_time,
+        socket,
+    })
 }
 
-/// Reads the identity of an owner found by the search. The handle pins the process, so a read
-/// that fails because it is gone means it exited.
-pub(crate) fn read_identity(proc: &ProcFs, owner: &ProcDir) -> Result<Resolved, IdentityError> {
-    let pid = owner.pid();
-    let failed = |source: std::io::Error| {
+/// An owner's executable, without ` (deleted)` (and whether it had it): what tells the program
+/// a process runs now from the one it ran before an execve.
+pub(crate) fn read_exe(owner: &ProcDir) -> Result<(String, bool), IdentityError> {
+    let raw = owner.exe_raw().map_err(gone_or_unreadable(owner.pid()))?;
+    Ok(strip_deleted(raw, exists))
+}
+
+fn gone_or_unreadable(pid: u32) -> impl Fn(std::io::Error) -> IdentityError + Copy {
+    move |source| {
         if is_gone(&source) {
             IdentityError::ProcessExited { pid }
         } else {
             IdentityError::ProcUnreadable { pid, source }
         }
-    };
-    let stat = owner.stat().map_err(failed)?;
-    let (exe, exe_deleted) = strip_deleted(owner.exe_raw().map_err(failed)?, exists);
-    let uid = owner.real_uid().map_err(failed)?;
-    let cmdline = owner.cmdline().map_err(failed)?;
-    let ancestors = read_ancestors(proc, owner)?;
-    let cmdline_paths = cmdline_paths(&exe, &cmdline, &ancestors);
-    Ok(Resolved {
-        identity: Identity {
-            pid,
-            exe,
-            exe_deleted,
-            uid,
-            cmdline,
-            ancestors,
-            cmdline_paths,
-        },
-        start_time: stat.start_time,
-    })
+    }
 }
 
 fn exists(path: &str) -> bool {
@@ -242,6 +267,12 @@ mod tests {
             cmdline,
             ancestors,
             cmdline_paths,
+            start_time: 1,
+            socket: ClientSocket {
+                inode: 9,
+                uid: 0,
+                fd: None,
+            },
         }
     }
 

@@ -28,10 +28,16 @@
 //!
 //! - Owners are searched along fork relations: the first owner's ancestors that still hold the
 //!   socket, the siblings of the topmost one, and every owner's descendants. A socket passed
-//!   with SCM_RIGHTS (or `pidfd_getfd`) to an unrelated process is not searched for;
-//!   sluice-shim's seccomp filter forbids AF_UNIX sockets, so the sandboxed side cannot do that.
-//!   Nor is a socket that reached a cousin through a grandparent that has since closed its
-//!   copy (the reference's full scan would see it).
+//!   with SCM_RIGHTS (or `pidfd_getfd`) to an unrelated process that keeps its own copy is not
+//!   searched for, nor is one that reached a cousin through a grandparent that has since closed
+//!   its copy (the reference's full scan would see it).
+//! - A lookup says who held the socket at that moment. A socket can be handed to another
+//!   process and back between two moments (while it is in flight in an SCM_RIGHTS message no
+//!   process holds it), so the proxy identifies a connection when it is accepted and re-checks
+//!   the holder with [`IdentityResolver::confirm`] (same pid, start time and executable) when
+//!   requests arrive and while a tunnel lasts. What no check from `/proc` can see: code
+//!   running inside the identified process (`LD_PRELOAD`, ptrace), and a socket that an
+//!   unrelated process holds as well at every check.
 //! - Completing the owner set reads the fd table of every sibling of the topmost owner, so a
 //!   client whose parent has thousands of children costs about as much as a full scan.
 //! - The proxy's own process is never searched: a client's socket cannot reach it.
@@ -56,6 +62,6 @@ mod recent;
 mod resolver;
 
 pub use error::IdentityError;
-pub use identity::{Ancestor, Identity};
+pub use identity::{Ancestor, ClientSocket, Identity};
 pub use owners::full_scan_owners;
 pub use resolver::{IdentityConfig, IdentityResolver};

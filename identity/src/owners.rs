@@ -37,6 +37,8 @@ const MAX_CLIMB: usize = 64;
 #[derive(Debug)]
 pub(crate) struct Found {
     pub(crate) owners: Vec<ProcDir>,
+    /// The descriptor number under which each owner holds the socket (by pid).
+    pub(crate) fds: BTreeMap<u32, u32>,
     pub(crate) stale: Vec<RecentPid>,
 }
 
@@ -47,8 +49,11 @@ pub(crate) struct OwnerSearch<'a> {
     link: SocketLink,
     checked: HashSet<u32>,
     owners: BTreeMap<u32, ProcDir>,
+    fds: BTreeMap<u32, u32>,
     /// Descriptors read so far.
     fds_read: usize,
+    /// Whether completing the owner set reads the siblings of the topmost owner.
+    siblings: bool,
 }
 
 impl<'a> OwnerSearch<'a> {
@@ -61,8 +66,20 @@ impl<'a> OwnerSearch<'a> {
             link: SocketLink::new(inode),
             checked: HashSet::from([skip]),
             owners: BTreeMap::new(),
+            fds: BTreeMap::new(),
             fds_read: 0,
+            siblings: true,
         }
+    }
+
+    /// A search for a socket already identified, where only new holders matter: a process
+    /// gets a socket by fork from a holder (the up and down steps find those) or over
+    /// `SCM_RIGHTS` (which no fork-family step finds), so a sibling of the topmost holder can
+    /// only hold it now if it did when the socket was identified. Skipping the siblings keeps
+    /// a confirmation as cheap for a client with thousands of siblings as for any other.
+    pub(crate) fn without_siblings(mut self) -> Self {
+        self.siblings = false;
+        self
     }
 
     pub(crate) fn run(mut self, recent: &[RecentPid], socket_uid: u32) -> Found {
@@ -75,6 +92,7 @@ impl<'a> OwnerSearch<'a> {
         }
         Found {
             owners: self.owners.into_values().collect(),
+            fds: self.fds,
             stale,
         }
     }
@@ -165,6 +183,9 @@ impl<'a> OwnerSearch<'a> {
                 top = parent;
                 continue;
             }
+            if !self.siblings {
+                break;
+            }
             // Sideways: the parent may have forked others with the socket, then closed its copy.
             match self.proc.pid_dir(parent).and_then(|dir| dir.children()) {
                 Ok(siblings) => {
@@ -236,11 +257,13 @@ impl<'a> OwnerSearch<'a> {
             };
         }
         // Permission errors and vanished processes are "not an owner", never fatal.
-        if dir.holds(&self.link, &mut self.fds_read).unwrap_or(false) {
-            self.owners.insert(pid, dir);
-            Ok(())
-        } else {
-            Err(dir)
+        match dir.holding_fd(&self.link, &mut self.fds_read) {
+            Ok(Some(fd)) => {
+                self.fds.insert(pid, fd);
+                self.owners.insert(pid, dir);
+                Ok(())
+            }
+            _ => Err(dir),
         }
     }
 }

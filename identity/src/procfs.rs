@@ -260,6 +260,15 @@ impl ProcDir {
     /// table is read is skipped; an unreadable table (exited, not permitted) is an error.
     /// `entries_read` counts the descriptors looked at.
     pub(crate) fn holds(&self, link: &SocketLink, entries_read: &mut usize) -> io::Result<bool> {
+        Ok(self.holding_fd(link, entries_read)?.is_some())
+    }
+
+    /// Like [`Self::holds`], with the descriptor number under which it holds the socket.
+    pub(crate) fn holding_fd(
+        &self,
+        link: &SocketLink,
+        entries_read: &mut usize,
+    ) -> io::Result<Option<u32>> {
         let fd_dir = rustix::fs::openat(
             &self.fd,
             "fd",
@@ -278,7 +287,7 @@ impl ProcDir {
             match rustix::fs::readlinkat(dir.fd()?, name, std::mem::take(&mut buffer)) {
                 Ok(target) => {
                     if link.matches(target.as_bytes()) {
-                        return Ok(true);
+                        return Ok(numeric_name(name.to_bytes()));
                     }
                     buffer = target.into_bytes();
                     buffer.clear();
@@ -287,7 +296,14 @@ impl ProcDir {
                 Err(err) => return Err(err.into()),
             }
         }
-        Ok(false)
+        Ok(None)
+    }
+
+    /// Whether descriptor `fd` is the socket now (one `readlink`; false when it is closed, is
+    /// something else, or cannot be read).
+    pub(crate) fn fd_is(&self, fd: u32, link: &SocketLink) -> bool {
+        rustix::fs::readlinkat(&self.fd, format!("fd/{fd}"), Vec::new())
+            .is_ok_and(|target| link.matches(target.as_bytes()))
     }
 
     /// `stat`, read once per handle.

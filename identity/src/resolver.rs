@@ -2,16 +2,21 @@
 //!
 //! Caches are only *where to look*: diag sockets per network namespace and the recent client
 //! pids. Identities are never cached.
+//!
+//! A connection is identified once with [`IdentityResolver::lookup`] and then re-checked with
+//! [`IdentityResolver::confirm`] (when its request arrives, per inspected request, and
+//! periodically for long-lived tunnels): a socket can move between processes (`SCM_RIGHTS`,
+//! `pidfd_getfd`) after any one look, so one look proves only who held it at that moment.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use crate::error::IdentityError;
-use crate::identity::{Identity, read_identity};
+use crate::identity::{ClientSocket, Identity, read_exe, read_identity};
 use crate::netns::Namespaces;
 use crate::owners::OwnerSearch;
-use crate::procfs::ProcFs;
+use crate::procfs::{ProcFs, SocketLink};
 use crate::recent::{RecentPid, RecentPids};
 
 /// How the resolver finds processes and sockets.
@@ -98,33 +103,103 @@ impl IdentityResolver {
             });
         }
 
+        let client = ClientSocket {
+            inode: socket.inode,
+            uid: socket.uid,
+            fd: None,
+        };
         let resolved = found
             .owners
             .iter()
-            .map(|owner| read_identity(proc, owner))
+            .map(|owner| read_identity(proc, owner, client))
             .collect::<Result<Vec<_>, _>>()?;
         let mut resolved = resolved.into_iter();
-        let Some(first) = resolved.next() else {
+        let Some(mut first) = resolved.next() else {
             return Err(IdentityError::NoOwner {
                 inode: socket.inode,
             });
         };
         let rest: Vec<_> = resolved.collect();
-        if rest
-            .iter()
-            .any(|other| !other.identity.same_policy_identity(&first.identity))
-        {
+        if rest.iter().any(|other| !other.same_policy_identity(&first)) {
             let pids = found.owners.iter().map(|owner| owner.pid()).collect();
             return Err(IdentityError::AmbiguousOwners {
                 inode: socket.inode,
                 pids,
             });
         }
+        first.socket.fd = found.fds.get(&first.pid).copied();
         lock(&self.recent).touch(RecentPid {
-            pid: first.identity.pid,
+            pid: first.pid,
             start_time: first.start_time,
         });
-        Ok(first.identity)
+        Ok(first)
+    }
+
+    /// Checks that the process `previous` names (pid and start time) still holds its socket
+    /// and still runs the same executable: a handful of reads of that one process, for a check
+    /// per request. It does not look for other holders; [`Self::recheck`] does. When the check
+    /// fails, the recheck says who holds the socket now ([`IdentityError::HolderChanged`]).
+    pub fn confirm(&self, previous: &Identity) -> Result<(), IdentityError> {
+        let proc = self.procfs()?;
+        if still_held(proc, previous) {
+            return Ok(());
+        }
+        self.recheck(previous)
+    }
+
+    /// Checks that the socket `previous` was read from is still held by that same process
+    /// (pid and start time) running the same executable, and by no process of another policy
+    /// identity in its fork family. Fails with [`IdentityError::HolderChanged`] otherwise,
+    /// including when no process holds it (a socket in flight in an `SCM_RIGHTS` message).
+    ///
+    /// Cheaper than a lookup: no netlink query (the connection's socket is known), no reading
+    /// of the siblings' fd tables (see `OwnerSearch::without_siblings`) and, in the common
+    /// case of one holder, no ancestor walk (only reparenting changes the ancestors of a
+    /// process that is still the same one).
+    pub fn recheck(&self, previous: &Identity) -> Result<(), IdentityError> {
+        let proc = self.procfs()?;
+        let inode = previous.socket.inode;
+        let hint = [RecentPid {
+            pid: previous.pid,
+            start_time: previous.start_time,
+        }];
+        let found = OwnerSearch::new(proc, inode, self.own_pid)
+            .without_siblings()
+            .run(&hint, previous.socket.uid);
+        let mut same_holder = false;
+        let mut others_agree = true;
+        for owner in &found.owners {
+            if owner.pid() == previous.pid {
+                let started = owner
+                    .stat()
+                    .map_err(|_| IdentityError::ProcessExited { pid: owner.pid() })?
+                    .start_time;
+                let (exe, deleted) = read_exe(owner)?;
+                same_holder = started == previous.start_time
+                    && exe == previous.exe
+                    && deleted == previous.exe_deleted;
+            } else {
+                let other = read_identity(proc, owner, previous.socket)?;
+                others_agree &= other.same_policy_identity(previous);
+            }
+        }
+        if same_holder && others_agree {
+            return Ok(());
+        }
+        let now = found
+            .owners
+            .iter()
+            .map(|owner| {
+                let exe = read_exe(owner).map(|(exe, _)| exe).unwrap_or_default();
+                (owner.pid(), exe)
+            })
+            .collect();
+        Err(IdentityError::HolderChanged {
+            inode,
+            pid: previous.pid,
+            exe: previous.exe.clone(),
+            now,
+        })
     }
 }
 
@@ -139,6 +214,22 @@ impl IdentityResolver {
         })?;
         Ok(self.proc.get_or_init(|| opened))
     }
+}
+
+/// Whether the process `previous` names still holds its socket (at the descriptor it had, or
+/// any other) and runs the same executable. The handle pins the process: a pid reused since
+/// is another `/proc` entry, and its start time differs too.
+fn still_held(proc: &ProcFs, previous: &Identity) -> bool {
+    let Ok(dir) = proc.pid_dir(previous.pid) else {
+        return false;
+    };
+    let link = SocketLink::new(previous.socket.inode);
+    dir.stat()
+        .is_ok_and(|stat| stat.start_time == previous.start_time)
+        && (previous.socket.fd.is_some_and(|fd| dir.fd_is(fd, &link))
+            || dir.holds(&link, &mut 0).unwrap_or(false))
+        && read_exe(&dir)
+            .is_ok_and(|(exe, deleted)| exe == previous.exe && deleted == previous.exe_deleted)
 }
 
 /// The recent list stays consistent under a panicking holder (each critical section is one

@@ -444,13 +444,109 @@ fn a_repeat_client_is_found_again_and_exec_is_not_cached() {
     assert_eq!(before.exe, real_path(PYTHON));
     let again = resolver.lookup(peer, local).unwrap();
     assert_eq!(again, before);
+    resolver.confirm(&before).unwrap();
+    resolver.recheck(&before).unwrap();
 
     client.send_line("exec");
     wait_for_exe(client.pid(), "/usr/bin/sleep");
+    // Same pid, same start time, another program: not the caller identified before.
+    let err = resolver.confirm(&before).unwrap_err();
+    assert!(
+        matches!(err, IdentityError::HolderChanged { .. }),
+        "{err:?}"
+    );
+    let err = resolver.recheck(&before).unwrap_err();
+    assert!(
+        matches!(&err, IdentityError::HolderChanged { pid, now, .. }
+            if *pid == client.pid() && *now == [(client.pid(), real_path("/usr/bin/sleep"))]),
+        "{err:?}"
+    );
     let after = resolver.lookup(peer, local).unwrap();
     assert_eq!(after.pid, client.pid());
     assert_eq!(after.exe, real_path("/usr/bin/sleep"));
     assert_eq!(after.cmdline, ["/usr/bin/sleep", "600"]);
+}
+
+/// Connects, then hands the socket over `SCM_RIGHTS` to a child running another program (a
+/// copy of python3 at another path) and closes its own copy: first the socket is only in
+/// flight (held by no process), then the child takes it. It says `ready` once the child runs
+/// the other program (and so no longer holds the copy it had from the fork).
+const HAND_OVER: &str = "import os, socket, sys\n\
+    def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
+    c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+    mine, theirs = socket.socketpair()\n\
+    go_r, go_w = os.pipe()\n\
+    receiver = 'import os, socket, sys\\n' \\\n\
+      'u = socket.socket(fileno=int(sys.argv[1])); u.send(b\"r\"); os.read(int(sys.argv[2]), 1)\\n' \\\n\
+      'msg, fds, _, _ = socket.recv_fds(u, 1, 1)\\n' \\\n\
+      'os.write(1, b\"taken %d\\\\n\" % os.getpid()); sys.stdin.read()\\n'\n\
+    pid = os.fork()\n\
+    if pid == 0:\n\
+    \x20   mine.close(); c.close(); os.set_inheritable(theirs.fileno(), True); os.set_inheritable(go_r, True)\n\
+    \x20   os.execv(sys.argv[2], [sys.argv[2], '-c', receiver, str(theirs.fileno()), str(go_r)])\n\
+    theirs.close()\n\
+    mine.recv(1)\n\
+    say('ready', os.getpid())\n\
+    sys.stdin.readline()\n\
+    socket.send_fds(mine, [b'x'], [c.fileno()]); c.close()\n\
+    say('sent')\n\
+    sys.stdin.readline()\n\
+    os.write(go_w, b'g')\n\
+    sys.stdin.read()\n";
+
+#[test]
+fn a_socket_handed_over_with_scm_rights_is_a_changed_caller() {
+    let dir = TempDir::new("hand-over");
+    let copy = dir.path().join("listed-python3");
+    std::fs::copy(PYTHON, &copy).unwrap();
+    let (listener, _) = listener("127.0.0.1:0");
+    let port = listener.local_addr().unwrap().port();
+    let mut client = Client::spawn(
+        Command::new(PYTHON)
+            .arg("-c")
+            .arg(HAND_OVER)
+            .arg(port.to_string())
+            .arg(&copy),
+    );
+    let (_stream, peer, local) = accept(&listener);
+    assert_eq!(client.line()[0], "ready");
+    let resolver = resolver();
+    let before = resolver.lookup(peer, local).unwrap();
+    assert_eq!(
+        (before.pid, before.exe.as_str()),
+        (client.pid(), real_path(PYTHON).as_str())
+    );
+    assert!(before.socket.fd.is_some());
+    resolver.confirm(&before).unwrap();
+    resolver.recheck(&before).unwrap();
+
+    client.send_line("send");
+    assert_eq!(client.line(), ["sent"]);
+    // In flight: no process holds it.
+    let err = resolver.confirm(&before).unwrap_err();
+    assert!(
+        matches!(&err, IdentityError::HolderChanged { now, .. } if now.is_empty()),
+        "{err:?}"
+    );
+    assert!(matches!(
+        resolver.lookup(peer, local),
+        Err(IdentityError::NoOwner { .. })
+    ));
+
+    client.send_line("take");
+    let taken = client.line();
+    assert_eq!(taken[0], "taken");
+    let receiver: u32 = taken[1].parse().unwrap();
+    let copy = copy.to_string_lossy().into_owned();
+    let err = resolver.confirm(&before).unwrap_err();
+    assert!(
+        matches!(&err, IdentityError::HolderChanged { pid, now, .. }
+            if *pid == client.pid() && *now == [(receiver, copy.clone())]),
+        "{err:?}"
+    );
+    let after = resolver.lookup(peer, local).unwrap();
+    assert_eq!((after.pid, after.exe.as_str()), (receiver, copy.as_str()));
+    assert_ne!(after.start_time, 0);
 }
 
 #[test]

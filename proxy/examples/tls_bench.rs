@@ -354,6 +354,11 @@ fn start_sluice(dir: &Path, origin: SocketAddr) -> (std::process::Child, SocketA
             "--allow-loopback-upstream",
             "--max-connections",
             "20000",
+            // One client measures the whole proxy: no per-caller share.
+            "--max-connections-per-caller",
+            "20000",
+            "--max-new-connections-per-caller-per-sec",
+            "1000000",
         ])
         .arg("--policy")
         .arg(&policy)

@@ -160,6 +160,9 @@ fn main() {
             "--allow-loopback-upstream",
             "--log-format",
             "json",
+            // One client measures the whole proxy: no per-caller rate.
+            "--max-new-connections-per-caller-per-sec",
+            "1000000",
         ])
         .arg("--policy")
         .arg(&policy)

@@ -92,6 +92,20 @@ pub struct RunArgs {
     /// Concurrent client connections (more get 503).
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub max_connections: usize,
+    /// Concurrent connections of one caller (one executable path; more get 429). Default: a
+    /// quarter of --max-connections, at least 64 (or all of them when fewer).
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_caller: Option<usize>,
+    /// New connections one caller may open per second (bursts up to N; more get 429).
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    pub max_new_connections_per_caller_per_sec: u32,
+    /// A CONNECT tunnel whose client sends nothing for this long after `200` is closed.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub unused_tunnel_timeout: Duration,
+    /// How often sluice checks that an open connection's socket is still held by the process
+    /// it identified (a socket handed to another process is closed).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub caller_recheck_interval: Duration,
     /// Largest request head (bigger ones get 431).
     #[arg(long, value_name = "BYTES", default_value_t = 8192)]
     pub max_head_bytes: usize,
@@ -124,7 +138,13 @@ impl RunArgs {
     }
 }
 
-/// `10s`, `500ms`, `2m`, `1h`, or a number of seconds.
+/// The default of `--max-connections-per-caller`: a quarter of `--max-connections`, but at
+/// least 64 (or all of them, when there are fewer), so a small proxy does not starve its one
+/// busy client.
+fn default_per_caller(max_connections: usize) -> usize {
+    (max_connections / 4).max(max_connections.min(64))
+}
+
 /// A listener address: `IP:PORT`, `[IPv6]:PORT`, or `localhost:PORT` (the IPv4 loopback;
 /// no name is resolved).
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
@@ -142,6 +162,7 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     }
 }
 
+/// `10s`, `500ms`, `2m`, `1h`, or a number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = s
@@ -324,6 +345,13 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             idle: args.body_timeout,
             min_rate: args.body_min_rate,
         },
+        max_connections_per_caller: args
+            .max_connections_per_caller
+            .unwrap_or_else(|| default_per_caller(args.max_connections))
+            .max(1),
+        max_new_connections_per_caller_per_sec: args.max_new_connections_per_caller_per_sec.max(1),
+        unused_tunnel_timeout: args.unused_tunnel_timeout,
+        caller_recheck_interval: args.caller_recheck_interval,
     };
     if args.allow_loopback_upstream {
         eprintln!(
@@ -537,5 +565,12 @@ mod tests {
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn the_per_caller_default_is_a_quarter_but_at_least_64() {
+        assert_eq!(default_per_caller(4096), 1024);
+        assert_eq!(default_per_caller(100), 64);
+        assert_eq!(default_per_caller(2), 2);
     }
 }

@@ -2,16 +2,21 @@
 //! policy matches on (exe, ancestor exes, cmdline paths) and what audit records (pids,
 //! cmdlines).
 //!
-//! Owns the call into `sluice-identity` (on a blocking thread: it reads /proc and talks
-//! netlink) and the conversion of its answer. A failed lookup is an error the pipeline turns
-//! into a denial: sluice never guesses who is calling (fail closed).
+//! Owns the calls into `sluice-identity` (on a blocking thread: they read /proc and talk
+//! netlink) and the conversion of their answers: the lookup when a connection is accepted, and
+//! the confirmation that the same process (pid, start time, executable) still holds the socket
+//! when its request arrives, at every later request on an inspected or kept-alive connection,
+//! and periodically on tunnels (`holder.rs`). A failed lookup or confirmation is an error the
+//! pipeline turns into a denial: sluice never guesses who is calling (fail closed).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use sluice_identity::Identity;
 
 use super::Shared;
 use crate::audit;
+use crate::http::respond::Refusal;
 use crate::policy;
 
 /// A caller as policy and audit see it.
@@ -21,6 +26,8 @@ pub struct Known {
     pub ancestors: Vec<String>,
     pub cmdline_paths: Vec<String>,
     pub audit: audit::Caller,
+    /// What the lookup found, for confirming it later.
+    pub identity: Arc<Identity>,
 }
 
 impl Known {
@@ -37,26 +44,72 @@ impl Known {
     }
 }
 
-/// Identifies the process at the other end of an accepted connection.
+/// Identifies the process at the other end of a connection, as soon as it is accepted.
 pub async fn identify(
     shared: &Shared,
     peer: SocketAddr,
     local: SocketAddr,
 ) -> Result<Known, String> {
-    // The lookup is ~100 µs of /proc and netlink reads. `block_in_place` runs it on this
-    // worker (the runtime moves other tasks away) instead of handing it to another thread and
-    // back, which costs two wake-ups per connection on a busy machine.
     let resolver = &shared.identity;
-    let looked_up = if tokio::runtime::Handle::current().runtime_flavor()
+    match blocking(|| resolver.lookup(peer, local)) {
+        Ok(identity) => Ok(known(identity)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Confirms that the process identified before (pid, start time, executable) still holds
+/// the connection's socket: a few reads of that one process, made for every later request
+/// and before a tunnel's first bytes go upstream. A socket handed over between the lookup and
+/// the request (or between two requests) is refused.
+pub async fn confirm(shared: &Shared, known: &Known) -> Result<(), String> {
+    // A few microseconds of /proc reads when the caller is unchanged: run in place, as
+    // `block_in_place` (handing this worker's other tasks to another thread) costs more than
+    // the check. When it fails, finding who holds the socket now is rare and may be slower.
+    shared
+        .identity
+        .confirm(&known.identity)
+        .map_err(|e| e.to_string())
+}
+
+/// Like [`confirm`], and no process of another identity in the caller's fork family holds the
+/// socket as well: made when the first request head arrives and at each periodic re-check.
+pub async fn recheck(shared: &Shared, known: &Known) -> Result<(), String> {
+    let resolver = &shared.identity;
+    blocking(|| resolver.recheck(&known.identity)).map_err(|e| e.to_string())
+}
+
+/// [`confirm`] for a connection's caller as the request loop carries it: a caller that no
+/// longer holds the socket becomes the reason every later request is refused.
+pub async fn reconfirm(shared: &Shared, caller: &mut Result<Known, String>) {
+    if let Ok(known) = caller
+        && let Err(reason) = confirm(shared, known).await
+    {
+        *caller = Err(reason);
+    }
+}
+
+/// The refusal of a request whose caller could not be identified or confirmed: `what` is the
+/// refused request (`CONNECT host:port`, `GET host:port/path`), `reason` why.
+pub fn refusal(what: &str, reason: &str) -> Refusal {
+    Refusal::new(
+        403,
+        "policy_denied",
+        format!("{what} not permitted by policy"),
+    )
+    .with_reason(reason)
+    .with("stage", "identity")
+}
+
+/// Runs a lookup (about 100 µs of /proc and netlink reads) on this worker: `block_in_place`
+/// makes the runtime move other tasks away instead of handing the work to another thread and
+/// back, which costs two wake-ups per connection on a busy machine.
+fn blocking<T>(lookup: impl FnOnce() -> T) -> T {
+    if tokio::runtime::Handle::current().runtime_flavor()
         == tokio::runtime::RuntimeFlavor::MultiThread
     {
-        tokio::task::block_in_place(|| resolver.lookup(peer, local))
+        tokio::task::block_in_place(lookup)
     } else {
-        resolver.lookup(peer, local)
-    };
-    match looked_up {
-        Ok(identity) => Ok(known(&identity)),
-        Err(e) => Err(e.to_string()),
+        lookup()
     }
 }
 
@@ -78,7 +131,8 @@ fn audit_cmdline(argv: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn known(id: &Identity) -> Known {
+fn known(identity: Identity) -> Known {
+    let id = &identity;
     Known {
         exe: id.exe.clone(),
         // An ancestor whose exe the kernel would not show (pid 1 in some sandboxes) matches
@@ -108,5 +162,6 @@ fn known(id: &Identity) -> Known {
                 })
                 .collect(),
         },
+        identity: Arc::new(identity),
     }
 }

@@ -202,13 +202,7 @@ pub async fn run(
     let known = match &caller {
         Ok(k) => k,
         Err(e) => {
-            let refusal = Refusal::new(
-                403,
-                "policy_denied",
-                format!("CONNECT {hp} not permitted by policy"),
-            )
-            .with_reason(e.clone())
-            .with("stage", "identity");
+            let refusal = super::caller::refusal(&format!("CONNECT {hp}"), e);
             ctx.refuse(&mut wr, refusal, None, Engine::Identity).await;
             return;
         }
@@ -306,7 +300,7 @@ pub async fn run(
     );
     if inspect {
         let traffic = std::sync::Arc::new(super::counted::Traffic::default());
-        super::inspect::run(
+        let inspected = super::inspect::run(
             shared,
             conn,
             known.clone(),
@@ -319,8 +313,12 @@ pub async fn run(
             upstream,
             addr,
             &traffic,
-        )
-        .await;
+        );
+        // Ended by the client or upstream, or cut when the caller no longer holds the socket.
+        let reason = tokio::select! {
+            () = inspected => "closed".to_string(),
+            reason = conn.stop.wait() => reason,
+        };
         // Client-side bytes, TLS records included, as for an uninspected tunnel.
         ctx.close_event(
             entry,
@@ -328,12 +326,25 @@ pub async fn run(
             addr,
             traffic.bytes_in(),
             traffic.bytes_out(),
-            "closed",
+            &reason,
         );
         return;
     }
     let (ur, uw) = upstream.into_split();
-    let stats = relay::relay(rd, wr, ur, uw, &buf, shared.limits.idle_timeout).await;
+    let bounds = relay::Bounds {
+        idle: shared.limits.idle_timeout,
+        unused: Some(shared.limits.unused_tunnel_timeout),
+    };
+    // The caller is checked again when it first uses the tunnel (a socket handed over right
+    // after connecting can pass both earlier looks), then periodically (`holder.rs`). A full
+    // re-check, not just a confirmation: the listed process may still hold its copy while the
+    // program that took the socket back writes the first bytes, and only the fork-family scan
+    // sees that second holder.
+    let checks = relay::Checks {
+        stop: conn.stop.wait(),
+        first_use: super::caller::recheck(shared, known),
+    };
+    let stats = relay::relay_until(rd, wr, ur, uw, &buf, bounds, checks).await;
     ctx.close_event(
         entry,
         Engine::L4,

@@ -107,7 +107,7 @@ impl Tunnel {
 pub async fn serve<R, W>(
     shared: &Shared,
     conn: &Conn,
-    caller: Result<Known, String>,
+    mut caller: Result<Known, String>,
     mut route: Route,
     first: Option<RequestHead>,
     mut rd: R,
@@ -123,7 +123,11 @@ pub async fn serve<R, W>(
         let head = match next.take() {
             Some(h) => h,
             None => match read_next(shared, &mut rd, &mut wr, &mut buf).await {
-                Some(h) => h,
+                Some(h) => {
+                    // Each later request is the caller's only if it still holds the socket.
+                    super::caller::reconfirm(shared, &mut caller).await;
+                    h
+                }
                 None => break,
             },
         };
@@ -371,13 +375,8 @@ where
             let known = match caller {
                 Ok(k) => k,
                 Err(e) => {
-                    let refusal = Refusal::new(
-                        403,
-                        "policy_denied",
-                        format!("{} {hp}{} not permitted by policy", rec.method, rec.path),
-                    )
-                    .with_reason(e.clone())
-                    .with("stage", "identity");
+                    let what = format!("{} {hp}{}", rec.method, rec.path);
+                    let refusal = super::caller::refusal(&what, e);
                     return rec.refuse(wr, refusal, Engine::Identity).await;
                 }
             };
@@ -424,8 +423,13 @@ where
                 .with("port", t.port);
                 return rec.refuse(wr, refusal, Engine::HttpParser).await;
             }
-            let Ok(known) = caller else {
-                return Step { keep_alive: false };
+            let known = match caller {
+                Ok(k) => k,
+                Err(e) => {
+                    let what = format!("{} {}:{}{}", rec.method, t.host, t.port, rec.path);
+                    let refusal = super::caller::refusal(&what, e);
+                    return rec.refuse(wr, refusal, Engine::Identity).await;
+                }
             };
             (
                 t.host.clone(),

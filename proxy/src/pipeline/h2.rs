@@ -211,6 +211,13 @@ async fn handle(
         );
         return refuse(t, &method, &judged, started, &refusal);
     }
+    // Each stream is the caller's only if it still holds the socket.
+    if let Err(reason) = super::caller::confirm(&t.shared, &t.known).await {
+        let path = path_and_query.split('?').next().unwrap_or("/");
+        let refusal = super::caller::refusal(&format!("{method} {hp}{path}"), &reason);
+        judged.engine = Engine::Identity;
+        return refuse(t, &method, &judged, started, &refusal);
+    }
     let named = judge::Method::new(
         &method,
         req.headers()

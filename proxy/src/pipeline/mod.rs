@@ -7,6 +7,7 @@
 //! check live in `caller.rs`, the policy module and `destination.rs`, and both entry points
 //! call the same ones.
 
+pub mod admission;
 pub mod caller;
 pub mod connect;
 mod counted;
@@ -14,6 +15,7 @@ pub mod destination;
 pub mod doctor;
 pub mod forward;
 pub mod h2;
+pub mod holder;
 mod inject;
 pub mod inspect;
 pub mod judge;
@@ -33,7 +35,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::audit::{self, AuditSink, Engine, Outcome, Via};
-use crate::http::head::{self, HeadError, RequestHead};
+use crate::http::head::{self, HeadError};
 use crate::http::respond::Refusal;
 use crate::policy::{Compat, Policy};
 
@@ -56,6 +58,15 @@ pub struct Limits {
     pub max_connections: usize,
     /// How fast a client must send a request body (then 408).
     pub body_pace: crate::http::body::BodyPace,
+    /// Concurrent connections of one caller (one executable); past it, 429.
+    pub max_connections_per_caller: usize,
+    /// New connections one caller may open per second (a token bucket of that size, refilled
+    /// at that rate); past it, 429.
+    pub max_new_connections_per_caller_per_sec: u32,
+    /// A tunnel whose client has not sent a byte for this long after `200` is closed.
+    pub unused_tunnel_timeout: Duration,
+    /// How often the holder of an admitted connection's socket is checked again.
+    pub caller_recheck_interval: Duration,
 }
 
 impl Default for Limits {
@@ -69,6 +80,10 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(3600),
             max_connections: 4096,
             body_pace: crate::http::body::BodyPace::default(),
+            max_connections_per_caller: 1024,
+            max_new_connections_per_caller_per_sec: 200,
+            unused_tunnel_timeout: Duration::from_secs(60),
+            caller_recheck_interval: Duration::from_secs(5),
         }
     }
 }
@@ -98,6 +113,8 @@ pub struct Shared {
     /// `--compat openshell` also changes one runtime rule: exactly declared hosts may resolve
     /// to private addresses (see `destination::plan_for`).
     pub compat: Compat,
+    /// Per-caller connection limits (`--max-connections-per-caller` and the rate).
+    pub callers: Arc<admission::CallerLimits>,
     next_id: AtomicU64,
 }
 
@@ -114,7 +131,13 @@ impl Shared {
         tls: Option<TlsState>,
         credentials: Arc<crate::credentials::Bindings>,
     ) -> Shared {
+        let callers = Arc::new(admission::CallerLimits::new(
+            limits.max_connections_per_caller,
+            limits.max_new_connections_per_caller_per_sec,
+            limits.max_connections,
+        ));
         Shared {
+            callers,
             policy: ArcSwap::from_pointee(policy),
             resolver,
             identity,
@@ -140,19 +163,36 @@ pub struct Conn {
     pub peer: SocketAddr,
     pub local: SocketAddr,
     pub started: std::time::Instant,
+    /// Raised when the process identified as the caller no longer holds the socket.
+    pub stop: holder::Stop,
 }
 
 /// Serves one client connection to the end.
 pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, local: SocketAddr) {
     // A proxy that delays small writes stalls TLS handshakes by 40 ms (Nagle + delayed ACK).
     let _ = stream.set_nodelay(true);
+    let (raise, stop) = holder::signal();
     let conn = Conn {
         id: shared.next_id(),
         peer,
         local,
         started: std::time::Instant::now(),
+        stop,
     };
     let (mut rd, mut wr) = stream.into_split();
+    // The caller, looked up at once: before it could hand the socket to another program.
+    let accepted = caller::identify(&shared, peer, local).await;
+    let _slot = match &accepted {
+        Ok(known) => match shared.callers.admit(&known.exe, std::time::Instant::now()) {
+            Ok(slot) => Some(slot),
+            Err(refused) => {
+                let refusal = refused.refusal(&known.exe);
+                refuse_limited(&shared, &conn, rd, wr, refusal, known).await;
+                return;
+            }
+        },
+        Err(_) => None,
+    };
     let mut buf = BytesMut::with_capacity(4096);
     let limits = &shared.limits;
     let head = match tokio::time::timeout(
@@ -165,7 +205,7 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
         Ok(Err(HeadError::Closed)) => return,
         Ok(Err(e)) => {
             let refusal = head_refusal(&e);
-            refuse_early(&shared, &conn, &mut wr, refusal, None).await;
+            refuse_early(&shared, &conn, &mut wr, refusal, accepted.ok().as_ref()).await;
             return;
         }
         Err(_) => {
@@ -177,15 +217,24 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
                     limits.head_timeout.as_secs()
                 ),
             );
-            refuse_early(&shared, &conn, &mut wr, refusal, None).await;
+            refuse_early(&shared, &conn, &mut wr, refusal, accepted.ok().as_ref()).await;
             return;
         }
     };
-    let caller = caller::identify(&shared, peer, local).await;
+    // The request is the caller's only if the process that connected still holds the socket.
+    let caller = match accepted {
+        Ok(known) => caller::recheck(&shared, &known).await.map(|()| known),
+        Err(e) => Err(e),
+    };
+    let _watcher = caller
+        .as_ref()
+        .ok()
+        .map(|known| holder::watch(Arc::clone(&shared), known.clone(), raise));
     if head.method.eq_ignore_ascii_case("CONNECT") {
         connect::run(&shared, &conn, caller, head, rd, wr, buf).await;
     } else {
-        forward::serve(
+        let known = caller.as_ref().ok().cloned();
+        let forwarded = forward::serve(
             &shared,
             &conn,
             caller,
@@ -194,9 +243,78 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
             rd,
             wr,
             buf,
-        )
-        .await;
+        );
+        tokio::select! {
+            () = forwarded => {}
+            reason = conn.stop.wait() => stopped_forward(&shared, &conn, known, reason),
+        }
     }
+}
+
+/// The audit of a forwarded connection closed because its caller changed (a tunnel's close
+/// event says so itself).
+fn stopped_forward(shared: &Shared, conn: &Conn, known: Option<caller::Known>, reason: String) {
+    shared
+        .audit
+        .emit(&audit::Event::ConnectionClose(audit::ConnectionClose {
+            time: SystemTime::now(),
+            id: conn.id,
+            via: Via::Forward,
+            caller: known.map(|k| k.audit),
+            src: conn.peer,
+            dst: audit::Destination {
+                host: String::new(),
+                port: 0,
+                ip: None,
+            },
+            policy: None,
+            engine: Engine::Identity,
+            bytes_in: 0,
+            bytes_out: 0,
+            duration_ms: u64::try_from(conn.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            reason,
+        }));
+}
+
+/// Answers a connection past its caller's limits at once (429) and audits it; then reads
+/// (briefly) what the client sent, so that closing does not reset the answer away.
+async fn refuse_limited(
+    shared: &Shared,
+    conn: &Conn,
+    mut rd: tokio::net::tcp::OwnedReadHalf,
+    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    refusal: Refusal,
+    known: &caller::Known,
+) {
+    let _ = wr.write_all(&refusal.to_bytes()).await;
+    let _ = wr.shutdown().await;
+    shared
+        .audit
+        .emit(&audit::Event::ConnectionOpen(audit::ConnectionOpen {
+            time: SystemTime::now(),
+            id: conn.id,
+            via: Via::Connect,
+            caller: Some(known.audit.clone()),
+            src: conn.peer,
+            dst: audit::Destination {
+                host: String::new(),
+                port: 0,
+                ip: None,
+            },
+            outcome: Outcome::Denied,
+            policy: None,
+            engine: Engine::Proxy,
+            reason: Some(refusal.detail.clone()),
+            status: refusal.status,
+        }));
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while matches!(
+            tokio::io::AsyncReadExt::read(&mut rd, &mut sink).await,
+            Ok(n) if n > 0
+        ) {}
+    })
+    .await;
 }
 
 /// Records a security finding (Detection Finding 2004): credential misuse, or traffic that
@@ -245,22 +363,18 @@ async fn refuse_early(
     conn: &Conn,
     wr: &mut tokio::net::tcp::OwnedWriteHalf,
     refusal: Refusal,
-    head: Option<&RequestHead>,
+    caller: Option<&caller::Known>,
 ) {
-    let caller = caller::identify(shared, conn.peer, conn.local).await.ok();
     let _ = wr.write_all(&refusal.to_bytes()).await;
     let _ = wr.shutdown().await;
-    let via = match head {
-        Some(h) if !h.method.eq_ignore_ascii_case("CONNECT") => Via::Forward,
-        _ => Via::Connect,
-    };
+
     shared
         .audit
         .emit(&audit::Event::ConnectionOpen(audit::ConnectionOpen {
             time: SystemTime::now(),
             id: conn.id,
-            via,
-            caller: caller.map(|c| c.audit),
+            via: Via::Connect,
+            caller: caller.map(|c| c.audit.clone()),
             src: conn.peer,
             dst: audit::Destination {
                 host: String::new(),

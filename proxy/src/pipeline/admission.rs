@@ -1,0 +1,243 @@
+//! Per-caller admission: how many connections one program may hold at once, and how many it
+//! may open per second, so that one caller cannot take every slot of `--max-connections`.
+//!
+//! Owns the per-caller table (keyed by the caller's executable path, the identity policy
+//! matches on) and the slot a connection holds while it lasts. The table is bounded: a caller
+//! with open connections keeps its entry (at most `--max-connections` of them), and entries of
+//! callers with none are dropped first when the table is full, those that carry no state
+//! (a full bucket) before the others. It does not identify callers (`caller.rs`) nor answer
+//! them (the pipeline turns a [`Refused`] into a 429).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use crate::http::respond::Refusal;
+
+/// Why a caller was refused a new connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The caller already holds this many connections.
+    Connections(usize),
+    /// The caller opened this many connections in the last second (its bucket is empty).
+    Rate(u32),
+}
+
+impl Refused {
+    /// The answer: 429 with a JSON body naming the limit.
+    pub fn refusal(self, exe: &str) -> Refusal {
+        match self {
+            Refused::Connections(limit) => Refusal::new(
+                429,
+                "caller_connection_limit",
+                format!(
+                    "{exe} already holds {limit} connections through sluice \
+                     (--max-connections-per-caller); close some and retry"
+                ),
+            ),
+            Refused::Rate(limit) => Refusal::new(
+                429,
+                "caller_rate_limit",
+                format!(
+                    "{exe} opened more than {limit} connections in a second \
+                     (--max-new-connections-per-caller-per-sec); retry later"
+                ),
+            ),
+        }
+        .with("binary", exe.to_string())
+    }
+}
+
+/// The per-caller limits and the table of callers.
+#[derive(Debug)]
+pub struct CallerLimits {
+    max_active: usize,
+    per_sec: u32,
+    capacity: usize,
+    table: Mutex<HashMap<String, Entry>>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    active: usize,
+    /// Connections the caller may still open now (a token bucket of `per_sec` tokens).
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl Entry {
+    fn refill(&mut self, now: Instant, per_sec: u32) {
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * f64::from(per_sec)).min(f64::from(per_sec));
+        self.refilled = now;
+    }
+
+    /// No connections and a full bucket: the entry says nothing a fresh one would not.
+    fn is_blank(&self, now: Instant, per_sec: u32) -> bool {
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.active == 0 && self.tokens + elapsed * f64::from(per_sec) >= f64::from(per_sec)
+    }
+}
+
+impl CallerLimits {
+    /// `max_connections` is the proxy-wide limit: at most that many callers hold a slot at
+    /// once, and the table keeps room for as many again without connections.
+    pub fn new(max_active: usize, per_sec: u32, max_connections: usize) -> CallerLimits {
+        CallerLimits {
+            max_active: max_active.max(1),
+            per_sec: per_sec.max(1),
+            capacity: max_connections.saturating_mul(2).max(64),
+            table: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Admits one new connection of the caller `exe`, or says which limit refuses it. A
+    /// refused connection takes nothing from the caller's allowance.
+    pub fn admit(self: &Arc<Self>, exe: &str, now: Instant) -> Result<CallerSlot, Refused> {
+        let mut table = self.lock();
+        if !table.contains_key(exe) && table.len() >= self.capacity {
+            self.make_room(&mut table, now);
+        }
+        let entry = table.entry(exe.to_string()).or_insert_with(|| Entry {
+            active: 0,
+            tokens: f64::from(self.per_sec),
+            refilled: now,
+        });
+        entry.refill(now, self.per_sec);
+        if entry.active >= self.max_active {
+            return Err(Refused::Connections(self.max_active));
+        }
+        if entry.tokens < 1.0 {
+            return Err(Refused::Rate(self.per_sec));
+        }
+        entry.tokens -= 1.0;
+        entry.active += 1;
+        Ok(CallerSlot {
+            limits: Arc::clone(self),
+            exe: exe.to_string(),
+        })
+    }
+
+    /// Entries in the table (for tests of its bound).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops callers without connections: blank ones first, then any. Callers holding a slot
+    /// are at most `--max-connections`, half the capacity, so this always makes room.
+    fn make_room(&self, table: &mut HashMap<String, Entry>, now: Instant) {
+        table.retain(|_, entry| !entry.is_blank(now, self.per_sec));
+        if table.len() >= self.capacity {
+            table.retain(|_, entry| entry.active > 0);
+        }
+    }
+
+    fn release(&self, exe: &str) {
+        let mut table = self.lock();
+        if let Some(entry) = table.get_mut(exe) {
+            entry.active = entry.active.saturating_sub(1);
+        }
+    }
+
+    /// Each critical section leaves the table consistent, so a poisoned lock is used as is.
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One admitted connection of a caller; the slot is given back on drop.
+#[derive(Debug)]
+pub struct CallerSlot {
+    limits: Arc<CallerLimits>,
+    exe: String,
+}
+
+impl Drop for CallerSlot {
+    fn drop(&mut self) {
+        self.limits.release(&self.exe);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn concurrent_connections_are_limited_per_caller() {
+        let limits = Arc::new(CallerLimits::new(2, 100, 10));
+        let now = Instant::now();
+        let a1 = limits.admit("/usr/bin/a", now).unwrap();
+        let _a2 = limits.admit("/usr/bin/a", now).unwrap();
+        assert_eq!(
+            limits.admit("/usr/bin/a", now).unwrap_err(),
+            Refused::Connections(2)
+        );
+        // Another program is not affected.
+        let _b = limits.admit("/usr/bin/b", now).unwrap();
+        drop(a1);
+        let _a3 = limits.admit("/usr/bin/a", now).unwrap();
+    }
+
+    #[test]
+    fn new_connections_per_second_are_a_token_bucket() {
+        let limits = Arc::new(CallerLimits::new(100, 3, 10));
+        let now = Instant::now();
+        for _ in 0..3 {
+            drop(limits.admit("/usr/bin/a", now).unwrap());
+        }
+        assert_eq!(
+            limits.admit("/usr/bin/a", now).unwrap_err(),
+            Refused::Rate(3)
+        );
+        // A refused attempt takes nothing; a third of a second refills one.
+        let later = now + Duration::from_millis(340);
+        drop(limits.admit("/usr/bin/a", later).unwrap());
+        assert_eq!(
+            limits.admit("/usr/bin/a", later).unwrap_err(),
+            Refused::Rate(3)
+        );
+        let _b = limits.admit("/usr/bin/b", later).unwrap();
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_keeps_callers_with_connections() {
+        let limits = Arc::new(CallerLimits::new(5, 100, 32));
+        let now = Instant::now();
+        let held: Vec<_> = (0..32)
+            .map(|i| limits.admit(&format!("/held/{i}"), now).unwrap())
+            .collect();
+        // Thousands of callers that come and go never grow the table past its capacity.
+        for i in 0..5000 {
+            drop(limits.admit(&format!("/gone/{i}"), now).unwrap());
+            assert!(limits.len() <= 64, "{} entries", limits.len());
+        }
+        // The callers holding slots kept their entries, and their count.
+        for i in 0..32 {
+            let exe = format!("/held/{i}");
+            for _ in 0..4 {
+                std::mem::forget(limits.admit(&exe, now + Duration::from_secs(10)).unwrap());
+            }
+            assert_eq!(
+                limits
+                    .admit(&exe, now + Duration::from_secs(20))
+                    .unwrap_err(),
+                Refused::Connections(5)
+            );
+        }
+        drop(held);
+    }
+
+    #[test]
+    fn refusals_are_429_with_a_code() {
+        let r = Refused::Connections(8).refusal("/usr/bin/python3");
+        assert_eq!((r.status, r.error), (429, "caller_connection_limit"));
+        let r = Refused::Rate(8).refusal("/usr/bin/python3");
+        assert_eq!((r.status, r.error), (429, "caller_rate_limit"));
+    }
+}
