@@ -160,12 +160,14 @@ fn print_diagnostics(diags: &[Diagnostic]) {
     }
 }
 
-pub fn load_policy(policies: &[String], compat: CompatArg) -> Result<Loaded, Vec<Diagnostic>> {
-    let loaded = if policies.is_empty() {
-        policy::load_default()
-    } else {
-        policy::load_files(policies, compat.into())
-    };
+/// The policy files (none: the embedded default) with the provider profiles' entries
+/// composed in.
+pub fn load_policy(
+    policies: &[String],
+    compat: CompatArg,
+    composed: &[policy::Composed],
+) -> Result<Loaded, Vec<Diagnostic>> {
+    let loaded = policy::load_files_composed(policies, compat.into(), composed);
     match loaded {
         Ok(mut l) => {
             // Policy paths that are symlinks match their targets (spec §2.4).
@@ -230,7 +232,18 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
     } else {
         args.policies.clone()
     };
-    let loaded = match load_policy(&args.policies, args.compat) {
+    // Profiles first: each one is also a policy entry (`_provider_<id>`).
+    let profiles = match crate::credentials::profile::load_files(&args.providers) {
+        Ok(p) => p,
+        Err(e) => {
+            for d in e.errors() {
+                eprintln!("{d}");
+            }
+            eprintln!("sluice: cannot load the provider profiles or their secrets");
+            return Err(ExitCode::from(1));
+        }
+    };
+    let loaded = match load_policy(&args.policies, args.compat, &profiles.composed) {
         Ok(l) => l,
         Err(diags) => {
             print_diagnostics(&diags);
@@ -262,8 +275,8 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         warnings: loaded.warnings.len(),
     }));
 
-    let credentials = match crate::credentials::load(
-        &args.providers,
+    let credentials = match crate::credentials::with_profiles(
+        profiles,
         |k| std::env::var(k).ok(),
         args.secrets_file.as_deref(),
     ) {

@@ -121,7 +121,8 @@ impl Validator<'_> {
     pub fn document(&mut self, doc: &RawDocument) -> Validated {
         let mut out = Validated::default();
         match &doc.version {
-            None if doc.version_given || !doc.is_mapping => {}
+            // A NemoClaw preset is a fragment merged into a full policy: no `version`.
+            None if doc.version_given || !doc.is_mapping || doc.preset.is_some() => {}
             None => self.error(
                 doc.root_pos,
                 "version",
@@ -148,6 +149,11 @@ impl Validator<'_> {
         }
         self.sandbox(doc, &mut out);
         out
+    }
+
+    /// A provider profile's entry (`compose.rs`): validated like an entry of a policy file.
+    pub fn composed_entry(&mut self, raw: &RawEntry) -> Option<Entry> {
+        self.entry(raw)
     }
 
     fn entry(&mut self, raw: &RawEntry) -> Option<Entry> {
