@@ -93,14 +93,11 @@ fn print_diagnostics(diags: &[Diagnostic]) {
     }
 }
 
-/// The profiles of `--providers` as policy entries; on failure their diagnostics are
-/// printed and the exit code returned.
-fn composed(providers: &[String]) -> Result<Vec<Composed>, ExitCode> {
+/// The profiles of `--providers` as policy entries, and their warnings; on failure their
+/// diagnostics are printed and the exit code returned.
+fn composed(providers: &[String]) -> Result<(Vec<Composed>, Vec<Diagnostic>), ExitCode> {
     match profile::load_files(providers) {
-        Ok(loaded) => {
-            print_diagnostics(&loaded.warnings);
-            Ok(loaded.composed)
-        }
+        Ok(loaded) => Ok((loaded.composed, loaded.warnings)),
         Err(e) => {
             print_diagnostics(&e.diagnostics);
             let n = e.errors().count();
@@ -112,7 +109,10 @@ fn composed(providers: &[String]) -> Result<Vec<Composed>, ExitCode> {
 
 fn check(args: &CheckArgs) -> ExitCode {
     let composed = match composed(&args.providers) {
-        Ok(c) => c,
+        Ok((c, warnings)) => {
+            print_diagnostics(&warnings);
+            c
+        }
         Err(code) => return code,
     };
     match policy::load_files_composed(&args.files, args.compat.into(), &composed) {
@@ -168,7 +168,7 @@ fn load(
 }
 
 fn explain_cmd(args: &ExplainArgs) -> ExitCode {
-    let composed = match composed(&args.providers) {
+    let (composed, profile_warnings) = match composed(&args.providers) {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -184,10 +184,10 @@ fn explain_cmd(args: &ExplainArgs) -> ExitCode {
         }
     };
     // Only a count: `policy check` lists them, and stdout stays one answer per question.
-    if !loaded.warnings.is_empty() {
+    let warnings = loaded.warnings.len() + profile_warnings.len();
+    if warnings > 0 {
         eprintln!(
-            "sluice: the policy loaded with {} warning(s); `sluice policy check` lists them",
-            loaded.warnings.len()
+            "sluice: the policy loaded with {warnings} warning(s); `sluice policy check` lists them"
         );
     }
     if args.batch {

@@ -591,6 +591,9 @@ fn shift_lines(node: &mut Node<'_>, offset: u32) {
 }
 
 #[cfg(test)]
+mod compose_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -897,7 +900,9 @@ extra: 1
         let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
         assert_eq!(
             w,
-            ["p.yaml:1:1: warning: the profile declares no credentials and no endpoints, so it has no effect"]
+            [
+                "p.yaml:1:1: warning: the profile declares no credentials and no endpoints, so it has no effect"
+            ]
         );
         assert!(loaded.composed.is_empty());
         // With endpoints it is a policy entry, credentials or not.
