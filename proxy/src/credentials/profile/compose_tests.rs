@@ -73,8 +73,8 @@ endpoints:
 binaries: [/usr/bin/gh, /usr/bin/git]
 ";
 
-fn caller(exe: &str) -> policy::Caller<'_> {
-    policy::Caller {
+fn caller(exe: &str) -> Caller<'_> {
+    Caller {
         exe,
         ancestors: &[],
         cmdline: &[],
