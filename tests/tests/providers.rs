@@ -19,6 +19,8 @@ use sluice_e2e::{fixture_dir, run_sluice, workspace_dir};
 
 const SECRET: &str = "pr0file-SECRET-a41d77e9";
 const PLACEHOLDER: &str = "openshell:resolve:env:ECHO_API_KEY";
+/// In sluice's environment, bound by no profile.
+const STRAY: &str = "stray-SECRET-0c2b55d1";
 
 fn providers_dir() -> PathBuf {
     workspace_dir().join("configs/providers")
@@ -300,7 +302,7 @@ fn an_openshell_profile_alone_drives_injection_with_curl_and_python() {
         UNRELATED_POLICY,
         &[&origin.cert],
         Some(&providers),
-        &[("ECHO_API_KEY", SECRET)],
+        &[("ECHO_API_KEY", SECRET), ("STRAY_KEY", STRAY)],
     );
     let base = format!("https://127.0.0.1:{}", origin.port());
     let hex = "0123456789abcdef".repeat(4);
@@ -380,6 +382,29 @@ fn an_openshell_profile_alone_drives_injection_with_curl_and_python() {
         "a denied request reached the origin"
     );
 
+    // A value in sluice's environment that no profile binds never resolves, in any form.
+    for form in [
+        "openshell:resolve:env:STRAY_KEY".to_string(),
+        "openshell:resolve:env:v2_STRAY_KEY".to_string(),
+        format!("openshell:resolve:env:s{hex}_STRAY_KEY"),
+    ] {
+        let auth = format!("Authorization: Bearer {form}");
+        let out = curl(
+            &sluice,
+            &ca,
+            &["--http1.1", "-H", &auth],
+            &format!("{base}/v1/models"),
+        );
+        assert!(out.ends_with("500"), "{form}: {out}");
+        assert!(out.contains("credential_unavailable"), "{form}: {out}");
+        client_saw.push_str(&out);
+    }
+    assert_eq!(
+        origin.received().len(),
+        8,
+        "an unresolvable placeholder reached the origin"
+    );
+
     // A program outside the profile's binaries is refused at CONNECT: the profile is the
     // only grant for this host.
     let (_, out, err) = run(Command::new("node").args([
@@ -394,26 +419,32 @@ fn an_openshell_profile_alone_drives_injection_with_curl_and_python() {
     ]));
     assert_eq!(out.trim(), "403", "node: {out}{err}");
 
-    assert!(
-        !client_saw.contains(SECRET),
-        "a client saw the secret:\n{client_saw}"
-    );
     let audit = std::fs::read_to_string(&sluice.audit_path).unwrap();
-    assert!(!audit.contains(SECRET), "the audit log holds the secret");
-    assert!(
-        !sluice.stderr().contains(SECRET),
-        "sluice's stderr holds the secret"
-    );
-    for d in [sluice.dir.path(), ca.parent().unwrap()] {
-        for f in std::fs::read_dir(d).unwrap().flatten() {
-            let bytes = std::fs::read(f.path()).unwrap_or_default();
-            assert!(
-                !String::from_utf8_lossy(&bytes).contains(SECRET),
-                "the secret is in {}",
-                f.path().display()
-            );
+    for secret in [SECRET, STRAY] {
+        assert!(
+            !client_saw.contains(secret),
+            "a client saw a secret:\n{client_saw}"
+        );
+        assert!(!audit.contains(secret), "the audit log holds a secret");
+        assert!(
+            !sluice.stderr().contains(secret),
+            "sluice's stderr holds a secret"
+        );
+        for d in [sluice.dir.path(), ca.parent().unwrap()] {
+            for f in std::fs::read_dir(d).unwrap().flatten() {
+                let bytes = std::fs::read(f.path()).unwrap_or_default();
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains(secret),
+                    "a secret is in {}",
+                    f.path().display()
+                );
+            }
         }
     }
+    assert!(
+        !origin.log_text().contains(STRAY),
+        "the unbound secret reached the origin"
+    );
     // The allowed requests were judged by the profile's entry.
     assert!(audit.contains("_provider_echo_api"), "{audit}");
     assert_events_valid(&sluice);
