@@ -95,8 +95,11 @@ fn print_diagnostics(diags: &[Diagnostic]) {
 
 /// The profiles of `--providers` as policy entries, and their warnings; on failure their
 /// diagnostics are printed and the exit code returned.
-fn composed(providers: &[String]) -> Result<(Vec<Composed>, Vec<Diagnostic>), ExitCode> {
-    match profile::load_files(providers) {
+fn composed(
+    providers: &[String],
+    compat: CompatArg,
+) -> Result<(Vec<Composed>, Vec<Diagnostic>), ExitCode> {
+    match profile::load_files_compat(providers, compat.into()) {
         Ok(loaded) => Ok((loaded.composed, loaded.warnings)),
         Err(e) => {
             print_diagnostics(&e.diagnostics);
@@ -108,7 +111,7 @@ fn composed(providers: &[String]) -> Result<(Vec<Composed>, Vec<Diagnostic>), Ex
 }
 
 fn check(args: &CheckArgs) -> ExitCode {
-    let composed = match composed(&args.providers) {
+    let composed = match composed(&args.providers, args.compat) {
         Ok((c, warnings)) => {
             print_diagnostics(&warnings);
             c
@@ -168,7 +171,7 @@ fn load(
 }
 
 fn explain_cmd(args: &ExplainArgs) -> ExitCode {
-    let (composed, profile_warnings) = match composed(&args.providers) {
+    let (composed, profile_warnings) = match composed(&args.providers, args.compat) {
         Ok(c) => c,
         Err(code) => return code,
     };

@@ -233,16 +233,17 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         args.policies.clone()
     };
     // Profiles first: each one is also a policy entry (`_provider_<id>`).
-    let profiles = match crate::credentials::profile::load_files(&args.providers) {
-        Ok(p) => p,
-        Err(e) => {
-            for d in e.errors() {
-                eprintln!("{d}");
+    let profiles =
+        match crate::credentials::profile::load_files_compat(&args.providers, args.compat.into()) {
+            Ok(p) => p,
+            Err(e) => {
+                for d in e.errors() {
+                    eprintln!("{d}");
+                }
+                eprintln!("sluice: cannot load the provider profiles or their secrets");
+                return Err(ExitCode::from(1));
             }
-            eprintln!("sluice: cannot load the provider profiles or their secrets");
-            return Err(ExitCode::from(1));
-        }
-    };
+        };
     let loaded = match load_policy(&args.policies, args.compat, &profiles.composed) {
         Ok(l) => l,
         Err(diags) => {

@@ -16,7 +16,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::policy::Source;
 use crate::policy::compose::{self, Composed};
 use crate::policy::decide::Caller;
 use crate::policy::diag::{Diagnostic, Diagnostics, Location, Severity};
@@ -24,6 +23,7 @@ use crate::policy::glob::HostPattern;
 use crate::policy::model::{Binary, PathSelector};
 use crate::policy::raw::{RawBinary, RawEntry, Spanned};
 use crate::policy::yaml::{self, Kind, Node, Pos};
+use crate::policy::{Compat, Source};
 
 use super::placeholder;
 
@@ -350,6 +350,15 @@ impl ProfileLoadError {
 
 /// Reads the named files (an unreadable file is a diagnostic like any other) and loads them.
 pub fn load_files(paths: &[String]) -> Result<LoadedProfiles, ProfileLoadError> {
+    load_files_compat(paths, Compat::Strict)
+}
+
+/// `load_files`, reading the endpoints' policy settings under `compat` (as the policy files
+/// they compose with are read).
+pub fn load_files_compat(
+    paths: &[String],
+    compat: Compat,
+) -> Result<LoadedProfiles, ProfileLoadError> {
     let mut sources = Vec::new();
     let mut diags = Diagnostics::default();
     for path in paths {
@@ -370,16 +379,17 @@ pub fn load_files(paths: &[String]) -> Result<LoadedProfiles, ProfileLoadError> 
             Err(e) => diags.error(&file, Pos::new(0, 0), "", format!("cannot read: {e}")),
         }
     }
-    load_with(&sources, diags)
+    load_with(&sources, compat, diags)
 }
 
 /// Loads profile documents: all-or-nothing, every problem reported.
 pub fn load(sources: &[Source]) -> Result<LoadedProfiles, ProfileLoadError> {
-    load_with(sources, Diagnostics::default())
+    load_with(sources, Compat::Strict, Diagnostics::default())
 }
 
 fn load_with(
     sources: &[Source],
+    compat: Compat,
     mut diags: Diagnostics,
 ) -> Result<LoadedProfiles, ProfileLoadError> {
     let mut profiles: Vec<ProviderProfile> = Vec::new();
@@ -409,6 +419,7 @@ fn load_with(
             let mut reader = Reader {
                 file: &file,
                 diags: &mut diags,
+                compat,
             };
             let Some(read) = reader.profile(&root) else {
                 continue;

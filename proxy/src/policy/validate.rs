@@ -153,10 +153,24 @@ impl Validator<'_> {
 
     /// A provider profile's entry (`compose.rs`): validated like an entry of a policy file.
     pub fn composed_entry(&mut self, raw: &RawEntry) -> Option<Entry> {
-        self.entry(raw)
+        if raw.binaries.is_empty() {
+            self.warning(
+                raw.key.pos,
+                "binaries",
+                format!(
+                    "the profile lists no `binaries`: as the policy `{}` it admits no program, so its hosts must be granted by a policy file (its secrets may then be swapped in for any program that policy admits)",
+                    raw.key.value
+                ),
+            );
+        }
+        self.entry_with(raw, true)
     }
 
     fn entry(&mut self, raw: &RawEntry) -> Option<Entry> {
+        self.entry_with(raw, false)
+    }
+
+    fn entry_with(&mut self, raw: &RawEntry, composed: bool) -> Option<Entry> {
         let key = PolicyKey::new(&raw.key.value);
         let path = format!("network_policies.{}", raw.key.value);
         let mut binaries = Vec::new();
@@ -171,7 +185,7 @@ impl Validator<'_> {
                 endpoints.push(ep);
             }
         }
-        if raw.binaries.is_empty() {
+        if raw.binaries.is_empty() && !composed {
             self.warning(
                 raw.key.pos,
                 &path,

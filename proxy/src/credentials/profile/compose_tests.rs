@@ -417,3 +417,41 @@ fn the_shipped_profiles_compose_with_the_shipped_policies() {
         );
     }
 }
+
+#[test]
+fn a_profile_without_binaries_admits_no_program_and_says_so() {
+    let text = "id: api\ncredentials: [{name: k, env_vars: [K]}]\nendpoints: [{host: api.example.com, port: 443, protocol: rest, enforcement: enforce, access: full}]\n";
+    let loaded = compose(None, text, Compat::Strict).unwrap();
+    let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        w,
+        [
+            "prof.yaml:1:5: warning: binaries: the profile lists no `binaries`: as the policy `_provider_api` it admits no program, so its hosts must be granted by a policy file (its secrets may then be swapped in for any program that policy admits)"
+        ]
+    );
+    assert!(matches!(
+        loaded
+            .policy
+            .decide_l4(&caller("/usr/bin/curl"), "api.example.com", 443),
+        policy::L4Decision::Deny(_)
+    ));
+}
+
+#[test]
+fn profile_endpoints_are_read_under_the_policy_compat_mode() {
+    // A query matcher listed twice: strict refuses it, --compat openshell keeps the last.
+    let text = "id: api\nendpoints:\n  - host: api.example.com\n    port: 443\n    protocol: rest\n    enforcement: enforce\n    rules:\n      - allow: {method: GET, path: /s, query: {a: x, a: y}}\nbinaries: [/usr/bin/curl]\n";
+    assert!(load(&[src("prof.yaml", text)]).is_err());
+    let loaded = load_with(
+        &[src("prof.yaml", text)],
+        Compat::OpenShell,
+        Diagnostics::default(),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{:?}",
+            e.errors().map(ToString::to_string).collect::<Vec<_>>()
+        )
+    });
+    assert_eq!(loaded.composed.len(), 1);
+}

@@ -77,6 +77,8 @@ pub(super) struct ReadProfile {
 pub(super) struct Reader<'a> {
     pub(super) file: &'a Arc<str>,
     pub(super) diags: &'a mut Diagnostics,
+    /// How the endpoints' policy settings are read (as the policy files are).
+    pub(super) compat: Compat,
 }
 
 impl Reader<'_> {
@@ -614,7 +616,7 @@ impl Reader<'_> {
             pos: node.pos,
         };
         let errors_before = self.diags.error_count();
-        let raw = read_endpoint(self.file, &policy_node, path, Compat::Strict, self.diags)?;
+        let raw = read_endpoint(self.file, &policy_node, path, self.compat, self.diags)?;
         ok &= self.diags.error_count() == errors_before;
 
         let mut host = None;
