@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use sluice_e2e::ocsf::class;
 use sluice_e2e::origin::EchoOrigin;
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
 use sluice_e2e::{fixture_dir, run_sluice, workspace_dir};
@@ -444,6 +445,15 @@ fn an_openshell_profile_alone_drives_injection_with_curl_and_python() {
     assert!(
         !origin.log_text().contains(STRAY),
         "the unbound secret reached the origin"
+    );
+    // The policy load names the profile among its sources.
+    let load = sluice.wait_event("the policy load", |e| class(e) == 5019);
+    let profile_file = path(&providers);
+    assert!(
+        load["unmapped"]["policy_sources"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|s| s.as_str() == Some(profile_file.as_str()))),
+        "{load}"
     );
     // The allowed requests were judged by the profile's entry.
     assert!(audit.contains("_provider_echo_api"), "{audit}");

@@ -227,11 +227,13 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             return Err(ExitCode::from(1));
         }
     };
-    let sources = if args.policies.is_empty() {
+    let mut sources = if args.policies.is_empty() {
         vec![policy::DEFAULT_POLICY_NAME.to_string()]
     } else {
         args.policies.clone()
     };
+    // Provider profiles are policy entries too (`_provider_<id>`).
+    sources.extend(args.providers.iter().cloned());
     // Profiles first: each one is also a policy entry (`_provider_<id>`).
     let profiles =
         match crate::credentials::profile::load_files_compat(&args.providers, args.compat.into()) {
