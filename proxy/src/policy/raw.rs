@@ -216,11 +216,13 @@ pub fn read(file: &Arc<str>, root: &Node, compat: Compat, diags: &mut Diagnostic
 }
 
 /// Reads one endpoint mapping written outside a policy document (a provider profile's
-/// endpoint, which has the same shape), reporting its schema problems under `path`.
+/// endpoint, which has the same shape), reporting its schema problems under `path`. Keys in
+/// `extra` are the caller's own: accepted and left for it to read.
 pub fn read_endpoint(
     file: &Arc<str>,
     node: &Node,
     path: &str,
+    extra: &[&str],
     compat: Compat,
     diags: &mut Diagnostics,
 ) -> Option<RawEndpoint> {
@@ -229,7 +231,7 @@ pub fn read_endpoint(
         diags,
         compat,
     };
-    r.endpoint(node, Field::Name(path))
+    r.endpoint_with(node, Field::Name(path), extra)
 }
 
 /// The `preset` value of a mapping root, and the root without it.
@@ -576,7 +578,21 @@ impl Reader<'_> {
     }
 
     fn endpoint(&mut self, node: &Node, path: Field<'_>) -> Option<RawEndpoint> {
-        let fields = self.fields(node, path, ENDPOINT_FIELDS, ENDPOINT_UNSUPPORTED)?;
+        self.endpoint_with(node, path, &[])
+    }
+
+    fn endpoint_with(
+        &mut self,
+        node: &Node,
+        path: Field<'_>,
+        extra: &[&str],
+    ) -> Option<RawEndpoint> {
+        let known: std::borrow::Cow<'_, [&str]> = if extra.is_empty() {
+            std::borrow::Cow::Borrowed(ENDPOINT_FIELDS)
+        } else {
+            std::borrow::Cow::Owned([ENDPOINT_FIELDS, extra].concat())
+        };
+        let fields = self.fields(node, path, &known, ENDPOINT_UNSUPPORTED)?;
         let mut ep = RawEndpoint {
             pos: node.pos,
             ..RawEndpoint::default()

@@ -597,26 +597,25 @@ impl Reader<'_> {
             return None;
         };
         let mut ok = true;
+        let errors_before = self.diags.error_count();
+        let raw = read_endpoint(
+            self.file,
+            node,
+            path,
+            PROFILE_ENDPOINT_FIELDS,
+            self.compat,
+            self.diags,
+        )?;
         let mut allow_plaintext = false;
-        let is_own = |k: &Node<'_>| matches!(&k.kind, Kind::Scalar(key, _) if PROFILE_ENDPOINT_FIELDS.contains(&key.as_ref()));
-        let mut policy_pairs = Vec::with_capacity(pairs.len());
         for (k, v) in pairs {
-            if !is_own(k) {
-                policy_pairs.push((k.clone(), v.clone()));
-                continue;
-            }
-            let field = join(path, "allow_plaintext_credentials");
-            match self.bool(v, &field) {
-                Some(b) => allow_plaintext = b,
-                None => ok = false,
+            if matches!(&k.kind, Kind::Scalar(key, _) if key == "allow_plaintext_credentials") {
+                let field = join(path, "allow_plaintext_credentials");
+                match self.bool(v, &field) {
+                    Some(b) => allow_plaintext = b,
+                    None => ok = false,
+                }
             }
         }
-        let policy_node = Node {
-            kind: Kind::Map(policy_pairs),
-            pos: node.pos,
-        };
-        let errors_before = self.diags.error_count();
-        let raw = read_endpoint(self.file, &policy_node, path, self.compat, self.diags)?;
         ok &= self.diags.error_count() == errors_before;
 
         let mut host = None;
