@@ -64,9 +64,10 @@ fn policy_check_shows_each_profile_as_its_provider_entry() {
         &llm,
     ]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    // Three `discovery` notes, a `refresh: static` note, three `/usr/bin/node` in `binaries`.
     assert!(
-        stdout.starts_with("ok: 1 file(s), 4 policies, "),
-        "{stdout}"
+        stdout.starts_with("ok: 1 file(s), 4 policies, 5 endpoints, 7 warning(s)\n"),
+        "{stdout}\n{stderr}"
     );
     for (id, file, line) in [("anthropic", &a, 7), ("github", &g, 4), ("openai", &o, 3)] {
         let want =

@@ -111,10 +111,10 @@ fn composed(
 }
 
 fn check(args: &CheckArgs) -> ExitCode {
-    let composed = match composed(&args.providers, args.compat) {
+    let (composed, profile_warnings) = match composed(&args.providers, args.compat) {
         Ok((c, warnings)) => {
             print_diagnostics(&warnings);
-            c
+            (c, warnings.len())
         }
         Err(code) => return code,
     };
@@ -128,7 +128,7 @@ fn check(args: &CheckArgs) -> ExitCode {
         Ok(loaded) => {
             print_diagnostics(&loaded.warnings);
             let p = &loaded.policy;
-            let warnings = loaded.warnings.len();
+            let warnings = loaded.warnings.len() + profile_warnings;
             println!(
                 "ok: {} file(s), {} policies, {} endpoints, {warnings} warning(s)",
                 args.files.len(),
