@@ -426,15 +426,30 @@ impl Reader<'_> {
     }
 
     /// A NemoClaw `preset:` header: `name` and `description` for people; nothing in it
-    /// changes what the policy allows, which the note says.
+    /// changes what the policy allows, which the note says. Other header keys are ignored
+    /// with a warning (they cannot change enforcement either).
     fn preset(&mut self, node: &Node) {
-        const PRESET_FIELDS: &[&str] = &["name", "description"];
         let field = Field::Name("preset");
-        let Some(fields) = self.fields(node, field, PRESET_FIELDS, &[]) else {
+        let Kind::Map(pairs) = &node.kind else {
+            self.expected(node, field, "a mapping for preset");
             return;
         };
-        for (k, v) in fields {
-            self.string(v, Field::Key(&field, k));
+        for (k, v) in pairs {
+            let Some(key) = self.string(k, field) else {
+                continue;
+            };
+            let sub = Field::Key(&field, &key.value);
+            match key.value.as_str() {
+                "name" | "description" => {
+                    self.string(v, sub);
+                }
+                other => self.diags.warning(
+                    self.file,
+                    k.pos,
+                    sub,
+                    format!("unknown preset header field `{other}` is ignored (expected name, description)"),
+                ),
+            }
         }
         self.diags.warning(
             self.file,
