@@ -460,3 +460,95 @@ fn an_openshell_profile_alone_drives_injection_with_curl_and_python() {
     assert!(audit.contains("_provider_echo_api"), "{audit}");
     assert_events_valid(&sluice);
 }
+
+/// A raw HTTPS GET through sluice with Node's own sockets (CONNECT, then TLS trusting `ca`):
+/// the status line, then the whole response.
+const NODE_CLIENT: &str = r#"
+const http = require('http'), tls = require('tls'), fs = require('fs');
+const [proxy, target, ca, auth] = process.argv.slice(1);
+const [phost, pport] = proxy.split(':'); const [thost] = target.split(':');
+const r = http.request({ host: phost, port: +pport, method: 'CONNECT', path: target });
+r.on('connect', (res, sock) => {
+  if (res.statusCode !== 200) { console.log('CONNECT ' + res.statusCode); process.exit(0); }
+  const s = tls.connect({ socket: sock, host: thost, ca: fs.readFileSync(ca) }, () => {
+    const h = auth ? `Authorization: ${auth}\r\n` : '';
+    s.write(`GET /v1/models HTTP/1.1\r\nHost: ${target}\r\n${h}Connection: close\r\n\r\n`);
+  });
+  let d = ''; s.on('data', (c) => d += c); s.on('end', () => { console.log(d); process.exit(0); });
+  s.on('error', (e) => { console.log('tls error ' + e.message); process.exit(0); });
+});
+r.on('error', (e) => { console.log('error ' + e.message); process.exit(0); });
+r.end();
+"#;
+
+#[test]
+fn a_program_outside_the_profiles_binaries_never_gets_its_secret() {
+    let dir = TempDir::new("prov-callers");
+    let origin = EchoOrigin::start(dir.path());
+    let providers = dir.write("echo-api.yaml", &openshell_profile(origin.port()));
+    // A policy file grants node the same host, with the same request-level settings as the
+    // profile's endpoint (the ambiguity rules would refuse anything else).
+    let (_, node, _) = run(Command::new("sh").args(["-c", "command -v node"]));
+    let node = sluice_e2e::proxy::realpath(node.trim());
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  node_api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {}\n        protocol: rest\n        enforcement: enforce\n        access: read-only\n    binaries:\n      - path: {node}\n",
+        origin.port()
+    );
+    let (sluice, ca) = Sluice::intercepting(
+        &dir,
+        &policy,
+        &[&origin.cert],
+        Some(&providers),
+        &[("ECHO_API_KEY", SECRET)],
+    );
+    let target = format!("127.0.0.1:{}", origin.port());
+    let node_get = |auth: &str| {
+        let (_, out, err) = run(Command::new(&node).args([
+            "-e",
+            NODE_CLIENT,
+            &sluice.addr().to_string(),
+            &target,
+            &path(&ca),
+            auth,
+        ]));
+        format!("{out}{err}")
+    };
+    // Without a placeholder, the policy file's grant works.
+    let out = node_get("");
+    assert!(
+        out.starts_with("HTTP/1.1 200"),
+        "{out}\n{}",
+        sluice.stderr()
+    );
+    // With one: the secret belongs to the profile's binaries only.
+    let out = node_get(&format!("Bearer {PLACEHOLDER}"));
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    assert!(out.contains("credential_endpoint_mismatch"), "{out}");
+    assert!(!out.contains(SECRET), "{out}");
+    let got = origin.received();
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert!(got[0]["headers"]["authorization"].is_null(), "{got:#?}");
+    // curl, listed in the profile, gets it on the same host.
+    let out = curl(
+        &sluice,
+        &ca,
+        &[
+            "--http1.1",
+            "-H",
+            &format!("Authorization: Bearer {PLACEHOLDER}"),
+        ],
+        &format!("https://{target}/v1/models"),
+    );
+    assert!(out.ends_with("200"), "{out}");
+    assert_eq!(
+        origin.received()[1]["headers"]["authorization"],
+        format!("Bearer {SECRET}")
+    );
+    assert!(
+        !std::fs::read_to_string(&sluice.audit_path)
+            .unwrap()
+            .contains(SECRET)
+    );
+    assert!(!sluice.stderr().contains(SECRET));
+    assert_events_valid(&sluice);
+}
