@@ -8,8 +8,10 @@
 //! ports, path selectors, binaries) and the checks across files (duplicate ids, an env var
 //! claimed twice). Hosts, paths and binaries compile with the policy engine's own matchers
 //! (`policy::glob`, `validate::selector_for`), so a profile endpoint means exactly what the
-//! same endpoint means in a policy. It reads no secrets (`secrets.rs`) and decides nothing
-//! per request (`binding.rs`).
+//! same endpoint means in a policy. Each profile with endpoints also comes out as a raw
+//! policy entry (`compose`), which the policy loader validates with the policy files
+//! (`policy::compose`). It reads no secrets (`secrets.rs`) and decides nothing per request
+//! (`binding.rs`).
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};

@@ -1,9 +1,11 @@
 //! The provider profile schema: a positioned YAML document in, a `ProviderProfile` out.
 //!
 //! Owns which keys exist at each level and what their values may be, and reports every
-//! problem of a document as a diagnostic (unknown keys, fields sluice does not implement,
-//! policy settings that would have no effect in a profile, invalid names, hosts, ports, paths
-//! and binaries). Splitting files into documents and the checks across documents belong to
+//! problem of a document as a diagnostic (unknown keys; fields sluice does not implement,
+//! named; invalid names, hosts, ports, paths and binaries), with a note for fields that have
+//! no effect on enforcement (`discovery`, `refresh: {strategy: static}`). Endpoints are read
+//! with the policy endpoint schema (`policy::raw::read_endpoint`) and kept raw for
+//! composition. Splitting files into documents and the checks across documents belong to
 //! `profile.rs`.
 
 use std::collections::{BTreeMap, HashMap};
