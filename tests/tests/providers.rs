@@ -315,6 +315,8 @@ fn an_openshell_profile_alone_drives_injection_with_curl_and_python() {
         PLACEHOLDER.to_string(),
         "openshell:resolve:env:v3_ECHO_API_KEY".to_string(),
         format!("openshell:resolve:env:s{hex}_ECHO_API_KEY"),
+        "sk-OPENSHELL-RESOLVE-ENV-v3_ECHO_API_KEY".to_string(),
+        format!("sk-OPENSHELL-RESOLVE-ENV-s{hex}_ECHO_API_KEY"),
     ];
     for http in ["--http1.1", "--http2"] {
         for form in &forms {
@@ -345,7 +347,8 @@ fn an_openshell_profile_alone_drives_injection_with_curl_and_python() {
         client_saw.push_str(&out);
     }
     let got = origin.received();
-    assert_eq!(got.len(), 8, "{got:#?}");
+    // Five spellings over two HTTP versions, and two from Python.
+    assert_eq!(got.len(), 12, "{got:#?}");
     for r in &got {
         assert_eq!(
             r["headers"]["authorization"],
@@ -380,7 +383,7 @@ fn an_openshell_profile_alone_drives_injection_with_curl_and_python() {
     }
     assert_eq!(
         origin.received().len(),
-        8,
+        12,
         "a denied request reached the origin"
     );
 
@@ -403,7 +406,7 @@ fn an_openshell_profile_alone_drives_injection_with_curl_and_python() {
     }
     assert_eq!(
         origin.received().len(),
-        8,
+        12,
         "an unresolvable placeholder reached the origin"
     );
 
