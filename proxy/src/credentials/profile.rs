@@ -656,7 +656,21 @@ binaries: [/usr/bin/gh, {path: /usr/bin/git}, /opt/*/bin/git]
     #[test]
     fn full_profile() {
         let loaded = load_str(GITHUB).unwrap();
-        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        // Endpoints without `protocol` on a profile with credentials: binding scopes only.
+        let fields: Vec<String> = loaded
+            .warnings
+            .iter()
+            .map(|d| format!("{} {}", d.location, d.field))
+            .collect();
+        assert_eq!(
+            fields,
+            ["p.yaml:16:5 endpoints[0]", "p.yaml:18:5 endpoints[1]"]
+        );
+        assert!(
+            loaded.warnings[0]
+                .message
+                .starts_with("no `protocol`: on a profile with credentials")
+        );
         let p = &loaded.profiles[0];
         assert_eq!(p.id.as_str(), "github");
         assert_eq!(p.display_name.as_deref(), Some("GitHub"));

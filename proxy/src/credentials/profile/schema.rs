@@ -309,6 +309,22 @@ impl Reader<'_> {
             );
             ok = false;
         }
+        if ok && !profile.credentials.is_empty() {
+            for (i, ep) in policy_endpoints.iter().enumerate() {
+                if ep.protocol.is_none()
+                    && !ep
+                        .allow_uninspected_credentials
+                        .as_ref()
+                        .is_some_and(|f| f.value)
+                {
+                    self.warning(
+                        ep.pos,
+                        &format!("endpoints[{i}]"),
+                        "no `protocol`: on a profile with credentials this endpoint only bounds where its secrets may be swapped in; as a policy entry it admits uninspected tunnels, which sluice refuses for a credentialed host (the reference refuses such a profile when it is attached), so its requests need L7 rules: `protocol: rest` with `access` or `rules` here, or in a policy file",
+                    );
+                }
+            }
+        }
         if ok && profile.credentials.is_empty() && profile.endpoints.is_empty() {
             self.warning(
                 root.pos,
