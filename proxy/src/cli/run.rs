@@ -49,6 +49,7 @@ pub struct RunArgs {
     #[arg(long = "upstream-ca", value_name = "FILE")]
     pub upstream_cas: Vec<std::path::PathBuf>,
     /// Provider profiles (OpenShell providers-v2 shape; one or more YAML documents per file).
+    /// Each with endpoints is also a policy entry, `_provider_<id>` (its endpoints and binaries).
     #[arg(long = "providers", value_name = "FILE")]
     pub providers: Vec<String>,
     /// Secret values as KEY=VALUE lines; refused unless mode 0600 or stricter. Otherwise the
