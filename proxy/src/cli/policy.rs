@@ -12,8 +12,9 @@ use clap::{Args, Subcommand};
 use serde::Deserialize;
 
 use super::CompatArg;
+use crate::credentials::profile;
 use crate::policy::explain::{self, Question, QuestionRequest};
-use crate::policy::{self, Diagnostic, LoadError, Loaded};
+use crate::policy::{self, Composed, Diagnostic, LoadError, Loaded};
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
@@ -28,8 +29,12 @@ pub enum PolicyCommand {
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// Policy files; several are merged into one policy, as with `run --policy`.
-    #[arg(required = true, value_name = "FILE")]
+    #[arg(required_unless_present = "providers", value_name = "FILE")]
     files: Vec<String>,
+    /// Provider profiles, each composed into the policy as `_provider_<id>` (as `run
+    /// --providers` does); without policy files, into the embedded deny-all default.
+    #[arg(long = "providers", value_name = "FILE")]
+    providers: Vec<String>,
     /// Accept what NVIDIA OpenShell's lenient loader accepts, with a warning for each.
     #[arg(long, value_enum, default_value_t = CompatArg::Strict)]
     compat: CompatArg,
@@ -43,6 +48,9 @@ pub struct ExplainArgs {
     /// Policy files (merged); none = the embedded deny-all default.
     #[arg(long = "policy", value_name = "FILE")]
     policies: Vec<String>,
+    /// Provider profiles, composed into the policy as `_provider_<id>` (as `run --providers`).
+    #[arg(long = "providers", value_name = "FILE")]
+    providers: Vec<String>,
     /// Executable of the calling program, as the kernel reports it.
     #[arg(long, value_name = "PATH", required_unless_present = "batch")]
     binary: Option<String>,
@@ -87,8 +95,32 @@ fn print_diagnostics(diags: &[Diagnostic]) {
     }
 }
 
+/// The profiles of `--providers` as policy entries, and their warnings; on failure their
+/// diagnostics are printed and the exit code returned.
+fn composed(
+    providers: &[String],
+    compat: CompatArg,
+) -> Result<(Vec<Composed>, Vec<Diagnostic>), ExitCode> {
+    match profile::load_files_compat(providers, compat.into()) {
+        Ok(loaded) => Ok((loaded.composed, loaded.warnings)),
+        Err(e) => {
+            print_diagnostics(&e.diagnostics);
+            let n = e.errors().count();
+            eprintln!("sluice: provider profiles: {n} error(s)");
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
 fn check(args: &CheckArgs) -> ExitCode {
-    match policy::load_files(&args.files, args.compat.into()) {
+    let (composed, profile_warnings) = match composed(&args.providers, args.compat) {
+        Ok((c, warnings)) => {
+            print_diagnostics(&warnings);
+            (c, warnings.len())
+        }
+        Err(code) => return code,
+    };
+    match policy::load_files_composed(&args.files, args.compat.into(), &composed) {
         Err(e) => {
             print_diagnostics(&e.diagnostics);
             let n = e.errors().count();
@@ -98,13 +130,30 @@ fn check(args: &CheckArgs) -> ExitCode {
         Ok(loaded) => {
             print_diagnostics(&loaded.warnings);
             let p = &loaded.policy;
-            let warnings = loaded.warnings.len();
+            let warnings = loaded.warnings.len() + profile_warnings;
             println!(
                 "ok: {} file(s), {} policies, {} endpoints, {warnings} warning(s)",
                 args.files.len(),
                 p.entries().len(),
                 p.endpoint_count()
             );
+            // What each profile became: the entry `run` enforces for it.
+            for c in &composed {
+                if let Some(entry) = p
+                    .entries()
+                    .iter()
+                    .find(|e| e.key.as_str() == c.entry.key.value)
+                {
+                    println!(
+                        "provider profile `{}` ({}) -> policy `{}`: {} endpoint(s), {} binary path(s)",
+                        c.profile,
+                        entry.location,
+                        entry.key.as_str(),
+                        entry.endpoints.len(),
+                        entry.binaries.len()
+                    );
+                }
+            }
             if args.deny_warnings && warnings > 0 {
                 eprintln!("sluice: --deny-warnings: {warnings} warning(s)");
                 ExitCode::from(1)
@@ -115,16 +164,20 @@ fn check(args: &CheckArgs) -> ExitCode {
     }
 }
 
-fn load(policies: &[String], compat: CompatArg) -> Result<Loaded, LoadError> {
-    if policies.is_empty() {
-        policy::load_default()
-    } else {
-        policy::load_files(policies, compat.into())
-    }
+fn load(
+    policies: &[String],
+    compat: CompatArg,
+    composed: &[Composed],
+) -> Result<Loaded, LoadError> {
+    policy::load_files_composed(policies, compat.into(), composed)
 }
 
 fn explain_cmd(args: &ExplainArgs) -> ExitCode {
-    let loaded = match load(&args.policies, args.compat) {
+    let (composed, profile_warnings) = match composed(&args.providers, args.compat) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let loaded = match load(&args.policies, args.compat, &composed) {
         Ok(l) => l,
         Err(e) => {
             print_diagnostics(&e.diagnostics);
@@ -136,10 +189,10 @@ fn explain_cmd(args: &ExplainArgs) -> ExitCode {
         }
     };
     // Only a count: `policy check` lists them, and stdout stays one answer per question.
-    if !loaded.warnings.is_empty() {
+    let warnings = loaded.warnings.len() + profile_warnings.len();
+    if warnings > 0 {
         eprintln!(
-            "sluice: the policy loaded with {} warning(s); `sluice policy check` lists them",
-            loaded.warnings.len()
+            "sluice: the policy loaded with {warnings} warning(s); `sluice policy check` lists them"
         );
     }
     if args.batch {

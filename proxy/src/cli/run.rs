@@ -52,6 +52,7 @@ pub struct RunArgs {
     #[arg(long = "upstream-ca", value_name = "FILE")]
     pub upstream_cas: Vec<std::path::PathBuf>,
     /// Provider profiles (OpenShell providers-v2 shape; one or more YAML documents per file).
+    /// Each with endpoints is also a policy entry, `_provider_<id>` (its endpoints and binaries).
     #[arg(long = "providers", value_name = "FILE")]
     pub providers: Vec<String>,
     /// Secret values as KEY=VALUE lines; refused unless mode 0600 or stricter. Otherwise the
@@ -192,12 +193,14 @@ fn print_diagnostics(diags: &[Diagnostic]) {
     }
 }
 
-pub fn load_policy(policies: &[String], compat: CompatArg) -> Result<Loaded, Vec<Diagnostic>> {
-    let loaded = if policies.is_empty() {
-        policy::load_default()
-    } else {
-        policy::load_files(policies, compat.into())
-    };
+/// The policy files (none: the embedded default) with the provider profiles' entries
+/// composed in.
+pub fn load_policy(
+    policies: &[String],
+    compat: CompatArg,
+    composed: &[policy::Composed],
+) -> Result<Loaded, Vec<Diagnostic>> {
+    let loaded = policy::load_files_composed(policies, compat.into(), composed);
     match loaded {
         Ok(mut l) => {
             // Policy paths that are symlinks match their targets (spec §2.4).
@@ -257,12 +260,26 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             return Err(ExitCode::from(1));
         }
     };
-    let sources = if args.policies.is_empty() {
+    let mut sources = if args.policies.is_empty() {
         vec![policy::DEFAULT_POLICY_NAME.to_string()]
     } else {
         args.policies.clone()
     };
-    let loaded = match load_policy(&args.policies, args.compat) {
+    // Provider profiles are policy entries too (`_provider_<id>`).
+    sources.extend(args.providers.iter().cloned());
+    // Profiles first: each one is also a policy entry (`_provider_<id>`).
+    let profiles =
+        match crate::credentials::profile::load_files_compat(&args.providers, args.compat.into()) {
+            Ok(p) => p,
+            Err(e) => {
+                for d in e.errors() {
+                    eprintln!("{d}");
+                }
+                eprintln!("sluice: cannot load the provider profiles or their secrets");
+                return Err(ExitCode::from(1));
+            }
+        };
+    let loaded = match load_policy(&args.policies, args.compat, &profiles.composed) {
         Ok(l) => l,
         Err(diags) => {
             print_diagnostics(&diags);
@@ -294,8 +311,8 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         warnings: loaded.warnings.len(),
     }));
 
-    let credentials = match crate::credentials::load(
-        &args.providers,
+    let credentials = match crate::credentials::with_profiles(
+        profiles,
         |k| std::env::var(k).ok(),
         args.secrets_file.as_deref(),
     ) {

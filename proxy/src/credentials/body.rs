@@ -487,6 +487,29 @@ mod tests {
         assert_eq!(out, "key: ghp_\"quoted\"\\secret\n");
     }
 
+    /// The revisioned and stable spellings are rewritten in bodies as the canonical one is,
+    /// and the guard stops them where bodies are not rewritten.
+    #[test]
+    fn revisioned_and_stable_forms_in_bodies() {
+        let hex = "0123456789abcdef".repeat(4);
+        for ph in [
+            "openshell:resolve:env:v9_GH_TOKEN".to_string(),
+            format!("openshell:resolve:env:s{hex}_GH_TOKEN"),
+            "sk-OPENSHELL-RESOLVE-ENV-v9_GH_TOKEN".to_string(),
+        ] {
+            let out = rewrite(Some("application/json"), &format!(r#"{{"t": "{ph}"}}"#)).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(v["t"], "ghp_\"quoted\"\\secret", "{ph}");
+            let out = rewrite(Some("text/plain"), &format!("key: {ph}\n")).unwrap();
+            assert_eq!(out, "key: ghp_\"quoted\"\\secret\n", "{ph}");
+            let (found, _) = feed_split(format!("x={ph}").as_bytes(), &[5]);
+            assert!(found, "{ph}");
+        }
+        let encoded = "t=openshell%3Aresolve%3Aenv%3Av9_GH_TOKEN";
+        let out = rewrite(Some("application/x-www-form-urlencoded"), encoded).unwrap();
+        assert_eq!(out, "t=ghp_%22quoted%22%5Csecret");
+    }
+
     #[test]
     fn mismatch_in_body() {
         let b = gh();

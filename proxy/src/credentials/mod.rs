@@ -67,6 +67,15 @@ pub fn load(
     secrets_file: Option<&Path>,
 ) -> Result<Loaded, LoadError> {
     let profiles = profile::load_files(profile_files)?;
+    with_profiles(profiles, env, secrets_file)
+}
+
+/// `load` for profiles already loaded (by `run`, which composes them into the policy first).
+pub fn with_profiles(
+    profiles: profile::LoadedProfiles,
+    env: impl Fn(&str) -> Option<String>,
+    secrets_file: Option<&Path>,
+) -> Result<Loaded, LoadError> {
     let secrets = SecretStore::load(&profiles.profiles, env, secrets_file)?;
     let mut warnings: Vec<String> = profiles.warnings.iter().map(ToString::to_string).collect();
     warnings.extend(secrets.warnings.iter().map(ToString::to_string));

@@ -8,26 +8,30 @@
 //! ports, path selectors, binaries) and the checks across files (duplicate ids, an env var
 //! claimed twice). Hosts, paths and binaries compile with the policy engine's own matchers
 //! (`policy::glob`, `validate::selector_for`), so a profile endpoint means exactly what the
-//! same endpoint means in a policy. It reads no secrets (`secrets.rs`) and decides nothing
-//! per request (`binding.rs`).
+//! same endpoint means in a policy. Each profile with endpoints also comes out as a raw
+//! policy entry (`compose`), which the policy loader validates with the policy files
+//! (`policy::compose`). It reads no secrets (`secrets.rs`) and decides nothing per request
+//! (`binding.rs`).
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::policy::Source;
+use crate::policy::compose::{self, Composed};
 use crate::policy::decide::Caller;
 use crate::policy::diag::{Diagnostic, Diagnostics, Location, Severity};
 use crate::policy::glob::HostPattern;
 use crate::policy::model::{Binary, PathSelector};
+use crate::policy::raw::{RawBinary, RawEntry, Spanned};
 use crate::policy::yaml::{self, Kind, Node, Pos};
+use crate::policy::{Compat, Source};
 
 use super::placeholder;
 
 mod schema;
 
-use schema::Reader;
+use schema::{ReadProfile, Reader};
 
 // === Names ===
 
@@ -326,6 +330,8 @@ impl ProviderProfile {
 #[derive(Debug)]
 pub struct LoadedProfiles {
     pub profiles: Vec<ProviderProfile>,
+    /// Each profile with endpoints as a policy entry, for `policy::load_files_composed`.
+    pub composed: Vec<Composed>,
     pub warnings: Vec<Diagnostic>,
 }
 
@@ -346,6 +352,15 @@ impl ProfileLoadError {
 
 /// Reads the named files (an unreadable file is a diagnostic like any other) and loads them.
 pub fn load_files(paths: &[String]) -> Result<LoadedProfiles, ProfileLoadError> {
+    load_files_compat(paths, Compat::Strict)
+}
+
+/// `load_files`, reading the endpoints' policy settings under `compat` (as the policy files
+/// they compose with are read).
+pub fn load_files_compat(
+    paths: &[String],
+    compat: Compat,
+) -> Result<LoadedProfiles, ProfileLoadError> {
     let mut sources = Vec::new();
     let mut diags = Diagnostics::default();
     for path in paths {
@@ -366,19 +381,21 @@ pub fn load_files(paths: &[String]) -> Result<LoadedProfiles, ProfileLoadError> 
             Err(e) => diags.error(&file, Pos::new(0, 0), "", format!("cannot read: {e}")),
         }
     }
-    load_with(&sources, diags)
+    load_with(&sources, compat, diags)
 }
 
 /// Loads profile documents: all-or-nothing, every problem reported.
 pub fn load(sources: &[Source]) -> Result<LoadedProfiles, ProfileLoadError> {
-    load_with(sources, Diagnostics::default())
+    load_with(sources, Compat::Strict, Diagnostics::default())
 }
 
 fn load_with(
     sources: &[Source],
+    compat: Compat,
     mut diags: Diagnostics,
 ) -> Result<LoadedProfiles, ProfileLoadError> {
     let mut profiles: Vec<ProviderProfile> = Vec::new();
+    let mut composed: Vec<Composed> = Vec::new();
     let mut ids: HashMap<ProfileId, Location> = HashMap::new();
     let mut env_owners: HashMap<EnvKey, (CredentialRef, Location)> = HashMap::new();
     for source in sources {
@@ -404,10 +421,15 @@ fn load_with(
             let mut reader = Reader {
                 file: &file,
                 diags: &mut diags,
+                compat,
             };
-            let Some(profile) = reader.profile(&root) else {
+            let Some(read) = reader.profile(&root) else {
                 continue;
             };
+            if let Some(c) = compose(&file, &read) {
+                composed.push(c);
+            }
+            let profile = read.profile;
             if let Some(first) = ids.get(&profile.id) {
                 diags.error(
                     &file,
@@ -458,7 +480,56 @@ fn load_with(
     }
     Ok(LoadedProfiles {
         profiles,
+        composed,
         warnings: diags.into_sorted(),
+    })
+}
+
+/// The profile as a policy entry (`policy::compose`): its endpoints and binaries, keyed
+/// `_provider_<sanitised id>` at its `id`. `None` for a profile without endpoints (it would
+/// grant nothing). On an endpoint of a profile with credentials and no `protocol`, `path`
+/// only scopes where the secrets may be swapped in (the binding); as a policy endpoint
+/// without `protocol` it would be meaningless, so the composed endpoint leaves it out.
+fn compose(file: &Arc<str>, read: &ReadProfile) -> Option<Composed> {
+    if read.policy_endpoints.is_empty() {
+        return None;
+    }
+    let credentialed = !read.profile.credentials.is_empty();
+    let endpoints = read
+        .policy_endpoints
+        .iter()
+        .map(|ep| {
+            let mut ep = ep.clone();
+            if credentialed && ep.protocol.is_none() {
+                ep.path = None;
+            }
+            ep
+        })
+        .collect();
+    let binaries = read
+        .profile
+        .binaries
+        .iter()
+        .map(|b| RawBinary {
+            path: Spanned {
+                value: b.source.clone(),
+                pos: b.location.pos,
+            },
+        })
+        .collect();
+    let id = read.profile.id.as_str();
+    Some(Composed {
+        file: Arc::clone(file),
+        profile: id.to_string(),
+        entry: RawEntry {
+            key: Spanned {
+                value: compose::entry_key(id),
+                pos: read.id_pos,
+            },
+            name: None,
+            endpoints,
+            binaries,
+        },
     })
 }
 
@@ -533,6 +604,9 @@ fn shift_lines(node: &mut Node<'_>, offset: u32) {
 }
 
 #[cfg(test)]
+mod compose_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -582,7 +656,21 @@ binaries: [/usr/bin/gh, {path: /usr/bin/git}, /opt/*/bin/git]
     #[test]
     fn full_profile() {
         let loaded = load_str(GITHUB).unwrap();
-        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        // Endpoints without `protocol` on a profile with credentials: binding scopes only.
+        let fields: Vec<String> = loaded
+            .warnings
+            .iter()
+            .map(|d| format!("{} {}", d.location, d.field))
+            .collect();
+        assert_eq!(
+            fields,
+            ["p.yaml:16:5 endpoints[0]", "p.yaml:18:5 endpoints[1]"]
+        );
+        assert!(
+            loaded.warnings[0]
+                .message
+                .starts_with("no `protocol`: on a profile with credentials")
+        );
         let p = &loaded.profiles[0];
         assert_eq!(p.id.as_str(), "github");
         assert_eq!(p.display_name.as_deref(), Some("GitHub"));
@@ -659,7 +747,7 @@ endpoints: [{host: b.example.com, port: 443, bogus: 1}]
         assert_eq!(
             errors(text),
             [
-                "p.yaml:14:46: endpoints[0].bogus: unknown field `bogus`; expected one of: host, port, ports, path, allow_plaintext_credentials"
+                "p.yaml:14:46: endpoints[0].bogus: unknown field `bogus`; expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials, allow_plaintext_credentials"
             ]
         );
         let fixed = text.replace(", bogus: 1", "");
@@ -692,7 +780,7 @@ credentials:
     auth_style: digest
     header_name: 'x api'
     path_template: /bot/{credential}/{credential}
-    refresh: {strategy: static}
+    refresh: {strategy: oauth2_refresh_token, token_url: 'https://x.example.com/t'}
     token_grant: {token_endpoint: x}
   - name: tok
     env_vars: [OTHER]
@@ -716,14 +804,13 @@ extra: 1
             "p.yaml:1:5: id: `Bad_Id` is not a kebab-case id (lower-case letters and digits in words joined by `-`)",
             "p.yaml:2:11: category: unknown category `weird`; expected one of: other, inference, agent, source_control, messaging, data, knowledge",
             "p.yaml:3:20: inference_capable: expected `true` or `false`, found a string",
-            "p.yaml:4:1: discovery: `discovery` (finding credentials on the host) is not supported by sluice yet; set the env vars in sluice's environment or --secrets-file",
             "p.yaml:7:24: credentials[0].env_vars[1]: env var `v2_KEY` is in a namespace reserved for placeholder revisions (`v<digits>_…`) and stable handles (`s<64 hex>_…`)",
             "p.yaml:7:32: credentials[0].env_vars[2]: `bad-key` is not a valid env var name (letters, digits and `_`, at most 256 characters)",
             "p.yaml:7:43: credentials[0].env_vars[3]: env var `OK_KEY` is listed twice",
             "p.yaml:8:17: credentials[0].auth_style: unknown auth_style `digest`; expected one of: basic, bearer, header, query, path",
             "p.yaml:9:18: credentials[0].header_name: `x api` is not a valid HTTP header name",
             "p.yaml:10:20: credentials[0].path_template: `path_template` must contain `{credential}` exactly once (found 2)",
-            "p.yaml:11:5: credentials[0].refresh: `refresh` (credential refresh) is not supported by sluice yet",
+            "p.yaml:11:25: credentials[0].refresh.strategy: `refresh` strategy `oauth2_refresh_token` (credential refresh) is not supported by sluice yet; only `static` is",
             "p.yaml:12:5: credentials[0].token_grant: `token_grant` (SPIFFE token grants) is not supported by sluice yet",
             "p.yaml:13:5: credentials[1].name: credential `tok` is already defined at line 6",
             "p.yaml:15:5: credentials[2]: a credential needs a `name`",
@@ -731,14 +818,12 @@ extra: 1
             "p.yaml:17:11: endpoints[0].host: a wildcard host needs at least three labels (`*.com` would match a whole top-level domain)",
             "p.yaml:18:11: endpoints[0].port: port 70000 is out of range 1-65535",
             "p.yaml:19:11: endpoints[0].path: `v1` must start with `/` (or be `**`)",
-            "p.yaml:20:5: endpoints[0].protocol: `protocol` is a policy setting: sluice does not turn provider profiles into network policy, so it would have no effect here; write it on the matching endpoint of a policy file",
-            "p.yaml:21:5: endpoints[0].access: `access` is a policy setting: sluice does not turn provider profiles into network policy, so it would have no effect here; write it on the matching endpoint of a policy file",
             "p.yaml:22:5: endpoints[0].credential_signing: `credential_signing` (SigV4 request signing) is not supported by sluice yet",
             "p.yaml:24:11: endpoints[1].port: `port` and `ports` are both given; write one",
             "p.yaml:26:5: endpoints[2]: an endpoint needs a `host`",
             "p.yaml:27:12: binaries[0]: `relative/path` is not an absolute path, so it can never match an executable",
             "p.yaml:27:41: binaries[2]: expected a string, found a list",
-            "p.yaml:28:1: extra: unknown field `extra`; expected one of: id, display_name, description, category, inference_capable, resource_version, annotations, credentials, endpoints, binaries",
+            "p.yaml:28:1: extra: unknown field `extra`; expected one of: id, display_name, description, category, inference_capable, resource_version, annotations, discovery, credentials, endpoints, binaries",
         ];
         assert_eq!(got, want, "\n{}", got.join("\n"));
     }
@@ -837,15 +922,20 @@ extra: 1
     }
 
     #[test]
-    fn profile_without_credentials_warns() {
-        let loaded = load_str("id: x\nendpoints: [{host: a.example.com, port: 443}]\n").unwrap();
+    fn profile_without_credentials_or_endpoints_warns() {
+        let loaded = load_str("id: x\ndisplay_name: X\n").unwrap();
         let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
         assert_eq!(
             w,
             [
-                "p.yaml:1:1: warning: credentials: the profile declares no credentials, so it has no effect in sluice"
+                "p.yaml:1:1: warning: the profile declares no credentials and no endpoints, so it has no effect"
             ]
         );
+        assert!(loaded.composed.is_empty());
+        // With endpoints it is a policy entry, credentials or not.
+        let loaded = load_str("id: x\nendpoints: [{host: a.example.com, port: 443}]\n").unwrap();
+        assert!(loaded.warnings.is_empty());
+        assert_eq!(loaded.composed[0].entry.key.value, "_provider_x");
     }
 
     #[test]

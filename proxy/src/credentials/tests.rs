@@ -246,3 +246,53 @@ fn facade_load_with_the_shipped_example() {
         .unwrap_or_else(|| panic!("expected an error"));
     assert_eq!(err.lines().len(), 1);
 }
+
+/// A static credential that no profile binds to endpoints is never resolvable: a value in
+/// sluice's environment under a name no profile claims stays unknown everywhere, and a
+/// profile with credentials but no endpoints is refused at load.
+#[test]
+fn unbound_static_credentials_are_never_resolvable() {
+    let dir = std::env::temp_dir().join(format!("sluice-unbound-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_default();
+    let profile = dir.join("p.yaml");
+    std::fs::write(
+        &profile,
+        "id: api\ncredentials: [{name: k, env_vars: [API_KEY]}]\nendpoints: [{host: api.example.com, port: 443}]\n",
+    )
+    .unwrap_or_default();
+    let env = |k: &str| match k {
+        "API_KEY" | "STRAY_KEY" => Some(SECRET.to_string()),
+        _ => None,
+    };
+    let loaded = load(&[profile.display().to_string()], env, None)
+        .unwrap_or_else(|e| panic!("{:?}", e.lines()));
+    for (host, path) in [("api.example.com", "/"), ("evil.example.com", "/x")] {
+        let s = scope(host, 443, path, "/usr/bin/curl");
+        assert!(
+            matches!(
+                loaded.bindings.resolve("STRAY_KEY", &s),
+                Resolution::Unknown
+            ),
+            "{host}"
+        );
+    }
+    assert!(
+        !loaded
+            .bindings
+            .child_env()
+            .iter()
+            .any(|(k, _)| k == "STRAY_KEY")
+    );
+    std::fs::write(
+        &profile,
+        "id: api\ncredentials: [{name: k, env_vars: [API_KEY]}]\n",
+    )
+    .unwrap_or_default();
+    let err = load(&[profile.display().to_string()], env, None).unwrap_err();
+    assert!(
+        err.lines()[0].contains("a profile with credentials needs `endpoints`"),
+        "{:?}",
+        err.lines()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

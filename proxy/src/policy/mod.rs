@@ -13,6 +13,7 @@ pub mod ambiguity;
 pub mod authority;
 pub mod canon;
 pub mod compile;
+pub mod compose;
 pub mod decide;
 pub mod diag;
 pub mod explain;
@@ -27,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use compile::{EndpointRef, Policy};
+pub use compose::Composed;
 pub use decide::{Admission, Caller, L4Decision, Request, RequestDecision, Verdict};
 pub use diag::{Diagnostic, Diagnostics, Severity};
 
@@ -83,6 +85,19 @@ impl LoadError {
 /// Reads the named files (a file that cannot be read is a diagnostic like any other) and
 /// loads them as one policy.
 pub fn load_files(paths: &[String], compat: Compat) -> Result<Loaded, LoadError> {
+    load_files_composed(paths, compat, &[])
+}
+
+/// `load_files` with provider profiles composed in (`compose.rs`); no paths = the embedded
+/// deny-all default with the profiles' entries.
+pub fn load_files_composed(
+    paths: &[String],
+    compat: Compat,
+    composed: &[Composed],
+) -> Result<Loaded, LoadError> {
+    if paths.is_empty() {
+        return load_composed(&[default_source()], compat, composed);
+    }
     let mut sources = Vec::new();
     let mut diags = Diagnostics::default();
     for path in paths {
@@ -107,30 +122,43 @@ pub fn load_files(paths: &[String], compat: Compat) -> Result<Loaded, LoadError>
             ),
         }
     }
-    load_with(&sources, compat, diags)
+    load_with(&sources, compat, composed, diags)
+}
+
+fn default_source() -> Source {
+    Source {
+        name: DEFAULT_POLICY_NAME.to_string(),
+        text: DEFAULT_POLICY.to_string(),
+    }
 }
 
 /// Loads the embedded deny-all default.
 pub fn load_default() -> Result<Loaded, LoadError> {
-    load(
-        &[Source {
-            name: DEFAULT_POLICY_NAME.to_string(),
-            text: DEFAULT_POLICY.to_string(),
-        }],
-        Compat::Strict,
-    )
+    load(&[default_source()], Compat::Strict)
 }
 
 /// Loads documents as one policy: each is parsed and validated, then they merge (a policy key
 /// or a static section defined in two files is an error naming both), then the ambiguity
 /// check runs over all endpoints, then the result is compiled.
 pub fn load(sources: &[Source], compat: Compat) -> Result<Loaded, LoadError> {
-    load_with(sources, compat, Diagnostics::default())
+    load_with(sources, compat, &[], Diagnostics::default())
+}
+
+/// `load` with provider profiles composed in: each composed entry is validated like an entry
+/// of a policy file (its diagnostics in the profile's file), merged (its name must be free),
+/// and ambiguity-checked with all the others.
+pub fn load_composed(
+    sources: &[Source],
+    compat: Compat,
+    composed: &[Composed],
+) -> Result<Loaded, LoadError> {
+    load_with(sources, compat, composed, Diagnostics::default())
 }
 
 fn load_with(
     sources: &[Source],
     compat: Compat,
+    composed: &[Composed],
     mut diags: Diagnostics,
 ) -> Result<Loaded, LoadError> {
     let mut entries = Vec::new();
@@ -189,13 +217,42 @@ fn load_with(
         }
         merge_sandbox(&mut sandbox, validated.sandbox);
     }
+    for c in composed {
+        let mut validator = validate::Validator {
+            file: &c.file,
+            diags: &mut diags,
+            compat,
+        };
+        let Some(entry) = validator.composed_entry(&c.entry) else {
+            continue;
+        };
+        if let Some(first) = defined.get(entry.key.as_str()) {
+            diags.error(
+                &c.file,
+                entry.location.pos,
+                "id",
+                format!(
+                    "provider profile `{}` composes into the policy `{}`, which is already defined in {first}",
+                    c.profile, entry.key
+                ),
+            );
+            continue;
+        }
+        defined.insert(entry.key.as_str().to_string(), entry.location.clone());
+        entries.push(entry);
+    }
     ambiguity::check(&entries, &mut diags);
     if diags.has_errors() {
         return Err(LoadError {
             diagnostics: diags.into_sorted(),
         });
     }
-    let names = sources.iter().map(|s| s.name.clone()).collect();
+    let mut names: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
+    for c in composed {
+        if !names.iter().any(|n| **n == *c.file) {
+            names.push(c.file.to_string());
+        }
+    }
     Ok(Loaded {
         policy: Policy::compile(entries, sandbox, names),
         warnings: diags.into_sorted(),

@@ -33,6 +33,9 @@ pub struct RawDocument {
     pub is_mapping: bool,
     /// `version` was written, even if with a value of the wrong type.
     pub version_given: bool,
+    /// A NemoClaw `preset:` header was written: the document is a policy fragment, which
+    /// may leave out `version`.
+    pub preset: Option<Pos>,
 }
 
 #[derive(Clone, Debug)]
@@ -180,6 +183,18 @@ pub fn read(file: &Arc<str>, root: &Node, compat: Compat, diags: &mut Diagnostic
         root_pos: root.pos,
         ..RawDocument::default()
     };
+    // A NemoClaw preset (`preset: {name, description}` over a policy fragment): the header
+    // only names the fragment for people, so it is checked for shape and set aside.
+    let without_preset;
+    let root = match preset_header(root) {
+        Some((header, rest)) => {
+            doc.preset = Some(header.pos);
+            r.preset(header);
+            without_preset = rest;
+            &without_preset
+        }
+        None => root,
+    };
     let Some(fields) = r.fields(root, Field::Root, TOP_FIELDS, TOP_UNSUPPORTED) else {
         return doc;
     };
@@ -198,6 +213,45 @@ pub fn read(file: &Arc<str>, root: &Node, compat: Compat, diags: &mut Diagnostic
         }
     }
     doc
+}
+
+/// Reads one endpoint mapping written outside a policy document (a provider profile's
+/// endpoint, which has the same shape), reporting its schema problems under `path`. Keys in
+/// `extra` are the caller's own: accepted and left for it to read.
+pub fn read_endpoint(
+    file: &Arc<str>,
+    node: &Node,
+    path: &str,
+    extra: &[&str],
+    compat: Compat,
+    diags: &mut Diagnostics,
+) -> Option<RawEndpoint> {
+    let mut r = Reader {
+        file,
+        diags,
+        compat,
+    };
+    r.endpoint_with(node, Field::Name(path), extra)
+}
+
+/// The `preset` value of a mapping root, and the root without it.
+fn preset_header<'n, 'a>(root: &'n Node<'a>) -> Option<(&'n Node<'a>, Node<'a>)> {
+    let Kind::Map(pairs) = &root.kind else {
+        return None;
+    };
+    let is_preset = |k: &Node| matches!(&k.kind, Kind::Scalar(key, _) if key == "preset");
+    let (_, header) = pairs.iter().find(|(k, _)| is_preset(k))?;
+    let rest = Node {
+        kind: Kind::Map(
+            pairs
+                .iter()
+                .filter(|(k, _)| !is_preset(k))
+                .cloned()
+                .collect(),
+        ),
+        pos: root.pos,
+    };
+    Some((header, rest))
 }
 
 struct Reader<'a> {
@@ -371,6 +425,40 @@ impl Reader<'_> {
         })
     }
 
+    /// A NemoClaw `preset:` header: `name` and `description` for people; nothing in it
+    /// changes what the policy allows, which the note says. Other header keys are ignored
+    /// with a warning (they cannot change enforcement either).
+    fn preset(&mut self, node: &Node) {
+        let field = Field::Name("preset");
+        let Kind::Map(pairs) = &node.kind else {
+            self.expected(node, field, "a mapping for preset");
+            return;
+        };
+        for (k, v) in pairs {
+            let Some(key) = self.string(k, field) else {
+                continue;
+            };
+            let sub = Field::Key(&field, &key.value);
+            match key.value.as_str() {
+                "name" | "description" => {
+                    self.string(v, sub);
+                }
+                other => self.diags.warning(
+                    self.file,
+                    k.pos,
+                    sub,
+                    format!("unknown preset header field `{other}` is ignored (expected name, description)"),
+                ),
+            }
+        }
+        self.diags.warning(
+            self.file,
+            node.pos,
+            field,
+            "a NemoClaw preset header (`name`, `description`) has no effect on enforcement; the `network_policies` below it load as in any policy file",
+        );
+    }
+
     fn entries(&mut self, node: &Node) -> Vec<RawEntry> {
         const PATH: &str = "network_policies";
         // `network_policies:` with nothing under it denies everything, like an empty map.
@@ -505,7 +593,21 @@ impl Reader<'_> {
     }
 
     fn endpoint(&mut self, node: &Node, path: Field<'_>) -> Option<RawEndpoint> {
-        let fields = self.fields(node, path, ENDPOINT_FIELDS, ENDPOINT_UNSUPPORTED)?;
+        self.endpoint_with(node, path, &[])
+    }
+
+    fn endpoint_with(
+        &mut self,
+        node: &Node,
+        path: Field<'_>,
+        extra: &[&str],
+    ) -> Option<RawEndpoint> {
+        let known: std::borrow::Cow<'_, [&str]> = if extra.is_empty() {
+            std::borrow::Cow::Borrowed(ENDPOINT_FIELDS)
+        } else {
+            std::borrow::Cow::Owned([ENDPOINT_FIELDS, extra].concat())
+        };
+        let fields = self.fields(node, path, &known, ENDPOINT_UNSUPPORTED)?;
         let mut ep = RawEndpoint {
             pos: node.pos,
             ..RawEndpoint::default()

@@ -121,7 +121,8 @@ impl Validator<'_> {
     pub fn document(&mut self, doc: &RawDocument) -> Validated {
         let mut out = Validated::default();
         match &doc.version {
-            None if doc.version_given || !doc.is_mapping => {}
+            // A NemoClaw preset is a fragment merged into a full policy: no `version`.
+            None if doc.version_given || !doc.is_mapping || doc.preset.is_some() => {}
             None => self.error(
                 doc.root_pos,
                 "version",
@@ -150,7 +151,26 @@ impl Validator<'_> {
         out
     }
 
+    /// A provider profile's entry (`compose.rs`): validated like an entry of a policy file.
+    pub fn composed_entry(&mut self, raw: &RawEntry) -> Option<Entry> {
+        if raw.binaries.is_empty() {
+            self.warning(
+                raw.key.pos,
+                "binaries",
+                format!(
+                    "the profile lists no `binaries`: as the policy `{}` it admits no program, so its hosts must be granted by a policy file (its secrets may then be swapped in for any program that policy admits)",
+                    raw.key.value
+                ),
+            );
+        }
+        self.entry_with(raw, true)
+    }
+
     fn entry(&mut self, raw: &RawEntry) -> Option<Entry> {
+        self.entry_with(raw, false)
+    }
+
+    fn entry_with(&mut self, raw: &RawEntry, composed: bool) -> Option<Entry> {
         let key = PolicyKey::new(&raw.key.value);
         let path = format!("network_policies.{}", raw.key.value);
         let mut binaries = Vec::new();
@@ -165,7 +185,7 @@ impl Validator<'_> {
                 endpoints.push(ep);
             }
         }
-        if raw.binaries.is_empty() {
+        if raw.binaries.is_empty() && !composed {
             self.warning(
                 raw.key.pos,
                 &path,

@@ -1,17 +1,21 @@
 //! The provider profile schema: a positioned YAML document in, a `ProviderProfile` out.
 //!
 //! Owns which keys exist at each level and what their values may be, and reports every
-//! problem of a document as a diagnostic (unknown keys, fields sluice does not implement,
-//! policy settings that would have no effect in a profile, invalid names, hosts, ports, paths
-//! and binaries). Splitting files into documents and the checks across documents belong to
+//! problem of a document as a diagnostic (unknown keys; fields sluice does not implement,
+//! named; invalid names, hosts, ports, paths and binaries), with a note for fields that have
+//! no effect on enforcement (`discovery`, `refresh: {strategy: static}`). Endpoints are read
+//! with the policy endpoint schema (`policy::raw::read_endpoint`) and kept raw for
+//! composition. Splitting files into documents and the checks across documents belong to
 //! `profile.rs`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::policy::Compat;
 use crate::policy::diag::{Diagnostics, Location};
 use crate::policy::glob::{Glob, HostPattern};
 use crate::policy::model::{Binary, BinaryMatcher, PathSelector};
+use crate::policy::raw::{RawEndpoint, read_endpoint};
 use crate::policy::validate::selector_for;
 use crate::policy::yaml::{Kind, Node, Pos, Style, parse_bool, parse_int};
 
@@ -28,14 +32,22 @@ const PROFILE_FIELDS: &[&str] = &[
     "inference_capable",
     "resource_version",
     "annotations",
+    "discovery",
     "credentials",
     "endpoints",
     "binaries",
 ];
-const PROFILE_UNSUPPORTED: &[(&str, &str)] = &[(
-    "discovery",
-    "`discovery` (finding credentials on the host) is not supported by sluice yet; set the env vars in sluice's environment or --secrets-file",
-)];
+/// What would weaken enforcement if it were ignored: refused, named.
+const PROFILE_UNSUPPORTED: &[(&str, &str)] = &[
+    (
+        "middlewares",
+        "`middlewares` (network middlewares) is not supported by sluice yet",
+    ),
+    (
+        "network_middlewares",
+        "`network_middlewares` (network middlewares) is not supported by sluice yet",
+    ),
+];
 const CREDENTIAL_FIELDS: &[&str] = &[
     "name",
     "description",
@@ -45,61 +57,30 @@ const CREDENTIAL_FIELDS: &[&str] = &[
     "header_name",
     "query_param",
     "path_template",
+    "refresh",
 ];
-const CREDENTIAL_UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "refresh",
-        "`refresh` (credential refresh) is not supported by sluice yet",
-    ),
-    (
-        "token_grant",
-        "`token_grant` (SPIFFE token grants) is not supported by sluice yet",
-    ),
-];
-const ENDPOINT_FIELDS: &[&str] = &[
-    "host",
-    "port",
-    "ports",
-    "path",
-    "allow_plaintext_credentials",
-];
-/// Policy settings: the reference composes profiles into policy entries, sluice does not, so
-/// these would be silently without effect; they belong on a policy endpoint.
-const ENDPOINT_POLICY_FIELDS: &[&str] = &[
-    "protocol",
-    "tls",
-    "enforcement",
-    "access",
-    "rules",
-    "deny_rules",
-    "allowed_ips",
-    "allow_encoded_slash",
-    "request_body_credential_rewrite",
-    "websocket_credential_rewrite",
-    "allow_uninspected_credentials",
-    "persisted_queries",
-    "graphql_persisted_queries",
-    "graphql_max_body_bytes",
-];
-const ENDPOINT_UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "credential_signing",
-        "`credential_signing` (SigV4 request signing) is not supported by sluice yet",
-    ),
-    (
-        "signing_service",
-        "`signing_service` (SigV4 request signing) is not supported by sluice yet",
-    ),
-    (
-        "signing_region",
-        "`signing_region` (SigV4 request signing) is not supported by sluice yet",
-    ),
-];
+const CREDENTIAL_UNSUPPORTED: &[(&str, &str)] = &[(
+    "token_grant",
+    "`token_grant` (SPIFFE token grants) is not supported by sluice yet",
+)];
+/// Endpoint fields of sluice's own that a policy endpoint does not have; every other field
+/// is read with the policy endpoint schema (`policy::raw::read_endpoint`).
+const PROFILE_ENDPOINT_FIELDS: &[&str] = &["allow_plaintext_credentials"];
 const BINARY_FIELDS: &[&str] = &["path", "harness"];
+
+/// A document read: the profile, its endpoints in the policy endpoint shape (for
+/// composition, in the same order as `profile.endpoints`), and where its `id` is.
+pub(super) struct ReadProfile {
+    pub(super) profile: ProviderProfile,
+    pub(super) policy_endpoints: Vec<RawEndpoint>,
+    pub(super) id_pos: Pos,
+}
 
 pub(super) struct Reader<'a> {
     pub(super) file: &'a Arc<str>,
     pub(super) diags: &'a mut Diagnostics,
+    /// How the endpoints' policy settings are read (as the policy files are).
+    pub(super) compat: Compat,
 }
 
 impl Reader<'_> {
@@ -128,7 +109,6 @@ impl Reader<'_> {
         path: &str,
         known: &[&str],
         unsupported: &[(&str, &str)],
-        policy_only: &[&str],
     ) -> Option<Vec<(&'n str, &'n Node<'a>)>> {
         let Kind::Map(pairs) = &node.kind else {
             let what = if path.is_empty() {
@@ -149,16 +129,6 @@ impl Reader<'_> {
             let field = join(path, key);
             if let Some((_, message)) = unsupported.iter().find(|(name, _)| name == key) {
                 self.error(k.pos, &field, *message);
-                continue;
-            }
-            if policy_only.contains(&key.as_ref()) {
-                self.error(
-                    k.pos,
-                    &field,
-                    format!(
-                        "`{key}` is a policy setting: sluice does not turn provider profiles into network policy, so it would have no effect here; write it on the matching endpoint of a policy file"
-                    ),
-                );
                 continue;
             }
             if !known.contains(&key.as_ref()) {
@@ -228,9 +198,10 @@ impl Reader<'_> {
         }
     }
 
-    /// One document: the profile, or `None` with its problems reported.
-    pub(super) fn profile(&mut self, root: &Node<'_>) -> Option<ProviderProfile> {
-        let fields = self.fields(root, "", PROFILE_FIELDS, PROFILE_UNSUPPORTED, &[])?;
+    /// One document: the profile and its endpoints as policy endpoints, or `None` with its
+    /// problems reported.
+    pub(super) fn profile(&mut self, root: &Node<'_>) -> Option<ReadProfile> {
+        let fields = self.fields(root, "", PROFILE_FIELDS, PROFILE_UNSUPPORTED)?;
         let mut ok = true;
         let mut id = None;
         let mut id_seen = false;
@@ -248,10 +219,13 @@ impl Reader<'_> {
             location: self.location(root.pos),
         };
         let mut credentials_pos = None;
+        let mut id_pos = root.pos;
+        let mut policy_endpoints = Vec::new();
         for (key, value) in fields {
             match key {
                 "id" => {
                     id_seen = true;
+                    id_pos = value.pos;
                     match self.string(value, key) {
                         Some(text) => match ProfileId::new(&text) {
                             Some(valid) => id = Some(valid),
@@ -307,9 +281,16 @@ impl Reader<'_> {
                     }
                 }
                 "endpoints" if !value.is_null() => match self.endpoints(value) {
-                    Some(e) => profile.endpoints = e,
+                    Some(e) => {
+                        (profile.endpoints, policy_endpoints) = e.into_iter().unzip();
+                    }
                     None => ok = false,
                 },
+                "discovery" => self.warning(
+                    value.pos,
+                    key,
+                    "`discovery` (how the OpenShell CLI finds credentials on your machine) has no effect on enforcement and is ignored; sluice reads each secret from its own environment or --secrets-file",
+                ),
                 "binaries" if !value.is_null() => match self.binaries(value) {
                     Some(b) => profile.binaries = b,
                     None => ok = false,
@@ -328,15 +309,35 @@ impl Reader<'_> {
             );
             ok = false;
         }
-        if ok && profile.credentials.is_empty() {
+        if ok && !profile.credentials.is_empty() {
+            for (i, ep) in policy_endpoints.iter().enumerate() {
+                if ep.protocol.is_none()
+                    && !ep
+                        .allow_uninspected_credentials
+                        .as_ref()
+                        .is_some_and(|f| f.value)
+                {
+                    self.warning(
+                        ep.pos,
+                        &format!("endpoints[{i}]"),
+                        "no `protocol`: on a profile with credentials this endpoint only bounds where its secrets may be swapped in; as a policy entry it admits uninspected tunnels, which sluice refuses for a credentialed host (the reference refuses such a profile when it is attached), so its requests need L7 rules: `protocol: rest` with `access` or `rules` here, or in a policy file",
+                    );
+                }
+            }
+        }
+        if ok && profile.credentials.is_empty() && profile.endpoints.is_empty() {
             self.warning(
                 root.pos,
-                "credentials",
-                "the profile declares no credentials, so it has no effect in sluice",
+                "",
+                "the profile declares no credentials and no endpoints, so it has no effect",
             );
         }
         profile.id = id?;
-        ok.then_some(profile)
+        ok.then_some(ReadProfile {
+            profile,
+            policy_endpoints,
+            id_pos,
+        })
     }
 
     fn optional_string(&mut self, node: &Node<'_>, field: &str, ok: &mut bool) -> Option<String> {
@@ -405,7 +406,7 @@ impl Reader<'_> {
     }
 
     fn credential(&mut self, node: &Node<'_>, path: &str) -> Option<CredentialSpec> {
-        let fields = self.fields(node, path, CREDENTIAL_FIELDS, CREDENTIAL_UNSUPPORTED, &[])?;
+        let fields = self.fields(node, path, CREDENTIAL_FIELDS, CREDENTIAL_UNSUPPORTED)?;
         let mut ok = true;
         let mut name = None;
         let mut name_seen = false;
@@ -480,6 +481,7 @@ impl Reader<'_> {
                     }
                     None => ok = false,
                 },
+                "refresh" => ok &= self.refresh(value, &field),
                 "path_template" => match self.string(value, &field) {
                     Some(text) if text.matches("{credential}").count() == 1 => {
                         spec.path_template = Some(text);
@@ -515,6 +517,43 @@ impl Reader<'_> {
         }
         spec.name = name?;
         ok.then_some(spec)
+    }
+
+    /// `refresh`: `strategy: static` is what sluice does anyway (a note says so); any other
+    /// strategy would leave a stale or missing secret if ignored, so it is refused.
+    fn refresh(&mut self, node: &Node<'_>, path: &str) -> bool {
+        let Kind::Map(pairs) = &node.kind else {
+            self.expected(node, path, "a mapping for `refresh`");
+            return false;
+        };
+        let strategy = pairs.iter().find_map(|(k, v)| match &k.kind {
+            Kind::Scalar(key, _) if key == "strategy" => Some(v),
+            _ => None,
+        });
+        let field = join(path, "strategy");
+        match strategy.map(|v| (v, self.string(v, &field))) {
+            Some((v, Some(text))) if text == "static" => {
+                self.warning(
+                    v.pos,
+                    &field,
+                    "`refresh` with `strategy: static` has no effect: sluice reads the secret once, at start",
+                );
+                true
+            }
+            Some((v, Some(text))) => {
+                self.error(
+                    v.pos,
+                    &field,
+                    format!("`refresh` strategy `{text}` (credential refresh) is not supported by sluice yet; only `static` is"),
+                );
+                false
+            }
+            Some((_, None)) => false,
+            None => {
+                self.error(node.pos, path, "`refresh` needs a `strategy`");
+                false
+            }
+        }
     }
 
     fn env_vars(&mut self, node: &Node<'_>, path: &str) -> Option<Vec<EnvKey>> {
@@ -554,7 +593,7 @@ impl Reader<'_> {
         ok.then_some(out)
     }
 
-    fn endpoints(&mut self, node: &Node<'_>) -> Option<Vec<ProfileEndpoint>> {
+    fn endpoints(&mut self, node: &Node<'_>) -> Option<Vec<(ProfileEndpoint, RawEndpoint)>> {
         let items = self.list(node, "endpoints")?;
         let mut out = Vec::new();
         let mut ok = true;
@@ -567,115 +606,131 @@ impl Reader<'_> {
         ok.then_some(out)
     }
 
-    fn endpoint(&mut self, node: &Node<'_>, path: &str) -> Option<ProfileEndpoint> {
-        let fields = self.fields(
+    /// One endpoint: the policy endpoint shape (read by the policy's own schema, kept raw
+    /// for composition) plus sluice's `allow_plaintext_credentials`; its host, ports and
+    /// path also bind the profile's credentials.
+    fn endpoint(&mut self, node: &Node<'_>, path: &str) -> Option<(ProfileEndpoint, RawEndpoint)> {
+        let Kind::Map(pairs) = &node.kind else {
+            self.expected(node, path, &format!("a mapping for {path}"));
+            return None;
+        };
+        let mut ok = true;
+        let errors_before = self.diags.error_count();
+        let raw = read_endpoint(
+            self.file,
             node,
             path,
-            ENDPOINT_FIELDS,
-            ENDPOINT_UNSUPPORTED,
-            ENDPOINT_POLICY_FIELDS,
+            PROFILE_ENDPOINT_FIELDS,
+            self.compat,
+            self.diags,
         )?;
-        let mut ok = true;
-        let (mut host, mut port, mut ports) = (None, None, None);
-        let mut selector = PathSelector::All;
         let mut allow_plaintext = false;
-        for (key, value) in fields {
-            let field = join(path, key);
-            match key {
-                "host" => match self.string(value, &field) {
-                    Some(text) if text.is_empty() => {
-                        self.error(value.pos, &field, "`host` must not be empty");
-                        ok = false;
-                    }
-                    Some(text) => match HostPattern::new(&text) {
-                        Ok(p) => host = Some(p),
-                        Err(e) => {
-                            self.error(value.pos, &field, e.to_string());
-                            ok = false;
-                        }
-                    },
-                    None => ok = false,
-                },
-                "port" => match self.port(value, &field) {
-                    Some(p) => port = Some((p, value.pos)),
-                    None => ok = false,
-                },
-                "ports" => match self.list(value, &field) {
-                    Some([]) => {
-                        self.error(value.pos, &field, "`ports` must list at least one port");
-                        ok = false;
-                    }
-                    Some(items) => {
-                        let mut list = Vec::new();
-                        for (i, item) in items.iter().enumerate() {
-                            match self.port(item, &format!("{field}[{i}]")) {
-                                Some(p) => list.push(p),
-                                None => ok = false,
-                            }
-                        }
-                        ports = Some(list);
-                    }
-                    None => ok = false,
-                },
-                "allow_plaintext_credentials" => match self.bool(value, &field) {
+        for (k, v) in pairs {
+            if matches!(&k.kind, Kind::Scalar(key, _) if key == "allow_plaintext_credentials") {
+                let field = join(path, "allow_plaintext_credentials");
+                match self.bool(v, &field) {
                     Some(b) => allow_plaintext = b,
                     None => ok = false,
-                },
-                "path" => match self.string(value, &field) {
-                    Some(text) => match selector_for(&text) {
-                        Ok(s) => selector = s,
-                        Err(msg) => {
-                            self.error(value.pos, &field, msg);
-                            ok = false;
-                        }
-                    },
-                    None => ok = false,
-                },
-                _ => {}
+                }
             }
         }
-        let mut all_ports = match (port, ports) {
-            (Some((_, pos)), Some(_)) => {
+        ok &= self.diags.error_count() == errors_before;
+
+        let mut host = None;
+        match &raw.host {
+            Some(h) if h.value.is_empty() => {
+                self.error(h.pos, &join(path, "host"), "`host` must not be empty");
+                ok = false;
+            }
+            Some(h) => match HostPattern::new(&h.value) {
+                Ok(p) => host = Some(p),
+                Err(e) => {
+                    self.error(h.pos, &join(path, "host"), e.to_string());
+                    ok = false;
+                }
+            },
+            None => {}
+        }
+        let mut all_ports = Vec::new();
+        match (&raw.port, &raw.ports) {
+            (Some(p), Some(_)) => {
                 self.error(
-                    pos,
+                    p.pos,
                     &join(path, "port"),
                     "`port` and `ports` are both given; write one",
                 );
                 return None;
             }
-            (Some((p, _)), None) => vec![p],
-            (None, Some(list)) => list,
+            (Some(p), None) => {
+                ok &= self.port(p.value, p.pos, &join(path, "port"), &mut all_ports);
+            }
+            (None, Some(list)) if list.value.is_empty() => {
+                self.error(
+                    list.pos,
+                    &join(path, "ports"),
+                    "`ports` must list at least one port",
+                );
+                ok = false;
+            }
+            (None, Some(list)) => {
+                for (i, p) in list.value.iter().enumerate() {
+                    ok &= self.port(
+                        p.value,
+                        p.pos,
+                        &format!("{path}.ports[{i}]"),
+                        &mut all_ports,
+                    );
+                }
+            }
             (None, None) => {
-                if ok {
+                if ok && !raw.unreadable.iter().any(|f| *f == "port" || *f == "ports") {
                     self.error(node.pos, path, "an endpoint needs `port` or `ports`");
                 }
                 return None;
             }
-        };
+        }
+        let mut selector = PathSelector::All;
+        if let Some(p) = &raw.path {
+            match selector_for(&p.value) {
+                Ok(s) => selector = s,
+                Err(msg) => {
+                    self.error(p.pos, &join(path, "path"), msg);
+                    ok = false;
+                }
+            }
+        }
         all_ports.sort_unstable();
         all_ports.dedup();
         let Some(host) = host else {
-            if ok {
+            if ok && !raw.unreadable.contains(&"host") {
                 self.error(node.pos, path, "an endpoint needs a `host`");
             }
             return None;
         };
-        ok.then(|| ProfileEndpoint {
-            host,
-            ports: all_ports,
-            selector,
-            allow_plaintext,
-            location: self.location(node.pos),
+        ok.then(|| {
+            (
+                ProfileEndpoint {
+                    host,
+                    ports: all_ports,
+                    selector,
+                    allow_plaintext,
+                    location: self.location(node.pos),
+                },
+                raw,
+            )
         })
     }
 
-    fn port(&mut self, node: &Node<'_>, field: &str) -> Option<u16> {
-        let n = self.int(node, field)?;
+    /// Pushes `n` when it is a port; reports it and returns false otherwise.
+    fn port(&mut self, n: i128, pos: Pos, field: &str, out: &mut Vec<u16>) -> bool {
         match u16::try_from(n) {
-            Ok(p) if p != 0 => Some(p),
+            Ok(p) if p != 0 => {
+                out.push(p);
+                true
+            }
             _ => {
-                self.error(node.pos, field, format!("port {n} is out of range 1-65535"));
-                None
+                self.error(pos, field, format!("port {n} is out of range 1-65535"));
+                false
             }
         }
     }
@@ -705,7 +760,7 @@ impl Reader<'_> {
 
     /// `{path: /usr/bin/gh}`, as the reference also accepts.
     fn binary_object(&mut self, node: &Node<'_>, path: &str) -> Option<(String, Pos)> {
-        let fields = self.fields(node, path, BINARY_FIELDS, &[], &[])?;
+        let fields = self.fields(node, path, BINARY_FIELDS, &[])?;
         let mut out = None;
         for (key, value) in fields {
             let field = join(path, key);

@@ -528,3 +528,94 @@ fn decoding_keeps_offsets() {
     assert_eq!(d, b"a:b%zz ");
     assert_eq!(o, [0, 1, 4, 5, 6, 7, 8, 9]);
 }
+
+/// The revisioned (`v<N>_KEY`) and stable (`s<64 hex>_KEY`) spellings, in both the
+/// `openshell:resolve:env:` and the `OPENSHELL-RESOLVE-ENV-` forms, are accepted wherever
+/// the canonical form is: header, Basic credentials, path segment, query value; and, like
+/// it, never resolve a key that no profile binds.
+#[test]
+fn revisioned_and_stable_forms_go_wherever_the_canonical_form_goes() {
+    let hex = "0123456789abcdef".repeat(4);
+    let spellings = |key: &str| {
+        [
+            format!("openshell:resolve:env:v12_{key}"),
+            format!("openshell:resolve:env:s{hex}_{key}"),
+            format!("sk-OPENSHELL-RESOLVE-ENV-v12_{key}"),
+            format!("sk-OPENSHELL-RESOLVE-ENV-s{hex}_{key}"),
+        ]
+    };
+    let b = bindings(&[
+        ("GH_TOKEN", "ghp_secret"),
+        ("TELEGRAM_BOT_TOKEN", "123456:ABC-def"),
+        ("MAPS_KEY", "mk_secret"),
+    ]);
+    for ph in spellings("GH_TOKEN") {
+        let (r, _, hs) = run(
+            &b,
+            "api.github.com",
+            "/user",
+            &[("Authorization", &format!("Bearer {ph}"))],
+        );
+        assert_eq!(
+            r.unwrap().credentials[0].to_string(),
+            "github/token",
+            "{ph}"
+        );
+        assert_eq!(value(&hs, "Authorization"), "Bearer ghp_secret", "{ph}");
+        let creds = BASIC.encode(format!("x-access-token:{ph}"));
+        let (r, _, hs) = run(
+            &b,
+            "api.github.com",
+            "/",
+            &[("Authorization", &format!("Basic {creds}"))],
+        );
+        r.unwrap();
+        let token = value(&hs, "Authorization").strip_prefix("Basic ").unwrap();
+        assert_eq!(
+            BASIC.decode(token).unwrap(),
+            b"x-access-token:ghp_secret",
+            "{ph}"
+        );
+    }
+    // (An alias's prefix takes in the `bot` before it, so only the colon forms fit a
+    // template that places the credential after `/bot`, as with the unrevisioned forms.)
+    for ph in spellings("TELEGRAM_BOT_TOKEN").into_iter().take(2) {
+        let (r, target, _) = run(&b, "api.telegram.org", &format!("/bot{ph}/getMe"), &[]);
+        r.unwrap();
+        assert_eq!(target, "/bot123456:ABC-def/getMe", "{ph}");
+    }
+    for ph in spellings("MAPS_KEY") {
+        let (r, target, _) = run(&b, "maps.example.com", &format!("/s?key={ph}"), &[]);
+        r.unwrap();
+        assert_eq!(target, "/s?key=mk_secret", "{ph}");
+    }
+    // Outside its binding, a revisioned spelling is refused like the canonical one.
+    for ph in spellings("GH_TOKEN") {
+        let (r, _, hs) = run(
+            &b,
+            "example.com",
+            "/",
+            &[("Authorization", &format!("Bearer {ph}"))],
+        );
+        assert_eq!(
+            r.unwrap_err().code(),
+            "credential_endpoint_mismatch",
+            "{ph}"
+        );
+        assert_eq!(value(&hs, "Authorization"), format!("Bearer {ph}"));
+    }
+    // A key no profile binds never resolves, in any spelling: fail closed.
+    for ph in spellings("UNBOUND_KEY")
+        .into_iter()
+        .chain(["openshell:resolve:env:UNBOUND_KEY".to_string()])
+    {
+        let (r, _, hs) = run(
+            &b,
+            "api.github.com",
+            "/",
+            &[("Authorization", &format!("Bearer {ph}"))],
+        );
+        assert_eq!(r.unwrap_err().code(), "credential_unavailable", "{ph}");
+        assert_eq!(value(&hs, "Authorization"), format!("Bearer {ph}"));
+    }
+}
