@@ -417,7 +417,7 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
     }
     if (req.url.startsWith('/sse')) {
       res.setHeader('content-type', 'text/event-stream');
-      let i = 0; const t = setInterval(() => { res.write(`data: ${i} ${Date.now()}\n\n`); if (++i === 3) { clearInterval(t); res.end(); } }, 700);
+      let i = 0; const t = setInterval(() => { res.write(`data: ${i} ${Date.now()}\n\n`); if (++i === 3) { clearInterval(t); res.end(); } }, 1000);
       return;
     }
     if (req.url.startsWith('/count')) {

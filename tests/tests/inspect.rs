@@ -454,7 +454,7 @@ fn a_gigabyte_streams_both_ways_in_constant_memory_and_sse_events_arrive_as_sent
         peak > 0 && peak < 64 * 1024,
         "sluice's peak RSS was {peak} KiB"
     );
-    // Server-sent events: each arrives when sent (~700 ms apart), not all at the end.
+    // Server-sent events: each arrives when sent (1 s apart), not all at the end.
     let sse = format!(
         "curl -sSN --http1.1 --max-time 30 --cacert {} -x {proxy} {base}/sse | while read -r line; do [ -n \"$line\" ] && echo \"$line $(date +%s%3N)\"; done",
         ca.display()
@@ -471,8 +471,8 @@ fn a_gigabyte_streams_both_ways_in_constant_memory_and_sse_events_arrive_as_sent
         .collect();
     assert_eq!(lines.len(), 3, "{out}\n{err}");
     for l in &lines {
-        // Received within 300 ms of being sent.
-        assert!(l[1] - l[0] < 300, "event delayed: {out}");
+        // Received well before the next one is sent (room for a loaded machine).
+        assert!(l[1] - l[0] < 600, "event delayed: {out}");
     }
 }
 
