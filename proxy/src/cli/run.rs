@@ -66,7 +66,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub allow_loopback_upstream: bool,
     /// Where OCSF JSON lines go: a file (appended, mode 0600) or `-` for stdout.
-    /// Default: `-` for `run`, `./sluice-audit.jsonl` for `exec`.
+    /// Default: `-` for `run`; for `exec`, `$XDG_STATE_HOME/sluice/exec-audit.jsonl` (else
+    /// `~/.local/state/sluice/exec-audit.jsonl`), outside what the command may write.
     #[arg(long, value_name = "PATH|-")]
     pub audit_log: Option<String>,
     /// Format of the lines on stderr.
