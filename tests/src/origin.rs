@@ -397,7 +397,8 @@ pub struct H2Origin {
     pub addr: SocketAddr,
     /// The CA that signed the origin's certificate.
     pub cert: PathBuf,
-    /// JSON lines, one per request received: method, url, headers, body.
+    /// JSON lines, one per request received: method, url, headers, body, and whether its
+    /// stream was reset before the body ended (`aborted`).
     pub log: PathBuf,
     process: OriginProcess,
 }
@@ -426,7 +427,7 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
     let n = 0; const chunks = [];
     req.on('data', (c) => { n += c.length; chunks.push(c); });
     req.on('end', () => {
-      fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('latin1') }) + '\n');
+      fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('latin1'), aborted: req.aborted }) + '\n');
       res.setHeader('content-type', 'text/plain');
       res.end(`proto=${req.httpVersion} method=${req.method} path=${req.url} body=${n}\n`);
     });
