@@ -391,7 +391,8 @@ impl HttpsOrigin {
 }
 
 /// An HTTPS origin that speaks HTTP/2 and HTTP/1.1 (Node's `http2` module, `allowHTTP1`),
-/// answering each request with the protocol it arrived over: `proto=2 path=/x`.
+/// answering each request with the protocol it arrived over: `proto=2 path=/x`. `/early`
+/// answers before it has read the request body.
 #[derive(Debug)]
 pub struct H2Origin {
     pub addr: SocketAddr,
@@ -419,6 +420,12 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
     if (req.url.startsWith('/sse')) {
       res.setHeader('content-type', 'text/event-stream');
       let i = 0; const t = setInterval(() => { res.write(`data: ${i} ${Date.now()}\n\n`); if (++i === 3) { clearInterval(t); res.end(); } }, 700);
+      return;
+    }
+    if (req.url.startsWith('/early')) {
+      res.setHeader('content-type', 'text/plain'); res.write('early\n');
+      let n = 0; req.on('data', (c) => { n += c.length; });
+      req.on('end', () => { fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, body: '', aborted: req.aborted }) + '\n'); res.end(`body=${n}\n`); });
       return;
     }
     if (req.url.startsWith('/count')) {

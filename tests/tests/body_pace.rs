@@ -1,7 +1,9 @@
 //! End-to-end tests of request-body pacing: a body that trickles in (a byte at a time) is cut
 //! off with `408 request_timeout` and an audit event, after about `--body-timeout`, while an
-//! upload that keeps arriving at a modest rate for many times that long goes through.
-//! Real binary, real Python and curl, a local origin.
+//! upload that keeps arriving at a modest rate for many times that long goes through. Over
+//! HTTP/2 the same pace holds per stream: a trickling stream is answered 408 (or reset, once
+//! its answer has begun) while other streams on the connection are served. Real binary, real
+//! Python, curl and Node, local origins.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::process::Command;
@@ -121,7 +123,8 @@ fn an_upload_at_a_modest_rate_outlasts_the_body_timeout() {
 
 /// A Node HTTP/2 client through sluice's CONNECT tunnel (TLS to sluice, its CA trusted): a
 /// POST to `/upload` whose body either trickles a byte a second (`trickle`) or streams 24
-/// blocks of 256 bytes, one every 250 ms (`steady`); then, on the same HTTP/2 connection, a
+/// blocks of 256 bytes, one every 250 ms (`steady`), or a trickle to `/early` (`early`),
+/// which the origin answers before the body ends; then, on the same HTTP/2 connection, a
 /// GET of `/ok/after`. Prints `upload status=S rst=R ms=T`, the upload's answer, and
 /// `after status=S`.
 const H2_CLIENT: &str = r#"
@@ -137,7 +140,8 @@ connect.on('connect', (res, socket) => {
     createConnection: () => tls.connect({ socket, host: '127.0.0.1', ALPNProtocols: ['h2'], ca: fs.readFileSync(ca) }),
   });
   session.on('error', (e) => out(`session error=${e.code || e.message}`));
-  const req = session.request({ ':method': 'POST', ':path': '/upload', 'content-type': 'application/octet-stream' });
+  const path = mode === 'early' ? '/early' : '/upload';
+  const req = session.request({ ':method': 'POST', ':path': path, 'content-type': 'application/octet-stream' });
   let status = 0, answer = '', timer = null, done = false;
   req.setEncoding('utf8');
   req.on('response', (h) => { status = h[':status']; });
@@ -155,7 +159,7 @@ connect.on('connect', (res, socket) => {
     after.resume();
     after.on('close', () => { session.close(); process.exit(0); });
   });
-  if (mode === 'trickle') {
+  if (mode === 'trickle' || mode === 'early') {
     timer = setInterval(() => { if (!req.destroyed && !req.writableEnded) req.write('x'); }, 1000);
   } else {
     let left = 24;
@@ -179,7 +183,7 @@ fn h2_upload(mode: &str) -> (sluice_e2e::origin::H2Origin, Sluice, String, Durat
         sluice_e2e::proxy::realpath("/usr/bin/node"),
     );
     let p = format!(
-        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: /ok/**}}\n          - allow: {{method: POST, path: /upload}}\n    binaries:\n      - path: {node}\n",
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: /ok/**}}\n          - allow: {{method: POST, path: /upload}}\n          - allow: {{method: POST, path: /early}}\n    binaries:\n      - path: {node}\n",
         origin.port()
     );
     let mut args = vec![
@@ -266,5 +270,31 @@ fn a_steady_http2_upload_outlasts_the_body_timeout() {
         "{:?}",
         sluice.events()
     );
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn a_trickling_http2_body_after_an_early_answer_is_cut_by_its_pace() {
+    let (origin, sluice, out, took) = h2_upload("early");
+    // The answer began, so the stream is reset rather than answered 408; within the pace,
+    // not the idle timeout.
+    assert!(
+        out.contains("upload status=200"),
+        "{out}\n{}",
+        sluice.stderr()
+    );
+    assert!(out.contains("stream error="), "{out}");
+    assert!(!out.contains("rst=0 "), "{out}");
+    assert!(out.contains("early"), "{out}");
+    assert!(!out.contains("body="), "{out}");
+    assert!(took < Duration::from_secs(10), "took {took:?}\n{out}");
+    assert!(
+        out.contains("after status=200"),
+        "{out}\n{}",
+        sluice.stderr()
+    );
+    let received = origin.received();
+    let early = received.iter().find(|r| r["url"] == "/early").unwrap();
+    assert_eq!(early["aborted"], true, "{received:?}");
     assert_events_valid(&sluice);
 }
