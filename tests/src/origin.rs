@@ -391,13 +391,15 @@ impl HttpsOrigin {
 }
 
 /// An HTTPS origin that speaks HTTP/2 and HTTP/1.1 (Node's `http2` module, `allowHTTP1`),
-/// answering each request with the protocol it arrived over: `proto=2 path=/x`.
+/// answering each request with the protocol it arrived over: `proto=2 path=/x`. `/early`
+/// answers before it has read the request body.
 #[derive(Debug)]
 pub struct H2Origin {
     pub addr: SocketAddr,
     /// The CA that signed the origin's certificate.
     pub cert: PathBuf,
-    /// JSON lines, one per request received: method, url, headers, body.
+    /// JSON lines, one per request received: method, url, headers, body, and whether its
+    /// stream was reset before the body ended (`aborted`).
     pub log: PathBuf,
     process: OriginProcess,
 }
@@ -420,13 +422,19 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
       let i = 0; const t = setInterval(() => { res.write(`data: ${i} ${Date.now()}\n\n`); if (++i === 3) { clearInterval(t); res.end(); } }, 1000);
       return;
     }
+    if (req.url.startsWith('/early')) {
+      res.setHeader('content-type', 'text/plain'); res.write('early\n');
+      let n = 0; req.on('data', (c) => { n += c.length; });
+      req.on('end', () => { fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, body: '', aborted: req.aborted }) + '\n'); res.end(`body=${n}\n`); });
+      return;
+    }
     if (req.url.startsWith('/count')) {
       let n = 0; req.on('data', (c) => { n += c.length; }); req.on('end', () => res.end(`count=${n}\n`)); return;
     }
     let n = 0; const chunks = [];
     req.on('data', (c) => { n += c.length; chunks.push(c); });
     req.on('end', () => {
-      fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('latin1') }) + '\n');
+      fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('latin1'), aborted: req.aborted }) + '\n');
       res.setHeader('content-type', 'text/plain');
       res.end(`proto=${req.httpVersion} method=${req.method} path=${req.url} body=${n}\n`);
     });

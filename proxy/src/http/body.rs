@@ -112,14 +112,55 @@ impl PaceState {
     }
 }
 
+/// The pacing of one request body, over HTTP/1 or HTTP/2: the caller times each wait for
+/// the client within [`Pacer::allowance`] and reports it with [`Pacer::record`]; waits on
+/// the upstream are not the client's and are never recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pacer {
+    pace: BodyPace,
+    state: PaceState,
+}
+
+impl Pacer {
+    pub fn new(pace: BodyPace) -> Pacer {
+        Pacer {
+            pace,
+            state: PaceState::default(),
+        }
+    }
+
+    /// How long the next wait for the client may last, or [`BodyError::TooSlow`] when the
+    /// client has used up its time.
+    pub fn allowance(&self) -> Result<Duration, BodyError> {
+        self.state
+            .allowance(self.pace)
+            .ok_or_else(|| self.too_slow())
+    }
+
+    /// One wait for the client that ended with `bytes` of body (0 when it timed out).
+    pub fn record(&mut self, waited: Duration, bytes: usize) {
+        self.state.record(waited, bytes);
+    }
+
+    /// The error for a client that did not keep up.
+    pub fn too_slow(&self) -> BodyError {
+        BodyError::TooSlow(format!(
+            "{} bytes in {:.1} s of waiting for the client (at most {} s silent, at least {} bytes/s)",
+            self.state.received,
+            self.state.waited.as_secs_f64(),
+            self.pace.idle.as_secs(),
+            self.pace.min_rate
+        ))
+    }
+}
+
 /// Where decoded body bytes go: the channel to the upstream, through an optional guard that
 /// stops the body at the first credential placeholder (across chunk boundaries).
 #[derive(Debug)]
 pub struct BodySink {
     tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
     guard: Option<crate::credentials::BodyGuard>,
-    pace: BodyPace,
-    state: PaceState,
+    pacer: Pacer,
 }
 
 impl BodySink {
@@ -128,14 +169,13 @@ impl BodySink {
         BodySink {
             tx,
             guard: guard.then(crate::credentials::BodyGuard::new),
-            pace: BodyPace::default(),
-            state: PaceState::default(),
+            pacer: Pacer::new(BodyPace::default()),
         }
     }
 
     /// The same sink with the operator's pace (`--body-timeout`, `--body-min-rate`).
     pub fn paced(mut self, pace: BodyPace) -> BodySink {
-        self.pace = pace;
+        self.pacer = Pacer::new(pace);
         self
     }
 
@@ -232,30 +272,19 @@ async fn fill<R: AsyncRead + Unpin>(
     buf: &mut BytesMut,
     sink: &mut BodySink,
 ) -> Result<(), BodyError> {
-    let too_slow = |state: PaceState| {
-        BodyError::TooSlow(format!(
-            "{} bytes in {:.1} s of waiting for the client (at most {} s silent, at least {} bytes/s)",
-            state.received,
-            state.waited.as_secs_f64(),
-            sink.pace.idle.as_secs(),
-            sink.pace.min_rate
-        ))
-    };
-    let Some(allowance) = sink.state.allowance(sink.pace) else {
-        return Err(too_slow(sink.state));
-    };
+    let allowance = sink.pacer.allowance()?;
     buf.reserve(FRAME);
     let started = tokio::time::Instant::now();
     let read = tokio::time::timeout(allowance, reader.read_buf(buf)).await;
     let waited = started.elapsed();
     match read {
         Err(_) => {
-            sink.state.record(waited, 0);
-            Err(too_slow(sink.state))
+            sink.pacer.record(waited, 0);
+            Err(sink.pacer.too_slow())
         }
         Ok(Ok(0)) => Err(BodyError::Truncated),
         Ok(Ok(n)) => {
-            sink.state.record(waited, n);
+            sink.pacer.record(waited, n);
             Ok(())
         }
         Ok(Err(e)) => Err(BodyError::Io(e.to_string())),

@@ -28,6 +28,7 @@ use super::judge::{self, Judged};
 use super::target::host_matches;
 use crate::audit::{self, Engine, Outcome};
 use crate::credentials;
+use crate::http::body;
 use crate::http::respond::{Refusal, is_hop_by_hop};
 use crate::policy::Policy;
 use crate::policy::decide::Admission;
@@ -36,21 +37,35 @@ type Body = BoxBody<Bytes, hyper::Error>;
 
 /// A client request body on its way upstream, stopped at the first credential placeholder
 /// when the destination must not receive one unresolved (spec §3.5), and at trailers that
-/// hold one (trailers are headers: a placeholder there is never forwarded unresolved).
+/// hold one (trailers are headers: a placeholder there is never forwarded unresolved), and
+/// paced like an HTTP/1 body ([`body::Pacer`]): only time spent waiting for the client counts,
+/// since hyper polls the body only when the upstream stream has room for it.
 #[derive(Debug)]
 pub struct Guarded {
     inner: Incoming,
     guard: Option<credentials::BodyGuard>,
-    tripped: Arc<std::sync::atomic::AtomicU8>,
+    /// Why the body stopped: a placeholder in it or its trailers, or a client too slow.
+    tripped: Arc<std::sync::OnceLock<body::BodyError>>,
+    pacer: body::Pacer,
+    /// The wait for the client under way: when it began, and when its allowance runs out.
+    waiting: Option<(tokio::time::Instant, std::pin::Pin<Box<tokio::time::Sleep>>)>,
 }
 
-/// Why a `Guarded` body stopped (`tripped`).
-const TRIPPED_BODY: u8 = 1;
-const TRIPPED_TRAILERS: u8 = 2;
+impl Guarded {
+    /// Stops a body whose client did not keep up; the upstream stream is reset.
+    fn too_slow(&mut self) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        self.waiting = None;
+        let slow = self.pacer.too_slow();
+        let _ = self.tripped.set(slow.clone());
+        std::task::Poll::Ready(Some(Err(Box::new(slow))))
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl http_body::Body for Guarded {
     type Data = Bytes;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
@@ -60,11 +75,16 @@ impl http_body::Body for Guarded {
         match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 let this = &mut *self;
+                let waited = this
+                    .waiting
+                    .take()
+                    .map_or(std::time::Duration::ZERO, |(since, _)| since.elapsed());
+                this.pacer
+                    .record(waited, frame.data_ref().map_or(0, bytes::Buf::remaining));
                 if let (Some(g), Some(data)) = (this.guard.as_mut(), frame.data_ref())
                     && g.feed(data)
                 {
-                    this.tripped
-                        .store(TRIPPED_BODY, std::sync::atomic::Ordering::Relaxed);
+                    let _ = this.tripped.set(body::BodyError::Placeholder);
                     return Poll::Ready(Some(Err(
                         "credential placeholder in the request body".into()
                     )));
@@ -75,8 +95,7 @@ impl http_body::Body for Guarded {
                             || credentials::placeholder::contains_marker(v.as_bytes())
                     })
                 }) {
-                    this.tripped
-                        .store(TRIPPED_TRAILERS, std::sync::atomic::Ordering::Relaxed);
+                    let _ = this.tripped.set(body::BodyError::PlaceholderInTrailers);
                     return Poll::Ready(Some(Err(
                         "credential placeholder in the request trailers".into(),
                     )));
@@ -85,7 +104,24 @@ impl http_body::Body for Guarded {
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
             Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => {
+                let this = &mut *self;
+                if this.waiting.is_none() {
+                    let Ok(allowance) = this.pacer.allowance() else {
+                        return this.too_slow();
+                    };
+                    let now = tokio::time::Instant::now();
+                    this.waiting = Some((now, Box::pin(tokio::time::sleep_until(now + allowance))));
+                }
+                if let Some((since, sleep)) = this.waiting.as_mut()
+                    && sleep.as_mut().poll(cx).is_ready()
+                {
+                    let waited = since.elapsed();
+                    this.pacer.record(waited, 0);
+                    return this.too_slow();
+                }
+                Poll::Pending
+            }
         }
     }
 
@@ -322,11 +358,13 @@ async fn handle(
     }
     // Opt-in body rewriting is done on HTTP/1.1 only so far; on HTTP/2 a placeholder in the
     // body of a credentialed endpoint is stopped like any other (never sent unresolved).
-    let tripped = Arc::new(std::sync::atomic::AtomicU8::new(0));
+    let tripped = Arc::new(std::sync::OnceLock::new());
     let body = Guarded {
         inner: body,
         guard: guard_body.then(credentials::BodyGuard::new),
         tripped: Arc::clone(&tripped),
+        pacer: body::Pacer::new(t.shared.limits.body_pace),
+        waiting: None,
     };
     let upstream_req = match up.body(body) {
         Ok(r) => r,
@@ -338,7 +376,7 @@ async fn handle(
     let timeout = t.shared.limits.upstream_timeout;
     let response = match tokio::time::timeout(timeout, sender.send_request(upstream_req)).await {
         Ok(Ok(r)) => r,
-        Ok(Err(_)) if tripped.load(std::sync::atomic::Ordering::Relaxed) == TRIPPED_TRAILERS => {
+        Ok(Err(_)) if matches!(tripped.get(), Some(body::BodyError::PlaceholderInTrailers)) => {
             let refusal = Refusal::new(
                 403,
                 "credential_in_trailers",
@@ -346,7 +384,7 @@ async fn handle(
             );
             return refuse(t, &method, &judged, started, &refusal);
         }
-        Ok(Err(_)) if tripped.load(std::sync::atomic::Ordering::Relaxed) == TRIPPED_BODY => {
+        Ok(Err(_)) if matches!(tripped.get(), Some(body::BodyError::Placeholder)) => {
             super::emit_finding(
                 &t.shared,
                 t.conn_id,
@@ -368,6 +406,13 @@ async fn handle(
                 "a credential placeholder in the request body would reach the upstream unresolved; this endpoint does not allow body rewriting (request_body_credential_rewrite)",
             );
             return refuse(t, &method, &judged, started, &refusal);
+        }
+        Ok(Err(_)) if let Some(slow @ body::BodyError::TooSlow(_)) = tripped.get() => {
+            let refusal = slow.refusal();
+            let mut j = judged.clone();
+            j.outcome = Outcome::Denied;
+            j.engine = Engine::Proxy;
+            return refuse(t, &method, &j, started, &refusal);
         }
         Ok(Err(e)) => {
             let refusal = Refusal::new(
