@@ -92,17 +92,18 @@ fn a_trickling_body_gets_408_after_the_body_timeout() {
 #[test]
 fn an_upload_at_a_modest_rate_outlasts_the_body_timeout() {
     let dir = TempDir::new("pace");
-    let upload = dir.write("upload.bin", &"y".repeat(12 * 1024));
+    let upload = dir.write("upload.bin", &"y".repeat(16 * 1024));
     let origin = HttpOrigin::start();
     let p = policy(origin.port(), &["/usr/bin/curl"]);
-    let sluice = Sluice::start(&p, &["--allow-loopback-upstream", "--body-timeout", "1s"]);
-    // 12 KiB at 3 KiB/s: about four seconds, four times the body timeout.
+    let sluice = Sluice::start(&p, &["--allow-loopback-upstream", "--body-timeout", "2s"]);
+    // 16 KiB at 4 KiB/s: about four seconds, twice the body timeout. (curl's rate limit sends in
+    // bursts with pauses of up to about a second, so the timeout leaves room for one.)
     let started = Instant::now();
     let (code, out, err) = run(Command::new("curl")
         .args(["-s", "--max-time", "30", "-x", &sluice.proxy_url()])
         .args([
             "--limit-rate",
-            "3K",
+            "4K",
             "-w",
             "\n%{http_code}",
             "--data-binary",
@@ -117,7 +118,7 @@ fn an_upload_at_a_modest_rate_outlasts_the_body_timeout() {
         started.elapsed()
     );
     let received = origin.received();
-    assert_eq!(received.last().unwrap().body.len(), 12 * 1024);
+    assert_eq!(received.last().unwrap().body.len(), 16 * 1024);
     assert_events_valid(&sluice);
 }
 
