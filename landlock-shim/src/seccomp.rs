@@ -2,7 +2,7 @@
 //!
 //! Owns the deny-list (AF_UNIX and other socket families, MPTCP/SCTP/ICMP protocols,
 //! io_uring, memfd_create, fd-based exec, namespaces, ptrace, bpf, the mount family, keys,
-//! modules, TIOCSTI), the `clone3` → ENOSYS program and the x32 guard. Default-allow with
+//! modules, TIOCSTI, TCP Fast Open), the `clone3` → ENOSYS program and the x32 guard. Default-allow with
 //! EPERM denials, as OpenShell and codex do: an allow-list breaks arbitrary agent toolchains.
 //! Does not own what Landlock covers (paths, TCP ports, scopes).
 //!
@@ -31,6 +31,12 @@ const TIOCSTI: u64 = 0x5412;
 const TIOCLINUX: u64 = 0x541C;
 /// `CLONE_NEWTIME` (only meaningful to `unshare`; in `clone` that bit is the exit signal).
 const CLONE_NEWTIME: u64 = 0x80;
+/// `MSG_FASTOPEN`: `sendto`/`sendmsg` on an unconnected TCP socket connects implicitly, past
+/// Landlock's connect hook.
+const MSG_FASTOPEN: u64 = 0x2000_0000;
+/// `TCP_FASTOPEN_CONNECT` and `TCP_FASTOPEN` (linux/tcp.h): the socket-option spellings of
+/// TCP Fast Open (client and listener).
+const TCP_FASTOPEN_OPTIONS: [u64; 2] = [30, 23];
 
 // Classic BPF opcodes (linux/bpf_common.h).
 /// `BPF_LD | BPF_W | BPF_ABS` (0x00 | 0x00 | 0x20).
@@ -300,7 +306,32 @@ pub fn main_filter(datagram: bool) -> Result<BpfProgram, SeccompError> {
     unshare.push(bits_set(0, CLONE_NEWTIME)?);
     rules.insert(libc::SYS_clone, clone);
     rules.insert(libc::SYS_unshare, unshare);
+    insert_fast_open_rules(&mut rules)?;
     build("main", rules, libc::EPERM)
+}
+
+/// TCP Fast Open: `sendto`/`sendmsg`/`sendmmsg` with `MSG_FASTOPEN` connect without going
+/// through `connect()`, so Landlock's TCP port rules never see the destination; the
+/// `TCP_FASTOPEN*` options are the same door spelled as a socket option.
+fn insert_fast_open_rules(rules: &mut BTreeMap<i64, Vec<SeccompRule>>) -> Result<(), SeccompError> {
+    // (syscall, index of its flags argument)
+    for (nr, flags) in [
+        (libc::SYS_sendto, 3),
+        (libc::SYS_sendmsg, 2),
+        (libc::SYS_sendmmsg, 3),
+    ] {
+        rules.insert(nr, vec![bits_set(flags, MSG_FASTOPEN)?]);
+    }
+    let tcp = libc::IPPROTO_TCP as u64;
+    let mut setsockopt = Vec::new();
+    for option in TCP_FASTOPEN_OPTIONS {
+        setsockopt.push(rule(vec![
+            cond(1, SeccompCmpOp::Eq, tcp)?,
+            cond(2, SeccompCmpOp::Eq, option)?,
+        ])?);
+    }
+    rules.insert(libc::SYS_setsockopt, setsockopt);
+    Ok(())
 }
 
 /// What to compile.

@@ -32,7 +32,8 @@ struct Out {
     stderr: String,
 }
 
-/// `sluice exec --policy P --audit-log dir/audit.jsonl FLAGS -- CMD` in `cwd`.
+/// `sluice exec [--policy P] --audit-log dir/audit.jsonl FLAGS -- CMD` in `cwd`; with `policy`
+/// `None`, no `--policy` (the embedded default).
 fn exec_in(
     bin: &Path,
     dir: &TempDir,
@@ -40,10 +41,13 @@ fn exec_in(
     flags: &[&str],
     env: &[(&str, &str)],
     cmd: &[&str],
+    policy: Option<&str>,
 ) -> Out {
-    let policy = dir.write("policy.yaml", POLICY);
     let mut c = Command::new(bin);
-    c.arg("exec").arg("--policy").arg(&policy);
+    c.arg("exec");
+    if let Some(text) = policy {
+        c.arg("--policy").arg(dir.write("policy.yaml", text));
+    }
     if !flags.contains(&"--audit-log") {
         c.arg("--audit-log").arg(dir.path().join("audit.jsonl"));
     }
@@ -60,7 +64,7 @@ fn exec_in(
 }
 
 fn exec(dir: &TempDir, cwd: &Path, flags: &[&str], cmd: &[&str]) -> Out {
-    exec_in(&sluice_bin(), dir, cwd, flags, &[], cmd)
+    exec_in(&sluice_bin(), dir, cwd, flags, &[], cmd, Some(POLICY))
 }
 
 /// Python that sends one datagram to `addr` and prints `sent` or `refused <errno>`.
@@ -122,6 +126,40 @@ fn udp_from_the_command_never_reaches_a_host_listener() {
     assert_eq!(&buf[..n], b"escaped");
 }
 
+/// Python that tries TCP Fast Open's implicit connect (`sendto` with `MSG_FASTOPEN`, no
+/// `connect()`) to `port` and prints `sent` or `refused <errno>`.
+fn fast_open_probe(port: u16) -> String {
+    format!(
+        "import socket\ns = socket.socket()\ntry:\n    s.sendto(b'escaped', socket.MSG_FASTOPEN, ('127.0.0.1', {port}))\n    print('sent')\nexcept OSError as e:\n    print('refused', e.errno)\n"
+    )
+}
+
+#[test]
+fn tcp_fast_open_from_the_command_never_reaches_a_host_listener() {
+    if !privileged("tcp_fast_open_from_the_command_never_reaches_a_host_listener") {
+        return;
+    }
+    let (dir, work) = setup("exec-tfo");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::fs::write(work.join("tfo.py"), fast_open_probe(port)).unwrap();
+    // Without the fence, Landlock's connect hook never sees the implicit connect: the shim's
+    // seccomp filter must refuse it.
+    let out = exec(
+        &dir,
+        &work,
+        &["--no-netns"],
+        &["/usr/bin/python3", "tfo.py"],
+    );
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(out.stdout.trim(), "refused 1", "{}", out.stderr);
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("a connection from the sandbox arrived: {other:?}"),
+    }
+}
+
 #[test]
 fn planted_ca_paths_are_never_written_through() {
     if !privileged("planted_ca_paths_are_never_written_through") {
@@ -157,6 +195,7 @@ fn planted_ca_paths_are_never_written_through() {
             "-c",
             "cat \"$SSL_CERT_FILE\" | head -1; echo \"TMPDIR=$TMPDIR\"",
         ],
+        Some(POLICY),
     );
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
@@ -239,12 +278,16 @@ fn the_command_cannot_write_the_hosts_tmp_but_has_its_own() {
     let script = format!(
         "touch {marker} 2>/dev/null && echo host-tmp-written; echo private > \"$TMPDIR/f\" && cat \"$TMPDIR/f\"; echo \"$TMPDIR\""
     );
-    let out = exec(&dir, &work, &[], &["/bin/sh", "-c", &script]);
-    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
-    assert!(!out.stdout.contains("host-tmp-written"), "{}", out.stdout);
-    assert!(!Path::new(&marker).exists());
-    assert!(out.stdout.contains("private\n"), "{}", out.stdout);
-    assert!(!out.stdout.lines().any(|l| l == "/tmp"), "{}", out.stdout);
+    // A policy file that grants nothing, and the embedded default (no --policy).
+    for policy in [Some(POLICY), None] {
+        let cmd = ["/bin/sh", "-c", &script];
+        let out = exec_in(&sluice_bin(), &dir, &work, &[], &[], &cmd, policy);
+        assert_eq!(out.code, 0, "{policy:?}\n{}\n{}", out.stdout, out.stderr);
+        assert!(!out.stdout.contains("host-tmp-written"), "{}", out.stdout);
+        assert!(!Path::new(&marker).exists(), "{policy:?}");
+        assert!(out.stdout.contains("private\n"), "{}", out.stdout);
+        assert!(!out.stdout.lines().any(|l| l == "/tmp"), "{}", out.stdout);
+    }
 }
 
 #[test]
@@ -326,6 +369,7 @@ fn the_sluice_binary_alone_runs_exec() {
         &[],
         &[("PATH", "/usr/bin:/bin")],
         &["/bin/sh", "-c", "echo confined as $(id -u)"],
+        Some(POLICY),
     );
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     assert_eq!(out.stdout.trim(), "confined as 65534", "{}", out.stderr);
@@ -359,6 +403,7 @@ fn the_command_runs_as_the_invoking_user_with_their_path() {
         &[],
         &[("PATH", &path), ("SUDO_UID", "4242"), ("SUDO_GID", "4343")],
         &["greet"],
+        Some(POLICY),
     );
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     assert_eq!(

@@ -269,6 +269,75 @@ fn op_mptcp_connect(to: SocketAddr) -> Outcome {
     ok()
 }
 
+/// TCP Fast Open's implicit connect: `sendto(MSG_FASTOPEN)` (or `sendmsg`) on an unconnected
+/// stream socket, which never calls `connect()`.
+#[allow(unsafe_code)]
+fn op_tfo_send(to: SocketAddr, via_sendmsg: bool) -> Outcome {
+    let SocketAddr::V4(v4) = to else {
+        return Err(("args", io::Error::other("IPv4 only")));
+    };
+    let fd = raw_socket(libc::AF_INET, libc::SOCK_STREAM, 0)?;
+    let mut sa = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: v4.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*v4.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let mut data = *b"probe";
+    let (ret, stage) = if via_sendmsg {
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: data.len(),
+        };
+        // SAFETY: msghdr is plain old data; all-zero is a valid value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&mut sa as *mut libc::sockaddr_in).cast();
+        msg.msg_namelen = len;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        // SAFETY: msg points at sa and iov, both live and initialised for the call.
+        let ret = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_FASTOPEN) };
+        (ret, "sendmsg")
+    } else {
+        // SAFETY: data and sa are live, initialised buffers of the lengths passed.
+        let ret = unsafe {
+            libc::sendto(
+                fd.as_raw_fd(),
+                data.as_ptr().cast(),
+                data.len(),
+                libc::MSG_FASTOPEN,
+                (&sa as *const libc::sockaddr_in).cast(),
+                len,
+            )
+        };
+        (ret, "sendto")
+    };
+    cvt(ret as libc::c_long, stage)?;
+    ok()
+}
+
+/// `setsockopt(IPPROTO_TCP, option, 1)` on a fresh TCP socket.
+#[allow(unsafe_code)]
+fn op_tcp_setsockopt(option: i32) -> Outcome {
+    let fd = raw_socket(libc::AF_INET, libc::SOCK_STREAM, 0)?;
+    let one: libc::c_int = 1;
+    // SAFETY: one is a live c_int of the length passed.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            option,
+            (&one as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    cvt(ret as libc::c_long, "setsockopt")?;
+    ok()
+}
+
 fn proc_status_fields() -> Map<String, Value> {
     let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let mut map = Map::new();
@@ -396,6 +465,10 @@ fn run(op: &str, args: &[String]) -> Outcome {
         "socket" => op_socket(arg(args, 0)?),
         "socketpair_unix" => op_socketpair(),
         "mptcp_connect" => op_mptcp_connect(addr(args)?),
+        "tfo_sendto" => op_tfo_send(addr(args)?, false),
+        "tfo_sendmsg" => op_tfo_send(addr(args)?, true),
+        "tcp_fastopen_connect" => op_tcp_setsockopt(libc::TCP_FASTOPEN_CONNECT),
+        "tcp_fastopen" => op_tcp_setsockopt(libc::TCP_FASTOPEN),
         "unix_connect" => op_unix_connect(arg(args, 0)?),
         "abstract_connect" => op_abstract_connect(arg(args, 0)?),
         "io_uring_setup" => {

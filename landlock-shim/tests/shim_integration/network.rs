@@ -245,3 +245,55 @@ fn udp_is_allowed_inside_the_supervisors_network_namespace() {
     assert_eq!(out.ready()["seccomp"]["udp"], "allowed");
     unshared.assert_errno("EPERM");
 }
+
+/// Whether a connection reached `listener` (non-blocking accept after the probe has exited).
+fn accepted(listener: &std::net::TcpListener) -> bool {
+    listener.set_nonblocking(true).unwrap();
+    match listener.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        Err(e) => panic!("accept: {e}"),
+    }
+}
+
+#[test]
+fn tcp_fast_open_is_eperm_and_no_connection_arrives() {
+    require_root!();
+    let fx = Fixture::new();
+    let (_proxy, proxy_port) = listener();
+    let (other, other_port) = listener();
+    let to = format!("127.0.0.1:{other_port}");
+    for op in ["tfo_sendto", "tfo_sendmsg"] {
+        let stage = op.trim_start_matches("tfo_");
+        Shim::new(&fx, proxy_port)
+            .probe(&[op, &to])
+            .assert_errno("EPERM")
+            .assert_stage(stage);
+        assert!(!accepted(&other), "{op}: a connection left the sandbox");
+    }
+    for op in ["tcp_fastopen_connect", "tcp_fastopen"] {
+        Shim::new(&fx, proxy_port)
+            .probe(&[op])
+            .assert_errno("EPERM")
+            .assert_stage("setsockopt");
+    }
+    // Canary: Landlock's connect hook never sees Fast Open's implicit connect, so without
+    // seccomp the port plain connect() may not reach is reached.
+    Shim::new(&fx, proxy_port)
+        .disable("seccomp")
+        .probe(&["connect", &to])
+        .assert_errno("EACCES");
+    if host_allows("net/ipv4/tcp_fastopen", &["0", "2"]) {
+        for op in ["tfo_sendto", "tfo_sendmsg"] {
+            Shim::new(&fx, proxy_port)
+                .disable("seccomp")
+                .probe(&[op, &to])
+                .assert_ok();
+            assert!(accepted(&other), "{op}: canary connection did not arrive");
+        }
+    }
+    // Plain sends on a connected socket (flags without MSG_FASTOPEN) are untouched.
+    Shim::new(&fx, proxy_port)
+        .probe(&["connect", &format!("127.0.0.1:{proxy_port}")])
+        .assert_ok();
+}

@@ -245,7 +245,8 @@ fn default_policy_denies_everything() {
         panic!()
     };
     assert_eq!(d.reason, "network connections not allowed by policy");
-    assert_eq!(loaded.policy.sandbox().read_write, ["/tmp", "/dev/null"]);
+    // The host /tmp is never granted by default: `sluice exec` gives the command its own.
+    assert_eq!(loaded.policy.sandbox().read_write, ["/dev/null"]);
 }
 
 // === §1.8 L7 rules ===
