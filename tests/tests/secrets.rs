@@ -265,6 +265,43 @@ fn a_bound_api_that_echoes_the_request_never_hands_the_secret_back() {
         assert!(out.ends_with("502"), "{http}: {out}");
         assert!(out.contains("credential_response_encoded"), "{http}: {out}");
     }
+    // An origin that compresses without saying so: refused just the same.
+    for http in ["--http1.1", "--http2"] {
+        let out = curl(
+            &sluice,
+            &ca,
+            http,
+            &["-H", &auth],
+            &format!("{base}/rawgzip"),
+        );
+        assert!(out.ends_with("502"), "{http}: {out}");
+        assert!(out.contains("credential_response_encoded"), "{http}: {out}");
+    }
+    // An echo that JSON-escapes what it quotes (`\/`, `\u00xx` in either case): the escaped
+    // secret is scrubbed too.
+    for (http, path) in [("--http1.1", "/escape/x"), ("--http2", "/escape-upper/x")] {
+        let out = curl(&sluice, &ca, http, &["-H", &auth], &format!("{base}{path}"));
+        assert!(out.ends_with("200"), "{http}: {out}");
+        let body = out.rsplit("\r\n\r\n").next().unwrap_or("");
+        assert!(body.contains(PLACEHOLDER), "{http}: {out}");
+        // The echo was escaped (`authorization` spelled `\u0061\u0075...`).
+        assert!(body.contains(r"\u0061\u0075"), "{http}: {out}");
+        for upper in [false, true] {
+            let escaped: String = SECRET
+                .chars()
+                .map(|c| {
+                    let h = format!("\\u{:04x}", u32::from(c));
+                    if upper {
+                        h.to_uppercase().replace("\\U", "\\u")
+                    } else {
+                        h
+                    }
+                })
+                .collect();
+            assert!(!out.contains(&escaped), "{http}: {out}");
+        }
+        assert!(!out.contains(SECRET), "{http}: {out}");
+    }
     // A response to a request without a secret is left alone (its length kept).
     let out = curl(&sluice, &ca, "--http1.1", &[], &format!("{base}/plain"));
     assert!(out.ends_with("200"), "{out}");

@@ -743,6 +743,7 @@ where
             // The request carried a secret: the response is scrubbed of it.
             let dest = dest(rec.ip);
             let response = inject::scrub(&dest, scrub, &rec.credentials, response)
+                .await
                 .map_err(Exchange::Refused)?;
             respond::write_response(wr, response, is_head, head.minor_version, client_keep_alive)
                 .await

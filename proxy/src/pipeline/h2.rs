@@ -448,7 +448,7 @@ async fn handle(
         response.map(BodyExt::boxed)
     } else {
         // The request carried a secret: the response is scrubbed of it.
-        match super::inject::scrub(&dest, scrub, &injected, response) {
+        match super::inject::scrub(&dest, scrub, &injected, response).await {
             Ok(r) => r.map(BodyExt::boxed),
             Err(refused) => return refuse_with(t, &method, &judged, started, refused),
         }

@@ -121,7 +121,7 @@ pub(super) fn refuse_credential(d: &Dest<'_>, e: &CredentialError) -> Refused {
 
 /// Scrubs a response to a request that carried injected secrets (see
 /// `credentials::scrub_response`); a Detection Finding is emitted at the first secret found.
-pub(super) fn scrub<B>(
+pub(super) async fn scrub<B>(
     d: &Dest<'_>,
     set: ScrubSet,
     credentials: &[String],
@@ -137,6 +137,7 @@ where
         Arc::new(set),
         Box::new(move || audit.emit(&event)),
     )
+    .await
     .map_err(|e| Refused {
         refusal: Refusal::new(e.status(), e.code(), e.to_string()),
         reason: e.to_string(),
