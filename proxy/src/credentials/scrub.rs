@@ -12,8 +12,9 @@
 //! any other body (gRPC, protobuf: binary framing that counts bytes) masked with as many `*`,
 //! `Content-Length` dropped (a scrubbed body changes length), and an encoded body refused
 //! (sluice asks for `Accept-Encoding: identity`, see `ask_identity_encoding`; a compressed
-//! body could hide the secret from the scan), declared or recognised by its magic bytes. Responses to requests without an injection never
-//! come here. It knows nothing of sockets or audit: the caller says what a hit reports.
+//! body could hide the secret from the scan), declared or recognised by its magic bytes.
+//! Responses to requests without an injection never come here. It knows nothing of sockets
+//! or audit: the caller says what a hit reports.
 
 use std::collections::VecDeque;
 use std::fmt;
