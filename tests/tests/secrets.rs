@@ -448,12 +448,35 @@ fn a_secret_in_a_callers_command_line_never_reaches_a_log() {
         ],
         &[("TEST_API_KEY", SECRET)],
     );
+    // Encoded spellings too: percent-encoded in the path (lower- and upper-case hex, every
+    // byte or only some), and inside a `Basic` token of `user:secret`.
+    let pct_all: String = SECRET.bytes().map(|b| format!("%{b:02x}")).collect();
+    let pct_some: String = FILE_SECRET
+        .bytes()
+        .enumerate()
+        .map(|(i, b)| {
+            if i % 2 == 0 {
+                format!("%{b:02X}")
+            } else {
+                char::from(b).to_string()
+            }
+        })
+        .collect();
+    let (_, token, _) = run(Command::new("sh")
+        .arg("-c")
+        .arg(format!("printf %s 'user:{SECRET}' | base64 -w0")));
+    assert_eq!(token.len(), 32, "{token}");
+    // The characters that encode only the secret's bytes, less two at either end.
+    let token_inner = &token[9..30];
     for port in [origin.port(), 9] {
         let (_, out, err) = run(Command::new("curl")
             .args(["-s", "--max-time", "20", "-x", &sluice.proxy_url()])
             .args(["-w", "\n%{http_code}", "-H", &format!("X-Debug: {SECRET}")])
             .args(["-H", &format!("X-Other: {FILE_SECRET}")])
-            .arg(format!("http://127.0.0.1:{port}/hello")));
+            .args(["-H", &format!("X-Basic: Basic {token}")])
+            .arg(format!(
+                "http://127.0.0.1:{port}/hello/{pct_all}/{pct_some}?k={pct_all}"
+            )));
         let want = if port == 9 { "403" } else { "200" };
         assert!(out.ends_with(want), "{port}: {out}{err}");
     }
@@ -471,8 +494,14 @@ fn a_secret_in_a_callers_command_line_never_reaches_a_log() {
             && cmd_line.contains("[redacted:test-api/other]"),
         "{e}"
     );
+    // The path was logged, each encoded spelling redacted.
+    let logged = e.to_string();
+    assert!(
+        logged.contains("/hello/[redacted:test-api/api-key]/[redacted:test-api/other]"),
+        "{e}"
+    );
     sluice.stop();
-    for s in [SECRET, FILE_SECRET] {
+    for s in [SECRET, FILE_SECRET, &pct_all, &pct_some, token_inner] {
         assert_nowhere(&sluice, s, &[sluice.dir.path()]);
     }
     assert!(sluice.stderr().contains("[redacted:test-api/api-key]"));
