@@ -407,6 +407,7 @@ pub struct H2Origin {
 const H2_ORIGIN: &str = r#"
 const http2 = require('http2'); const fs = require('fs');
 const log = process.argv[3];
+let stored = '';
 const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
   (req, res) => {
     const m = req.url.match(/^\/bytes\/(\d+)/);
@@ -531,7 +532,8 @@ impl StaticHttpsOrigin {
 /// secret is split across them) under a `Content-Length` of the echo. `/gzip...` answers the
 /// echo gzip-encoded whatever the request accepts; `/rawgzip...` gzipped without saying so;
 /// `/escape...` with `/` JSON-escaped as `\/` and letters, digits, `+`, `=`, `-` as `\u00xx`
-/// (upper-case hex for `/escape-upper`). Every request is logged like
+/// (upper-case hex for `/escape-upper`). `/store...` keeps the request's `Authorization`,
+/// `/fetch...` answers it as text. Every request is logged like
 /// [`H2Origin`]'s, with its trailers.
 #[derive(Debug)]
 pub struct EchoOrigin {
@@ -546,12 +548,15 @@ pub struct EchoOrigin {
 const ECHO_ORIGIN: &str = r#"
 const http2 = require('http2'); const fs = require('fs'); const zlib = require('zlib');
 const log = process.argv[3];
+let stored = '';
 const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
   (req, res) => {
     const chunks = [];
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => {
       fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('latin1'), trailers: req.trailers }) + '\n');
+      if (req.url.startsWith('/store')) stored = req.headers.authorization || '';
+      if (req.url.startsWith('/fetch')) { res.setHeader('content-type', 'text/plain'); res.end(stored); return; }
       let echo = Buffer.from(JSON.stringify({ url: req.url, headers: req.headers }));
       if (req.url.startsWith('/gzip')) {
         res.setHeader('content-encoding', 'gzip'); res.end(zlib.gzipSync(echo)); return;

@@ -196,6 +196,27 @@ impl Bindings {
             .any(|p| p.endpoints.iter().any(|e| e.covers(host, port)))
     }
 
+    /// Every secret of a profile with an endpoint at `host:port` (whatever its path), each
+    /// with its placeholder: what any response from there is scrubbed of, whether or not its
+    /// request carried a secret (a secret stored upstream by one request must not come back
+    /// raw in the answer to another).
+    pub fn endpoint_secrets(&self, host: &str, port: u16) -> super::scrub::ScrubSet {
+        let mut set = super::scrub::ScrubSet::default();
+        for profile in self.credentialed_profiles() {
+            if !profile.endpoints.iter().any(|e| e.covers(host, port)) {
+                continue;
+            }
+            for key in profile.credentials.iter().flat_map(|c| &c.env_vars) {
+                if let Some(Ok(secret)) = self.store.get(key.as_str()) {
+                    let placeholder =
+                        format!("{}{}", super::placeholder::CANONICAL_PREFIX, key.as_str());
+                    set.add(secret.expose().as_bytes(), placeholder.as_bytes());
+                }
+            }
+        }
+        set
+    }
+
     /// Whether a policy endpoint overlaps a credentialed profile endpoint: host patterns that
     /// can match a common name and a shared port. For refusing L4 and `tls: skip` endpoints
     /// without `allow_uninspected_credentials`, at load or at connect.
@@ -427,6 +448,33 @@ endpoints: [{host: docs.example.com, port: 443}]
         }
         // Too short to redact as base64 without hitting unrelated text.
         assert!(base64_cores(b"abcd").is_empty());
+    }
+
+    #[test]
+    fn a_credentialed_endpoint_scrubs_all_its_secrets() {
+        let b = bindings(&[
+            ("TELEGRAM_BOT_TOKEN", "123:abc-tok"),
+            ("GH_TOKEN", "ghp_s3cret"),
+        ]);
+        let scrub = |host, port, text: &str| {
+            let mut out = Vec::new();
+            b.endpoint_secrets(host, port)
+                .replace_all(text.as_bytes(), &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        let text = "a 123:abc-tok b ghp_s3cret c";
+        // Whatever the path: the host and port decide.
+        assert_eq!(
+            scrub("api.telegram.org", 443, text),
+            "a openshell:resolve:env:TELEGRAM_BOT_TOKEN b ghp_s3cret c"
+        );
+        assert_eq!(
+            scrub("api.github.com", 443, text),
+            // The primary name of the credential whose value it is.
+            "a 123:abc-tok b openshell:resolve:env:GITHUB_TOKEN c"
+        );
+        assert!(b.endpoint_secrets("api.github.com", 80).is_empty());
+        assert!(b.endpoint_secrets("docs.example.com", 443).is_empty());
     }
 
     #[test]
