@@ -186,7 +186,7 @@ fn echo_setup(dir: &TempDir, origin: &EchoOrigin) -> (Sluice, std::path::PathBuf
     let providers = dir.write(
         "providers.yaml",
         &format!(
-            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {}}}\n",
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\n  - name: path-key\n    env_vars: [TEST_PATH_KEY]\n    auth_style: path\n    path_template: /v1/keys/{{credential}}\nendpoints:\n  - {{host: 127.0.0.1, port: {}}}\n",
             origin.port()
         ),
     );
@@ -195,9 +195,13 @@ fn echo_setup(dir: &TempDir, origin: &EchoOrigin) -> (Sluice, std::path::PathBuf
         &p,
         &[&origin.cert],
         Some(&providers),
-        &[("TEST_API_KEY", SECRET)],
+        &[("TEST_API_KEY", SECRET), ("TEST_PATH_KEY", PATH_SECRET)],
     )
 }
+
+/// The secret of `echo_setup`'s credential placed by `path_template: /v1/keys/{credential}`.
+const PATH_SECRET: &str = "path-s3cr3t-55e0c1";
+const PATH_PLACEHOLDER: &str = "openshell:resolve:env:TEST_PATH_KEY";
 
 fn curl(sluice: &Sluice, ca: &Path, http: &str, args: &[&str], url: &str) -> String {
     run(Command::new("curl")
@@ -338,6 +342,13 @@ fn a_placeholder_goes_only_where_the_profile_places_it() {
             ),
             (Vec::new(), format!("/v1/{PLACEHOLDER}/c")),
             (Vec::new(), format!("/v1/d?key={PLACEHOLDER}")),
+            // The template's placement, elsewhere in the path or with more after it.
+            (Vec::new(), format!("/v1/other/{PATH_PLACEHOLDER}")),
+            (Vec::new(), format!("/v1/other/{PATH_PLACEHOLDER}%2Etail")),
+            (Vec::new(), format!("/v1/keys/{PATH_PLACEHOLDER}%2Etail")),
+            (Vec::new(), format!("/v1/keys/{PATH_PLACEHOLDER}/more")),
+            (Vec::new(), format!("/v1/keys/x{PATH_PLACEHOLDER}")),
+            (Vec::new(), format!("/v2/v1/keys/{PATH_PLACEHOLDER}")),
         ] {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let out = curl(&sluice, &ca, http, &args, &format!("{base}{path}"));
@@ -351,6 +362,25 @@ fn a_placeholder_goes_only_where_the_profile_places_it() {
     assert!(origin.received().is_empty(), "{:?}", origin.received());
     finding(&sluice, "sluice.provider_credential.placement_mismatch");
     assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), dir.path()]);
+    assert_nowhere(&sluice, PATH_SECRET, &[sluice.dir.path(), dir.path()]);
+    // Exactly where the template puts it: swapped in.
+    for http in ["--http1.1", "--http2"] {
+        let out = curl(
+            &sluice,
+            &ca,
+            http,
+            &[],
+            &format!("{base}/v1/keys/{PATH_PLACEHOLDER}"),
+        );
+        assert!(out.ends_with("200"), "{http}: {out}");
+        assert!(!out.contains(PATH_SECRET), "{http}: {out}");
+    }
+    let got = origin.received();
+    assert_eq!(got.len(), 2, "{got:?}");
+    for r in &got {
+        assert_eq!(r["url"], format!("/v1/keys/{PATH_SECRET}"), "{r}");
+    }
+    assert_nowhere(&sluice, PATH_SECRET, &[sluice.dir.path()]);
     assert_events_valid(&sluice);
 }
 
