@@ -13,8 +13,9 @@
 //! `Content-Length` dropped (a scrubbed body changes length), and an encoded body refused
 //! (sluice asks for `Accept-Encoding: identity`, see `ask_identity_encoding`; a compressed
 //! body could hide the secret from the scan), declared or recognised by its magic bytes.
-//! Responses to requests without an injection never come here. It knows nothing of sockets
-//! or audit: the caller says what a hit reports.
+//! The caller decides which responses come here (those from an endpoint with secrets bound,
+//! see `Bindings::endpoint_secrets`). It knows nothing of sockets or audit: the caller says
+//! what a hit reports.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -315,11 +316,11 @@ impl Scrubber {
 #[non_exhaustive]
 pub enum ScrubError {
     #[error(
-        "the upstream answered a request carrying an injected credential with Content-Encoding `{0}` although sluice asked for identity; sluice does not forward a body it cannot scan for the secret"
+        "the upstream answered a request to a credentialed endpoint with Content-Encoding `{0}` although sluice asked for identity; sluice does not forward a body it cannot scan for the secret"
     )]
     Encoded(String),
     #[error(
-        "the upstream answered a request carrying an injected credential with a body that starts like {0} data although it declares no Content-Encoding; sluice does not forward a body it cannot scan for the secret"
+        "the upstream answered a request to a credentialed endpoint with a body that starts like {0} data although it declares no Content-Encoding; sluice does not forward a body it cannot scan for the secret"
     )]
     Undeclared(&'static str),
 }
@@ -344,7 +345,7 @@ pub fn ask_identity_encoding(headers: &mut Vec<(String, Vec<u8>)>) {
     headers.push(("accept-encoding".to_string(), b"identity".to_vec()));
 }
 
-/// Scrubs a response to a request that carried an injected secret: header values now, the
+/// Scrubs a response of the secrets in `set`: header values now, the
 /// body as it streams. `Content-Length` is dropped (the client gets chunked or HTTP/2 DATA
 /// framing). An encoded body is refused, declared or not: the first bytes are read before the
 /// head goes out, and a body that starts like compressed data is refused too. `on_hit` runs
