@@ -188,7 +188,7 @@ impl FuzzResolver {
                 Placement::Header("authorization".to_owned()),
                 Placement::Query("key".to_owned()),
                 Placement::Path(None),
-                Placement::Path(Some("/v1/".to_owned())),
+                Placement::Path(Some("/v1/{credential}".to_owned())),
             ],
         }
     }

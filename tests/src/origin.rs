@@ -407,6 +407,7 @@ pub struct H2Origin {
 const H2_ORIGIN: &str = r#"
 const http2 = require('http2'); const fs = require('fs');
 const log = process.argv[3];
+let stored = '';
 const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
   (req, res) => {
     const m = req.url.match(/^\/bytes\/(\d+)/);
@@ -529,7 +530,10 @@ impl StaticHttpsOrigin {
 /// `x-echo-<name>` response header, the URL as `x-echo-url`, and `{url, headers}` as a JSON
 /// body sent seven bytes at a time (each its own chunk or DATA frame, so that an echoed
 /// secret is split across them) under a `Content-Length` of the echo. `/gzip...` answers the
-/// echo gzip-encoded whatever the request accepts. Every request is logged like
+/// echo gzip-encoded whatever the request accepts; `/rawgzip...` gzipped without saying so;
+/// `/escape...` with `/` JSON-escaped as `\/` and letters, digits, `+`, `=`, `-` as `\u00xx`
+/// (upper-case hex for `/escape-upper`). `/store...` keeps the request's `Authorization`,
+/// `/fetch...` answers it as text. Every request is logged like
 /// [`H2Origin`]'s, with its trailers.
 #[derive(Debug)]
 pub struct EchoOrigin {
@@ -544,15 +548,26 @@ pub struct EchoOrigin {
 const ECHO_ORIGIN: &str = r#"
 const http2 = require('http2'); const fs = require('fs'); const zlib = require('zlib');
 const log = process.argv[3];
+let stored = '';
 const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
   (req, res) => {
     const chunks = [];
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => {
       fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('latin1'), trailers: req.trailers }) + '\n');
-      const echo = Buffer.from(JSON.stringify({ url: req.url, headers: req.headers }));
+      if (req.url.startsWith('/store')) stored = req.headers.authorization || '';
+      if (req.url.startsWith('/fetch')) { res.setHeader('content-type', 'text/plain'); res.end(stored); return; }
+      let echo = Buffer.from(JSON.stringify({ url: req.url, headers: req.headers }));
       if (req.url.startsWith('/gzip')) {
         res.setHeader('content-encoding', 'gzip'); res.end(zlib.gzipSync(echo)); return;
+      }
+      if (req.url.startsWith('/rawgzip')) {
+        res.setHeader('content-type', 'application/octet-stream'); res.end(zlib.gzipSync(echo)); return;
+      }
+      if (req.url.startsWith('/escape')) {
+        const hex = (c) => c.charCodeAt(0).toString(16).padStart(2, '0');
+        const up = req.url.includes('upper');
+        echo = Buffer.from(echo.toString().replace(/[\/+=A-Za-z0-9-]/g, (c) => c === '/' ? '\\/' : '\\u00' + (up ? hex(c).toUpperCase() : hex(c))));
       }
       for (const [k, v] of Object.entries(req.headers)) {
         if (!k.startsWith(':') && typeof v === 'string') { try { res.setHeader('x-echo-' + k, v); } catch (e) {} }

@@ -186,7 +186,7 @@ fn echo_setup(dir: &TempDir, origin: &EchoOrigin) -> (Sluice, std::path::PathBuf
     let providers = dir.write(
         "providers.yaml",
         &format!(
-            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {}}}\n",
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\n  - name: path-key\n    env_vars: [TEST_PATH_KEY]\n    auth_style: path\n    path_template: /v1/keys/{{credential}}\nendpoints:\n  - {{host: 127.0.0.1, port: {}}}\n",
             origin.port()
         ),
     );
@@ -195,9 +195,13 @@ fn echo_setup(dir: &TempDir, origin: &EchoOrigin) -> (Sluice, std::path::PathBuf
         &p,
         &[&origin.cert],
         Some(&providers),
-        &[("TEST_API_KEY", SECRET)],
+        &[("TEST_API_KEY", SECRET), ("TEST_PATH_KEY", PATH_SECRET)],
     )
 }
+
+/// The secret of `echo_setup`'s credential placed by `path_template: /v1/keys/{credential}`.
+const PATH_SECRET: &str = "path-s3cr3t-55e0c1";
+const PATH_PLACEHOLDER: &str = "openshell:resolve:env:TEST_PATH_KEY";
 
 fn curl(sluice: &Sluice, ca: &Path, http: &str, args: &[&str], url: &str) -> String {
     run(Command::new("curl")
@@ -265,13 +269,56 @@ fn a_bound_api_that_echoes_the_request_never_hands_the_secret_back() {
         assert!(out.ends_with("502"), "{http}: {out}");
         assert!(out.contains("credential_response_encoded"), "{http}: {out}");
     }
-    // A response to a request without a secret is left alone (its length kept).
-    let out = curl(&sluice, &ca, "--http1.1", &[], &format!("{base}/plain"));
-    assert!(out.ends_with("200"), "{out}");
-    assert!(
-        out.to_ascii_lowercase().contains("content-length:"),
-        "{out}"
-    );
+    // An origin that compresses without saying so: refused just the same.
+    for http in ["--http1.1", "--http2"] {
+        let out = curl(
+            &sluice,
+            &ca,
+            http,
+            &["-H", &auth],
+            &format!("{base}/rawgzip"),
+        );
+        assert!(out.ends_with("502"), "{http}: {out}");
+        assert!(out.contains("credential_response_encoded"), "{http}: {out}");
+    }
+    // An echo that JSON-escapes what it quotes (`\/`, `\u00xx` in either case): the escaped
+    // secret is scrubbed too.
+    for (http, path) in [("--http1.1", "/escape/x"), ("--http2", "/escape-upper/x")] {
+        let out = curl(&sluice, &ca, http, &["-H", &auth], &format!("{base}{path}"));
+        assert!(out.ends_with("200"), "{http}: {out}");
+        let body = out.rsplit("\r\n\r\n").next().unwrap_or("");
+        assert!(body.contains(PLACEHOLDER), "{http}: {out}");
+        // The echo was escaped (`authorization` spelled `\u0061\u0075...`).
+        assert!(body.contains(r"\u0061\u0075"), "{http}: {out}");
+        for upper in [false, true] {
+            let escaped: String = SECRET
+                .chars()
+                .map(|c| {
+                    let h = format!("\\u{:04x}", u32::from(c));
+                    if upper {
+                        h.to_uppercase().replace("\\U", "\\u")
+                    } else {
+                        h
+                    }
+                })
+                .collect();
+            assert!(!out.contains(&escaped), "{http}: {out}");
+        }
+        assert!(!out.contains(SECRET), "{http}: {out}");
+    }
+    // A secret stored upstream by one request, fetched by another without a credential (on
+    // another connection): scrubbed just the same.
+    for http in ["--http1.1", "--http2"] {
+        let out = curl(&sluice, &ca, http, &["-H", &auth], &format!("{base}/store"));
+        assert!(out.ends_with("200"), "{http}: {out}");
+        let out = curl(&sluice, &ca, http, &[], &format!("{base}/fetch"));
+        assert!(out.ends_with("200"), "{http}: {out}");
+        assert!(!out.contains(SECRET), "{http}: {out}");
+        assert!(
+            out.contains(&format!("Bearer {PLACEHOLDER}")),
+            "{http}: {out}"
+        );
+    }
 
     assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), ca.parent().unwrap()]);
     assert_events_valid(&sluice);
@@ -295,6 +342,13 @@ fn a_placeholder_goes_only_where_the_profile_places_it() {
             ),
             (Vec::new(), format!("/v1/{PLACEHOLDER}/c")),
             (Vec::new(), format!("/v1/d?key={PLACEHOLDER}")),
+            // The template's placement, elsewhere in the path or with more after it.
+            (Vec::new(), format!("/v1/other/{PATH_PLACEHOLDER}")),
+            (Vec::new(), format!("/v1/other/{PATH_PLACEHOLDER}%2Etail")),
+            (Vec::new(), format!("/v1/keys/{PATH_PLACEHOLDER}%2Etail")),
+            (Vec::new(), format!("/v1/keys/{PATH_PLACEHOLDER}/more")),
+            (Vec::new(), format!("/v1/keys/x{PATH_PLACEHOLDER}")),
+            (Vec::new(), format!("/v2/v1/keys/{PATH_PLACEHOLDER}")),
         ] {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let out = curl(&sluice, &ca, http, &args, &format!("{base}{path}"));
@@ -308,6 +362,25 @@ fn a_placeholder_goes_only_where_the_profile_places_it() {
     assert!(origin.received().is_empty(), "{:?}", origin.received());
     finding(&sluice, "sluice.provider_credential.placement_mismatch");
     assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), dir.path()]);
+    assert_nowhere(&sluice, PATH_SECRET, &[sluice.dir.path(), dir.path()]);
+    // Exactly where the template puts it: swapped in.
+    for http in ["--http1.1", "--http2"] {
+        let out = curl(
+            &sluice,
+            &ca,
+            http,
+            &[],
+            &format!("{base}/v1/keys/{PATH_PLACEHOLDER}"),
+        );
+        assert!(out.ends_with("200"), "{http}: {out}");
+        assert!(!out.contains(PATH_SECRET), "{http}: {out}");
+    }
+    let got = origin.received();
+    assert_eq!(got.len(), 2, "{got:?}");
+    for r in &got {
+        assert_eq!(r["url"], format!("/v1/keys/{PATH_SECRET}"), "{r}");
+    }
+    assert_nowhere(&sluice, PATH_SECRET, &[sluice.dir.path()]);
     assert_events_valid(&sluice);
 }
 
@@ -411,12 +484,35 @@ fn a_secret_in_a_callers_command_line_never_reaches_a_log() {
         ],
         &[("TEST_API_KEY", SECRET)],
     );
+    // Encoded spellings too: percent-encoded in the path (lower- and upper-case hex, every
+    // byte or only some), and inside a `Basic` token of `user:secret`.
+    let pct_all: String = SECRET.bytes().map(|b| format!("%{b:02x}")).collect();
+    let pct_some: String = FILE_SECRET
+        .bytes()
+        .enumerate()
+        .map(|(i, b)| {
+            if i % 2 == 0 {
+                format!("%{b:02X}")
+            } else {
+                char::from(b).to_string()
+            }
+        })
+        .collect();
+    let (_, token, _) = run(Command::new("sh")
+        .arg("-c")
+        .arg(format!("printf %s 'user:{SECRET}' | base64 -w0")));
+    assert_eq!(token.len(), 32, "{token}");
+    // The characters that encode only the secret's bytes, less two at either end.
+    let token_inner = &token[9..30];
     for port in [origin.port(), 9] {
         let (_, out, err) = run(Command::new("curl")
             .args(["-s", "--max-time", "20", "-x", &sluice.proxy_url()])
             .args(["-w", "\n%{http_code}", "-H", &format!("X-Debug: {SECRET}")])
             .args(["-H", &format!("X-Other: {FILE_SECRET}")])
-            .arg(format!("http://127.0.0.1:{port}/hello")));
+            .args(["-H", &format!("X-Basic: Basic {token}")])
+            .arg(format!(
+                "http://127.0.0.1:{port}/hello/{pct_all}/{pct_some}?k={pct_all}"
+            )));
         let want = if port == 9 { "403" } else { "200" };
         assert!(out.ends_with(want), "{port}: {out}{err}");
     }
@@ -434,8 +530,14 @@ fn a_secret_in_a_callers_command_line_never_reaches_a_log() {
             && cmd_line.contains("[redacted:test-api/other]"),
         "{e}"
     );
+    // The path was logged, each encoded spelling redacted.
+    let logged = e.to_string();
+    assert!(
+        logged.contains("/hello/[redacted:test-api/api-key]/[redacted:test-api/other]"),
+        "{e}"
+    );
     sluice.stop();
-    for s in [SECRET, FILE_SECRET] {
+    for s in [SECRET, FILE_SECRET, &pct_all, &pct_some, token_inner] {
         assert_nowhere(&sluice, s, &[sluice.dir.path()]);
     }
     assert!(sluice.stderr().contains("[redacted:test-api/api-key]"));

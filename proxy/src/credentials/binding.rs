@@ -196,6 +196,27 @@ impl Bindings {
             .any(|p| p.endpoints.iter().any(|e| e.covers(host, port)))
     }
 
+    /// Every secret of a profile with an endpoint at `host:port` (whatever its path), each
+    /// with its placeholder: what any response from there is scrubbed of, whether or not its
+    /// request carried a secret (a secret stored upstream by one request must not come back
+    /// raw in the answer to another).
+    pub fn endpoint_secrets(&self, host: &str, port: u16) -> super::scrub::ScrubSet {
+        let mut set = super::scrub::ScrubSet::default();
+        for profile in self.credentialed_profiles() {
+            if !profile.endpoints.iter().any(|e| e.covers(host, port)) {
+                continue;
+            }
+            for key in profile.credentials.iter().flat_map(|c| &c.env_vars) {
+                if let Some(Ok(secret)) = self.store.get(key.as_str()) {
+                    let placeholder =
+                        format!("{}{}", super::placeholder::CANONICAL_PREFIX, key.as_str());
+                    set.add(secret.expose().as_bytes(), placeholder.as_bytes());
+                }
+            }
+        }
+        set
+    }
+
     /// Whether a policy endpoint overlaps a credentialed profile endpoint: host patterns that
     /// can match a common name and a shared port. For refusing L4 and `tls: skip` endpoints
     /// without `allow_uninspected_credentials`, at load or at connect.
@@ -242,6 +263,9 @@ impl Bindings {
                 let inner = &escaped[1..escaped.len() - 1];
                 set.add(inner.as_bytes(), label.as_bytes());
             }
+            for core in base64_cores(value.as_bytes()) {
+                set.add(core.as_bytes(), label.as_bytes());
+            }
         }
         set
     }
@@ -249,6 +273,35 @@ impl Bindings {
     fn credentialed_profiles(&self) -> impl Iterator<Item = &ProviderProfile> {
         self.profiles.iter().filter(|p| !p.credentials.is_empty())
     }
+}
+
+/// The base64 text that encodes `secret` wherever it sits in a longer string (a `Basic`
+/// token of `user:secret`): for each of the three alignments, the characters whose six bits
+/// all come from the secret. A few characters at either end, which mix in the neighbours'
+/// bits, stay unredacted. Secrets too short to leave eight such characters give none.
+fn base64_cores(secret: &[u8]) -> Vec<zeroize::Zeroizing<String>> {
+    use base64::Engine as _;
+    const MIN: usize = 8;
+    let mut cores = Vec::new();
+    for pad in 0..3 {
+        let mut bytes = zeroize::Zeroizing::new(vec![0u8; pad]);
+        bytes.extend_from_slice(secret);
+        for engine in [
+            &base64::engine::general_purpose::STANDARD_NO_PAD,
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        ] {
+            let text = zeroize::Zeroizing::new(engine.encode(&*bytes));
+            // Characters from the first wholly after the pad to the last wholly inside.
+            let from = (pad * 8).div_ceil(6);
+            let to = (bytes.len() * 8) / 6;
+            if let Some(core) = text.get(from..to)
+                && core.len() >= MIN
+            {
+                cores.push(zeroize::Zeroizing::new(core.to_string()));
+            }
+        }
+    }
+    cores
 }
 
 /// `Bindings` for one request.
@@ -354,6 +407,74 @@ endpoints: [{host: docs.example.com, port: 443}]
                 format!("unavailable {credential} {reason:?}")
             }
         }
+    }
+
+    #[test]
+    fn the_redactor_catches_encoded_spellings() {
+        use crate::audit::Redact as _;
+        use base64::Engine as _;
+        let secret = "Sk/Abc+Def=ghi-jkl";
+        let b = bindings(&[("GH_TOKEN", secret)]);
+        let r = b.redactor();
+        let label = "[redacted:github/token]";
+        for spelled in [
+            secret.to_string(),
+            "Sk%2FAbc%2BDef%3Dghi-jkl".into(),
+            "Sk%2fAbc%2bDef%3dghi-jkl".into(),
+            r"Sk\/Abc\u002bDef\u003Dghi-jkl".into(),
+        ] {
+            let line = format!(r#"{{"url":"/v1/{spelled}/x"}}"#);
+            let out = r.redact(&line).unwrap_or_default();
+            assert_eq!(out, format!(r#"{{"url":"/v1/{label}/x"}}"#), "{spelled}");
+        }
+        // A `Basic` token of `user:secret`, whatever the user's length: nothing that encodes
+        // only the secret's bytes is left.
+        let core = |t: &str, pad: usize| {
+            // The characters of `t` that encode only bytes from `pad` on (the secret).
+            t.get((pad * 8).div_ceil(6)..((pad + secret.len()) * 8) / 6)
+                .unwrap_or_default()
+                .to_string()
+        };
+        for user in ["", "u", "us", "usr", "x-access-token"] {
+            let raw = format!("{user}:{secret}");
+            let token = base64::engine::general_purpose::STANDARD.encode(&raw);
+            let line = format!("curl -H 'Authorization: Basic {token}'");
+            let out = r.redact(&line).unwrap_or_default();
+            assert!(out.contains(label), "{user}: {out}");
+            let inner = core(&token, user.len() + 1);
+            assert!(inner.len() > 16);
+            // At most two characters of the secret's own encoding survive at either end.
+            assert!(!out.contains(&inner[2..inner.len() - 2]), "{user}: {out}");
+        }
+        // Too short to redact as base64 without hitting unrelated text.
+        assert!(base64_cores(b"abcd").is_empty());
+    }
+
+    #[test]
+    fn a_credentialed_endpoint_scrubs_all_its_secrets() {
+        let b = bindings(&[
+            ("TELEGRAM_BOT_TOKEN", "123:abc-tok"),
+            ("GH_TOKEN", "ghp_s3cret"),
+        ]);
+        let scrub = |host, port, text: &str| {
+            let mut out = Vec::new();
+            b.endpoint_secrets(host, port)
+                .replace_all(text.as_bytes(), &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        let text = "a 123:abc-tok b ghp_s3cret c";
+        // Whatever the path: the host and port decide.
+        assert_eq!(
+            scrub("api.telegram.org", 443, text),
+            "a openshell:resolve:env:TELEGRAM_BOT_TOKEN b ghp_s3cret c"
+        );
+        assert_eq!(
+            scrub("api.github.com", 443, text),
+            // The primary name of the credential whose value it is.
+            "a 123:abc-tok b openshell:resolve:env:GITHUB_TOKEN c"
+        );
+        assert!(b.endpoint_secrets("api.github.com", 80).is_empty());
+        assert!(b.endpoint_secrets("docs.example.com", 443).is_empty());
     }
 
     #[test]

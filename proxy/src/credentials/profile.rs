@@ -213,10 +213,13 @@ pub enum Placement {
     Header(String),
     /// The value of this query parameter only.
     Query(String),
-    /// The path: where `path_template` puts `{credential}` (the template's text before it),
-    /// or, without a template, any path segment.
+    /// The path: where `path_template` (kept whole, `{credential}` once) puts the
+    /// placeholder, or, without a template, any path segment.
     Path(Option<String>),
 }
+
+/// What `path_template` writes where the credential goes.
+pub const TEMPLATE_SLOT: &str = "{credential}";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CredentialSpec {
@@ -892,7 +895,7 @@ extra: 1
         );
         assert_eq!(
             placement(", auth_style: path, path_template: '/bot{credential}/x'"),
-            Ok(Placement::Path(Some("/bot".into())))
+            Ok(Placement::Path(Some("/bot{credential}/x".into())))
         );
         assert_eq!(placement(", auth_style: path"), Ok(Placement::Path(None)));
         for (fields, error) in [

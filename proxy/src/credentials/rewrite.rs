@@ -19,7 +19,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
 use super::binding::{Mismatch, Resolution, Resolve};
 use super::placeholder::{self, Placeholder};
-use super::profile::{CredentialRef, Placement};
+use super::profile::{CredentialRef, Placement, TEMPLATE_SLOT};
 use super::scrub::ScrubSet;
 use super::secrets::Unavailability;
 
@@ -267,29 +267,62 @@ pub(super) struct Run<'r, R: Resolve> {
 pub(super) enum Spot<'a> {
     /// A header value (or a `Basic` credential in it), by header name.
     Header(&'a str),
-    /// Path segment `index` (0 is the empty one before the first `/`), percent-decoded.
-    Segment { index: usize, decoded: &'a [u8] },
+    /// A path segment, percent-decoded; `before` is the path exactly as sent up to this
+    /// segment (ending in `/`), and `last` whether no `/` follows the segment.
+    Segment {
+        decoded: &'a [u8],
+        before: &'a str,
+        last: bool,
+    },
     /// The value of the query parameter with this (percent-decoded) name.
     Query(&'a [u8]),
     /// A body (swapped only where the endpoint opts in, whatever the profile says).
     Body,
 }
 
-/// Whether `placement` allows a placeholder starting at decoded byte `start` of `spot`.
-fn permits(placement: &Placement, spot: Spot<'_>, start: usize) -> bool {
+/// Whether `placement` allows a placeholder spanning decoded bytes `span` of `spot`.
+fn permits(placement: &Placement, spot: Spot<'_>, span: Range<usize>) -> bool {
     match (placement, spot) {
         (_, Spot::Body) | (Placement::AnyHeader, Spot::Header(_)) => true,
         (Placement::Header(name), Spot::Header(h)) => h.eq_ignore_ascii_case(name),
         (Placement::Query(param), Spot::Query(name)) => name == param.as_bytes(),
         (Placement::Path(None), Spot::Segment { .. }) => true,
-        (Placement::Path(Some(before)), Spot::Segment { index, decoded }) => {
-            let (dirs, last) = before.rsplit_once('/').unwrap_or(("", before));
-            index == dirs.matches('/').count() + 1
-                && start == last.len()
-                && decoded.starts_with(last.as_bytes())
+        (Placement::Path(Some(template)), Spot::Segment { .. }) => {
+            fits_template(template, spot, span)
         }
         _ => false,
     }
+}
+
+/// Whether a placeholder at `span` of a path segment sits exactly where `template` puts
+/// `{credential}`: the path before the segment is the template's directories, written
+/// literally; the segment's text before the placeholder is the template's (decoded); and the
+/// segment's text after it is exactly the template's up to its next `/`; and the segment
+/// ends the path exactly when the template has no `/` after the placeholder.
+fn fits_template(template: &str, spot: Spot<'_>, span: Range<usize>) -> bool {
+    let Spot::Segment {
+        decoded,
+        before,
+        last,
+    } = spot
+    else {
+        return false;
+    };
+    let Some((head, tail)) = template.split_once(TEMPLATE_SLOT) else {
+        return false;
+    };
+    let (dirs, lead) = match head.rsplit_once('/') {
+        Some((d, l)) => (&head[..=d.len()], l),
+        None => ("", head),
+    };
+    let (rest, ends) = match tail.split_once('/') {
+        Some((r, _)) => (r, false),
+        None => (tail, true),
+    };
+    before == dirs
+        && decoded.get(..span.start) == Some(lead.as_bytes())
+        && decoded.get(span.end..) == Some(rest.as_bytes())
+        && last == ends
 }
 
 fn describe(placement: &Placement) -> String {
@@ -297,7 +330,7 @@ fn describe(placement: &Placement) -> String {
         Placement::AnyHeader => "request headers only".to_string(),
         Placement::Header(h) => format!("header `{h}` only"),
         Placement::Query(q) => format!("query parameter `{q}` only"),
-        Placement::Path(Some(t)) => format!("the path, after `{t}`"),
+        Placement::Path(Some(t)) => format!("the path, as `{t}`"),
         Placement::Path(None) => "the path only".to_string(),
     }
 }
@@ -369,7 +402,7 @@ impl<'r, R: Resolve> Run<'r, R> {
                 credential,
                 placement,
             } => {
-                if !permits(placement, spot, p.span.start) {
+                if !permits(placement, spot, p.span.clone()) {
                     self.fail(CredentialError::PlacementMismatch {
                         credential,
                         site: site.clone(),
@@ -479,12 +512,16 @@ impl<'r, R: Resolve> Run<'r, R> {
         };
         let mut changed = false;
         let mut segments = Vec::new();
+        let count = path.split('/').count();
+        let mut at = 0;
         for (index, segment) in path.split('/').enumerate() {
             let (decoded, offsets) = percent_decode(segment.as_bytes(), false);
             let spot = Spot::Segment {
-                index,
                 decoded: &decoded,
+                before: path.get(..at).unwrap_or(""),
+                last: index + 1 == count,
             };
+            at += segment.len() + 1;
             match self.swap(
                 segment.as_bytes(),
                 &decoded,

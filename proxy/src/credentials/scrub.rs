@@ -2,7 +2,8 @@
 //! error quoting a header) are turned back into what the client sent before it sees them.
 //!
 //! Owns `ScrubSet` (the secret spellings injected into one request, each with the text the
-//! client wrote in its place), the streaming `Scrubber` (constant memory: it holds back only
+//! client wrote in its place; each byte is also matched as an encoder may have escaped it:
+//! `%XX`, JSON `\u00XX`, `\/`), the streaming `Scrubber` (constant memory: it holds back only
 //! a tail that could be the start of a secret, so split secrets are caught across chunk and
 //! frame boundaries and a stream that pauses loses nothing), the `Scrubbed` response body both
 //! HTTP/1.1 and HTTP/2 wrap around an upstream body, and `scrub_response`, the one step both
@@ -11,9 +12,12 @@
 //! any other body (gRPC, protobuf: binary framing that counts bytes) masked with as many `*`,
 //! `Content-Length` dropped (a scrubbed body changes length), and an encoded body refused
 //! (sluice asks for `Accept-Encoding: identity`, see `ask_identity_encoding`; a compressed
-//! body could hide the secret from the scan). Responses to requests without an injection never
-//! come here. It knows nothing of sockets or audit: the caller says what a hit reports.
+//! body could hide the secret from the scan), declared or recognised by its magic bytes.
+//! The caller decides which responses come here (those from an endpoint with secrets bound,
+//! see `Bindings::endpoint_secrets`). It knows nothing of sockets or audit: the caller says
+//! what a hit reports.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,6 +26,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response};
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt as _;
 use zeroize::Zeroizing;
 
 /// Detection Finding type for a secret found (and scrubbed) in a response.
@@ -34,8 +39,10 @@ pub const FINDING_REFLECTED: &str = "sluice.provider_credential.reflected";
 #[derive(Clone, PartialEq, Eq)]
 pub struct ScrubSet {
     pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
-    /// Which bytes begin a secret.
+    /// Which bytes begin a secret (in any spelling `step` knows).
     first: [bool; 256],
+    /// Each secret is replaced by as many `*` as the bytes that spelled it.
+    mask: bool,
 }
 
 impl Default for ScrubSet {
@@ -43,9 +50,88 @@ impl Default for ScrubSet {
         ScrubSet {
             pairs: Vec::new(),
             first: [false; 256],
+            mask: false,
         }
     }
 }
+
+/// How the bytes at the start of `buf` spell one secret byte.
+enum Step {
+    /// In this many bytes.
+    Took(usize),
+    /// `buf` ends inside a spelling of it.
+    Short,
+    /// Not at all.
+    No,
+}
+
+/// Matches one secret byte `b` at the start of `buf`: the byte itself, or an escape an
+/// encoder may have written for it: JSON `\/`, `\\`, `\"` and `\u00XX`, or URL `%XX`
+/// (hex digits in either case).
+fn step(buf: &[u8], b: u8) -> Step {
+    let Some(&c) = buf.first() else {
+        return Step::Short;
+    };
+    if c != b'\\' && c != b'%' {
+        return if c == b { Step::Took(1) } else { Step::No };
+    }
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let hex = [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]];
+    let u = [b'\\', b'u', b'0', b'0', hex[0], hex[1]];
+    let pct = [b'%', hex[0], hex[1]];
+    let short_esc = [b'\\', b];
+    let mut forms: [&[u8]; 3] = [&pct, &[], &[]];
+    if c == b'\\' {
+        forms[0] = if b < 0x80 { &u } else { &[] };
+        if matches!(b, b'/' | b'\\' | b'"') {
+            forms[1] = &short_esc;
+        }
+    }
+    let mut short = false;
+    for form in forms.iter().filter(|f| !f.is_empty()) {
+        let n = form.len().min(buf.len());
+        // The leading `\u` or `%` exactly, the hex digits in either case.
+        let same = buf[..n]
+            .iter()
+            .zip(form.iter())
+            .all(|(x, y)| x == y || (y.is_ascii_hexdigit() && x.to_ascii_lowercase() == *y));
+        if same && n == form.len() {
+            return Step::Took(n);
+        }
+        short |= same;
+    }
+    if short {
+        Step::Short
+    } else if c == b {
+        Step::Took(1)
+    } else {
+        Step::No
+    }
+}
+
+/// What `secret` matches at the start of `buf`.
+enum Match {
+    /// Spelled by this many bytes.
+    Full(usize),
+    /// `buf` ends inside it: the next bytes decide.
+    Partial,
+    No,
+}
+
+fn match_at(buf: &[u8], secret: &[u8]) -> Match {
+    let mut i = 0;
+    for &b in secret {
+        match step(&buf[i..], b) {
+            Step::Took(n) => i += n,
+            Step::Short => return Match::Partial,
+            Step::No => return Match::No,
+        }
+    }
+    Match::Full(i)
+}
+
+/// The longest spelling of a byte (`\u00XX`).
+const MAX_SPELLING: usize = 6;
 
 // Holds secrets: never printed.
 impl fmt::Debug for ScrubSet {
@@ -66,6 +152,8 @@ impl ScrubSet {
             return;
         }
         self.first[usize::from(secret[0])] = true;
+        self.first[usize::from(b'\\')] = true;
+        self.first[usize::from(b'%')] = true;
         self.pairs
             .push((Zeroizing::new(secret.to_vec()), replacement.to_vec()));
     }
@@ -84,12 +172,8 @@ impl ScrubSet {
     /// (gRPC messages, protobuf), where a replacement of another length would corrupt it.
     pub fn masked(&self) -> ScrubSet {
         ScrubSet {
-            pairs: self
-                .pairs
-                .iter()
-                .map(|(s, _)| (s.clone(), vec![b'*'; s.len()]))
-                .collect(),
-            first: self.first,
+            mask: true,
+            ..self.clone()
         }
     }
 
@@ -113,13 +197,20 @@ impl ScrubSet {
             let longest = self
                 .pairs
                 .iter()
-                .filter(|(secret, _)| buf[i..].starts_with(secret))
-                .max_by_key(|(secret, _)| secret.len());
+                .filter_map(|(secret, replacement)| match match_at(&buf[i..], secret) {
+                    Match::Full(n) => Some((n, replacement)),
+                    Match::Partial | Match::No => None,
+                })
+                .max_by_key(|(n, _)| *n);
             match longest {
-                Some((secret, replacement)) => {
+                Some((n, replacement)) => {
                     out.extend_from_slice(&buf[pos..i]);
-                    out.extend_from_slice(replacement);
-                    i += secret.len();
+                    if self.mask {
+                        out.resize(out.len() + n, b'*');
+                    } else {
+                        out.extend_from_slice(replacement);
+                    }
+                    i += n;
                     pos = i;
                     hits += 1;
                 }
@@ -137,12 +228,11 @@ impl ScrubSet {
     fn hold_from(&self, buf: &[u8]) -> usize {
         let longest = self.pairs.iter().map(|(s, _)| s.len()).max().unwrap_or(1);
         let n = buf.len();
-        (n.saturating_sub(longest - 1)..n)
+        (n.saturating_sub(longest * MAX_SPELLING - 1)..n)
             .find(|&p| {
-                let tail = &buf[p..];
                 self.pairs
                     .iter()
-                    .any(|(s, _)| tail.len() < s.len() && s.starts_with(tail))
+                    .any(|(s, _)| matches!(match_at(&buf[p..], s), Match::Partial))
             })
             .unwrap_or(n)
     }
@@ -167,7 +257,8 @@ impl crate::audit::Redact for ScrubSet {
 #[derive(Default)]
 pub struct Scrubber {
     set: Arc<ScrubSet>,
-    /// Bytes held back: a proper prefix of some secret, at most the longest secret less one.
+    /// Bytes held back: a proper prefix of some spelling of a secret (bounded by the longest
+    /// secret times `MAX_SPELLING`).
     carry: Zeroizing<Vec<u8>>,
     hits: u64,
 }
@@ -225,9 +316,13 @@ impl Scrubber {
 #[non_exhaustive]
 pub enum ScrubError {
     #[error(
-        "the upstream answered a request carrying an injected credential with Content-Encoding `{0}` although sluice asked for identity; sluice does not forward a body it cannot scan for the secret"
+        "the upstream answered a request to a credentialed endpoint with Content-Encoding `{0}` although sluice asked for identity; sluice does not forward a body it cannot scan for the secret"
     )]
     Encoded(String),
+    #[error(
+        "the upstream answered a request to a credentialed endpoint with a body that starts like {0} data although it declares no Content-Encoding; sluice does not forward a body it cannot scan for the secret"
+    )]
+    Undeclared(&'static str),
 }
 
 impl ScrubError {
@@ -250,10 +345,12 @@ pub fn ask_identity_encoding(headers: &mut Vec<(String, Vec<u8>)>) {
     headers.push(("accept-encoding".to_string(), b"identity".to_vec()));
 }
 
-/// Scrubs a response to a request that carried an injected secret: header values now, the
+/// Scrubs a response of the secrets in `set`: header values now, the
 /// body as it streams. `Content-Length` is dropped (the client gets chunked or HTTP/2 DATA
-/// framing). An encoded body is refused. `on_hit` runs once, at the first secret found.
-pub fn scrub_response<B>(
+/// framing). An encoded body is refused, declared or not: the first bytes are read before the
+/// head goes out, and a body that starts like compressed data is refused too. `on_hit` runs
+/// once, at the first secret found.
+pub async fn scrub_response<B>(
     response: Response<B>,
     set: Arc<ScrubSet>,
     on_hit: OnHit,
@@ -261,7 +358,8 @@ pub fn scrub_response<B>(
 where
     B: Body<Data = Bytes> + Unpin,
 {
-    let (mut parts, body) = response.into_parts();
+    let (mut parts, mut body) = response.into_parts();
+    let mut early = Early::default();
     if !body.is_end_stream() {
         // A transfer coding other than chunked (which the HTTP/1 client removes) would
         // reach the client as encoded bytes just the same.
@@ -282,6 +380,10 @@ where
                 return Err(ScrubError::Encoded(coding));
             }
         }
+        early = Early::read(&mut body).await;
+        if let Some(format) = compressed(&early.start) {
+            return Err(ScrubError::Undeclared(format));
+        }
     }
     parts.headers.remove(http::header::CONTENT_LENGTH);
     let body_set = if is_text(parts.headers.get(http::header::CONTENT_TYPE)) {
@@ -300,12 +402,85 @@ where
         parts,
         Scrubbed {
             inner: body,
+            early: early.frames,
+            early_error: early.error,
+            early_end: early.end,
             scrubber: Scrubber::new(body_set),
             trailers: None,
             done: false,
             on_hit,
         },
     ))
+}
+
+/// The first frames of a body, read (up to `SNIFF` data bytes) before the head goes out.
+struct Early<E> {
+    frames: VecDeque<Frame<Bytes>>,
+    /// The first `SNIFF` data bytes (fewer if the body is shorter).
+    start: Vec<u8>,
+    error: Option<E>,
+    end: bool,
+}
+
+impl<E> Default for Early<E> {
+    fn default() -> Self {
+        Early {
+            frames: VecDeque::new(),
+            start: Vec::new(),
+            error: None,
+            end: false,
+        }
+    }
+}
+
+/// Enough bytes to tell the compressed formats of `compressed` apart.
+const SNIFF: usize = 6;
+
+impl<E> Early<E> {
+    async fn read<B>(body: &mut B) -> Early<E>
+    where
+        B: Body<Data = Bytes, Error = E> + Unpin,
+    {
+        let mut early = Early::default();
+        while early.start.len() < SNIFF {
+            match body.frame().await {
+                None => {
+                    early.end = true;
+                    break;
+                }
+                Some(Err(e)) => {
+                    early.error = Some(e);
+                    break;
+                }
+                Some(Ok(frame)) => {
+                    let data = frame.data_ref().cloned();
+                    early.frames.push_back(frame);
+                    let Some(data) = data else { break };
+                    let room = SNIFF - early.start.len();
+                    early.start.extend_from_slice(&data[..data.len().min(room)]);
+                }
+            }
+        }
+        early
+    }
+}
+
+/// The compressed format a body starting with `start` is in, by its magic bytes: gzip,
+/// zstd, zlib (the usual levels), xz, zip. (Brotli has no magic bytes.)
+fn compressed(start: &[u8]) -> Option<&'static str> {
+    const MAGIC: &[(&[u8], &str)] = &[
+        (&[0x1f, 0x8b], "gzip"),
+        (&[0x28, 0xb5, 0x2f, 0xfd], "zstd"),
+        (&[0x78, 0x01], "zlib"),
+        (&[0x78, 0x9c], "zlib"),
+        (&[0x78, 0xda], "zlib"),
+        (&[0xfd, b'7', b'z', b'X', b'Z', 0x00], "xz"),
+        (b"PK\x03\x04", "zip"),
+    ];
+    MAGIC
+        .iter()
+        .find(|(magic, _)| start.starts_with(magic))
+        .map(|(_, name)| *name)
 }
 
 /// Whether a body of this type is text, where the placeholder can stand in for the secret
@@ -364,8 +539,12 @@ pub fn scrub_headers(headers: &mut HeaderMap, set: &ScrubSet) -> u64 {
 }
 
 /// An upstream response body with every injected secret replaced as it streams.
-pub struct Scrubbed<B> {
+pub struct Scrubbed<B: Body> {
     inner: B,
+    /// Frames read before the head went out, then what ended that read.
+    early: VecDeque<Frame<Bytes>>,
+    early_error: Option<B::Error>,
+    early_end: bool,
     scrubber: Scrubber,
     /// Trailers waiting while the held-back bytes go out first.
     trailers: Option<HeaderMap>,
@@ -373,7 +552,11 @@ pub struct Scrubbed<B> {
     on_hit: Option<OnHit>,
 }
 
-impl<B> fmt::Debug for Scrubbed<B> {
+// No field is ever pinned (the inner body is polled through `Pin::new`, which needs it
+// `Unpin`): an early error need not be `Unpin` for the whole to be.
+impl<B: Body + Unpin> Unpin for Scrubbed<B> {}
+
+impl<B: Body> fmt::Debug for Scrubbed<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scrubbed")
             .field("scrubber", &self.scrubber)
@@ -382,7 +565,21 @@ impl<B> fmt::Debug for Scrubbed<B> {
     }
 }
 
-impl<B> Scrubbed<B> {
+impl<B: Body<Data = Bytes> + Unpin> Scrubbed<B> {
+    /// The next upstream frame: the early ones first.
+    fn next_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if let Some(frame) = self.early.pop_front() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        if let Some(e) = self.early_error.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        if self.early_end {
+            return Poll::Ready(None);
+        }
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
     fn report(&mut self) {
         if self.scrubber.hits() > 0
             && let Some(report) = self.on_hit.take()
@@ -412,7 +609,7 @@ where
             if this.done {
                 return Poll::Ready(None);
             }
-            match Pin::new(&mut this.inner).poll_frame(cx) {
+            match this.next_frame(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
@@ -513,6 +710,38 @@ mod tests {
     }
 
     #[test]
+    fn escaped_spellings_are_replaced() {
+        let s = set(&[(r#"Sk/Ab+c<d>&e'f=g"h\i"#, "PH")]);
+        for spelled in [
+            r#"Sk/Ab+c<d>&e'f=g"h\i"#,
+            r#"Sk\/Ab+c<d>&e'f=g\"h\\i"#,
+            r#"Sk\u002fAb\u002bc\u003cd\u003e\u0026e\u0027f\u003dg\u0022h\u005ci"#,
+            r#"Sk\u002FAb\u002Bc\u003Cd\u003E\u0026e\u0027f\u003Dg\u0022h\u005Ci"#,
+            r#"Sk%2FAb%2Bc%3Cd%3E%26e%27f%3Dg%22h%5Ci"#,
+            r#"Sk%2fAb%2bc%3cd%3e%26e%27f%3dg%22h%5ci"#,
+            r#"\u0053k%2fAb\u002bc<d>&e'f%3d\u0067\"h\\%69"#,
+        ] {
+            let text = format!(r#"{{"k": "{spelled}"}} tail"#);
+            let want = br#"{"k": "PH"} tail"#.to_vec();
+            assert_eq!(stream(&s, &[text.as_bytes()]), want, "{spelled}");
+            // Split anywhere, held back across chunks.
+            let t = text.as_bytes();
+            for i in 0..=t.len() {
+                assert_eq!(stream(&s, &[&t[..i], &t[i..]]), want, "{spelled} cut {i}");
+            }
+            let masked = Arc::new(s.masked());
+            let got = stream(&masked, &[t]);
+            assert_eq!(got.len(), t.len());
+            assert!(!String::from_utf8_lossy(&got).contains("Sk"), "{spelled}");
+        }
+        // Near misses stay as they are.
+        let s = set(&[("a/b", "PH")]);
+        for kept in [r"a\u002gb", "a%2gb", r"a\/c", r"a\U002Fb", "a%2", r"a\"] {
+            assert_eq!(stream(&s, &[kept.as_bytes()]), kept.as_bytes(), "{kept}");
+        }
+    }
+
+    #[test]
     fn overlapping_secrets_leftmost_longest() {
         let s = set(&[("abc", "1"), ("abcdef", "2"), ("cde", "3")]);
         assert_eq!(stream(&s, &[b"xabcdefx abcx cdex"]), b"x2x 1x 3x".to_vec());
@@ -574,6 +803,7 @@ mod tests {
                 h.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }),
         )
+        .await
         .unwrap();
         assert!(r.headers().get("content-length").is_none());
         assert_eq!(r.headers()["x-echo"], "PH");
@@ -600,11 +830,14 @@ mod tests {
             Arc::clone(&s),
             Box::new(|| {}),
         )
+        .await
         .unwrap();
         assert_eq!(r.headers()["x-echo"], "openshell:resolve:env:K");
         let body = r.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"\x00\x00\x00\x00\x0e********** abc");
-        let r = scrub_response(grpc("Text/Plain; charset=utf-8"), s, Box::new(|| {})).unwrap();
+        let r = scrub_response(grpc("Text/Plain; charset=utf-8"), s, Box::new(|| {}))
+            .await
+            .unwrap();
         let body = r.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(
             &body[..],
@@ -612,25 +845,64 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_encoded_body_is_refused() {
+    #[tokio::test]
+    async fn an_encoded_body_is_refused() {
         let s = set(&[("tok", "PH")]);
         let response = Response::builder()
             .header("content-encoding", "gzip")
             .body(http_body_util::Full::new(Bytes::from_static(b"\x1f\x8b")))
             .unwrap();
-        let err = scrub_response(response, Arc::clone(&s), Box::new(|| {})).unwrap_err();
+        let err = scrub_response(response, Arc::clone(&s), Box::new(|| {}))
+            .await
+            .unwrap_err();
         assert_eq!(err, ScrubError::Encoded("gzip".into()));
         let response = Response::builder()
             .header("transfer-encoding", "br, chunked")
             .body(http_body_util::Full::new(Bytes::from_static(b"x")))
             .unwrap();
-        let err = scrub_response(response, s, Box::new(|| {})).unwrap_err();
+        let err = scrub_response(response, Arc::clone(&s), Box::new(|| {}))
+            .await
+            .unwrap_err();
         assert_eq!(err, ScrubError::Encoded("br".into()));
         assert_eq!(
             (err.status(), err.code()),
             (502, "credential_response_encoded")
         );
+    }
+
+    #[tokio::test]
+    async fn a_compressed_body_without_a_declared_encoding_is_refused() {
+        let s = set(&[("tok", "PH")]);
+        for (start, format) in [
+            (&b"\x1f\x8b\x08\x00rest"[..], "gzip"),
+            (b"\x28\xb5\x2f\xfdrest", "zstd"),
+            (b"x\x9crest", "zlib"),
+            (b"\xfd7zXZ\x00rest", "xz"),
+            (b"PK\x03\x04rest", "zip"),
+        ] {
+            // The magic bytes split over one-byte frames are still seen.
+            let frames: Vec<&[u8]> = start.chunks(1).collect();
+            let response = Response::builder()
+                .header("content-type", "application/octet-stream")
+                .body(frames_of(&frames))
+                .unwrap();
+            let err = scrub_response(response, Arc::clone(&s), Box::new(|| {}))
+                .await
+                .unwrap_err();
+            assert_eq!(err, ScrubError::Undeclared(format));
+            assert_eq!(err.code(), "credential_response_encoded");
+        }
+        // Other bodies, however framed, pass whole: the bytes read early come first.
+        for text in [&b"x"[..], b"", b"{\"a\": \"tok\"}", b"\x1f"] {
+            let frames: Vec<&[u8]> = text.chunks(1).collect();
+            let response = Response::builder().body(frames_of(&frames)).unwrap();
+            let r = scrub_response(response, Arc::clone(&s), Box::new(|| {}))
+                .await
+                .unwrap();
+            let body = r.into_body().collect().await.unwrap().to_bytes();
+            let want = String::from_utf8_lossy(text).replace("tok", "PH");
+            assert_eq!(&body[..], want.as_bytes());
+        }
     }
 
     #[test]
@@ -696,7 +968,16 @@ mod tests {
     }
 
     /// A body of the given frames.
-    struct Frames(std::collections::VecDeque<Frame<Bytes>>);
+    struct Frames(VecDeque<Frame<Bytes>>);
+
+    fn frames_of(chunks: &[&[u8]]) -> Frames {
+        Frames(
+            chunks
+                .iter()
+                .map(|c| Frame::data(Bytes::copy_from_slice(c)))
+                .collect(),
+        )
+    }
 
     impl Body for Frames {
         type Data = Bytes;

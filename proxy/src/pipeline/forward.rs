@@ -740,9 +740,10 @@ where
             respond::write_response(wr, response, is_head, head.minor_version, client_keep_alive)
                 .await
         } else {
-            // The request carried a secret: the response is scrubbed of it.
+            // A secret went in, or the endpoint has secrets bound: the response is scrubbed.
             let dest = dest(rec.ip);
             let response = inject::scrub(&dest, scrub, &rec.credentials, response)
+                .await
                 .map_err(Exchange::Refused)?;
             respond::write_response(wr, response, is_head, head.minor_version, client_keep_alive)
                 .await

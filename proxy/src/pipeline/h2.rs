@@ -447,8 +447,8 @@ async fn handle(
     let body = if scrub.is_empty() {
         response.map(BodyExt::boxed)
     } else {
-        // The request carried a secret: the response is scrubbed of it.
-        match super::inject::scrub(&dest, scrub, &injected, response) {
+        // A secret went in, or the endpoint has secrets bound: the response is scrubbed.
+        match super::inject::scrub(&dest, scrub, &injected, response).await {
             Ok(r) => r.map(BodyExt::boxed),
             Err(refused) => return refuse_with(t, &method, &judged, started, refused),
         }

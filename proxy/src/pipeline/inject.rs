@@ -1,7 +1,8 @@
 //! The credential steps of one inspected request, shared by HTTP/1.1 (`forward.rs`) and
 //! HTTP/2 (`h2.rs`): swap the head's placeholders (refusing misuse with its status, code and
-//! finding), ask for an unencoded response when a secret went in, scrub the response of every
-//! injected secret (with a finding when one comes back), and refuse what cannot be inspected
+//! finding), ask for an unencoded response when a secret went in or any is bound to the
+//! endpoint, scrub the response of every such secret (with a finding when one comes back,
+//! whether or not its request carried it), and refuse what cannot be inspected
 //! (an encoded request body where placeholders must be found, a placeholder in trailers).
 //!
 //! The rules themselves live in `credentials` (`rewrite`, `binding`, `scrub`); this module
@@ -66,8 +67,9 @@ pub(super) struct Refused {
 }
 
 /// Swaps the placeholders of a request head (`target` is the canonical origin-form target,
-/// `path` the canonical path policy judged). When a secret went in, the upstream is asked for
-/// an unencoded response, which the caller must pass through `scrub`.
+/// `path` the canonical path policy judged). When a secret went in, or the endpoint has any
+/// bound (`Injected::scrub` not empty), the upstream is asked for an unencoded response,
+/// which the caller must pass through `scrub`.
 pub(super) fn inject_head(
     d: &Dest<'_>,
     transport: Transport,
@@ -75,8 +77,17 @@ pub(super) fn inject_head(
     target: &mut String,
     headers: &mut Vec<(String, Vec<u8>)>,
 ) -> Result<Injected, Refused> {
+    // Whatever the request carries, the response is scrubbed of every secret bound to this
+    // endpoint (one stored upstream earlier may come back in any answer).
+    let bound = d.shared.credentials.endpoint_secrets(d.host, d.port);
     if !credentials::head_has_marker(target, headers) {
-        return Ok(Injected::default());
+        if !bound.is_empty() {
+            credentials::ask_identity_encoding(headers);
+        }
+        return Ok(Injected {
+            credentials: Vec::new(),
+            scrub: bound,
+        });
     }
     let scope = credentials::RequestScope {
         host: d.host,
@@ -87,8 +98,9 @@ pub(super) fn inject_head(
     };
     let scoped = d.shared.credentials.scoped(scope);
     match credentials::rewrite_request(target, headers, &scoped) {
-        Ok(injected) => {
-            if !injected.is_empty() {
+        Ok(mut injected) => {
+            injected.scrub.merge(&bound);
+            if !injected.scrub.is_empty() {
                 credentials::ask_identity_encoding(headers);
             }
             Ok(injected)
@@ -121,7 +133,7 @@ pub(super) fn refuse_credential(d: &Dest<'_>, e: &CredentialError) -> Refused {
 
 /// Scrubs a response to a request that carried injected secrets (see
 /// `credentials::scrub_response`); a Detection Finding is emitted at the first secret found.
-pub(super) fn scrub<B>(
+pub(super) async fn scrub<B>(
     d: &Dest<'_>,
     set: ScrubSet,
     credentials: &[String],
@@ -137,6 +149,7 @@ where
         Arc::new(set),
         Box::new(move || audit.emit(&event)),
     )
+    .await
     .map_err(|e| Refused {
         refusal: Refusal::new(e.status(), e.code(), e.to_string()),
         reason: e.to_string(),

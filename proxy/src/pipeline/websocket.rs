@@ -72,7 +72,7 @@ where
     if status != 101 {
         let written = match &dest {
             None => respond::write_response(wr, response, false, 1, false).await,
-            Some(d) => match super::inject::scrub(d, scrub, &rec.credentials, response) {
+            Some(d) => match super::inject::scrub(d, scrub, &rec.credentials, response).await {
                 Ok(r) => respond::write_response(wr, r, false, 1, false).await,
                 Err(refused) => return rec.refuse_with(wr, refused, Engine::L7).await,
             },

@@ -839,10 +839,7 @@ fn written_name(node: &Node<'_>) -> Option<String> {
 fn placement(spec: &CredentialSpec) -> Result<Placement, String> {
     let header = spec.header_name.as_ref().map(|h| h.to_ascii_lowercase());
     let query = spec.query_param.clone();
-    let template = spec.path_template.as_ref().map(|t| {
-        let (before, _) = t.split_once("{credential}").unwrap_or((t.as_str(), ""));
-        before.to_string()
-    });
+    let template = spec.path_template.clone();
     let given: Vec<&str> = [
         ("header_name", header.is_some()),
         ("query_param", query.is_some()),

@@ -320,6 +320,9 @@ fn placeholders_go_only_where_the_profile_places_them() {
         "/bot/xopenshell:resolve:env:TELEGRAM_BOT_TOKEN",
         "/botxopenshell:resolve:env:TELEGRAM_BOT_TOKEN/getMe",
         "/bot/getMe?x=openshell:resolve:env:TELEGRAM_BOT_TOKEN",
+        "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN%2Etail/getMe",
+        "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN.x/getMe",
+        "/botopenshell:resolve:env:TELEGRAM_BOT_TOKEN",
     ] {
         let (r, _, _) = run(&b, "api.telegram.org", t, &[]);
         placement(r);
@@ -618,4 +621,68 @@ fn revisioned_and_stable_forms_go_wherever_the_canonical_form_goes() {
         assert_eq!(r.unwrap_err().code(), "credential_unavailable", "{ph}");
         assert_eq!(value(&hs, "Authorization"), format!("Bearer {ph}"));
     }
+}
+
+/// Runs `permits` for a placeholder of `len` bytes in the path `target` (origin form), in
+/// the first segment that holds `@`, the way `target` splits the path.
+fn path_permits(template: &str, target: &str) -> bool {
+    let placement = Placement::Path(Some(template.to_string()));
+    let path = target.split('?').next().unwrap_or("");
+    let count = path.split('/').count();
+    let mut at = 0;
+    for (index, segment) in path.split('/').enumerate() {
+        let (decoded, _) = percent_decode(segment.as_bytes(), false);
+        if let Some(start) = decoded.iter().position(|&b| b == b'@') {
+            let spot = Spot::Segment {
+                decoded: &decoded,
+                before: &path[..at],
+                last: index + 1 == count,
+            };
+            return permits(&placement, spot, start..start + 1);
+        }
+        at += segment.len() + 1;
+    }
+    panic!("no @ in {target}");
+}
+
+#[test]
+fn a_path_template_is_matched_literally_around_the_placeholder() {
+    let t = "/v1/keys/{credential}";
+    assert!(path_permits(t, "/v1/keys/@"));
+    assert!(path_permits(t, "/v1/keys/@?x=1"));
+    for refused in [
+        "/v1/other/@",
+        "/v1/other/@%2Etail",
+        "/v1/keys/@%2Etail",
+        "/v1/keys/@.tail",
+        "/v1/keys/x@",
+        "/v1/keys/@/more",
+        "/v2/keys/@",
+        "/v1/Keys/@",
+        "/v1//keys/@",
+        "/v1/%6Beys/@",
+        "/x/v1/keys/@",
+        "/v1/keys/../other/@",
+    ] {
+        assert!(!path_permits(t, refused), "{refused}");
+    }
+    let t = "/bot{credential}/";
+    assert!(path_permits(t, "/bot@/getMe"));
+    assert!(path_permits(t, "/bot@/"));
+    for refused in [
+        "/bot@",
+        "/bot@x/getMe",
+        "/x@/getMe",
+        "/a/bot@/getMe",
+        "/bo@/getMe",
+    ] {
+        assert!(!path_permits(t, refused), "{refused}");
+    }
+    let t = "/a/{credential}.json/x";
+    assert!(path_permits(t, "/a/@.json/y"));
+    assert!(!path_permits(t, "/a/@.jsonx/y"));
+    assert!(!path_permits(t, "/a/@.json"));
+    let t = "/{credential}";
+    assert!(path_permits(t, "/@"));
+    assert!(!path_permits(t, "/@/x"));
 }
