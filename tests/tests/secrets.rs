@@ -606,15 +606,22 @@ fn responses_to_requests_with_a_secret_still_stream() {
         peak > 0 && peak < 64 * 1024,
         "sluice's peak RSS was {peak} KiB"
     );
-    // The secret went into each of the three requests.
-    let injected = sluice
-        .events()
-        .iter()
-        .filter(|e| {
-            class(e) == 4002 && e["unmapped"]["credentials_injected"][0] == "test-api/api-key"
-        })
-        .count();
-    assert_eq!(injected, 3);
+    // The secret went into each of the three requests (a request's event is written when its
+    // exchange ends, which may be just after the client has read the last byte).
+    let injected = || {
+        sluice
+            .events()
+            .iter()
+            .filter(|e| {
+                class(e) == 4002 && e["unmapped"]["credentials_injected"][0] == "test-api/api-key"
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while injected() < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(injected(), 3);
     assert_nowhere(&sluice, SECRET, &[sluice.dir.path()]);
     assert_events_valid(&sluice);
 }
