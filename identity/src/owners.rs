@@ -53,6 +53,8 @@ pub(crate) struct OwnerSearch<'a> {
     fds: BTreeMap<u32, u32>,
     /// Descriptors read so far.
     fds_read: usize,
+    /// Whether the children of ancestors that do not hold the socket are read.
+    siblings: bool,
 }
 
 impl<'a> OwnerSearch<'a> {
@@ -67,7 +69,19 @@ impl<'a> OwnerSearch<'a> {
             owners: BTreeMap::new(),
             fds: BTreeMap::new(),
             fds_read: 0,
+            siblings: true,
         }
+    }
+
+    /// A search for a socket already identified, where only new holders matter. Every
+    /// ancestor is still checked, but the children of the ones that do not hold the socket are
+    /// not read: such a child could only have got the socket by fork from a holder (then it is
+    /// a holder's descendant, which the search reads) or over `SCM_RIGHTS` (which no fork-family
+    /// step finds), so it holds it now only if it did when the lookup read it. This keeps a
+    /// recheck as cheap for a client with thousands of siblings as for any other.
+    pub(crate) fn without_siblings(mut self) -> Self {
+        self.siblings = false;
+        self
     }
 
     pub(crate) fn run(mut self, recent: &[RecentPid], socket_uid: u32) -> Found {
@@ -176,7 +190,7 @@ impl<'a> OwnerSearch<'a> {
             match self.check_dir(dir) {
                 Ok(()) if !init => to_expand.push(parent),
                 Ok(()) => {}
-                Err(dir) if !init => match dir.children() {
+                Err(dir) if !init && self.siblings => match dir.children() {
                     Ok(children) => {
                         for child in children.into_iter().rev() {
                             if self.check(child) {

@@ -149,13 +149,14 @@ impl IdentityResolver {
 
     /// Checks that the socket `previous` was read from is still held by that same process
     /// (pid and start time) running the same executable, and by no process of another policy
-    /// identity in its fork family (searched as a lookup searches it: every ancestor below
-    /// init, every ancestor's children, every holder's descendants). Fails with
+    /// identity in its fork family (every ancestor below init and every holder's descendants;
+    /// see `OwnerSearch::without_siblings` for why the other children of ancestors are not
+    /// read again). Fails with
     /// [`IdentityError::HolderChanged`] otherwise, including when no process holds it (a
     /// socket in flight in an `SCM_RIGHTS` message).
     ///
-    /// Cheaper than a lookup: no netlink query (the connection's socket is known), and the
-    /// identified process is where the search starts.
+    /// Cheaper than a lookup: no netlink query (the connection's socket is known), no reading
+    /// of the siblings' fd tables, and the identified process is where the search starts.
     pub fn recheck(&self, previous: &Identity) -> Result<(), IdentityError> {
         let proc = self.procfs()?;
         let inode = previous.socket.inode;
@@ -163,7 +164,9 @@ impl IdentityResolver {
             pid: previous.pid,
             start_time: previous.start_time,
         }];
-        let found = OwnerSearch::new(proc, inode, self.own_pid).run(&hint, previous.socket.uid);
+        let found = OwnerSearch::new(proc, inode, self.own_pid)
+            .without_siblings()
+            .run(&hint, previous.socket.uid);
         let mut same_holder = false;
         let mut others_agree = true;
         for owner in &found.owners {
