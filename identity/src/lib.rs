@@ -13,8 +13,9 @@
 //!    addresses are handled. The reply also carries the socket's uid.
 //! 2. **Inode → owners.** Recently identified clients and their children first, then every
 //!    process newest first (preferring the socket's uid), stopping at the first process whose
-//!    fd table holds `socket:[<inode>]`. That owner's parent, siblings and children complete the
-//!    owner set.
+//!    fd table holds `socket:[<inode>]`. That owner's ancestors (every one below init, holding
+//!    the socket or not), each ancestor's children, and every holder's descendants complete
+//!    the owner set.
 //! 3. **Owners → identity.** For each owner: exe, real uid, argv, the ancestor chain (parent
 //!    first, to pid 1, at most 64 hops) and the absolute paths in the chain's argv. Owners that
 //!    differ in exe, ancestor exes or cmdline paths make the lookup fail as ambiguous; owners
@@ -26,11 +27,13 @@
 //!
 //! # Limits
 //!
-//! - Owners are searched along fork relations: the first owner's ancestors that still hold the
-//!   socket, the siblings of the topmost one, and every owner's descendants. A socket passed
+//! - Owners are searched along fork relations: every ancestor of the first owner below init
+//!   (so a creator that handed the socket down through a helper that closed its copy is
+//!   found), the children of each ancestor, and every holder's descendants. A socket passed
 //!   with SCM_RIGHTS (or `pidfd_getfd`) to an unrelated process that keeps its own copy is not
-//!   searched for, nor is one that reached a cousin through a grandparent that has since closed
-//!   its copy (the reference's full scan would see it).
+//!   searched for, nor is one that reached a cousin through an ancestor and an uncle that have
+//!   both since closed their copies, nor one whose holders were reparented to init (the
+//!   reference's full scan would see them).
 //! - A lookup says who held the socket at that moment. A socket can be handed to another
 //!   process and back between two moments (while it is in flight in an SCM_RIGHTS message no
 //!   process holds it), so the proxy identifies a connection when it is accepted and re-checks

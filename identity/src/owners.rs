@@ -9,11 +9,12 @@
 //!    whose `/proc/<pid>` belongs to the socket's uid are read first;
 //! 3. a plain full listing, so the answer never depends on how procfs numbers its positions.
 //!
-//! The first owner's fork family then completes the owner set: its parent (and further up
-//! while they hold the socket too), the siblings of the topmost owner, and the children of
-//! every owner. Fork is the only way a socket reaches another process that this search
-//! follows; see the crate documentation for what it does not. The cost of that completion
-//! grows with the number of siblings: a client whose parent has thousands of children pays
+//! The first owner's fork family then completes the owner set: every ancestor below init
+//! (holding the socket or not), the children of every ancestor (the first owner's siblings,
+//! its parent's siblings, and so on up), and the descendants of every owner found. Fork is the
+//! only way a socket reaches another process that this search follows; see the crate
+//! documentation for what it does not. The cost of that completion grows with the number of
+//! children of the client's ancestors: a client whose parent has thousands of children pays
 //! for reading each of their fd tables.
 
 use std::collections::{BTreeMap, HashSet};
@@ -30,7 +31,7 @@ const RECENT_CHILDREN_LIMIT: usize = 8;
 const RECENT_FD_BUDGET: usize = 256;
 /// The first window of the descending scan; each next window is four times larger.
 const FIRST_WINDOW: u32 = 8;
-/// Ancestors climbed while they hold the socket too (the ancestor walk's bound).
+/// Ancestors climbed (the ancestor walk's bound; init ends it sooner).
 const MAX_CLIMB: usize = 64;
 
 /// What a search found: the owners (ascending by pid) and recent entries that proved stale.
@@ -52,7 +53,7 @@ pub(crate) struct OwnerSearch<'a> {
     fds: BTreeMap<u32, u32>,
     /// Descriptors read so far.
     fds_read: usize,
-    /// Whether completing the owner set reads the siblings of the topmost owner.
+    /// Whether the children of ancestors that do not hold the socket are read.
     siblings: bool,
 }
 
@@ -72,11 +73,12 @@ impl<'a> OwnerSearch<'a> {
         }
     }
 
-    /// A search for a socket already identified, where only new holders matter: a process
-    /// gets a socket by fork from a holder (the up and down steps find those) or over
-    /// `SCM_RIGHTS` (which no fork-family step finds), so a sibling of the topmost holder can
-    /// only hold it now if it did when the socket was identified. Skipping the siblings keeps
-    /// a confirmation as cheap for a client with thousands of siblings as for any other.
+    /// A search for a socket already identified, where only new holders matter. Every
+    /// ancestor is still checked, but the children of the ones that do not hold the socket are
+    /// not read: such a child could only have got the socket by fork from a holder (then it is
+    /// a holder's descendant, which the search reads) or over `SCM_RIGHTS` (which no fork-family
+    /// step finds), so it holds it now only if it did when the lookup read it. This keeps a
+    /// recheck as cheap for a client with thousands of siblings as for any other.
     pub(crate) fn without_siblings(mut self) -> Self {
         self.siblings = false;
         self
@@ -164,40 +166,45 @@ impl<'a> OwnerSearch<'a> {
         let mut to_expand = vec![first];
         let mut children_unreadable = false;
 
-        // Up: a socket inherited from the parent may still be open there.
-        let mut top = first;
+        // Up: every ancestor below init, whether or not it holds the socket. A socket reaches
+        // a process by fork from any ancestor (the creator may have forked a helper that closed
+        // its copy before forking the holder found first), so the climb does not stop at the
+        // first ancestor without it. Each ancestor that holds it is expanded below; the
+        // children of each one that does not are read (it may have forked others with the
+        // socket, then closed its own copy). Init's children are every orphan on the host (or
+        // in its pid namespace): the climb stops there.
+        let mut ppid = self
+            .owners
+            .get(&first)
+            .and_then(|dir| dir.stat().ok())
+            .map(|stat| stat.ppid);
         for _ in 0..MAX_CLIMB {
-            let Some(parent) = self
-                .owners
-                .get(&top)
-                .and_then(|dir| dir.stat().ok())
-                .map(|stat| stat.ppid)
-            else {
+            let Some(parent) = ppid.filter(|parent| *parent > 1) else {
                 break;
             };
-            if parent == 0 {
+            let Ok(dir) = self.proc.pid_dir(parent) else {
                 break;
-            }
-            if self.check(parent) {
-                to_expand.push(parent);
-                top = parent;
-                continue;
-            }
-            if !self.siblings {
-                break;
-            }
-            // Sideways: the parent may have forked others with the socket, then closed its copy.
-            match self.proc.pid_dir(parent).and_then(|dir| dir.children()) {
-                Ok(siblings) => {
-                    for sibling in siblings.into_iter().rev() {
-                        if self.check(sibling) {
-                            to_expand.push(sibling);
+            };
+            let init = dir.is_namespace_init();
+            ppid = dir.stat().ok().map(|stat| stat.ppid);
+            match self.check_dir(dir) {
+                Ok(()) if !init => to_expand.push(parent),
+                Ok(()) => {}
+                Err(dir) if !init && self.siblings => match dir.children() {
+                    Ok(children) => {
+                        for child in children.into_iter().rev() {
+                            if self.check(child) {
+                                to_expand.push(child);
+                            }
                         }
                     }
-                }
-                Err(_) => children_unreadable = true,
+                    Err(_) => children_unreadable = true,
+                },
+                Err(_) => {}
             }
-            break;
+            if init {
+                break;
+            }
         }
 
         // Down: anything an owner forked after creating or inheriting the socket.

@@ -70,6 +70,18 @@ pub(crate) fn parse_status_real_uid(contents: &[u8]) -> Option<u32> {
     line.split_ascii_whitespace().next()?.parse().ok()
 }
 
+/// Whether `/proc/<pid>/status` is of a pid namespace's init: the last `NSpid:` column (the
+/// pid in the process's own namespace) is 1. Kernels without `NSpid` have no such line: no.
+pub(crate) fn parse_status_is_namespace_init(contents: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(contents) else {
+        return false;
+    };
+    text.lines()
+        .find_map(|line| line.strip_prefix("NSpid:"))
+        .and_then(|line| line.split_ascii_whitespace().next_back())
+        == Some("1")
+}
+
 /// Splits `/proc/<pid>/cmdline` into argv. A process that rewrote its arguments (setproctitle)
 /// may leave one space-separated string; that is what the kernel shows, so it is kept as is.
 pub(crate) fn parse_cmdline(contents: &[u8]) -> Vec<String> {
@@ -327,6 +339,13 @@ impl ProcDir {
             .ok_or_else(|| invalid("status"))
     }
 
+    /// Whether the process is the init of its pid namespace (see
+    /// [`parse_status_is_namespace_init`]); an unreadable `status` is not.
+    pub(crate) fn is_namespace_init(&self) -> bool {
+        self.read("status", SMALL_FILE_LIMIT, Complete::OnShortRead)
+            .is_ok_and(|status| parse_status_is_namespace_init(&status))
+    }
+
     pub(crate) fn cmdline(&self) -> io::Result<Vec<String>> {
         Ok(parse_cmdline(&self.read(
             "cmdline",
@@ -492,6 +511,26 @@ mod tests {
         let status = b"Name:\tcurl\nPPid:\t7\nUid:\t1000\t0\t0\t0\nGid:\t100\t100\t100\t100\n";
         assert_eq!(parse_status_real_uid(status), Some(1000));
         assert_eq!(parse_status_real_uid(b"Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn namespace_init_is_pid_1_in_its_own_namespace() {
+        let status = |nspid: &str| format!("Name:\tx\nUid:\t0\t0\t0\t0\n{nspid}\nVmRSS:\t1\n");
+        assert!(parse_status_is_namespace_init(
+            status("NSpid:\t4242\t1").as_bytes()
+        ));
+        assert!(parse_status_is_namespace_init(
+            status("NSpid:\t1").as_bytes()
+        ));
+        assert!(!parse_status_is_namespace_init(
+            status("NSpid:\t4242\t7").as_bytes()
+        ));
+        assert!(!parse_status_is_namespace_init(
+            status("NSpid:\t11").as_bytes()
+        ));
+        assert!(!parse_status_is_namespace_init(
+            status("Pid:\t1").as_bytes()
+        ));
     }
 
     #[test]

@@ -149,13 +149,14 @@ impl IdentityResolver {
 
     /// Checks that the socket `previous` was read from is still held by that same process
     /// (pid and start time) running the same executable, and by no process of another policy
-    /// identity in its fork family. Fails with [`IdentityError::HolderChanged`] otherwise,
-    /// including when no process holds it (a socket in flight in an `SCM_RIGHTS` message).
+    /// identity in its fork family (every ancestor below init and every holder's descendants;
+    /// see `OwnerSearch::without_siblings` for why the other children of ancestors are not
+    /// read again). Fails with
+    /// [`IdentityError::HolderChanged`] otherwise, including when no process holds it (a
+    /// socket in flight in an `SCM_RIGHTS` message).
     ///
     /// Cheaper than a lookup: no netlink query (the connection's socket is known), no reading
-    /// of the siblings' fd tables (see `OwnerSearch::without_siblings`) and, in the common
-    /// case of one holder, no ancestor walk (only reparenting changes the ancestors of a
-    /// process that is still the same one).
+    /// of the siblings' fd tables, and the identified process is where the search starts.
     pub fn recheck(&self, previous: &Identity) -> Result<(), IdentityError> {
         let proc = self.procfs()?;
         let inode = previous.socket.inode;

@@ -549,6 +549,125 @@ fn a_socket_handed_over_with_scm_rights_is_a_changed_caller() {
     assert_ne!(after.start_time, 0);
 }
 
+/// The shape of a borrowed identity: this process connects, forks a helper that forks the
+/// listed program with the socket and then closes its own copy, and keeps the socket itself.
+/// The listed program is the newest holder (found first); its parent does not hold the
+/// socket; the creator is its grandparent. `sys.argv[2]` is the listed program, run with
+/// `sys.argv[3:]`. The helper says `ready <creator> <helper> <listed>`.
+const BORROW: &str = "import os, socket, sys\n\
+    def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
+    c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+    c.set_inheritable(True)\n\
+    if os.fork() == 0:\n\
+    \x20   listed = os.fork()\n\
+    \x20   if listed == 0:\n\
+    \x20       os.execv(sys.argv[2], sys.argv[2:])\n\
+    \x20   c.close()\n\
+    \x20   say('ready', os.getppid(), os.getpid(), listed)\n\
+    \x20   os.waitpid(listed, 0); os._exit(0)\n\
+    sys.stdin.read()\n";
+
+#[test]
+fn a_socket_also_held_by_the_grandparent_that_created_it_is_ambiguous() {
+    let (listener, _) = listener("127.0.0.1:0");
+    let port = listener.local_addr().unwrap().port();
+    let mut client = Client::spawn(
+        Command::new(PYTHON)
+            .arg("-c")
+            .arg(BORROW)
+            .arg(port.to_string())
+            .args(["/usr/bin/sleep", "600"]),
+    );
+    let (_stream, peer, local) = accept(&listener);
+    let line = client.line();
+    assert_eq!(line[0], "ready");
+    let creator: u32 = line[1].parse().unwrap();
+    let helper: u32 = line[2].parse().unwrap();
+    let listed: u32 = line[3].parse().unwrap();
+    let _listed = KillOnDrop(listed);
+    assert_eq!(creator, client.pid());
+    wait_for_exe(listed, "/usr/bin/sleep");
+
+    let err = resolver().lookup(peer, local).unwrap_err();
+    match &err {
+        IdentityError::AmbiguousOwners { pids, inode } => {
+            assert_eq!(pids, &[creator, listed], "helper {helper}");
+            assert_eq!(full_scan_owners(Path::new("/proc"), *inode), *pids);
+        }
+        other => panic!("expected the creator and the listed program, got {other}"),
+    }
+}
+
+/// Like [`BORROW`], but the creator closes its copy too, so the listed program (a copy of
+/// python3 at another path, running `LISTED`) is the only holder when identified; on `take`
+/// the listed program sends the socket back to its grandparent over `SCM_RIGHTS` and keeps its
+/// own copy.
+const BORROW_BACK: &str = "import os, socket, sys\n\
+    def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
+    c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+    mine, theirs = socket.socketpair()\n\
+    c.set_inheritable(True); theirs.set_inheritable(True)\n\
+    listed_script = 'import os, socket, sys, time\\n' \\\n\
+      'u = socket.socket(fileno=int(sys.argv[2])); u.recv(1)\\n' \\\n\
+      'socket.send_fds(u, [b\"x\"], [int(sys.argv[1])]); time.sleep(600)\\n'\n\
+    if os.fork() == 0:\n\
+    \x20   listed = os.fork()\n\
+    \x20   if listed == 0:\n\
+    \x20       os.execv(sys.argv[2], [sys.argv[2], '-c', listed_script, str(c.fileno()), str(theirs.fileno())])\n\
+    \x20   c.close(); theirs.close()\n\
+    \x20   say('ready', os.getppid(), os.getpid(), listed)\n\
+    \x20   os.waitpid(listed, 0); os._exit(0)\n\
+    c.close(); theirs.close()\n\
+    sys.stdin.readline()\n\
+    mine.send(b'g')\n\
+    msg, fds, _, _ = socket.recv_fds(mine, 1, 1)\n\
+    say('taken', os.getpid())\n\
+    sys.stdin.read()\n";
+
+#[test]
+fn recheck_finds_a_grandparent_that_holds_the_socket_too() {
+    let dir = TempDir::new("borrow-back");
+    let copy = dir.path().join("listed-python3");
+    std::fs::copy(PYTHON, &copy).unwrap();
+    let (listener, _) = listener("127.0.0.1:0");
+    let port = listener.local_addr().unwrap().port();
+    let mut client = Client::spawn(
+        Command::new(PYTHON)
+            .arg("-c")
+            .arg(BORROW_BACK)
+            .arg(port.to_string())
+            .arg(&copy),
+    );
+    let (_stream, peer, local) = accept(&listener);
+    let line = client.line();
+    assert_eq!(line[0], "ready");
+    let listed: u32 = line[3].parse().unwrap();
+    let _listed = KillOnDrop(listed);
+    let copy = copy.to_string_lossy().into_owned();
+    wait_for_exe(listed, &copy);
+
+    let resolver = resolver();
+    let before = resolver.lookup(peer, local).unwrap();
+    assert_eq!((before.pid, before.exe.as_str()), (listed, copy.as_str()));
+    resolver.recheck(&before).unwrap();
+
+    client.send_line("take");
+    assert_eq!(client.line(), ["taken", &client.pid().to_string()]);
+    let err = resolver.recheck(&before).unwrap_err();
+    let python = real_path(PYTHON);
+    assert!(
+        matches!(&err, IdentityError::HolderChanged { pid, now, .. }
+            if *pid == listed
+                && now.contains(&(client.pid(), python.clone()))
+                && now.contains(&(listed, copy.clone()))),
+        "{err:?}"
+    );
+    assert!(matches!(
+        resolver.lookup(peer, local),
+        Err(IdentityError::AmbiguousOwners { .. })
+    ));
+}
+
 #[test]
 fn an_unlinked_executable_is_reported_as_deleted() {
     let dir = TempDir::new("deleted-exe");

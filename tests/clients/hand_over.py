@@ -18,6 +18,11 @@ Modes (one JSON line per attempt on stdout):
                               send the second request inside the tunnel.
   steal ORIGIN_PORT WAIT_MS   the helper opens an L4 CONNECT tunnel and hands it over; we wait
                               WAIT_MS, then try to use the tunnel.
+  borrow N TARGET             no SCM_RIGHTS: we create an inheritable socket, fork a child that
+                              forks LISTED_PYTHON (blocked on a pipe, holding the socket) and
+                              closes its own copy; then we connect and CONNECT to TARGET
+                              ourselves, so the listed program is our grandchild and the
+                              newest holder.
 """
 
 import json
@@ -202,6 +207,40 @@ def steal(helper, origin_port, wait_ms):
     say(port=local_port, status=status(answer), later=later[:2000], later_status=status(later))
 
 
+def borrow(listed, proxy_port, attempts, target):
+    for attempt in range(attempts):
+        sock = socket.socket()
+        sock.set_inheritable(True)
+        r, w = os.pipe()
+        middle = os.fork()
+        if middle == 0:
+            lender = os.fork()
+            if lender == 0:
+                os.dup2(r, 0)
+                os.close(w)
+                os.execv(listed, [listed, "-c", "import sys; sys.stdin.read()"])
+            sock.close()
+            os.close(r)
+            os.close(w)
+            os.waitpid(lender, 0)
+            os._exit(0)
+        os.close(r)
+        time.sleep(0.3)
+        sock.connect(("127.0.0.1", proxy_port))
+        local_port = sock.getsockname()[1]
+        sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        answer = read_response(sock)
+        code = status(answer)
+        used = None
+        if code == 200:
+            sock.sendall(get(target, False))
+            used = status(read_response(sock))
+        say(attempt=attempt, port=local_port, status=code, used=used, answer=answer[:2000])
+        sock.close()
+        os.close(w)
+        os.waitpid(middle, 0)
+
+
 def main():
     mode = sys.argv[1]
     if mode == "helper":
@@ -213,6 +252,9 @@ def main():
         proxy_port = os.environ["HTTPS_PROXY"].rstrip("/").rsplit(":", 1)[1]
     proxy_port = int(proxy_port)
     args = sys.argv[4:]
+    if mode == "borrow":
+        borrow(listed, proxy_port, int(args[0]), args[1])
+        return
     h = Helper(listed, proxy_port)
     try:
         if mode == "cork":

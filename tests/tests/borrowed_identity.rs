@@ -128,6 +128,46 @@ fn a_socket_handed_to_a_listed_program_for_the_lookup_is_refused_every_time() {
 }
 
 #[test]
+fn a_socket_lent_to_a_listed_grandchild_is_refused_and_never_credited_to_it() {
+    let dir = TempDir::new("borrowed-grandchild");
+    let listed = listed_python(&dir);
+    let (l4, inspected) = (HttpOrigin::start(), HttpOrigin::start());
+    let sluice = start(&listed, &l4, &inspected);
+    let target = format!("127.0.0.1:{}", l4.port());
+    // No SCM_RIGHTS: the listed program inherited the attacker's socket through a helper
+    // that closed its copy, and stays blocked holding it while the attacker talks.
+    let attempts = attack(&listed, &sluice, "borrow", &["5".into(), target.clone()]);
+    assert_eq!(attempts.len(), 5);
+    for a in &attempts {
+        assert_eq!(a["status"], 403, "{a:#}");
+        let body = json_body(a["answer"].as_str().unwrap());
+        assert_eq!(
+            (&body["error"], &body["stage"]),
+            (&"policy_denied".into(), &"identity".into()),
+            "{a:#}"
+        );
+        let port = a["port"].as_u64().unwrap();
+        let events = events_of(&sluice, port);
+        assert!(
+            events.iter().any(|e| is_open(e) && action(e) == 2),
+            "no denial audited for {port}: {events:#?}"
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|e| action(e) == 1 || caller_path(e) == listed.to_str().unwrap()),
+            "the listed program was credited with the attacker's connection: {events:#?}"
+        );
+    }
+    assert!(
+        l4.received().is_empty(),
+        "the origin was reached: {:?}",
+        l4.received()
+    );
+    assert_events_valid(&sluice);
+}
+
+#[test]
 fn a_hand_over_racing_the_accept_is_refused_or_cut_by_the_recheck() {
     let dir = TempDir::new("borrowed-race");
     let listed = listed_python(&dir);

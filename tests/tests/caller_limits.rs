@@ -188,3 +188,74 @@ fn a_tunnel_never_used_is_closed_after_the_unused_timeout_and_a_used_one_is_not(
     assert!(read_until(&mut used, "hello from origin"));
     assert_events_valid(&sluice);
 }
+
+/// Opens `sys.argv[2]` connections to port `sys.argv[1]` whose sockets a `sleep` child holds
+/// too from before they connect (so sluice cannot tell which program calls: two holders with
+/// different identities), sends nothing, prints after 2 s what each received first
+/// (`|`-separated, `-` for nothing), and holds them until stdin closes.
+const UNIDENTIFIABLE: &str = "import socket, subprocess, sys, time\n\
+    socks = [socket.socket() for _ in range(int(sys.argv[2]))]\n\
+    for s in socks: s.set_inheritable(True)\n\
+    p = subprocess.Popen(['/usr/bin/sleep', '600'], pass_fds=[s.fileno() for s in socks], stdin=subprocess.DEVNULL)\n\
+    time.sleep(0.3)\n\
+    for s in socks: s.connect(('127.0.0.1', int(sys.argv[1])))\n\
+    time.sleep(2)\n\
+    got = []\n\
+    for s in socks:\n\
+    \x20   s.setblocking(False)\n\
+    \x20   try: got.append(s.recv(4096)[:12].decode(errors='replace') or '-')\n\
+    \x20   except BlockingIOError: got.append('-')\n\
+    print('|'.join(got), flush=True)\n\
+    sys.stdin.read()\n\
+    p.kill()\n";
+
+#[test]
+fn connections_of_unidentifiable_callers_share_one_callers_share_of_slots() {
+    use std::io::BufRead;
+    let origin = HttpOrigin::start();
+    let sluice = Sluice::start(
+        &policy(origin.port()),
+        &[
+            "--allow-loopback-upstream",
+            "--max-connections",
+            "8",
+            "--max-connections-per-caller",
+            "3",
+        ],
+    );
+    let mut flood = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(UNIDENTIFIABLE)
+        .arg(sluice.addr().port().to_string())
+        .arg("10")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(flood.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let got: Vec<&str> = line.trim().split('|').collect();
+    assert_eq!(got.len(), 10, "{line}");
+    // Three held (the per-caller share); the rest refused at once with 429 (a refused
+    // connection lingers up to a second to be read, so the last may meet the global 503).
+    let refused = got.iter().filter(|g| g.starts_with("HTTP/1.1 429")).count();
+    let busy = got.iter().filter(|g| g.starts_with("HTTP/1.1 503")).count();
+    let held = got.iter().filter(|g| **g == "-").count();
+    assert_eq!(held, 3, "{line}\n{}", sluice.stderr());
+    assert!(refused >= 5 && refused + busy == 7, "{line}");
+    // The proxy still has room for a program it can identify.
+    let (code, out) = curl_through(&sluice, &origin);
+    assert_eq!(code, 0, "{out}\n{}", sluice.stderr());
+    assert!(out.contains("hello from origin"), "{out}");
+    drop(flood.stdin.take());
+    let _ = flood.wait();
+    let denials = sluice
+        .events()
+        .into_iter()
+        .filter(|e| is_open(e) && action(e) == 2 && e["status_code"] == "429")
+        .count();
+    assert!(denials >= refused, "{:#?}", sluice.events());
+    assert_events_valid(&sluice);
+}

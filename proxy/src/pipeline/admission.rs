@@ -14,6 +14,11 @@ use std::time::Instant;
 
 use crate::http::respond::Refusal;
 
+/// The table key shared by every connection whose caller could not be identified (such a
+/// connection is refused at the identity stage, but holds a connection slot until then).
+/// Executable paths are absolute, so no caller's key is this.
+pub const UNIDENTIFIED: &str = "(unidentified caller)";
+
 /// Why a caller was refused a new connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refused {

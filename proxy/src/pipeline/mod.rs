@@ -182,16 +182,19 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
     let (mut rd, mut wr) = stream.into_split();
     // The caller, looked up at once: before it could hand the socket to another program.
     let accepted = caller::identify(&shared, peer, local).await;
-    let _slot = match &accepted {
-        Ok(known) => match shared.callers.admit(&known.exe, std::time::Instant::now()) {
-            Ok(slot) => Some(slot),
-            Err(refused) => {
-                let refusal = refused.refusal(&known.exe);
-                refuse_limited(&shared, &conn, rd, wr, refusal, known).await;
-                return;
-            }
-        },
-        Err(_) => None,
+    // Connections whose caller cannot be identified (refused later at the identity stage)
+    // share one slot table entry, so that a flood of them cannot fill --max-connections.
+    let exe = match &accepted {
+        Ok(known) => known.exe.as_str(),
+        Err(_) => admission::UNIDENTIFIED,
+    };
+    let _slot = match shared.callers.admit(exe, std::time::Instant::now()) {
+        Ok(slot) => slot,
+        Err(refused) => {
+            let refusal = refused.refusal(exe);
+            refuse_limited(&shared, &conn, rd, wr, refusal, accepted.as_ref().ok()).await;
+            return;
+        }
     };
     let mut buf = BytesMut::with_capacity(4096);
     let limits = &shared.limits;
@@ -284,7 +287,7 @@ async fn refuse_limited(
     mut rd: tokio::net::tcp::OwnedReadHalf,
     mut wr: tokio::net::tcp::OwnedWriteHalf,
     refusal: Refusal,
-    known: &caller::Known,
+    known: Option<&caller::Known>,
 ) {
     let _ = wr.write_all(&refusal.to_bytes()).await;
     let _ = wr.shutdown().await;
@@ -294,7 +297,7 @@ async fn refuse_limited(
             time: SystemTime::now(),
             id: conn.id,
             via: Via::Connect,
-            caller: Some(known.audit.clone()),
+            caller: known.map(|known| known.audit.clone()),
             src: conn.peer,
             dst: audit::Destination {
                 host: String::new(),
