@@ -387,3 +387,30 @@ pub fn me() -> String {
             .to_string_lossy(),
     )
 }
+
+/// Fetches the origin's `/sse` stream (three events sent 1 s apart, each carrying its send
+/// time) with curl through `proxy`, and asserts each event arrived when it was sent (well
+/// before the next one), not held back until later. `extra` are curl arguments (HTTP
+/// version, headers).
+pub fn assert_sse_streams(proxy: &str, ca: &Path, url: &str, extra: &str) {
+    let sse = format!(
+        "curl -sSN {extra} --max-time 30 --cacert {} -x {proxy} {url} | while read -r line; do [ -n \"$line\" ] && echo \"$line $(date +%s%3N)\"; done",
+        ca.display()
+    );
+    let (_, out, err) = run(Command::new("sh").args(["-c", &sse]));
+    let lines: Vec<Vec<i64>> = out
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .skip(2)
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .collect();
+    assert_eq!(lines.len(), 3, "{extra}: {out}\n{err}");
+    for l in &lines {
+        // Sent time, received time: received well before the next is sent (room for a
+        // loaded machine).
+        assert!(l[1] - l[0] < 600, "{extra}: event delayed: {out}");
+    }
+}

@@ -68,6 +68,31 @@ fn events_of(sluice: &Sluice, port: u64) -> Vec<Value> {
         .collect()
 }
 
+/// The attacker's connection from `port` was denied in the audit, and no event of it credits
+/// the listed program (or admits it).
+fn assert_denied_and_not_credited(sluice: &Sluice, port: u64, listed: &Path) {
+    let events = events_of(sluice, port);
+    assert!(
+        events.iter().any(|e| is_open(e) && action(e) == 2),
+        "no denial audited for {port}: {events:#?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| action(e) == 1 || caller_path(e) == listed.to_str().unwrap()),
+        "the listed program was credited with the attacker's connection: {events:#?}"
+    );
+}
+
+/// No byte of any attempt reached the origin.
+fn assert_unreached(origin: &HttpOrigin) {
+    assert!(
+        origin.received().is_empty(),
+        "the origin was reached: {:?}",
+        origin.received()
+    );
+}
+
 fn start(listed: &Path, l4: &HttpOrigin, inspected: &HttpOrigin) -> Sluice {
     Sluice::start(
         &policy(listed, l4.port(), inspected.port()),
@@ -106,24 +131,9 @@ fn a_socket_handed_to_a_listed_program_for_the_lookup_is_refused_every_time() {
                 && reason.contains(&listed.display().to_string()),
             "{reason}"
         );
-        let port = a["port"].as_u64().unwrap();
-        let events = events_of(&sluice, port);
-        assert!(
-            events.iter().any(|e| is_open(e) && action(e) == 2),
-            "no denial audited for {port}: {events:#?}"
-        );
-        assert!(
-            !events
-                .iter()
-                .any(|e| action(e) == 1 || caller_path(e) == listed.to_str().unwrap()),
-            "the listed program was credited with the attacker's connection: {events:#?}"
-        );
+        assert_denied_and_not_credited(&sluice, a["port"].as_u64().unwrap(), &listed);
     }
-    assert!(
-        l4.received().is_empty(),
-        "the origin was reached: {:?}",
-        l4.received()
-    );
+    assert_unreached(&l4);
     assert_events_valid(&sluice);
 }
 
@@ -146,24 +156,9 @@ fn a_socket_lent_to_a_listed_grandchild_is_refused_and_never_credited_to_it() {
             (&"policy_denied".into(), &"identity".into()),
             "{a:#}"
         );
-        let port = a["port"].as_u64().unwrap();
-        let events = events_of(&sluice, port);
-        assert!(
-            events.iter().any(|e| is_open(e) && action(e) == 2),
-            "no denial audited for {port}: {events:#?}"
-        );
-        assert!(
-            !events
-                .iter()
-                .any(|e| action(e) == 1 || caller_path(e) == listed.to_str().unwrap()),
-            "the listed program was credited with the attacker's connection: {events:#?}"
-        );
+        assert_denied_and_not_credited(&sluice, a["port"].as_u64().unwrap(), &listed);
     }
-    assert!(
-        l4.received().is_empty(),
-        "the origin was reached: {:?}",
-        l4.received()
-    );
+    assert_unreached(&l4);
     assert_events_valid(&sluice);
 }
 
@@ -205,11 +200,7 @@ fn a_hand_over_racing_the_accept_is_refused_or_cut_by_the_recheck() {
         "hand-overs that passed both looks (then cut at first use): {won} of {}",
         attempts.len()
     );
-    assert!(
-        l4.received().is_empty(),
-        "the origin was reached: {:?}",
-        l4.received()
-    );
+    assert_unreached(&l4);
     assert_events_valid(&sluice);
 }
 

@@ -17,7 +17,9 @@ use std::time::Duration;
 use serde_json::Value;
 use sluice_e2e::ocsf::class;
 use sluice_e2e::origin::{EchoOrigin, HttpOrigin};
-use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, python, realpath, run};
+use sluice_e2e::proxy::{
+    Sluice, TempDir, assert_events_valid, assert_sse_streams, me, python, realpath, run,
+};
 
 const SECRET: &str = "s3cr3t-VALUE-7f3a9c";
 const PLACEHOLDER: &str = "openshell:resolve:env:TEST_API_KEY";
@@ -573,24 +575,8 @@ fn responses_to_requests_with_a_secret_still_stream() {
     // Server-sent events: each arrives when sent (1 s apart), not held for the scrub until the
     // next one (the bound leaves room for a loaded machine).
     for http in ["--http1.1", "--http2"] {
-        let sse = format!(
-            "curl -sSN {http} --max-time 30 --cacert {} -x {proxy} -H 'Authorization: Bearer {PLACEHOLDER}' {base}/sse | while read -r line; do [ -n \"$line\" ] && echo \"$line $(date +%s%3N)\"; done",
-            ca.display()
-        );
-        let (_, out, err) = run(Command::new("sh").args(["-c", &sse]));
-        let lines: Vec<Vec<i64>> = out
-            .lines()
-            .map(|l| {
-                l.split_whitespace()
-                    .skip(2)
-                    .filter_map(|x| x.parse().ok())
-                    .collect()
-            })
-            .collect();
-        assert_eq!(lines.len(), 3, "{http}: {out}\n{err}\n{}", sluice.stderr());
-        for l in &lines {
-            assert!(l[1] - l[0] < 600, "{http}: event delayed: {out}");
-        }
+        let extra = format!("{http} -H 'Authorization: Bearer {PLACEHOLDER}'");
+        assert_sse_streams(&proxy, &ca, &format!("{base}/sse"), &extra);
     }
     // 256 MiB through the scrub, in constant memory, every byte delivered.
     const SIZE: u64 = 256 << 20;
