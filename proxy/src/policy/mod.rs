@@ -21,6 +21,7 @@ pub mod glob;
 pub mod model;
 pub mod raw;
 pub mod rules;
+pub mod selector;
 pub mod validate;
 pub mod yaml;
 

@@ -19,14 +19,16 @@ use ipnet::IpNet;
 
 use super::Compat;
 use super::diag::{self, Diagnostics, Location};
-use super::glob::{Glob, GlobError, HostPattern, HostPatternError};
+use super::glob::{Glob, HostPattern, HostPatternError};
 use super::model::{
     AllowedIps, Binary, BinaryMatcher, Endpoint, Enforcement, Entry, LandlockCompat, PathSelector,
     PolicyKey, Protocol, RunAs, Sandbox, TlsMode,
 };
 use super::raw::{RawBinary, RawDocument, RawEndpoint, RawEntry, Spanned};
 use super::rules;
+pub use super::selector::{SelectorError, parse_selector, selector_for};
 use super::yaml::Pos;
+use values::{always_blocked_overlap, fs_path_problem, is_dns_pattern, url_shaped_host};
 
 /// Basenames whose grants pass to everything they run (spec §2.3).
 const LAUNCHERS: &[&str] = &[
@@ -877,139 +879,8 @@ impl Validator<'_> {
     }
 }
 
+mod values;
+
 fn flag(v: &Option<Spanned<bool>>) -> bool {
     v.as_ref().is_some_and(|b| b.value)
-}
-
-/// Compiles an endpoint `path` selector: `""`, `**` and `/**` select everything.
-/// A credential binding's `path` (spec §3.4): the reference's Rust selector, where `/x/**`
-/// also covers `/x`.
-pub fn selector_for(path: &str) -> Result<PathSelector, String> {
-    match path {
-        "" | "**" | "/**" => Ok(PathSelector::All),
-        p if !p.starts_with('/') => Err(format!("`{p}` must start with `/` (or be `**`)")),
-        p => Glob::new_covering_prefix(p, '/')
-            .map(PathSelector::Glob)
-            .map_err(|e| e.to_string()),
-    }
-}
-
-/// A policy endpoint's `path` as a selector, with a typed error.
-pub fn parse_selector(path: &str) -> Result<PathSelector, SelectorError> {
-    match path {
-        // `/**` selects every path too, but is more specific than "" (spec §1.8: the count of
-        // characters other than `*`), so it is kept as a glob.
-        "" | "**" => Ok(PathSelector::All),
-        p if !p.starts_with('/') => Err(SelectorError::Relative(p.to_string())),
-        // The same segment-bound glob as rule paths: `/x/**` selects what is below `/x`, not
-        // `/x` itself (the reference's rule check refuses `/x` there too).
-        p => Glob::new(p, '/')
-            .map(PathSelector::Glob)
-            .map_err(SelectorError::Glob),
-    }
-}
-
-/// Why an endpoint `path` is not a selector.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SelectorError {
-    #[error("`{0}` must start with `/` (or be `**`)")]
-    Relative(String),
-    #[error("{0}")]
-    Glob(GlobError),
-}
-
-/// For a host written as a URL, `host:port` or `host/path`: how to write it instead.
-fn url_shaped_host(text: &str) -> Option<String> {
-    let (scheme, rest) = match text.split_once("://") {
-        Some((s, r)) => (Some(s), r),
-        None => (None, text),
-    };
-    let path_at = rest.find('/');
-    let authority = &rest[..path_at.unwrap_or(rest.len())];
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') && p.bytes().all(|b| b.is_ascii_digit()) => (h, Some(p)),
-        _ => (authority, None),
-    };
-    if scheme.is_none() && path_at.is_none() && port.is_none() {
-        return None;
-    }
-    if host.is_empty() || !is_dns_pattern(host) {
-        return None;
-    }
-    let port = port.map(str::to_string).or_else(|| match scheme {
-        Some(s) if s.eq_ignore_ascii_case("https") || s.eq_ignore_ascii_case("wss") => {
-            Some("443".to_string())
-        }
-        Some(s) if s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("ws") => {
-            Some("80".to_string())
-        }
-        _ => None,
-    });
-    let mut fix = format!("write `host: {host}`");
-    if let Some(p) = port {
-        fix.push_str(&format!(" with `port: {p}`"));
-    }
-    if let Some(i) = path_at {
-        let path = &rest[i..];
-        if path != "/" {
-            fix.push_str(&format!(
-                ", and restrict the path with a rule path or the endpoint `path` (`{path}`)"
-            ));
-        }
-    }
-    Some(fix)
-}
-
-/// Labels of letters, digits, `-`, `_` and `*`, none empty.
-fn is_dns_pattern(host: &str) -> bool {
-    host.len() <= 253
-        && host.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'*')
-        })
-}
-
-/// The always-blocked class a network overlaps, if any (spec §1.4, §6.4).
-fn always_blocked_overlap(net: &IpNet) -> Option<&'static str> {
-    const BLOCKED: &[(&str, &str)] = &[
-        ("127.0.0.0/8", "loopback 127.0.0.0/8"),
-        (
-            "169.254.0.0/16",
-            "link-local 169.254.0.0/16 (cloud metadata)",
-        ),
-        ("0.0.0.0/32", "the unspecified address 0.0.0.0"),
-        ("::1/128", "loopback ::1"),
-        ("::/128", "the unspecified address ::"),
-        ("fe80::/10", "link-local fe80::/10"),
-        ("::ffff:127.0.0.0/104", "IPv4-mapped loopback"),
-        ("::ffff:169.254.0.0/112", "IPv4-mapped link-local"),
-        ("::ffff:0.0.0.0/128", "the IPv4-mapped unspecified address"),
-    ];
-    BLOCKED.iter().find_map(|(cidr, name)| {
-        let blocked: IpNet = cidr.parse().ok()?;
-        let overlap = match (net, &blocked) {
-            (IpNet::V4(a), IpNet::V4(b)) => a.contains(&b.network()) || b.contains(&a.network()),
-            (IpNet::V6(a), IpNet::V6(b)) => a.contains(&b.network()) || b.contains(&a.network()),
-            _ => false,
-        };
-        overlap.then_some(*name)
-    })
-}
-
-fn fs_path_problem(path: &str, rw: bool) -> Option<String> {
-    if !path.starts_with('/') {
-        return Some(format!("`{path}` must be an absolute path"));
-    }
-    if path.split('/').any(|c| c == "..") {
-        return Some(format!("`{path}` must not contain `..`"));
-    }
-    if path.len() > 4096 {
-        return Some("path longer than 4096 bytes".to_string());
-    }
-    if rw && path.chars().all(|c| c == '/') {
-        return Some("`/` cannot be writable".to_string());
-    }
-    None
 }
