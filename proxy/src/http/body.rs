@@ -419,6 +419,52 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
     Ok(total)
 }
 
+/// Reads a whole request body, refusing one larger than `max` bytes (413).
+pub async fn read_bounded<R: AsyncRead + Unpin + Send>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    framing: BodyFraming,
+    max: usize,
+) -> Result<Bytes, super::respond::Refusal> {
+    let too_large = || {
+        super::respond::Refusal::new(
+            413,
+            "request_body_too_large",
+            format!(
+                "a body to rewrite may be at most {max} bytes (request_body_credential_rewrite)"
+            ),
+        )
+    };
+    if let BodyFraming::Length(n) = framing
+        && n > max as u64
+    {
+        return Err(too_large());
+    }
+    let (tx, mut rx) = mpsc::channel(4);
+    let pump = pump(rd, buf, framing, BodySink::new(tx, false));
+    let collect = async move {
+        let mut out = Vec::new();
+        while let Some(frame) = rx.recv().await {
+            match frame {
+                Ok(f) => {
+                    if let Ok(d) = f.into_data() {
+                        out.extend_from_slice(&d);
+                        if out.len() > max {
+                            return Err(too_large());
+                        }
+                    }
+                }
+                Err(e) => return Err(e.refusal()),
+            }
+        }
+        Ok(out)
+    };
+    let (pumped, collected) = tokio::join!(pump, collect);
+    let out = collected?;
+    pumped.map_err(|e| e.refusal())?;
+    Ok(Bytes::from(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use bytes::BytesMut;
-use http::{HeaderName, HeaderValue, Request};
+use http::HeaderValue;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -31,7 +31,7 @@ use crate::audit::{self, Engine, Outcome};
 use crate::credentials;
 use crate::http::body::{self, ChannelBody};
 use crate::http::head::{self, BodyFraming, HeadError, RequestHead};
-use crate::http::respond::{self, Refusal, is_hop_by_hop};
+use crate::http::respond::{self, Refusal};
 use crate::policy::canon;
 use crate::policy::decide::Admission;
 use crate::policy::{L4Decision, Policy};
@@ -603,7 +603,9 @@ where
     let mut rewritten: Option<bytes::Bytes> = None;
     if body_rewrite && framing != BodyFraming::None && !ws_upgrade {
         let bytes =
-            match read_bounded(rd, buf, framing, credentials::body::MAX_REWRITE_BODY_BYTES).await {
+            match body::read_bounded(rd, buf, framing, credentials::body::MAX_REWRITE_BODY_BYTES)
+                .await
+            {
                 Ok(b) => b,
                 Err(refusal) => return rec.refuse(wr, refusal, Engine::HttpParser).await,
             };
@@ -668,15 +670,22 @@ where
         }
     };
     let chunked = framing == BodyFraming::Chunked;
-    let mut request =
-        match build_request(head, chunked, &headers, &origin_form, &host, port, req_body) {
-            Ok(r) => r,
-            Err(e) => {
-                return rec
-                    .refuse(wr, Refusal::new(400, "bad_request", e), Engine::HttpParser)
-                    .await;
-            }
-        };
+    let mut request = match crate::http::upstream::build_request(
+        head,
+        chunked,
+        &headers,
+        &origin_form,
+        &host,
+        port,
+        req_body,
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            return rec
+                .refuse(wr, Refusal::new(400, "bad_request", e), Engine::HttpParser)
+                .await;
+        }
+    };
     if ws_upgrade {
         // Upgrade and Connection are hop-by-hop, except in a handshake sluice relays.
         let h = request.headers_mut();
@@ -852,101 +861,10 @@ where
     }
 }
 
-/// Reads a whole request body, refusing one larger than `max` bytes (413).
-async fn read_bounded<R: AsyncRead + Unpin + Send>(
-    rd: &mut R,
-    buf: &mut BytesMut,
-    framing: BodyFraming,
-    max: usize,
-) -> Result<bytes::Bytes, Refusal> {
-    let too_large = || {
-        Refusal::new(
-            413,
-            "request_body_too_large",
-            format!(
-                "a body to rewrite may be at most {max} bytes (request_body_credential_rewrite)"
-            ),
-        )
-    };
-    if let BodyFraming::Length(n) = framing
-        && n > max as u64
-    {
-        return Err(too_large());
-    }
-    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    let pump = body::pump(rd, buf, framing, body::BodySink::new(tx, false));
-    let collect = async move {
-        let mut out = Vec::new();
-        while let Some(frame) = rx.recv().await {
-            match frame {
-                Ok(f) => {
-                    if let Ok(d) = f.into_data() {
-                        out.extend_from_slice(&d);
-                        if out.len() > max {
-                            return Err(too_large());
-                        }
-                    }
-                }
-                Err(e) => return Err(e.refusal()),
-            }
-        }
-        Ok(out)
-    };
-    let (pumped, collected) = tokio::join!(pump, collect);
-    let out = collected?;
-    pumped.map_err(|e| e.refusal())?;
-    Ok(bytes::Bytes::from(out))
-}
-
 enum Exchange {
     Timeout,
     /// The response may not reach the client (it cannot be scrubbed of a secret).
     Refused(inject::Refused),
     Failed(String),
     Midway(String),
-}
-
-/// The upstream request: origin-form target, hop-by-hop and `Proxy-*` headers removed,
-/// `Host` from the URI, `Via` added.
-fn build_request(
-    head: &RequestHead,
-    chunked: bool,
-    headers: &[(String, Vec<u8>)],
-    origin_form: &str,
-    host: &str,
-    port: u16,
-    body: ChannelBody,
-) -> Result<Request<ChannelBody>, String> {
-    let nominated = head.connection_tokens();
-    let mut builder = Request::builder()
-        .method(head.method.as_str())
-        .uri(origin_form)
-        .version(http::Version::HTTP_11);
-    let authority = match (host.contains(':'), port) {
-        (true, 80) => format!("[{host}]"),
-        (true, p) => format!("[{host}]:{p}"),
-        (false, 80) => host.to_string(),
-        (false, p) => format!("{host}:{p}"),
-    };
-    builder = builder.header(http::header::HOST, authority);
-    for (name, value) in headers {
-        let lower = name.to_ascii_lowercase();
-        if is_hop_by_hop(&lower)
-            || nominated.contains(&lower)
-            || lower == "host"
-            || lower == "expect"
-        {
-            continue;
-        }
-        let n = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("invalid header name `{name}`"))?;
-        let v = HeaderValue::from_bytes(value)
-            .map_err(|_| format!("invalid value for header `{name}`"))?;
-        builder = builder.header(n, v);
-    }
-    if chunked {
-        builder = builder.header(http::header::TRANSFER_ENCODING, "chunked");
-    }
-    builder = builder.header(http::header::VIA, "1.1 sluice");
-    builder.body(body).map_err(|e| e.to_string())
 }

@@ -1,0 +1,54 @@
+//! The HTTP/1.1 request sluice sends upstream for a client's request: origin-form target,
+//! hop-by-hop, `Connection`-nominated and `Proxy-*` headers removed, `Host` from the target,
+//! `Via` added. Pure: no sockets.
+
+use http::{HeaderName, HeaderValue, Request};
+
+use super::body::ChannelBody;
+use super::head::RequestHead;
+use super::respond::is_hop_by_hop;
+
+/// The upstream request: origin-form target, hop-by-hop and `Proxy-*` headers removed,
+/// `Host` from the URI, `Via` added.
+pub fn build_request(
+    head: &RequestHead,
+    chunked: bool,
+    headers: &[(String, Vec<u8>)],
+    origin_form: &str,
+    host: &str,
+    port: u16,
+    body: ChannelBody,
+) -> Result<Request<ChannelBody>, String> {
+    let nominated = head.connection_tokens();
+    let mut builder = Request::builder()
+        .method(head.method.as_str())
+        .uri(origin_form)
+        .version(http::Version::HTTP_11);
+    let authority = match (host.contains(':'), port) {
+        (true, 80) => format!("[{host}]"),
+        (true, p) => format!("[{host}]:{p}"),
+        (false, 80) => host.to_string(),
+        (false, p) => format!("{host}:{p}"),
+    };
+    builder = builder.header(http::header::HOST, authority);
+    for (name, value) in headers {
+        let lower = name.to_ascii_lowercase();
+        if is_hop_by_hop(&lower)
+            || nominated.contains(&lower)
+            || lower == "host"
+            || lower == "expect"
+        {
+            continue;
+        }
+        let n = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("invalid header name `{name}`"))?;
+        let v = HeaderValue::from_bytes(value)
+            .map_err(|_| format!("invalid value for header `{name}`"))?;
+        builder = builder.header(n, v);
+    }
+    if chunked {
+        builder = builder.header(http::header::TRANSFER_ENCODING, "chunked");
+    }
+    builder = builder.header(http::header::VIA, "1.1 sluice");
+    builder.body(body).map_err(|e| e.to_string())
+}
