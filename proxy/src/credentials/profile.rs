@@ -29,6 +29,7 @@ use crate::policy::{Compat, Source};
 
 use super::placeholder;
 
+mod placement;
 mod schema;
 
 use schema::{ReadProfile, Reader};
