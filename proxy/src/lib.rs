@@ -4,12 +4,14 @@
 //! integration tests exercise the same code: `policy` (the pure policy engine), `cli`
 //! (subcommands and exit codes), `listen` and `pipeline` (the proxy: accept, identify,
 //! decide, dial, relay), `http` (strict HTTP/1 on the client side), `relay` and `audit`;
+//! `transparent` (what a redirected connection is for), `dns` (the policy DNS responder);
 //! `fuzz` holds the entry points the fuzz targets and their property-test runner share.
 #![forbid(unsafe_code)]
 
 pub mod audit;
 pub mod cli;
 pub mod credentials;
+pub mod dns;
 pub mod fuzz;
 pub mod http;
 pub mod listen;
@@ -18,3 +20,4 @@ pub mod pipeline;
 pub mod policy;
 pub mod relay;
 pub mod tls;
+pub mod transparent;

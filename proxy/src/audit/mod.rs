@@ -211,6 +211,48 @@ pub struct Finding {
     pub severity: Severity,
 }
 
+/// The transport of a DNS question.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DnsTransport {
+    Udp,
+    Tcp,
+}
+
+/// The response code the policy DNS answered with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DnsRcode {
+    NoError,
+    FormErr,
+    ServFail,
+    NxDomain,
+    NotImp,
+    Refused,
+}
+
+/// One question to the policy DNS and its reply (DNS Activity 4003).
+#[derive(Clone, Debug)]
+pub struct DnsQuery {
+    pub time: SystemTime,
+    pub src: SocketAddr,
+    /// The policy DNS listener that answered.
+    pub dst: SocketAddr,
+    pub transport: DnsTransport,
+    /// The name as asked (without a trailing dot); empty when the message had no question.
+    pub name: String,
+    /// The record type asked for (`A`, `AAAA`, `MX`, ...).
+    pub qtype: String,
+    pub rcode: DnsRcode,
+    /// The addresses handed out.
+    pub answers: Vec<IpAddr>,
+    pub ttl: u32,
+    /// Allowed (answered, NXDOMAIN included) or Denied (refused).
+    pub outcome: Outcome,
+    /// The policy entry whose endpoint matched the name, if one did.
+    pub policy: Option<String>,
+    /// Why, for a refusal or a failure.
+    pub reason: Option<String>,
+}
+
 /// Every kind of audit event sluice emits.
 #[derive(Clone, Debug)]
 pub enum Event {
@@ -220,4 +262,5 @@ pub enum Event {
     PolicyChange(PolicyChange),
     Lifecycle(Lifecycle),
     Finding(Finding),
+    Dns(DnsQuery),
 }

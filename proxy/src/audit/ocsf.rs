@@ -8,6 +8,7 @@
 //! | [`HttpRequest`] | HTTP Activity 4002 | the method's id (Get 3, Post 6, ...), else Other 99 | by outcome |
 //! | [`PolicyChange`] | Device Config State Change 5019 | Log 1 | none |
 //! | [`Lifecycle`] | Application Lifecycle 6002 | Start 3 / Stop 4 | none |
+//! | [`super::DnsQuery`] | DNS Activity 4003 | Response 2 | by outcome (`ocsf/dns.rs`) |
 //!
 //! Outcomes: allowed is action Allowed 1 / disposition Allowed 1 (Informational); denied is
 //! Denied 2 / Blocked 2 (Medium), like the reference (spec §7.2), including refusals: a refused
@@ -62,6 +63,7 @@ pub fn to_json(event: &Event, ctx: &Context) -> Value {
         Event::PolicyChange(e) => policy_change(e, ctx),
         Event::Lifecycle(e) => lifecycle(e, ctx),
         Event::Finding(e) => finding(e, ctx),
+        Event::Dns(e) => dns::dns_query(e, ctx),
     };
     Value::Object(object)
 }
@@ -74,6 +76,7 @@ pub fn severity(event: &Event) -> Severity {
         Event::ConnectionClose(_) | Event::Lifecycle(_) => Severity::Informational,
         Event::PolicyChange(e) => policy_severity(e),
         Event::Finding(e) => e.severity,
+        Event::Dns(e) => outcome_severity(e.outcome),
     }
 }
 
@@ -93,6 +96,7 @@ pub fn message(event: &Event) -> String {
         Event::PolicyChange(e) => policy_message(e),
         Event::Lifecycle(e) => lifecycle_message(e),
         Event::Finding(e) => e.title.clone(),
+        Event::Dns(e) => dns::message(e),
     }
 }
 
@@ -805,6 +809,9 @@ fn outcome_verb(outcome: Outcome) -> &'static str {
 fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
     if n == 1 { one } else { many }
 }
+
+mod dns;
+pub use dns::rcode_label as dns_rcode_label;
 
 /// Events for the unit tests of `ocsf`, `shorthand` and `sink`.
 #[cfg(test)]

@@ -54,6 +54,7 @@ pub fn shorthand(event: &Event) -> String {
             s.push(']');
             s
         }
+        Event::Dns(e) => dns(e, sev),
     }
 }
 
@@ -90,6 +91,7 @@ fn event_time(event: &Event) -> SystemTime {
         Event::PolicyChange(e) => e.time,
         Event::Lifecycle(e) => e.time,
         Event::Finding(e) => e.time,
+        Event::Dns(e) => e.time,
     }
 }
 
@@ -165,6 +167,22 @@ fn lifecycle(e: &Lifecycle, sev: &str) -> String {
         s.push(' ');
         push_clean(&mut s, &e.message);
     }
+    s
+}
+
+/// `DNS:QUERY [INFO] ALLOWED 10.0.0.5:40000 -> api.example.com A NOERROR 203.0.113.7 [policy:api engine:dns]`.
+fn dns(e: &super::DnsQuery, sev: &str) -> String {
+    let mut s = format!("DNS:QUERY {sev} {} ", action_label(e.outcome));
+    let _ = write!(s, "{} -> ", e.src);
+    push_clean(&mut s, if e.name.is_empty() { "-" } else { &e.name });
+    s.push(' ');
+    push_clean(&mut s, &e.qtype);
+    let _ = write!(s, " {}", ocsf::dns_rcode_label(e.rcode));
+    for ip in &e.answers {
+        let _ = write!(s, " {ip}");
+    }
+    push_rule(&mut s, e.policy.as_deref(), "dns");
+    push_reason(&mut s, e.outcome, e.reason.as_deref());
     s
 }
 

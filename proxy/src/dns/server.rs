@@ -1,0 +1,313 @@
+//! The policy DNS's sockets: one UDP socket and one TCP listener on the same address, the
+//! DNS wire format through hickory-proto (no hand-written parser), one audit event per reply.
+//!
+//! Every question is decided by [`Responder::reply`]; this module only turns messages into
+//! questions and replies into messages. Bounded: at most [`MAX_IN_FLIGHT`] UDP questions and
+//! [`MAX_TCP_CONNECTIONS`] TCP connections at once (more UDP questions are dropped, more TCP
+//! connections wait in the accept queue), and a TCP connection silent for
+//! [`TCP_IDLE_TIMEOUT`] is closed.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA};
+use hickory_proto::rr::{DNSClass, RData, Record, RecordType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::Semaphore;
+
+use super::answer::{AddressType, Reply, Responder};
+use crate::audit::{AuditSink, DnsQuery, DnsRcode, DnsTransport, Event, Outcome};
+
+/// UDP questions being answered at once.
+pub const MAX_IN_FLIGHT: usize = 256;
+/// TCP connections served at once.
+pub const MAX_TCP_CONNECTIONS: usize = 64;
+/// A TCP connection with no complete question for this long is closed.
+pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest UDP reply without EDNS (RFC 1035 §4.2.1); with EDNS, at most this.
+const UDP_PLAIN_MAX: usize = 512;
+const UDP_EDNS_MAX: u16 = 1232;
+
+/// A running policy DNS: what every question shares.
+#[derive(Debug)]
+pub struct DnsServer {
+    pub responder: Responder,
+    pub audit: Arc<AuditSink>,
+}
+
+/// Binds UDP and TCP on `addr` (IPv6 sockets are v6-only, as the proxy's listeners).
+pub fn bind(addr: SocketAddr) -> std::io::Result<(UdpSocket, TcpListener)> {
+    let udp = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    if addr.is_ipv6() {
+        udp.set_only_v6(true)?;
+    }
+    udp.set_nonblocking(true)?;
+    udp.bind(&addr.into())?;
+    let udp = UdpSocket::from_std(udp.into())?;
+    // Port 0: TCP takes the port UDP got.
+    let tcp_addr = SocketAddr::new(addr.ip(), udp.local_addr()?.port());
+    let tcp = crate::listen::bind(tcp_addr)?;
+    Ok((udp, tcp))
+}
+
+impl DnsServer {
+    /// Answers UDP questions until the process ends.
+    pub async fn serve_udp(self: Arc<Self>, socket: UdpSocket) {
+        let socket = Arc::new(socket);
+        let local = socket
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let (n, src) = match socket.recv_from(&mut buf).await {
+                Ok(x) => x,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+                continue;
+            };
+            let packet = buf[..n].to_vec();
+            let server = Arc::clone(&self);
+            let socket = Arc::clone(&socket);
+            tokio::spawn(async move {
+                let peer = Peer {
+                    src,
+                    dst: local,
+                    transport: DnsTransport::Udp,
+                };
+                if let Some(reply) = server.answer(&packet, peer).await {
+                    let _ = socket.send_to(&reply, src).await;
+                }
+                drop(permit);
+            });
+        }
+    }
+
+    /// Answers TCP questions (RFC 7766: two-byte length, then the message) until the process
+    /// ends.
+    pub async fn serve_tcp(self: Arc<Self>, listener: TcpListener) {
+        let slots = Arc::new(Semaphore::new(MAX_TCP_CONNECTIONS));
+        loop {
+            let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                return;
+            };
+            let (stream, src) = match listener.accept().await {
+                Ok(x) => x,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let server = Arc::clone(&self);
+            tokio::spawn(async move {
+                let dst = stream
+                    .local_addr()
+                    .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+                let peer = Peer {
+                    src,
+                    dst,
+                    transport: DnsTransport::Tcp,
+                };
+                server.serve_connection(stream, peer).await;
+                drop(permit);
+            });
+        }
+    }
+
+    async fn serve_connection(&self, mut stream: TcpStream, peer: Peer) {
+        loop {
+            let read = async {
+                let len = usize::from(stream.read_u16().await?);
+                let mut msg = vec![0u8; len];
+                stream.read_exact(&mut msg).await?;
+                Ok::<_, std::io::Error>(msg)
+            };
+            let Ok(Ok(msg)) = tokio::time::timeout(TCP_IDLE_TIMEOUT, read).await else {
+                return;
+            };
+            let Some(reply) = self.answer(&msg, peer).await else {
+                return;
+            };
+            let Ok(len) = u16::try_from(reply.len()) else {
+                return;
+            };
+            let mut out = Vec::with_capacity(reply.len() + 2);
+            out.extend_from_slice(&len.to_be_bytes());
+            out.extend_from_slice(&reply);
+            if tokio::time::timeout(TCP_IDLE_TIMEOUT, stream.write_all(&out))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    /// The reply to one message (already framed for its transport's size), audited; `None`
+    /// when the bytes are too short to carry an id to answer to.
+    async fn answer(&self, packet: &[u8], peer: Peer) -> Option<Vec<u8>> {
+        let mut event = DnsQuery {
+            time: SystemTime::now(),
+            src: peer.src,
+            dst: peer.dst,
+            transport: peer.transport,
+            name: String::new(),
+            qtype: String::new(),
+            rcode: DnsRcode::FormErr,
+            answers: Vec::new(),
+            ttl: 0,
+            outcome: Outcome::Denied,
+            policy: None,
+            reason: None,
+        };
+        let request = match Message::from_vec(packet) {
+            Ok(m) => m,
+            Err(e) => {
+                let id = u16::from_be_bytes([*packet.first()?, *packet.get(1)?]);
+                if packet.len() < 12 {
+                    return None;
+                }
+                event.reason = Some(format!("malformed DNS message: {e}"));
+                self.audit.emit(&Event::Dns(event));
+                return Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)
+                    .to_vec()
+                    .ok();
+            }
+        };
+        if request.metadata.message_type != MessageType::Query {
+            // Never answer a response: that would let two resolvers bounce packets forever.
+            return None;
+        }
+        let mut response = Message::response(request.metadata.id, request.metadata.op_code);
+        response.metadata.recursion_desired = request.metadata.recursion_desired;
+        response.metadata.recursion_available = true;
+        if request.edns.is_some() {
+            let mut edns = Edns::new();
+            edns.set_max_payload(UDP_EDNS_MAX);
+            response.set_edns(edns);
+        }
+        let max_udp = match &request.edns {
+            Some(e) => usize::from(e.max_payload().clamp(512, UDP_EDNS_MAX)),
+            None => UDP_PLAIN_MAX,
+        };
+        let question = match (&request.metadata.op_code, request.queries.as_slice()) {
+            (OpCode::Query, [q]) if q.query_class() == DNSClass::IN => Ok(q.clone()),
+            (OpCode::Query, [q]) => Err((
+                Some(q.clone()),
+                ResponseCode::Refused,
+                DnsRcode::Refused,
+                "only the IN class is answered",
+            )),
+            (OpCode::Query, _) => Err((
+                None,
+                ResponseCode::FormErr,
+                DnsRcode::FormErr,
+                "a query must carry exactly one question",
+            )),
+            _ => Err((
+                request.queries.first().cloned(),
+                ResponseCode::NotImp,
+                DnsRcode::NotImp,
+                "only standard queries are answered",
+            )),
+        };
+        let question = match question {
+            Ok(q) => q,
+            Err((q, code, rcode, why)) => {
+                if let Some(q) = q {
+                    describe(&mut event, &q);
+                    response.add_query(q);
+                }
+                response.metadata.response_code = code;
+                event.rcode = rcode;
+                event.reason = Some(why.to_string());
+                self.audit.emit(&Event::Dns(event));
+                return finish(response, peer.transport, max_udp);
+            }
+        };
+        describe(&mut event, &question);
+        let qtype = match question.query_type() {
+            RecordType::A => AddressType::A,
+            RecordType::AAAA => AddressType::Aaaa,
+            _ => AddressType::Other,
+        };
+        let reply = self.responder.reply(&event.name, qtype).await;
+        response.add_query(question.clone());
+        match reply {
+            Reply::Answer { addrs, ttl, entry } => {
+                let ttl = u32::try_from(ttl.as_secs()).unwrap_or(u32::MAX);
+                for ip in &addrs {
+                    let rdata = match ip.to_canonical() {
+                        IpAddr::V4(v4) => RData::A(A(v4)),
+                        IpAddr::V6(v6) => RData::AAAA(AAAA(v6)),
+                    };
+                    response.add_answer(Record::from_rdata(question.name().clone(), ttl, rdata));
+                }
+                event.rcode = DnsRcode::NoError;
+                event.outcome = Outcome::Allowed;
+                event.answers = addrs;
+                event.ttl = ttl;
+                event.policy = Some(entry);
+            }
+            Reply::NxDomain { entry } => {
+                response.metadata.response_code = ResponseCode::NXDomain;
+                event.rcode = DnsRcode::NxDomain;
+                event.outcome = Outcome::Allowed;
+                event.policy = Some(entry);
+            }
+            Reply::ServFail { entry, reason } => {
+                response.metadata.response_code = ResponseCode::ServFail;
+                event.rcode = DnsRcode::ServFail;
+                event.outcome = Outcome::Allowed;
+                event.policy = Some(entry);
+                event.reason = Some(reason);
+            }
+            Reply::Refused { entry, reason } => {
+                response.metadata.response_code = ResponseCode::Refused;
+                event.rcode = DnsRcode::Refused;
+                event.policy = entry;
+                event.reason = Some(reason);
+            }
+        }
+        self.audit.emit(&Event::Dns(event));
+        finish(response, peer.transport, max_udp)
+    }
+}
+
+/// Who asked, where, how.
+#[derive(Clone, Copy, Debug)]
+struct Peer {
+    src: SocketAddr,
+    dst: SocketAddr,
+    transport: DnsTransport,
+}
+
+/// The name and type of `q`, for the audit event.
+fn describe(event: &mut DnsQuery, q: &Query) {
+    let name = q.name().to_ascii();
+    event.name = name.strip_suffix('.').unwrap_or(&name).to_string();
+    event.qtype = q.query_type().to_string();
+}
+
+/// The encoded reply; over UDP, one that does not fit is sent truncated (TC set, no records)
+/// so the client retries over TCP.
+fn finish(response: Message, transport: DnsTransport, max_udp: usize) -> Option<Vec<u8>> {
+    let bytes = response.to_vec().ok()?;
+    if transport == DnsTransport::Udp && bytes.len() > max_udp {
+        let mut cut = response.truncate();
+        cut.metadata.truncation = true;
+        return cut.to_vec().ok();
+    }
+    Some(bytes)
+}

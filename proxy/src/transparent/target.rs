@@ -1,0 +1,377 @@
+//! Which host a redirected connection is for, and whether the client may claim it.
+//!
+//! [`decide_target`] is the rule, pure: the loop guard (a connection whose original
+//! destination is one of sluice's own listeners is refused), then the anti-forgery rule. A
+//! name that comes only from the client (SNI, `Host`) stands only when the original
+//! destination is an address that name resolves to, or one the policy DNS handed out for it;
+//! otherwise the connection is refused with the reason, so a forged SNI cannot carry an
+//! allowed name to another host's address. A ClientHello without SNI, where the policy needs
+//! a name, is refused and says so. Without any claim, the name is the one the policy DNS
+//! handed the address out for (raw `protocol: tcp` relays), else the address itself.
+//!
+//! [`corroborate`] gathers the evidence the rule needs (the only I/O: one lookup through
+//! `sluice_resolver`, skipped when the policy DNS already vouches for the name).
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
+
+use sluice_resolver::Resolver;
+
+use super::sniff::Hello;
+use crate::dns::table::HandedOut;
+
+/// Where a client's claimed name came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameSource {
+    Sni,
+    Host,
+}
+
+impl fmt::Display for NameSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NameSource::Sni => "TLS SNI",
+            NameSource::Host => "HTTP Host",
+        })
+    }
+}
+
+/// Why the host of a redirected connection is what it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameBasis {
+    /// Claimed by the client and the original destination is one of the name's addresses.
+    Resolves(NameSource),
+    /// Claimed by the client and the policy DNS handed the original destination out for it.
+    PolicyDns(NameSource),
+    /// Not claimed; the policy DNS handed the original destination out for this name.
+    PolicyDnsOnly,
+    /// No name at all: the host is the original destination's address.
+    Address,
+}
+
+/// The destination the pipeline's phases judge and dial.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransparentTarget {
+    /// A policy host name (lower-case, no trailing dot), or the original address as text.
+    pub host: String,
+    /// Always the original destination's port (a port in `Host` is ignored).
+    pub port: u16,
+    /// The only address that may be dialled for this connection.
+    pub original: SocketAddr,
+    pub basis: NameBasis,
+}
+
+/// Why a redirected connection is refused before policy.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TargetRefusal {
+    /// The original destination is sluice itself.
+    #[error("the original destination {original} is one of sluice's own listeners (a loop)")]
+    Loop { original: SocketAddr },
+    /// TLS without SNI where the policy needs a name.
+    #[error(
+        "the TLS ClientHello to {original} has no SNI, and no policy endpoint allows that address without a name"
+    )]
+    NoSni { original: SocketAddr },
+    /// Nothing named the host, and the policy allows no bare address there.
+    #[error(
+        "no host name for {original}: no TLS SNI, no HTTP Host, and the policy DNS handed this address out for no name"
+    )]
+    NoName { original: SocketAddr },
+    /// The claimed name does not stand for the original destination.
+    #[error(
+        "{claimed_by} names `{name}`, but {original} is not an address of `{name}` ({why}); refused so a forged name cannot reach another host"
+    )]
+    Forged {
+        name: String,
+        claimed_by: NameSource,
+        original: SocketAddr,
+        why: String,
+    },
+}
+
+impl TargetRefusal {
+    /// The reason code for refusals and audit events.
+    pub fn code(&self) -> &'static str {
+        match self {
+            TargetRefusal::Loop { .. } => "transparent_loop",
+            TargetRefusal::NoSni { .. } => "tls_sni_required",
+            TargetRefusal::NoName { .. } => "host_name_required",
+            TargetRefusal::Forged { .. } => "host_name_mismatch",
+        }
+    }
+}
+
+/// What the rule looks at.
+#[derive(Clone, Copy, Debug)]
+pub struct TargetInput<'a> {
+    /// The original destination (`origdst::original_destination`).
+    pub original: SocketAddr,
+    /// Every address sluice listens on (explicit, transparent, DNS, metrics).
+    pub own_listeners: &'a [SocketAddr],
+    /// What the client's first bytes claimed (`sniff::sniff`).
+    pub hello: &'a Hello,
+    /// True when no policy endpoint allows the bare original address at its port (see
+    /// [`needs_name`]): then a connection without a name is refused here, with its reason.
+    pub needs_name: bool,
+    /// The addresses the claimed name resolves to (empty when there is no claim, the
+    /// lookup failed, or the policy DNS already vouched).
+    pub resolved: &'a [IpAddr],
+    /// The names the policy DNS handed the original address out for, most recent first.
+    pub dns_names: &'a [String],
+}
+
+/// The rule (see the module documentation).
+pub fn decide_target(input: &TargetInput<'_>) -> Result<TransparentTarget, TargetRefusal> {
+    let original = input.original;
+    if is_own_listener(original, input.own_listeners) {
+        return Err(TargetRefusal::Loop { original });
+    }
+    let claim = match input.hello {
+        Hello::Tls { sni: Some(n) } => Some((n, NameSource::Sni)),
+        Hello::Http { host: Some(n) } => Some((n, NameSource::Host)),
+        Hello::Tls { sni: None } if input.needs_name => {
+            return Err(TargetRefusal::NoSni { original });
+        }
+        Hello::Tls { sni: None } | Hello::Http { host: None } | Hello::Opaque => None,
+    };
+    let target = |host: String, basis| TransparentTarget {
+        host,
+        port: original.port(),
+        original,
+        basis,
+    };
+    let Some((name, source)) = claim else {
+        return match input.dns_names.first() {
+            Some(name) => Ok(target(name.clone(), NameBasis::PolicyDnsOnly)),
+            None if input.needs_name => Err(TargetRefusal::NoName { original }),
+            None => Ok(target(original.ip().to_string(), NameBasis::Address)),
+        };
+    };
+    if input.dns_names.iter().any(|n| n == name) {
+        return Ok(target(name.clone(), NameBasis::PolicyDns(source)));
+    }
+    if input.resolved.iter().any(|ip| same_ip(*ip, original.ip())) {
+        return Ok(target(name.clone(), NameBasis::Resolves(source)));
+    }
+    let why = if input.resolved.is_empty() {
+        "the name has no addresses here and the policy DNS did not hand this one out".to_string()
+    } else {
+        let list: Vec<String> = input.resolved.iter().map(IpAddr::to_string).collect();
+        format!("it resolves to {}", list.join(", "))
+    };
+    Err(TargetRefusal::Forged {
+        name: name.clone(),
+        claimed_by: source,
+        original,
+        why,
+    })
+}
+
+/// Whether the policy needs a name at `original`: no endpoint allows the bare address at its
+/// port (for any binary; the L4 decision judges the binary later).
+pub fn needs_name(policy: &crate::policy::Policy, original: SocketAddr) -> bool {
+    policy
+        .endpoints_for(&original.ip().to_string(), original.port())
+        .is_empty()
+}
+
+/// True when `addr` reaches one of `listeners`: same port, and the same address, or a
+/// listener on the unspecified address of the family, or a loopback address (a loopback
+/// listener is reachable only from here).
+pub fn is_own_listener(addr: SocketAddr, listeners: &[SocketAddr]) -> bool {
+    let ip = canonical_ip(addr.ip());
+    listeners.iter().any(|l| {
+        let lip = canonical_ip(l.ip());
+        l.port() == addr.port()
+            && (lip == ip
+                || (lip.is_unspecified() && lip.is_ipv4() == ip.is_ipv4())
+                || (lip.is_loopback() && ip.is_loopback()))
+    })
+}
+
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    ip.to_canonical()
+}
+
+fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+    canonical_ip(a) == canonical_ip(b)
+}
+
+/// The evidence [`decide_target`] needs beyond the sniff: the names the policy DNS handed
+/// `original` out for, and (only when those do not include the claimed name) the claimed
+/// name's addresses. A failed lookup is no addresses: the rule then refuses the claim.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Evidence {
+    pub resolved: Vec<IpAddr>,
+    pub dns_names: Vec<String>,
+}
+
+/// Gathers the [`Evidence`] for one connection.
+pub async fn corroborate(
+    resolver: &Resolver,
+    table: Option<&HandedOut>,
+    hello: &Hello,
+    original: SocketAddr,
+) -> Evidence {
+    let dns_names = table
+        .map(|t| t.names_for(original.ip(), Instant::now()))
+        .unwrap_or_default();
+    let claimed = match hello {
+        Hello::Tls { sni: Some(n) } | Hello::Http { host: Some(n) } => Some(n),
+        _ => None,
+    };
+    let resolved = match claimed {
+        Some(name) if !dns_names.iter().any(|n| n == name) => {
+            resolver.resolve(name).await.unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
+    Evidence {
+        resolved,
+        dns_names,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    fn input<'a>(
+        original: &str,
+        hello: &'a Hello,
+        resolved: &'a [IpAddr],
+        dns_names: &'a [String],
+    ) -> TargetInput<'a> {
+        TargetInput {
+            original: addr(original),
+            own_listeners: &[],
+            hello,
+            needs_name: true,
+            resolved,
+            dns_names,
+        }
+    }
+
+    fn sni(n: &str) -> Hello {
+        Hello::Tls {
+            sni: Some(n.to_string()),
+        }
+    }
+
+    #[test]
+    fn a_name_stands_when_the_original_address_is_one_of_its_addresses() {
+        let hello = sni("api.example.com");
+        let resolved = [
+            "203.0.113.9".parse().unwrap(),
+            "203.0.113.7".parse().unwrap(),
+        ];
+        let t = decide_target(&input("203.0.113.7:443", &hello, &resolved, &[])).unwrap();
+        assert_eq!(t.host, "api.example.com");
+        assert_eq!(t.port, 443);
+        assert_eq!(t.basis, NameBasis::Resolves(NameSource::Sni));
+    }
+
+    #[test]
+    fn a_forged_sni_towards_another_address_is_refused_with_the_reason() {
+        let hello = sni("api.example.com");
+        let resolved = ["203.0.113.9".parse().unwrap()];
+        let err = decide_target(&input("198.51.100.1:443", &hello, &resolved, &[])).unwrap_err();
+        assert_eq!(err.code(), "host_name_mismatch");
+        let text = err.to_string();
+        assert!(
+            text.contains("api.example.com") && text.contains("198.51.100.1"),
+            "{text}"
+        );
+        assert!(text.contains("resolves to 203.0.113.9"), "{text}");
+        // A name that does not resolve at all is no evidence either.
+        let err = decide_target(&input("198.51.100.1:443", &hello, &[], &[])).unwrap_err();
+        assert!(matches!(err, TargetRefusal::Forged { .. }));
+    }
+
+    #[test]
+    fn the_policy_dns_vouches_for_the_names_it_handed_out() {
+        let hello = Hello::Http {
+            host: Some("echo.internal".to_string()),
+        };
+        let names = ["echo.internal".to_string()];
+        let t = decide_target(&input("10.1.2.3:80", &hello, &[], &names)).unwrap();
+        assert_eq!(t.basis, NameBasis::PolicyDns(NameSource::Host));
+        // But not for a different name on that address.
+        let other = Hello::Http {
+            host: Some("other.internal".to_string()),
+        };
+        assert!(decide_target(&input("10.1.2.3:80", &other, &[], &names)).is_err());
+    }
+
+    #[test]
+    fn raw_tcp_takes_the_name_the_policy_dns_handed_out() {
+        let names = ["db.example.com".to_string(), "old.example.com".to_string()];
+        let t = decide_target(&input("10.1.2.3:5432", &Hello::Opaque, &[], &names)).unwrap();
+        assert_eq!(t.host, "db.example.com");
+        assert_eq!(t.basis, NameBasis::PolicyDnsOnly);
+        let err = decide_target(&input("10.1.2.3:5432", &Hello::Opaque, &[], &[])).unwrap_err();
+        assert_eq!(err.code(), "host_name_required");
+    }
+
+    #[test]
+    fn tls_without_sni_is_refused_where_a_name_is_needed() {
+        let hello = Hello::Tls { sni: None };
+        let err = decide_target(&input("203.0.113.7:443", &hello, &[], &[])).unwrap_err();
+        assert_eq!(err.code(), "tls_sni_required");
+        assert!(err.to_string().contains("no SNI"));
+        // Where the policy allows the bare address, the address is the host.
+        let mut i = input("203.0.113.7:443", &hello, &[], &[]);
+        i.needs_name = false;
+        let t = decide_target(&i).unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.basis),
+            ("203.0.113.7", NameBasis::Address)
+        );
+    }
+
+    #[test]
+    fn connections_to_sluice_itself_are_refused_first() {
+        let hello = sni("api.example.com");
+        let resolved = ["127.0.0.1".parse().unwrap()];
+        for (listener, original) in [
+            ("127.0.0.1:3128", "127.0.0.1:3128"),
+            ("0.0.0.0:15001", "10.0.0.5:15001"),
+            ("127.0.0.1:3128", "127.0.0.2:3128"),
+            ("[::]:15001", "[2001:db8::5]:15001"),
+            ("[::1]:15053", "[::ffff:127.0.0.1]:15053"),
+        ] {
+            let own = [addr(listener)];
+            let mut i = input(original, &hello, &resolved, &[]);
+            i.own_listeners = &own;
+            assert_eq!(
+                decide_target(&i).unwrap_err(),
+                TargetRefusal::Loop {
+                    original: addr(original)
+                },
+                "{listener} {original}"
+            );
+        }
+        // Same port on another host is not a loop.
+        assert!(!is_own_listener(
+            addr("203.0.113.7:3128"),
+            &[addr("127.0.0.1:3128")]
+        ));
+        assert!(!is_own_listener(
+            addr("[2001:db8::5]:3128"),
+            &[addr("0.0.0.0:3128")]
+        ));
+    }
+
+    #[test]
+    fn mapped_and_plain_ipv4_are_the_same_address() {
+        let hello = sni("a.example.com");
+        let resolved = ["::ffff:203.0.113.7".parse().unwrap()];
+        assert!(decide_target(&input("203.0.113.7:443", &hello, &resolved, &[])).is_ok());
+    }
+}
