@@ -194,6 +194,12 @@ fn all_grants(args: &ExecArgs, s: &GrantSources<'_>) -> Vec<Grant> {
 }
 
 async fn exec_async(mut args: ExecArgs) -> ExitCode {
+    if args.run.dns_listen.is_some() {
+        eprintln!(
+            "sluice: --dns-listen is for `sluice run` (a sidecar or a pod); exec does not serve DNS"
+        );
+        return ExitCode::from(EXIT_REFUSED);
+    }
     let workdir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     // The CA files and the command's TMPDIR live in a private directory of unpredictable name.
     let mut private = match SandboxDir::create(&std::env::temp_dir()) {

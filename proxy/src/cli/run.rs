@@ -119,6 +119,10 @@ pub struct RunArgs {
     /// past --body-timeout (0: only the silence bound).
     #[arg(long, value_name = "BYTES", default_value_t = 256)]
     pub body_min_rate: u64,
+    /// Policy DNS (UDP and TCP) for a sandboxed namespace or pod: answers only names some
+    /// policy endpoint allows, with addresses that pass the SSRF check; REFUSED otherwise.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub dns_listen: Option<SocketAddr>,
 }
 
 impl RunArgs {
@@ -491,6 +495,12 @@ async fn serve(args: RunArgs) -> ExitCode {
         version: env!("CARGO_PKG_VERSION"),
         message: format!("sluice started, listening on {}", addrs.join(", ")),
     }));
+    if let Some(addr) = args.dns_listen {
+        if let Err(e) = start_policy_dns(addr, &shared, &audit) {
+            eprintln!("sluice: {e}");
+            return ExitCode::from(1);
+        }
+    }
     for l in listeners {
         tokio::spawn(listen::accept_loop(l, Arc::clone(&shared)));
     }
@@ -502,6 +512,38 @@ async fn serve(args: RunArgs) -> ExitCode {
         message: format!("sluice stopped ({reason})"),
     }));
     ExitCode::SUCCESS
+}
+
+/// Binds `--dns-listen` (UDP and TCP) and serves the policy DNS on it, following policy
+/// reloads. Returns the table of handed-out addresses.
+fn start_policy_dns(
+    addr: SocketAddr,
+    shared: &Arc<Shared>,
+    audit: &Arc<AuditSink>,
+) -> Result<Arc<crate::dns::table::HandedOut>, String> {
+    use crate::dns::{answer, server, table};
+    let (udp, tcp) = server::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    if let Ok(a) = udp.local_addr() {
+        eprintln!("sluice: listening on {a} (policy DNS, UDP and TCP)");
+    }
+    let table = Arc::new(table::HandedOut::default());
+    let policy_of = Arc::clone(shared);
+    let dns = Arc::new(server::DnsServer {
+        responder: answer::Responder {
+            policy: Arc::new(move || policy_of.policy.load_full()),
+            resolver: shared.resolver.clone(),
+            compat: shared.compat,
+            vet: sluice_resolver::VetOptions {
+                allow_loopback: shared.allow_loopback,
+            },
+            table: Arc::clone(&table),
+            ttl: answer::DEFAULT_TTL,
+        },
+        audit: Arc::clone(audit),
+    });
+    tokio::spawn(Arc::clone(&dns).serve_udp(udp));
+    tokio::spawn(dns.serve_tcp(tcp));
+    Ok(table)
 }
 
 /// The ephemeral CA (its certificates written to `--ca-dir`), the leaf cache and the
