@@ -495,11 +495,11 @@ async fn serve(args: RunArgs) -> ExitCode {
         version: env!("CARGO_PKG_VERSION"),
         message: format!("sluice started, listening on {}", addrs.join(", ")),
     }));
-    if let Some(addr) = args.dns_listen {
-        if let Err(e) = start_policy_dns(addr, &shared, &audit) {
-            eprintln!("sluice: {e}");
-            return ExitCode::from(1);
-        }
+    if let Some(addr) = args.dns_listen
+        && let Err(e) = start_policy_dns(addr, &shared, &audit)
+    {
+        eprintln!("sluice: {e}");
+        return ExitCode::from(1);
     }
     for l in listeners {
         tokio::spawn(listen::accept_loop(l, Arc::clone(&shared)));
