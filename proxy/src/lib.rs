@@ -4,7 +4,8 @@
 //! integration tests exercise the same code: `policy` (the pure policy engine), `cli`
 //! (subcommands and exit codes), `listen` and `pipeline` (the proxy: accept, identify,
 //! decide, dial, relay), `http` (strict HTTP/1 on the client side), `relay` and `audit`;
-//! `transparent` (what a redirected connection is for), `dns` (the policy DNS responder);
+//! `transparent` (what a redirected connection is for), `dns` (the policy DNS responder),
+//! `netfence` (the nftables fence of a sandboxed namespace or pod);
 //! `fuzz` holds the entry points the fuzz targets and their property-test runner share.
 #![forbid(unsafe_code)]
 
@@ -15,6 +16,7 @@ pub mod dns;
 pub mod fuzz;
 pub mod http;
 pub mod listen;
+pub mod netfence;
 pub mod nofollow;
 pub mod pipeline;
 pub mod policy;

@@ -29,13 +29,15 @@ network_policies:
       - { path: /usr/bin/curl }
 "#;
 
-/// sluice with the policy DNS on an ephemeral loopback port, and that port.
-fn start() -> (Sluice, SocketAddr) {
+/// sluice with the policy DNS on ephemeral loopback ports (IPv4 and IPv6), and those.
+fn start() -> (Sluice, SocketAddr, SocketAddr) {
     let sluice = Sluice::start(
         POLICY,
         &[
             "--dns-listen",
             "127.0.0.1:0",
+            "--dns-listen",
+            "[::1]:0",
             "--resolve",
             "api.example.test=93.184.215.7,2606:2800:21f::7",
             "--resolve",
@@ -50,14 +52,18 @@ fn start() -> (Sluice, SocketAddr) {
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let dns = sluice.stderr().lines().find_map(|l| {
-            l.strip_prefix("sluice: listening on ")
-                .filter(|rest| rest.contains("(policy DNS"))
-                .and_then(|rest| rest.split(' ').next())
-                .and_then(|a| a.parse().ok())
-        });
-        if let Some(addr) = dns {
-            return (sluice, addr);
+        let dns: Vec<SocketAddr> = sluice
+            .stderr()
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("sluice: listening on ")
+                    .filter(|rest| rest.contains("(policy DNS"))
+                    .and_then(|rest| rest.split(' ').next())
+                    .and_then(|a| a.parse().ok())
+            })
+            .collect();
+        if let [v4, v6] = dns[..] {
+            return (sluice, v4, v6);
         }
         assert!(
             Instant::now() < deadline,
@@ -101,8 +107,9 @@ fn dns_events(sluice: &Sluice) -> Vec<Value> {
 
 #[test]
 fn allowed_names_are_answered_over_udp_and_tcp_with_their_vetted_addresses() {
-    let (sluice, dns) = start();
-    for transport in ["udp", "tcp"] {
+    let (sluice, dns, dns6) = start();
+    assert!(dns6.is_ipv6());
+    for (dns, transport) in [(dns, "udp"), (dns, "tcp"), (dns6, "udp"), (dns6, "tcp")] {
         let a = ask(dns, "api.example.test", "A", transport);
         assert_eq!(a["rcode"], "NOERROR", "{a}");
         assert_eq!(a["answers"], serde_json::json!(["93.184.215.7"]), "{a}");
@@ -142,7 +149,7 @@ fn allowed_names_are_answered_over_udp_and_tcp_with_their_vetted_addresses() {
 
 #[test]
 fn names_no_policy_allows_are_refused_and_audited() {
-    let (sluice, dns) = start();
+    let (sluice, dns, _) = start();
     for transport in ["udp", "tcp"] {
         for (name, why) in [
             ("elsewhere.example.org", "no policy endpoint allows"),

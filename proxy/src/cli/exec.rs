@@ -194,7 +194,7 @@ fn all_grants(args: &ExecArgs, s: &GrantSources<'_>) -> Vec<Grant> {
 }
 
 async fn exec_async(mut args: ExecArgs) -> ExitCode {
-    if args.run.dns_listen.is_some() {
+    if !args.run.dns_listen.is_empty() {
         eprintln!(
             "sluice: --dns-listen is for `sluice run` (a sidecar or a pod); exec does not serve DNS"
         );

@@ -7,6 +7,7 @@
 mod demo;
 mod doctor;
 mod exec;
+mod netfence;
 mod policy;
 mod run;
 
@@ -40,6 +41,9 @@ enum Command {
     /// Check, explain and show policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// The nftables fence of a sandboxed network namespace or pod: print or apply it.
+    #[command(subcommand)]
+    Netfence(netfence::NetfenceCommand),
 }
 
 /// `--compat`: how to read constructs the reference accepts but silently misreads.
@@ -91,5 +95,6 @@ pub fn main() -> ExitCode {
         Command::Demo => demo::demo(),
         Command::Doctor => doctor::doctor(),
         Command::Policy(cmd) => policy::run(cmd),
+        Command::Netfence(cmd) => netfence::run(cmd),
     }
 }

@@ -121,8 +121,9 @@ pub struct RunArgs {
     pub body_min_rate: u64,
     /// Policy DNS (UDP and TCP) for a sandboxed namespace or pod: answers only names some
     /// policy endpoint allows, with addresses that pass the SSRF check; REFUSED otherwise.
-    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
-    pub dns_listen: Option<SocketAddr>,
+    /// Repeat for more (e.g. 127.0.0.1:15053 and [::1]:15053 behind the network fence).
+    #[arg(long = "dns-listen", value_name = "ADDR", value_parser = parse_listen)]
+    pub dns_listen: Vec<SocketAddr>,
 }
 
 impl RunArgs {
@@ -495,8 +496,8 @@ async fn serve(args: RunArgs) -> ExitCode {
         version: env!("CARGO_PKG_VERSION"),
         message: format!("sluice started, listening on {}", addrs.join(", ")),
     }));
-    if let Some(addr) = args.dns_listen
-        && let Err(e) = start_policy_dns(addr, &shared, &audit)
+    if !args.dns_listen.is_empty()
+        && let Err(e) = start_policy_dns(&args.dns_listen, &shared, &audit)
     {
         eprintln!("sluice: {e}");
         return ExitCode::from(1);
@@ -514,17 +515,22 @@ async fn serve(args: RunArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Binds `--dns-listen` (UDP and TCP) and serves the policy DNS on it, following policy
-/// reloads. Returns the table of handed-out addresses.
+/// Binds every `--dns-listen` address (UDP and TCP) and serves the policy DNS there,
+/// following policy reloads. Returns the table of handed-out addresses (one for all).
 fn start_policy_dns(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     shared: &Arc<Shared>,
     audit: &Arc<AuditSink>,
 ) -> Result<Arc<crate::dns::table::HandedOut>, String> {
     use crate::dns::{answer, server, table};
-    let (udp, tcp) = server::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    if let Ok(a) = udp.local_addr() {
-        eprintln!("sluice: listening on {a} (policy DNS, UDP and TCP)");
+    let mut sockets = Vec::new();
+    for addr in addrs {
+        let (udp, tcp) =
+            server::bind(*addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        if let Ok(a) = udp.local_addr() {
+            eprintln!("sluice: listening on {a} (policy DNS, UDP and TCP)");
+        }
+        sockets.push((udp, tcp));
     }
     let table = Arc::new(table::HandedOut::default());
     let policy_of = Arc::clone(shared);
@@ -541,8 +547,10 @@ fn start_policy_dns(
         },
         audit: Arc::clone(audit),
     });
-    tokio::spawn(Arc::clone(&dns).serve_udp(udp));
-    tokio::spawn(dns.serve_tcp(tcp));
+    for (udp, tcp) in sockets {
+        tokio::spawn(Arc::clone(&dns).serve_udp(udp));
+        tokio::spawn(Arc::clone(&dns).serve_tcp(tcp));
+    }
     Ok(table)
 }
 
