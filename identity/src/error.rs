@@ -26,10 +26,15 @@ pub enum IdentityError {
         local: SocketAddr,
     },
 
-    /// The socket exists but no process that sluice may inspect holds it.
+    /// The socket exists but no process that sluice may inspect holds it: the caller runs in
+    /// a PID namespace sluice cannot see (a sidecar without `shareProcessNamespace`), or as
+    /// another user while sluice lacks CAP_SYS_PTRACE. Never a guess: every policy entry that
+    /// names binaries fails to match.
     #[error(
-        "failed to resolve peer binary: socket inode {inode} has no owning process (sluice needs \
-         CAP_SYS_PTRACE or root to read other processes' file descriptors)"
+        "failed to resolve peer binary: socket inode {inode} has no owning process (the caller's \
+         binary is not visible to sluice: it runs in another PID namespace, e.g. a sidecar \
+         without shareProcessNamespace, or sluice lacks CAP_SYS_PTRACE or root to read other \
+         processes' file descriptors)"
     )]
     NoOwner {
         /// The socket's inode number.
@@ -153,8 +158,10 @@ mod tests {
         );
         assert_eq!(
             IdentityError::NoOwner { inode: 77 }.to_string(),
-            "failed to resolve peer binary: socket inode 77 has no owning process (sluice needs \
-             CAP_SYS_PTRACE or root to read other processes' file descriptors)"
+            "failed to resolve peer binary: socket inode 77 has no owning process (the caller's \
+             binary is not visible to sluice: it runs in another PID namespace, e.g. a sidecar \
+             without shareProcessNamespace, or sluice lacks CAP_SYS_PTRACE or root to read \
+             other processes' file descriptors)"
         );
         assert_eq!(
             IdentityError::ProcessExited { pid: 42 }.to_string(),

@@ -421,7 +421,9 @@ fn the_proxys_own_connection_has_no_owner() {
     let err = resolver().lookup(peer, local).unwrap_err();
     assert!(matches!(err, IdentityError::NoOwner { .. }), "{err:?}");
     assert!(err.to_string().ends_with(
-        "has no owning process (sluice needs CAP_SYS_PTRACE or root to read other processes' file descriptors)"
+        "has no owning process (the caller's binary is not visible to sluice: it runs in another \
+         PID namespace, e.g. a sidecar without shareProcessNamespace, or sluice lacks \
+         CAP_SYS_PTRACE or root to read other processes' file descriptors)"
     ));
 }
 
