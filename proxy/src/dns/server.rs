@@ -174,10 +174,11 @@ impl DnsServer {
         let request = match Message::from_vec(packet) {
             Ok(m) => m,
             Err(e) => {
-                let id = u16::from_be_bytes([*packet.first()?, *packet.get(1)?]);
-                if packet.len() < 12 {
+                // No id to answer to, or a response (QR set): never reply.
+                if packet.len() < 12 || packet[2] & 0x80 != 0 {
                     return None;
                 }
+                let id = u16::from_be_bytes([packet[0], packet[1]]);
                 event.reason = Some(format!("malformed DNS message: {e}"));
                 self.audit.emit(&Event::Dns(event));
                 return Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)
@@ -310,4 +311,127 @@ fn finish(response: Message, transport: DnsTransport, max_udp: usize) -> Option<
         return cut.to_vec().ok();
     }
     Some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use sluice_resolver::{Overrides, Resolver, VetOptions};
+
+    use super::*;
+    use crate::dns::table::HandedOut;
+    use crate::policy::{Compat, Policy, Source, load};
+
+    fn server() -> DnsServer {
+        let policy: Arc<Policy> = Arc::new(
+            load(
+                &[Source {
+                    name: "p.yaml".into(),
+                    text: "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - { host: a.example.com, port: 443 }\n    binaries:\n      - { path: /usr/bin/curl }\n".into(),
+                }],
+                Compat::Strict,
+            )
+            .unwrap()
+            .policy,
+        );
+        let overrides = Overrides::from_args(&["a.example.com=93.184.215.7".to_string()]).unwrap();
+        DnsServer {
+            responder: Responder {
+                policy: Arc::new(move || Arc::clone(&policy)),
+                resolver: Resolver::overrides_only(overrides),
+                compat: Compat::Strict,
+                vet: VetOptions::default(),
+                table: Arc::new(HandedOut::default()),
+                ttl: Duration::from_secs(30),
+            },
+            audit: Arc::new(AuditSink::disabled()),
+        }
+    }
+
+    fn peer() -> Peer {
+        Peer {
+            src: "127.0.0.1:5353".parse().unwrap(),
+            dst: "127.0.0.1:53".parse().unwrap(),
+            transport: DnsTransport::Udp,
+        }
+    }
+
+    fn query(name: &str, rtype: RecordType) -> Vec<u8> {
+        let mut m = Message::query();
+        m.metadata.id = 0x4242;
+        m.metadata.recursion_desired = true;
+        m.add_query(Query::query(
+            hickory_proto::rr::Name::from_ascii(name).unwrap(),
+            rtype,
+        ));
+        m.to_vec().unwrap()
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_query_gets_a_reply_with_its_id_question_and_answer() {
+        let s = server();
+        let reply = rt()
+            .block_on(s.answer(&query("A.example.com.", RecordType::A), peer()))
+            .unwrap();
+        let m = Message::from_vec(&reply).unwrap();
+        assert_eq!(m.metadata.id, 0x4242);
+        assert_eq!(m.metadata.message_type, MessageType::Response);
+        assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+        assert!(m.metadata.recursion_desired);
+        assert_eq!(m.queries.len(), 1);
+        assert_eq!(m.answers.len(), 1);
+        let refused = rt()
+            .block_on(s.answer(&query("b.example.com.", RecordType::A), peer()))
+            .unwrap();
+        let m = Message::from_vec(&refused).unwrap();
+        assert_eq!(m.metadata.response_code, ResponseCode::Refused);
+        assert!(m.answers.is_empty());
+    }
+
+    #[test]
+    fn responses_and_runt_packets_get_no_reply() {
+        let s = server();
+        let mut response = Message::from_vec(&query("a.example.com.", RecordType::A)).unwrap();
+        response.metadata.message_type = MessageType::Response;
+        let bytes = response.to_vec().unwrap();
+        assert!(rt().block_on(s.answer(&bytes, peer())).is_none());
+        assert!(rt().block_on(s.answer(&[0x42], peer())).is_none());
+        assert!(rt().block_on(s.answer(&[], peer())).is_none());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// Whatever arrives, the server does not panic, and whatever it sends back parses as a
+        /// DNS response no larger than a plain UDP reply allows.
+        #[test]
+        fn arbitrary_packets_never_panic_and_replies_are_well_formed(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            valid_prefix in proptest::prelude::any::<bool>(),
+        ) {
+            let s = server();
+            let packet = if valid_prefix {
+                let mut q = query("a.example.com.", RecordType::A);
+                q.truncate(12);
+                q.extend_from_slice(&data);
+                q
+            } else {
+                data
+            };
+            if let Some(reply) = rt().block_on(s.answer(&packet, peer())) {
+                proptest::prop_assert!(reply.len() <= UDP_PLAIN_MAX.max(usize::from(UDP_EDNS_MAX)));
+                let m = Message::from_vec(&reply);
+                proptest::prop_assert!(m.is_ok(), "{:?}", m);
+                proptest::prop_assert_eq!(m.unwrap().metadata.message_type, MessageType::Response);
+            }
+        }
+    }
 }
