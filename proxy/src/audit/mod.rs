@@ -98,6 +98,9 @@ pub enum Via {
     Connect,
     /// An absolute-form `http://` request.
     Forward,
+    /// A connection nftables redirected to the transparent listener (its host from the
+    /// original destination, SNI or `Host`, or the policy DNS; see `crate::transparent`).
+    Transparent,
 }
 
 /// A connection decision (Network Activity 4001, activity Open).

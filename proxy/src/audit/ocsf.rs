@@ -795,6 +795,7 @@ fn via_label(via: Via) -> &'static str {
     match via {
         Via::Connect => "CONNECT",
         Via::Forward => "FORWARD",
+        Via::Transparent => "TRANSPARENT",
     }
 }
 

@@ -294,3 +294,12 @@ fn lifecycle_is_application_lifecycle() {
     assert_eq!(v["message"], "sluice 0.1.0 stopped");
     assert_eq!(v["metadata"]["uid"], "i-1:stop");
 }
+
+#[test]
+fn a_transparent_connection_says_so() {
+    let mut e = samples::open(Outcome::Allowed);
+    e.via = Via::Transparent;
+    let v = json_of(Event::ConnectionOpen(e));
+    assert_eq!(v["message"], "TRANSPARENT allowed api.github.com:443");
+    assert_eq!(v["class_uid"], 4001);
+}
