@@ -262,3 +262,49 @@ fn block_on<F: Future>(future: F) -> Option<F::Output> {
         slot.as_ref().map(|rt| rt.block_on(future))
     })
 }
+
+/// The first bytes of a redirected connection as the transparent listener reads them (the
+/// ClientHello's SNI or the request head's `Host`, `crate::transparent::sniff`), then the
+/// anti-forgery rule on what they claim. Every byte read is kept for replay, in order, and a
+/// claimed name never stands for an address it does not resolve to.
+pub fn transparent_sniff(data: &[u8]) {
+    use crate::transparent::sniff::{self, Hello, SniffLimits};
+    use crate::transparent::target::{TargetInput, decide_target};
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    else {
+        return;
+    };
+    let limits = SniffLimits {
+        timeout: std::time::Duration::from_millis(20),
+        max_bytes: MAX_HEAD,
+    };
+    let mut reader = data;
+    let Ok(sniffed) = rt.block_on(sniff::sniff(&mut reader, limits)) else {
+        return;
+    };
+    assert!(data.starts_with(&sniffed.replay));
+    let claimed = match &sniffed.hello {
+        Hello::Tls { sni: Some(n) } | Hello::Http { host: Some(n) } => Some(n.clone()),
+        _ => None,
+    };
+    if let Some(name) = &claimed {
+        assert_eq!(canon::normalize_host(name).as_deref(), Ok(name.as_str()));
+    }
+    let original = std::net::SocketAddr::from(([198, 51, 100, 7], 443));
+    let elsewhere = [std::net::IpAddr::from([203, 0, 113, 9])];
+    let verdict = decide_target(&TargetInput {
+        original,
+        own_listeners: &[],
+        hello: &sniffed.hello,
+        needs_name: true,
+        resolved: &elsewhere,
+        dns_names: &[],
+    });
+    // A claim that resolves elsewhere is refused; only an IP-literal `Host` equal to the
+    // original address could stand.
+    if let (Some(name), Ok(t)) = (&claimed, &verdict) {
+        assert_eq!(name.as_str(), "198.51.100.7", "{t:?}");
+    }
+}

@@ -1,6 +1,7 @@
 //! The parsers of what a hostile client sends never panic: request heads, request bodies
 //! (chunked and fixed-length), CONNECT authorities, absolute-form targets, credential
-//! placeholders with their percent and `Basic` decoding, and ClientHello peeking. Each runs
+//! placeholders with their percent and `Basic` decoding, ClientHello peeking, and the
+//! transparent listener's sniff of SNI or `Host`. Each runs
 //! the entry point in `sluice::fuzz` (the same the coverage-guided targets in `fuzz/` run) on
 //! arbitrary bytes and on mutations of well-formed seeds, which reach far deeper than random
 //! bytes do.
@@ -205,6 +206,7 @@ fn regressions_stay_fixed() {
             "absolute_target" => fuzz::absolute_target(input),
             "credential_rewrite" => fuzz::credential_rewrite(input),
             "client_hello" => fuzz::client_hello(input),
+            "transparent_sniff" => fuzz::transparent_sniff(input),
             other => panic!("unknown target {other}"),
         }
     }
@@ -279,5 +281,10 @@ proptest! {
     #[test]
     fn client_hellos(data in input(hello_seeds())) {
         fuzz::client_hello(&data);
+    }
+
+    #[test]
+    fn transparent_sniffs(data in input([hello_seeds(), head_seeds()].concat())) {
+        fuzz::transparent_sniff(&data);
     }
 }
