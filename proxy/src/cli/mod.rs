@@ -4,10 +4,12 @@
 //! codes: 0 success; 1 the input was refused (a policy with errors, a malformed batch line);
 //! 2 usage errors (unknown flags, missing arguments).
 
+mod config;
 mod demo;
 mod doctor;
 mod exec;
 mod policy;
+mod reload;
 mod run;
 
 use std::process::ExitCode;
