@@ -385,7 +385,7 @@ where
                 L4Decision::Allow(a) => a,
                 L4Decision::Deny(d) => {
                     let what = format!("{} {hp}{}", rec.method, rec.path);
-                    let refusal = super::current::l4_refusal(&what, d, &known, &host, target.port);
+                    let refusal = super::current::l4_refusal(&what, d, known, &host, target.port);
                     return rec.refuse(wr, refusal, Engine::L4).await;
                 }
             };
@@ -427,14 +427,14 @@ where
                 shared,
                 &t.policy,
                 &t.admission,
-                &known,
+                known,
                 &t.host,
                 t.port,
             ) {
                 Ok(current) => current,
                 Err(d) => {
                     let what = format!("{} {}:{}{}", rec.method, t.host, t.port, rec.path);
-                    let refusal = super::current::l4_refusal(&what, d, &known, &t.host, t.port);
+                    let refusal = super::current::l4_refusal(&what, d, known, &t.host, t.port);
                     return rec.refuse(wr, refusal, Engine::L4).await;
                 }
             };
