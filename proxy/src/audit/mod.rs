@@ -8,6 +8,8 @@
 //! without queries, and credential *names* only).
 
 pub mod ocsf;
+pub mod read;
+pub mod report;
 pub mod shorthand;
 pub mod sink;
 

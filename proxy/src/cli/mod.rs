@@ -4,6 +4,7 @@
 //! codes: 0 success; 1 the input was refused (a policy with errors, a malformed batch line);
 //! 2 usage errors (unknown flags, missing arguments).
 
+mod audit;
 mod config;
 mod demo;
 mod doctor;
@@ -42,6 +43,8 @@ enum Command {
     /// Check, explain and show policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Read an audit log: filtered readable lines, a summary, or follow it.
+    Audit(audit::AuditArgs),
 }
 
 /// `--compat`: how to read constructs the reference accepts but silently misreads.
@@ -93,5 +96,6 @@ pub fn main() -> ExitCode {
         Command::Demo => demo::demo(),
         Command::Doctor => doctor::doctor(),
         Command::Policy(cmd) => policy::run(cmd),
+        Command::Audit(args) => audit::run(args),
     }
 }
