@@ -12,6 +12,7 @@ pub mod read;
 pub mod report;
 pub mod shorthand;
 pub mod sink;
+pub mod suggest;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::SystemTime;
