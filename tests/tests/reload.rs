@@ -193,6 +193,21 @@ fn next_request_on_a_held_connection_follows_the_new_policy(mode: &str, version:
         class(e) == 4002 && e["http_request"]["url"]["path"] == "/b/2"
     });
     assert_eq!(denied["action_id"], 2, "{denied:#}");
+
+    // A policy without the endpoint: the next request on the held connection is refused at
+    // L4, by no entry.
+    replace(
+        &sluice.dir.path().join("policy.yaml"),
+        &policy(port, &["/a/**"]).replace(&format!("port: {port}"), "port: 1"),
+    );
+    assert!(succeeded(&wait_config_event(&sluice, 3)));
+    assert_eq!(client.get("/a/3"), (403, version.to_string()));
+    let refused = sluice.wait_event("the refused /a/3", |e| {
+        class(e) == 4002 && e["http_request"]["url"]["path"] == "/a/3"
+    });
+    assert_eq!(refused["firewall_rule"]["type"], "l4", "{refused:#}");
+    assert_eq!(refused["firewall_rule"]["name"], "-", "{refused:#}");
+    assert_eq!(origin.received().len(), 3);
     assert_events_valid(&sluice);
 }
 

@@ -275,10 +275,11 @@ async fn handle(
             let what = format!("{method} {hp}{path}");
             let refusal = super::current::l4_refusal(&what, d, &t.known, &t.host, t.port);
             judged.engine = Engine::L4;
+            // No entry admits it any more.
+            judged.policy = "-".to_string();
             return refuse(t, &method, &judged, started, &refusal);
         }
     };
-    judged.policy = admission.entry.to_string();
     judged = match judge::judge(
         &policy,
         &admission,
