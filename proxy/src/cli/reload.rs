@@ -140,10 +140,11 @@ fn fingerprint(files: &[PathBuf]) -> Vec<FileState> {
         .iter()
         .map(|f| {
             let target = std::fs::canonicalize(f).ok();
-            let digest = std::fs::read(f).ok().map(|bytes| {
-                ring::digest::digest(&ring::digest::SHA256, &bytes)
-                    .as_ref()
-                    .to_vec()
+            let digest = std::fs::read(f).ok().map(|mut bytes| {
+                let d = ring::digest::digest(&ring::digest::SHA256, &bytes);
+                // The secrets file's content: not left behind in freed memory.
+                zeroize::Zeroize::zeroize(&mut bytes);
+                d.as_ref().to_vec()
             });
             (target, digest)
         })
