@@ -8,8 +8,11 @@
 //! without queries, and credential *names* only).
 
 pub mod ocsf;
+pub mod read;
+pub mod report;
 pub mod shorthand;
 pub mod sink;
+pub mod suggest;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::SystemTime;

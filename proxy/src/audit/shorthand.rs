@@ -213,6 +213,11 @@ fn push_reason(s: &mut String, outcome: Outcome, reason: Option<&str>) {
         return;
     }
     let Some(reason) = reason else { return };
+    push_reason_text(s, reason);
+}
+
+/// ` [reason:...]`, cleaned and cut as `push_reason` says (also for `sluice audit`).
+pub(crate) fn push_reason_text(s: &mut String, reason: &str) {
     let mut cut = reason.len().min(MAX_REASON);
     while !reason.is_char_boundary(cut) {
         cut -= 1;
@@ -230,7 +235,7 @@ fn push_reason(s: &mut String, outcome: Outcome, reason: Option<&str>) {
 }
 
 /// Appends `text` with each control character written as `\u{..}`.
-fn push_clean(s: &mut String, text: &str) {
+pub(crate) fn push_clean(s: &mut String, text: &str) {
     for c in text.chars() {
         if c.is_control() {
             let _ = write!(s, "\\u{{{:x}}}", u32::from(c));
@@ -248,7 +253,7 @@ fn action_label(outcome: Outcome) -> &'static str {
     }
 }
 
-fn severity_label(severity: Severity) -> &'static str {
+pub(crate) fn severity_label(severity: Severity) -> &'static str {
     match severity {
         Severity::Informational => "[INFO]",
         Severity::Low => "[LOW]",

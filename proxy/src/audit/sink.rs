@@ -19,7 +19,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::SystemTime;
 
 use super::Event;
@@ -76,7 +76,7 @@ struct Inner {
     audit: Mutex<LineWriter>,
     human: Mutex<LineWriter>,
     write_errors: AtomicU64,
-    redactor: OnceLock<Arc<dyn Redact>>,
+    redactor: RwLock<Option<Arc<dyn Redact>>>,
 }
 
 impl AuditSink {
@@ -120,7 +120,7 @@ impl AuditSink {
                 audit: Mutex::new(LineWriter::new(audit)),
                 human: Mutex::new(LineWriter::new(human)),
                 write_errors: AtomicU64::new(0),
-                redactor: OnceLock::new(),
+                redactor: RwLock::new(None),
             })),
         }
     }
@@ -130,11 +130,15 @@ impl AuditSink {
         AuditSink { inner: None }
     }
 
-    /// Sets what removes secret values from every line from now on (once; the secrets are
-    /// loaded after the sink opens, so that a failed load can be audited).
+    /// Sets what removes secret values from every line from now on (the secrets are loaded
+    /// after the sink opens, so that a failed load can be audited). A reload replaces it with
+    /// one that knows every value loaded so far, old and new.
     pub fn set_redactor(&self, redactor: Arc<dyn Redact>) {
         if let Some(inner) = &self.inner {
-            let _ = inner.redactor.set(redactor);
+            *inner
+                .redactor
+                .write()
+                .unwrap_or_else(PoisonError::into_inner) = Some(redactor);
         }
     }
 
@@ -186,7 +190,12 @@ impl fmt::Debug for AuditSink {
 
 impl Inner {
     fn redacted(&self, line: String) -> String {
-        match self.redactor.get().and_then(|r| r.redact(&line)) {
+        let redactor = self
+            .redactor
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match redactor.and_then(|r| r.redact(&line)) {
             Some(clean) => clean,
             None => line,
         }

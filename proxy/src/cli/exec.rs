@@ -224,6 +224,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         shared,
         audit: sink,
         ca_files,
+        ..
     } = match prepare(&args.run).await {
         Ok(p) => p,
         Err(code) => return code,
@@ -329,7 +330,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         ),
     }));
 
-    let mut env = shared.credentials.child_env();
+    let mut env = shared.credentials.load().child_env();
     env.extend(npm_env(&format!("http://{proxy_addr}"), &ca_bundle));
     env.push(("TMPDIR".to_string(), tmp.display().to_string()));
     // The user's PATH, whose directories the grants let the command execute from.

@@ -4,11 +4,14 @@
 //! codes: 0 success; 1 the input was refused (a policy with errors, a malformed batch line);
 //! 2 usage errors (unknown flags, missing arguments).
 
+mod audit;
+mod config;
 mod demo;
 mod doctor;
 mod exec;
 mod netfence;
 mod policy;
+mod reload;
 mod run;
 
 use std::process::ExitCode;
@@ -44,6 +47,8 @@ enum Command {
     /// The nftables fence of a sandboxed network namespace or pod: print or apply it.
     #[command(subcommand)]
     Netfence(netfence::NetfenceCommand),
+    /// Read an audit log: filtered readable lines, a summary, or follow it.
+    Audit(audit::AuditArgs),
 }
 
 /// `--compat`: how to read constructs the reference accepts but silently misreads.
@@ -96,5 +101,6 @@ pub fn main() -> ExitCode {
         Command::Doctor => doctor::doctor(),
         Command::Policy(cmd) => policy::run(cmd),
         Command::Netfence(cmd) => netfence::run(cmd),
+        Command::Audit(args) => audit::run(args),
     }
 }

@@ -24,6 +24,15 @@ pub enum PolicyCommand {
     Explain(ExplainArgs),
     /// Print the embedded default policy (deny all egress).
     Default,
+    /// Draft policy entries that would have allowed the denied requests of an audit log.
+    Suggest(SuggestArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SuggestArgs {
+    /// The audit log (OCSF JSON lines, as `run --audit-log` writes it); `-` is standard input.
+    #[arg(long = "from", value_name = "FILE")]
+    from: String,
 }
 
 #[derive(Debug, Args)]
@@ -84,7 +93,50 @@ pub fn run(cmd: PolicyCommand) -> ExitCode {
             print!("{}", policy::DEFAULT_POLICY);
             ExitCode::SUCCESS
         }
+        PolicyCommand::Suggest(args) => suggest(&args),
     }
+}
+
+/// `policy suggest`: the draft on stdout; unreadable lines counted on stderr.
+fn suggest(args: &SuggestArgs) -> ExitCode {
+    use std::io::BufRead;
+    let input: Box<dyn BufRead> = if args.from == "-" {
+        Box::new(std::io::BufReader::new(std::io::stdin()))
+    } else {
+        match std::fs::File::open(&args.from) {
+            Ok(f) => Box::new(std::io::BufReader::new(f)),
+            Err(e) => {
+                eprintln!("sluice policy suggest: {}: {e}", args.from);
+                return ExitCode::from(1);
+            }
+        }
+    };
+    let mut draft = crate::audit::suggest::Draft::default();
+    let mut malformed = 0u64;
+    for line in input.split(b'\n') {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("sluice policy suggest: {}: {e}", args.from);
+                return ExitCode::from(1);
+            }
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match std::str::from_utf8(&line)
+            .ok()
+            .map(crate::audit::read::parse)
+        {
+            Some(Ok(record)) => draft.add(&record),
+            _ => malformed += 1,
+        }
+    }
+    if malformed > 0 {
+        eprintln!("sluice policy suggest: {malformed} line(s) that are not audit events skipped");
+    }
+    print!("{}", draft.render(&args.from));
+    ExitCode::SUCCESS
 }
 
 fn print_diagnostics(diags: &[Diagnostic]) {

@@ -2,8 +2,8 @@
 //!
 //! Owns the translation of `run` flags into a running proxy (the high-level config is the
 //! `pipeline::Shared` it builds), start-up reporting (what is listening, loud warnings for
-//! test-only switches), the policy-load and lifecycle audit events, and shutdown on SIGINT or
-//! SIGTERM.
+//! test-only switches), the policy-load and lifecycle audit events, reloading on SIGHUP and file
+//! changes (`reload.rs`), and shutdown on SIGINT or SIGTERM.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -124,6 +124,10 @@ pub struct RunArgs {
     /// Repeat for more (e.g. 127.0.0.1:15053 and [::1]:15053 behind the network fence).
     #[arg(long = "dns-listen", value_name = "ADDR", value_parser = parse_listen)]
     pub dns_listen: Vec<SocketAddr>,
+    /// How often the policy, provider and secrets files are checked for changes (a changed
+    /// file is reloaded, as on SIGHUP).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub watch_interval: Duration,
 }
 
 impl RunArgs {
@@ -249,6 +253,10 @@ pub struct Prepared {
     pub audit: Arc<AuditSink>,
     /// `ca.pem` and `ca-bundle.pem`, when written (`--ca-dir`).
     pub ca_files: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// The files the configuration was loaded from (what a reload reads again).
+    pub sources: super::config::Sources,
+    /// Every secret value loaded (what the audit sink redacts).
+    pub redactor: crate::credentials::ScrubSet,
 }
 
 /// Everything of `run` before the listeners: audit sink, policy, resolver, identity, TLS.
@@ -266,78 +274,28 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             return Err(ExitCode::from(1));
         }
     };
-    let mut sources = if args.policies.is_empty() {
-        vec![policy::DEFAULT_POLICY_NAME.to_string()]
-    } else {
-        args.policies.clone()
-    };
-    // Provider profiles are policy entries too (`_provider_<id>`).
-    sources.extend(args.providers.iter().cloned());
-    // Profiles first: each one is also a policy entry (`_provider_<id>`).
-    let profiles =
-        match crate::credentials::profile::load_files_compat(&args.providers, args.compat.into()) {
-            Ok(p) => p,
-            Err(e) => {
-                for d in e.errors() {
-                    eprintln!("{d}");
-                }
-                eprintln!("sluice: cannot load the provider profiles or their secrets");
-                return Err(ExitCode::from(1));
-            }
-        };
-    let loaded = match load_policy(&args.policies, args.compat, &profiles.composed) {
-        Ok(l) => l,
-        Err(diags) => {
-            print_diagnostics(&diags);
-            let errors: Vec<String> = diags
-                .iter()
-                .filter(|d| d.severity == policy::Severity::Error)
-                .map(ToString::to_string)
-                .collect();
-            eprintln!("sluice: cannot load the policy: {} error(s)", errors.len());
-            audit.emit(&audit::Event::PolicyChange(audit::PolicyChange {
-                time: SystemTime::now(),
-                sources,
-                result: Err(errors),
-                hash: None,
-                warnings: 0,
-            }));
-            return Err(ExitCode::from(1));
-        }
-    };
-    print_diagnostics(&loaded.warnings);
-    audit.emit(&audit::Event::PolicyChange(audit::PolicyChange {
-        time: SystemTime::now(),
-        sources,
-        result: Ok((
-            loaded.policy.entries().len(),
-            loaded.policy.endpoint_count(),
-        )),
-        hash: None,
-        warnings: loaded.warnings.len(),
-    }));
-
-    let credentials = match crate::credentials::with_profiles(
-        profiles,
-        |k| std::env::var(k).ok(),
-        args.secrets_file.as_deref(),
-    ) {
-        Ok(c) => {
-            for w in &c.warnings {
-                eprintln!("{w}");
-            }
-            // No known secret value reaches the audit log or stderr, whichever field holds it.
-            audit.set_redactor(Arc::new(c.bindings.redactor()));
-            Arc::new(c.bindings)
-        }
+    let sources = super::config::Sources::from_args(args);
+    let result = super::config::load(&sources);
+    audit.emit(&super::config::change_event(&sources, &result));
+    let config = match result {
+        Ok(c) => c,
         Err(e) => {
             for line in e.lines() {
                 eprintln!("{line}");
             }
-            eprintln!("sluice: cannot load the provider profiles or their secrets");
+            eprintln!("sluice: {e}");
             return Err(ExitCode::from(1));
         }
     };
+    print_diagnostics(&config.policy_warnings);
+    for w in &config.credential_warnings {
+        eprintln!("{w}");
+    }
+    // No known secret value reaches the audit log or stderr, whichever field holds it.
+    let redactor = config.bindings.redactor();
+    audit.set_redactor(Arc::new(redactor.clone()));
+    let credentials = Arc::new(config.bindings);
+    let loaded_policy = config.policy;
     let overrides = match Overrides::from_args(&args.resolve) {
         Ok(o) => o,
         Err(e) => {
@@ -395,7 +353,7 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         }
     };
     let shared = Arc::new(Shared::new(
-        loaded.policy,
+        loaded_policy,
         resolver,
         identity,
         Arc::clone(&audit),
@@ -403,12 +361,14 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         args.allow_loopback_upstream,
         args.compat.into(),
         tls,
-        Arc::clone(&credentials),
+        credentials,
     ));
     Ok(Prepared {
         shared,
         audit,
         ca_files,
+        sources,
+        redactor,
     })
 }
 
@@ -442,6 +402,8 @@ async fn serve(args: RunArgs) -> ExitCode {
         shared,
         audit,
         ca_files,
+        sources,
+        redactor,
     } = match prepare(&args).await {
         Ok(p) => p,
         Err(code) => return code,
@@ -461,6 +423,7 @@ async fn serve(args: RunArgs) -> ExitCode {
         }
     }
     raise_fd_limit(args.max_connections);
+    let hup = super::reload::hangup();
     let mut listeners = Vec::new();
     let defaults = [SocketAddr::from(([127, 0, 0, 1], 3128))];
     let addrs: &[SocketAddr] = if args.listen.is_empty() {
@@ -505,6 +468,13 @@ async fn serve(args: RunArgs) -> ExitCode {
     for l in listeners {
         tokio::spawn(listen::accept_loop(l, Arc::clone(&shared)));
     }
+    let reloader =
+        super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor);
+    tokio::spawn(super::reload::watch(
+        Arc::new(reloader),
+        hup,
+        args.watch_interval,
+    ));
     let reason = shutdown_signal().await;
     audit.emit(&audit::Event::Lifecycle(audit::Lifecycle {
         time: SystemTime::now(),

@@ -232,7 +232,7 @@ pub async fn run(
     // A credentialed destination reached without inspection would carry placeholders as
     // text, or real secrets nobody checks (spec §3.6).
     if !inspect
-        && shared.credentials.is_credentialed(&host, ctx.port)
+        && shared.credentials.load().is_credentialed(&host, ctx.port)
         && !admission
             .endpoints
             .iter()

@@ -384,17 +384,8 @@ where
             let admission = match policy.decide_l4(&known.policy_caller(), &host, target.port) {
                 L4Decision::Allow(a) => a,
                 L4Decision::Deny(d) => {
-                    let refusal = Refusal::new(
-                        403,
-                        "policy_denied",
-                        format!("{} {hp}{} not permitted by policy", rec.method, rec.path),
-                    )
-                    .with_reason(d.reason)
-                    .with("binary", known.exe.clone())
-                    .with("ancestors", known.ancestors.clone())
-                    .with("host", host.clone())
-                    .with("port", target.port)
-                    .with("stage", "l4");
+                    let what = format!("{} {hp}{}", rec.method, rec.path);
+                    let refusal = super::current::l4_refusal(&what, d, known, &host, target.port);
                     return rec.refuse(wr, refusal, Engine::L4).await;
                 }
             };
@@ -431,12 +422,28 @@ where
                     return rec.refuse(wr, refusal, Engine::Identity).await;
                 }
             };
+            // Judged by the policy in force now: a reload applies from the next request.
+            let (policy, admission) = match super::current::tunnel_policy(
+                shared,
+                &t.policy,
+                &t.admission,
+                known,
+                &t.host,
+                t.port,
+            ) {
+                Ok(current) => current,
+                Err(d) => {
+                    let what = format!("{} {}:{}{}", rec.method, t.host, t.port, rec.path);
+                    let refusal = super::current::l4_refusal(&what, d, known, &t.host, t.port);
+                    return rec.refuse(wr, refusal, Engine::L4).await;
+                }
+            };
             (
                 t.host.clone(),
                 t.port,
                 path_and_query,
-                Arc::clone(&t.policy),
-                t.admission.clone(),
+                policy,
+                admission,
                 known,
             )
         }
@@ -498,6 +505,8 @@ where
         credentials::Transport::Plaintext
     };
     let policy_key = rec.policy.clone();
+    // One credentials snapshot for the whole request (a reload applies from the next one).
+    let creds = shared.credentials.load_full();
     let dest = |ip| inject::Dest {
         shared,
         conn_id: conn.id,
@@ -510,6 +519,7 @@ where
     };
     let mut scrub = match inject::inject_head(
         &dest(None),
+        &creds,
         transport,
         &rec.path,
         &mut origin_form,
@@ -586,7 +596,7 @@ where
         .endpoints
         .iter()
         .any(|r| policy.endpoint(*r).request_body_credential_rewrite);
-    let guard_body = !body_rewrite && shared.credentials.is_credentialed(&host, port);
+    let guard_body = !body_rewrite && creds.is_credentialed(&host, port);
     // Where placeholders must be found in the body, a compressed body would hide them.
     if (guard_body || body_rewrite)
         && framing != BodyFraming::None
@@ -617,7 +627,7 @@ where
                 caller: known.policy_caller(),
                 transport,
             };
-            let scoped = shared.credentials.scoped(scope);
+            let scoped = creds.scoped(scope);
             let content_type = head
                 .header("content-type")
                 .map(|v| String::from_utf8_lossy(v).into_owned());

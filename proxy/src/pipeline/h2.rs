@@ -260,9 +260,29 @@ async fn handle(
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_bytes())),
     );
-    judged = match judge::judge(
+    // Judged by the policy in force now: a reload applies from the next stream.
+    let (policy, admission) = match super::current::tunnel_policy(
+        &t.shared,
         &t.policy,
         &t.admission,
+        &t.known,
+        &t.host,
+        t.port,
+    ) {
+        Ok(current) => current,
+        Err(d) => {
+            let path = path_and_query.split('?').next().unwrap_or("/");
+            let what = format!("{method} {hp}{path}");
+            let refusal = super::current::l4_refusal(&what, d, &t.known, &t.host, t.port);
+            judged.engine = Engine::L4;
+            // No entry admits it any more.
+            judged.policy = "-".to_string();
+            return refuse(t, &method, &judged, started, &refusal);
+        }
+    };
+    judged = match judge::judge(
+        &policy,
+        &admission,
         &t.known,
         &named,
         &path_and_query,
@@ -295,8 +315,11 @@ async fn handle(
         policy: Some(judged.policy.clone()),
     };
     let path = judged.path.clone().unwrap_or_else(|| "/".to_string());
+    // One credentials snapshot for the whole stream (a reload applies from the next one).
+    let creds = t.shared.credentials.load_full();
     let (injected, scrub) = match super::inject::inject_head(
         &dest,
+        &creds,
         credentials::Transport::VerifiedTls,
         &path,
         &mut origin_form,
@@ -315,7 +338,7 @@ async fn handle(
             return refuse_with(t, &method, &j, started, refused);
         }
     };
-    let guard_body = t.shared.credentials.is_credentialed(&t.host, t.port);
+    let guard_body = creds.is_credentialed(&t.host, t.port);
     if guard_body
         && !http_body::Body::is_end_stream(&body)
         && let Some(refused) = super::inject::encoded_body(

@@ -72,6 +72,7 @@ pub(super) struct Refused {
 /// which the caller must pass through `scrub`.
 pub(super) fn inject_head(
     d: &Dest<'_>,
+    creds: &credentials::Bindings,
     transport: Transport,
     path: &str,
     target: &mut String,
@@ -79,7 +80,7 @@ pub(super) fn inject_head(
 ) -> Result<Injected, Refused> {
     // Whatever the request carries, the response is scrubbed of every secret bound to this
     // endpoint (one stored upstream earlier may come back in any answer).
-    let bound = d.shared.credentials.endpoint_secrets(d.host, d.port);
+    let bound = creds.endpoint_secrets(d.host, d.port);
     if !credentials::head_has_marker(target, headers) {
         if !bound.is_empty() {
             credentials::ask_identity_encoding(headers);
@@ -96,7 +97,7 @@ pub(super) fn inject_head(
         caller: d.caller.policy_caller(),
         transport,
     };
-    let scoped = d.shared.credentials.scoped(scope);
+    let scoped = creds.scoped(scope);
     match credentials::rewrite_request(target, headers, &scoped) {
         Ok(mut injected) => {
             injected.scrub.merge(&bound);

@@ -11,6 +11,7 @@ pub mod admission;
 pub mod caller;
 pub mod connect;
 mod counted;
+pub mod current;
 pub mod destination;
 pub mod doctor;
 pub mod forward;
@@ -106,7 +107,8 @@ pub struct Shared {
     /// `--allow-loopback-upstream`: policies may reach 127.0.0.0/8 (tests only).
     pub allow_loopback: bool,
     /// Provider profiles and their secrets: which placeholder may become which secret where.
-    pub credentials: Arc<crate::credentials::Bindings>,
+    /// Swapped whole on reload; a request loads it once.
+    pub credentials: ArcSwap<crate::credentials::Bindings>,
     /// TLS termination (the CA's leaves and the verified upstream side); `None` when the CA
     /// could not be made, and then inspected endpoints are refused with 503.
     pub tls: Option<TlsState>,
@@ -146,7 +148,7 @@ impl Shared {
             allow_loopback,
             compat,
             tls,
-            credentials,
+            credentials: ArcSwap::new(credentials),
             next_id: AtomicU64::new(1),
         }
     }

@@ -1,0 +1,217 @@
+//! Reading the audit log back: one OCSF JSON line (as `ocsf.rs` writes it) into a `Record`,
+//! the few facts `sluice audit` filters, prints and counts and `sluice policy suggest` drafts
+//! from. Pure; a line that is not such an event is an error, never a panic.
+
+use serde_json::Value;
+
+use super::Severity;
+
+/// What sluice decided, as the event's `action_id` and `disposition_id` say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Decision {
+    Allowed,
+    Denied,
+    /// `enforcement: audit`: a would-be denial, logged and forwarded.
+    Audited,
+}
+
+impl Decision {
+    pub fn label(self) -> &'static str {
+        match self {
+            Decision::Allowed => "ALLOWED",
+            Decision::Denied => "DENIED",
+            Decision::Audited => "AUDITED",
+        }
+    }
+}
+
+/// One audit event, as far as the audit tools need it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Milliseconds since the epoch (`time`).
+    pub time_ms: u64,
+    pub class_uid: u64,
+    /// `NET:OPEN`, `NET:CLOSE`, `HTTP:GET`, `CONFIG:LOADED`, `CONFIG:FAILED`, `APP:START`,
+    /// `APP:STOP`, `FINDING`, or `OCSF:<class>` for another class.
+    pub label: String,
+    pub severity: Severity,
+    /// `None` for events that decide nothing (closes, config changes, lifecycle).
+    pub decision: Option<Decision>,
+    /// The caller's executable path (`actor.process.path`).
+    pub binary: Option<String>,
+    pub pid: Option<u64>,
+    /// The destination as asked for: a host name, else the address.
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub scheme: Option<String>,
+    pub method: Option<String>,
+    /// The request path (sluice never logs a query).
+    pub path: Option<String>,
+    /// The deciding policy entry (`firewall_rule.name`; `-` is none).
+    pub policy: Option<String>,
+    /// `firewall_rule.type`: `l4`, `l7`, `identity`, ...
+    pub engine: Option<String>,
+    /// `status_detail`: why.
+    pub reason: Option<String>,
+    pub message: String,
+}
+
+/// Why a line is not an audit event.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ParseError {
+    #[error("not JSON: {0}")]
+    Json(String),
+    #[error("not an OCSF event (no numeric class_uid)")]
+    NotOcsf,
+}
+
+fn str_at<'v>(v: &'v Value, path: &[&str]) -> Option<&'v str> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_str()
+}
+
+fn u64_at(v: &Value, path: &[&str]) -> Option<u64> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_u64()
+}
+
+fn severity(id: Option<u64>) -> Severity {
+    match id {
+        Some(2) => Severity::Low,
+        Some(3) => Severity::Medium,
+        Some(4) => Severity::High,
+        Some(5..) => Severity::Critical,
+        _ => Severity::Informational,
+    }
+}
+
+/// Parses one line of the audit log.
+pub fn parse(line: &str) -> Result<Record, ParseError> {
+    let v: Value = serde_json::from_str(line).map_err(|e| ParseError::Json(e.to_string()))?;
+    let class_uid = v
+        .get("class_uid")
+        .and_then(Value::as_u64)
+        .ok_or(ParseError::NotOcsf)?;
+    let activity = u64_at(&v, &["activity_id"]).unwrap_or(0);
+    let ok = u64_at(&v, &["status_id"]) == Some(1);
+    let method = str_at(&v, &["http_request", "http_method"]).map(str::to_string);
+    let label = match class_uid {
+        4001 if activity == 1 => "NET:OPEN".to_string(),
+        4001 if activity == 2 => "NET:CLOSE".to_string(),
+        4002 => format!("HTTP:{}", method.as_deref().unwrap_or("?")),
+        5019 if ok => "CONFIG:LOADED".to_string(),
+        5019 => "CONFIG:FAILED".to_string(),
+        6002 if activity == 3 => "APP:START".to_string(),
+        6002 => "APP:STOP".to_string(),
+        2004 => "FINDING".to_string(),
+        other => format!("OCSF:{other}"),
+    };
+    let decision = match (u64_at(&v, &["action_id"]), u64_at(&v, &["disposition_id"])) {
+        (Some(1), Some(15)) => Some(Decision::Audited),
+        (Some(1), _) => Some(Decision::Allowed),
+        (Some(2), _) => Some(Decision::Denied),
+        _ => None,
+    };
+    let url = ["http_request", "url"];
+    let host = str_at(&v, &[url[0], url[1], "hostname"])
+        .or_else(|| str_at(&v, &["dst_endpoint", "hostname"]))
+        .or_else(|| str_at(&v, &["dst_endpoint", "ip"]))
+        .map(str::to_string);
+    let port = u64_at(&v, &[url[0], url[1], "port"])
+        .or_else(|| u64_at(&v, &["dst_endpoint", "port"]))
+        .and_then(|p| u16::try_from(p).ok());
+    Ok(Record {
+        time_ms: u64_at(&v, &["time"]).unwrap_or(0),
+        class_uid,
+        label,
+        severity: severity(u64_at(&v, &["severity_id"])),
+        decision,
+        binary: str_at(&v, &["actor", "process", "path"])
+            .filter(|p| !p.is_empty())
+            .map(str::to_string),
+        pid: u64_at(&v, &["actor", "process", "pid"]),
+        host,
+        port,
+        scheme: str_at(&v, &[url[0], url[1], "scheme"]).map(str::to_string),
+        method,
+        path: str_at(&v, &[url[0], url[1], "path"]).map(str::to_string),
+        policy: str_at(&v, &["firewall_rule", "name"])
+            .filter(|p| *p != "-")
+            .map(str::to_string),
+        engine: str_at(&v, &["firewall_rule", "type"]).map(str::to_string),
+        reason: str_at(&v, &["status_detail"]).map(str::to_string),
+        message: str_at(&v, &["message"]).unwrap_or_default().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::audit::ocsf::{self, Context};
+    use crate::audit::{Caller, Destination, Engine, Event, HttpRequest, Outcome, Process};
+
+    fn ctx() -> Context {
+        Context {
+            instance: "i".into(),
+            hostname: "h".into(),
+        }
+    }
+
+    #[test]
+    fn a_denied_request_reads_back() {
+        let event = Event::HttpRequest(HttpRequest {
+            time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            id: 7,
+            caller: Some(Caller {
+                process: Process {
+                    pid: 42,
+                    exe: "/usr/bin/curl".into(),
+                    ..Process::default()
+                },
+                ancestors: Vec::new(),
+            }),
+            src: SocketAddr::from(([127, 0, 0, 1], 5000)),
+            dst: Destination {
+                host: "api.example.com".into(),
+                port: 443,
+                ip: None,
+            },
+            scheme: "https",
+            method: "POST".into(),
+            path: "/v1/x".into(),
+            outcome: Outcome::Denied,
+            status: Some(403),
+            engine: Engine::L7,
+            policy: Some("api".into()),
+            rule: None,
+            reason: Some("POST /v1/x not permitted by policy".into()),
+            credentials: Vec::new(),
+            bytes_in: 0,
+            bytes_out: 0,
+            duration_ms: 1,
+        });
+        let line = ocsf::to_json(&event, &ctx()).to_string();
+        let r = parse(&line).unwrap();
+        assert_eq!(r.label, "HTTP:POST");
+        assert_eq!(r.decision, Some(Decision::Denied));
+        assert_eq!(r.binary.as_deref(), Some("/usr/bin/curl"));
+        assert_eq!(r.pid, Some(42));
+        assert_eq!(r.host.as_deref(), Some("api.example.com"));
+        assert_eq!(r.port, Some(443));
+        assert_eq!(r.path.as_deref(), Some("/v1/x"));
+        assert_eq!(r.policy.as_deref(), Some("api"));
+        assert_eq!(r.engine.as_deref(), Some("l7"));
+        assert_eq!(r.time_ms, 1_700_000_000_123);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(matches!(parse("not json"), Err(ParseError::Json(_))));
+        assert_eq!(parse("{}"), Err(ParseError::NotOcsf));
+        assert_eq!(parse("[1,2]"), Err(ParseError::NotOcsf));
+        assert_eq!(parse("{\"class_uid\":\"x\"}"), Err(ParseError::NotOcsf));
+        let r = parse("{\"class_uid\":4001,\"activity_id\":1,\"actor\":7}").unwrap();
+        assert_eq!(r.binary, None);
+    }
+}

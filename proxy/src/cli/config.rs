@@ -1,0 +1,137 @@
+//! The configuration `sluice run` loads at start and on every reload: the policy files, the
+//! provider profiles (composed into `_provider_<id>` entries) and their secrets, read and
+//! validated whole before anything uses them (all or nothing), and the Device Config State
+//! Change event that reports each load.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use super::CompatArg;
+use super::run::{RunArgs, load_policy};
+use crate::audit;
+use crate::credentials::Bindings;
+use crate::policy::{self, Diagnostic, Policy};
+
+/// Where the configuration comes from (the `run` flags that name files).
+#[derive(Clone, Debug)]
+pub struct Sources {
+    pub policies: Vec<String>,
+    pub providers: Vec<String>,
+    pub secrets_file: Option<PathBuf>,
+    pub compat: CompatArg,
+}
+
+impl Sources {
+    pub fn from_args(args: &RunArgs) -> Sources {
+        Sources {
+            policies: args.policies.clone(),
+            providers: args.providers.clone(),
+            secrets_file: args.secrets_file.clone(),
+            compat: args.compat,
+        }
+    }
+
+    /// The names an audit event lists: the policy files (or the embedded default's name),
+    /// then the provider profile files.
+    pub fn names(&self) -> Vec<String> {
+        let mut names = if self.policies.is_empty() {
+            vec![policy::DEFAULT_POLICY_NAME.to_string()]
+        } else {
+            self.policies.clone()
+        };
+        names.extend(self.providers.iter().cloned());
+        names
+    }
+
+    /// Every file a change of which is a reason to reload.
+    pub fn files(&self) -> Vec<PathBuf> {
+        self.policies
+            .iter()
+            .chain(&self.providers)
+            .map(PathBuf::from)
+            .chain(self.secrets_file.clone())
+            .collect()
+    }
+}
+
+/// A loaded, validated configuration, ready to be swapped in.
+#[derive(Debug)]
+pub struct Config {
+    pub policy: Policy,
+    pub bindings: Bindings,
+    /// Policy diagnostics of warning severity.
+    pub policy_warnings: Vec<Diagnostic>,
+    /// Warnings of the profiles and secrets.
+    pub credential_warnings: Vec<String>,
+}
+
+/// Why a configuration was refused; each line names the file, line and field where known.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot load the provider profiles or their secrets")]
+    Credentials(Vec<String>),
+    #[error("cannot load the policy: {} error(s)", errors(.0).len())]
+    Policy(Vec<Diagnostic>),
+}
+
+fn errors(diags: &[Diagnostic]) -> Vec<String> {
+    diags
+        .iter()
+        .filter(|d| d.severity == policy::Severity::Error)
+        .map(ToString::to_string)
+        .collect()
+}
+
+impl ConfigError {
+    /// Every error, one a line (what the audit event carries).
+    pub fn errors(&self) -> Vec<String> {
+        match self {
+            ConfigError::Credentials(lines) => lines.clone(),
+            ConfigError::Policy(diags) => errors(diags),
+        }
+    }
+
+    /// Every line to print: for the policy, warnings too.
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            ConfigError::Credentials(lines) => lines.clone(),
+            ConfigError::Policy(diags) => diags.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+/// Reads and validates everything `sources` names. Secrets come from `--secrets-file`, else
+/// from sluice's own environment.
+pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
+    let profiles =
+        crate::credentials::profile::load_files_compat(&sources.providers, sources.compat.into())
+            .map_err(|e| ConfigError::Credentials(e.errors().map(ToString::to_string).collect()))?;
+    let loaded = load_policy(&sources.policies, sources.compat, &profiles.composed)
+        .map_err(ConfigError::Policy)?;
+    let credentials = crate::credentials::with_profiles(
+        profiles,
+        |k| std::env::var(k).ok(),
+        sources.secrets_file.as_deref(),
+    )
+    .map_err(|e| ConfigError::Credentials(e.lines()))?;
+    Ok(Config {
+        policy: loaded.policy,
+        bindings: credentials.bindings,
+        policy_warnings: loaded.warnings,
+        credential_warnings: credentials.warnings,
+    })
+}
+
+/// The Device Config State Change event of one load of `sources`.
+pub fn change_event(sources: &Sources, result: &Result<Config, ConfigError>) -> audit::Event {
+    audit::Event::PolicyChange(audit::PolicyChange {
+        time: SystemTime::now(),
+        sources: sources.names(),
+        result: match result {
+            Ok(c) => Ok((c.policy.entries().len(), c.policy.endpoint_count())),
+            Err(e) => Err(e.errors()),
+        },
+        hash: None,
+        warnings: result.as_ref().map_or(0, |c| c.policy_warnings.len()),
+    })
+}
