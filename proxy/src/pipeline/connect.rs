@@ -11,6 +11,7 @@ use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
+use super::authority::Authority;
 use super::caller::Known;
 use super::destination::{self, DialError};
 use super::{Conn, Shared};
@@ -20,41 +21,6 @@ use crate::http::respond::Refusal;
 use crate::policy::L4Decision;
 use crate::policy::canon;
 use crate::relay;
-
-/// A parsed CONNECT authority.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Authority {
-    pub host: String,
-    pub port: u16,
-}
-
-/// `host:port` or `[v6]:port`, port required, no userinfo.
-pub fn parse_authority(target: &str) -> Result<Authority, String> {
-    if target.contains('@') || target.contains('/') {
-        return Err(format!("`{target}` is not host:port"));
-    }
-    let (host, port) = if let Some(rest) = target.strip_prefix('[') {
-        let (h, after) = rest.split_once(']').ok_or("unclosed `[`")?;
-        let p = after.strip_prefix(':').ok_or("a port is required")?;
-        (h, p)
-    } else {
-        target
-            .rsplit_once(':')
-            .ok_or("a port is required (host:port)")?
-    };
-    let port = port
-        .parse::<u16>()
-        .ok()
-        .filter(|p| *p != 0)
-        .ok_or_else(|| format!("invalid port `{port}`"))?;
-    if host.is_empty() {
-        return Err("empty host".to_string());
-    }
-    Ok(Authority {
-        host: host.to_string(),
-        port,
-    })
-}
 
 struct Ctx<'a> {
     shared: &'a Shared,
@@ -161,7 +127,7 @@ pub async fn run(
     mut wr: OwnedWriteHalf,
     buf: BytesMut,
 ) {
-    let authority = match parse_authority(&head.target) {
+    let authority = match Authority::parse_connect(&head.target) {
         Ok(a) => a,
         Err(e) => {
             let ctx = Ctx {
@@ -180,11 +146,11 @@ pub async fn run(
         shared,
         conn,
         caller: caller.as_ref().ok(),
-        host: authority.host.to_ascii_lowercase(),
-        port: authority.port,
+        host: authority.host().to_ascii_lowercase(),
+        port: authority.port(),
     };
-    let hp = format!("{}:{}", ctx.host, ctx.port);
-    let host = match canon::normalize_host(&authority.host) {
+    let hp = authority.with_host(ctx.host.clone()).to_string();
+    let host = match canon::normalize_host(authority.host()) {
         Ok(h) => h,
         Err(e) => {
             let refusal = Refusal::new(400, "invalid_target", format!("CONNECT {hp} refused: {e}"));
@@ -389,33 +355,5 @@ pub fn dial_refusal(e: &DialError, verb: &str, hp: &str) -> (Refusal, Engine) {
             ),
             Engine::Proxy,
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn authorities() {
-        assert_eq!(
-            parse_authority("api.x.com:443"),
-            Ok(Authority {
-                host: "api.x.com".into(),
-                port: 443
-            })
-        );
-        assert_eq!(
-            parse_authority("[::1]:8443"),
-            Ok(Authority {
-                host: "::1".into(),
-                port: 8443
-            })
-        );
-        assert!(parse_authority("api.x.com").is_err());
-        assert!(parse_authority("api.x.com:0").is_err());
-        assert!(parse_authority("api.x.com:99999").is_err());
-        assert!(parse_authority("u@api.x.com:443").is_err());
-        assert!(parse_authority(":443").is_err());
     }
 }

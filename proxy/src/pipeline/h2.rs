@@ -23,6 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::Shared;
+use super::authority::Authority;
 use super::caller::Known;
 use super::judge::{self, Judged};
 use super::target::host_matches;
@@ -216,7 +217,7 @@ async fn handle(
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
-    let hp = format!("{}:{}", t.host, t.port);
+    let hp = Authority::new(t.host.clone(), t.port).to_string();
     let mut judged = Judged {
         origin_form: path_and_query.clone(),
         path: None,
@@ -328,11 +329,8 @@ async fn handle(
     {
         return refuse_with(t, &method, &judged, started, refused);
     }
-    let authority = if t.port == 443 {
-        t.host.clone()
-    } else {
-        format!("{}:{}", t.host, t.port)
-    };
+    // An IPv6 literal is bracketed, else the URI does not parse and the request is refused.
+    let authority = Authority::new(t.host.clone(), t.port).to_uri_authority(443);
     let uri = match format!("https://{authority}{origin_form}").parse::<Uri>() {
         Ok(u) => u,
         Err(e) => {

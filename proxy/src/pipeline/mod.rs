@@ -8,6 +8,7 @@
 //! call the same ones.
 
 pub mod admission;
+pub mod authority;
 pub mod caller;
 pub mod connect;
 mod counted;
