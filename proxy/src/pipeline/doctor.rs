@@ -75,7 +75,7 @@ pub async fn tunnel(
         (None, Ok(1)) => first[0] == 0x16,
         _ => return,
     };
-    let stream = super::inspect::Prefixed::new(buf, stream);
+    let stream = super::counted::Prefixed::new(buf, stream);
     if !is_tls {
         serve(stream).await;
         return;

@@ -11,7 +11,9 @@ pub mod admission;
 pub mod authority;
 pub mod caller;
 pub mod connect;
+pub mod connection;
 mod counted;
+pub mod denial;
 pub mod destination;
 pub mod doctor;
 pub mod forward;
@@ -20,6 +22,8 @@ pub mod holder;
 mod inject;
 pub mod inspect;
 pub mod judge;
+mod record;
+pub mod request;
 pub mod target;
 mod websocket;
 
@@ -37,6 +41,7 @@ use tokio::net::TcpStream;
 
 use crate::audit::{self, AuditSink, Engine, Outcome, Via};
 use crate::http::head::{self, HeadError};
+use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 use crate::policy::{Compat, Policy};
 
@@ -215,7 +220,7 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
         Err(_) => {
             let refusal = Refusal::new(
                 408,
-                "request_timeout",
+                Code::RequestTimeout,
                 format!(
                     "no complete request head within {} s",
                     limits.head_timeout.as_secs()
@@ -238,16 +243,16 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
         connect::run(&shared, &conn, caller, head, rd, wr, buf).await;
     } else {
         let known = caller.as_ref().ok().cloned();
-        let forwarded = forward::serve(
-            &shared,
-            &conn,
+        let session = forward::Session {
+            shared: &shared,
+            conn: &conn,
             caller,
-            forward::Route::Forward,
-            Some(head),
+            route: forward::Route::Forward,
             rd,
             wr,
             buf,
-        );
+        };
+        let forwarded = forward::serve(session, Some(head));
         tokio::select! {
             () = forwarded => {}
             reason = conn.stop.wait() => stopped_forward(&shared, &conn, known, reason),
@@ -264,7 +269,7 @@ fn stopped_forward(shared: &Shared, conn: &Conn, known: Option<caller::Known>, r
             time: SystemTime::now(),
             id: conn.id,
             via: Via::Forward,
-            caller: known.map(|k| k.audit),
+            caller: known.map(|k| (*k.audit).clone()),
             src: conn.peer,
             dst: audit::Destination {
                 host: String::new(),
@@ -298,7 +303,7 @@ async fn refuse_limited(
             time: SystemTime::now(),
             id: conn.id,
             via: Via::Connect,
-            caller: known.map(|known| known.audit.clone()),
+            caller: known.map(|known| (*known.audit).clone()),
             src: conn.peer,
             dst: audit::Destination {
                 host: String::new(),
@@ -321,43 +326,15 @@ async fn refuse_limited(
     .await;
 }
 
-/// Records a security finding (Detection Finding 2004): credential misuse, or traffic that
-/// would carry credentials uninspected.
-#[allow(clippy::too_many_arguments)] // the parts of one finding
-pub fn emit_finding(
-    shared: &Shared,
-    conn_id: u64,
-    peer: SocketAddr,
-    caller: Option<&caller::Known>,
-    dst: audit::Destination,
-    kind: &str,
-    title: String,
-    credential: Option<String>,
-    policy: Option<String>,
-) {
-    shared.audit.emit(&audit::Event::Finding(audit::Finding {
-        time: SystemTime::now(),
-        id: conn_id,
-        caller: caller.map(|c| c.audit.clone()),
-        src: peer,
-        dst,
-        kind: kind.to_string(),
-        title,
-        credential,
-        policy,
-        severity: audit::Severity::High,
-    }));
-}
-
 /// The refusal for a head that could not be read.
 pub fn head_refusal(e: &HeadError) -> Refusal {
     match e {
         HeadError::TooLarge(max) => Refusal::new(
             431,
-            "request_header_fields_too_large",
+            Code::RequestHeaderFieldsTooLarge,
             format!("request head larger than {max} bytes"),
         ),
-        other => Refusal::new(400, "bad_request", other.to_string()),
+        other => Refusal::new(400, Code::BadRequest, other.to_string()),
     }
 }
 
@@ -378,7 +355,7 @@ async fn refuse_early(
             time: SystemTime::now(),
             id: conn.id,
             via: Via::Connect,
-            caller: caller.map(|c| c.audit.clone()),
+            caller: caller.map(|c| (*c.audit).clone()),
             src: conn.peer,
             dst: audit::Destination {
                 host: String::new(),
