@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use sluice_identity::{Identity, IdentityError};
 
-use super::Shared;
 use super::denial::Denial;
+use super::shared::Shared;
 use crate::audit;
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;

@@ -18,12 +18,13 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::authority::Authority;
 use super::caller::{CallerState, Known};
+use super::conn::Conn;
 use super::connection;
 use super::counted::Traffic;
 use super::denial::Denial;
 use super::inspect::{self, Inspected};
 use super::request::Scheme;
-use super::{Conn, Shared};
+use super::shared::Shared;
 use crate::audit::{self, Engine, Outcome, Via};
 use crate::http::head::RequestHead;
 use crate::http::respond::{Code, Refusal};

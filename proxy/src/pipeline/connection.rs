@@ -15,12 +15,12 @@ use std::sync::Arc;
 
 use tokio::net::TcpStream;
 
-use super::Shared;
 use super::authority::Authority;
 use super::caller::{self, CallerError, Known};
 use super::denial::Denial;
 use super::destination;
 use super::request::{Admitted, Scheme};
+use super::shared::Shared;
 use crate::audit::Engine;
 use crate::http::respond::{Code, Refusal};
 use crate::policy::L4Decision;

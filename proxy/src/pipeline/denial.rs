@@ -4,7 +4,8 @@
 //! transports only write it (an HTTP/1 response, an HTTP/2 stream's answer) and audit it.
 
 use crate::audit::Engine;
-use crate::http::respond::Refusal;
+use crate::http::head::HeadError;
+use crate::http::respond::{Code, Refusal};
 
 /// A refusal and the engine that made it.
 #[derive(Clone, Debug)]
@@ -24,5 +25,17 @@ impl Denial {
             .reason
             .clone()
             .unwrap_or_else(|| self.refusal.detail.clone())
+    }
+}
+
+/// The refusal for a head that could not be read.
+pub fn head_refusal(e: &HeadError) -> Refusal {
+    match e {
+        HeadError::TooLarge(max) => Refusal::new(
+            431,
+            Code::RequestHeaderFieldsTooLarge,
+            format!("request head larger than {max} bytes"),
+        ),
+        other => Refusal::new(400, Code::BadRequest, other.to_string()),
     }
 }

@@ -12,9 +12,9 @@ use std::time::Duration;
 use sluice_resolver::{DestinationPlan, VetOptions};
 use tokio::net::TcpStream;
 
-use super::Shared;
 use super::authority::Authority;
 use super::denial::Denial;
+use super::shared::Shared;
 use crate::audit::Engine;
 use crate::http::respond::{Code, Refusal};
 use crate::policy::decide::Admission;

@@ -21,14 +21,16 @@ use tokio::sync::oneshot;
 
 use super::authority::Authority;
 use super::caller::{self, CallerState};
+use super::conn::Conn;
 use super::connection;
 use super::denial::Denial;
+use super::denial::head_refusal;
 use super::inject;
 use super::record::Record;
 use super::request::{Admitted, BodyPlan, Exchange, Head, Scheme};
+use super::shared::Shared;
 use super::target::{host_matches, parse_absolute, tunnel_target};
 use super::websocket::{self, Client, Handshake};
-use super::{Conn, Shared, head_refusal};
 use crate::audit::Engine;
 use crate::credentials;
 use crate::http::body::{self, ChannelBody};

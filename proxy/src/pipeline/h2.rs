@@ -24,12 +24,12 @@ use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::Shared;
 use super::caller::{self, Known};
 use super::denial::Denial;
 use super::inject;
 use super::record::Record;
 use super::request::{Admitted, BodyPlan, Exchange, Head};
+use super::shared::Shared;
 use super::target::host_matches;
 use crate::audit::Engine;
 use crate::credentials;

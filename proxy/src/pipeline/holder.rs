@@ -13,8 +13,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::Shared;
 use super::caller::{self, Known};
+use super::shared::Shared;
 
 /// The receiving side of a connection's "the caller changed" signal.
 #[derive(Clone, Debug)]

@@ -15,10 +15,10 @@ use std::time::SystemTime;
 use http::Response;
 use http_body::Body;
 
-use super::Shared;
 use super::authority::Authority;
 use super::caller::Known;
 use super::denial::Denial;
+use super::shared::Shared;
 use crate::audit::{self, Engine};
 use crate::credentials::{self, CredentialError, Injected, ScrubSet, Scrubbed, Transport};
 use crate::http::respond::Code;

@@ -25,10 +25,11 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 
 use super::caller::Known;
+use super::conn::Conn;
 use super::counted::{Counted, Prefixed, Traffic};
 use super::forward::{self, Route, Session, Tunnel};
 use super::request::{Admitted, Scheme};
-use super::{Conn, Shared};
+use super::shared::Shared;
 use crate::audit::{self, Engine, Outcome, Via};
 use crate::tls::server::Alpn;
 use crate::tls::upstream::Offer;

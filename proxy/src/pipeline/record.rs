@@ -8,12 +8,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use super::Shared;
 use super::authority::{Authority, path_only};
 use super::caller::Known;
 use super::denial::Denial;
 use super::inject;
 use super::judge::Judged;
+use super::shared::Shared;
 use crate::audit::{self, AuditSink, Engine, Outcome};
 
 /// The audit record of one request, emitted once (see the module doc).

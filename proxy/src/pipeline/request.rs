@@ -17,13 +17,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::Shared;
 use super::authority::Authority;
 use super::caller::{self, CallerError, Known};
 use super::denial::Denial;
 use super::inject;
 use super::judge;
 use super::record::Record;
+use super::shared::Shared;
 use crate::audit::Engine;
 use crate::credentials::{self, ScrubSet, Transport};
 use crate::http::body::BodyError;
