@@ -12,6 +12,7 @@ pub mod shorthand;
 pub mod sink;
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 pub use sink::{AuditSink, LogFormat, Redact};
@@ -36,7 +37,8 @@ pub struct Process {
     pub uid: Option<u32>,
 }
 
-/// The caller of a connection: the process and its ancestors, parent first.
+/// The caller of a connection: the process and its ancestors, parent first. Events hold it
+/// behind an `Arc`: one connection's events share it, never copy it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Caller {
     pub process: Process,
@@ -108,7 +110,7 @@ pub struct ConnectionOpen {
     pub id: u64,
     pub via: Via,
     /// None when identification failed.
-    pub caller: Option<Caller>,
+    pub caller: Option<Arc<Caller>>,
     pub src: SocketAddr,
     pub dst: Destination,
     pub outcome: Outcome,
@@ -127,7 +129,7 @@ pub struct ConnectionClose {
     pub time: SystemTime,
     pub id: u64,
     pub via: Via,
-    pub caller: Option<Caller>,
+    pub caller: Option<Arc<Caller>>,
     pub src: SocketAddr,
     pub dst: Destination,
     pub policy: Option<String>,
@@ -147,7 +149,7 @@ pub struct ConnectionClose {
 pub struct HttpRequest {
     pub time: SystemTime,
     pub id: u64,
-    pub caller: Option<Caller>,
+    pub caller: Option<Arc<Caller>>,
     pub src: SocketAddr,
     pub dst: Destination,
     pub method: String,
@@ -198,7 +200,7 @@ pub struct Lifecycle {
 pub struct Finding {
     pub time: SystemTime,
     pub id: u64,
-    pub caller: Option<Caller>,
+    pub caller: Option<Arc<Caller>>,
     pub src: SocketAddr,
     pub dst: Destination,
     /// The finding type, e.g. `openshell.provider_credential.endpoint_mismatch`.

@@ -83,7 +83,7 @@ impl Ctx<'_> {
                 time: SystemTime::now(),
                 id: self.conn.id,
                 via: self.via,
-                caller: self.caller.map(|c| (*c.audit).clone()),
+                caller: self.caller.map(|c| Arc::clone(&c.audit)),
                 src: self.conn.peer,
                 dst: audit::Destination {
                     host: self.dst.host().to_string(),
@@ -114,7 +114,7 @@ impl Ctx<'_> {
                 time: SystemTime::now(),
                 id: self.conn.id,
                 via: self.via,
-                caller: self.caller.map(|c| (*c.audit).clone()),
+                caller: self.caller.map(|c| Arc::clone(&c.audit)),
                 src: self.conn.peer,
                 dst: audit::Destination {
                     host: self.dst.host().to_string(),
@@ -326,7 +326,7 @@ fn tunnel_checks(
         shared.audit.emit(&audit::Event::Finding(audit::Finding {
             time: SystemTime::now(),
             id: conn.id,
-            caller: Some((*known.audit).clone()),
+            caller: Some(Arc::clone(&known.audit)),
             src: conn.peer,
             dst: audit::Destination {
                 host: dst.host().to_string(),

@@ -42,7 +42,7 @@ impl Dest<'_> {
         audit::Event::Finding(audit::Finding {
             time: SystemTime::now(),
             id: self.conn_id,
-            caller: Some((*self.caller.audit).clone()),
+            caller: Some(Arc::clone(&self.caller.audit)),
             src: self.peer,
             dst: audit::Destination {
                 host: self.host.to_string(),

@@ -121,7 +121,7 @@ pub async fn run(
                 time: SystemTime::now(),
                 id: conn.id,
                 via: Via::Connect,
-                caller: Some((*caller.audit).clone()),
+                caller: Some(Arc::clone(&caller.audit)),
                 src: conn.peer,
                 dst: audit::Destination {
                     host: host.clone(),

@@ -142,7 +142,7 @@ fn stopped_forward(shared: &Shared, conn: &Conn, known: Option<caller::Known>, r
             time: SystemTime::now(),
             id: conn.id,
             via: Via::Forward,
-            caller: known.map(|k| (*k.audit).clone()),
+            caller: known.map(|k| k.audit),
             src: conn.peer,
             dst: audit::Destination {
                 host: String::new(),
@@ -176,7 +176,7 @@ async fn refuse_limited(
             time: SystemTime::now(),
             id: conn.id,
             via: Via::Connect,
-            caller: known.map(|known| (*known.audit).clone()),
+            caller: known.map(|known| Arc::clone(&known.audit)),
             src: conn.peer,
             dst: audit::Destination {
                 host: String::new(),
@@ -216,7 +216,7 @@ async fn refuse_early(
             time: SystemTime::now(),
             id: conn.id,
             via: Via::Connect,
-            caller: caller.map(|c| (*c.audit).clone()),
+            caller: caller.map(|c| Arc::clone(&c.audit)),
             src: conn.peer,
             dst: audit::Destination {
                 host: String::new(),

@@ -144,7 +144,7 @@ impl Record {
             .emit(&audit::Event::HttpRequest(audit::HttpRequest {
                 time: SystemTime::now(),
                 id: self.conn_id,
-                caller: self.caller.as_deref().cloned(),
+                caller: self.caller.clone(),
                 src: self.peer,
                 dst: self.destination(),
                 method: std::mem::take(&mut self.method),
