@@ -27,13 +27,6 @@ use crate::policy;
 #[error(transparent)]
 pub struct CallerError(Arc<IdentityError>);
 
-impl CallerError {
-    /// What the identity crate found.
-    pub fn identity(&self) -> &IdentityError {
-        &self.0
-    }
-}
-
 impl From<IdentityError> for CallerError {
     fn from(e: IdentityError) -> Self {
         CallerError(Arc::new(e))
@@ -62,10 +55,6 @@ impl Known {
             ancestors: &self.ancestors,
             cmdline: &self.cmdline_paths,
         }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.audit.process.pid
     }
 }
 

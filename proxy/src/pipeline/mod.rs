@@ -7,24 +7,25 @@
 //! check live in `caller.rs`, the policy module and `destination.rs`, and both entry points
 //! call the same ones.
 
-pub mod admission;
+mod admission;
 pub mod authority;
-pub mod caller;
-pub mod conn;
-pub mod connect;
-pub mod connection;
+mod caller;
+mod conn;
+/// The tunnel entry (`connect::tunnel`), where a transparent listener enters too.
+pub(crate) mod connect;
+mod connection;
 mod counted;
-pub mod denial;
+mod denial;
 pub mod destination;
 pub mod doctor;
-pub mod forward;
-pub mod h2;
-pub mod holder;
+mod forward;
+mod h2;
+mod holder;
 mod inject;
-pub mod inspect;
-pub mod judge;
+mod inspect;
+mod judge;
 mod record;
-pub mod request;
+mod request;
 mod shared;
 pub mod target;
 mod websocket;
