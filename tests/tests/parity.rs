@@ -250,6 +250,31 @@ fn parity(http: Http) {
     );
     assert_eq!(e["traffic"]["bytes_out"], sent.len(), "{e}");
 
+    // A body to rewrite is bounded (256 KiB), whatever the protocol.
+    let big = dir.write(
+        "big.json",
+        &format!(
+            r#"{{"token":"{PLACEHOLDER}","pad":"{}"}}"#,
+            "p".repeat(300 * 1024)
+        ),
+    );
+    let (status, _, body) = curl(
+        &sluice,
+        &ca,
+        http,
+        &[
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            &format!("@{}", big.display()),
+        ],
+        &format!("{}/v1/big", base(&rewriting)),
+    );
+    assert_eq!(status, 413, "{body}");
+    let refusal: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(refusal["error"], "request_body_too_large", "{refusal}");
+    assert!(rewriting.received().iter().all(|r| r["url"] != "/v1/big"));
+
     // Audit: bytes each way, counted as the bodies went.
     let (status, _, body) = curl(&sluice, &ca, http, &[], &format!("{g}/bytes/100000"));
     assert_eq!((status, body.len()), (200, 100_000));
