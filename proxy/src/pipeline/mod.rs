@@ -45,12 +45,47 @@ use crate::audit::{self, Engine, Outcome, Via};
 use crate::http::head::{self, HeadError};
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
+use caller::CallerState;
 use denial::head_refusal;
 
-/// Serves one client connection to the end.
-pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, local: SocketAddr) {
-    // A proxy that delays small writes stalls TLS handshakes by 40 ms (Nagle + delayed ACK).
-    let _ = stream.set_nodelay(true);
+/// A client connection as it arrives, before it names a target: its id and addresses, its
+/// caller looked up at once (before it could hand the socket to another program), the
+/// signal that stops it, and its per-caller slot. Every entry starts with [`arrive`] and,
+/// once the client has sent its first bytes, [`settle`]s: the explicit proxy ([`serve`]),
+/// and next a transparent listener, which then enters `connect::tunnel`.
+#[derive(Debug)]
+pub(crate) struct Arrival {
+    pub(crate) conn: Conn,
+    pub(crate) caller: CallerState,
+    raise: holder::Raise,
+    slot: admission::CallerSlot,
+}
+
+/// A connection past its caller's limits (or all of sluice's): refused with 429 by the
+/// entry, in its own way, and audited (see [`refuse_limited`]).
+#[derive(Debug)]
+pub(crate) struct Limited {
+    pub(crate) conn: Conn,
+    pub(crate) caller: CallerState,
+    pub(crate) refusal: Refusal,
+}
+
+/// An arrived connection whose client has sent its first bytes: its caller rechecked, and
+/// held (slot, periodic re-check) while it lasts.
+#[derive(Debug)]
+pub(crate) struct Settled {
+    pub(crate) conn: Conn,
+    pub(crate) caller: CallerState,
+    _slot: admission::CallerSlot,
+    _watcher: Option<holder::Watcher>,
+}
+
+/// The first step of every client connection: identify its caller, take its slot.
+pub(crate) async fn arrive(
+    shared: &Shared,
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Result<Arrival, Limited> {
     let (raise, stop) = holder::signal();
     let conn = Conn {
         id: shared.next_id(),
@@ -59,20 +94,68 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
         started: std::time::Instant::now(),
         stop,
     };
-    let (mut rd, mut wr) = stream.into_split();
     // The caller, looked up at once: before it could hand the socket to another program.
-    let accepted = caller::identify(&shared, peer, local).await;
+    let caller = caller::identify(shared, peer, local).await;
     // Connections whose caller cannot be identified (refused later at the identity stage)
     // share one slot table entry, so that a flood of them cannot fill --max-connections.
-    let exe = match &accepted {
+    let exe = match &caller {
         Ok(known) => known.exe.as_str(),
         Err(_) => admission::UNIDENTIFIED,
     };
-    let _slot = match shared.callers.admit(exe, std::time::Instant::now()) {
-        Ok(slot) => slot,
+    match shared.callers.admit(exe, std::time::Instant::now()) {
+        Ok(slot) => Ok(Arrival {
+            conn,
+            caller,
+            raise,
+            slot,
+        }),
         Err(refused) => {
             let refusal = refused.refusal(exe);
-            refuse_limited(&shared, &conn, rd, wr, refusal, accepted.as_ref().ok()).await;
+            Err(Limited {
+                conn,
+                caller,
+                refusal,
+            })
+        }
+    }
+}
+
+/// The client sent its first bytes: they are the caller's only if the process that
+/// connected still holds the socket (a full re-check); from here on it is re-checked
+/// periodically, and the connection stopped when it no longer holds it.
+pub(crate) async fn settle(shared: &Arc<Shared>, arrival: Arrival) -> Settled {
+    let Arrival {
+        conn,
+        caller,
+        raise,
+        slot,
+    } = arrival;
+    let caller = match caller {
+        Ok(known) => caller::recheck(shared, &known).await.map(|()| known),
+        Err(e) => Err(e),
+    };
+    let watcher = caller
+        .as_ref()
+        .ok()
+        .map(|known| holder::watch(Arc::clone(shared), known.clone(), raise));
+    Settled {
+        conn,
+        caller,
+        _slot: slot,
+        _watcher: watcher,
+    }
+}
+
+/// Serves one explicit-proxy client connection to the end: its first request head names
+/// the target (`CONNECT host:port`, or an absolute-form request).
+pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, local: SocketAddr) {
+    // A proxy that delays small writes stalls TLS handshakes by 40 ms (Nagle + delayed ACK).
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let arrival = match arrive(&shared, peer, local).await {
+        Ok(a) => a,
+        Err(limited) => {
+            refuse_limited(&shared, limited, rd, wr).await;
             return;
         }
     };
@@ -88,7 +171,8 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
         Ok(Err(HeadError::Closed)) => return,
         Ok(Err(e)) => {
             let refusal = head_refusal(&e);
-            refuse_early(&shared, &conn, &mut wr, refusal, accepted.ok().as_ref()).await;
+            let known = arrival.caller.as_ref().ok();
+            refuse_early(&shared, &arrival.conn, &mut wr, refusal, known).await;
             return;
         }
         Err(_) => {
@@ -100,26 +184,25 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
                     limits.head_timeout.as_secs()
                 ),
             );
-            refuse_early(&shared, &conn, &mut wr, refusal, accepted.ok().as_ref()).await;
+            let known = arrival.caller.as_ref().ok();
+            refuse_early(&shared, &arrival.conn, &mut wr, refusal, known).await;
             return;
         }
     };
-    // The request is the caller's only if the process that connected still holds the socket.
-    let caller = match accepted {
-        Ok(known) => caller::recheck(&shared, &known).await.map(|()| known),
-        Err(e) => Err(e),
-    };
-    let _watcher = caller
-        .as_ref()
-        .ok()
-        .map(|known| holder::watch(Arc::clone(&shared), known.clone(), raise));
+    let Settled {
+        conn,
+        caller,
+        _slot: _held,
+        _watcher: _watching,
+    } = settle(&shared, arrival).await;
+    let conn = &conn;
     if head.method.eq_ignore_ascii_case("CONNECT") {
-        connect::run(&shared, &conn, caller, head, rd, wr, buf).await;
+        connect::run(&shared, conn, caller, head, rd, wr, buf).await;
     } else {
         let known = caller.as_ref().ok().cloned();
         let session = forward::Session {
             shared: &shared,
-            conn: &conn,
+            conn,
             caller,
             route: forward::Route::Forward,
             rd,
@@ -129,7 +212,7 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
         let forwarded = forward::serve(session, Some(head));
         tokio::select! {
             () = forwarded => {}
-            reason = conn.stop.wait() => stopped_forward(&shared, &conn, known, reason),
+            reason = conn.stop.wait() => stopped_forward(&shared, conn, known, reason),
         }
     }
 }
@@ -163,12 +246,16 @@ fn stopped_forward(shared: &Shared, conn: &Conn, known: Option<caller::Known>, r
 /// (briefly) what the client sent, so that closing does not reset the answer away.
 async fn refuse_limited(
     shared: &Shared,
-    conn: &Conn,
+    limited: Limited,
     mut rd: tokio::net::tcp::OwnedReadHalf,
     mut wr: tokio::net::tcp::OwnedWriteHalf,
-    refusal: Refusal,
-    known: Option<&caller::Known>,
 ) {
+    let Limited {
+        conn,
+        caller,
+        refusal,
+    } = limited;
+    let known = caller.as_ref().ok();
     let _ = wr.write_all(&refusal.to_bytes()).await;
     let _ = wr.shutdown().await;
     shared
