@@ -19,7 +19,8 @@ use crate::credentials::secrets::Secret;
 use crate::http::body::{self, BodySink, ChannelBody};
 use crate::http::head::{self, BodyFraming};
 use crate::http::method_override;
-use crate::pipeline::{connect, target};
+use crate::pipeline::authority::Authority;
+use crate::pipeline::target;
 use crate::policy::canon;
 use crate::tls::upstream::Offer;
 
@@ -81,9 +82,9 @@ pub fn connect_authority(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(a) = connect::parse_authority(text) {
-        assert!(a.port != 0 && !a.host.is_empty());
-        let _ = canon::normalize_host(&a.host);
+    if let Ok(a) = Authority::parse_connect(text) {
+        assert!(a.port() != 0 && !a.host().is_empty());
+        let _ = canon::normalize_host(a.host());
     }
 }
 

@@ -13,6 +13,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::Semaphore;
 
+use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 use crate::pipeline::{self, Shared};
 
@@ -71,7 +72,7 @@ pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                     let mut stream = stream;
                     let refusal = Refusal::new(
                         503,
-                        "too_many_connections",
+                        Code::TooManyConnections,
                         format!(
                             "sluice is at its limit of {max} concurrent connections; retry later"
                         ),

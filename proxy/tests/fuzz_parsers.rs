@@ -236,7 +236,7 @@ fn seeds_exercise_the_parsers_they_feed() {
     for seed in authority_seeds() {
         let text = String::from_utf8(seed).unwrap_or_default();
         assert!(
-            sluice::pipeline::connect::parse_authority(&text).is_ok(),
+            sluice::pipeline::authority::Authority::parse_connect(&text).is_ok(),
             "{text}"
         );
     }

@@ -4,7 +4,7 @@
 //! spot. Both listen on loopback only and record what they received.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -440,11 +440,16 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
       res.end(`proto=${req.httpVersion} method=${req.method} path=${req.url} body=${n}\n`);
     });
   });
-server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
+server.listen(0, process.argv[4], () => { console.log(server.address().port); });
 "#;
 
 impl H2Origin {
     pub fn start(dir: &Path) -> H2Origin {
+        H2Origin::start_on(dir, IpAddr::from([127, 0, 0, 1]))
+    }
+
+    /// Like [`H2Origin::start`], listening on `ip` (`::1` for an IPv6-literal origin).
+    pub fn start_on(dir: &Path, ip: IpAddr) -> H2Origin {
         let (ca, cert, key) = make_cert(dir);
         let log = dir.join(format!("h2-origin-{}.jsonl", std::process::id()));
         let process = OriginProcess::spawn(
@@ -453,12 +458,13 @@ impl H2Origin {
                 .arg(H2_ORIGIN)
                 .arg(&cert)
                 .arg(&key)
-                .arg(&log),
+                .arg(&log)
+                .arg(ip.to_string()),
             "the h2 origin (node)",
         );
         let port = process.port;
         H2Origin {
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            addr: SocketAddr::from((ip, port)),
             cert: ca,
             log,
             process,

@@ -3,6 +3,7 @@
 //! process through the `sluice` library: no binary needed.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
@@ -33,8 +34,8 @@ fn time() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(1_710_000_307_123)
 }
 
-fn caller(depth: u32) -> Caller {
-    Caller {
+fn caller(depth: u32) -> Arc<Caller> {
+    Arc::new(Caller {
         process: Process {
             pid: 4242,
             exe: "/usr/bin/curl".into(),
@@ -49,7 +50,7 @@ fn caller(depth: u32) -> Caller {
                 uid: (i % 3 != 0).then_some(i),
             })
             .collect(),
-    }
+    })
 }
 
 fn dst(host: &str, port: u16, ip: Option<IpAddr>) -> Destination {

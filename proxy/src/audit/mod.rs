@@ -15,6 +15,7 @@ pub mod sink;
 pub mod suggest;
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 pub use sink::{AuditSink, LogFormat, Redact};
@@ -39,7 +40,8 @@ pub struct Process {
     pub uid: Option<u32>,
 }
 
-/// The caller of a connection: the process and its ancestors, parent first.
+/// The caller of a connection: the process and its ancestors, parent first. Events hold it
+/// behind an `Arc`: one connection's events share it, never copy it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Caller {
     pub process: Process,
@@ -114,7 +116,7 @@ pub struct ConnectionOpen {
     pub id: u64,
     pub via: Via,
     /// None when identification failed.
-    pub caller: Option<Caller>,
+    pub caller: Option<Arc<Caller>>,
     pub src: SocketAddr,
     pub dst: Destination,
     pub outcome: Outcome,
@@ -133,7 +135,7 @@ pub struct ConnectionClose {
     pub time: SystemTime,
     pub id: u64,
     pub via: Via,
-    pub caller: Option<Caller>,
+    pub caller: Option<Arc<Caller>>,
     pub src: SocketAddr,
     pub dst: Destination,
     pub policy: Option<String>,
@@ -153,7 +155,7 @@ pub struct ConnectionClose {
 pub struct HttpRequest {
     pub time: SystemTime,
     pub id: u64,
-    pub caller: Option<Caller>,
+    pub caller: Option<Arc<Caller>>,
     pub src: SocketAddr,
     pub dst: Destination,
     pub method: String,
@@ -204,7 +206,7 @@ pub struct Lifecycle {
 pub struct Finding {
     pub time: SystemTime,
     pub id: u64,
-    pub caller: Option<Caller>,
+    pub caller: Option<Arc<Caller>>,
     pub src: SocketAddr,
     pub dst: Destination,
     /// The finding type, e.g. `openshell.provider_credential.endpoint_mismatch`.

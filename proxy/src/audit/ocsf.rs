@@ -329,7 +329,7 @@ fn connection_open(e: &ConnectionOpen, ctx: &Context) -> Map<String, Value> {
         "firewall_rule".into(),
         firewall_rule(e.policy.as_deref(), e.engine, None),
     );
-    insert_network(&mut m, ctx, e.id, e.caller.as_ref(), e.src, &e.dst);
+    insert_network(&mut m, ctx, e.id, e.caller.as_deref(), e.src, &e.dst);
     m.insert(
         "metadata".into(),
         metadata(
@@ -359,7 +359,7 @@ fn connection_close(e: &ConnectionClose, ctx: &Context) -> Map<String, Value> {
     );
     m.insert("traffic".into(), traffic(e.bytes_in, e.bytes_out));
     m.insert("duration".into(), json!(long(e.duration_ms)));
-    insert_network(&mut m, ctx, e.id, e.caller.as_ref(), e.src, &e.dst);
+    insert_network(&mut m, ctx, e.id, e.caller.as_deref(), e.src, &e.dst);
     m.insert(
         "metadata".into(),
         metadata(
@@ -421,7 +421,7 @@ fn http_request(e: &HttpRequest, ctx: &Context) -> Map<String, Value> {
 
     m.insert("traffic".into(), traffic(e.bytes_in, e.bytes_out));
     m.insert("duration".into(), json!(long(e.duration_ms)));
-    insert_network(&mut m, ctx, e.id, e.caller.as_ref(), e.src, &e.dst);
+    insert_network(&mut m, ctx, e.id, e.caller.as_deref(), e.src, &e.dst);
 
     // `http_request.http_method` is an enum in 1.8.0; a method outside it (PROPFIND, ...) is
     // kept here rather than written where strict validators reject it.

@@ -163,14 +163,14 @@ mod tests {
         let event = Event::HttpRequest(HttpRequest {
             time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
             id: 7,
-            caller: Some(Caller {
+            caller: Some(std::sync::Arc::new(Caller {
                 process: Process {
                     pid: 42,
                     exe: "/usr/bin/curl".into(),
                     ..Process::default()
                 },
                 ancestors: Vec::new(),
-            }),
+            })),
             src: SocketAddr::from(([127, 0, 0, 1], 5000)),
             dst: Destination {
                 host: "api.example.com".into(),

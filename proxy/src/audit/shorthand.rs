@@ -99,7 +99,7 @@ fn event_time(event: &Event) -> SystemTime {
 
 fn open(e: &ConnectionOpen, sev: &str) -> String {
     let mut s = format!("NET:OPEN {sev} {} ", action_label(e.outcome));
-    push_actor(&mut s, e.caller.as_ref());
+    push_actor(&mut s, e.caller.as_deref());
     push_clean(&mut s, &authority(&e.dst.host, e.dst.port));
     push_rule(&mut s, e.policy.as_deref(), e.engine.as_str());
     push_reason(&mut s, e.outcome, e.reason.as_deref());
@@ -108,7 +108,7 @@ fn open(e: &ConnectionOpen, sev: &str) -> String {
 
 fn close(e: &ConnectionClose, sev: &str) -> String {
     let mut s = format!("NET:CLOSE {sev} ");
-    push_actor(&mut s, e.caller.as_ref());
+    push_actor(&mut s, e.caller.as_deref());
     push_clean(&mut s, &authority(&e.dst.host, e.dst.port));
     push_rule(&mut s, e.policy.as_deref(), e.engine.as_str());
     // OCSF orientation, as in the JSON `traffic` object (see `ocsf::traffic`).
@@ -124,7 +124,7 @@ fn request(e: &HttpRequest, sev: &str) -> String {
     let mut s = String::from("HTTP:");
     push_clean(&mut s, &e.method);
     let _ = write!(s, " {sev} {} ", action_label(e.outcome));
-    push_actor(&mut s, e.caller.as_ref());
+    push_actor(&mut s, e.caller.as_deref());
     push_clean(&mut s, &e.method);
     s.push(' ');
     push_clean(
@@ -352,7 +352,7 @@ mod tests {
     #[test]
     fn control_characters_cannot_forge_a_line() {
         let mut e = samples::open(Outcome::Allowed);
-        if let Some(c) = e.caller.as_mut() {
+        if let Some(c) = e.caller.as_mut().map(std::sync::Arc::make_mut) {
             c.process.exe = "/tmp/x\nNET:OPEN [INFO] ALLOWED".into();
         }
         let s = shorthand(&Event::ConnectionOpen(e));

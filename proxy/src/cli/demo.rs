@@ -25,7 +25,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::audit::ocsf::Context;
 use crate::audit::{AuditSink, LogFormat};
 use crate::listen;
-use crate::pipeline::{Limits, Shared, TlsState};
+use crate::pipeline::{Limits, Parts, Shared, TlsState};
 use crate::policy::{self, Compat, Source};
 use crate::tls::ca::Ca;
 use crate::tls::server::Terminator;
@@ -334,19 +334,19 @@ async fn tour(dir: &Path) -> Result<(), String> {
         "memory",
     ));
     audit.set_redactor(Arc::new(creds.bindings.redactor()));
-    let shared = Arc::new(Shared::new(
-        loaded.policy,
-        sluice_resolver::Resolver::overrides_only(sluice_resolver::Overrides::new()),
-        Arc::new(sluice_identity::IdentityResolver::new(
+    let shared = Arc::new(Shared::new(Parts {
+        policy: loaded.policy,
+        resolver: sluice_resolver::Resolver::overrides_only(sluice_resolver::Overrides::new()),
+        identity: Arc::new(sluice_identity::IdentityResolver::new(
             sluice_identity::IdentityConfig::default(),
         )),
-        Arc::clone(&audit),
-        Limits::default(),
-        true,
-        Compat::Strict,
-        Some(tls),
-        Arc::new(creds.bindings),
-    ));
+        audit: Arc::clone(&audit),
+        limits: Limits::default(),
+        allow_loopback: true,
+        compat: Compat::Strict,
+        tls: Some(tls),
+        credentials: Arc::new(creds.bindings),
+    }));
     let listener =
         listen::bind(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(|e| e.to_string())?;
     let proxy = listener.local_addr().map_err(|e| e.to_string())?;

@@ -18,7 +18,7 @@ use super::CompatArg;
 use crate::audit::{self, AuditSink, LogFormat};
 use crate::http::body::BodyPace;
 use crate::listen;
-use crate::pipeline::{Limits, Shared};
+use crate::pipeline::{Limits, Parts, Shared};
 use crate::policy::{self, Diagnostic, Loaded};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -352,17 +352,17 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             (None, None)
         }
     };
-    let shared = Arc::new(Shared::new(
-        loaded_policy,
+    let shared = Arc::new(Shared::new(Parts {
+        policy: loaded_policy,
         resolver,
         identity,
-        Arc::clone(&audit),
+        audit: Arc::clone(&audit),
         limits,
-        args.allow_loopback_upstream,
-        args.compat.into(),
+        allow_loopback: args.allow_loopback_upstream,
+        compat: args.compat.into(),
         tls,
         credentials,
-    ));
+    }));
     Ok(Prepared {
         shared,
         audit,

@@ -137,10 +137,10 @@ impl BodyError {
         }
     }
 
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> crate::http::respond::Code {
         match self {
             BodyError::Credential(e) => e.code(),
-            _ => "credential_unavailable",
+            _ => crate::http::respond::Code::CredentialUnavailable,
         }
     }
 }
@@ -521,7 +521,7 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(
-            (e.status(), e.code()),
+            (e.status(), e.code().as_str()),
             (403, "credential_endpoint_mismatch")
         );
     }

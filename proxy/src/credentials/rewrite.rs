@@ -137,13 +137,19 @@ impl CredentialError {
     }
 
     /// The `error` field of the JSON body (spec §3.5).
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> crate::http::respond::Code {
         match self {
-            CredentialError::EndpointMismatch { .. } => "credential_endpoint_mismatch",
-            CredentialError::PlacementMismatch { .. } => "credential_placement_mismatch",
-            CredentialError::RequiresTls { .. } => "credential_requires_tls",
+            CredentialError::EndpointMismatch { .. } => {
+                crate::http::respond::Code::CredentialEndpointMismatch
+            }
+            CredentialError::PlacementMismatch { .. } => {
+                crate::http::respond::Code::CredentialPlacementMismatch
+            }
+            CredentialError::RequiresTls { .. } => {
+                crate::http::respond::Code::CredentialRequiresTls
+            }
             CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => {
-                "credential_unavailable"
+                crate::http::respond::Code::CredentialUnavailable
             }
         }
     }

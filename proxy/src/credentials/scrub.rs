@@ -330,8 +330,8 @@ impl ScrubError {
         502
     }
 
-    pub fn code(&self) -> &'static str {
-        "credential_response_encoded"
+    pub fn code(&self) -> crate::http::respond::Code {
+        crate::http::respond::Code::CredentialResponseEncoded
     }
 }
 

@@ -21,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
 use super::head::BodyFraming;
+use crate::http::respond::Code;
 
 /// Longest chunk-size line or trailer line accepted.
 const MAX_LINE: usize = 4096;
@@ -58,13 +59,13 @@ impl BodyError {
     pub fn refusal(&self) -> crate::http::respond::Refusal {
         use crate::http::respond::Refusal;
         match self {
-            Self::TooSlow(_) => Refusal::new(408, "request_timeout", self.to_string()),
+            Self::TooSlow(_) => Refusal::new(408, Code::RequestTimeout, self.to_string()),
             Self::PlaceholderInTrailers => Refusal::new(
                 403,
-                "credential_in_trailers",
+                Code::CredentialInTrailers,
                 "a credential placeholder in the request trailers would reach the upstream unresolved; sluice swaps placeholders in request headers only",
             ),
-            _ => Refusal::new(400, "bad_request", format!("request body: {self}")),
+            _ => Refusal::new(400, Code::BadRequest, format!("request body: {self}")),
         }
     }
 }
@@ -419,6 +420,15 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
     Ok(total)
 }
 
+/// The refusal of a body to rewrite larger than `max` bytes (413), over any transport.
+pub fn too_large(max: usize) -> super::respond::Refusal {
+    super::respond::Refusal::new(
+        413,
+        Code::RequestBodyTooLarge,
+        format!("a body to rewrite may be at most {max} bytes (request_body_credential_rewrite)"),
+    )
+}
+
 /// Reads a whole request body, refusing one larger than `max` bytes (413).
 pub async fn read_bounded<R: AsyncRead + Unpin + Send>(
     rd: &mut R,
@@ -426,15 +436,7 @@ pub async fn read_bounded<R: AsyncRead + Unpin + Send>(
     framing: BodyFraming,
     max: usize,
 ) -> Result<Bytes, super::respond::Refusal> {
-    let too_large = || {
-        super::respond::Refusal::new(
-            413,
-            "request_body_too_large",
-            format!(
-                "a body to rewrite may be at most {max} bytes (request_body_credential_rewrite)"
-            ),
-        )
-    };
+    let too_large = || too_large(max);
     if let BodyFraming::Length(n) = framing
         && n > max as u64
     {

@@ -27,12 +27,95 @@ pub fn is_hop_by_hop(name: &str) -> bool {
     ) || n.starts_with("proxy-")
 }
 
+/// The machine-readable code of a refusal (the `error` field of its body): one variant per
+/// code sluice answers with, so that no code is a string written at a refusal site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Code {
+    BadRequest,
+    NotAProxyRequest,
+    HttpsRequiresConnect,
+    UnsupportedProxyScheme,
+    InvalidTarget,
+    InvalidRequestTarget,
+    InvalidMethodOverride,
+    RequestAuthorityMismatch,
+    RequestHeaderFieldsTooLarge,
+    RequestBodyTooLarge,
+    RequestTimeout,
+    PolicyDenied,
+    SsrfDenied,
+    UninspectedCredentials,
+    TlsTerminationUnavailable,
+    UpstreamUnreachable,
+    UpstreamTimeout,
+    TooManyConnections,
+    CallerConnectionLimit,
+    CallerRateLimit,
+    CredentialEndpointMismatch,
+    CredentialPlacementMismatch,
+    CredentialRequiresTls,
+    CredentialUnavailable,
+    CredentialResponseEncoded,
+    CredentialScanEncodedBody,
+    CredentialInBody,
+    CredentialInTrailers,
+}
+
+impl Code {
+    /// The code as the body's `error` field spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::BadRequest => "bad_request",
+            Code::NotAProxyRequest => "not_a_proxy_request",
+            Code::HttpsRequiresConnect => "https_requires_connect",
+            Code::UnsupportedProxyScheme => "unsupported_proxy_scheme",
+            Code::InvalidTarget => "invalid_target",
+            Code::InvalidRequestTarget => "invalid_request_target",
+            Code::InvalidMethodOverride => "invalid_method_override",
+            Code::RequestAuthorityMismatch => "request_authority_mismatch",
+            Code::RequestHeaderFieldsTooLarge => "request_header_fields_too_large",
+            Code::RequestBodyTooLarge => "request_body_too_large",
+            Code::RequestTimeout => "request_timeout",
+            Code::PolicyDenied => "policy_denied",
+            Code::SsrfDenied => "ssrf_denied",
+            Code::UninspectedCredentials => "uninspected_credentials",
+            Code::TlsTerminationUnavailable => "tls_termination_unavailable",
+            Code::UpstreamUnreachable => "upstream_unreachable",
+            Code::UpstreamTimeout => "upstream_timeout",
+            Code::TooManyConnections => "too_many_connections",
+            Code::CallerConnectionLimit => "caller_connection_limit",
+            Code::CallerRateLimit => "caller_rate_limit",
+            Code::CredentialEndpointMismatch => "credential_endpoint_mismatch",
+            Code::CredentialPlacementMismatch => "credential_placement_mismatch",
+            Code::CredentialRequiresTls => "credential_requires_tls",
+            Code::CredentialUnavailable => "credential_unavailable",
+            Code::CredentialResponseEncoded => "credential_response_encoded",
+            Code::CredentialScanEncodedBody => "credential_scan_encoded_body",
+            Code::CredentialInBody => "credential_in_body",
+            Code::CredentialInTrailers => "credential_in_trailers",
+        }
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Code {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A refusal: what the client reads when sluice says no.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
     pub status: u16,
     /// Machine-readable code (`policy_denied`, `ssrf_denied`, ...).
-    pub error: &'static str,
+    pub error: Code,
     /// One sentence saying what was refused.
     pub detail: String,
     /// Why (the policy's reason), when there is one.
@@ -42,7 +125,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    pub fn new(status: u16, error: &'static str, detail: impl Into<String>) -> Refusal {
+    pub fn new(status: u16, error: Code, detail: impl Into<String>) -> Refusal {
         Refusal {
             status,
             error,
@@ -67,7 +150,7 @@ impl Refusal {
 
     pub fn body(&self) -> String {
         let mut m = Map::new();
-        m.insert("error".into(), Value::from(self.error));
+        m.insert("error".into(), Value::from(self.error.as_str()));
         m.insert("detail".into(), Value::from(self.detail.clone()));
         if let Some(r) = &self.reason {
             m.insert("reason".into(), Value::from(r.clone()));
@@ -246,7 +329,7 @@ mod tests {
     fn refusal_bytes() {
         let r = Refusal::new(
             403,
-            "policy_denied",
+            Code::PolicyDenied,
             "CONNECT h:443 not permitted by policy",
         )
         .with_reason("no");

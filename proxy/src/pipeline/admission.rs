@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 
 /// The table key shared by every connection whose caller could not be identified (such a
@@ -34,7 +35,7 @@ impl Refused {
         match self {
             Refused::Connections(limit) => Refusal::new(
                 429,
-                "caller_connection_limit",
+                Code::CallerConnectionLimit,
                 format!(
                     "{exe} already holds {limit} connections through sluice \
                      (--max-connections-per-caller); close some and retry"
@@ -42,7 +43,7 @@ impl Refused {
             ),
             Refused::Rate(limit) => Refusal::new(
                 429,
-                "caller_rate_limit",
+                Code::CallerRateLimit,
                 format!(
                     "{exe} opened more than {limit} connections in a second \
                      (--max-new-connections-per-caller-per-sec); retry later"
@@ -241,8 +242,11 @@ mod tests {
     #[test]
     fn refusals_are_429_with_a_code() {
         let r = Refused::Connections(8).refusal("/usr/bin/python3");
-        assert_eq!((r.status, r.error), (429, "caller_connection_limit"));
+        assert_eq!(
+            (r.status, r.error.as_str()),
+            (429, "caller_connection_limit")
+        );
         let r = Refused::Rate(8).refusal("/usr/bin/python3");
-        assert_eq!((r.status, r.error), (429, "caller_rate_limit"));
+        assert_eq!((r.status, r.error.as_str()), (429, "caller_rate_limit"));
     }
 }

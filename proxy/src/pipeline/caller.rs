@@ -12,12 +12,29 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use sluice_identity::Identity;
+use sluice_identity::{Identity, IdentityError};
 
-use super::Shared;
+use super::denial::Denial;
+use super::shared::Shared;
 use crate::audit;
+use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 use crate::policy;
+
+/// Why a connection's caller is not known, or no longer holds its socket: the identity
+/// crate's answer, shared (every later request of the connection is refused with it).
+#[derive(Clone, Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct CallerError(Arc<IdentityError>);
+
+impl From<IdentityError> for CallerError {
+    fn from(e: IdentityError) -> Self {
+        CallerError(Arc::new(e))
+    }
+}
+
+/// A connection's caller as the request phases carry it: known, or why not.
+pub type CallerState = Result<Known, CallerError>;
 
 /// A caller as policy and audit see it.
 #[derive(Clone, Debug)]
@@ -25,7 +42,8 @@ pub struct Known {
     pub exe: String,
     pub ancestors: Vec<String>,
     pub cmdline_paths: Vec<String>,
-    pub audit: audit::Caller,
+    /// Shared by every event of the connection, never copied per event.
+    pub audit: Arc<audit::Caller>,
     /// What the lookup found, for confirming it later.
     pub identity: Arc<Identity>,
 }
@@ -38,22 +56,14 @@ impl Known {
             cmdline: &self.cmdline_paths,
         }
     }
-
-    pub fn pid(&self) -> u32 {
-        self.audit.process.pid
-    }
 }
 
 /// Identifies the process at the other end of a connection, as soon as it is accepted.
-pub async fn identify(
-    shared: &Shared,
-    peer: SocketAddr,
-    local: SocketAddr,
-) -> Result<Known, String> {
+pub async fn identify(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> CallerState {
     let resolver = &shared.identity;
     match blocking(|| resolver.lookup(peer, local)) {
         Ok(identity) => Ok(known(identity)),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -61,26 +71,26 @@ pub async fn identify(
 /// the connection's socket: a few reads of that one process, made for every later request
 /// and before a tunnel's first bytes go upstream. A socket handed over between the lookup and
 /// the request (or between two requests) is refused.
-pub async fn confirm(shared: &Shared, known: &Known) -> Result<(), String> {
+pub async fn confirm(shared: &Shared, known: &Known) -> Result<(), CallerError> {
     // A few microseconds of /proc reads when the caller is unchanged: run in place, as
     // `block_in_place` (handing this worker's other tasks to another thread) costs more than
     // the check. When it fails, finding who holds the socket now is rare and may be slower.
     shared
         .identity
         .confirm(&known.identity)
-        .map_err(|e| e.to_string())
+        .map_err(CallerError::from)
 }
 
 /// Like [`confirm`], and no process of another identity in the caller's fork family holds the
 /// socket as well: made when the first request head arrives and at each periodic re-check.
-pub async fn recheck(shared: &Shared, known: &Known) -> Result<(), String> {
+pub async fn recheck(shared: &Shared, known: &Known) -> Result<(), CallerError> {
     let resolver = &shared.identity;
-    blocking(|| resolver.recheck(&known.identity)).map_err(|e| e.to_string())
+    blocking(|| resolver.recheck(&known.identity)).map_err(CallerError::from)
 }
 
 /// [`confirm`] for a connection's caller as the request loop carries it: a caller that no
 /// longer holds the socket becomes the reason every later request is refused.
-pub async fn reconfirm(shared: &Shared, caller: &mut Result<Known, String>) {
+pub async fn reconfirm(shared: &Shared, caller: &mut CallerState) {
     if let Ok(known) = caller
         && let Err(reason) = confirm(shared, known).await
     {
@@ -89,15 +99,16 @@ pub async fn reconfirm(shared: &Shared, caller: &mut Result<Known, String>) {
 }
 
 /// The refusal of a request whose caller could not be identified or confirmed: `what` is the
-/// refused request (`CONNECT host:port`, `GET host:port/path`), `reason` why.
-pub fn refusal(what: &str, reason: &str) -> Refusal {
-    Refusal::new(
+/// refused request (`CONNECT host:port`, `GET host:port/path`), `e` why.
+pub fn denial(what: &str, e: &CallerError) -> Denial {
+    let refusal = Refusal::new(
         403,
-        "policy_denied",
+        Code::PolicyDenied,
         format!("{what} not permitted by policy"),
     )
-    .with_reason(reason)
-    .with("stage", "identity")
+    .with_reason(e.to_string())
+    .with("stage", "identity");
+    Denial::new(audit::Engine::Identity, refusal)
 }
 
 /// Runs a lookup (about 100 µs of /proc and netlink reads) on this worker: `block_in_place`
@@ -144,7 +155,7 @@ fn known(identity: Identity) -> Known {
             .map(|a| a.exe.clone())
             .collect(),
         cmdline_paths: id.cmdline_paths.clone(),
-        audit: audit::Caller {
+        audit: Arc::new(audit::Caller {
             process: audit::Process {
                 pid: id.pid,
                 exe: id.exe.clone(),
@@ -161,7 +172,7 @@ fn known(identity: Identity) -> Known {
                     uid: None,
                 })
                 .collect(),
-        },
+        }),
         identity: Arc::new(identity),
     }
 }

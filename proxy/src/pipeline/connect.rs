@@ -1,67 +1,70 @@
-//! `CONNECT host:port`: decide, vet the destination, dial, answer `200`, relay.
+//! Tunnels: a connection whose destination is named once for its whole life. `CONNECT
+//! host:port` enters through [`run`]; every tunnel (a transparently redirected connection
+//! next) goes through [`tunnel`]: the connection phase (`connection.rs`: normalise, caller,
+//! L4), the tunnel's own checks, the dial, `200`, then the inspected tunnel (`inspect.rs`) or
+//! the raw relay, until either side closes or the caller no longer holds the socket.
 //!
-//! Owns the tunnel entry point. Every refusal is an HTTP status with a JSON body sent before
-//! any `200` (policy 403, SSRF 403, unreachable 502, slow 504). An endpoint whose requests
-//! must be inspected is refused with 503 until TLS termination exists, never relayed
-//! uninspected.
+//! Every refusal is an HTTP status with a JSON body sent before any `200` (policy 403, SSRF
+//! 403, unreachable 502, slow 504). A credentialed endpoint is never relayed uninspected
+//! unless it opts in, and an endpoint whose requests must be inspected is refused with 503
+//! when TLS termination is unavailable.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
-use super::caller::Known;
-use super::destination::{self, DialError};
-use super::{Conn, Shared};
+use super::authority::Authority;
+use super::caller::{CallerState, Known};
+use super::conn::Conn;
+use super::connection;
+use super::connection::{Admitted, Scheme};
+use super::counted::Traffic;
+use super::denial::Denial;
+use super::inspect::{self, Inspected};
+use super::shared::Shared;
 use crate::audit::{self, Engine, Outcome, Via};
 use crate::http::head::RequestHead;
-use crate::http::respond::Refusal;
-use crate::policy::L4Decision;
-use crate::policy::canon;
+use crate::http::respond::{Code, Refusal};
 use crate::relay;
 
-/// A parsed CONNECT authority.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Authority {
-    pub host: String,
-    pub port: u16,
+/// How a tunnel entered. A `CONNECT` client is answered in HTTP (`200`, or a refusal as
+/// JSON); a transparently redirected connection, when it lands, has no one to answer and
+/// is closed instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Entry {
+    Connect,
 }
 
-/// `host:port` or `[v6]:port`, port required, no userinfo.
-pub fn parse_authority(target: &str) -> Result<Authority, String> {
-    if target.contains('@') || target.contains('/') {
-        return Err(format!("`{target}` is not host:port"));
+impl Entry {
+    fn via(self) -> Via {
+        match self {
+            Entry::Connect => Via::Connect,
+        }
     }
-    let (host, port) = if let Some(rest) = target.strip_prefix('[') {
-        let (h, after) = rest.split_once(']').ok_or("unclosed `[`")?;
-        let p = after.strip_prefix(':').ok_or("a port is required")?;
-        (h, p)
-    } else {
-        target
-            .rsplit_once(':')
-            .ok_or("a port is required (host:port)")?
-    };
-    let port = port
-        .parse::<u16>()
-        .ok()
-        .filter(|p| *p != 0)
-        .ok_or_else(|| format!("invalid port `{port}`"))?;
-    if host.is_empty() {
-        return Err("empty host".to_string());
-    }
-    Ok(Authority {
-        host: host.to_string(),
-        port,
-    })
+}
+
+/// A tunnel about to enter the connection phase.
+#[derive(Debug)]
+pub struct Start<'a> {
+    pub shared: &'a Arc<Shared>,
+    pub conn: &'a Conn,
+    pub caller: CallerState,
+    /// The destination as the client named it (not yet normalised).
+    pub target: Authority,
+    pub entry: Entry,
 }
 
 struct Ctx<'a> {
     shared: &'a Shared,
     conn: &'a Conn,
     caller: Option<&'a Known>,
-    host: String,
-    port: u16,
+    /// The destination as far as it is known (normalised once it is).
+    dst: Authority,
+    via: Via,
 }
 
 impl Ctx<'_> {
@@ -79,12 +82,12 @@ impl Ctx<'_> {
             .emit(&audit::Event::ConnectionOpen(audit::ConnectionOpen {
                 time: SystemTime::now(),
                 id: self.conn.id,
-                via: Via::Connect,
-                caller: self.caller.map(|c| c.audit.clone()),
+                via: self.via,
+                caller: self.caller.map(|c| Arc::clone(&c.audit)),
                 src: self.conn.peer,
                 dst: audit::Destination {
-                    host: self.host.clone(),
-                    port: self.port,
+                    host: self.dst.host().to_string(),
+                    port: self.dst.port(),
                     ip,
                 },
                 outcome,
@@ -110,12 +113,12 @@ impl Ctx<'_> {
             .emit(&audit::Event::ConnectionClose(audit::ConnectionClose {
                 time: SystemTime::now(),
                 id: self.conn.id,
-                via: Via::Connect,
-                caller: self.caller.map(|c| c.audit.clone()),
+                via: self.via,
+                caller: self.caller.map(|c| Arc::clone(&c.audit)),
                 src: self.conn.peer,
                 dst: audit::Destination {
-                    host: self.host.clone(),
-                    port: self.port,
+                    host: self.dst.host().to_string(),
+                    port: self.dst.port(),
                     ip: Some(addr.ip()),
                 },
                 policy,
@@ -128,160 +131,105 @@ impl Ctx<'_> {
             }));
     }
 
-    async fn refuse(
-        &self,
-        wr: &mut OwnedWriteHalf,
-        refusal: Refusal,
-        policy: Option<String>,
-        engine: Engine,
-    ) {
-        let _ = wr.write_all(&refusal.to_bytes()).await;
+    async fn refuse(&self, wr: &mut OwnedWriteHalf, d: &Denial, policy: Option<String>) {
+        let _ = wr.write_all(&d.refusal.to_bytes()).await;
         let _ = wr.shutdown().await;
-        let reason = refusal
-            .reason
-            .clone()
-            .unwrap_or_else(|| refusal.detail.clone());
         self.open_event(
             Outcome::Denied,
             policy,
-            engine,
-            Some(reason),
-            refusal.status,
+            d.engine,
+            Some(d.audit_reason()),
+            d.refusal.status,
             None,
         );
     }
 }
 
+/// `CONNECT host:port`: the target parsed, then the tunnel.
 pub async fn run(
-    shared: &std::sync::Arc<Shared>,
+    shared: &Arc<Shared>,
     conn: &Conn,
-    caller: Result<Known, String>,
+    caller: CallerState,
     head: RequestHead,
     rd: OwnedReadHalf,
     mut wr: OwnedWriteHalf,
     buf: BytesMut,
 ) {
-    let authority = match parse_authority(&head.target) {
+    let target = match Authority::parse_connect(&head.target) {
         Ok(a) => a,
         Err(e) => {
             let ctx = Ctx {
                 shared,
                 conn,
                 caller: caller.as_ref().ok(),
-                host: head.target.clone(),
-                port: 0,
+                dst: Authority::new(head.target.clone(), 0),
+                via: Via::Connect,
             };
-            let refusal = Refusal::new(400, "bad_request", format!("CONNECT target {e}"));
-            ctx.refuse(&mut wr, refusal, None, Engine::HttpParser).await;
+            let refusal = Refusal::new(400, Code::BadRequest, format!("CONNECT target {e}"));
+            let d = Denial::new(Engine::HttpParser, refusal);
+            ctx.refuse(&mut wr, &d, None).await;
             return;
         }
     };
+    let start = Start {
+        shared,
+        conn,
+        caller,
+        target,
+        entry: Entry::Connect,
+    };
+    tunnel(start, (rd, wr), buf).await;
+}
+
+/// A tunnel from its target to its end: the client's halves, and the bytes it sent after
+/// naming the target (replayed first). The one function every tunnel entry calls.
+pub async fn tunnel(
+    start: Start<'_>,
+    (rd, mut wr): (OwnedReadHalf, OwnedWriteHalf),
+    buf: BytesMut,
+) {
+    let Start {
+        shared,
+        conn,
+        caller,
+        target,
+        entry,
+    } = start;
     let mut ctx = Ctx {
         shared,
         conn,
         caller: caller.as_ref().ok(),
-        host: authority.host.to_ascii_lowercase(),
-        port: authority.port,
+        dst: target.with_host(target.host().to_ascii_lowercase()),
+        via: entry.via(),
     };
-    let hp = format!("{}:{}", ctx.host, ctx.port);
-    let host = match canon::normalize_host(&authority.host) {
-        Ok(h) => h,
-        Err(e) => {
-            let refusal = Refusal::new(400, "invalid_target", format!("CONNECT {hp} refused: {e}"));
-            ctx.refuse(&mut wr, refusal, None, Engine::HttpParser).await;
-            return;
-        }
+    let dst = match connection::normalize("CONNECT", &target) {
+        Ok(d) => d,
+        Err(d) => return ctx.refuse(&mut wr, &d, None).await,
     };
-    ctx.host.clone_from(&host);
-    if host == super::doctor::HOST {
+    ctx.dst = dst.clone();
+    if dst.host() == super::doctor::HOST {
         // Answered by sluice itself, whatever the policy: it proves the way through sluice
         // and the trust in its CA, and reaches nothing.
         super::doctor::tunnel(shared, rd, wr, buf).await;
         return;
     }
-    let known = match &caller {
-        Ok(k) => k,
-        Err(e) => {
-            let refusal = super::caller::refusal(&format!("CONNECT {hp}"), e);
-            ctx.refuse(&mut wr, refusal, None, Engine::Identity).await;
-            return;
-        }
+    // Pins the policy snapshot this connection is admitted under. The scheme is the
+    // inspected tunnel's to find (TLS or plaintext HTTP).
+    let what = format!("CONNECT {dst}");
+    let admitted = connection::admit(shared, caller.as_ref(), &dst, Scheme::Https, &what);
+    let (known, admitted) = match admitted {
+        Ok(a) => a,
+        Err(d) => return ctx.refuse(&mut wr, &d, None).await,
     };
-    // Pin the snapshot this connection is admitted under.
-    let policy = shared.policy.load_full();
-    let admission = match policy.decide_l4(&known.policy_caller(), &host, ctx.port) {
-        L4Decision::Allow(a) => a,
-        L4Decision::Deny(d) => {
-            let refusal = Refusal::new(
-                403,
-                "policy_denied",
-                format!("CONNECT {hp} not permitted by policy"),
-            )
-            .with_reason(d.reason)
-            .with("binary", known.exe.clone())
-            .with("ancestors", known.ancestors.clone())
-            .with("host", host.clone())
-            .with("port", ctx.port)
-            .with("stage", "l4");
-            ctx.refuse(&mut wr, refusal, None, Engine::L4).await;
-            return;
-        }
-    };
+    let (policy, admission) = (&admitted.policy, &admitted.admission);
     let entry = Some(admission.entry.to_string());
-    let inspect = admission.inspects(&policy);
-    // A credentialed destination reached without inspection would carry placeholders as
-    // text, or real secrets nobody checks (spec §3.6).
-    if !inspect
-        && shared.credentials.load().is_credentialed(&host, ctx.port)
-        && !admission
-            .endpoints
-            .iter()
-            .any(|r| policy.endpoint(*r).allow_uninspected_credentials)
-    {
-        let refusal = Refusal::new(
-            403,
-            "uninspected_credentials",
-            "credentialed endpoint requires L7 inspection; raw tunnel is not explicitly allowed",
-        )
-        .with("host", host.clone())
-        .with("port", ctx.port)
-        .with("policy", admission.entry.to_string());
-        super::emit_finding(
-            shared,
-            conn.id,
-            conn.peer,
-            Some(known),
-            audit::Destination {
-                host: host.clone(),
-                port: ctx.port,
-                ip: None,
-            },
-            "openshell.credentials.traffic_uninspectable",
-            format!("CONNECT refused for {hp}: uninspected credential traffic"),
-            None,
-            entry.clone(),
-        );
-        ctx.refuse(&mut wr, refusal, entry, Engine::L4).await;
-        return;
+    let inspect = admission.inspects(policy);
+    if let Err(d) = tunnel_checks(shared, conn, known, &admitted, inspect) {
+        return ctx.refuse(&mut wr, &d, entry).await;
     }
-    if inspect && shared.tls.is_none() {
-        let refusal = Refusal::new(
-            503,
-            "tls_termination_unavailable",
-            format!("CONNECT {hp} needs L7 inspection, and TLS termination is unavailable; it is refused rather than relayed uninspected"),
-        )
-        .with("policy", admission.entry.to_string());
-        ctx.refuse(&mut wr, refusal, entry, Engine::L7).await;
-        return;
-    }
-    let plan = destination::plan_for(&policy, &admission, &host, shared.compat);
-    let (upstream, addr) = match destination::connect(shared, &plan, &host, ctx.port).await {
+    let (upstream, addr) = match connection::dial(shared, &admitted, "CONNECT").await {
         Ok(x) => x,
-        Err(e) => {
-            let (refusal, engine) = dial_refusal(&e, "CONNECT", &hp);
-            ctx.refuse(&mut wr, refusal, entry, engine).await;
-            return;
-        }
+        Err(d) => return ctx.refuse(&mut wr, &d, entry).await,
     };
     if wr
         .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
@@ -299,20 +247,18 @@ pub async fn run(
         Some(addr.ip()),
     );
     if inspect {
-        let traffic = std::sync::Arc::new(super::counted::Traffic::default());
-        let inspected = super::inspect::run(
-            shared,
-            conn,
-            known.clone(),
-            host.clone(),
-            ctx.port,
-            std::sync::Arc::clone(&policy),
-            admission,
+        let traffic = Arc::new(Traffic::default());
+        let inspected = inspect::run(
+            Inspected {
+                shared,
+                conn,
+                caller: known.clone(),
+                admitted,
+                upstream: (upstream, addr),
+                traffic: &traffic,
+            },
             (rd, wr),
             buf,
-            upstream,
-            addr,
-            &traffic,
         );
         // Ended by the client or upstream, or cut when the caller no longer holds the socket.
         let reason = tokio::select! {
@@ -342,7 +288,11 @@ pub async fn run(
     // sees that second holder.
     let checks = relay::Checks {
         stop: conn.stop.wait(),
-        first_use: super::caller::recheck(shared, known),
+        first_use: async {
+            super::caller::recheck(shared, known)
+                .await
+                .map_err(|e| e.to_string())
+        },
     };
     let stats = relay::relay_until(rd, wr, ur, uw, &buf, bounds, checks).await;
     ctx.close_event(
@@ -355,67 +305,61 @@ pub async fn run(
     );
 }
 
-/// The refusal for a failed destination step, shared with the forward path.
-pub fn dial_refusal(e: &DialError, verb: &str, hp: &str) -> (Refusal, Engine) {
-    match e {
-        DialError::Refused { detail, reason } => (
-            Refusal::new(403, "ssrf_denied", format!("{verb} {hp} blocked: {detail}"))
-                .with_reason(reason.clone()),
-            Engine::Ssrf,
-        ),
-        DialError::Resolve(msg) => (
-            Refusal::new(
-                502,
-                "upstream_unreachable",
-                format!("connection to {hp} failed"),
-            )
-            .with_reason(msg.clone()),
-            Engine::Proxy,
-        ),
-        DialError::Unreachable(msg) => (
-            Refusal::new(
-                502,
-                "upstream_unreachable",
-                format!("connection to {hp} failed"),
-            )
-            .with_reason(msg.clone()),
-            Engine::Proxy,
-        ),
-        DialError::Timeout => (
-            Refusal::new(
-                504,
-                "upstream_timeout",
-                format!("connection to {hp} timed out"),
-            ),
-            Engine::Proxy,
-        ),
+/// What a tunnel needs beyond its L4 admission: a credentialed destination reached without
+/// inspection would carry placeholders as text, or real secrets nobody checks (spec §3.6),
+/// unless an endpoint opts in; an inspected one needs TLS termination.
+fn tunnel_checks(
+    shared: &Shared,
+    conn: &Conn,
+    known: &Known,
+    admitted: &Admitted,
+    inspect: bool,
+) -> Result<(), Denial> {
+    let (dst, policy, admission) = (&admitted.dst, &admitted.policy, &admitted.admission);
+    if !inspect
+        && shared
+            .credentials
+            .load()
+            .is_credentialed(dst.host(), dst.port())
+        && !admission
+            .endpoints
+            .iter()
+            .any(|r| policy.endpoint(*r).allow_uninspected_credentials)
+    {
+        shared.audit.emit(&audit::Event::Finding(audit::Finding {
+            time: SystemTime::now(),
+            id: conn.id,
+            caller: Some(Arc::clone(&known.audit)),
+            src: conn.peer,
+            dst: audit::Destination {
+                host: dst.host().to_string(),
+                port: dst.port(),
+                ip: None,
+            },
+            kind: "openshell.credentials.traffic_uninspectable".to_string(),
+            title: format!("CONNECT refused for {dst}: uninspected credential traffic"),
+            credential: None,
+            policy: Some(admission.entry.to_string()),
+            severity: audit::Severity::High,
+        }));
+        let refusal = Refusal::new(
+            403,
+            Code::UninspectedCredentials,
+            "credentialed endpoint requires L7 inspection; raw tunnel is not explicitly allowed",
+        )
+        .with("host", dst.host().to_string())
+        .with("port", dst.port())
+        .with("policy", admission.entry.to_string());
+        return Err(Denial::new(Engine::L4, refusal));
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn authorities() {
-        assert_eq!(
-            parse_authority("api.x.com:443"),
-            Ok(Authority {
-                host: "api.x.com".into(),
-                port: 443
-            })
-        );
-        assert_eq!(
-            parse_authority("[::1]:8443"),
-            Ok(Authority {
-                host: "::1".into(),
-                port: 8443
-            })
-        );
-        assert!(parse_authority("api.x.com").is_err());
-        assert!(parse_authority("api.x.com:0").is_err());
-        assert!(parse_authority("api.x.com:99999").is_err());
-        assert!(parse_authority("u@api.x.com:443").is_err());
-        assert!(parse_authority(":443").is_err());
+    if inspect && shared.tls.is_none() {
+        let refusal = Refusal::new(
+            503,
+            Code::TlsTerminationUnavailable,
+            format!("CONNECT {dst} needs L7 inspection, and TLS termination is unavailable; it is refused rather than relayed uninspected"),
+        )
+        .with("policy", admission.entry.to_string());
+        return Err(Denial::new(Engine::L7, refusal));
     }
+    Ok(())
 }

@@ -1,11 +1,15 @@
-//! A stream that counts the bytes read from it and written to it, for the close event of a
-//! connection whose stream is handed on (to TLS, to the request loop) before it ends.
+//! Client streams as they are handed on (to TLS, to the request loop): one that counts the
+//! bytes read from it and written to it, for the close event of a connection whose stream is
+//! handed on before it ends; one that first replays bytes already read from it (a CONNECT
+//! client's first bytes, a peeked ClientHello).
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
+
+use bytes::{Buf, BytesMut};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -81,6 +85,53 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
     }
 }
 
+/// A stream that first yields bytes already read from it.
+#[derive(Debug)]
+pub struct Prefixed<S> {
+    prefix: BytesMut,
+    inner: S,
+}
+
+impl<S> Prefixed<S> {
+    pub fn new(prefix: BytesMut, inner: S) -> Self {
+        Prefixed { prefix, inner }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            buf.put_slice(&self.prefix[..n]);
+            self.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +148,16 @@ mod tests {
         let mut got = Vec::new();
         c.read_to_end(&mut got).await.unwrap();
         assert_eq!((traffic.bytes_in(), traffic.bytes_out()), (3, 5));
+    }
+
+    #[tokio::test]
+    async fn prefixed_reads_the_prefix_first() {
+        let (mut a, b) = tokio::io::duplex(64);
+        a.write_all(b"world").await.unwrap();
+        drop(a);
+        let mut p = Prefixed::new(BytesMut::from(&b"hello "[..]), b);
+        let mut out = String::new();
+        p.read_to_string(&mut out).await.unwrap();
+        assert_eq!(out, "hello world");
     }
 }

@@ -12,22 +12,91 @@ use std::time::Duration;
 use sluice_resolver::{DestinationPlan, VetOptions};
 use tokio::net::TcpStream;
 
-use super::Shared;
+use super::authority::Authority;
+use super::denial::Denial;
+use super::shared::Shared;
+use crate::audit::Engine;
+use crate::http::respond::{Code, Refusal};
 use crate::policy::decide::Admission;
 use crate::policy::glob::HostPattern;
 use crate::policy::{Compat, Policy};
 
 /// Why no upstream connection was made.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DialError {
-    /// The destination check refused it (403 `ssrf_denied`): the detail names the kind.
-    Refused { detail: String, reason: String },
+    /// The host is a cloud metadata service name (403 `ssrf_denied`).
+    #[error("{host} is a cloud metadata service name")]
+    MetadataHost { host: String },
+    /// The destination check refused an address (403 `ssrf_denied`).
+    #[error(transparent)]
+    Refused(#[from] sluice_resolver::Refusal),
     /// The name did not resolve (502).
-    Resolve(String),
-    /// Every vetted address refused or failed (502 `upstream_unreachable`).
-    Unreachable(String),
+    #[error(transparent)]
+    Resolve(#[from] sluice_resolver::ResolverError),
+    /// Every vetted address refused or failed (502 `upstream_unreachable`): the last one.
+    #[error("{addr}: {source}")]
+    Unreachable {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Some vetted addresses timed out, and the others refused: the last timed out.
+    #[error("{addr}: connect timed out after {} s", .after.as_secs_f32())]
+    LastTimedOut { addr: SocketAddr, after: Duration },
+    /// There was no address to dial.
+    #[error("no address to dial")]
+    NoAddress,
     /// Every vetted address timed out (504).
+    #[error("connect timed out")]
     Timeout,
+}
+
+impl DialError {
+    /// The refusal of a failed destination step: `verb` is the refused request's method
+    /// (`CONNECT`, `GET`), `dst` where it went.
+    pub fn denial(&self, verb: &str, dst: &Authority) -> Denial {
+        match self {
+            DialError::MetadataHost { .. } => Denial::new(
+                Engine::Ssrf,
+                Refusal::new(
+                    403,
+                    Code::SsrfDenied,
+                    format!("{verb} {dst} blocked: metadata host"),
+                )
+                .with_reason(self.to_string()),
+            ),
+            DialError::Refused(r) => Denial::new(
+                Engine::Ssrf,
+                Refusal::new(
+                    403,
+                    Code::SsrfDenied,
+                    format!("{verb} {dst} blocked: {}", r.kind),
+                )
+                .with_reason(r.detail.clone()),
+            ),
+            DialError::Timeout => Denial::new(
+                Engine::Proxy,
+                Refusal::new(
+                    504,
+                    Code::UpstreamTimeout,
+                    format!("connection to {dst} timed out"),
+                ),
+            ),
+            DialError::Resolve(_)
+            | DialError::Unreachable { .. }
+            | DialError::LastTimedOut { .. }
+            | DialError::NoAddress => Denial::new(
+                Engine::Proxy,
+                Refusal::new(
+                    502,
+                    Code::UpstreamUnreachable,
+                    format!("connection to {dst} failed"),
+                )
+                .with_reason(self.to_string()),
+            ),
+        }
+    }
 }
 
 /// The destination plan for an admitted connection.
@@ -74,16 +143,11 @@ pub async fn connect(
     port: u16,
 ) -> Result<(TcpStream, SocketAddr), DialError> {
     if sluice_resolver::is_metadata_host(host) {
-        return Err(DialError::Refused {
-            detail: "metadata host".to_string(),
-            reason: format!("{host} is a cloud metadata service name"),
+        return Err(DialError::MetadataHost {
+            host: host.to_string(),
         });
     }
-    let addrs = shared
-        .resolver
-        .resolve(host)
-        .await
-        .map_err(|e| DialError::Resolve(e.to_string()))?;
+    let addrs = shared.resolver.resolve(host).await?;
     let vetted = sluice_resolver::vet(
         plan,
         &addrs,
@@ -91,11 +155,7 @@ pub async fn connect(
         VetOptions {
             allow_loopback: shared.allow_loopback,
         },
-    )
-    .map_err(|r| DialError::Refused {
-        detail: r.kind.to_string(),
-        reason: r.detail,
-    })?;
+    )?;
     dial(&vetted, shared.limits.connect_timeout).await
 }
 
@@ -104,7 +164,7 @@ pub async fn dial(
     addrs: &[SocketAddr],
     timeout: Duration,
 ) -> Result<(TcpStream, SocketAddr), DialError> {
-    let mut last = String::from("no address to dial");
+    let mut last = DialError::NoAddress;
     let mut all_timed_out = !addrs.is_empty();
     for &addr in addrs {
         match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
@@ -112,21 +172,21 @@ pub async fn dial(
                 let _ = stream.set_nodelay(true);
                 return Ok((stream, addr));
             }
-            Ok(Err(e)) => {
+            Ok(Err(source)) => {
                 all_timed_out = false;
-                last = format!("{addr}: {e}");
+                last = DialError::Unreachable { addr, source };
             }
             Err(_) => {
-                last = format!(
-                    "{addr}: connect timed out after {} s",
-                    timeout.as_secs_f32()
-                )
+                last = DialError::LastTimedOut {
+                    addr,
+                    after: timeout,
+                }
             }
         }
     }
     if all_timed_out {
         Err(DialError::Timeout)
     } else {
-        Err(DialError::Unreachable(last))
+        Err(last)
     }
 }

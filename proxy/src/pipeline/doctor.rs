@@ -55,7 +55,7 @@ pub async fn serve<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: I) {
 /// A CONNECT to the doctor host: `200`, then TLS with a leaf from sluice's CA (or plain
 /// HTTP), then the fixed pages.
 pub async fn tunnel(
-    shared: &super::Shared,
+    shared: &super::shared::Shared,
     rd: tokio::net::tcp::OwnedReadHalf,
     mut wr: tokio::net::tcp::OwnedWriteHalf,
     buf: bytes::BytesMut,
@@ -75,7 +75,7 @@ pub async fn tunnel(
         (None, Ok(1)) => first[0] == 0x16,
         _ => return,
     };
-    let stream = super::inspect::Prefixed::new(buf, stream);
+    let stream = super::counted::Prefixed::new(buf, stream);
     if !is_tls {
         serve(stream).await;
         return;

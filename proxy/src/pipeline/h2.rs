@@ -1,17 +1,19 @@
 //! HTTP/2 in an inspected tunnel: hyper's HTTP/2 server on the client's TLS stream, hyper's
 //! HTTP/2 client on the upstream's, and the same judgement (`judge`) per stream as HTTP/1.
 //!
-//! Owns the per-stream handler: the authority check (`:authority` must name the tunnel),
-//! the L7 decision, the upstream request (canonical target, connection-specific headers
-//! dropped, body and trailers streamed with HTTP/2 flow control as backpressure), the
-//! response streamed back, and one audit event per stream. A refusal answers that stream
-//! only; the connection and its other streams go on. gRPC is HTTP/2 with trailers and needs
-//! nothing more.
+//! Owns the HTTP/2 transport of the request phase (`request.rs`, the same steps as HTTP/1.1):
+//! the stream's authority (`:authority` or `Host`) and head handed to the phase, the body
+//! streamed upstream with HTTP/2 flow control as backpressure (guarded, or buffered and
+//! rewritten when the endpoint opts in), the upstream request (canonical target,
+//! connection-specific headers dropped), and the response streamed back, its bytes counted
+//! into the stream's audit record, which is emitted when the response ends. A refusal answers
+//! that stream only; the connection and its other streams go on. gRPC is HTTP/2 with
+//! trailers and needs nothing more.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, Uri};
@@ -22,16 +24,18 @@ use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::Shared;
-use super::caller::Known;
-use super::judge::{self, Judged};
+use super::caller::{self, Known};
+use super::connection::Admitted;
+use super::denial::Denial;
+use super::inject;
+use super::record::Record;
+use super::request::{BodyPlan, Exchange, Head};
+use super::shared::Shared;
 use super::target::host_matches;
-use crate::audit::{self, Engine, Outcome};
+use crate::audit::Engine;
 use crate::credentials;
 use crate::http::body;
-use crate::http::respond::{Refusal, is_hop_by_hop};
-use crate::policy::Policy;
-use crate::policy::decide::Admission;
+use crate::http::respond::{Code, Refusal, is_hop_by_hop};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -49,6 +53,8 @@ pub struct Guarded {
     pacer: body::Pacer,
     /// The wait for the client under way: when it began, and when its allowance runs out.
     waiting: Option<(tokio::time::Instant, std::pin::Pin<Box<tokio::time::Sleep>>)>,
+    /// Body bytes received from the client so far (for the stream's audit record).
+    received: Arc<AtomicU64>,
 }
 
 impl Guarded {
@@ -79,8 +85,9 @@ impl http_body::Body for Guarded {
                     .waiting
                     .take()
                     .map_or(std::time::Duration::ZERO, |(since, _)| since.elapsed());
-                this.pacer
-                    .record(waited, frame.data_ref().map_or(0, bytes::Buf::remaining));
+                let n = frame.data_ref().map_or(0, bytes::Buf::remaining);
+                this.pacer.record(waited, n);
+                this.received.fetch_add(n as u64, Ordering::Relaxed);
                 if let (Some(g), Some(data)) = (this.guard.as_mut(), frame.data_ref())
                     && g.feed(data)
                 {
@@ -141,12 +148,13 @@ pub struct H2Tunnel {
     pub conn_id: u64,
     pub peer: SocketAddr,
     pub known: Known,
-    pub host: String,
-    pub port: u16,
-    pub policy: Arc<Policy>,
-    pub admission: Admission,
+    pub admitted: Admitted,
+    /// The upstream address dialled.
     pub addr: SocketAddr,
 }
+
+/// A request body on its way upstream: guarded and paced as it streams, or rewritten whole.
+type UpBody = BoxBody<Bytes, BoxError>;
 
 /// Connects HTTP/2 to the upstream over `upstream_io`, then serves the client's streams on
 /// `client_io` until either side closes.
@@ -174,13 +182,16 @@ where
         .map_err(|e| format!("client HTTP/2: {e}"))
 }
 
-fn refusal_response(refusal: &Refusal) -> Response<Body> {
-    let body = Full::new(Bytes::from(refusal.body()))
+/// Answers a stream with a refusal, and audits it.
+fn refuse(mut rec: Record, d: &Denial) -> Response<Body> {
+    rec.deny(d);
+    rec.finish();
+    let body = Full::new(Bytes::from(d.refusal.body()))
         .map_err(|never| match never {})
         .boxed();
     let mut resp = Response::new(body);
     *resp.status_mut() =
-        http::StatusCode::from_u16(refusal.status).unwrap_or(http::StatusCode::FORBIDDEN);
+        http::StatusCode::from_u16(d.refusal.status).unwrap_or(http::StatusCode::FORBIDDEN);
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -188,44 +199,24 @@ fn refusal_response(refusal: &Refusal) -> Response<Body> {
     resp
 }
 
-/// Audits a refused request (its reason, else its detail) and answers it.
-fn refuse(
-    t: &H2Tunnel,
-    method: &str,
-    j: &Judged,
-    started: Instant,
-    refusal: &Refusal,
-) -> Response<Body> {
-    let reason = refusal
-        .reason
-        .clone()
-        .or_else(|| Some(refusal.detail.clone()));
-    emit(t, method, j, Some(refusal.status), 0, started, reason);
-    refusal_response(refusal)
-}
-
+/// One stream: the request phase, the body, the upstream exchange, the audited answer.
 async fn handle(
     t: &H2Tunnel,
-    mut sender: SendRequest<Guarded>,
+    mut sender: SendRequest<UpBody>,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let started = Instant::now();
-    let method = req.method().as_str().to_string();
+    let x = Exchange {
+        shared: &t.shared,
+        admitted: &t.admitted,
+    };
+    let mut rec = Record::open(&t.shared, t.conn_id, t.peer, Some(&t.known));
+    rec.ip = Some(t.addr.ip());
     let path_and_query = req
         .uri()
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
-    let hp = format!("{}:{}", t.host, t.port);
-    let mut judged = Judged {
-        origin_form: path_and_query.clone(),
-        path: None,
-        outcome: Outcome::Denied,
-        engine: Engine::HttpParser,
-        reason: None,
-        rule: None,
-        policy: t.admission.entry.to_string(),
-    };
+    rec.request(req.method().as_str(), &path_and_query);
     let authority = req
         .uri()
         .authority()
@@ -236,142 +227,91 @@ async fn handle(
                 .and_then(|h| h.to_str().ok())
                 .map(str::to_string)
         });
-    if !authority
+    let dst = &t.admitted.dst;
+    let authority_ok = authority
         .as_deref()
-        .is_some_and(|a| host_matches(a.as_bytes(), &t.host, t.port, 443))
-    {
-        let refusal = Refusal::new(
-            403,
-            "request_authority_mismatch",
-            "HTTP request authority does not match the authorized tunnel endpoint",
-        );
-        return refuse(t, &method, &judged, started, &refusal);
-    }
+        .is_some_and(|a| host_matches(a.as_bytes(), dst.host(), dst.port(), 443));
     // Each stream is the caller's only if it still holds the socket.
-    if let Err(reason) = super::caller::confirm(&t.shared, &t.known).await {
-        let path = path_and_query.split('?').next().unwrap_or("/");
-        let refusal = super::caller::refusal(&format!("{method} {hp}{path}"), &reason);
-        judged.engine = Engine::Identity;
-        return refuse(t, &method, &judged, started, &refusal);
-    }
-    let named = judge::Method::new(
-        &method,
-        req.headers()
+    let confirmed = caller::confirm(&t.shared, &t.known).await;
+    let head = Head {
+        method: req.method().as_str(),
+        target: &path_and_query,
+        authority_ok,
+        headers: req
+            .headers()
             .iter()
-            .map(|(n, v)| (n.as_str(), v.as_bytes())),
-    );
-    // Judged by the policy in force now: a reload applies from the next stream.
-    let (policy, admission) = match super::current::tunnel_policy(
-        &t.shared,
-        &t.policy,
-        &t.admission,
-        &t.known,
-        &t.host,
-        t.port,
-    ) {
-        Ok(current) => current,
-        Err(d) => {
-            let path = path_and_query.split('?').next().unwrap_or("/");
-            let what = format!("{method} {hp}{path}");
-            let refusal = super::current::l4_refusal(&what, d, &t.known, &t.host, t.port);
-            judged.engine = Engine::L4;
-            // No entry admits it any more.
-            judged.policy = "-".to_string();
-            return refuse(t, &method, &judged, started, &refusal);
-        }
+            .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
+            .collect(),
+        websocket: false,
+        has_body: !http_body::Body::is_end_stream(req.body()),
     };
-    judged = match judge::judge(
-        &policy,
-        &admission,
-        &t.known,
-        &named,
-        &path_and_query,
-        &hp,
-        false,
-    ) {
-        Ok(j) => j,
-        Err(boxed) => {
-            let (refusal, mut j) = *boxed;
-            j.outcome = Outcome::Denied;
-            return refuse(t, &method, &j, started, &refusal);
-        }
+    let prepared = x.prepare(confirmed.as_ref().map(|()| &t.known), head, &mut rec);
+    let (known, mut prepared) = match prepared {
+        Ok(p) => p,
+        Err(d) => return refuse(rec, &d),
     };
     let (parts, body) = req.into_parts();
-    // Credentials: placeholders become secrets only where each is bound (spec §3.3, §3.4).
-    let mut origin_form = judged.origin_form.clone();
-    let mut headers: Vec<(String, Vec<u8>)> = parts
-        .headers
-        .iter()
-        .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
-        .collect();
-    let dest = super::inject::Dest {
-        shared: &t.shared,
-        conn_id: t.conn_id,
-        peer: t.peer,
-        caller: &t.known,
-        host: &t.host,
-        port: t.port,
-        ip: Some(t.addr.ip()),
-        policy: Some(judged.policy.clone()),
+    let received = Arc::new(AtomicU64::new(0));
+    let tripped = Arc::new(std::sync::OnceLock::new());
+    let mut guarded = Guarded {
+        inner: body,
+        guard: (prepared.body == BodyPlan::Guard).then(credentials::BodyGuard::new),
+        tripped: Arc::clone(&tripped),
+        pacer: body::Pacer::new(t.shared.limits.body_pace),
+        waiting: None,
+        received: Arc::clone(&received),
     };
-    let path = judged.path.clone().unwrap_or_else(|| "/".to_string());
-    // One credentials snapshot for the whole stream (a reload applies from the next one).
-    let creds = t.shared.credentials.load_full();
-    let (injected, scrub) = match super::inject::inject_head(
-        &dest,
-        &creds,
-        credentials::Transport::VerifiedTls,
-        &path,
-        &mut origin_form,
-        &mut headers,
-    ) {
-        Ok(inj) => (
-            inj.credentials
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<String>>(),
-            inj.scrub,
-        ),
-        Err(refused) => {
-            let mut j = judged.clone();
-            j.outcome = Outcome::Denied;
-            return refuse_with(t, &method, &j, started, refused);
-        }
-    };
-    let guard_body = creds.is_credentialed(&t.host, t.port);
-    if guard_body
-        && !http_body::Body::is_end_stream(&body)
-        && let Some(refused) = super::inject::encoded_body(
-            parts
-                .headers
-                .get_all(http::header::CONTENT_ENCODING)
-                .iter()
-                .map(HeaderValue::as_bytes),
-        )
-    {
-        return refuse_with(t, &method, &judged, started, refused);
-    }
-    let authority = if t.port == 443 {
-        t.host.clone()
-    } else {
-        format!("{}:{}", t.host, t.port)
-    };
-    let uri = match format!("https://{authority}{origin_form}").parse::<Uri>() {
+    let up_body: UpBody =
+        if prepared.body == BodyPlan::Rewrite && !http_body::Body::is_end_stream(&guarded) {
+            // Buffered (bounded, paced), rewritten, sent whole: the same step as HTTP/1.1.
+            let max = credentials::body::MAX_REWRITE_BODY_BYTES;
+            guarded.guard = None;
+            let collected = http_body_util::Limited::new(guarded, max).collect().await;
+            let whole = match collected {
+                Ok(c) => c.to_bytes(),
+                Err(e) => {
+                    let d = match tripped.get() {
+                        Some(b) => x.body_failed(known, &rec, b),
+                        None if e.is::<http_body_util::LengthLimitError>() => {
+                            Denial::new(Engine::HttpParser, body::too_large(max))
+                        }
+                        None => Denial::new(
+                            Engine::HttpParser,
+                            Refusal::new(400, Code::BadRequest, format!("request body: {e}")),
+                        ),
+                    };
+                    return refuse(rec, &d);
+                }
+            };
+            match x.rewrite_body(known, &mut rec, &mut prepared, whole) {
+                Ok(b) => Full::new(b).map_err(|never| match never {}).boxed(),
+                Err(d) => return refuse(rec, &d),
+            }
+        } else {
+            guarded.boxed()
+        };
+    // An IPv6 literal is bracketed, else the URI does not parse and the request is refused.
+    let uri = format!(
+        "https://{}{}",
+        dst.to_uri_authority(443),
+        prepared.origin_form
+    );
+    let uri = match uri.parse::<Uri>() {
         Ok(u) => u,
         Err(e) => {
             let refusal = Refusal::new(
                 400,
-                "invalid_request_target",
+                Code::InvalidRequestTarget,
                 format!("request-target refused: {e}"),
             );
-            return refuse(t, &method, &judged, started, &refusal);
+            return refuse(rec, &Denial::new(Engine::HttpParser, refusal));
         }
     };
     let mut up = Request::builder()
         .method(parts.method)
         .uri(uri)
         .version(http::Version::HTTP_2);
-    for (name, value) in &headers {
+    for (name, value) in &prepared.headers {
         let n = name.as_str();
         // HTTP/2 forbids connection-specific headers; `te: trailers` is the one allowed (gRPC).
         if (is_hop_by_hop(n) && !(n == "te" && value.as_slice() == b"trailers")) || n == "host" {
@@ -379,83 +319,27 @@ async fn handle(
         }
         up = up.header(name.as_str(), value.as_slice());
     }
-    // Opt-in body rewriting is done on HTTP/1.1 only so far; on HTTP/2 a placeholder in the
-    // body of a credentialed endpoint is stopped like any other (never sent unresolved).
-    let tripped = Arc::new(std::sync::OnceLock::new());
-    let body = Guarded {
-        inner: body,
-        guard: guard_body.then(credentials::BodyGuard::new),
-        tripped: Arc::clone(&tripped),
-        pacer: body::Pacer::new(t.shared.limits.body_pace),
-        waiting: None,
-    };
-    let upstream_req = match up.body(body) {
+    let upstream_req = match up.body(up_body) {
         Ok(r) => r,
         Err(e) => {
-            let refusal = Refusal::new(400, "bad_request", e.to_string());
-            return refuse(t, &method, &judged, started, &refusal);
+            let refusal = Refusal::new(400, Code::BadRequest, e.to_string());
+            return refuse(rec, &Denial::new(Engine::HttpParser, refusal));
         }
     };
     let timeout = t.shared.limits.upstream_timeout;
     let response = match tokio::time::timeout(timeout, sender.send_request(upstream_req)).await {
         Ok(Ok(r)) => r,
-        Ok(Err(_)) if matches!(tripped.get(), Some(body::BodyError::PlaceholderInTrailers)) => {
-            let refusal = Refusal::new(
-                403,
-                "credential_in_trailers",
-                "a credential placeholder in the request trailers would reach the upstream unresolved; sluice swaps placeholders in request headers only",
-            );
-            return refuse(t, &method, &judged, started, &refusal);
-        }
-        Ok(Err(_)) if matches!(tripped.get(), Some(body::BodyError::Placeholder)) => {
-            super::emit_finding(
-                &t.shared,
-                t.conn_id,
-                t.peer,
-                Some(&t.known),
-                audit::Destination {
-                    host: t.host.clone(),
-                    port: t.port,
-                    ip: Some(t.addr.ip()),
-                },
-                "openshell.credentials.traffic_uninspectable",
-                format!("request body with a credential placeholder stopped before {hp}"),
-                None,
-                Some(judged.policy.clone()),
-            );
-            let refusal = Refusal::new(
-                403,
-                "credential_in_body",
-                "a credential placeholder in the request body would reach the upstream unresolved; this endpoint does not allow body rewriting (request_body_credential_rewrite)",
-            );
-            return refuse(t, &method, &judged, started, &refusal);
-        }
-        Ok(Err(_)) if let Some(slow @ body::BodyError::TooSlow(_)) = tripped.get() => {
-            let refusal = slow.refusal();
-            let mut j = judged.clone();
-            j.outcome = Outcome::Denied;
-            j.engine = Engine::Proxy;
-            return refuse(t, &method, &j, started, &refusal);
-        }
         Ok(Err(e)) => {
-            let refusal = Refusal::new(
-                502,
-                "upstream_unreachable",
-                format!("connection to {hp} failed"),
-            )
-            .with_reason(e.to_string());
-            return refuse(t, &method, &judged, started, &refusal);
+            rec.bytes_in += received.load(Ordering::Relaxed);
+            let d = match tripped.get() {
+                Some(stopped) => x.body_failed(known, &rec, stopped),
+                None => x.upstream_failed(e.to_string()),
+            };
+            return refuse(rec, &d);
         }
-        Err(_) => {
-            let refusal = Refusal::new(
-                504,
-                "upstream_timeout",
-                format!("{hp} sent no response within {} s", timeout.as_secs_f32()),
-            );
-            return refuse(t, &method, &judged, started, &refusal);
-        }
+        Err(_) => return refuse(rec, &x.upstream_timeout(timeout)),
     };
-    let status = response.status().as_u16();
+    rec.status = Some(response.status().as_u16());
     let (mut parts, body) = response.into_parts();
     let drop: Vec<http::HeaderName> = parts
         .headers
@@ -467,92 +351,91 @@ async fn handle(
         parts.headers.remove(n);
     }
     let response = Response::from_parts(parts, body);
-    let body = if scrub.is_empty() {
+    let response = if prepared.scrub.is_empty() {
         response.map(BodyExt::boxed)
     } else {
         // A secret went in, or the endpoint has secrets bound: the response is scrubbed.
-        match super::inject::scrub(&dest, scrub, &injected, response).await {
+        let scrubbed = inject::scrub(
+            &rec.dest(&t.shared, known),
+            prepared.scrub,
+            &rec.credentials,
+            response,
+        )
+        .await;
+        match scrubbed {
             Ok(r) => r.map(BodyExt::boxed),
-            Err(refused) => return refuse_with(t, &method, &judged, started, refused),
+            Err(d) => return refuse(rec, &d),
         }
     };
-    let reason = judged.reason.clone();
-    emit_with(
-        t,
-        &method,
-        &judged,
-        Some(status),
-        0,
-        started,
-        reason,
-        injected,
-    );
-    body
+    response.map(|inner| {
+        Audited {
+            inner,
+            rec: Some(rec),
+            received,
+        }
+        .boxed()
+    })
 }
 
-/// Audits and answers a refusal whose audit reason differs from its client text.
-fn refuse_with(
-    t: &H2Tunnel,
-    method: &str,
-    j: &Judged,
-    started: Instant,
-    refused: super::inject::Refused,
-) -> Response<Body> {
-    let refusal = refused.refusal.with_reason(refused.reason);
-    refuse(t, method, j, started, &refusal)
+/// A response body on its way to the client, counted into its request's audit record,
+/// which is emitted when the body ends (or is dropped: the stream was reset).
+struct Audited {
+    inner: Body,
+    rec: Option<Record>,
+    /// The request body bytes received, counted by [`Guarded`].
+    received: Arc<AtomicU64>,
 }
 
-#[allow(clippy::too_many_arguments)] // the parts of one audit record
-fn emit(
-    t: &H2Tunnel,
-    method: &str,
-    j: &Judged,
-    status: Option<u16>,
-    bytes_out: u64,
-    started: Instant,
-    reason: Option<String>,
-) {
-    emit_with(t, method, j, status, bytes_out, started, reason, Vec::new());
+impl Audited {
+    fn end(&mut self, interrupted: Option<String>) {
+        if let Some(mut rec) = self.rec.take() {
+            rec.bytes_in += self.received.load(Ordering::Relaxed);
+            if let Some(why) = interrupted {
+                rec.reason = Some(format!("response interrupted: {why}"));
+            }
+            rec.finish();
+        }
+    }
 }
 
-#[allow(clippy::too_many_arguments)] // the parts of one audit record
-fn emit_with(
-    t: &H2Tunnel,
-    method: &str,
-    j: &Judged,
-    status: Option<u16>,
-    bytes_out: u64,
-    started: Instant,
-    reason: Option<String>,
-    credentials: Vec<String>,
-) {
-    t.shared
-        .audit
-        .emit(&audit::Event::HttpRequest(audit::HttpRequest {
-            time: SystemTime::now(),
-            id: t.conn_id,
-            caller: Some(t.known.audit.clone()),
-            src: t.peer,
-            dst: audit::Destination {
-                host: t.host.clone(),
-                port: t.port,
-                ip: Some(t.addr.ip()),
-            },
-            method: method.to_ascii_uppercase(),
-            scheme: "https",
-            path: j
-                .path
-                .clone()
-                .unwrap_or_else(|| j.origin_form.split('?').next().unwrap_or("/").to_string()),
-            outcome: j.outcome,
-            policy: Some(j.policy.clone()),
-            engine: j.engine,
-            rule: j.rule.clone(),
-            reason,
-            status,
-            bytes_in: 0,
-            bytes_out,
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            credentials,
-        }));
+impl Drop for Audited {
+    fn drop(&mut self) {
+        self.end(None);
+    }
+}
+
+impl http_body::Body for Audited {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        use std::task::Poll;
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                let n = frame.data_ref().map_or(0, bytes::Buf::remaining) as u64;
+                if let Some(rec) = self.rec.as_mut() {
+                    rec.bytes_out += n;
+                }
+            }
+            Poll::Ready(Some(Err(e))) => {
+                let why = e.to_string();
+                self.end(Some(why));
+            }
+            Poll::Ready(None) => self.end(None),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::Shared;
 use super::caller::{self, Known};
+use super::shared::Shared;
 
 /// The receiving side of a connection's "the caller changed" signal.
 #[derive(Clone, Debug)]
@@ -67,8 +67,8 @@ pub fn watch(shared: Arc<Shared>, known: Known, raise: Raise) -> Watcher {
     Watcher(tokio::spawn(async move {
         loop {
             tokio::time::sleep(interval).await;
-            if let Err(reason) = caller::recheck(&shared, &known).await {
-                let _ = raise.tx.send(Some(reason));
+            if let Err(e) = caller::recheck(&shared, &known).await {
+                let _ = raise.tx.send(Some(e.to_string()));
                 return;
             }
         }

@@ -15,10 +15,13 @@ use std::time::SystemTime;
 use http::Response;
 use http_body::Body;
 
-use super::Shared;
+use super::authority::Authority;
 use super::caller::Known;
-use crate::audit;
+use super::denial::Denial;
+use super::shared::Shared;
+use crate::audit::{self, Engine};
 use crate::credentials::{self, CredentialError, Injected, ScrubSet, Scrubbed, Transport};
+use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 
 /// Where an inspected request goes, as its findings name it.
@@ -39,7 +42,7 @@ impl Dest<'_> {
         audit::Event::Finding(audit::Finding {
             time: SystemTime::now(),
             id: self.conn_id,
-            caller: Some(self.caller.audit.clone()),
+            caller: Some(Arc::clone(&self.caller.audit)),
             src: self.peer,
             dst: audit::Destination {
                 host: self.host.to_string(),
@@ -54,16 +57,16 @@ impl Dest<'_> {
         })
     }
 
-    fn hp(&self) -> String {
-        format!("{}:{}", self.host, self.port)
+    /// Emits a Detection Finding about this request.
+    pub(super) fn emit_finding(&self, kind: &str, title: String, credential: Option<String>) {
+        self.shared
+            .audit
+            .emit(&self.finding(kind, title, credential));
     }
-}
 
-/// A refused request: what the client is told, and what audit records as the reason.
-#[derive(Debug)]
-pub(super) struct Refused {
-    pub(super) refusal: Refusal,
-    pub(super) reason: String,
+    fn hp(&self) -> Authority {
+        Authority::new(self.host, self.port)
+    }
 }
 
 /// Swaps the placeholders of a request head (`target` is the canonical origin-form target,
@@ -77,7 +80,7 @@ pub(super) fn inject_head(
     path: &str,
     target: &mut String,
     headers: &mut Vec<(String, Vec<u8>)>,
-) -> Result<Injected, Refused> {
+) -> Result<Injected, Denial> {
     // Whatever the request carries, the response is scrubbed of every secret bound to this
     // endpoint (one stored upstream earlier may come back in any answer).
     let bound = creds.endpoint_secrets(d.host, d.port);
@@ -111,7 +114,7 @@ pub(super) fn inject_head(
 }
 
 /// The refusal (and the finding, for misuse) of a credential error.
-pub(super) fn refuse_credential(d: &Dest<'_>, e: &CredentialError) -> Refused {
+pub(super) fn refuse_credential(d: &Dest<'_>, e: &CredentialError) -> Denial {
     if let Some(kind) = e.finding() {
         let credential = match e {
             CredentialError::EndpointMismatch { credential, .. }
@@ -125,11 +128,10 @@ pub(super) fn refuse_credential(d: &Dest<'_>, e: &CredentialError) -> Refused {
             credential,
         ));
     }
-    Refused {
-        refusal: Refusal::new(e.status(), e.code(), e.client_message())
-            .with("message", e.client_message()),
-        reason: e.to_string(),
-    }
+    let refusal = Refusal::new(e.status(), e.code(), e.client_message())
+        .with("message", e.client_message())
+        .with_reason(e.to_string());
+    Denial::new(Engine::L7, refusal)
 }
 
 /// Scrubs a response to a request that carried injected secrets (see
@@ -139,7 +141,7 @@ pub(super) async fn scrub<B>(
     set: ScrubSet,
     credentials: &[String],
     response: Response<B>,
-) -> Result<Response<Scrubbed<B>>, Refused>
+) -> Result<Response<Scrubbed<B>>, Denial>
 where
     B: Body<Data = bytes::Bytes> + Unpin,
 {
@@ -151,9 +153,9 @@ where
         Box::new(move || audit.emit(&event)),
     )
     .await
-    .map_err(|e| Refused {
-        refusal: Refusal::new(e.status(), e.code(), e.to_string()),
-        reason: e.to_string(),
+    .map_err(|e| {
+        let refusal = Refusal::new(e.status(), e.code(), e.to_string()).with_reason(e.to_string());
+        Denial::new(Engine::L7, refusal)
     })
 }
 
@@ -184,7 +186,7 @@ fn reflected(d: &Dest<'_>, credentials: &[String]) -> audit::Event {
 /// compressed): refused before anything goes upstream.
 pub(super) fn encoded_body<'h>(
     mut content_encodings: impl Iterator<Item = &'h [u8]>,
-) -> Option<Refused> {
+) -> Option<Denial> {
     let coding = content_encodings.find_map(|v| {
         let c = String::from_utf8_lossy(v).trim().to_ascii_lowercase();
         (!c.is_empty() && c != "identity").then_some(c)
@@ -192,8 +194,7 @@ pub(super) fn encoded_body<'h>(
     let detail = format!(
         "a request body with Content-Encoding `{coding}` to a credentialed endpoint cannot be scanned for credential placeholders; send it uncompressed"
     );
-    Some(Refused {
-        refusal: Refusal::new(415, "credential_scan_encoded_body", detail.clone()),
-        reason: detail,
-    })
+    let refusal =
+        Refusal::new(415, Code::CredentialScanEncodedBody, detail.clone()).with_reason(detail);
+    Some(Denial::new(Engine::L7, refusal))
 }

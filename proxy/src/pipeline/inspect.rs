@@ -12,80 +12,30 @@
 //! client's offer, else HTTP/1.1 through the one request loop, so an h1-only upstream never
 //! sees HTTP/2 and a gRPC client gets h2 end to end.
 
-use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 
 use super::caller::Known;
-use super::counted::{Counted, Traffic};
-use super::forward::{self, Route, Tunnel};
-use super::{Conn, Shared};
+use super::conn::Conn;
+use super::connection::{Admitted, Scheme};
+use super::counted::{Counted, Prefixed, Traffic};
+use super::forward::{self, Route, Session, Tunnel};
+use super::shared::Shared;
 use crate::audit::{self, Engine, Outcome, Via};
-use crate::policy::Policy;
-use crate::policy::decide::Admission;
 use crate::tls::server::Alpn;
 use crate::tls::upstream::Offer;
 
 /// Time the client has to send its first bytes after `200 Connection Established`.
 const DETECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A stream that first yields bytes already read from it.
-#[derive(Debug)]
-pub struct Prefixed<S> {
-    prefix: BytesMut,
-    inner: S,
-}
-
-impl<S> Prefixed<S> {
-    pub fn new(prefix: BytesMut, inner: S) -> Self {
-        Prefixed { prefix, inner }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if !self.prefix.is_empty() {
-            let n = self.prefix.len().min(buf.remaining());
-            buf.put_slice(&self.prefix[..n]);
-            self.prefix.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
 
 /// What the client sent first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,23 +66,37 @@ fn detect(first: &[u8]) -> Detected {
     Detected::Other
 }
 
-/// The inspected tunnel, from just after the `200` to the end.
-#[allow(clippy::too_many_arguments)] // one admitted connection's parts
+/// An admitted tunnel whose requests are inspected, as the CONNECT entry hands it over.
+#[derive(Debug)]
+pub struct Inspected<'a> {
+    pub shared: &'a Arc<Shared>,
+    pub conn: &'a Conn,
+    pub caller: Known,
+    pub admitted: Admitted,
+    /// The upstream socket, and the address it reached.
+    pub upstream: (TcpStream, SocketAddr),
+    /// The client side's bytes, for the tunnel's close event.
+    pub traffic: &'a Arc<Traffic>,
+}
+
+/// The inspected tunnel, from just after the `200` to the end: the client's halves, and
+/// what it sent after its CONNECT head.
 pub async fn run(
-    shared: &Arc<Shared>,
-    conn: &Conn,
-    caller: Known,
-    host: String,
-    port: u16,
-    policy: Arc<Policy>,
-    admission: Admission,
+    t: Inspected<'_>,
     (mut rd, wr): (OwnedReadHalf, OwnedWriteHalf),
     mut buf: BytesMut,
-    upstream: TcpStream,
-    addr: SocketAddr,
-    traffic: &Arc<Traffic>,
 ) {
-    let entry = admission.entry.to_string();
+    let Inspected {
+        shared,
+        conn,
+        caller,
+        admitted,
+        upstream: (upstream, addr),
+        traffic,
+    } = t;
+    let host = admitted.dst.host().to_string();
+    let port = admitted.dst.port();
+    let entry = admitted.admission.entry.to_string();
     // Protocol detection: enough bytes to tell TLS from HTTP, within the timeout.
     let detected = tokio::time::timeout(DETECT_TIMEOUT, async {
         while buf.len() < 8 {
@@ -157,7 +121,7 @@ pub async fn run(
                 time: SystemTime::now(),
                 id: conn.id,
                 via: Via::Connect,
-                caller: Some(caller.audit.clone()),
+                caller: Some(Arc::clone(&caller.audit)),
                 src: conn.peer,
                 dst: audit::Destination {
                     host: host.clone(),
@@ -188,18 +152,20 @@ pub async fn run(
                     return;
                 }
             };
-            let tunnel = Tunnel::new(host.clone(), port, "http", policy, admission, sender, addr);
-            forward::serve(
+            let admitted = Admitted {
+                scheme: Scheme::Http,
+                ..admitted
+            };
+            let session = Session {
                 shared,
                 conn,
-                Ok(caller.clone()),
-                Route::Tunnel(tunnel),
-                None,
-                Counted::new(rd, Arc::clone(traffic)),
-                Counted::new(wr, Arc::clone(traffic)),
+                caller: Ok(caller),
+                route: Route::Tunnel(Tunnel::new(admitted, sender, addr)),
+                rd: Counted::new(rd, Arc::clone(traffic)),
+                wr: Counted::new(wr, Arc::clone(traffic)),
                 buf,
-            )
-            .await;
+            };
+            forward::serve(session, None).await;
         }
         Detected::Tls => {
             let Some(tls) = &shared.tls else {
@@ -278,10 +244,10 @@ pub async fn run(
                     conn_id: conn.id,
                     peer: conn.peer,
                     known: caller.clone(),
-                    host: host.clone(),
-                    port,
-                    policy,
-                    admission,
+                    admitted: Admitted {
+                        scheme: Scheme::Https,
+                        ..admitted
+                    },
                     addr,
                 };
                 if let Err(e) = super::h2::serve(tunnel, client_tls, upstream_tls).await {
@@ -302,19 +268,21 @@ pub async fn run(
                         return;
                     }
                 };
-            let tunnel = Tunnel::new(host.clone(), port, "https", policy, admission, sender, addr);
+            let admitted = Admitted {
+                scheme: Scheme::Https,
+                ..admitted
+            };
             let (crd, mut cwr) = tokio::io::split(client_tls);
-            forward::serve(
+            let session = Session {
                 shared,
                 conn,
-                Ok(caller.clone()),
-                Route::Tunnel(tunnel),
-                None,
-                crd,
-                &mut cwr,
-                BytesMut::new(),
-            )
-            .await;
+                caller: Ok(caller.clone()),
+                route: Route::Tunnel(Tunnel::new(admitted, sender, addr)),
+                rd: crd,
+                wr: &mut cwr,
+                buf: BytesMut::new(),
+            };
+            forward::serve(session, None).await;
             let _ = cwr.shutdown().await;
         }
     }
@@ -330,16 +298,5 @@ mod tests {
         assert_eq!(detect(b"GET / HTTP/1.1"), Detected::Http);
         assert_eq!(detect(b"PRI * HTTP/2.0"), Detected::Other);
         assert_eq!(detect(b"SSH-2.0"), Detected::Other);
-    }
-
-    #[tokio::test]
-    async fn prefixed_reads_the_prefix_first() {
-        let (mut a, b) = tokio::io::duplex(64);
-        a.write_all(b"world").await.unwrap();
-        drop(a);
-        let mut p = Prefixed::new(BytesMut::from(&b"hello "[..]), b);
-        let mut out = String::new();
-        p.read_to_string(&mut out).await.unwrap();
-        assert_eq!(out, "hello world");
     }
 }

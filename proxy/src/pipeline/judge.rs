@@ -7,6 +7,7 @@
 use super::caller::Known;
 use crate::audit::{Engine, Outcome};
 use crate::http::method_override::{self, InvalidOverride, Override};
+use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 use crate::policy::Policy;
 use crate::policy::Request as PolicyRequest;
@@ -87,7 +88,7 @@ pub fn judge(
                 judged.engine = Engine::HttpParser;
                 let refusal = Refusal::new(
                     400,
-                    "invalid_request_target",
+                    Code::InvalidRequestTarget,
                     format!("request-target refused: {e}"),
                 );
                 Err(Box::new((refusal, judged)))
@@ -116,7 +117,7 @@ pub fn judge(
         judged.engine = Engine::HttpParser;
         let refusal = Refusal::new(
             400,
-            "invalid_request_target",
+            Code::InvalidRequestTarget,
             format!("request-target refused: {e}"),
         );
         return Err(Box::new((refusal, judged)));
@@ -131,7 +132,7 @@ pub fn judge(
         Ok(named) => named,
         Err(e) => {
             judged.engine = Engine::HttpParser;
-            let refusal = Refusal::new(400, "invalid_method_override", e.to_string());
+            let refusal = Refusal::new(400, Code::InvalidMethodOverride, e.to_string());
             return Err(Box::new((refusal, judged)));
         }
     };
@@ -287,7 +288,7 @@ fn l7_denial(d: &L7Denial<'_>) -> Refusal {
     ));
     let mut refusal = Refusal::new(
         403,
-        "policy_denied",
+        Code::PolicyDenied,
         format!(
             "{} {}{}{} denied by L7 policy: {reason}",
             d.line, d.hp, d.path, d.how

@@ -2,8 +2,9 @@
 //! (`http://host[:port]/path?query`), and, inside a tunnel, whether a request's authority
 //! (its target and `Host` header) names the tunnel's own host and port.
 
-use super::forward::Tunnel;
+use super::connection::Admitted;
 use crate::http::head::RequestHead;
+use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 use crate::policy::authority;
 pub use crate::policy::authority::host_matches;
@@ -22,14 +23,14 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
     if target.starts_with('/') {
         return Err(Refusal::new(
             400,
-            "not_a_proxy_request",
+            Code::NotAProxyRequest,
             "sluice is a proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port",
         ));
     }
     let Some((scheme, rest)) = target.split_once("://") else {
         return Err(Refusal::new(
             400,
-            "bad_request",
+            Code::BadRequest,
             "request target is not an absolute http:// URI",
         ));
     };
@@ -38,14 +39,14 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
         "https" => {
             return Err(Refusal::new(
                 400,
-                "https_requires_connect",
+                Code::HttpsRequiresConnect,
                 "Use CONNECT for HTTPS URLs",
             ));
         }
         other => {
             return Err(Refusal::new(
                 400,
-                "unsupported_proxy_scheme",
+                Code::UnsupportedProxyScheme,
                 format!(
                     "scheme `{other}` is not supported by the forward proxy (http only; use CONNECT)"
                 ),
@@ -57,14 +58,14 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
     if authority.contains('@') {
         return Err(Refusal::new(
             400,
-            "bad_request",
+            Code::BadRequest,
             "user information in the request URI is not allowed",
         ));
     }
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (h, after) = v6
             .split_once(']')
-            .ok_or_else(|| Refusal::new(400, "bad_request", "unclosed `[` in the URI host"))?;
+            .ok_or_else(|| Refusal::new(400, Code::BadRequest, "unclosed `[` in the URI host"))?;
         (h.to_string(), after.strip_prefix(':'))
     } else {
         match authority.rsplit_once(':') {
@@ -75,11 +76,15 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
     let port = match port {
         None => 80,
         Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-            Refusal::new(400, "bad_request", format!("invalid port `{p}` in the URI"))
+            Refusal::new(
+                400,
+                Code::BadRequest,
+                format!("invalid port `{p}` in the URI"),
+            )
         })?,
     };
     if host.is_empty() {
-        return Err(Refusal::new(400, "bad_request", "empty host in the URI"));
+        return Err(Refusal::new(400, Code::BadRequest, "empty host in the URI"));
     }
     let path_and_query = match tail {
         "" => "/".to_string(),
@@ -96,15 +101,14 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
 /// The request target inside a tunnel and whether its authority names the tunnel: an
 /// origin-form target with a Host header for host:port (the transport's default port may be
 /// left out), or an absolute-form target for the same authority (spec §3.4, §13 row 21).
-pub fn tunnel_target(head: &RequestHead, t: &Tunnel) -> (String, bool) {
-    let default_port = if t.scheme == "https" { 443 } else { 80 };
+pub fn tunnel_target(head: &RequestHead, t: &Admitted) -> (String, bool) {
     authority::tunnel_request(
         &head.target,
         head.header("host"),
         head.minor_version == 0,
-        &t.host,
-        t.port,
-        default_port,
+        t.dst.host(),
+        t.dst.port(),
+        t.scheme.default_port(),
     )
 }
 

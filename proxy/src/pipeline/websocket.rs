@@ -5,14 +5,18 @@
 
 use bytes::BytesMut;
 use http::Request;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::Shared;
-use super::forward::{Record, Step, Upstream};
-use crate::audit::{Engine, Outcome};
+use super::caller::Known;
+use super::denial::Denial;
+use super::record::Record;
+use super::request::Exchange;
+use crate::audit::Engine;
+use crate::credentials::ScrubSet;
 use crate::http::body::ChannelBody;
-use crate::http::respond::{self, Refusal};
+use crate::http::respond::{self, Code, Refusal};
 use crate::relay;
 
 /// The handshake's expected `Sec-WebSocket-Accept` (RFC 6455 §4.2.2).
@@ -24,70 +28,73 @@ fn websocket_accept(key: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
 }
 
-/// A WebSocket handshake: sent upstream; a valid `101` is passed on and the two sides are
-/// relayed raw until either closes; anything else is an ordinary response.
-#[allow(clippy::too_many_arguments)] // one connection's halves and the request's state
-pub(super) async fn websocket<R, W>(
-    shared: &Shared,
-    rec: &Record<'_>,
-    rd: &mut R,
-    wr: &mut W,
-    buf: &mut BytesMut,
-    upstream: &mut Upstream,
-    request: Request<ChannelBody>,
-    key: Option<&[u8]>,
-    engine: Engine,
-    outcome: Outcome,
-    scrub: crate::credentials::ScrubSet,
-) -> Step
-where
+/// The client side of the connection: its halves and the bytes read and not yet consumed.
+pub(super) struct Client<'a, R, W> {
+    pub(super) rd: &'a mut R,
+    pub(super) wr: &'a mut W,
+    pub(super) buf: &'a mut BytesMut,
+}
+
+/// The handshake as it goes upstream, the client's key, and what its answer is scrubbed of.
+pub(super) struct Handshake {
+    pub(super) request: Request<ChannelBody>,
+    pub(super) key: Option<Vec<u8>>,
+    pub(super) scrub: ScrubSet,
+}
+
+/// Answers the handshake with a refusal and audits it.
+async fn refuse<W: AsyncWrite + Unpin>(wr: &mut W, mut rec: Record, d: &Denial) {
+    let _ = wr.write_all(&d.refusal.to_bytes()).await;
+    rec.deny(d);
+    rec.finish();
+}
+
+/// A WebSocket handshake (already through the request phase): sent upstream; a valid `101`
+/// is passed on, audited, and the two sides are relayed raw until either closes; anything
+/// else is an ordinary response. The connection is not kept alive after it.
+pub(super) async fn relay<R, W>(
+    x: &Exchange<'_>,
+    known: &Known,
+    mut rec: Record,
+    client: Client<'_, R, W>,
+    sender: &mut SendRequest<ChannelBody>,
+    hs: Handshake,
+) where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send,
 {
-    let timeout = shared.limits.upstream_timeout;
-    let response = match tokio::time::timeout(timeout, upstream.sender.send_request(request)).await
-    {
+    let Client { rd, wr, buf } = client;
+    let timeout = x.shared.limits.upstream_timeout;
+    let response = match tokio::time::timeout(timeout, sender.send_request(hs.request)).await {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            let refusal = Refusal::new(
-                502,
-                "upstream_unreachable",
-                format!("connection to {}:{} failed", rec.host, rec.port),
-            )
-            .with_reason(e.to_string());
-            return rec.refuse(wr, refusal, Engine::Proxy).await;
-        }
-        Err(_) => {
-            let refusal = Refusal::new(
-                504,
-                "upstream_timeout",
-                format!("{}:{} sent no response", rec.host, rec.port),
-            );
-            return rec.refuse(wr, refusal, Engine::Proxy).await;
-        }
+        Ok(Err(e)) => return refuse(wr, rec, &x.upstream_failed(e.to_string())).await,
+        Err(_) => return refuse(wr, rec, &x.upstream_timeout(timeout)).await,
     };
     let status = response.status().as_u16();
     // A handshake that carried a secret: its answer is scrubbed of it (see `inject`).
-    let dest = (!scrub.is_empty()).then(|| rec.dest()).flatten();
+    let scrubbing = !hs.scrub.is_empty();
     if status != 101 {
-        let written = match &dest {
-            None => respond::write_response(wr, response, false, 1, false).await,
-            Some(d) => match super::inject::scrub(d, scrub, &rec.credentials, response).await {
+        let written = if scrubbing {
+            let scrubbed = super::inject::scrub(
+                &rec.dest(x.shared, known),
+                hs.scrub,
+                &rec.credentials,
+                response,
+            )
+            .await;
+            match scrubbed {
                 Ok(r) => respond::write_response(wr, r, false, 1, false).await,
-                Err(refused) => return rec.refuse_with(wr, refused, Engine::L7).await,
-            },
+                Err(d) => return refuse(wr, rec, &d).await,
+            }
+        } else {
+            respond::write_response(wr, response, false, 1, false).await
         };
-        rec.emit(
-            outcome,
-            engine,
-            None,
-            Some(status),
-            0,
-            written.map_or(0, |w| w.body_bytes),
-        );
-        return Step { keep_alive: false };
+        rec.status = Some(status);
+        rec.bytes_out = written.map_or(0, |w| w.body_bytes);
+        rec.finish();
+        return;
     }
-    let accept_ok = match (key, response.headers().get("sec-websocket-accept")) {
+    let accept_ok = match (&hs.key, response.headers().get("sec-websocket-accept")) {
         (Some(k), Some(a)) => a.as_bytes() == websocket_accept(k).as_bytes(),
         _ => false,
     };
@@ -98,14 +105,19 @@ where
     if !accept_ok || !upgrade_ok {
         let refusal = Refusal::new(
             502,
-            "upstream_unreachable",
+            Code::UpstreamUnreachable,
             "the upstream's WebSocket handshake answer is not valid (RFC 6455)",
         );
-        return rec.refuse(wr, refusal, Engine::Proxy).await;
+        return refuse(wr, rec, &Denial::new(Engine::Proxy, refusal)).await;
     }
     let mut response = response;
-    if let Some(d) = &dest {
-        super::inject::scrub_head(d, &scrub, &rec.credentials, response.headers_mut());
+    if scrubbing {
+        super::inject::scrub_head(
+            &rec.dest(x.shared, known),
+            &hs.scrub,
+            &rec.credentials,
+            response.headers_mut(),
+        );
     }
     let mut head = b"HTTP/1.1 101 Switching Protocols\r\n".to_vec();
     for (name, value) in response.headers() {
@@ -118,21 +130,22 @@ where
     let upgraded = match hyper::upgrade::on(response).await {
         Ok(u) => u,
         Err(e) => {
-            let refusal = Refusal::new(502, "upstream_unreachable", format!("upgrade failed: {e}"));
-            return rec.refuse(wr, refusal, Engine::Proxy).await;
+            let refusal = Refusal::new(
+                502,
+                Code::UpstreamUnreachable,
+                format!("upgrade failed: {e}"),
+            );
+            return refuse(wr, rec, &Denial::new(Engine::Proxy, refusal)).await;
         }
     };
     if wr.write_all(&head).await.is_err() {
-        return Step { keep_alive: false };
+        rec.discard();
+        return;
     }
-    rec.emit(
-        outcome,
-        engine,
-        Some("websocket upgrade".to_string()),
-        Some(101),
-        0,
-        0,
-    );
+    // The handshake's record goes out at the upgrade; the relay's bytes are the tunnel's.
+    rec.status = Some(101);
+    rec.reason = Some("websocket upgrade".to_string());
+    rec.finish();
     let (ur, uw) = tokio::io::split(TokioIo::new(upgraded));
     let leftover = buf.split();
     let _ = relay::relay(
@@ -141,8 +154,7 @@ where
         ur,
         uw,
         &leftover,
-        shared.limits.idle_timeout,
+        x.shared.limits.idle_timeout,
     )
     .await;
-    Step { keep_alive: false }
 }

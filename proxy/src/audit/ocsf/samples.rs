@@ -1,4 +1,5 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::super::*;
@@ -51,7 +52,7 @@ pub fn open(outcome: Outcome) -> ConnectionOpen {
         time: time(),
         id: 7,
         via: Via::Connect,
-        caller: Some(caller()),
+        caller: Some(Arc::new(caller())),
         src: src(),
         dst: Destination {
             host: if denied {
@@ -76,7 +77,7 @@ pub fn close() -> ConnectionClose {
         time: time(),
         id: 7,
         via: Via::Connect,
-        caller: Some(caller()),
+        caller: Some(Arc::new(caller())),
         src: src(),
         dst: Destination {
             host: "api.github.com".into(),
@@ -96,13 +97,13 @@ pub fn request(outcome: Outcome) -> HttpRequest {
     HttpRequest {
         time: time(),
         id: 9,
-        caller: Some(Caller {
+        caller: Some(Arc::new(Caller {
             process: Process {
                 pid: 88,
                 ..caller().process
             },
             ancestors: vec![],
-        }),
+        })),
         src: src(),
         dst: Destination {
             host: "h".into(),

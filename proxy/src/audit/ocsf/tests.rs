@@ -75,7 +75,7 @@ fn actor_carries_the_ancestor_chain_nearest_first() {
 #[test]
 fn parent_chain_is_bounded() {
     let mut e = samples::open(Outcome::Allowed);
-    if let Some(c) = e.caller.as_mut() {
+    if let Some(c) = e.caller.as_mut().map(std::sync::Arc::make_mut) {
         c.ancestors = (0..100)
             .map(|pid| Process {
                 pid,

@@ -268,7 +268,7 @@ fn placeholders_go_only_where_the_profile_places_them() {
     let placement = |r: Result<Injected, CredentialError>| match r {
         Err(e @ CredentialError::PlacementMismatch { .. }) => {
             assert_eq!(
-                (e.status(), e.code()),
+                (e.status(), e.code().as_str()),
                 (403, "credential_placement_mismatch")
             );
             assert_eq!(e.finding(), Some(FINDING_PLACEMENT_MISMATCH));
@@ -355,7 +355,10 @@ fn plaintext_needs_the_binding_to_opt_in() {
         &[("Authorization", "Bearer openshell:resolve:env:GH_TOKEN")],
     );
     let e = r.unwrap_err();
-    assert_eq!((e.status(), e.code()), (403, "credential_requires_tls"));
+    assert_eq!(
+        (e.status(), e.code().as_str()),
+        (403, "credential_requires_tls")
+    );
     assert_eq!(e.finding(), Some(FINDING_REQUIRES_TLS));
     assert_eq!(
         value(&hs, "Authorization"),
@@ -456,7 +459,10 @@ fn all_or_nothing_and_worst_error_wins() {
         e.to_string(),
         "credential placeholder for `UNKNOWN_KEY` in the query string could not be resolved: no provider credential has this env var"
     );
-    assert_eq!((e.status(), e.code()), (500, "credential_unavailable"));
+    assert_eq!(
+        (e.status(), e.code().as_str()),
+        (500, "credential_unavailable")
+    );
 }
 
 #[test]

@@ -206,7 +206,7 @@ async fn an_encoded_body_is_refused() {
         .unwrap_err();
     assert_eq!(err, ScrubError::Encoded("br".into()));
     assert_eq!(
-        (err.status(), err.code()),
+        (err.status(), err.code().as_str()),
         (502, "credential_response_encoded")
     );
 }

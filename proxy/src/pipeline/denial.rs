@@ -1,0 +1,41 @@
+//! A refusal as the pipeline makes it: what the client reads ([`Refusal`]: status, typed
+//! code, detail, reason, fields for agents) and which part of sluice refused ([`Engine`]),
+//! which audit records. Every refusal site in the pipeline builds one `Denial`; the
+//! transports only write it (an HTTP/1 response, an HTTP/2 stream's answer) and audit it.
+
+use crate::audit::Engine;
+use crate::http::head::HeadError;
+use crate::http::respond::{Code, Refusal};
+
+/// A refusal and the engine that made it.
+#[derive(Clone, Debug)]
+pub struct Denial {
+    pub refusal: Refusal,
+    pub engine: Engine,
+}
+
+impl Denial {
+    pub fn new(engine: Engine, refusal: Refusal) -> Denial {
+        Denial { refusal, engine }
+    }
+
+    /// What audit records as the reason: the refusal's reason, else its detail.
+    pub fn audit_reason(&self) -> String {
+        self.refusal
+            .reason
+            .clone()
+            .unwrap_or_else(|| self.refusal.detail.clone())
+    }
+}
+
+/// The refusal for a head that could not be read.
+pub fn head_refusal(e: &HeadError) -> Refusal {
+    match e {
+        HeadError::TooLarge(max) => Refusal::new(
+            431,
+            Code::RequestHeaderFieldsTooLarge,
+            format!("request head larger than {max} bytes"),
+        ),
+        other => Refusal::new(400, Code::BadRequest, other.to_string()),
+    }
+}

@@ -1,0 +1,321 @@
+//! The request phase, written once for every transport: a request on an admitted connection
+//! is checked for its authority (it must name the admitted destination), its caller, the L7
+//! judgement, the credentials of its head and the policy for its body, then goes upstream;
+//! its body's failures and its upstream's are refused the same way. HTTP/1.1 (`forward.rs`),
+//! HTTP/2 (`h2.rs`) and WebSocket handshakes (`websocket.rs`) call these steps, and do only
+//! what their wire format needs themselves (reading heads and bodies, writing answers).
+//!
+//! ```text
+//! prepare:  authority → caller → judge → credentials (head) → body plan
+//! body:     Guard (stream, stop at a placeholder) | Rewrite (bounded, swapped) | Pass
+//! answer:   the upstream's response, scrubbed where secrets are bound; or a Denial
+//! audit:    the request's Record, emitted once when the exchange ends
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::caller::{self, CallerError, Known};
+use super::connection::{self, Admitted};
+use super::denial::Denial;
+use super::inject;
+use super::judge;
+use super::record::Record;
+use super::shared::Shared;
+use crate::audit::Engine;
+use crate::credentials::{self, Bindings, ScrubSet};
+use crate::http::body::BodyError;
+use crate::http::respond::{Code, Refusal};
+
+/// A request head as every transport hands it to the phase.
+#[derive(Debug)]
+pub struct Head<'a> {
+    pub method: &'a str,
+    /// Path and query, origin-form, as the transport found it.
+    pub target: &'a str,
+    /// The request's authority (`Host`, `:authority`, an absolute target) names the
+    /// admitted destination.
+    pub authority_ok: bool,
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// A WebSocket handshake (judged as a GET upgrade).
+    pub websocket: bool,
+    /// The request has a body to come.
+    pub has_body: bool,
+}
+
+/// What becomes of a request body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyPlan {
+    /// Passes as it is.
+    Pass,
+    /// Streamed, and stopped at the first credential placeholder: a credentialed endpoint
+    /// that does not opt in to body rewriting never receives one.
+    Guard,
+    /// Opt-in (`request_body_credential_rewrite`): buffered (bounded), its placeholders
+    /// swapped where bound, its length fixed ([`Exchange::rewrite_body`]).
+    Rewrite,
+}
+
+/// A request the phase let through, ready for its upstream head.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The canonical origin-form target, its placeholders swapped.
+    pub origin_form: String,
+    /// The request's headers, their placeholders swapped (hop-by-hop ones still in).
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The secrets the response must be scrubbed of (empty: passes as it is).
+    pub scrub: ScrubSet,
+    pub body: BodyPlan,
+    /// The provider bindings this request was prepared with (its body uses the same).
+    pub creds: Arc<Bindings>,
+}
+
+/// One request's exchange on an admitted connection: what its steps share.
+#[derive(Clone, Copy, Debug)]
+pub struct Exchange<'a> {
+    pub shared: &'a Shared,
+    pub admitted: &'a Admitted,
+}
+
+impl<'a> Exchange<'a> {
+    /// Authority, caller, judgement, credentials of the head and the body plan, in that
+    /// order; `rec` is filled in as they go. The caller is returned with the request.
+    pub fn prepare<'k>(
+        &self,
+        caller: Result<&'k Known, &CallerError>,
+        head: Head<'_>,
+        rec: &mut Record,
+    ) -> Result<(&'k Known, Prepared), Denial> {
+        let Admitted { dst, scheme, .. } = self.admitted;
+        rec.dst = dst.clone();
+        rec.scheme = scheme.as_str();
+        rec.policy = Some(self.admitted.admission.entry.to_string());
+        if !head.authority_ok {
+            // Host-header redirection of credentials is the attack this stops (spec §3.4).
+            let refusal = Refusal::new(
+                403,
+                Code::RequestAuthorityMismatch,
+                "HTTP request authority does not match the authorized tunnel endpoint",
+            )
+            .with("host", dst.host().to_string())
+            .with("port", dst.port());
+            return Err(Denial::new(Engine::HttpParser, refusal));
+        }
+        let known = match caller {
+            Ok(k) => k,
+            Err(e) => {
+                let what = format!("{} {dst}{}", rec.method, rec.path);
+                return Err(caller::denial(&what, e));
+            }
+        };
+        // Judged by the policy in force now, not the one the connection was admitted under:
+        // after a reload the next request of a kept-alive connection (and the next HTTP/2
+        // stream) is decided again, at L4 first.
+        let current;
+        let Admitted {
+            policy, admission, ..
+        } = if Arc::ptr_eq(&self.shared.policy.load(), &self.admitted.policy) {
+            self.admitted
+        } else {
+            let what = format!("{} {dst}{}", rec.method, rec.path);
+            current = match connection::admit(self.shared, Ok(known), dst, *scheme, &what) {
+                Ok((_, admitted)) => admitted,
+                Err(denied) => {
+                    // No entry admits it any more.
+                    rec.policy = None;
+                    return Err(denied);
+                }
+            };
+            rec.policy = Some(current.admission.entry.to_string());
+            &current
+        };
+        let method = judge::Method::new(
+            head.method,
+            head.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+        );
+        let judged = judge::judge(
+            policy,
+            admission,
+            known,
+            &method,
+            head.target,
+            &dst.to_string(),
+            head.websocket,
+        );
+        let judged = match judged {
+            Ok(j) => j,
+            Err(boxed) => {
+                let (refusal, j) = *boxed;
+                rec.judged(&j);
+                return Err(Denial::new(j.engine, refusal));
+            }
+        };
+        rec.judged(&judged);
+
+        // Credentials: placeholders become secrets only where each is bound and placed (spec
+        // §3.3, §3.4), and only over verified TLS unless the binding opts in to plaintext.
+        // From here on the head may hold a secret: it is never logged or shown.
+        let mut headers = head.headers;
+        let mut origin_form = judged.origin_form;
+        let dest = rec.dest(self.shared, known);
+        // One credentials snapshot for the whole request (a reload applies from the next).
+        let creds = self.shared.credentials.load_full();
+        let injected = inject::inject_head(
+            &dest,
+            &creds,
+            scheme.transport(),
+            &rec.path,
+            &mut origin_form,
+            &mut headers,
+        )?;
+        rec.credentials = injected
+            .credentials
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+
+        // A credentialed endpoint that does not opt in to body rewriting must never receive a
+        // placeholder in a body (spec §3.5); bodies elsewhere pass as they are.
+        let rewrite = admission
+            .endpoints
+            .iter()
+            .any(|r| policy.endpoint(*r).request_body_credential_rewrite);
+        let body = match (rewrite, head.websocket) {
+            (true, false) => BodyPlan::Rewrite,
+            (true, true) => BodyPlan::Pass,
+            (false, _) if creds.is_credentialed(dst.host(), dst.port()) => BodyPlan::Guard,
+            (false, _) => BodyPlan::Pass,
+        };
+        // Where placeholders must be found in the body, a compressed body would hide them.
+        if (rewrite || body == BodyPlan::Guard) && head.has_body {
+            let encodings = headers
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case("content-encoding"))
+                .map(|(_, v)| v.as_slice());
+            if let Some(denied) = inject::encoded_body(encodings) {
+                return Err(denied);
+            }
+        }
+        Ok((
+            known,
+            Prepared {
+                origin_form,
+                headers,
+                scrub: injected.scrub,
+                body,
+                creds,
+            },
+        ))
+    }
+
+    /// Opt-in body rewriting: the whole body (read by the transport, at most
+    /// [`credentials::body::MAX_REWRITE_BODY_BYTES`]) with its placeholders swapped where
+    /// bound; the head's length is fixed and the response scrubbed of what went in.
+    pub fn rewrite_body(
+        &self,
+        known: &Known,
+        rec: &mut Record,
+        prepared: &mut Prepared,
+        body: Bytes,
+    ) -> Result<Bytes, Denial> {
+        let out = if credentials::placeholder::contains_marker(&body) {
+            let scope = credentials::RequestScope {
+                host: self.admitted.dst.host(),
+                port: self.admitted.dst.port(),
+                path: &rec.path,
+                caller: known.policy_caller(),
+                transport: self.admitted.scheme.transport(),
+            };
+            let scoped = prepared.creds.scoped(scope);
+            let content_type = prepared
+                .headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+            match credentials::rewrite_body(content_type.as_deref(), &body, &scoped) {
+                Ok(done) => {
+                    rec.credentials
+                        .extend(done.injected.credentials.iter().map(ToString::to_string));
+                    rec.credentials.sort();
+                    rec.credentials.dedup();
+                    if !done.injected.scrub.is_empty() {
+                        if prepared.scrub.is_empty() {
+                            credentials::ask_identity_encoding(&mut prepared.headers);
+                        }
+                        prepared.scrub.merge(&done.injected.scrub);
+                    }
+                    Bytes::from(done.body.into_owned())
+                }
+                Err(credentials::BodyError::Credential(e)) => {
+                    return Err(inject::refuse_credential(&rec.dest(self.shared, known), &e));
+                }
+                Err(e) => {
+                    let refusal = Refusal::new(e.status(), e.code(), e.to_string());
+                    return Err(Denial::new(Engine::L7, refusal));
+                }
+            }
+        } else {
+            body
+        };
+        credentials::set_content_length(&mut prepared.headers, out.len());
+        Ok(out)
+    }
+
+    /// The refusal of a request whose body stopped: a placeholder where none may go (with
+    /// a finding), in its trailers, a client too slow, or a malformed body.
+    pub fn body_failed(&self, known: &Known, rec: &Record, e: &BodyError) -> Denial {
+        match e {
+            BodyError::Placeholder => {
+                rec.dest(self.shared, known).emit_finding(
+                    "openshell.credentials.traffic_uninspectable",
+                    format!(
+                        "request body with a credential placeholder stopped before {}",
+                        self.admitted.dst
+                    ),
+                    None,
+                );
+                Denial::new(
+                    Engine::L7,
+                    Refusal::new(
+                        403,
+                        Code::CredentialInBody,
+                        "a credential placeholder in the request body would reach the upstream unresolved; this endpoint does not allow body rewriting (request_body_credential_rewrite)",
+                    ),
+                )
+            }
+            BodyError::PlaceholderInTrailers => Denial::new(Engine::L7, e.refusal()),
+            other => Denial::new(Engine::Proxy, other.refusal()),
+        }
+    }
+
+    /// The refusal of a request whose upstream failed before answering.
+    pub fn upstream_failed(&self, reason: impl Into<String>) -> Denial {
+        Denial::new(
+            Engine::Proxy,
+            Refusal::new(
+                502,
+                Code::UpstreamUnreachable,
+                format!("connection to {} failed", self.admitted.dst),
+            )
+            .with_reason(reason),
+        )
+    }
+
+    /// The refusal of a request whose upstream sent no response head in time.
+    pub fn upstream_timeout(&self, timeout: Duration) -> Denial {
+        Denial::new(
+            Engine::Proxy,
+            Refusal::new(
+                504,
+                Code::UpstreamTimeout,
+                format!(
+                    "{} sent no response within {} s",
+                    self.admitted.dst,
+                    timeout.as_secs_f32()
+                ),
+            ),
+        )
+    }
+}

@@ -1,0 +1,146 @@
+//! What every connection of a running proxy shares (`Shared`: the policy snapshot,
+//! resolvers, audit, limits, credentials, TLS), and the limits themselves.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use sluice_identity::IdentityResolver;
+use sluice_resolver::Resolver;
+
+use super::admission;
+use crate::audit::AuditSink;
+use crate::policy::{Compat, Policy};
+
+/// Timeouts and sizes; every wait on a peer has one (invariant 9).
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest request head accepted (larger: 431).
+    pub max_head_bytes: usize,
+    /// Time allowed for the first request head.
+    pub head_timeout: Duration,
+    /// Time a kept-alive client connection may sit between requests.
+    pub keepalive_timeout: Duration,
+    /// Time allowed to establish an upstream TCP connection (per address).
+    pub connect_timeout: Duration,
+    /// Time allowed for upstream response headers once the request is sent (then 504).
+    pub upstream_timeout: Duration,
+    /// A tunnel or response stream with no bytes either way for this long is closed.
+    pub idle_timeout: Duration,
+    /// Concurrent client connections; past it, new ones get 503.
+    pub max_connections: usize,
+    /// How fast a client must send a request body (then 408).
+    pub body_pace: crate::http::body::BodyPace,
+    /// Concurrent connections of one caller (one executable); past it, 429.
+    pub max_connections_per_caller: usize,
+    /// New connections one caller may open per second (a token bucket of that size, refilled
+    /// at that rate); past it, 429.
+    pub max_new_connections_per_caller_per_sec: u32,
+    /// A tunnel whose client has not sent a byte for this long after `200` is closed.
+    pub unused_tunnel_timeout: Duration,
+    /// How often the holder of an admitted connection's socket is checked again.
+    pub caller_recheck_interval: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_head_bytes: 8192,
+            head_timeout: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+            upstream_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(3600),
+            max_connections: 4096,
+            body_pace: crate::http::body::BodyPace::default(),
+            max_connections_per_caller: 1024,
+            max_new_connections_per_caller_per_sec: 200,
+            unused_tunnel_timeout: Duration::from_secs(60),
+            caller_recheck_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Both sides of TLS termination.
+#[derive(Debug)]
+pub struct TlsState {
+    pub terminator: crate::tls::server::Terminator,
+    pub upstream: crate::tls::upstream::UpstreamTls,
+}
+
+/// What every connection shares: the policy snapshot, resolvers, audit, limits.
+#[derive(Debug)]
+pub struct Shared {
+    pub policy: ArcSwap<Policy>,
+    pub resolver: Resolver,
+    pub identity: Arc<IdentityResolver>,
+    pub audit: Arc<AuditSink>,
+    pub limits: Limits,
+    /// `--allow-loopback-upstream`: policies may reach 127.0.0.0/8 (tests only).
+    pub allow_loopback: bool,
+    /// Provider profiles and their secrets: which placeholder may become which secret where.
+    /// Swapped whole on reload; a request loads it once.
+    pub credentials: ArcSwap<crate::credentials::Bindings>,
+    /// TLS termination (the CA's leaves and the verified upstream side); `None` when the CA
+    /// could not be made, and then inspected endpoints are refused with 503.
+    pub tls: Option<TlsState>,
+    /// `--compat openshell` also changes one runtime rule: exactly declared hosts may resolve
+    /// to private addresses (see `destination::plan_for`).
+    pub compat: Compat,
+    /// Per-caller connection limits (`--max-connections-per-caller` and the rate).
+    pub callers: Arc<admission::CallerLimits>,
+    next_id: AtomicU64,
+}
+
+/// What a running proxy is built from (see [`Shared`]'s fields).
+#[derive(Debug)]
+pub struct Parts {
+    pub policy: Policy,
+    pub resolver: Resolver,
+    pub identity: Arc<IdentityResolver>,
+    pub audit: Arc<AuditSink>,
+    pub limits: Limits,
+    pub allow_loopback: bool,
+    pub compat: Compat,
+    pub tls: Option<TlsState>,
+    pub credentials: Arc<crate::credentials::Bindings>,
+}
+
+impl Shared {
+    pub fn new(parts: Parts) -> Shared {
+        let Parts {
+            policy,
+            resolver,
+            identity,
+            audit,
+            limits,
+            allow_loopback,
+            compat,
+            tls,
+            credentials,
+        } = parts;
+        let callers = Arc::new(admission::CallerLimits::new(
+            limits.max_connections_per_caller,
+            limits.max_new_connections_per_caller_per_sec,
+            limits.max_connections,
+        ));
+        Shared {
+            callers,
+            policy: ArcSwap::from_pointee(policy),
+            resolver,
+            identity,
+            audit,
+            limits,
+            allow_loopback,
+            compat,
+            tls,
+            credentials: ArcSwap::new(credentials),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
