@@ -594,12 +594,12 @@ impl Crate {
                 continue;
             }
             // `seg` is an item of `module`: defined there, or imported into it.
-            if hops < 8 {
-                if let Some(target) = self.bindings.get(&(module.clone(), seg.clone())) {
-                    let mut full = target.clone();
-                    full.extend(path[k + 1..].iter().cloned());
-                    return self.defining_file(&full, hops + 1);
-                }
+            if hops < 8
+                && let Some(target) = self.bindings.get(&(module.clone(), seg.clone()))
+            {
+                let mut full = target.clone();
+                full.extend(path[k + 1..].iter().cloned());
+                return self.defining_file(&full, hops + 1);
             }
             break;
         }
@@ -912,8 +912,12 @@ fn scratch(name: &str, files: &[(&str, &str)]) -> Scratch {
     let _ = fs::remove_dir_all(&dir);
     for (file, text) in files {
         let path = dir.join("src").join(file);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, text).unwrap();
+        let made = path
+            .parent()
+            .map(fs::create_dir_all)
+            .and_then(Result::ok)
+            .and_then(|()| fs::write(&path, text).ok());
+        assert!(made.is_some(), "cannot write {}", path.display());
     }
     Scratch {
         root: dir.join("src/lib.rs"),
