@@ -9,7 +9,7 @@
 
 pub mod ocsf;
 pub mod shorthand;
-pub mod sink;
+mod sink;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::SystemTime;
@@ -79,7 +79,7 @@ pub enum Engine {
 }
 
 impl Engine {
-    pub fn as_str(self) -> &'static str {
+    fn as_str(self) -> &'static str {
         match self {
             Engine::L4 => "l4",
             Engine::L7 => "l7",

@@ -33,7 +33,7 @@ pub enum LogFormatArg {
 }
 
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(super) struct RunArgs {
     /// Policy files (merged); none = the embedded deny-all default.
     #[arg(long = "policy", value_name = "FILE")]
     pub policies: Vec<String>,
@@ -151,7 +151,7 @@ fn default_per_caller(max_connections: usize) -> usize {
 
 /// A listener address: `IP:PORT`, `[IPv6]:PORT`, or `localhost:PORT` (the IPv4 loopback;
 /// no name is resolved).
-pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
     }
@@ -167,7 +167,7 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
 }
 
 /// `10s`, `500ms`, `2m`, `1h`, or a number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = s
         .find(|c: char| !c.is_ascii_digit() && c != '.')

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus `Proxy-*`.
-pub fn is_hop_by_hop(name: &str) -> bool {
+pub(crate) fn is_hop_by_hop(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     matches!(
         n.as_str(),
@@ -42,7 +42,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    pub fn new(status: u16, error: &'static str, detail: impl Into<String>) -> Refusal {
+    pub(crate) fn new(status: u16, error: &'static str, detail: impl Into<String>) -> Refusal {
         Refusal {
             status,
             error,
@@ -52,7 +52,7 @@ impl Refusal {
         }
     }
 
-    pub fn with_reason(mut self, reason: impl Into<String>) -> Refusal {
+    pub(crate) fn with_reason(mut self, reason: impl Into<String>) -> Refusal {
         let r = reason.into();
         if !r.is_empty() {
             self.reason = Some(r);
@@ -60,12 +60,12 @@ impl Refusal {
         self
     }
 
-    pub fn with(mut self, key: &'static str, value: impl Into<Value>) -> Refusal {
+    pub(crate) fn with(mut self, key: &'static str, value: impl Into<Value>) -> Refusal {
         self.extra.push((key, value.into()));
         self
     }
 
-    pub fn body(&self) -> String {
+    pub(crate) fn body(&self) -> String {
         let mut m = Map::new();
         m.insert("error".into(), Value::from(self.error));
         m.insert("detail".into(), Value::from(self.detail.clone()));
@@ -79,7 +79,7 @@ impl Refusal {
     }
 
     /// The complete HTTP/1.1 response; the connection is closed after it.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let body = self.body();
         let reason = StatusCode::from_u16(self.status)
             .ok()
@@ -96,7 +96,7 @@ impl Refusal {
 
 /// What writing a response did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Written {
+pub(crate) struct Written {
     /// Body bytes sent to the client.
     pub body_bytes: u64,
     /// Head and body bytes sent to the client.
@@ -107,7 +107,7 @@ pub struct Written {
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum WriteError {
+pub(crate) enum WriteError {
     #[error("writing to the client failed: {0}")]
     Client(#[from] std::io::Error),
     #[error("reading the upstream response body failed: {0}")]
@@ -115,7 +115,7 @@ pub enum WriteError {
 }
 
 /// Writes an upstream response to an HTTP/1 client.
-pub async fn write_response<W, B>(
+pub(crate) async fn write_response<W, B>(
     w: &mut W,
     resp: Response<B>,
     head_request: bool,
@@ -226,7 +226,7 @@ where
 }
 
 /// Header names a `Connection` header nominates as hop-by-hop, lower-cased.
-pub fn nominated(headers: &HeaderMap) -> Vec<String> {
+fn nominated(headers: &HeaderMap) -> Vec<String> {
     headers
         .get_all(http::header::CONNECTION)
         .iter()

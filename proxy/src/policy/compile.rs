@@ -109,7 +109,7 @@ impl Policy {
         &self.entries[r.entry as usize].endpoints[r.endpoint as usize]
     }
 
-    pub fn entry_of(&self, r: EndpointRef) -> &Entry {
+    pub(super) fn entry_of(&self, r: EndpointRef) -> &Entry {
         &self.entries[r.entry as usize]
     }
 
@@ -127,7 +127,7 @@ impl Policy {
     }
 
     /// Every endpoint matching `host` (lower-case, validated) and `port`, in entry-key order.
-    pub fn endpoints_for(&self, host: &str, port: u16) -> Vec<EndpointRef> {
+    pub(super) fn endpoints_for(&self, host: &str, port: u16) -> Vec<EndpointRef> {
         let Some(idx) = self.by_port.get(&port) else {
             return Vec::new();
         };

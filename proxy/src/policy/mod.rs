@@ -11,10 +11,10 @@
 //! but the diagnostics.
 
 pub mod ambiguity;
-pub mod authority;
+pub(crate) mod authority;
 pub mod canon;
-pub mod compile;
-pub mod compose;
+mod compile;
+pub(crate) mod compose;
 pub mod decide;
 pub mod diag;
 pub mod explain;
@@ -22,9 +22,9 @@ pub mod glob;
 pub mod model;
 pub mod raw;
 pub mod report;
-pub mod rules;
-pub mod selector;
-pub mod validate;
+mod rules;
+mod selector;
+pub(crate) mod validate;
 pub mod yaml;
 
 use std::collections::HashMap;
