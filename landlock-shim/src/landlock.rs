@@ -18,7 +18,7 @@ use landlock::{
 };
 
 use crate::cli::{Compat, DisabledLayers};
-use crate::status::Degradation;
+use crate::degradation::Degradation;
 use crate::sys;
 
 /// Lowest ABI strict mode accepts: scopes (signals, abstract UNIX sockets) arrive in ABI 6.

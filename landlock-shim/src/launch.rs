@@ -15,13 +15,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::cli::{self, CliError, Parsed, Policy};
+use crate::degradation::Degradation;
 use crate::env::{self, EnvSpec};
 use crate::exec::{self, InterpGrant, ResolveError};
 use crate::landlock::{self, AccessClass, Grant, LandlockError, PlanRequest};
 use crate::privilege::{self, PrivilegeError};
 use crate::process::{self, Netns, ProcessError};
 use crate::seccomp::{self, SeccompError};
-use crate::status::{self, Degradation, Report, StatusSink};
+use crate::status::{self, Report, StatusSink};
 
 /// Exit status for any shim or policy failure before exec.
 pub const EXIT_SETUP: u8 = 125;

@@ -10,11 +10,13 @@
 //! order: [`cli`] (flags → [`cli::Policy`]), [`env`] (the child environment, pure),
 //! [`landlock`], [`seccomp`] (pure program builders + install), [`privilege`] (drop and
 //! verify), [`process`] (descriptors, session, PDEATHSIG, rlimits, no_new_privs, netns),
-//! [`exec`] (resolution, ELF interpreter, exit codes), [`status`] (the JSON line). Raw
-//! syscalls live in `sys`, the only place with `unsafe`.
+//! [`exec`] (resolution, ELF interpreter, exit codes), [`status`] (the JSON line), and
+//! [`degradation`] (what best-effort mode left out, shared by them). Raw syscalls live in
+//! `sys`, the only place with `unsafe`.
 #![deny(unsafe_code)]
 
 pub mod cli;
+pub mod degradation;
 pub mod elf;
 pub mod env;
 pub mod exec;

@@ -7,7 +7,7 @@
 
 use std::io;
 
-use crate::status::Degradation;
+use crate::degradation::Degradation;
 use crate::sys::{self, CapSets};
 
 /// How the shim was started.

@@ -1,8 +1,7 @@
 //! The JSON status line on `--status-fd` (spec §1.4 step 16): what was enforced, or why not.
 //!
-//! Owns the line's shape (one JSON object per line, `"status"` first) and the degradation
-//! vocabulary shared by the other modules. Does not decide anything: it renders values the
-//! launch sequence collected. The descriptor is close-on-exec, so after a `ready` line the
+//! Owns the line's shape (one JSON object per line, `"status"` first). Does not decide
+//! anything: it renders values the launch sequence collected. The descriptor is close-on-exec, so after a `ready` line the
 //! supervisor sees EOF on a successful exec, or one more line saying why exec failed.
 
 use std::fs::File;
@@ -13,21 +12,13 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::cli::{Compat, DisabledLayers};
+use crate::degradation::Degradation;
 use crate::exec::InterpGrant;
 use crate::landlock::{Enforced, Plan};
 use crate::privilege::Dropped;
 use crate::process::{Netns, Session};
 use crate::seccomp::Programs;
 use crate::sys;
-
-/// A protection left out in best-effort mode, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Degradation {
-    /// Stable feature name (`landlock_scope`, `netns`, ...).
-    pub feature: &'static str,
-    /// Human explanation.
-    pub detail: String,
-}
 
 /// Everything the `ready` line reports.
 #[derive(Debug)]

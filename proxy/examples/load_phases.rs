@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluice::policy::{self, Compat, Diagnostics, Source, raw, validate, yaml};
+use sluice::policy::{self, Compat, Diagnostics, Source, raw, report, yaml};
 
 fn main() {
     let path = std::env::args().nth(1).expect("usage: load_phases FILE");
@@ -21,7 +21,7 @@ fn main() {
         let doc = raw::read(&file, &root, Compat::Strict, &mut diags);
         let t_raw = t.elapsed();
         let t = Instant::now();
-        let validated = validate::Validator {
+        let validated = report::Validator {
             file: &file,
             diags: &mut diags,
             compat: Compat::Strict,

@@ -20,6 +20,7 @@ pub mod netfence;
 pub mod nofollow;
 pub mod pipeline;
 pub mod policy;
+pub mod refusal_code;
 pub mod relay;
 pub mod tls;
 pub mod transparent;

@@ -19,7 +19,7 @@ const BUF: usize = 16 * 1024;
 
 /// How a relay ended and what it carried.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RelayStats {
+pub(crate) struct RelayStats {
     /// Bytes from the client to the upstream.
     pub client_to_upstream: u64,
     /// Bytes from the upstream to the client.
@@ -41,7 +41,7 @@ pub enum RelayEnd {
 }
 
 impl RelayEnd {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             RelayEnd::Closed => "closed".to_string(),
             RelayEnd::IdleTimeout => "idle timeout".to_string(),
@@ -55,7 +55,7 @@ impl RelayEnd {
 
 /// How long a relay may wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     /// Neither side sent a byte for this long: the relay ends.
     pub idle: Duration,
     /// The client sent no byte at all (not even with its CONNECT) for this long: the relay
@@ -67,13 +67,13 @@ pub struct Bounds {
 /// resolves; `first_use` is awaited before the client's first bytes go upstream, and an
 /// `Err` (its reason) ends the relay instead.
 #[derive(Debug)]
-pub struct Checks<S, G> {
+pub(crate) struct Checks<S, G> {
     pub stop: S,
     pub first_use: G,
 }
 
 /// Relays until both directions finish (see [`relay_until`]), with only an idle timeout.
-pub async fn relay<CR, CW, UR, UW>(
+pub(crate) async fn relay<CR, CW, UR, UW>(
     client_r: CR,
     client_w: CW,
     up_r: UR,
@@ -107,7 +107,7 @@ where
 /// Buffers are 16 KiB: measured faster than 64 KiB on loopback (they stay in cache), and
 /// cheap for thousands of idle tunnels. `initial` is sent to the upstream first (bytes the
 /// client sent right after its CONNECT head).
-pub async fn relay_until<CR, CW, UR, UW, S, G>(
+pub(crate) async fn relay_until<CR, CW, UR, UW, S, G>(
     mut client_r: CR,
     mut client_w: CW,
     mut up_r: UR,

@@ -84,7 +84,7 @@ pub enum Engine {
 }
 
 impl Engine {
-    pub fn as_str(self) -> &'static str {
+    fn as_str(self) -> &'static str {
         match self {
             Engine::L4 => "l4",
             Engine::L7 => "l7",

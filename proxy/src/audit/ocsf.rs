@@ -32,13 +32,13 @@ use super::{
 };
 
 /// The OCSF schema version of every event (`metadata.version`).
-pub const OCSF_VERSION: &str = "1.8.0";
+const OCSF_VERSION: &str = "1.8.0";
 
 /// `metadata.product.name`, `vendor_name` and `app.name`.
-pub const PRODUCT_NAME: &str = "sluice";
+pub(super) const PRODUCT_NAME: &str = "sluice";
 
 /// `metadata.product.version`: the crate's version.
-pub const PRODUCT_VERSION: &str = env!("CARGO_PKG_VERSION");
+const PRODUCT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// How many ancestors are nested as `parent_process`. JSON consumers limit nesting depth
 /// (serde_json's parser stops at 128 levels); a real process chain is far shorter.
@@ -69,7 +69,7 @@ pub fn to_json(event: &Event, ctx: &Context) -> Value {
 }
 
 /// The severity of `event` (`severity_id`; the shorthand's `[INFO]`, `[MED]`, ...).
-pub fn severity(event: &Event) -> Severity {
+pub(super) fn severity(event: &Event) -> Severity {
     match event {
         Event::ConnectionOpen(e) => outcome_severity(e.outcome),
         Event::HttpRequest(e) => outcome_severity(e.outcome),
@@ -164,7 +164,7 @@ pub fn epoch_millis(time: SystemTime) -> u64 {
 }
 
 /// `host:port`, with an IPv6 literal in brackets.
-pub fn authority(host: &str, port: u16) -> String {
+pub(super) fn authority(host: &str, port: u16) -> String {
     if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")
     } else {
@@ -173,12 +173,12 @@ pub fn authority(host: &str, port: u16) -> String {
 }
 
 /// `path` without its query or fragment.
-pub fn strip_query(path: &str) -> &str {
+pub(super) fn strip_query(path: &str) -> &str {
     path.find(['?', '#']).map_or(path, |i| &path[..i])
 }
 
 /// `scheme://host[:port]path`, the port left out when it is the scheme's default.
-pub fn url_string(scheme: &str, host: &str, port: u16, path: &str) -> String {
+pub(super) fn url_string(scheme: &str, host: &str, port: u16, path: &str) -> String {
     let default_port = matches!((scheme, port), ("http", 80) | ("https", 443));
     let host = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]")

@@ -7,10 +7,9 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use super::CompatArg;
-use super::run::{RunArgs, load_policy};
 use crate::audit;
 use crate::credentials::Bindings;
-use crate::policy::{self, Diagnostic, Policy};
+use crate::policy::{self, Diagnostic, Loaded, Policy};
 
 /// Where the configuration comes from (the `run` flags that name files).
 #[derive(Clone, Debug)]
@@ -22,15 +21,6 @@ pub struct Sources {
 }
 
 impl Sources {
-    pub fn from_args(args: &RunArgs) -> Sources {
-        Sources {
-            policies: args.policies.clone(),
-            providers: args.providers.clone(),
-            secrets_file: args.secrets_file.clone(),
-            compat: args.compat,
-        }
-    }
-
     /// The names an audit event lists: the policy files (or the embedded default's name),
     /// then the provider profile files.
     pub fn names(&self) -> Vec<String> {
@@ -134,4 +124,26 @@ pub fn change_event(sources: &Sources, result: &Result<Config, ConfigError>) -> 
         hash: None,
         warnings: result.as_ref().map_or(0, |c| c.policy_warnings.len()),
     })
+}
+
+/// The policy files (none: the embedded default) with the provider profiles' entries
+/// composed in.
+pub fn load_policy(
+    policies: &[String],
+    compat: CompatArg,
+    composed: &[policy::Composed],
+) -> Result<Loaded, Vec<Diagnostic>> {
+    let loaded = policy::load_files_composed(policies, compat.into(), composed);
+    match loaded {
+        Ok(mut l) => {
+            // Policy paths that are symlinks match their targets (spec §2.4).
+            l.policy.add_symlink_targets(|p| {
+                std::fs::canonicalize(p)
+                    .ok()
+                    .and_then(|t| t.to_str().map(str::to_string))
+            });
+            Ok(l)
+        }
+        Err(e) => Err(e.diagnostics),
+    }
 }

@@ -38,7 +38,7 @@ use sandbox_dir::SandboxDir;
 pub const EXIT_REFUSED: u8 = 125;
 
 #[derive(Debug, Args)]
-pub struct ExecArgs {
+pub(super) struct ExecArgs {
     #[command(flatten)]
     pub run: RunArgs,
     /// Grant the command read-write access to PATH (repeat).

@@ -53,7 +53,7 @@ enum Command {
 
 /// `--compat`: how to read constructs the reference accepts but silently misreads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum CompatArg {
+enum CompatArg {
     /// Refuse them, explaining what the reference would do (default).
     #[default]
     Strict,

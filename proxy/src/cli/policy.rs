@@ -17,7 +17,7 @@ use crate::policy::explain::{self, Question, QuestionRequest};
 use crate::policy::{self, Composed, Diagnostic, LoadError, Loaded};
 
 #[derive(Debug, Subcommand)]
-pub enum PolicyCommand {
+pub(super) enum PolicyCommand {
     /// Validate policy files; print every error and warning as FILE:LINE:COL: field: message.
     Check(CheckArgs),
     /// Explain the decision for a program reaching a URL (or host:port) under a policy.

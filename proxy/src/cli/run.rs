@@ -19,7 +19,9 @@ use crate::audit::{self, AuditSink, LogFormat};
 use crate::http::body::BodyPace;
 use crate::listen;
 use crate::pipeline::{Limits, Parts, Shared};
-use crate::policy::{self, Diagnostic, Loaded};
+use crate::policy::Diagnostic;
+use crate::tls::ca::CaError;
+use crate::tls::upstream::UpstreamTlsError;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormatArg {
@@ -31,7 +33,7 @@ pub enum LogFormatArg {
 }
 
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(super) struct RunArgs {
     /// Policy files (merged); none = the embedded deny-all default.
     #[arg(long = "policy", value_name = "FILE")]
     pub policies: Vec<String>,
@@ -158,7 +160,7 @@ fn default_per_caller(max_connections: usize) -> usize {
 
 /// A listener address: `IP:PORT`, `[IPv6]:PORT`, or `localhost:PORT` (the IPv4 loopback;
 /// no name is resolved).
-pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
     }
@@ -174,7 +176,7 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
 }
 
 /// `10s`, `500ms`, `2m`, `1h`, or a number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = s
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -200,28 +202,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 fn print_diagnostics(diags: &[Diagnostic]) {
     for d in diags {
         eprintln!("{d}");
-    }
-}
-
-/// The policy files (none: the embedded default) with the provider profiles' entries
-/// composed in.
-pub fn load_policy(
-    policies: &[String],
-    compat: CompatArg,
-    composed: &[policy::Composed],
-) -> Result<Loaded, Vec<Diagnostic>> {
-    let loaded = policy::load_files_composed(policies, compat.into(), composed);
-    match loaded {
-        Ok(mut l) => {
-            // Policy paths that are symlinks match their targets (spec §2.4).
-            l.policy.add_symlink_targets(|p| {
-                std::fs::canonicalize(p)
-                    .ok()
-                    .and_then(|t| t.to_str().map(str::to_string))
-            });
-            Ok(l)
-        }
-        Err(e) => Err(e.diagnostics),
     }
 }
 
@@ -274,7 +254,7 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             return Err(ExitCode::from(1));
         }
     };
-    let sources = super::config::Sources::from_args(args);
+    let sources = sources_of(args);
     let result = super::config::load(&sources);
     audit.emit(&super::config::change_event(&sources, &result));
     let config = match result {
@@ -341,16 +321,18 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
     }
     let (tls, ca_files) = match tls_state(args) {
         Ok((t, files)) => (Some(t), files),
-        Err(e) if e.starts_with("--upstream-ca") => {
-            eprintln!("sluice: {e}");
-            return Err(ExitCode::from(2));
-        }
-        Err(e) => {
-            eprintln!(
-                "sluice: WARNING: TLS termination unavailable ({e}); connections to inspected endpoints will be refused with 503"
-            );
-            (None, None)
-        }
+        Err(e) => match e.exit_code() {
+            Some(code) => {
+                eprintln!("sluice: {e}");
+                return Err(ExitCode::from(code));
+            }
+            None => {
+                eprintln!(
+                    "sluice: WARNING: TLS termination unavailable ({e}); connections to inspected endpoints will be refused with 503"
+                );
+                (None, None)
+            }
+        },
     };
     let shared = Arc::new(Shared::new(Parts {
         policy: loaded_policy,
@@ -524,6 +506,34 @@ fn start_policy_dns(
     Ok(table)
 }
 
+/// Why TLS termination could not be set up, and whether that stops `sluice run`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+enum TlsSetupError {
+    /// A `--upstream-ca` file is unreadable or holds no certificate: the user asked for trust
+    /// that cannot be given, so the proxy does not start (exit 2, a usage error).
+    #[error("--upstream-ca: {0}")]
+    UpstreamCa(UpstreamTlsError),
+    /// The in-memory CA could not be made or written to `--ca-dir`: the proxy runs on and
+    /// refuses inspected endpoints with 503.
+    #[error("{0}")]
+    Ca(#[from] CaError),
+    /// The terminating server configuration could not be built: as for `Ca`.
+    #[error("TLS server configuration: {0}")]
+    Terminator(#[from] rustls::Error),
+}
+
+impl TlsSetupError {
+    /// The exit code when this failure stops `sluice run`; None when the proxy runs on
+    /// without TLS termination.
+    fn exit_code(&self) -> Option<u8> {
+        match self {
+            TlsSetupError::UpstreamCa(_) => Some(2),
+            TlsSetupError::Ca(_) | TlsSetupError::Terminator(_) => None,
+        }
+    }
+}
+
 /// The ephemeral CA (its certificates written to `--ca-dir`), the leaf cache and the
 /// upstream trust roots.
 #[allow(clippy::type_complexity)] // (state, written files)
@@ -534,15 +544,14 @@ fn tls_state(
         crate::pipeline::TlsState,
         Option<(std::path::PathBuf, std::path::PathBuf)>,
     ),
-    String,
+    TlsSetupError,
 > {
     use crate::tls::{ca::Ca, server::Terminator, upstream::UpstreamTls};
-    let upstream =
-        UpstreamTls::new(&args.upstream_cas).map_err(|e| format!("--upstream-ca: {e}"))?;
-    let ca = Arc::new(Ca::generate().map_err(|e| e.to_string())?);
+    let upstream = UpstreamTls::new(&args.upstream_cas).map_err(TlsSetupError::UpstreamCa)?;
+    let ca = Arc::new(Ca::generate()?);
     let mut files = None;
     if let Some(dir) = &args.ca_dir {
-        let (ca_file, bundle) = ca.write_files(dir).map_err(|e| e.to_string())?;
+        let (ca_file, bundle) = ca.write_files(dir)?;
         eprintln!(
             "sluice: CA certificate in {} (bundle with the system roots: {})",
             ca_file.display(),
@@ -550,7 +559,7 @@ fn tls_state(
         );
         files = Some((ca_file, bundle));
     }
-    let terminator = Terminator::new(ca).map_err(|e| e.to_string())?;
+    let terminator = Terminator::new(ca)?;
     Ok((
         crate::pipeline::TlsState {
             terminator,
@@ -579,6 +588,34 @@ async fn shutdown_signal() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        #[derive(clap::Parser)]
+        struct Cmd {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let argv = std::iter::once("sluice-run").chain(args.iter().copied());
+        <Cmd as clap::Parser>::try_parse_from(argv).unwrap().run
+    }
+
+    #[test]
+    fn an_unusable_upstream_ca_stops_the_proxy_with_a_usage_error() {
+        let err = tls_state(&run_args(&["--upstream-ca", "/nonexistent/ca.pem"])).unwrap_err();
+        assert!(matches!(err, TlsSetupError::UpstreamCa(_)), "{err:?}");
+        assert_eq!(err.exit_code(), Some(2));
+        assert!(err.to_string().starts_with("--upstream-ca: "), "{err}");
+    }
+
+    #[test]
+    fn an_unwritable_ca_dir_leaves_the_proxy_running_without_termination() {
+        let err = tls_state(&run_args(&["--ca-dir", "/dev/null/ca"])).unwrap_err();
+        assert!(
+            matches!(err, TlsSetupError::Ca(CaError::Write { .. })),
+            "{err:?}"
+        );
+        assert_eq!(err.exit_code(), None);
+    }
 
     #[test]
     fn listen_addresses() {
@@ -610,5 +647,15 @@ mod tests {
         assert_eq!(default_per_caller(4096), 1024);
         assert_eq!(default_per_caller(100), 64);
         assert_eq!(default_per_caller(2), 2);
+    }
+}
+
+/// The files a `run` loads and watches (policies, provider profiles, secrets).
+pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
+    super::config::Sources {
+        policies: args.policies.clone(),
+        providers: args.providers.clone(),
+        secrets_file: args.secrets_file.clone(),
+        compat: args.compat,
     }
 }

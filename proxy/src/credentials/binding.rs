@@ -51,7 +51,7 @@ pub enum Mismatch {
 }
 
 impl Mismatch {
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Mismatch::Endpoint => {
                 "the request's host, port and path are outside the credential's profile endpoints"
@@ -138,7 +138,7 @@ impl Bindings {
     }
 
     /// The decision for one key on one request.
-    pub fn resolve(&self, key: &str, scope: &RequestScope<'_>) -> Resolution<'_> {
+    pub(super) fn resolve(&self, key: &str, scope: &RequestScope<'_>) -> Resolution<'_> {
         let Some(&(p, c)) = self.keys.get(key) else {
             return Resolution::Unknown;
         };
@@ -182,7 +182,7 @@ impl Bindings {
     }
 
     /// These bindings, scoped to one request: what `rewrite_request` and `rewrite_body` take.
-    pub fn scoped<'b>(&'b self, scope: RequestScope<'b>) -> Scoped<'b> {
+    pub(crate) fn scoped<'b>(&'b self, scope: RequestScope<'b>) -> Scoped<'b> {
         Scoped {
             bindings: self,
             scope,
@@ -191,7 +191,7 @@ impl Bindings {
 
     /// Whether a connection to `host:port` reaches a credentialed endpoint: one of a profile
     /// that declares credentials (all its endpoints count, whatever their path, spec §3.6).
-    pub fn is_credentialed(&self, host: &str, port: u16) -> bool {
+    pub(crate) fn is_credentialed(&self, host: &str, port: u16) -> bool {
         self.credentialed_profiles()
             .any(|p| p.endpoints.iter().any(|e| e.covers(host, port)))
     }
@@ -200,7 +200,7 @@ impl Bindings {
     /// with its placeholder: what any response from there is scrubbed of, whether or not its
     /// request carried a secret (a secret stored upstream by one request must not come back
     /// raw in the answer to another).
-    pub fn endpoint_secrets(&self, host: &str, port: u16) -> super::scrub::ScrubSet {
+    pub(crate) fn endpoint_secrets(&self, host: &str, port: u16) -> super::scrub::ScrubSet {
         let mut set = super::scrub::ScrubSet::default();
         for profile in self.credentialed_profiles() {
             if !profile.endpoints.iter().any(|e| e.covers(host, port)) {

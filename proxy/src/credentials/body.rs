@@ -17,7 +17,7 @@ use super::placeholder::{self, MAX_ENCODED_MARKER_LEN};
 use super::rewrite::{CredentialError, Encoding, Injected, Run, Site, Spot};
 
 /// Largest body `rewrite_body` takes.
-pub const MAX_REWRITE_BODY_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_REWRITE_BODY_BYTES: usize = 256 * 1024;
 /// Detection Finding type for a placeholder that could not be inspected or swapped.
 pub const FINDING_TRAFFIC_UNINSPECTABLE: &str = "openshell.credentials.traffic_uninspectable";
 
@@ -59,7 +59,7 @@ impl fmt::Debug for BodyGuard {
 }
 
 impl BodyGuard {
-    pub fn new() -> BodyGuard {
+    pub(crate) fn new() -> BodyGuard {
         BodyGuard {
             tail: [0; TAIL],
             tail_len: 0,
@@ -69,7 +69,7 @@ impl BodyGuard {
     }
 
     /// Scans the next chunk; true once a marker has been seen (and for every chunk after).
-    pub fn feed(&mut self, chunk: &[u8]) -> bool {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> bool {
         if self.found || chunk.is_empty() {
             return self.found;
         }
@@ -130,17 +130,17 @@ pub enum BodyError {
 impl BodyError {
     /// The HTTP status to answer with: that of the credential error, else `500`
     /// (`credential_unavailable`: the placeholder cannot be resolved in this body).
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         match self {
             BodyError::Credential(e) => e.status(),
             _ => 500,
         }
     }
 
-    pub fn code(&self) -> crate::http::respond::Code {
+    pub(crate) fn code(&self) -> crate::refusal_code::Code {
         match self {
             BodyError::Credential(e) => e.code(),
-            _ => crate::http::respond::Code::CredentialUnavailable,
+            _ => crate::refusal_code::Code::CredentialUnavailable,
         }
     }
 }

@@ -13,13 +13,13 @@
 //! and the headers just before writing upstream, and maps a `CredentialError` to its status,
 //! code and finding. A secret never appears in an error, a `Debug` output or a log line.
 
-pub mod binding;
+pub(crate) mod binding;
 pub mod body;
 pub mod placeholder;
 pub mod profile;
-pub mod rewrite;
-pub mod scrub;
-pub mod secrets;
+pub(crate) mod rewrite;
+pub(crate) mod scrub;
+pub(crate) mod secrets;
 
 use std::path::Path;
 

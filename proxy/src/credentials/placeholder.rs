@@ -14,17 +14,17 @@ use std::fmt;
 use std::ops::Range;
 
 /// The canonical prefix; the key follows it.
-pub const CANONICAL_PREFIX: &str = "openshell:resolve:env:";
+pub(super) const CANONICAL_PREFIX: &str = "openshell:resolve:env:";
 /// The alias marker: `<prefix>OPENSHELL-RESOLVE-ENV-<KEY>`.
-pub const ALIAS_MARKER: &str = "OPENSHELL-RESOLVE-ENV-";
+const ALIAS_MARKER: &str = "OPENSHELL-RESOLVE-ENV-";
 /// Longest env key a placeholder may name (longer is malformed, and so refused).
-pub const MAX_KEY_LEN: usize = 256;
+pub(super) const MAX_KEY_LEN: usize = 256;
 /// Length of either marker (`openshell` SEP `resolve` SEP `env` SEP).
-pub const MARKER_LEN: usize = 22;
+const MARKER_LEN: usize = 22;
 /// Longest spelling of one marker character that `contains_marker` decodes (`\u003a`).
-pub const MAX_ESCAPE_LEN: usize = 6;
+const MAX_ESCAPE_LEN: usize = 6;
 /// Longest wire form of a marker that `contains_marker` recognises.
-pub const MAX_ENCODED_MARKER_LEN: usize = MARKER_LEN * MAX_ESCAPE_LEN;
+pub(super) const MAX_ENCODED_MARKER_LEN: usize = MARKER_LEN * MAX_ESCAPE_LEN;
 
 /// Which spelling a placeholder used. All resolve through the same env key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,17 +62,17 @@ impl fmt::Debug for Placeholder<'_> {
 }
 
 /// `[A-Za-z0-9_]`: the characters of an env key.
-pub fn is_key_char(b: u8) -> bool {
+fn is_key_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
 }
 
 /// `[A-Za-z0-9_.~-]`: the characters of an alias token (prefix, marker and key).
-pub fn is_alias_char(b: u8) -> bool {
+fn is_alias_char(b: u8) -> bool {
     is_key_char(b) || matches!(b, b'-' | b'.' | b'~')
 }
 
 /// Whether `key` is a valid env key name: `[A-Za-z0-9_]+`, at most `MAX_KEY_LEN` long.
-pub fn is_valid_key(key: &str) -> bool {
+pub(super) fn is_valid_key(key: &str) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY_LEN && key.bytes().all(is_key_char)
 }
 
@@ -135,7 +135,7 @@ pub fn find(text: &str) -> Vec<Placeholder<'_>> {
 
 /// `find` over bytes that need not be UTF-8 (a percent-decoded path segment, say): the
 /// grammar is ASCII, so keys are always text.
-pub fn find_in_bytes(bytes: &[u8]) -> Vec<Placeholder<'_>> {
+pub(crate) fn find_in_bytes(bytes: &[u8]) -> Vec<Placeholder<'_>> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < bytes.len() {
@@ -220,12 +220,12 @@ const MARKER_WORDS: [&[u8]; 3] = [b"openshell", b"resolve", b"env"];
 ///
 /// This is deliberately broader than `find`: it decides refusals (a marker that `find` did
 /// not swap must not reach upstream), so it errs on the side of seeing a marker.
-pub fn contains_marker(bytes: &[u8]) -> bool {
+pub(crate) fn contains_marker(bytes: &[u8]) -> bool {
     find_marker(bytes).is_some()
 }
 
 /// Start of the first marker in `bytes`, if any (see `contains_marker`).
-pub fn find_marker(bytes: &[u8]) -> Option<usize> {
+fn find_marker(bytes: &[u8]) -> Option<usize> {
     (0..bytes.len())
         .find(|&i| matches!(bytes[i], b'o' | b'O' | b'%' | b'\\') && marker_at(bytes, i).is_some())
 }

@@ -69,7 +69,7 @@ name_type!(EnvKey);
 
 impl ProfileId {
     /// `Some` for a kebab-case id: `[a-z0-9]+(-[a-z0-9]+)*`.
-    pub fn new(id: &str) -> Option<ProfileId> {
+    pub(crate) fn new(id: &str) -> Option<ProfileId> {
         let ok = !id.is_empty()
             && id.len() <= 128
             && id.split('-').all(|w| {
@@ -83,7 +83,7 @@ impl ProfileId {
 
 impl CredentialName {
     /// `Some` for `[A-Za-z0-9_.-]+` of at most 128 characters: names go into logs as is.
-    pub fn new(name: &str) -> Option<CredentialName> {
+    pub(crate) fn new(name: &str) -> Option<CredentialName> {
         let ok = !name.is_empty()
             && name.len() <= 128
             && name
@@ -220,7 +220,7 @@ pub enum Placement {
 }
 
 /// What `path_template` writes where the credential goes.
-pub const TEMPLATE_SLOT: &str = "{credential}";
+pub(super) const TEMPLATE_SLOT: &str = "{credential}";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CredentialSpec {
@@ -255,12 +255,12 @@ pub struct ProfileEndpoint {
 
 impl ProfileEndpoint {
     /// `host` lower-case, `path` the canonical path without its query.
-    pub fn matches(&self, host: &str, port: u16, path: &str) -> bool {
+    fn matches(&self, host: &str, port: u16, path: &str) -> bool {
         self.covers(host, port) && self.selector.is_match(path)
     }
 
     /// Host and port only (any path).
-    pub fn covers(&self, host: &str, port: u16) -> bool {
+    pub(super) fn covers(&self, host: &str, port: u16) -> bool {
         self.ports.contains(&port) && self.host.is_match(host)
     }
 
@@ -296,7 +296,7 @@ pub struct ProviderProfile {
 
 impl ProviderProfile {
     /// Whether this profile's secrets may be swapped in for `caller`.
-    pub fn admits(&self, caller: &Caller<'_>) -> bool {
+    pub(super) fn admits(&self, caller: &Caller<'_>) -> bool {
         self.binaries.is_empty()
             || self.binaries.iter().any(|b| {
                 b.matcher.is_match(caller.exe)
@@ -305,22 +305,22 @@ impl ProviderProfile {
     }
 
     /// Whether a request to `host:port` and `path` is inside this profile's endpoints.
-    pub fn binds(&self, host: &str, port: u16, path: &str) -> bool {
+    pub(super) fn binds(&self, host: &str, port: u16, path: &str) -> bool {
         self.endpoints.iter().any(|e| e.matches(host, port, path))
     }
 
     /// Whether a matching endpoint opts in to secrets over plain HTTP.
-    pub fn binds_plaintext(&self, host: &str, port: u16, path: &str) -> bool {
+    pub(super) fn binds_plaintext(&self, host: &str, port: u16, path: &str) -> bool {
         self.endpoints
             .iter()
             .any(|e| e.allow_plaintext && e.matches(host, port, path))
     }
 
-    pub fn placement(&self, index: usize) -> Option<&Placement> {
+    pub(super) fn placement(&self, index: usize) -> Option<&Placement> {
         self.credentials.get(index).map(|c| &c.placement)
     }
 
-    pub fn credential_ref(&self, index: usize) -> Option<CredentialRef> {
+    pub(super) fn credential_ref(&self, index: usize) -> Option<CredentialRef> {
         self.credentials.get(index).map(|c| CredentialRef {
             profile: self.id.clone(),
             name: c.name.clone(),

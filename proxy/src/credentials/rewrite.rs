@@ -24,12 +24,12 @@ use super::scrub::ScrubSet;
 use super::secrets::Unavailability;
 
 /// Detection Finding type for a known credential used outside its binding (spec §3.5).
-pub const FINDING_ENDPOINT_MISMATCH: &str = "openshell.provider_credential.endpoint_mismatch";
+const FINDING_ENDPOINT_MISMATCH: &str = "openshell.provider_credential.endpoint_mismatch";
 /// Detection Finding type for a credential in a part of the request its profile does not
 /// place it in (a header it does not name, the path, the query).
-pub const FINDING_PLACEMENT_MISMATCH: &str = "sluice.provider_credential.placement_mismatch";
+const FINDING_PLACEMENT_MISMATCH: &str = "sluice.provider_credential.placement_mismatch";
 /// Detection Finding type for a credential that would have gone upstream in plaintext.
-pub const FINDING_REQUIRES_TLS: &str = "sluice.provider_credential.requires_tls";
+const FINDING_REQUIRES_TLS: &str = "sluice.provider_credential.requires_tls";
 
 /// Where in a request a placeholder was.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -127,7 +127,7 @@ pub enum CredentialError {
 
 impl CredentialError {
     /// The HTTP status to answer with.
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         match self {
             CredentialError::EndpointMismatch { .. }
             | CredentialError::PlacementMismatch { .. }
@@ -137,25 +137,23 @@ impl CredentialError {
     }
 
     /// The `error` field of the JSON body (spec §3.5).
-    pub fn code(&self) -> crate::http::respond::Code {
+    pub fn code(&self) -> crate::refusal_code::Code {
         match self {
             CredentialError::EndpointMismatch { .. } => {
-                crate::http::respond::Code::CredentialEndpointMismatch
+                crate::refusal_code::Code::CredentialEndpointMismatch
             }
             CredentialError::PlacementMismatch { .. } => {
-                crate::http::respond::Code::CredentialPlacementMismatch
+                crate::refusal_code::Code::CredentialPlacementMismatch
             }
-            CredentialError::RequiresTls { .. } => {
-                crate::http::respond::Code::CredentialRequiresTls
-            }
+            CredentialError::RequiresTls { .. } => crate::refusal_code::Code::CredentialRequiresTls,
             CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => {
-                crate::http::respond::Code::CredentialUnavailable
+                crate::refusal_code::Code::CredentialUnavailable
             }
         }
     }
 
     /// The reference's client-facing message (spec §3.5), free of names and values.
-    pub fn client_message(&self) -> &'static str {
+    pub(crate) fn client_message(&self) -> &'static str {
         match self {
             CredentialError::EndpointMismatch { .. } => {
                 "Credential is not authorized for this request endpoint"
@@ -173,7 +171,7 @@ impl CredentialError {
     }
 
     /// The Detection Finding to emit, if this is credential misuse.
-    pub fn finding(&self) -> Option<&'static str> {
+    pub(crate) fn finding(&self) -> Option<&'static str> {
         match self {
             CredentialError::EndpointMismatch { .. } => Some(FINDING_ENDPOINT_MISMATCH),
             CredentialError::PlacementMismatch { .. } => Some(FINDING_PLACEMENT_MISMATCH),
@@ -214,7 +212,7 @@ pub struct Injected {
 }
 
 impl Injected {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.credentials.is_empty()
     }
 }

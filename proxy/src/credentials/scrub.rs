@@ -30,7 +30,7 @@ use http_body_util::BodyExt as _;
 use zeroize::Zeroizing;
 
 /// Detection Finding type for a secret found (and scrubbed) in a response.
-pub const FINDING_REFLECTED: &str = "sluice.provider_credential.reflected";
+pub(crate) const FINDING_REFLECTED: &str = "sluice.provider_credential.reflected";
 
 // === ScrubSet ===
 
@@ -144,7 +144,7 @@ impl fmt::Debug for ScrubSet {
 
 impl ScrubSet {
     /// Adds `secret` → `replacement`; an empty secret, or one already there, is ignored.
-    pub fn add(&mut self, secret: &[u8], replacement: &[u8]) {
+    pub(super) fn add(&mut self, secret: &[u8], replacement: &[u8]) {
         if secret.is_empty()
             || secret == replacement
             || self.pairs.iter().any(|(s, _)| **s == *secret)
@@ -158,19 +158,19 @@ impl ScrubSet {
             .push((Zeroizing::new(secret.to_vec()), replacement.to_vec()));
     }
 
-    pub fn merge(&mut self, other: &ScrubSet) {
+    pub(crate) fn merge(&mut self, other: &ScrubSet) {
         for (s, r) in &other.pairs {
             self.add(s, r);
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.pairs.is_empty()
     }
 
     /// The same secrets, each replaced by as many `*`: for bodies whose framing counts bytes
     /// (gRPC messages, protobuf), where a replacement of another length would corrupt it.
-    pub fn masked(&self) -> ScrubSet {
+    fn masked(&self) -> ScrubSet {
         ScrubSet {
             mask: true,
             ..self.clone()
@@ -178,7 +178,7 @@ impl ScrubSet {
     }
 
     /// Replaces every secret in `text` (a whole header value); the count of replacements.
-    pub fn replace_all(&self, text: &[u8], out: &mut Vec<u8>) -> u64 {
+    pub(super) fn replace_all(&self, text: &[u8], out: &mut Vec<u8>) -> u64 {
         self.replace_before(text, text.len(), out).1
     }
 
@@ -255,7 +255,7 @@ impl crate::audit::Redact for ScrubSet {
 
 /// The streaming state of one response body.
 #[derive(Default)]
-pub struct Scrubber {
+struct Scrubber {
     set: Arc<ScrubSet>,
     /// Bytes held back: a proper prefix of some spelling of a secret (bounded by the longest
     /// secret times `MAX_SPELLING`).
@@ -274,7 +274,7 @@ impl fmt::Debug for Scrubber {
 }
 
 impl Scrubber {
-    pub fn new(set: Arc<ScrubSet>) -> Scrubber {
+    fn new(set: Arc<ScrubSet>) -> Scrubber {
         Scrubber {
             set,
             carry: Zeroizing::new(Vec::new()),
@@ -283,7 +283,7 @@ impl Scrubber {
     }
 
     /// The next chunk: what may go to the client now (possibly nothing).
-    pub fn feed(&mut self, chunk: &[u8]) -> Bytes {
+    fn feed(&mut self, chunk: &[u8]) -> Bytes {
         let mut buf = Zeroizing::new(std::mem::take(&mut *self.carry));
         buf.extend_from_slice(chunk);
         let limit = self.set.hold_from(&buf);
@@ -296,7 +296,7 @@ impl Scrubber {
     }
 
     /// The end of the body: the bytes held back, scrubbed.
-    pub fn finish(&mut self) -> Bytes {
+    fn finish(&mut self) -> Bytes {
         let held = Zeroizing::new(std::mem::take(&mut *self.carry));
         let mut out = Vec::with_capacity(held.len());
         self.hits += self.set.replace_all(&held, &mut out);
@@ -304,7 +304,7 @@ impl Scrubber {
     }
 
     /// Secrets replaced so far.
-    pub fn hits(&self) -> u64 {
+    fn hits(&self) -> u64 {
         self.hits
     }
 }
@@ -326,17 +326,17 @@ pub enum ScrubError {
 }
 
 impl ScrubError {
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         502
     }
 
-    pub fn code(&self) -> crate::http::respond::Code {
-        crate::http::respond::Code::CredentialResponseEncoded
+    pub fn code(&self) -> crate::refusal_code::Code {
+        crate::refusal_code::Code::CredentialResponseEncoded
     }
 }
 
 /// What to do at the first secret found in a response (audit it).
-pub type OnHit = Box<dyn FnOnce() + Send + Sync>;
+type OnHit = Box<dyn FnOnce() + Send + Sync>;
 
 /// Asks the upstream for an unencoded response (`Accept-Encoding: identity`), replacing what
 /// the client asked for: the response to a request that carried a secret must be scanned.
@@ -506,7 +506,7 @@ fn is_text(content_type: Option<&HeaderValue>) -> bool {
 
 /// Replaces secrets in every header value; a value that would no longer be a valid header
 /// value is dropped. The number of replacements.
-pub fn scrub_headers(headers: &mut HeaderMap, set: &ScrubSet) -> u64 {
+pub(crate) fn scrub_headers(headers: &mut HeaderMap, set: &ScrubSet) -> u64 {
     let mut hits = 0;
     let mut changed: Vec<(http::HeaderName, Vec<Option<HeaderValue>>)> = Vec::new();
     for name in headers.keys() {

@@ -36,7 +36,7 @@ pub struct Secret(String);
 
 impl Secret {
     /// Refuses an empty value and one with CR, LF or NUL; the refused value is zeroized.
-    pub fn new(value: String) -> Result<Secret, Unavailability> {
+    pub(crate) fn new(value: String) -> Result<Secret, Unavailability> {
         let mut value = value;
         let problem = if value.is_empty() {
             Some(Unavailability::Unset)
@@ -55,7 +55,7 @@ impl Secret {
     }
 
     /// The value, for writing upstream and nowhere else.
-    pub fn expose(&self) -> &str {
+    pub(super) fn expose(&self) -> &str {
         &self.0
     }
 }
@@ -371,7 +371,7 @@ impl SecretStore {
 
     /// The secret for an env var of a profile credential, or why there is none. `None`: not
     /// an env var of any credential.
-    pub fn get(&self, key: &str) -> Option<Result<&Secret, Unavailability>> {
+    pub(super) fn get(&self, key: &str) -> Option<Result<&Secret, Unavailability>> {
         let entry = self.keys.get(key)?;
         Some(match entry {
             Ok((index, _)) => self.secrets.get(*index).ok_or(Unavailability::Unset),

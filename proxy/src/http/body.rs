@@ -56,7 +56,7 @@ pub enum BodyError {
 
 impl BodyError {
     /// The answer to a client whose body failed: 408 when it was too slow, else 400.
-    pub fn refusal(&self) -> crate::http::respond::Refusal {
+    pub(crate) fn refusal(&self) -> crate::http::respond::Refusal {
         use crate::http::respond::Refusal;
         match self {
             Self::TooSlow(_) => Refusal::new(408, Code::RequestTimeout, self.to_string()),
@@ -117,13 +117,13 @@ impl PaceState {
 /// the client within [`Pacer::allowance`] and reports it with [`Pacer::record`]; waits on
 /// the upstream are not the client's and are never recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pacer {
+pub(crate) struct Pacer {
     pace: BodyPace,
     state: PaceState,
 }
 
 impl Pacer {
-    pub fn new(pace: BodyPace) -> Pacer {
+    pub(crate) fn new(pace: BodyPace) -> Pacer {
         Pacer {
             pace,
             state: PaceState::default(),
@@ -132,19 +132,19 @@ impl Pacer {
 
     /// How long the next wait for the client may last, or [`BodyError::TooSlow`] when the
     /// client has used up its time.
-    pub fn allowance(&self) -> Result<Duration, BodyError> {
+    pub(crate) fn allowance(&self) -> Result<Duration, BodyError> {
         self.state
             .allowance(self.pace)
             .ok_or_else(|| self.too_slow())
     }
 
     /// One wait for the client that ended with `bytes` of body (0 when it timed out).
-    pub fn record(&mut self, waited: Duration, bytes: usize) {
+    pub(crate) fn record(&mut self, waited: Duration, bytes: usize) {
         self.state.record(waited, bytes);
     }
 
     /// The error for a client that did not keep up.
-    pub fn too_slow(&self) -> BodyError {
+    pub(crate) fn too_slow(&self) -> BodyError {
         BodyError::TooSlow(format!(
             "{} bytes in {:.1} s of waiting for the client (at most {} s silent, at least {} bytes/s)",
             self.state.received,
@@ -158,7 +158,7 @@ impl Pacer {
 /// Where decoded body bytes go: the channel to the upstream, through an optional guard that
 /// stops the body at the first credential placeholder (across chunk boundaries).
 #[derive(Debug)]
-pub struct BodySink {
+pub(crate) struct BodySink {
     tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
     guard: Option<crate::credentials::BodyGuard>,
     pacer: Pacer,
@@ -166,7 +166,7 @@ pub struct BodySink {
 
 impl BodySink {
     /// A sink paced by [`BodyPace::default`]; see [`BodySink::paced`].
-    pub fn new(tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>, guard: bool) -> BodySink {
+    pub(crate) fn new(tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>, guard: bool) -> BodySink {
         BodySink {
             tx,
             guard: guard.then(crate::credentials::BodyGuard::new),
@@ -175,7 +175,7 @@ impl BodySink {
     }
 
     /// The same sink with the operator's pace (`--body-timeout`, `--body-min-rate`).
-    pub fn paced(mut self, pace: BodyPace) -> BodySink {
+    pub(crate) fn paced(mut self, pace: BodyPace) -> BodySink {
         self.pacer = Pacer::new(pace);
         self
     }
@@ -199,7 +199,7 @@ pub struct ChannelBody {
 
 impl ChannelBody {
     /// A body and the sender the connection task feeds. `exact` is the Content-Length.
-    pub fn channel(
+    pub(crate) fn channel(
         exact: Option<u64>,
     ) -> (mpsc::Sender<Result<Frame<Bytes>, BodyError>>, ChannelBody) {
         let (tx, rx) = mpsc::channel(2);
@@ -212,7 +212,7 @@ impl ChannelBody {
         )
     }
 
-    pub fn empty() -> ChannelBody {
+    pub(crate) fn empty() -> ChannelBody {
         ChannelBody {
             rx: None,
             exact: Some(0),
@@ -249,7 +249,7 @@ impl Body for ChannelBody {
 /// Reads the body described by `framing` from `reader` (after the bytes already in `buf`)
 /// and sends it frame by frame. Returns the number of body bytes (payload, not framing).
 /// Bytes after the body stay in `buf` for the next request.
-pub async fn pump<R: AsyncRead + Unpin>(
+pub(crate) async fn pump<R: AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
     framing: BodyFraming,
@@ -430,7 +430,7 @@ pub fn too_large(max: usize) -> super::respond::Refusal {
 }
 
 /// Reads a whole request body, refusing one larger than `max` bytes (413).
-pub async fn read_bounded<R: AsyncRead + Unpin + Send>(
+pub(crate) async fn read_bounded<R: AsyncRead + Unpin + Send>(
     rd: &mut R,
     buf: &mut BytesMut,
     framing: BodyFraming,

@@ -23,7 +23,7 @@ pub struct RequestHead {
 
 /// How the request body is framed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BodyFraming {
+pub(crate) enum BodyFraming {
     None,
     Length(u64),
     Chunked,
@@ -49,7 +49,7 @@ fn malformed(msg: impl Into<String>) -> HeadError {
 
 impl RequestHead {
     /// The values of a header, case-insensitively.
-    pub fn header_values<'a, 'n>(
+    pub(crate) fn header_values<'a, 'n>(
         &'a self,
         name: &'n str,
     ) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
@@ -59,12 +59,12 @@ impl RequestHead {
             .map(|(_, v)| v.as_slice())
     }
 
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
+    pub(crate) fn header(&self, name: &str) -> Option<&[u8]> {
         self.header_values(name).next()
     }
 
     /// Connection tokens, lower-cased.
-    pub fn connection_tokens(&self) -> Vec<String> {
+    pub(crate) fn connection_tokens(&self) -> Vec<String> {
         self.header_values("connection")
             .flat_map(|v| v.split(|&b| b == b','))
             .map(|t| String::from_utf8_lossy(t).trim().to_ascii_lowercase())
@@ -73,7 +73,7 @@ impl RequestHead {
     }
 
     /// Whether the client wants the connection kept open after this request.
-    pub fn keep_alive(&self) -> bool {
+    pub(crate) fn keep_alive(&self) -> bool {
         let tokens = self.connection_tokens();
         if self.minor_version == 0 {
             tokens.iter().any(|t| t == "keep-alive")
@@ -83,7 +83,7 @@ impl RequestHead {
     }
 
     /// Body framing; validated by `parse`, so it cannot be ambiguous here.
-    pub fn framing(&self) -> BodyFraming {
+    pub(crate) fn framing(&self) -> BodyFraming {
         if self.header("transfer-encoding").is_some() {
             return BodyFraming::Chunked;
         }
@@ -100,7 +100,7 @@ impl RequestHead {
 
 /// Reads one head into `buf` (which may already hold bytes) and returns it, leaving any
 /// bytes after the head (a body, a pipelined request) in `buf`.
-pub async fn read_head<R: AsyncRead + Unpin>(
+pub(crate) async fn read_head<R: AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
     max: usize,

@@ -11,14 +11,14 @@
 use std::fmt;
 
 /// The override headers, lower case.
-pub const HEADERS: [&str; 3] = [
+const HEADERS: [&str; 3] = [
     "x-http-method-override",
     "x-http-method",
     "x-method-override",
 ];
 
 /// The query parameter some frameworks read as an override.
-pub const QUERY_PARAM: &str = "_method";
+const QUERY_PARAM: &str = "_method";
 
 /// Distinct methods one request may name through overrides; more is refused (each is judged).
 const MAX_OVERRIDES: usize = 8;
@@ -65,7 +65,7 @@ pub enum InvalidOverride {
 
 /// The methods named by the override headers among `headers` (name, value), in order, each
 /// once. A comma-separated value names each of its items; empty items are ignored.
-pub fn from_headers<'a>(
+pub(crate) fn from_headers<'a>(
     headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
 ) -> Result<Vec<Override>, InvalidOverride> {
     let mut found = Vec::new();
@@ -83,7 +83,7 @@ pub fn from_headers<'a>(
 
 /// The methods named by `_method` parameters in the query of `path_and_query` (keys compared
 /// after percent-decoding; `&` and `;` both separate parameters, as some parsers accept).
-pub fn from_query(path_and_query: &str) -> Result<Vec<Override>, InvalidOverride> {
+pub(crate) fn from_query(path_and_query: &str) -> Result<Vec<Override>, InvalidOverride> {
     let mut found = Vec::new();
     let Some((_, query)) = path_and_query.split_once('?') else {
         return Ok(found);

@@ -3,8 +3,8 @@
 //! upstream (`upstream`); hyper's client carries it. `method_override` reads the methods a request names through override
 //! headers, for HTTP/1 and HTTP/2 alike.
 
-pub mod body;
+pub(crate) mod body;
 pub mod head;
-pub mod method_override;
-pub mod respond;
-pub mod upstream;
+pub(crate) mod method_override;
+pub(crate) mod respond;
+pub(crate) mod upstream;

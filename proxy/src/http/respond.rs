@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus `Proxy-*`.
-pub fn is_hop_by_hop(name: &str) -> bool {
+pub(crate) fn is_hop_by_hop(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     matches!(
         n.as_str(),
@@ -27,88 +27,7 @@ pub fn is_hop_by_hop(name: &str) -> bool {
     ) || n.starts_with("proxy-")
 }
 
-/// The machine-readable code of a refusal (the `error` field of its body): one variant per
-/// code sluice answers with, so that no code is a string written at a refusal site.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Code {
-    BadRequest,
-    NotAProxyRequest,
-    HttpsRequiresConnect,
-    UnsupportedProxyScheme,
-    InvalidTarget,
-    InvalidRequestTarget,
-    InvalidMethodOverride,
-    RequestAuthorityMismatch,
-    RequestHeaderFieldsTooLarge,
-    RequestBodyTooLarge,
-    RequestTimeout,
-    PolicyDenied,
-    SsrfDenied,
-    UninspectedCredentials,
-    TlsTerminationUnavailable,
-    UpstreamUnreachable,
-    UpstreamTimeout,
-    TooManyConnections,
-    CallerConnectionLimit,
-    CallerRateLimit,
-    CredentialEndpointMismatch,
-    CredentialPlacementMismatch,
-    CredentialRequiresTls,
-    CredentialUnavailable,
-    CredentialResponseEncoded,
-    CredentialScanEncodedBody,
-    CredentialInBody,
-    CredentialInTrailers,
-}
-
-impl Code {
-    /// The code as the body's `error` field spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::BadRequest => "bad_request",
-            Code::NotAProxyRequest => "not_a_proxy_request",
-            Code::HttpsRequiresConnect => "https_requires_connect",
-            Code::UnsupportedProxyScheme => "unsupported_proxy_scheme",
-            Code::InvalidTarget => "invalid_target",
-            Code::InvalidRequestTarget => "invalid_request_target",
-            Code::InvalidMethodOverride => "invalid_method_override",
-            Code::RequestAuthorityMismatch => "request_authority_mismatch",
-            Code::RequestHeaderFieldsTooLarge => "request_header_fields_too_large",
-            Code::RequestBodyTooLarge => "request_body_too_large",
-            Code::RequestTimeout => "request_timeout",
-            Code::PolicyDenied => "policy_denied",
-            Code::SsrfDenied => "ssrf_denied",
-            Code::UninspectedCredentials => "uninspected_credentials",
-            Code::TlsTerminationUnavailable => "tls_termination_unavailable",
-            Code::UpstreamUnreachable => "upstream_unreachable",
-            Code::UpstreamTimeout => "upstream_timeout",
-            Code::TooManyConnections => "too_many_connections",
-            Code::CallerConnectionLimit => "caller_connection_limit",
-            Code::CallerRateLimit => "caller_rate_limit",
-            Code::CredentialEndpointMismatch => "credential_endpoint_mismatch",
-            Code::CredentialPlacementMismatch => "credential_placement_mismatch",
-            Code::CredentialRequiresTls => "credential_requires_tls",
-            Code::CredentialUnavailable => "credential_unavailable",
-            Code::CredentialResponseEncoded => "credential_response_encoded",
-            Code::CredentialScanEncodedBody => "credential_scan_encoded_body",
-            Code::CredentialInBody => "credential_in_body",
-            Code::CredentialInTrailers => "credential_in_trailers",
-        }
-    }
-}
-
-impl std::fmt::Display for Code {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl PartialEq<&str> for Code {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
+pub use crate::refusal_code::Code;
 
 /// A refusal: what the client reads when sluice says no.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,7 +54,7 @@ impl Refusal {
         }
     }
 
-    pub fn with_reason(mut self, reason: impl Into<String>) -> Refusal {
+    pub(crate) fn with_reason(mut self, reason: impl Into<String>) -> Refusal {
         let r = reason.into();
         if !r.is_empty() {
             self.reason = Some(r);
@@ -143,12 +62,12 @@ impl Refusal {
         self
     }
 
-    pub fn with(mut self, key: &'static str, value: impl Into<Value>) -> Refusal {
+    pub(crate) fn with(mut self, key: &'static str, value: impl Into<Value>) -> Refusal {
         self.extra.push((key, value.into()));
         self
     }
 
-    pub fn body(&self) -> String {
+    pub(crate) fn body(&self) -> String {
         let mut m = Map::new();
         m.insert("error".into(), Value::from(self.error.as_str()));
         m.insert("detail".into(), Value::from(self.detail.clone()));
@@ -162,7 +81,7 @@ impl Refusal {
     }
 
     /// The complete HTTP/1.1 response; the connection is closed after it.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let body = self.body();
         let reason = StatusCode::from_u16(self.status)
             .ok()
@@ -179,7 +98,7 @@ impl Refusal {
 
 /// What writing a response did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Written {
+pub(crate) struct Written {
     /// Body bytes sent to the client.
     pub body_bytes: u64,
     /// Head and body bytes sent to the client.
@@ -190,7 +109,7 @@ pub struct Written {
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum WriteError {
+pub(crate) enum WriteError {
     #[error("writing to the client failed: {0}")]
     Client(#[from] std::io::Error),
     #[error("reading the upstream response body failed: {0}")]
@@ -198,7 +117,7 @@ pub enum WriteError {
 }
 
 /// Writes an upstream response to an HTTP/1 client.
-pub async fn write_response<W, B>(
+pub(crate) async fn write_response<W, B>(
     w: &mut W,
     resp: Response<B>,
     head_request: bool,
@@ -309,7 +228,7 @@ where
 }
 
 /// Header names a `Connection` header nominates as hop-by-hop, lower-cased.
-pub fn nominated(headers: &HeaderMap) -> Vec<String> {
+fn nominated(headers: &HeaderMap) -> Vec<String> {
     headers
         .get_all(http::header::CONNECTION)
         .iter()

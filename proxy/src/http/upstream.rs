@@ -10,7 +10,7 @@ use super::respond::is_hop_by_hop;
 
 /// The upstream request: origin-form target, hop-by-hop and `Proxy-*` headers removed,
 /// `Host` from the URI, `Via` added.
-pub fn build_request(
+pub(crate) fn build_request(
     head: &RequestHead,
     chunked: bool,
     headers: &[(String, Vec<u8>)],

@@ -11,7 +11,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 /// Longest path (before the query) accepted.
-pub const MAX_PATH_BYTES: usize = 4096;
+const MAX_PATH_BYTES: usize = 4096;
 /// Stand-in for an allowed `%2F` inside a decoded segment; a decoded NUL is refused, so it
 /// cannot come from the input.
 const ENCODED_SLASH: u8 = 0;
@@ -55,7 +55,7 @@ pub struct Target {
 
 impl Target {
     /// The origin-form request target to write upstream.
-    pub fn to_origin_form(&self) -> String {
+    pub(crate) fn to_origin_form(&self) -> String {
         match &self.query {
             Some(q) => format!("{}?{q}", self.path),
             None => self.path.clone(),

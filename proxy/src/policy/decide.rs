@@ -84,7 +84,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Verdict::Allow => "allow",
             Verdict::Deny => "deny",

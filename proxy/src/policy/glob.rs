@@ -135,7 +135,7 @@ impl Glob {
         Ok(glob)
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(super) fn as_str(&self) -> &str {
         &self.source
     }
 
@@ -145,7 +145,7 @@ impl Glob {
     }
 
     /// Number of characters that are not `*` (the reference's `path_specificity`).
-    pub fn specificity(&self) -> usize {
+    pub(super) fn specificity(&self) -> usize {
         self.source.chars().filter(|&c| c != '*').count()
     }
 

@@ -2,7 +2,8 @@
 //! decisions out. Pure: no network, no /proc, no clock.
 //!
 //! The pipeline is a chain of types, each step in its own module:
-//! text → `yaml` (positioned tree) → `raw` (schema) → `validate`/`rules` (typed values) →
+//! text → `yaml` (positioned tree) → `raw` (schema) → `validate`/`rules` (typed values,
+//! reported through `report`) →
 //! `ambiguity` (endpoint pairs) → `compile` (indexed `Policy`) → `decide` (L4 and L7).
 //! `glob` is the one matcher of hosts and paths; `canon` turns request targets into the
 //! canonical form that both policy and upstream see; `explain` renders decisions for people
@@ -10,19 +11,20 @@
 //! but the diagnostics.
 
 pub mod ambiguity;
-pub mod authority;
+pub(crate) mod authority;
 pub mod canon;
-pub mod compile;
-pub mod compose;
+mod compile;
+pub(crate) mod compose;
 pub mod decide;
 pub mod diag;
 pub mod explain;
 pub mod glob;
 pub mod model;
 pub mod raw;
-pub mod rules;
-pub mod selector;
-pub mod validate;
+pub mod report;
+mod rules;
+mod selector;
+pub(crate) mod validate;
 pub mod yaml;
 
 use std::collections::HashMap;
@@ -185,7 +187,7 @@ fn load_with(
             }
         };
         let raw = raw::read(&file, &root, compat, &mut diags);
-        let mut validator = validate::Validator {
+        let mut validator = report::Validator {
             file: &file,
             diags: &mut diags,
             compat,
@@ -219,7 +221,7 @@ fn load_with(
         merge_sandbox(&mut sandbox, validated.sandbox);
     }
     for c in composed {
-        let mut validator = validate::Validator {
+        let mut validator = report::Validator {
             file: &c.file,
             diags: &mut diags,
             compat,

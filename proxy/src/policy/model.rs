@@ -45,7 +45,7 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    pub fn is_l7(self) -> bool {
+    pub(super) fn is_l7(self) -> bool {
         matches!(self, Protocol::Rest | Protocol::WebSocket)
     }
 
@@ -148,7 +148,7 @@ impl MethodMatcher {
             .then(|| MethodMatcher::Other(Arc::from(method.to_ascii_uppercase())))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(super) fn as_str(&self) -> &str {
         match self {
             MethodMatcher::Any => "*",
             MethodMatcher::Get => "GET",
@@ -165,7 +165,7 @@ impl MethodMatcher {
 
     /// `method` is upper-case. A GET rule also covers HEAD, for allow and deny rules alike
     /// (spec §1.8); OPTIONS is never implied.
-    pub fn matches(&self, method: &str) -> bool {
+    pub(super) fn matches(&self, method: &str) -> bool {
         match self {
             MethodMatcher::Any => true,
             MethodMatcher::Get => method == "GET" || method == "HEAD",
@@ -182,14 +182,14 @@ pub enum PathMatcher {
 }
 
 impl PathMatcher {
-    pub fn is_match(&self, path: &str) -> bool {
+    pub(super) fn is_match(&self, path: &str) -> bool {
         match self {
             PathMatcher::All => true,
             PathMatcher::Glob(g) => g.is_match(path),
         }
     }
 
-    pub fn as_str(&self) -> &str {
+    fn as_str(&self) -> &str {
         match self {
             PathMatcher::All => "**",
             PathMatcher::Glob(g) => g.as_str(),
@@ -205,7 +205,7 @@ pub struct QueryMatcher {
 }
 
 impl QueryMatcher {
-    pub fn value_matches(&self, value: &str) -> bool {
+    pub(super) fn value_matches(&self, value: &str) -> bool {
         self.globs.iter().any(|g| g.is_match(value))
     }
 }
@@ -253,7 +253,7 @@ pub struct Rule {
 
 impl Rule {
     /// The reference's short form, `METHOD path`, as in 403 bodies.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         format!("{} {}", self.method.as_str(), self.path.as_str())
     }
 }
@@ -273,7 +273,7 @@ pub enum PathSelector {
 }
 
 impl PathSelector {
-    pub fn is_match(&self, path: &str) -> bool {
+    pub(crate) fn is_match(&self, path: &str) -> bool {
         match self {
             PathSelector::All => true,
             PathSelector::Glob(g) => g.is_match(path),
@@ -285,7 +285,7 @@ impl PathSelector {
     }
 
     /// The reference's `path_specificity`: the count of characters other than `*`.
-    pub fn specificity(&self) -> usize {
+    pub(super) fn specificity(&self) -> usize {
         match self {
             PathSelector::All => 0,
             PathSelector::Glob(g) => g.specificity(),
@@ -365,7 +365,7 @@ impl Endpoint {
     }
 
     /// Requests on this endpoint are inspected (L7 protocol and TLS not skipped).
-    pub fn inspects_requests(&self) -> bool {
+    pub(crate) fn inspects_requests(&self) -> bool {
         self.protocol.is_l7() && self.tls == TlsMode::Auto
     }
 
@@ -391,7 +391,7 @@ pub enum BinaryMatcher {
 }
 
 impl BinaryMatcher {
-    pub fn is_match(&self, exe: &str) -> bool {
+    pub(crate) fn is_match(&self, exe: &str) -> bool {
         match self {
             BinaryMatcher::Exact(p) => p == exe,
             BinaryMatcher::Any => true,
@@ -418,7 +418,7 @@ pub struct Entry {
 
 impl Entry {
     /// Whether the caller's exe or any ancestor is one of this entry's binaries (spec §2.3).
-    pub fn admits(&self, exe: &str, ancestors: &[String]) -> bool {
+    pub(super) fn admits(&self, exe: &str, ancestors: &[String]) -> bool {
         self.binaries
             .iter()
             .any(|b| b.matcher.is_match(exe) || ancestors.iter().any(|a| b.matcher.is_match(a)))

@@ -10,7 +10,7 @@ use super::model::{
     RuleOrigin,
 };
 use super::raw::{RawEndpoint, RawMatcher, RawRule};
-use super::validate::{Idx, Sub, Validator};
+use super::report::{Idx, Sub, Validator};
 
 /// What an endpoint's L7 fields compile to.
 #[derive(Debug, Default)]

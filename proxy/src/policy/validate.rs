@@ -5,7 +5,8 @@
 //! combination rules (`rules` with `access`, `deny_rules` without a base allow set, `tls: skip`
 //! with a protocol), and the warnings `policy check` prints (defaulted enforcement, shells and
 //! interpreters in `binaries`, glob characters that the reference reads literally). Rules
-//! themselves are validated in `rules.rs`; endpoint pairs in `ambiguity.rs`.
+//! themselves are validated in `rules.rs`; endpoint pairs in `ambiguity.rs`. Findings go out
+//! through `report.rs`.
 //!
 //! In strict mode (the default) a construct the reference silently misreads is an error that
 //! says what the reference would do; in `--compat openshell` it is accepted with the
@@ -13,21 +14,19 @@
 
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::Compat;
-use super::diag::{self, Diagnostics, Location};
+use super::diag::{self, Location};
 use super::glob::{Glob, HostPattern, HostPatternError};
 use super::model::{
     AllowedIps, Binary, BinaryMatcher, Endpoint, Enforcement, Entry, LandlockCompat, PathSelector,
     PolicyKey, Protocol, RunAs, Sandbox, TlsMode,
 };
 use super::raw::{RawBinary, RawDocument, RawEndpoint, RawEntry, Spanned};
+use super::report::{Idx, Sub, Validator};
 use super::rules;
 pub use super::selector::{SelectorError, parse_selector, selector_for};
-use super::yaml::Pos;
 use values::{always_blocked_overlap, fs_path_problem, is_dns_pattern, url_shaped_host};
 
 /// Basenames whose grants pass to everything they run (spec §2.3).
@@ -37,28 +36,6 @@ const LAUNCHERS: &[&str] = &[
     "java", "pwsh", "tclsh", "sudo", "nohup", "xargs", "timeout", "nice", "make",
 ];
 
-/// `parent.name`, formatted only when a diagnostic needs it (loading is hot).
-#[derive(Clone, Copy)]
-#[allow(missing_debug_implementations)] // a formatting helper, shown through Display
-pub struct Sub<'a>(pub &'a dyn fmt::Display, pub &'a str);
-
-impl fmt::Display for Sub<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.0, self.1)
-    }
-}
-
-/// `parent[i]`, formatted only when needed.
-#[derive(Clone, Copy)]
-#[allow(missing_debug_implementations)] // a formatting helper, shown through Display
-pub struct Idx<'a>(pub &'a dyn fmt::Display, pub usize);
-
-impl fmt::Display for Idx<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}[{}]", self.0, self.1)
-    }
-}
-
 /// One file's validated content.
 #[derive(Debug, Default)]
 pub struct Validated {
@@ -67,59 +44,7 @@ pub struct Validated {
     pub sections: Vec<(&'static str, Location)>,
 }
 
-#[derive(Debug)]
-pub struct Validator<'a> {
-    pub file: &'a Arc<str>,
-    pub diags: &'a mut Diagnostics,
-    pub compat: Compat,
-}
-
 impl Validator<'_> {
-    pub fn error(&mut self, pos: Pos, field: impl fmt::Display, message: impl Into<String>) {
-        self.diags.error(self.file, pos, field, message);
-    }
-
-    pub fn warning(&mut self, pos: Pos, field: impl fmt::Display, message: impl Into<String>) {
-        self.diags.warning(self.file, pos, field, message);
-    }
-
-    /// A construct the reference silently misreads: an error in strict mode, a warning with
-    /// the reference's interpretation in `--compat openshell`. Returns true when accepted.
-    pub fn lenient(
-        &mut self,
-        pos: Pos,
-        field: impl fmt::Display,
-        problem: &str,
-        reference: &str,
-    ) -> bool {
-        match self.compat {
-            Compat::Strict => {
-                self.diags.error_of(
-                    diag::Kind::Lenient,
-                    self.file,
-                    pos,
-                    field,
-                    format!(
-                        "{problem}; the reference {reference} (accept with --compat openshell)"
-                    ),
-                );
-                false
-            }
-            Compat::OpenShell => {
-                self.warning(
-                    pos,
-                    field,
-                    format!("{problem}; as the reference does, sluice {reference}"),
-                );
-                true
-            }
-        }
-    }
-
-    fn location(&self, pos: Pos) -> Location {
-        Location::new(self.file, pos)
-    }
-
     pub fn document(&mut self, doc: &RawDocument) -> Validated {
         let mut out = Validated::default();
         match &doc.version {

@@ -125,7 +125,7 @@ impl Ca {
     }
 
     /// A leaf for `name` (a DNS name, or an IP literal as an IP SAN), chained to this CA.
-    pub fn mint(&self, name: &str) -> Result<Arc<CertifiedKey>, CaError> {
+    pub(crate) fn mint(&self, name: &str) -> Result<Arc<CertifiedKey>, CaError> {
         let fail = |reason: String| CaError::Certificate {
             name: name.to_string(),
             reason,

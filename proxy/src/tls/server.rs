@@ -21,14 +21,14 @@ pub const LEAF_CACHE: usize = 1024;
 
 /// The protocol agreed with the upstream, mirrored to the client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Alpn {
+pub(crate) enum Alpn {
     H2,
     Http11,
     None,
 }
 
 impl Alpn {
-    pub fn from_protocol(p: Option<&[u8]>) -> Alpn {
+    pub(crate) fn from_protocol(p: Option<&[u8]>) -> Alpn {
         match p {
             Some(b"h2") => Alpn::H2,
             Some(b"http/1.1") => Alpn::Http11,
@@ -107,7 +107,7 @@ impl LeafCache {
     }
 
     /// The leaf for `name` (lower-case host or IP literal), minted on first use.
-    pub fn leaf(&self, name: &str) -> Result<Arc<CertifiedKey>, CaError> {
+    fn leaf(&self, name: &str) -> Result<Arc<CertifiedKey>, CaError> {
         if let Some(hit) = self.leaves.lock().ok().and_then(|mut c| c.get(name)) {
             return Ok(hit);
         }
@@ -194,7 +194,7 @@ impl Terminator {
 
     /// The configuration for a handshake: by SNI when the client sent one, else with the
     /// leaf of `fallback_host` (the CONNECT target); ALPN mirrors the upstream's choice.
-    pub fn config_for(
+    pub(crate) fn config_for(
         &self,
         sni: Option<&str>,
         fallback_host: &str,

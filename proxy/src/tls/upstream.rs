@@ -26,7 +26,7 @@ pub enum UpstreamTlsError {
 
 /// The offer sluice makes upstream, mirroring the client's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Offer {
+pub(crate) enum Offer {
     H2AndHttp11,
     Http11,
     H2,
@@ -35,7 +35,7 @@ pub enum Offer {
 
 impl Offer {
     /// The client's ALPN list reduced to what sluice speaks, in the client's order.
-    pub fn from_client<'a>(alpn: impl Iterator<Item = &'a [u8]>) -> Offer {
+    pub(crate) fn from_client<'a>(alpn: impl Iterator<Item = &'a [u8]>) -> Offer {
         let mut h2 = false;
         let mut h1 = false;
         for p in alpn {
@@ -126,7 +126,7 @@ impl UpstreamTls {
         })
     }
 
-    pub fn config(&self, offer: Offer) -> Arc<ClientConfig> {
+    pub(crate) fn config(&self, offer: Offer) -> Arc<ClientConfig> {
         // `new` built one configuration per offer, in `Offer::ALL` order.
         Arc::clone(&self.configs[offer.index()])
     }

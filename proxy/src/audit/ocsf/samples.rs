@@ -6,18 +6,18 @@ use super::super::*;
 use super::Context;
 
 /// 2024-03-09T16:05:07.123Z.
-pub fn time() -> SystemTime {
+fn time() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(1_710_000_307_123)
 }
 
-pub fn ctx() -> Context {
+pub(crate) fn ctx() -> Context {
     Context {
         instance: "i-1".into(),
         hostname: "build-7".into(),
     }
 }
 
-pub fn caller() -> Caller {
+fn caller() -> Caller {
     Caller {
         process: Process {
             pid: 4242,
@@ -42,11 +42,11 @@ pub fn caller() -> Caller {
     }
 }
 
-pub fn src() -> SocketAddr {
+fn src() -> SocketAddr {
     SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 50_123)
 }
 
-pub fn open(outcome: Outcome) -> ConnectionOpen {
+pub(crate) fn open(outcome: Outcome) -> ConnectionOpen {
     let denied = outcome == Outcome::Denied;
     ConnectionOpen {
         time: time(),
@@ -72,7 +72,7 @@ pub fn open(outcome: Outcome) -> ConnectionOpen {
     }
 }
 
-pub fn close() -> ConnectionClose {
+pub(crate) fn close() -> ConnectionClose {
     ConnectionClose {
         time: time(),
         id: 7,
@@ -93,7 +93,7 @@ pub fn close() -> ConnectionClose {
     }
 }
 
-pub fn request(outcome: Outcome) -> HttpRequest {
+pub(crate) fn request(outcome: Outcome) -> HttpRequest {
     HttpRequest {
         time: time(),
         id: 9,
@@ -126,7 +126,7 @@ pub fn request(outcome: Outcome) -> HttpRequest {
     }
 }
 
-pub fn policy_loaded() -> PolicyChange {
+pub(crate) fn policy_loaded() -> PolicyChange {
     PolicyChange {
         time: time(),
         sources: vec!["a.yaml".into(), "b.yaml".into()],
@@ -136,7 +136,7 @@ pub fn policy_loaded() -> PolicyChange {
     }
 }
 
-pub fn policy_failed() -> PolicyChange {
+pub(crate) fn policy_failed() -> PolicyChange {
     PolicyChange {
         time: time(),
         sources: vec!["a.yaml".into()],
@@ -149,7 +149,7 @@ pub fn policy_failed() -> PolicyChange {
     }
 }
 
-pub fn start() -> Lifecycle {
+pub(crate) fn start() -> Lifecycle {
     Lifecycle {
         time: time(),
         started: true,

@@ -1,0 +1,86 @@
+//! The machine-readable codes of sluice's refusals (the `error` field of a refusal body),
+//! one variant each; shared by the HTTP answers (`http::respond`) and the credential rules
+//! that choose a refusal (`credentials`), so that neither imports the other for it.
+
+/// The machine-readable code of a refusal (the `error` field of its body): one variant per
+/// code sluice answers with, so that no code is a string written at a refusal site.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Code {
+    BadRequest,
+    NotAProxyRequest,
+    HttpsRequiresConnect,
+    UnsupportedProxyScheme,
+    InvalidTarget,
+    InvalidRequestTarget,
+    InvalidMethodOverride,
+    RequestAuthorityMismatch,
+    RequestHeaderFieldsTooLarge,
+    RequestBodyTooLarge,
+    RequestTimeout,
+    PolicyDenied,
+    SsrfDenied,
+    UninspectedCredentials,
+    TlsTerminationUnavailable,
+    UpstreamUnreachable,
+    UpstreamTimeout,
+    TooManyConnections,
+    CallerConnectionLimit,
+    CallerRateLimit,
+    CredentialEndpointMismatch,
+    CredentialPlacementMismatch,
+    CredentialRequiresTls,
+    CredentialUnavailable,
+    CredentialResponseEncoded,
+    CredentialScanEncodedBody,
+    CredentialInBody,
+    CredentialInTrailers,
+}
+
+impl Code {
+    /// The code as the body's `error` field spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::BadRequest => "bad_request",
+            Code::NotAProxyRequest => "not_a_proxy_request",
+            Code::HttpsRequiresConnect => "https_requires_connect",
+            Code::UnsupportedProxyScheme => "unsupported_proxy_scheme",
+            Code::InvalidTarget => "invalid_target",
+            Code::InvalidRequestTarget => "invalid_request_target",
+            Code::InvalidMethodOverride => "invalid_method_override",
+            Code::RequestAuthorityMismatch => "request_authority_mismatch",
+            Code::RequestHeaderFieldsTooLarge => "request_header_fields_too_large",
+            Code::RequestBodyTooLarge => "request_body_too_large",
+            Code::RequestTimeout => "request_timeout",
+            Code::PolicyDenied => "policy_denied",
+            Code::SsrfDenied => "ssrf_denied",
+            Code::UninspectedCredentials => "uninspected_credentials",
+            Code::TlsTerminationUnavailable => "tls_termination_unavailable",
+            Code::UpstreamUnreachable => "upstream_unreachable",
+            Code::UpstreamTimeout => "upstream_timeout",
+            Code::TooManyConnections => "too_many_connections",
+            Code::CallerConnectionLimit => "caller_connection_limit",
+            Code::CallerRateLimit => "caller_rate_limit",
+            Code::CredentialEndpointMismatch => "credential_endpoint_mismatch",
+            Code::CredentialPlacementMismatch => "credential_placement_mismatch",
+            Code::CredentialRequiresTls => "credential_requires_tls",
+            Code::CredentialUnavailable => "credential_unavailable",
+            Code::CredentialResponseEncoded => "credential_response_encoded",
+            Code::CredentialScanEncodedBody => "credential_scan_encoded_body",
+            Code::CredentialInBody => "credential_in_body",
+            Code::CredentialInTrailers => "credential_in_trailers",
+        }
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Code {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}

@@ -1,0 +1,98 @@
+//! End-to-end tests of how `sluice run` starts: what stops it with a usage error (exit 2) and
+//! what it survives with a warning. The real binary, real files; nothing is proxied.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use sluice_e2e::proxy::TempDir;
+use sluice_e2e::sluice_bin;
+
+/// `sluice run` on a free loopback port with `args`, stderr piped, audit to /dev/null.
+fn start(args: &[&str]) -> Child {
+    Command::new(sluice_bin())
+        .args(["run", "--listen", "127.0.0.1:0", "--audit-log", "/dev/null"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sluice")
+}
+
+/// Waits for `child` to exit (it must, within 20 s) and returns (code, stderr).
+fn exit_of(mut child: Child) -> (Option<i32>, String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            return (status.code(), err);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("sluice run did not exit within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_unreadable_upstream_ca_is_a_usage_error() {
+    let dir = TempDir::new("startup-ca");
+    let missing = dir.path().join("missing.pem");
+    let (code, err) = exit_of(start(&["--upstream-ca", missing.to_str().unwrap()]));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--upstream-ca"), "{err}");
+    assert!(err.contains("missing.pem"), "{err}");
+    assert!(!err.contains("listening on"), "{err}");
+}
+
+#[test]
+fn an_upstream_ca_file_without_a_certificate_is_a_usage_error() {
+    let dir = TempDir::new("startup-ca");
+    let empty = dir.write("empty.pem", "not a certificate\n");
+    let (code, err) = exit_of(start(&["--upstream-ca", empty.to_str().unwrap()]));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--upstream-ca"), "{err}");
+    assert!(err.contains("holds no usable certificate"), "{err}");
+}
+
+#[test]
+fn an_unwritable_ca_dir_leaves_the_proxy_running_without_tls_termination() {
+    // A --ca-dir below a regular file cannot be created: the CA exists but cannot be written,
+    // which is not a usage error. sluice warns and serves, refusing inspected endpoints.
+    let dir = TempDir::new("startup-ca");
+    let file = dir.write("plain-file", "");
+    let ca_dir = file.join("ca");
+    let mut child = start(&["--ca-dir", ca_dir.to_str().unwrap()]);
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !seen.iter().any(|l: &String| l.contains("listening on")) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => break,
+        }
+    }
+    let still_running = child.try_wait().expect("wait").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    let seen = seen.join("\n");
+    assert!(still_running, "{seen}");
+    assert!(seen.contains("listening on"), "{seen}");
+    assert!(seen.contains("TLS termination unavailable"), "{seen}");
+    assert!(seen.contains("plain-file"), "{seen}");
+}
