@@ -3,7 +3,7 @@
 //! The library holds everything the `sluice` binary is made of, so that benchmarks and
 //! integration tests exercise the same code: `policy` (the pure policy engine), `cli`
 //! (subcommands and exit codes), `listen` and `pipeline` (the proxy: accept, identify,
-//! decide, dial, relay), `http` (strict HTTP/1 on the client side), `relay` and `audit`;
+//! decide, dial, relay), `http` (strict HTTP/1 on the client side), `relay` and `audit`; `metrics` (Prometheus, derived from the audit events);
 //! `fuzz` holds the entry points the fuzz targets and their property-test runner share.
 #![forbid(unsafe_code)]
 
@@ -13,6 +13,7 @@ pub mod credentials;
 pub mod fuzz;
 pub mod http;
 pub mod listen;
+pub mod metrics;
 pub mod nofollow;
 pub mod pipeline;
 pub mod policy;

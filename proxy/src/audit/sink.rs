@@ -141,6 +141,7 @@ impl AuditSink {
     /// Writes `event`: its JSON line to the audit target, its human line to stderr.
     pub fn emit(&self, event: &Event) {
         let Some(inner) = &self.inner else { return };
+        super::observe::notify(event);
         let mut json = inner.redacted(ocsf::to_json(event, &inner.ctx).to_string());
         json.push('\n');
         inner.write_audit(json.as_bytes());

@@ -313,6 +313,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         shared.identity.add_namespace_pid(n.pid());
     }
     tokio::spawn(listen::accept_loop(listener, Arc::clone(&shared)));
+    crate::metrics::set_ready(true);
     sink.emit(&audit::Event::Lifecycle(audit::Lifecycle {
         time: SystemTime::now(),
         started: true,

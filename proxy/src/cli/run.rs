@@ -119,6 +119,10 @@ pub struct RunArgs {
     /// past --body-timeout (0: only the silence bound).
     #[arg(long, value_name = "BYTES", default_value_t = 256)]
     pub body_min_rate: u64,
+    /// Serve Prometheus metrics (`/metrics`), `/healthz` and `/readyz` on this address
+    /// (`IP:PORT` or `localhost:PORT`). Off unless given.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl RunArgs {
@@ -261,6 +265,10 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             return Err(ExitCode::from(1));
         }
     };
+    // Installed before the first event, so that every audit line is counted.
+    if let Some(addr) = args.metrics_listen {
+        start_metrics(addr, args.max_connections, &audit).await?;
+    }
     let mut sources = if args.policies.is_empty() {
         vec![policy::DEFAULT_POLICY_NAME.to_string()]
     } else {
@@ -407,6 +415,29 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
     })
 }
 
+/// Starts counting audit events into the process's registry and serves it on `addr`.
+async fn start_metrics(
+    addr: SocketAddr,
+    max_connections: usize,
+    audit: &Arc<AuditSink>,
+) -> Result<(), ExitCode> {
+    use crate::metrics;
+    metrics::install(metrics::Metrics::new(
+        max_connections,
+        Some(Arc::clone(audit)),
+    ));
+    match metrics::serve::start(addr).await {
+        Ok(bound) => {
+            eprintln!("sluice: metrics on {bound} (/metrics, /healthz, /readyz)");
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("sluice: cannot listen on {addr} for metrics: {e}");
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
 /// Raises the soft open-file limit to the hard one (each proxied connection holds two
 /// descriptors, and distributions start services at 1024), and warns when even that cannot
 /// carry `--max-connections`.
@@ -494,7 +525,9 @@ async fn serve(args: RunArgs) -> ExitCode {
     for l in listeners {
         tokio::spawn(listen::accept_loop(l, Arc::clone(&shared)));
     }
+    crate::metrics::set_ready(true);
     let reason = shutdown_signal().await;
+    crate::metrics::set_ready(false);
     audit.emit(&audit::Event::Lifecycle(audit::Lifecycle {
         time: SystemTime::now(),
         started: false,

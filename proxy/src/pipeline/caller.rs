@@ -51,7 +51,7 @@ pub async fn identify(
     local: SocketAddr,
 ) -> Result<Known, String> {
     let resolver = &shared.identity;
-    match blocking(|| resolver.lookup(peer, local)) {
+    match crate::metrics::identity_lookup(|| blocking(|| resolver.lookup(peer, local))) {
         Ok(identity) => Ok(known(identity)),
         Err(e) => Err(e.to_string()),
     }

@@ -96,7 +96,7 @@ pub async fn connect(
         detail: r.kind.to_string(),
         reason: r.detail,
     })?;
-    dial(&vetted, shared.limits.connect_timeout).await
+    crate::metrics::upstream_connect(dial(&vetted, shared.limits.connect_timeout)).await
 }
 
 /// Dials each address in turn; a refusal moves on at once, a timeout after `timeout`.

@@ -169,6 +169,7 @@ pub struct Conn {
 
 /// Serves one client connection to the end.
 pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, local: SocketAddr) {
+    let _active = crate::metrics::connection_active();
     // A proxy that delays small writes stalls TLS handshakes by 40 ms (Nagle + delayed ACK).
     let _ = stream.set_nodelay(true);
     let (raise, stop) = holder::signal();

@@ -108,7 +108,9 @@ impl LeafCache {
 
     /// The leaf for `name` (lower-case host or IP literal), minted on first use.
     pub fn leaf(&self, name: &str) -> Result<Arc<CertifiedKey>, CaError> {
-        if let Some(hit) = self.leaves.lock().ok().and_then(|mut c| c.get(name)) {
+        let hit = self.leaves.lock().ok().and_then(|mut c| c.get(name));
+        crate::metrics::leaf_cache(hit.is_some());
+        if let Some(hit) = hit {
             return Ok(hit);
         }
         // Mint outside the lock: two racing connections may both mint; one wins the slot.
