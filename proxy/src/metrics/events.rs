@@ -29,9 +29,10 @@ fn decision(outcome: Outcome) -> &'static str {
     }
 }
 
-/// The policy entry label: the entry's key, or `none` when no entry decided.
+/// The policy entry label: the entry's key, or `-` when no entry decided (as the audit's
+/// `firewall_rule.name`).
 fn policy_label(policy: Option<&String>) -> String {
-    policy.map_or_else(|| "none".to_owned(), Clone::clone)
+    policy.map_or_else(|| "-".to_owned(), Clone::clone)
 }
 
 impl Metrics {

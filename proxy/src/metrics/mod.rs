@@ -142,12 +142,15 @@ impl Metrics {
         let requests = Family::<DecisionLabels, Counter>::default();
         let by_binary = Family::<BinaryLabels, Counter>::default();
         let by_host = Family::<HostLabels, Counter>::default();
-        let request_seconds =
-            Family::<OutcomeLabel, Histogram>::new_with_constructor(request_histogram as fn() -> Histogram);
-        let upstream_connect_seconds =
-            Family::<ResultLabel, Histogram>::new_with_constructor(connect_histogram as fn() -> Histogram);
-        let identity_lookup_seconds =
-            Family::<ResultLabel, Histogram>::new_with_constructor(identity_histogram as fn() -> Histogram);
+        let request_seconds = Family::<OutcomeLabel, Histogram>::new_with_constructor(
+            request_histogram as fn() -> Histogram,
+        );
+        let upstream_connect_seconds = Family::<ResultLabel, Histogram>::new_with_constructor(
+            connect_histogram as fn() -> Histogram,
+        );
+        let identity_lookup_seconds = Family::<ResultLabel, Histogram>::new_with_constructor(
+            identity_histogram as fn() -> Histogram,
+        );
         let leaf_cache = Family::<ResultLabel, Counter>::default();
         let injections = Family::<CredentialLabel, Counter>::default();
         let scrubs = Family::<CredentialLabel, Counter>::default();

@@ -74,7 +74,10 @@ async fn answer(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infalli
         "/healthz" => text(StatusCode::OK, "ok\n"),
         "/readyz" if super::is_ready() => text(StatusCode::OK, "ready\n"),
         "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
-        _ => text(StatusCode::NOT_FOUND, "not found: /metrics, /healthz, /readyz\n"),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found: /metrics, /healthz, /readyz\n",
+        ),
     })
 }
 

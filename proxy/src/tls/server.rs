@@ -211,6 +211,7 @@ impl Terminator {
         }
         let key = format!("{fallback_host}|{alpn:?}");
         if let Some(hit) = self.no_sni.lock().ok().and_then(|mut c| c.get(&key)) {
+            crate::metrics::leaf_cache(true);
             return Ok(hit);
         }
         let leaf = self.leaves.leaf(fallback_host).map_err(|e| e.to_string())?;
