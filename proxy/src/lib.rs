@@ -15,6 +15,7 @@ pub mod http;
 pub mod listen;
 pub mod metrics;
 pub mod nofollow;
+pub mod otlp;
 pub mod pipeline;
 pub mod policy;
 pub mod relay;

@@ -207,6 +207,11 @@ pub struct Traffic {
 }
 
 pub fn known_traffic(tag: &str) -> Traffic {
+    known_traffic_with(tag, &[])
+}
+
+/// [`known_traffic`] with more flags for sluice.
+pub fn known_traffic_with(tag: &str, extra: &[&str]) -> Traffic {
     let dir = TempDir::new(tag);
     let web = HttpOrigin::start();
     let api = EchoOrigin::start(dir.path());
@@ -227,21 +232,19 @@ pub fn known_traffic(tag: &str) -> Traffic {
     let ca_dir_s = ca_dir.display().to_string();
     let api_cert = api.cert.display().to_string();
     let providers_s = providers.display().to_string();
-    let sluice = Sluice::start_with_env(
-        &policy,
-        &[
-            "--allow-loopback-upstream",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--ca-dir",
-            &ca_dir_s,
-            "--upstream-ca",
-            &api_cert,
-            "--providers",
-            &providers_s,
-        ],
-        &[("TEST_API_KEY", SECRET)],
-    );
+    let mut args = vec![
+        "--allow-loopback-upstream",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--ca-dir",
+        &ca_dir_s,
+        "--upstream-ca",
+        &api_cert,
+        "--providers",
+        &providers_s,
+    ];
+    args.extend_from_slice(extra);
+    let sluice = Sluice::start_with_env(&policy, &args, &[("TEST_API_KEY", SECRET)]);
     let metrics = metrics_addr(&sluice);
     let proxy = sluice.proxy_url();
     let curl = |args: &[&str]| -> String {

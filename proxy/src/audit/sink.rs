@@ -168,6 +168,15 @@ impl AuditSink {
     pub fn context(&self) -> Option<&Context> {
         self.inner.as_ref().map(|i| &i.ctx)
     }
+
+    /// `line` with every known secret value replaced, as the sink's own lines are (other
+    /// exports of the events, such as OTLP, pass their text through this).
+    pub fn redact(&self, line: String) -> String {
+        match &self.inner {
+            Some(i) => i.redacted(line),
+            None => line,
+        }
+    }
 }
 
 impl fmt::Debug for AuditSink {

@@ -123,6 +123,11 @@ pub struct RunArgs {
     /// (`IP:PORT` or `localhost:PORT`). Off unless given.
     #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Export every audit event as an OTLP log record and every request as a span to this
+    /// OTLP/HTTP base URL (`/v1/logs`, `/v1/traces` appended). Without it, the standard
+    /// `OTEL_EXPORTER_OTLP_*ENDPOINT` variables are read; none set: no export.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl RunArgs {
@@ -269,6 +274,7 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
     if let Some(addr) = args.metrics_listen {
         start_metrics(addr, args.max_connections, &audit).await?;
     }
+    start_otlp(args.otlp_endpoint.as_deref(), &audit)?;
     let mut sources = if args.policies.is_empty() {
         vec![policy::DEFAULT_POLICY_NAME.to_string()]
     } else {
@@ -438,6 +444,28 @@ async fn start_metrics(
     }
 }
 
+/// Starts the OTLP export when the flag or the `OTEL_EXPORTER_OTLP_*` variables ask for it.
+fn start_otlp(flag: Option<&str>, audit: &Arc<AuditSink>) -> Result<(), ExitCode> {
+    let config = match crate::otlp::OtlpConfig::resolve(flag, |k| std::env::var(k).ok()) {
+        Ok(Some(c)) => c,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    if let Err(e) = crate::otlp::start(&config, Arc::clone(audit)) {
+        eprintln!("sluice: {e}");
+        return Err(ExitCode::from(1));
+    }
+    eprintln!(
+        "sluice: exporting audit events as OTLP logs to {} and requests as spans to {}",
+        config.logs.as_deref().unwrap_or("(off)"),
+        config.traces.as_deref().unwrap_or("(off)")
+    );
+    Ok(())
+}
+
 /// Raises the soft open-file limit to the hard one (each proxied connection holds two
 /// descriptors, and distributions start services at 1024), and warns when even that cannot
 /// carry `--max-connections`.
@@ -534,6 +562,7 @@ async fn serve(args: RunArgs) -> ExitCode {
         version: env!("CARGO_PKG_VERSION"),
         message: format!("sluice stopped ({reason})"),
     }));
+    crate::otlp::flush(Duration::from_secs(5));
     ExitCode::SUCCESS
 }
 
