@@ -198,6 +198,7 @@ pub const PLACEHOLDER: &str = "openshell:resolve:env:TEST_API_KEY";
 /// - `api` (TLS terminated, a bearer credential bound, an origin that echoes the request):
 ///   two GETs through two tunnels, the credential injected into each and scrubbed from each
 ///   echo.
+#[derive(Debug)]
 pub struct Traffic {
     pub sluice: Sluice,
     pub metrics: SocketAddr,
