@@ -806,8 +806,8 @@ fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
     if n == 1 { one } else { many }
 }
 
-/// Events for the unit tests of `ocsf`, `shorthand` and `sink`.
+/// Events for the unit tests of `ocsf`, `shorthand`, `sink` and `metrics`.
 #[cfg(test)]
-pub(super) mod samples;
+pub(crate) mod samples;
 #[cfg(test)]
 mod tests;

@@ -366,6 +366,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         version: env!("CARGO_PKG_VERSION"),
         message: format!("sluice exec stopped: the command exited with {code}"),
     }));
+    crate::otlp::flush(std::time::Duration::from_secs(5));
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 

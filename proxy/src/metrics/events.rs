@@ -141,3 +141,34 @@ impl Metrics {
             .inc();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::ocsf::samples;
+
+    #[test]
+    fn each_event_is_counted_once_by_its_labels() {
+        let m = Metrics::new(10, None);
+        m.count(&Event::ConnectionOpen(samples::open(Outcome::Allowed)));
+        m.count(&Event::ConnectionOpen(samples::open(Outcome::Denied)));
+        m.count(&Event::HttpRequest(samples::request(Outcome::Denied)));
+        // The allowed CONNECT opened a tunnel; its close ends it.
+        assert_eq!(m.active_tunnels.get(), 1);
+        m.count(&Event::ConnectionClose(samples::close()));
+        let text = m.encode();
+        for line in [
+            r#"sluice_connections_total{decision="allowed",policy="github",engine="l4"} 1"#,
+            r#"sluice_connections_total{decision="denied",policy="-",engine="l4"} 1"#,
+            r#"sluice_requests_total{decision="denied",policy="p",engine="l7"} 1"#,
+            "sluice_active_tunnels 0",
+            r#"sluice_audit_events_total{class="connection_open"} 2"#,
+            r#"sluice_audit_events_total{class="http_request"} 1"#,
+            r#"sluice_audit_events_total{class="connection_close"} 1"#,
+            "sluice_max_connections 10",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
