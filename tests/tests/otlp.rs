@@ -265,7 +265,7 @@ fn an_unreachable_collector_costs_counted_drops_and_one_finding_never_a_request(
     // The traffic was not held up by the dead collector: were the audit path waiting on the
     // export, its twenty-odd events would each wait out the 10 s export timeout.
     assert!(
-        started.elapsed() < Duration::from_secs(15),
+        started.elapsed() < Duration::from_secs(30),
         "{:?}",
         started.elapsed()
     );
