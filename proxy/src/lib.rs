@@ -6,6 +6,7 @@
 //! decide, dial, relay), `http` (strict HTTP/1 on the client side), `relay` and `audit`;
 //! `transparent` (what a redirected connection is for), `dns` (the policy DNS responder),
 //! `netfence` (the nftables fence of a sandboxed namespace or pod);
+//! decide, dial, relay), `http` (strict HTTP/1 on the client side), `relay` and `audit`; `metrics` (Prometheus, derived from the audit events);
 //! `fuzz` holds the entry points the fuzz targets and their property-test runner share.
 #![forbid(unsafe_code)]
 
@@ -16,8 +17,10 @@ pub mod dns;
 pub mod fuzz;
 pub mod http;
 pub mod listen;
+pub mod metrics;
 pub mod netfence;
 pub mod nofollow;
+pub mod otlp;
 pub mod pipeline;
 pub mod policy;
 pub mod refusal_code;

@@ -7,6 +7,7 @@
 //! placeholder or query string is ever put into a model (callers pass canonical paths
 //! without queries, and credential *names* only).
 
+pub mod observe;
 pub mod ocsf;
 pub mod read;
 pub mod report;
@@ -84,7 +85,7 @@ pub enum Engine {
 }
 
 impl Engine {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Engine::L4 => "l4",
             Engine::L7 => "l7",

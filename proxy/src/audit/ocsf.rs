@@ -814,8 +814,8 @@ fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
 mod dns;
 pub use dns::rcode_label as dns_rcode_label;
 
-/// Events for the unit tests of `ocsf`, `shorthand` and `sink`.
+/// Events for the unit tests of `ocsf`, `shorthand`, `sink` and `metrics`.
 #[cfg(test)]
-pub(super) mod samples;
+pub(crate) mod samples;
 #[cfg(test)]
 mod tests;

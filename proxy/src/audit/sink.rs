@@ -145,6 +145,7 @@ impl AuditSink {
     /// Writes `event`: its JSON line to the audit target, its human line to stderr.
     pub fn emit(&self, event: &Event) {
         let Some(inner) = &self.inner else { return };
+        super::observe::notify(event);
         let mut json = inner.redacted(ocsf::to_json(event, &inner.ctx).to_string());
         json.push('\n');
         inner.write_audit(json.as_bytes());
@@ -170,6 +171,15 @@ impl AuditSink {
     /// The instance facts every event carries; `None` when disabled.
     pub fn context(&self) -> Option<&Context> {
         self.inner.as_ref().map(|i| &i.ctx)
+    }
+
+    /// `line` with every known secret value replaced, as the sink's own lines are (other
+    /// exports of the events, such as OTLP, pass their text through this).
+    pub fn redact(&self, line: String) -> String {
+        match &self.inner {
+            Some(i) => i.redacted(line),
+            None => line,
+        }
     }
 }
 

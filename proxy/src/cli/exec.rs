@@ -320,6 +320,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         shared.identity.add_namespace_pid(n.pid());
     }
     tokio::spawn(listen::accept_loop(listener, Arc::clone(&shared)));
+    crate::metrics::set_ready(true);
     sink.emit(&audit::Event::Lifecycle(audit::Lifecycle {
         time: SystemTime::now(),
         started: true,
@@ -372,6 +373,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         version: env!("CARGO_PKG_VERSION"),
         message: format!("sluice exec stopped: the command exited with {code}"),
     }));
+    crate::otlp::flush(std::time::Duration::from_secs(5));
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 

@@ -127,9 +127,10 @@ impl Reloader {
     }
 }
 
-/// Where every reload's outcome goes: the metrics helper counts reloads and failures here
-/// (`sluice_reloads_total`, `sluice_reload_failures_total`).
-fn reload_outcome(_outcome: ReloadOutcome) {}
+/// Where every reload's outcome goes: the reload metrics (`sluice_reloads_total{result}`).
+fn reload_outcome(outcome: ReloadOutcome) {
+    crate::metrics::reload(outcome.ok);
+}
 
 /// One file as last seen: its resolved target and the digest of its content (`None`: it
 /// could not be read).

@@ -130,6 +130,15 @@ pub(super) struct RunArgs {
     /// file is reloaded, as on SIGHUP).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub watch_interval: Duration,
+    /// Serve Prometheus metrics (`/metrics`), `/healthz` and `/readyz` on this address
+    /// (`IP:PORT` or `localhost:PORT`). Off unless given.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Export every audit event as an OTLP log record and every request as a span to this
+    /// OTLP/HTTP base URL (`/v1/logs`, `/v1/traces` appended). Without it, the standard
+    /// `OTEL_EXPORTER_OTLP_*ENDPOINT` variables are read; none set: no export.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl RunArgs {
@@ -254,6 +263,11 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             return Err(ExitCode::from(1));
         }
     };
+    // Installed before the first event, so that every audit line is counted.
+    if let Some(addr) = args.metrics_listen {
+        start_metrics(addr, args.max_connections, &audit).await?;
+    }
+    start_otlp(args.otlp_endpoint.as_deref(), &audit)?;
     let sources = sources_of(args);
     let result = super::config::load(&sources);
     audit.emit(&super::config::change_event(&sources, &result));
@@ -352,6 +366,51 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         sources,
         redactor,
     })
+}
+
+/// Starts counting audit events into the process's registry and serves it on `addr`.
+async fn start_metrics(
+    addr: SocketAddr,
+    max_connections: usize,
+    audit: &Arc<AuditSink>,
+) -> Result<(), ExitCode> {
+    use crate::metrics;
+    metrics::install(metrics::Metrics::new(
+        max_connections,
+        Some(Arc::clone(audit)),
+    ));
+    match metrics::serve::start(addr).await {
+        Ok(bound) => {
+            eprintln!("sluice: metrics on {bound} (/metrics, /healthz, /readyz)");
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("sluice: cannot listen on {addr} for metrics: {e}");
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+/// Starts the OTLP export when the flag or the `OTEL_EXPORTER_OTLP_*` variables ask for it.
+fn start_otlp(flag: Option<&str>, audit: &Arc<AuditSink>) -> Result<(), ExitCode> {
+    let config = match crate::otlp::OtlpConfig::resolve(flag, |k| std::env::var(k).ok()) {
+        Ok(Some(c)) => c,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    if let Err(e) = crate::otlp::start(&config, Arc::clone(audit)) {
+        eprintln!("sluice: {e}");
+        return Err(ExitCode::from(1));
+    }
+    eprintln!(
+        "sluice: exporting audit events as OTLP logs to {} and requests as spans to {}",
+        config.logs.as_deref().unwrap_or("(off)"),
+        config.traces.as_deref().unwrap_or("(off)")
+    );
+    Ok(())
 }
 
 /// Raises the soft open-file limit to the hard one (each proxied connection holds two
@@ -457,13 +516,16 @@ async fn serve(args: RunArgs) -> ExitCode {
         hup,
         args.watch_interval,
     ));
+    crate::metrics::set_ready(true);
     let reason = shutdown_signal().await;
+    crate::metrics::set_ready(false);
     audit.emit(&audit::Event::Lifecycle(audit::Lifecycle {
         time: SystemTime::now(),
         started: false,
         version: env!("CARGO_PKG_VERSION"),
         message: format!("sluice stopped ({reason})"),
     }));
+    crate::otlp::flush(Duration::from_secs(5));
     ExitCode::SUCCESS
 }
 

@@ -61,7 +61,7 @@ impl Known {
 /// Identifies the process at the other end of a connection, as soon as it is accepted.
 pub async fn identify(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> CallerState {
     let resolver = &shared.identity;
-    match blocking(|| resolver.lookup(peer, local)) {
+    match crate::metrics::identity_lookup(|| blocking(|| resolver.lookup(peer, local))) {
         Ok(identity) => Ok(known(identity)),
         Err(e) => Err(e.into()),
     }

@@ -156,7 +156,7 @@ pub async fn connect(
             allow_loopback: shared.allow_loopback,
         },
     )?;
-    dial(&vetted, shared.limits.connect_timeout).await
+    crate::metrics::upstream_connect(dial(&vetted, shared.limits.connect_timeout)).await
 }
 
 /// Dials each address in turn; a refusal moves on at once, a timeout after `timeout`.

@@ -149,6 +149,7 @@ pub(crate) async fn settle(shared: &Arc<Shared>, arrival: Arrival) -> Settled {
 /// Serves one explicit-proxy client connection to the end: its first request head names
 /// the target (`CONNECT host:port`, or an absolute-form request).
 pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, local: SocketAddr) {
+    let _active = crate::metrics::connection_active();
     // A proxy that delays small writes stalls TLS handshakes by 40 ms (Nagle + delayed ACK).
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();

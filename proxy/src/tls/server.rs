@@ -108,7 +108,9 @@ impl LeafCache {
 
     /// The leaf for `name` (lower-case host or IP literal), minted on first use.
     fn leaf(&self, name: &str) -> Result<Arc<CertifiedKey>, CaError> {
-        if let Some(hit) = self.leaves.lock().ok().and_then(|mut c| c.get(name)) {
+        let hit = self.leaves.lock().ok().and_then(|mut c| c.get(name));
+        crate::metrics::leaf_cache(hit.is_some());
+        if let Some(hit) = hit {
             return Ok(hit);
         }
         // Mint outside the lock: two racing connections may both mint; one wins the slot.
@@ -209,6 +211,7 @@ impl Terminator {
         }
         let key = format!("{fallback_host}|{alpn:?}");
         if let Some(hit) = self.no_sni.lock().ok().and_then(|mut c| c.get(&key)) {
+            crate::metrics::leaf_cache(true);
             return Ok(hit);
         }
         let leaf = self.leaves.leaf(fallback_host).map_err(|e| e.to_string())?;
