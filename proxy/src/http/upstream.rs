@@ -8,6 +8,26 @@ use super::body::ChannelBody;
 use super::head::RequestHead;
 use super::respond::is_hop_by_hop;
 
+/// Whether a client's request header goes upstream, for HTTP/1.1 and HTTP/2 alike:
+/// hop-by-hop headers, those the client's `Connection` nominates, `Host` (the target gives
+/// it) and `Expect` (sluice answers it itself) stay behind; over HTTP/2, `te: trailers` (gRPC)
+/// is the one connection-specific header allowed through.
+pub(crate) fn forwarded(
+    name: &str,
+    value: &[u8],
+    nominated: &[String],
+    version: http::Version,
+) -> bool {
+    let lower = name.to_ascii_lowercase();
+    if version == http::Version::HTTP_2 && lower == "te" && value == b"trailers" {
+        return true;
+    }
+    !(is_hop_by_hop(&lower)
+        || nominated.iter().any(|n| *n == lower)
+        || lower == "host"
+        || lower == "expect")
+}
+
 /// The upstream request: origin-form target, hop-by-hop and `Proxy-*` headers removed,
 /// `Host` from the URI, `Via` added.
 pub(crate) fn build_request(
@@ -32,12 +52,7 @@ pub(crate) fn build_request(
     };
     builder = builder.header(http::header::HOST, authority);
     for (name, value) in headers {
-        let lower = name.to_ascii_lowercase();
-        if is_hop_by_hop(&lower)
-            || nominated.contains(&lower)
-            || lower == "host"
-            || lower == "expect"
-        {
+        if !forwarded(name, value, &nominated, http::Version::HTTP_11) {
             continue;
         }
         let n = HeaderName::from_bytes(name.as_bytes())

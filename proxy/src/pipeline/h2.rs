@@ -36,6 +36,7 @@ use crate::audit::Engine;
 use crate::credentials;
 use crate::http::body;
 use crate::http::respond::{Code, Refusal, is_hop_by_hop};
+use crate::http::upstream::forwarded;
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -312,9 +313,8 @@ async fn handle(
         .uri(uri)
         .version(http::Version::HTTP_2);
     for (name, value) in &prepared.headers {
-        let n = name.as_str();
-        // HTTP/2 forbids connection-specific headers; `te: trailers` is the one allowed (gRPC).
-        if (is_hop_by_hop(n) && !(n == "te" && value.as_slice() == b"trailers")) || n == "host" {
+        // HTTP/2 has no `Connection` header to nominate others (hyper refuses one).
+        if !forwarded(name, value, &[], http::Version::HTTP_2) {
             continue;
         }
         up = up.header(name.as_str(), value.as_slice());
