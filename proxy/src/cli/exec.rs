@@ -365,6 +365,8 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         version: env!("CARGO_PKG_VERSION"),
         message: format!("sluice exec stopped: the command exited with {code}"),
     }));
+    // Everything audited is on disk before the process exits.
+    sink.flush();
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 

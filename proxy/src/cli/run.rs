@@ -254,7 +254,7 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         LogFormatArg::Json => LogFormat::Json,
     };
     let audit_log = args.audit_log.clone().unwrap_or_else(|| "-".to_string());
-    let audit = match AuditSink::open(&audit_log, format) {
+    let audit = match AuditSink::open_queued(&audit_log, format) {
         Ok(a) => Arc::new(a),
         Err(e) => {
             eprintln!("sluice: cannot open the audit log {audit_log}: {e}");
@@ -501,6 +501,8 @@ async fn serve(args: RunArgs) -> ExitCode {
         version: env!("CARGO_PKG_VERSION"),
         message: format!("sluice stopped ({reason})"),
     }));
+    // Everything audited is on disk before the process exits.
+    audit.flush();
     ExitCode::SUCCESS
 }
 
