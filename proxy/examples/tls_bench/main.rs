@@ -14,7 +14,13 @@
 //! `=PID`, also measures that proxy's memory per idle intercepted connection (`BENCH_IDLE`
 //! connections, default 1000 and 5000).
 //! `scripts/bench-compare` runs it with Squid (ssl-bump) and mitmproxy.
+//!
+//! HTTP/2 rows (`h2.rs`): kept-alive 1 KiB GETs and gRPC unary calls over h2 at c=64, against an
+//! h2 origin, for direct and sluice (Squid does not speak HTTP/2 to its clients; other proxies
+//! are not measured over h2).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
+
+mod h2;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -151,6 +157,8 @@ struct Leg {
     name: String,
     proxy: Option<SocketAddr>,
     connector: TlsConnector,
+    /// The same trust, offering only `h2`; `None`: not measured over HTTP/2.
+    h2: Option<TlsConnector>,
     /// The proxy's process, for its memory.
     pid: Option<u32>,
 }
@@ -379,7 +387,7 @@ fn raise_fd_limit() {
     );
 }
 
-fn start_sluice(dir: &Path, origin: SocketAddr) -> (std::process::Child, SocketAddr, PathBuf) {
+fn start_sluice(dir: &Path, origins: &[SocketAddr]) -> (std::process::Child, SocketAddr, PathBuf) {
     let bin = std::env::var("SLUICE_BIN").unwrap_or_else(|_| {
         let exe = std::env::current_exe().unwrap();
         exe.parent()
@@ -395,8 +403,8 @@ fn start_sluice(dir: &Path, origin: SocketAddr) -> (std::process::Child, SocketA
     std::fs::write(
         &policy,
         format!(
-            "version: 1\nnetwork_policies:\n  bench:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: {}\n",
-            origin.port(),
+            "version: 1\nnetwork_policies:\n  bench:\n    endpoints:\n{}    binaries:\n      - path: {}\n",
+            origins.iter().map(|o| format!("      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n", o.port())).collect::<String>(),
             me.display()
         ),
     )
@@ -405,8 +413,8 @@ fn start_sluice(dir: &Path, origin: SocketAddr) -> (std::process::Child, SocketA
     std::fs::write(
         &providers,
         format!(
-            "id: bench-api\ncredentials:\n  - name: api-key\n    env_vars: [BENCH_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {}}}\n",
-            origin.port()
+            "id: bench-api\ncredentials:\n  - name: api-key\n    env_vars: [BENCH_API_KEY]\n    auth_style: bearer\nendpoints:\n{}",
+            origins.iter().map(|o| format!("  - {{host: 127.0.0.1, port: {}}}\n", o.port())).collect::<String>()
         ),
     )
     .unwrap();
@@ -488,18 +496,21 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         let origin = start_origin(&dir).await;
-        let (mut child, sluice, sluice_ca) = start_sluice(&dir, origin);
+        let h2_origin = h2::start_origin(&dir).await;
+        let (mut child, sluice, sluice_ca) = start_sluice(&dir, &[origin, h2_origin]);
         let mut paths = vec![
             Leg {
                 name: "direct".into(),
                 proxy: None,
                 connector: connector(&dir.join("origin-ca.pem")),
+                h2: Some(h2::connector(&dir.join("origin-ca.pem"))),
                 pid: None,
             },
             Leg {
                 name: "sluice".into(),
                 proxy: Some(sluice),
                 connector: connector(&sluice_ca),
+                h2: Some(h2::connector(&sluice_ca)),
                 pid: Some(child.id()),
             },
         ];
@@ -510,6 +521,7 @@ fn main() {
                     name: name.into(),
                     proxy: Some(addr.parse().unwrap()),
                     connector: connector(Path::new(ca)),
+                    h2: None,
                     pid: rest.first().and_then(|p| p.parse().ok()),
                 });
             }
@@ -565,6 +577,37 @@ fn main() {
                     None => println!("{}: could not hold {n} idle intercepted connections", p.name),
                 }
             }
+        }
+        println!();
+        println!(
+            "HTTP/2 (kept-alive h2 connections, one request at a time on each, c=64, {secs} s each; the gRPC call is a unary POST of one 5-byte-prefixed 100-byte message, echoed, trailers grpc-status: 0)"
+        );
+        println!("| path | h2 GET req/s (ratio) | h2 p50 / p99 µs | proxy CPU µs/req | gRPC unary calls/s (ratio) | gRPC p50 / p99 µs | proxy CPU µs/call |");
+        println!("|---|---|---|---|---|---|---|");
+        let mut base: Option<(f64, f64)> = None;
+        for p in &paths {
+            let Some(c) = &p.h2 else {
+                println!("| {} | not measured: no HTTP/2 to clients | | | | | |", p.name);
+                continue;
+            };
+            let get = h2::keep_alive(p.proxy, c, p.pid, h2_origin, 64, dur, false).await;
+            let grpc = h2::keep_alive(p.proxy, c, p.pid, h2_origin, 64, dur, true).await;
+            let (bg, bc) = *base.get_or_insert((get.rps, grpc.rps));
+            let cpu = |k: &KeepAlive| k.cpu.map_or_else(|| "-".to_string(), |c| format!("{c:.0}"));
+            println!(
+                "| {} | {:.0} ({:.2}) | {:.0} / {:.0} | {} | {:.0} ({:.2}) | {:.0} / {:.0} | {} |",
+                p.name,
+                get.rps,
+                get.rps / bg,
+                get.p50,
+                get.p99,
+                cpu(&get),
+                grpc.rps,
+                grpc.rps / bc,
+                grpc.p50,
+                grpc.p99,
+                cpu(&grpc)
+            );
         }
         let _ = child.kill();
         let _ = child.wait();
