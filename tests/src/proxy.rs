@@ -144,6 +144,20 @@ impl Sluice {
         Sluice::spawn(cmd, dir, audit_path, 1)
     }
 
+    /// Like `start`, with the audit log at `audit_path` (a FIFO, a path elsewhere).
+    pub fn start_with_audit_log(policy: &str, extra: &[&str], audit_path: &Path) -> Sluice {
+        let dir = TempDir::new("sluice");
+        let policy_path = dir.write("policy.yaml", policy);
+        let mut cmd = Command::new(sluice_bin());
+        cmd.arg("run")
+            .arg("--policy")
+            .arg(&policy_path)
+            .arg("--audit-log")
+            .arg(audit_path);
+        cmd.args(["--listen", "127.0.0.1:0"]).args(extra);
+        Sluice::spawn(cmd, dir, audit_path.to_path_buf(), 1)
+    }
+
     fn spawn(mut cmd: Command, dir: TempDir, audit_path: PathBuf, listeners: usize) -> Sluice {
         let mut child = cmd
             .stdin(Stdio::null())

@@ -21,15 +21,19 @@
 //! credential *names* and query-less paths into the model). As a second line of defence every
 //! path is cut at its first `?` or `#` here, so a query string never reaches the audit.
 
-use std::net::{IpAddr, SocketAddr};
 use std::time::SystemTime;
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::Value;
+#[cfg(test)]
+use serde_json::json;
 
 use super::{
-    Caller, ConnectionClose, ConnectionOpen, Destination, Engine, Event, Finding, HttpRequest,
-    Lifecycle, Outcome, PolicyChange, Process, Severity, Via,
+    ConnectionClose, ConnectionOpen, Event, Finding, HttpRequest, Lifecycle, Outcome, PolicyChange,
+    Severity, Via,
 };
+#[cfg(test)]
+use super::{Engine, Process};
 
 /// The OCSF schema version of every event (`metadata.version`).
 const OCSF_VERSION: &str = "1.8.0";
@@ -54,9 +58,21 @@ pub struct Context {
     pub hostname: String,
 }
 
-/// The OCSF JSON object of `event`.
+/// The OCSF JSON object of `event`, as a tree (for tests and tools that inspect it; the
+/// audit sink writes [`write_json`]'s bytes instead).
 pub fn to_json(event: &Event, ctx: &Context) -> Value {
-    let object = match event {
+    with_record(event, ctx, |r| serde_json::to_value(r)).unwrap_or(Value::Null)
+}
+
+/// Appends the OCSF JSON object of `event` to `out`, compact, on one line (no newline).
+pub fn write_json(event: &Event, ctx: &Context, out: &mut Vec<u8>) {
+    // Serializing these structs into a Vec cannot fail: every key is a string and no
+    // Serialize impl here returns an error.
+    let _ = with_record(event, ctx, |r| serde_json::to_writer(&mut *out, r));
+}
+
+fn with_record<T>(event: &Event, ctx: &Context, f: impl FnOnce(&Record<'_>) -> T) -> T {
+    let record = match event {
         Event::ConnectionOpen(e) => connection_open(e, ctx),
         Event::ConnectionClose(e) => connection_close(e, ctx),
         Event::HttpRequest(e) => http_request(e, ctx),
@@ -65,7 +81,7 @@ pub fn to_json(event: &Event, ctx: &Context) -> Value {
         Event::Finding(e) => finding(e, ctx),
         Event::Dns(e) => dns::dns_query(e, ctx),
     };
-    Value::Object(object)
+    f(&record)
 }
 
 /// The severity of `event` (`severity_id`; the shorthand's `[INFO]`, `[MED]`, ...).
@@ -261,7 +277,61 @@ impl Activity<'static> {
 const HOST: &str = "host";
 const SECURITY_CONTROL: &str = "security_control";
 
-/// The common attributes: classification, time, severity, status, message, metadata, device.
+/// One OCSF event as serde writes it: every attribute any class uses, in the order they are
+/// written; the attributes a class does not have stay `None` and are left out. Serialized
+/// straight to bytes, with no intermediate JSON tree.
+#[derive(Serialize)]
+struct Record<'a> {
+    class_uid: u32,
+    class_name: &'static str,
+    category_uid: u32,
+    category_name: &'static str,
+    activity_id: u32,
+    activity_name: &'a str,
+    type_uid: u64,
+    type_name: String,
+    time: i64,
+    severity_id: u32,
+    severity: &'static str,
+    status_id: u32,
+    status: &'static str,
+    message: String,
+    device: Device<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status_code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    http_response: Option<HttpResponse>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state_id: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status_detail: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finding_info: Option<FindingInfo<'a>>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    decision: Option<Decision>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    firewall_rule: Option<FirewallRule<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    http_request: Option<HttpRequestObject<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traffic: Option<Traffic>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    app: Option<App>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    network: Option<Network<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unmapped: Option<Unmapped<'a>>,
+    /// Attributes of the rare classes without their own structs (DNS Activity's `query`,
+    /// `answers`, `rcode`, endpoints); never on the request path.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    extra: Option<serde_json::Map<String, Value>>,
+    metadata: Metadata<'a>,
+}
+
 /// The facts every class shares that the builders compute.
 struct Common {
     time: SystemTime,
@@ -270,12 +340,15 @@ struct Common {
     message: String,
 }
 
-fn header(
+/// The common attributes (classification, time, severity, status, message, device) and
+/// `metadata`; everything else left out for the class builder to fill.
+fn header<'a>(
     class: &Class,
-    activity: &Activity<'_>,
+    activity: &Activity<'a>,
     common: Common,
-    ctx: &Context,
-) -> Map<String, Value> {
+    ctx: &'a Context,
+    metadata: Metadata<'a>,
+) -> Record<'a> {
     let Common {
         time,
         severity,
@@ -287,92 +360,98 @@ fn header(
     } else {
         (2, "Failure")
     };
-    let mut m = Map::new();
-    m.insert("class_uid".into(), json!(class.uid));
-    m.insert("class_name".into(), json!(class.name));
-    m.insert("category_uid".into(), json!(class.category_uid));
-    m.insert("category_name".into(), json!(class.category_name));
-    m.insert("activity_id".into(), json!(activity.id));
-    m.insert("activity_name".into(), json!(activity.name));
-    m.insert(
-        "type_uid".into(),
-        json!(u64::from(class.uid) * 100 + u64::from(activity.id)),
-    );
-    m.insert(
-        "type_name".into(),
-        json!(format!("{}: {}", class.name, activity.caption)),
-    );
-    m.insert("time".into(), json!(long(epoch_millis(time))));
-    m.insert("severity_id".into(), json!(severity_id(severity)));
-    m.insert("severity".into(), json!(severity_caption(severity)));
-    m.insert("status_id".into(), json!(status_id));
-    m.insert("status".into(), json!(status));
-    m.insert("message".into(), json!(message));
-    m.insert("device".into(), device(ctx));
-    m
+    Record {
+        class_uid: class.uid,
+        class_name: class.name,
+        category_uid: class.category_uid,
+        category_name: class.category_name,
+        activity_id: activity.id,
+        activity_name: activity.name,
+        type_uid: u64::from(class.uid) * 100 + u64::from(activity.id),
+        type_name: format!("{}: {}", class.name, activity.caption),
+        time: long(epoch_millis(time)),
+        severity_id: severity_id(severity),
+        severity: severity_caption(severity),
+        status_id,
+        status,
+        message,
+        device: device(ctx),
+        status_code: None,
+        http_response: None,
+        state_id: None,
+        state: None,
+        status_detail: None,
+        finding_info: None,
+        decision: None,
+        firewall_rule: None,
+        http_request: None,
+        traffic: None,
+        duration: None,
+        app: None,
+        network: None,
+        unmapped: None,
+        extra: None,
+        metadata,
+    }
 }
 
-fn connection_open(e: &ConnectionOpen, ctx: &Context) -> Map<String, Value> {
+fn connection_open<'a>(e: &'a ConnectionOpen, ctx: &'a Context) -> Record<'a> {
     let common = Common {
         time: e.time,
         severity: outcome_severity(e.outcome),
         success: e.outcome != Outcome::Denied,
         message: open_message(e),
     };
-    let mut m = header(&NETWORK_ACTIVITY, &Activity::known(1, "Open"), common, ctx);
-    m.insert("status_code".into(), json!(e.status.to_string()));
-    if let Some(reason) = &e.reason {
-        m.insert("status_detail".into(), json!(reason));
-    }
-    insert_decision(&mut m, e.outcome);
-    m.insert(
-        "firewall_rule".into(),
-        firewall_rule(e.policy.as_deref(), e.engine, None),
+    let metadata = metadata(
+        ctx,
+        format!("{}:{}:open", ctx.instance, e.id),
+        Some(e.id),
+        &[HOST, SECURITY_CONTROL],
     );
-    insert_network(&mut m, ctx, e.id, e.caller.as_deref(), e.src, &e.dst);
-    m.insert(
-        "metadata".into(),
-        metadata(
-            ctx,
-            format!("{}:{}:open", ctx.instance, e.id),
-            Some(e.id),
-            &[HOST, SECURITY_CONTROL],
-        ),
+    let mut r = header(
+        &NETWORK_ACTIVITY,
+        &Activity::known(1, "Open"),
+        common,
+        ctx,
+        metadata,
     );
-    m
+    r.status_code = Some(e.status.to_string());
+    r.status_detail = e.reason.as_deref();
+    r.decision = Some(decision(e.outcome));
+    r.firewall_rule = Some(firewall_rule(e.policy.as_deref(), e.engine, None));
+    r.network = Some(network(ctx, e.id, e.caller.as_deref(), e.src, &e.dst));
+    r
 }
 
-fn connection_close(e: &ConnectionClose, ctx: &Context) -> Map<String, Value> {
+fn connection_close<'a>(e: &'a ConnectionClose, ctx: &'a Context) -> Record<'a> {
     let common = Common {
         time: e.time,
         severity: Severity::Informational,
         success: true,
         message: close_message(e),
     };
-    let mut m = header(&NETWORK_ACTIVITY, &Activity::known(2, "Close"), common, ctx);
-    if !e.reason.is_empty() {
-        m.insert("status_detail".into(), json!(e.reason));
-    }
-    m.insert(
-        "firewall_rule".into(),
-        firewall_rule(e.policy.as_deref(), e.engine, None),
+    let metadata = metadata(
+        ctx,
+        format!("{}:{}:close", ctx.instance, e.id),
+        Some(e.id),
+        &[HOST, SECURITY_CONTROL],
     );
-    m.insert("traffic".into(), traffic(e.bytes_in, e.bytes_out));
-    m.insert("duration".into(), json!(long(e.duration_ms)));
-    insert_network(&mut m, ctx, e.id, e.caller.as_deref(), e.src, &e.dst);
-    m.insert(
-        "metadata".into(),
-        metadata(
-            ctx,
-            format!("{}:{}:close", ctx.instance, e.id),
-            Some(e.id),
-            &[HOST, SECURITY_CONTROL],
-        ),
+    let mut r = header(
+        &NETWORK_ACTIVITY,
+        &Activity::known(2, "Close"),
+        common,
+        ctx,
+        metadata,
     );
-    m
+    r.status_detail = (!e.reason.is_empty()).then_some(e.reason.as_str());
+    r.firewall_rule = Some(firewall_rule(e.policy.as_deref(), e.engine, None));
+    r.traffic = Some(traffic(e.bytes_in, e.bytes_out));
+    r.duration = Some(long(e.duration_ms));
+    r.network = Some(network(ctx, e.id, e.caller.as_deref(), e.src, &e.dst));
+    r
 }
 
-fn http_request(e: &HttpRequest, ctx: &Context) -> Map<String, Value> {
+fn http_request<'a>(e: &'a HttpRequest, ctx: &'a Context) -> Record<'a> {
     let standard = standard_method(&e.method);
     let activity = match standard {
         Some((id, caption)) => Activity::known(id, caption),
@@ -388,177 +467,138 @@ fn http_request(e: &HttpRequest, ctx: &Context) -> Map<String, Value> {
         success: e.outcome != Outcome::Denied,
         message: request_message(e),
     };
-    let mut m = header(&HTTP_ACTIVITY, &activity, common, ctx);
-    if let Some(status) = e.status {
-        m.insert("status_code".into(), json!(status.to_string()));
-        m.insert("http_response".into(), json!({ "code": status }));
-    }
-    if let Some(reason) = &e.reason {
-        m.insert("status_detail".into(), json!(reason));
-    }
-    insert_decision(&mut m, e.outcome);
-    m.insert(
-        "firewall_rule".into(),
-        firewall_rule(e.policy.as_deref(), e.engine, e.rule.as_deref()),
-    );
-
-    let path = strip_query(&e.path);
-    let mut url = Map::new();
-    url.insert("scheme".into(), json!(e.scheme));
-    url.insert("hostname".into(), json!(bare_host(&e.dst.host)));
-    url.insert("port".into(), json!(e.dst.port));
-    url.insert("path".into(), json!(path));
-    url.insert(
-        "url_string".into(),
-        json!(url_string(e.scheme, &e.dst.host, e.dst.port, path)),
-    );
-    let mut request = Map::new();
-    if standard.is_some() {
-        request.insert("http_method".into(), json!(e.method));
-    }
-    request.insert("url".into(), Value::Object(url));
-    m.insert("http_request".into(), Value::Object(request));
-
-    m.insert("traffic".into(), traffic(e.bytes_in, e.bytes_out));
-    m.insert("duration".into(), json!(long(e.duration_ms)));
-    insert_network(&mut m, ctx, e.id, e.caller.as_deref(), e.src, &e.dst);
-
-    // `http_request.http_method` is an enum in 1.8.0; a method outside it (PROPFIND, ...) is
-    // kept here rather than written where strict validators reject it.
-    let mut unmapped = Map::new();
-    if standard.is_none() {
-        unmapped.insert("http_method".into(), json!(e.method));
-    }
-    if !e.credentials.is_empty() {
-        unmapped.insert("credentials_injected".into(), json!(e.credentials));
-    }
-    if !unmapped.is_empty() {
-        m.insert("unmapped".into(), Value::Object(unmapped));
-    }
     // Requests on one keep-alive connection share its id; the time in nanoseconds tells them
     // apart in `metadata.uid` (they are sequential, so their decision times differ).
-    let nanos = e
-        .time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    m.insert(
-        "metadata".into(),
-        metadata(
-            ctx,
-            format!("{}:{}:http:{nanos}", ctx.instance, e.id),
-            Some(e.id),
-            &[HOST, SECURITY_CONTROL],
-        ),
+    let metadata = metadata(
+        ctx,
+        format!("{}:{}:http:{}", ctx.instance, e.id, epoch_nanos(e.time)),
+        Some(e.id),
+        &[HOST, SECURITY_CONTROL],
     );
-    m
+    let mut r = header(&HTTP_ACTIVITY, &activity, common, ctx, metadata);
+    if let Some(status) = e.status {
+        r.status_code = Some(status.to_string());
+        r.http_response = Some(HttpResponse { code: status });
+    }
+    r.status_detail = e.reason.as_deref();
+    r.decision = Some(decision(e.outcome));
+    r.firewall_rule = Some(firewall_rule(
+        e.policy.as_deref(),
+        e.engine,
+        e.rule.as_deref(),
+    ));
+    let path = strip_query(&e.path);
+    r.http_request = Some(HttpRequestObject {
+        http_method: standard.map(|_| e.method.as_str()),
+        url: Url {
+            scheme: e.scheme,
+            hostname: bare_host(&e.dst.host),
+            port: e.dst.port,
+            path,
+            url_string: url_string(e.scheme, &e.dst.host, e.dst.port, path),
+        },
+    });
+    r.traffic = Some(traffic(e.bytes_in, e.bytes_out));
+    r.duration = Some(long(e.duration_ms));
+    r.network = Some(network(ctx, e.id, e.caller.as_deref(), e.src, &e.dst));
+    // `http_request.http_method` is an enum in 1.8.0; a method outside it (PROPFIND, ...) is
+    // kept here rather than written where strict validators reject it.
+    let unmapped = Unmapped {
+        http_method: standard.is_none().then_some(e.method.as_str()),
+        credentials_injected: (!e.credentials.is_empty()).then_some(e.credentials.as_slice()),
+        ..Unmapped::default()
+    };
+    if unmapped.http_method.is_some() || unmapped.credentials_injected.is_some() {
+        r.unmapped = Some(unmapped);
+    }
+    r
 }
 
-fn policy_change(e: &PolicyChange, ctx: &Context) -> Map<String, Value> {
+fn policy_change<'a>(e: &'a PolicyChange, ctx: &'a Context) -> Record<'a> {
     let common = Common {
         time: e.time,
         severity: policy_severity(e),
         success: e.result.is_ok(),
         message: policy_message(e),
     };
-    let mut m = header(
+    let metadata = metadata(
+        ctx,
+        format!("{}:policy:{}", ctx.instance, epoch_millis(e.time)),
+        None,
+        &[HOST],
+    );
+    let mut r = header(
         &DEVICE_CONFIG_STATE_CHANGE,
         &Activity::known(1, "Log"),
         common,
         ctx,
+        metadata,
     );
-    let mut unmapped = Map::new();
-    unmapped.insert("policy_sources".into(), json!(e.sources));
+    let mut unmapped = Unmapped {
+        policy_sources: Some(&e.sources),
+        policy_hash: e.hash.as_deref(),
+        policy_warnings: Some(e.warnings),
+        ..Unmapped::default()
+    };
     match &e.result {
         Ok((entries, endpoints)) => {
             // The loaded policy is now the one enforced.
-            m.insert("state_id".into(), json!(2));
-            m.insert("state".into(), json!("Enabled"));
-            unmapped.insert("policy_entries".into(), json!(entries));
-            unmapped.insert("policy_endpoints".into(), json!(endpoints));
+            r.state_id = Some(2);
+            r.state = Some("Enabled");
+            unmapped.policy_entries = Some(*entries);
+            unmapped.policy_endpoints = Some(*endpoints);
         }
         Err(errors) => {
-            if let Some(first) = errors.first() {
-                m.insert("status_detail".into(), json!(first));
-            }
-            unmapped.insert("policy_errors".into(), json!(errors));
+            r.status_detail = errors.first().map(String::as_str);
+            unmapped.policy_errors = Some(errors);
         }
     }
-    if let Some(hash) = &e.hash {
-        unmapped.insert("policy_hash".into(), json!(hash));
-    }
-    unmapped.insert("policy_warnings".into(), json!(e.warnings));
-    m.insert("unmapped".into(), Value::Object(unmapped));
-    m.insert(
-        "metadata".into(),
-        metadata(
-            ctx,
-            format!("{}:policy:{}", ctx.instance, epoch_millis(e.time)),
-            None,
-            &[HOST],
-        ),
-    );
-    m
+    r.unmapped = Some(unmapped);
+    r
 }
 
-fn finding(e: &Finding, ctx: &Context) -> Map<String, Value> {
+fn finding<'a>(e: &'a Finding, ctx: &'a Context) -> Record<'a> {
     let common = Common {
         time: e.time,
         severity: e.severity,
         success: false,
         message: e.title.clone(),
     };
-    let mut m = header(
+    let uid = format!("{}:{}:finding:{}", ctx.instance, e.id, epoch_nanos(e.time));
+    let metadata = metadata(ctx, uid.clone(), Some(e.id), &[HOST, SECURITY_CONTROL]);
+    let mut r = header(
         &DETECTION_FINDING,
         &Activity::known(1, "Create"),
         common,
         ctx,
+        metadata,
     );
     // A finding's status is its triage state, not success or failure.
-    m.insert("status_id".into(), json!(1));
-    m.insert("status".into(), json!("New"));
-    let nanos = e
-        .time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    m.insert(
-        "finding_info".into(),
-        json!({ "uid": format!("{}:{}:finding:{nanos}", ctx.instance, e.id), "title": e.title, "types": [e.kind] }),
-    );
-    m.insert("action_id".into(), json!(2));
-    m.insert("action".into(), json!("Denied"));
-    m.insert("disposition_id".into(), json!(2));
-    m.insert("disposition".into(), json!("Blocked"));
-    let mut rule = Map::new();
-    rule.insert("name".into(), json!(e.policy.as_deref().unwrap_or("-")));
-    rule.insert("type".into(), json!("credentials"));
-    m.insert("firewall_rule".into(), Value::Object(rule));
-    let mut unmapped = Map::new();
-    unmapped.insert("finding_type".into(), json!(e.kind));
-    unmapped.insert(
-        "destination".into(),
-        json!(format!("{}:{}", e.dst.host, e.dst.port)),
-    );
-    if let Some(c) = &e.credential {
-        unmapped.insert("credential".into(), json!(c));
-    }
-    if let Some(caller) = &e.caller {
-        unmapped.insert("binary".into(), json!(caller.process.exe));
-        unmapped.insert("pid".into(), json!(caller.process.pid));
-    }
-    m.insert("unmapped".into(), Value::Object(unmapped));
-    m.insert(
-        "metadata".into(),
-        metadata(
-            ctx,
-            format!("{}:{}:finding:{nanos}", ctx.instance, e.id),
-            Some(e.id),
-            &[HOST, SECURITY_CONTROL],
-        ),
-    );
-    m
+    r.status_id = 1;
+    r.status = "New";
+    r.finding_info = Some(FindingInfo {
+        uid,
+        title: &e.title,
+        types: [&e.kind],
+    });
+    r.decision = Some(decision(Outcome::Denied));
+    r.firewall_rule = Some(FirewallRule {
+        name: e.policy.as_deref().unwrap_or("-"),
+        kind: "credentials",
+        desc: None,
+    });
+    r.unmapped = Some(Unmapped {
+        finding_type: Some(&e.kind),
+        destination: Some(format!("{}:{}", e.dst.host, e.dst.port)),
+        credential: e.credential.as_deref(),
+        binary: e.caller.as_ref().map(|c| c.process.exe.as_str()),
+        pid: e.caller.as_ref().map(|c| c.process.pid),
+        ..Unmapped::default()
+    });
+    r
 }
 
-fn lifecycle(e: &Lifecycle, ctx: &Context) -> Map<String, Value> {
+fn lifecycle<'a>(e: &'a Lifecycle, ctx: &'a Context) -> Record<'a> {
     let (activity, kind) = if e.started {
         (Activity::known(3, "Start"), "start")
     } else {
@@ -570,178 +610,14 @@ fn lifecycle(e: &Lifecycle, ctx: &Context) -> Map<String, Value> {
         success: true,
         message: lifecycle_message(e),
     };
-    let mut m = header(&APPLICATION_LIFECYCLE, &activity, common, ctx);
-    m.insert(
-        "app".into(),
-        json!({ "name": PRODUCT_NAME, "vendor_name": PRODUCT_NAME, "version": e.version }),
-    );
-    m.insert(
-        "metadata".into(),
-        metadata(ctx, format!("{}:{kind}", ctx.instance), None, &[HOST]),
-    );
-    m
-}
-
-// === Objects ===
-
-fn metadata(ctx: &Context, uid: String, connection: Option<u64>, profiles: &[&str]) -> Value {
-    let mut m = Map::new();
-    m.insert("version".into(), json!(OCSF_VERSION));
-    m.insert(
-        "product".into(),
-        json!({
-            "name": PRODUCT_NAME,
-            "vendor_name": PRODUCT_NAME,
-            "version": PRODUCT_VERSION,
-        }),
-    );
-    m.insert("uid".into(), json!(uid));
-    if let Some(id) = connection {
-        m.insert("correlation_uid".into(), json!(connection_uid(ctx, id)));
-    }
-    m.insert("profiles".into(), json!(profiles));
-    Value::Object(m)
-}
-
-/// The id shared by every event of one connection (open, requests, close).
-fn connection_uid(ctx: &Context, id: u64) -> String {
-    format!("{}:{id}", ctx.instance)
-}
-
-/// The host sluice runs on. `type_id` is required; sluice cannot tell a server from a laptop,
-/// so it says Unknown rather than guess.
-fn device(ctx: &Context) -> Value {
-    let hostname = if ctx.hostname.is_empty() {
-        "localhost"
-    } else {
-        &ctx.hostname
-    };
-    json!({ "hostname": hostname, "type_id": 0, "type": "Unknown" })
-}
-
-/// `actor`, endpoints and `connection_info`, shared by 4001 and 4002.
-fn insert_network(
-    m: &mut Map<String, Value>,
-    ctx: &Context,
-    id: u64,
-    caller: Option<&Caller>,
-    src: SocketAddr,
-    dst: &Destination,
-) {
-    if let Some(caller) = caller {
-        m.insert(
-            "actor".into(),
-            json!({ "process": process(&caller.process, &caller.ancestors, 0) }),
-        );
-    }
-    m.insert(
-        "src_endpoint".into(),
-        json!({ "ip": src.ip().to_string(), "port": src.port() }),
-    );
-    m.insert("dst_endpoint".into(), dst_endpoint(dst));
-    // network_connection_info (not in the schema copy; shape from the OCSF documentation):
-    // direction_id is required there; 2 is Outbound.
-    m.insert(
-        "connection_info".into(),
-        json!({
-            "uid": connection_uid(ctx, id),
-            "protocol_name": "tcp",
-            "protocol_num": 6,
-            "direction_id": 2,
-            "direction": "Outbound",
-        }),
-    );
-}
-
-/// The destination as asked for: a name in `hostname` (and the dialled address in `ip`), or
-/// an address literal in `ip`.
-fn dst_endpoint(dst: &Destination) -> Value {
-    let mut m = Map::new();
-    let host = bare_host(&dst.host);
-    match host.parse::<IpAddr>() {
-        Ok(ip) => {
-            m.insert("ip".into(), json!(ip.to_string()));
-        }
-        Err(_) => {
-            m.insert("hostname".into(), json!(host));
-            if let Some(ip) = dst.ip {
-                m.insert("ip".into(), json!(ip.to_string()));
-            }
-        }
-    }
-    m.insert("port".into(), json!(dst.port));
-    Value::Object(m)
-}
-
-/// `host` without the brackets of an IPv6 literal.
-fn bare_host(host: &str) -> &str {
-    host.strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host)
-}
-
-/// A process and, nested as `parent_process`, its ancestors (nearest first).
-fn process(p: &Process, ancestors: &[Process], depth: usize) -> Value {
-    let mut m = Map::new();
-    m.insert("pid".into(), json!(p.pid));
-    if !p.exe.is_empty() {
-        m.insert("name".into(), json!(basename(&p.exe)));
-        m.insert("path".into(), json!(p.exe));
-    }
-    // OCSF: "If the command line is unavailable or missing, the empty string is to be used."
-    m.insert("cmd_line".into(), json!(p.cmdline.join(" ")));
-    if let Some(uid) = p.uid {
-        // `process.uid` is a producer-assigned process id; the account is `user.uid`.
-        m.insert("user".into(), json!({ "uid": uid.to_string() }));
-    }
-    if let Some((parent, rest)) = ancestors.split_first()
-        && depth < MAX_PARENT_DEPTH
-    {
-        m.insert("parent_process".into(), process(parent, rest, depth + 1));
-    }
-    Value::Object(m)
-}
-
-fn basename(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
-}
-
-fn firewall_rule(policy: Option<&str>, engine: Engine, rule: Option<&str>) -> Value {
-    let mut m = Map::new();
-    m.insert("name".into(), json!(policy.unwrap_or("-")));
-    m.insert("type".into(), json!(engine.as_str()));
-    if let Some(rule) = rule {
-        m.insert("desc".into(), json!(rule));
-    }
-    Value::Object(m)
-}
-
-/// OCSF counts bytes from the source's side: `bytes_out` went from the source (the client) to
-/// the destination, `bytes_in` came back. The model counts from sluice's side of the client
-/// socket (`bytes_in` = received from the client), so the names swap here.
-fn traffic(from_client: u64, to_client: u64) -> Value {
-    json!({
-        "bytes_in": long(to_client),
-        "bytes_out": long(from_client),
-        "bytes": long(from_client.saturating_add(to_client)),
-    })
-}
-
-/// A count as an OCSF `long_t` (signed 64 bits), saturated.
-fn long(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn insert_decision(m: &mut Map<String, Value>, outcome: Outcome) {
-    let (action_id, action, disposition_id, disposition) = match outcome {
-        Outcome::Allowed => (1, "Allowed", 1, "Allowed"),
-        Outcome::Denied => (2, "Denied", 2, "Blocked"),
-        Outcome::Audited => (1, "Allowed", 15, "Detected"),
-    };
-    m.insert("action_id".into(), json!(action_id));
-    m.insert("action".into(), json!(action));
-    m.insert("disposition_id".into(), json!(disposition_id));
-    m.insert("disposition".into(), json!(disposition));
+    let metadata = metadata(ctx, format!("{}:{kind}", ctx.instance), None, &[HOST]);
+    let mut r = header(&APPLICATION_LIFECYCLE, &activity, common, ctx, metadata);
+    r.app = Some(App {
+        name: PRODUCT_NAME,
+        vendor_name: PRODUCT_NAME,
+        version: e.version,
+    });
+    r
 }
 
 // === Enumerations ===
@@ -813,6 +689,8 @@ fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
 
 mod dns;
 pub use dns::rcode_label as dns_rcode_label;
+mod objects;
+use objects::*;
 
 /// Events for the unit tests of `ocsf`, `shorthand`, `sink` and `metrics`.
 #[cfg(test)]

@@ -1,11 +1,21 @@
 //! Where audit events go: each event becomes one compact OCSF JSON line on the audit target
 //! (`--audit-log PATH`, appended to, created 0600; or `-` for stdout) and one human line on
-//! stderr (the §7.3 shorthand, or the same JSON with `--log-format json`).
+//! stderr (the shorthand, or the same JSON with `--log-format json`).
 //!
-//! Every line is written whole and flushed at once, so a reader tailing the file while sluice
-//! runs never waits for a buffer and never sees half a line (unless the disk fails mid-line;
-//! the next line then starts on a fresh line). Auditing never stops the proxy: a failed write
-//! is counted ([`AuditSink::write_errors`]) and reported once on stderr, never a panic.
+//! The request path only serializes: [`AuditSink::emit`] turns the event into its two lines
+//! and hands them to a bounded queue ([`QUEUE_LINES`] events). One writer thread drains it,
+//! redacts each line, writes every line it finds waiting in one go and flushes when the queue
+//! is empty, so a reader tailing the file sees each event within a moment and never half a
+//! line (unless the disk fails mid-line; the next line then starts on a fresh line). Nothing
+//! is dropped: when the queue is full the emitter waits for room, and each such wait is
+//! counted ([`AuditSink::backpressure_waits`]). [`AuditSink::flush`] waits until everything
+//! emitted before it is written; the last sink dropped flushes and stops the writer.
+//!
+//! Two ways to open a sink: [`AuditSink::open_queued`] (the proxy: `emit` returns once the
+//! event is queued) and [`AuditSink::open`] (tools and one-shot callers: `emit` returns once
+//! the event's lines are written, as a caller reading the file right after expects).
+//! Auditing never stops the proxy: a failed write is counted ([`AuditSink::write_errors`])
+//! and reported once on stderr, never a panic.
 //!
 //! Every line passes through the redactor first (`set_redactor`): whatever a field holds (a
 //! caller's command line with a real key in it, a reason quoting a value), a known secret
@@ -15,16 +25,31 @@
 
 use std::fmt;
 use std::fs::OpenOptions;
-use std::io::{self, Write};
+use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::thread::JoinHandle;
 use std::time::SystemTime;
 
 use super::Event;
 use super::ocsf::{self, Context};
 use super::shorthand;
+
+/// Events the queue holds before an emitter has to wait for the writer.
+pub const QUEUE_LINES: usize = 4096;
+
+/// How long a queued sink's writer rests after writing a batch. Emitters then only push to the
+/// queue (no wake-up of a sleeping writer per event, which costs a context switch each), and
+/// the writer writes what gathered meanwhile in one go; a line reaches the file within about
+/// this long.
+const WRITE_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Bytes gathered before a write to the audit target or stderr (a burst of lines becomes
+/// one write system call).
+const WRITE_BUFFER: usize = 64 * 1024;
 
 /// Replaces known secret values in a line about to be written (the credentials module
 /// implements it over the secret store; audit knows nothing of secrets).
@@ -36,7 +61,7 @@ pub trait Redact: Send + Sync {
 /// What the human line on stderr looks like (`--log-format`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LogFormat {
-    /// The one-line shorthand of spec §7.3.
+    /// The one-line shorthand.
     #[default]
     Shorthand,
     /// The OCSF JSON object, as in the audit log.
@@ -60,8 +85,8 @@ impl FromStr for LogFormat {
 #[error("unknown log format `{0}`: expected `shorthand` or `json`")]
 pub struct UnknownLogFormat(pub String);
 
-/// The audit output of one sluice instance. Cloning is cheap (one shared writer); it is
-/// `Send + Sync`, so connections can hold a clone or an `Arc` of it.
+/// The audit output of one sluice instance. Cloning is cheap (one shared queue and writer);
+/// it is `Send + Sync`, so connections can hold a clone or an `Arc` of it.
 #[derive(Clone)]
 pub struct AuditSink {
     /// `None`: disabled, every event is dropped.
@@ -71,40 +96,98 @@ pub struct AuditSink {
 struct Inner {
     ctx: Context,
     format: LogFormat,
+    /// Whether `emit` waits until its lines are written.
+    wait: bool,
+    queue: SyncSender<Msg>,
+    state: Arc<State>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What the emitters and the writer thread share.
+struct State {
     /// What the audit target is, for the one error report (`-` or a path).
     target: String,
-    audit: Mutex<LineWriter>,
-    human: Mutex<LineWriter>,
+    /// Events emitted and not yet taken by the writer.
+    depth: AtomicUsize,
+    /// Times an emitter found the queue full and waited.
+    waits: AtomicU64,
     write_errors: AtomicU64,
     redactor: RwLock<Option<Arc<dyn Redact>>>,
 }
 
+impl State {
+    /// `line` with every secret value the current redactor knows replaced.
+    fn redacted(&self, line: String) -> String {
+        let redactor = self
+            .redactor
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match redactor.and_then(|r| r.redact(&line)) {
+            Some(clean) => clean,
+            None => line,
+        }
+    }
+}
+
+/// What the queue carries to the writer.
+enum Msg {
+    /// One event's lines, without their newlines; `human: None` repeats the audit line.
+    Event {
+        audit: Vec<u8>,
+        human: Option<String>,
+    },
+    /// Write and flush everything before this, then answer.
+    Flush(mpsc::Sender<()>),
+    /// Write and flush everything before this, then stop.
+    Stop,
+}
+
 impl AuditSink {
     /// Opens the audit target: `-` is stdout, anything else a file appended to (created with
-    /// mode 0600). Human lines go to stderr in `log_format`.
+    /// mode 0600). Human lines go to stderr in `log_format`. Each `emit` returns once its
+    /// lines are written.
     pub fn open(audit_log: &str, log_format: LogFormat) -> io::Result<AuditSink> {
+        AuditSink::open_with(audit_log, log_format, true)
+    }
+
+    /// Like [`AuditSink::open`], but `emit` returns once the event is queued for the writer
+    /// (waiting only while the queue is full): the request path never writes. Call
+    /// [`AuditSink::flush`] before exiting.
+    pub fn open_queued(audit_log: &str, log_format: LogFormat) -> io::Result<AuditSink> {
+        AuditSink::open_with(audit_log, log_format, false)
+    }
+
+    fn open_with(audit_log: &str, log_format: LogFormat, wait: bool) -> io::Result<AuditSink> {
         let audit: Box<dyn Write + Send> = if audit_log == "-" {
-            Box::new(io::stdout())
+            Box::new(BufWriter::with_capacity(WRITE_BUFFER, io::stdout()))
         } else {
-            Box::new(
+            Box::new(BufWriter::with_capacity(
+                WRITE_BUFFER,
                 OpenOptions::new()
                     .append(true)
                     .create(true)
                     .mode(0o600)
                     .open(audit_log)?,
-            )
+            ))
         };
-        Ok(AuditSink::new(
+        AuditSink::start(
             audit,
-            Box::new(io::stderr()),
+            Box::new(BufWriter::with_capacity(WRITE_BUFFER, io::stderr())),
             log_format,
             this_instance(),
             audit_log,
-        ))
+            wait,
+        )
     }
 
     /// A sink over any two writers: `audit` gets the JSON lines, `human` the `log_format`
-    /// lines and the one error report. `target` names `audit` in that report.
+    /// lines and the one error report. `target` names `audit` in that report. Each `emit`
+    /// returns once its lines are written.
+    ///
+    /// # Panics
+    /// When the writer thread cannot be spawned (the process is out of threads at start).
+    #[allow(clippy::expect_used)] // documented panic, at start only; `open` returns it
     pub fn new(
         audit: Box<dyn Write + Send>,
         human: Box<dyn Write + Send>,
@@ -112,17 +195,50 @@ impl AuditSink {
         ctx: Context,
         target: &str,
     ) -> AuditSink {
-        AuditSink {
+        AuditSink::start(audit, human, log_format, ctx, target, true)
+            .expect("cannot start the audit writer thread")
+    }
+
+    fn start(
+        audit: Box<dyn Write + Send>,
+        human: Box<dyn Write + Send>,
+        log_format: LogFormat,
+        ctx: Context,
+        target: &str,
+        wait: bool,
+    ) -> io::Result<AuditSink> {
+        let (queue, rx) = mpsc::sync_channel(QUEUE_LINES);
+        let state = Arc::new(State {
+            target: target.to_owned(),
+            depth: AtomicUsize::new(0),
+            waits: AtomicU64::new(0),
+            write_errors: AtomicU64::new(0),
+            redactor: RwLock::new(None),
+        });
+        let writer = Writer {
+            audit: LineWriter::new(audit),
+            human: LineWriter::new(human),
+            state: Arc::clone(&state),
+            // A caller waiting for each line gets it at once.
+            pause: if wait {
+                std::time::Duration::ZERO
+            } else {
+                WRITE_PAUSE
+            },
+        };
+        let handle = std::thread::Builder::new()
+            .name("sluice-audit".into())
+            .spawn(move || writer.run(&rx))?;
+        Ok(AuditSink {
             inner: Some(Arc::new(Inner {
                 ctx,
                 format: log_format,
-                target: target.to_owned(),
-                audit: Mutex::new(LineWriter::new(audit)),
-                human: Mutex::new(LineWriter::new(human)),
-                write_errors: AtomicU64::new(0),
-                redactor: RwLock::new(None),
+                wait,
+                queue,
+                state,
+                writer: Mutex::new(Some(handle)),
             })),
-        }
+        })
     }
 
     /// A sink that drops every event (tests, and tools that audit nothing).
@@ -136,36 +252,58 @@ impl AuditSink {
     pub fn set_redactor(&self, redactor: Arc<dyn Redact>) {
         if let Some(inner) = &self.inner {
             *inner
+                .state
                 .redactor
                 .write()
                 .unwrap_or_else(PoisonError::into_inner) = Some(redactor);
         }
     }
 
-    /// Writes `event`: its JSON line to the audit target, its human line to stderr.
+    /// Queues `event`: its JSON line for the audit target, its human line for stderr. Waits
+    /// while the queue is full (counted in [`AuditSink::backpressure_waits`]).
     pub fn emit(&self, event: &Event) {
         let Some(inner) = &self.inner else { return };
         super::observe::notify(event);
-        let mut json = inner.redacted(ocsf::to_json(event, &inner.ctx).to_string());
-        json.push('\n');
-        inner.write_audit(json.as_bytes());
+        let mut audit = Vec::with_capacity(1024);
+        ocsf::write_json(event, &inner.ctx, &mut audit);
         let human = match inner.format {
-            LogFormat::Json => json,
-            LogFormat::Shorthand => {
-                let mut line = inner.redacted(shorthand::shorthand(event));
-                line.push('\n');
-                line
-            }
+            LogFormat::Json => None,
+            LogFormat::Shorthand => Some(shorthand::shorthand(event)),
         };
-        // A human line that cannot be written (stderr closed) is not worth more than that.
-        let _ = lock(&inner.human).write_line(human.as_bytes());
+        inner.send(Msg::Event { audit, human });
+        if inner.wait {
+            self.flush();
+        }
+    }
+
+    /// Returns once every event emitted before the call is written and flushed.
+    pub fn flush(&self) {
+        let Some(inner) = &self.inner else { return };
+        let (done, wait) = mpsc::channel();
+        inner.send(Msg::Flush(done));
+        let _ = wait.recv();
     }
 
     /// How many audit lines could not be written.
     pub fn write_errors(&self) -> u64 {
         self.inner
             .as_ref()
-            .map_or(0, |i| i.write_errors.load(Ordering::Relaxed))
+            .map_or(0, |i| i.state.write_errors.load(Ordering::Relaxed))
+    }
+
+    /// Events emitted and not yet taken by the writer (at most [`QUEUE_LINES`], plus the
+    /// emitters waiting for room).
+    pub fn queue_depth(&self) -> usize {
+        self.inner
+            .as_ref()
+            .map_or(0, |i| i.state.depth.load(Ordering::Relaxed))
+    }
+
+    /// How many times an emitter found the queue full and had to wait for the writer.
+    pub fn backpressure_waits(&self) -> u64 {
+        self.inner
+            .as_ref()
+            .map_or(0, |i| i.state.waits.load(Ordering::Relaxed))
     }
 
     /// The instance facts every event carries; `None` when disabled.
@@ -177,7 +315,7 @@ impl AuditSink {
     /// exports of the events, such as OTLP, pass their text through this).
     pub fn redact(&self, line: String) -> String {
         match &self.inner {
-            Some(i) => i.redacted(line),
+            Some(i) => i.state.redacted(line),
             None => line,
         }
     }
@@ -189,51 +327,145 @@ impl fmt::Debug for AuditSink {
             None => f.write_str("AuditSink(disabled)"),
             Some(i) => f
                 .debug_struct("AuditSink")
-                .field("target", &i.target)
+                .field("target", &i.state.target)
                 .field("format", &i.format)
                 .field("ctx", &i.ctx)
-                .field("write_errors", &i.write_errors.load(Ordering::Relaxed))
+                .field(
+                    "write_errors",
+                    &i.state.write_errors.load(Ordering::Relaxed),
+                )
                 .finish(),
         }
     }
 }
 
 impl Inner {
-    fn redacted(&self, line: String) -> String {
-        let redactor = self
-            .redactor
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        match redactor.and_then(|r| r.redact(&line)) {
-            Some(clean) => clean,
-            None => line,
+    /// Queues `msg`, waiting for room when the queue is full. When the writer is gone (it
+    /// panicked), the event is counted as a write error.
+    fn send(&self, msg: Msg) {
+        let counted = matches!(msg, Msg::Event { .. });
+        if counted {
+            self.state.depth.fetch_add(1, Ordering::Relaxed);
+        }
+        let result = match self.queue.try_send(msg) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(msg)) => {
+                self.state.waits.fetch_add(1, Ordering::Relaxed);
+                self.queue.send(msg).map_err(|_| ())
+            }
+            Err(TrySendError::Disconnected(_)) => Err(()),
+        };
+        if result.is_err() && counted {
+            self.state.depth.fetch_sub(1, Ordering::Relaxed);
+            self.state.write_errors.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
 
-    fn write_audit(&self, line: &[u8]) {
-        let result = lock(&self.audit).write_line(line);
+impl Drop for Inner {
+    /// The last sink gone: write what is queued, flush, and stop the writer.
+    fn drop(&mut self) {
+        let _ = self.queue.send(Msg::Stop);
+        let handle = self
+            .writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// The writer thread: owns both outputs.
+struct Writer {
+    audit: LineWriter,
+    human: LineWriter,
+    state: Arc<State>,
+    /// The rest after each batch ([`WRITE_PAUSE`], or none).
+    pause: std::time::Duration,
+}
+
+impl Writer {
+    fn run(mut self, rx: &Receiver<Msg>) {
+        while let Ok(first) = rx.recv() {
+            let mut next = Some(first);
+            // Everything already waiting is written before the one flush.
+            while let Some(msg) = next {
+                match msg {
+                    Msg::Event { audit, human } => {
+                        self.state.depth.fetch_sub(1, Ordering::Relaxed);
+                        self.event(audit, human);
+                    }
+                    Msg::Flush(done) => {
+                        self.flush();
+                        let _ = done.send(());
+                    }
+                    Msg::Stop => {
+                        self.flush();
+                        return;
+                    }
+                }
+                next = rx.try_recv().ok();
+            }
+            self.flush();
+            if !self.pause.is_zero() {
+                std::thread::sleep(self.pause);
+            }
+        }
+        self.flush();
+    }
+
+    fn event(&mut self, audit: Vec<u8>, human: Option<String>) {
+        // serde_json writes valid UTF-8; a lossy copy keeps the redactor's `&str` contract.
+        let audit = match String::from_utf8(audit) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        };
+        let mut json = self.redacted(audit);
+        json.push('\n');
+        let result = self.audit.write_line(json.as_bytes());
+        self.audit_result(result);
+        let human = match human {
+            None => json,
+            Some(line) => {
+                let mut line = self.redacted(line);
+                line.push('\n');
+                line
+            }
+        };
+        // A human line that cannot be written (stderr closed) is not worth more than that.
+        let _ = self.human.write_line(human.as_bytes());
+    }
+
+    fn flush(&mut self) {
+        let result = self.audit.flush();
+        self.audit_result(result);
+        let _ = self.human.flush();
+    }
+
+    fn redacted(&self, line: String) -> String {
+        self.state.redacted(line)
+    }
+
+    fn audit_result(&mut self, result: io::Result<()>) {
         if let Err(e) = result {
             // Report the first failure only: a full disk would otherwise add a line per event.
-            if self.write_errors.fetch_add(1, Ordering::Relaxed) == 0 {
+            if self.state.write_errors.fetch_add(1, Ordering::Relaxed) == 0 {
                 let report = format!(
                     "sluice: cannot write the audit log {}: {e}; later audit write errors are \
                      counted, not reported\n",
-                    self.target
+                    self.state.target
                 );
-                let _ = lock(&self.human).write_line(report.as_bytes());
+                let _ = self.human.write_line(report.as_bytes());
+                let _ = self.human.flush();
             }
         }
     }
 }
 
-/// A lock that survives a panic of another holder: a writer's state is still usable.
-fn lock(m: &Mutex<LineWriter>) -> MutexGuard<'_, LineWriter> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Writes whole lines and flushes each; remembers when a failure cut a line short, so that
-/// the next line does not get glued to the fragment.
+/// Writes whole lines; remembers when a failure cut a line short, so that the next line does
+/// not get glued to the fragment.
 struct LineWriter {
     out: Box<dyn Write + Send>,
     partial: bool,
@@ -267,6 +499,10 @@ impl LineWriter {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
 }
@@ -374,7 +610,8 @@ mod tests {
         for e in events() {
             sink.emit(&e);
         }
-        // Lines are flushed as they are emitted: readable while the sink is alive.
+        // Lines are readable while the sink is alive, once the writer has had them.
+        sink.flush();
         let text = std::fs::read_to_string(&path).unwrap();
         let classes: Vec<u64> = text
             .lines()
@@ -391,6 +628,7 @@ mod tests {
         drop(sink);
         let again = AuditSink::open(target, LogFormat::Json).unwrap();
         again.emit(&Event::Lifecycle(samples::start()));
+        again.flush();
         assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 5);
         assert_eq!(again.write_errors(), 0);
         std::fs::remove_file(&path).unwrap();
@@ -419,6 +657,7 @@ mod tests {
         sink.set_redactor(Arc::new(Word("api.github.com")));
         sink.emit(&Event::ConnectionOpen(samples::open(Outcome::Allowed)));
         sink.emit(&Event::HttpRequest(samples::request(Outcome::Allowed)));
+        sink.flush();
         for text in [audit.text(), human.text()] {
             assert!(!text.contains("api.github.com"), "{text}");
             assert!(text.contains("[redacted:test/key]"), "{text}");
@@ -439,6 +678,7 @@ mod tests {
             "test",
         );
         sink.emit(&Event::ConnectionOpen(samples::open(Outcome::Allowed)));
+        sink.flush();
         assert_eq!(
             human.text(),
             "NET:OPEN [INFO] ALLOWED /usr/bin/curl(4242) -> api.github.com:443 \
@@ -458,6 +698,7 @@ mod tests {
             "test",
         );
         sink.emit(&Event::ConnectionClose(samples::close()));
+        sink.flush();
         assert_eq!(audit.text().lines().nth(1), human.text().lines().next());
     }
 
@@ -478,6 +719,7 @@ mod tests {
         for _ in 0..4 {
             sink.emit(&Event::Lifecycle(samples::start()));
         }
+        sink.flush();
         assert_eq!(sink.write_errors(), 3);
         let reports = human
             .text()
@@ -506,12 +748,125 @@ mod tests {
         );
         sink.emit(&Event::Lifecycle(samples::start()));
         sink.emit(&Event::Lifecycle(samples::start()));
+        sink.flush();
         let text = audit.text();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
         assert_eq!(lines[0].len(), 10);
         assert!(serde_json::from_str::<Value>(lines[1]).is_ok());
         assert_eq!(sink.write_errors(), 1);
+    }
+
+    /// The serialized line is the tree `ocsf::to_json` describes, key for key and in order.
+    #[test]
+    fn written_lines_are_the_ocsf_objects() {
+        let audit = Shared::default();
+        let sink = AuditSink::new(
+            Box::new(audit.clone()),
+            Box::new(io::sink()),
+            LogFormat::Json,
+            samples::ctx(),
+            "test",
+        );
+        let all = [
+            events(),
+            vec![
+                Event::HttpRequest(samples::request(Outcome::Allowed)),
+                Event::HttpRequest(samples::request(Outcome::Audited)),
+                Event::ConnectionOpen(samples::open(Outcome::Denied)),
+            ],
+        ]
+        .concat();
+        for e in &all {
+            sink.emit(e);
+        }
+        sink.flush();
+        let text = audit.text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), all.len());
+        for (line, e) in lines.iter().zip(&all) {
+            assert_eq!(*line, ocsf::to_json(e, &samples::ctx()).to_string());
+        }
+    }
+
+    /// A writer that cannot keep up (a FIFO whose reader does not read yet) makes emitters
+    /// wait, counted; once the reader reads, every event arrives, none dropped.
+    #[test]
+    fn a_full_queue_makes_emitters_wait_and_loses_nothing() {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt as _;
+
+        let path = temp_path("fifo");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &path,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        // The reader end first (non-blocking open), so that the sink's open does not wait.
+        let mut reader = OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(&path)
+            .unwrap();
+        let sink = AuditSink::open_queued(path.to_str().unwrap(), LogFormat::Json).unwrap();
+        let total = QUEUE_LINES * 2;
+        let emitter = {
+            let sink = sink.clone();
+            std::thread::spawn(move || {
+                for _ in 0..total {
+                    sink.emit(&Event::HttpRequest(samples::request(Outcome::Allowed)));
+                }
+            })
+        };
+        // The pipe holds 64 KiB and the queue QUEUE_LINES events: the emitter must wait.
+        while sink.backpressure_waits() == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(sink.queue_depth() >= QUEUE_LINES, "{}", sink.queue_depth());
+        let mut text = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        while !emitter.is_finished() || sink.queue_depth() > 0 {
+            match reader.read(&mut buf) {
+                Ok(n) => text.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        emitter.join().unwrap();
+        let flusher = {
+            let sink = sink.clone();
+            std::thread::spawn(move || sink.flush())
+        };
+        while !flusher.is_finished() {
+            match reader.read(&mut buf) {
+                Ok(n) => text.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        flusher.join().unwrap();
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => text.extend_from_slice(&buf[..n]),
+            }
+        }
+        let text = String::from_utf8(text).unwrap();
+        assert_eq!(text.lines().count(), total);
+        for line in text.lines() {
+            assert_eq!(
+                serde_json::from_str::<Value>(line).unwrap()["class_uid"],
+                4002
+            );
+        }
+        assert!(sink.backpressure_waits() > 0);
+        assert_eq!(sink.write_errors(), 0);
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -374,6 +374,8 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         message: format!("sluice exec stopped: the command exited with {code}"),
     }));
     crate::otlp::flush(std::time::Duration::from_secs(5));
+    // Everything audited is on disk before the process exits.
+    sink.flush();
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 

@@ -256,7 +256,7 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         LogFormatArg::Json => LogFormat::Json,
     };
     let audit_log = args.audit_log.clone().unwrap_or_else(|| "-".to_string());
-    let audit = match AuditSink::open(&audit_log, format) {
+    let audit = match AuditSink::open_queued(&audit_log, format) {
         Ok(a) => Arc::new(a),
         Err(e) => {
             eprintln!("sluice: cannot open the audit log {audit_log}: {e}");
@@ -526,6 +526,8 @@ async fn serve(args: RunArgs) -> ExitCode {
         message: format!("sluice stopped ({reason})"),
     }));
     crate::otlp::flush(Duration::from_secs(5));
+    // Everything audited is on disk before the process exits.
+    audit.flush();
     ExitCode::SUCCESS
 }
 
@@ -647,6 +649,16 @@ async fn shutdown_signal() -> &'static str {
     }
 }
 
+/// The files a `run` loads and watches (policies, provider profiles, secrets).
+pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
+    super::config::Sources {
+        policies: args.policies.clone(),
+        providers: args.providers.clone(),
+        secrets_file: args.secrets_file.clone(),
+        compat: args.compat,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -709,15 +721,5 @@ mod tests {
         assert_eq!(default_per_caller(4096), 1024);
         assert_eq!(default_per_caller(100), 64);
         assert_eq!(default_per_caller(2), 2);
-    }
-}
-
-/// The files a `run` loads and watches (policies, provider profiles, secrets).
-pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
-    super::config::Sources {
-        policies: args.policies.clone(),
-        providers: args.providers.clone(),
-        secrets_file: args.secrets_file.clone(),
-        compat: args.compat,
     }
 }

@@ -22,10 +22,7 @@ pub(crate) fn forwarded(
     if version == http::Version::HTTP_2 && lower == "te" && value == b"trailers" {
         return true;
     }
-    !(is_hop_by_hop(&lower)
-        || nominated.iter().any(|n| *n == lower)
-        || lower == "host"
-        || lower == "expect")
+    !(is_hop_by_hop(&lower) || nominated.contains(&lower) || lower == "host" || lower == "expect")
 }
 
 /// The upstream request: origin-form target, hop-by-hop and `Proxy-*` headers removed,

@@ -94,12 +94,13 @@ pub struct AuditQueue {
     pub backpressure_waits: u64,
 }
 
-/// SEAM(audit-queue): the sink on this branch writes every line on the emitting task, so no
-/// line ever waits in a queue and no emitter waits for room: depth 0, no waits. When the
-/// sink's bounded queue lands, return its `queue_depth()` and `backpressure_waits()` here;
-/// the metric names and the alert rule on them stay as they are.
-pub fn audit_queue(_sink: &AuditSink) -> AuditQueue {
-    AuditQueue::default()
+/// The audit sink's bounded queue: events waiting for the writer, and how often an emitter
+/// found it full and waited.
+pub fn audit_queue(sink: &AuditSink) -> AuditQueue {
+    AuditQueue {
+        depth: sink.queue_depth() as u64,
+        backpressure_waits: sink.backpressure_waits(),
+    }
 }
 
 /// Values read at each scrape.

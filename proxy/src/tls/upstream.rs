@@ -3,6 +3,12 @@
 //! Owns the trust roots (Mozilla's, compiled in, plus the system bundle, plus every
 //! `--upstream-ca` file) and the client configurations, one per ALPN offer sluice mirrors
 //! from a client (`h2`+`http/1.1`, `http/1.1`, `h2`, none), built once and shared.
+//!
+//! Sharing them is what lets a new client connection resume the TLS session an earlier one
+//! got from the same destination (each configuration keeps the last [`UPSTREAM_SESSIONS`]
+//! destinations' tickets) instead of paying a full handshake upstream. A resumed session was
+//! verified, against these roots, for the same server name when it was first made; nothing
+//! of a request travels in it from one client connection to another.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,6 +18,9 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
 use super::ca::SYSTEM_BUNDLES;
+
+/// Destinations whose TLS session tickets each upstream configuration keeps.
+pub const UPSTREAM_SESSIONS: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -118,6 +127,7 @@ impl UpstreamTls {
                 .with_root_certificates(Arc::clone(&roots))
                 .with_no_client_auth();
             c.alpn_protocols = offer.protocols();
+            c.resumption = rustls::client::Resumption::in_memory_sessions(UPSTREAM_SESSIONS);
             configs.push(Arc::new(c));
         }
         Ok(UpstreamTls {
@@ -143,6 +153,22 @@ mod tests {
         assert_eq!(l(&[b"http/1.1"]), Offer::Http11);
         assert_eq!(l(&[b"h2"]), Offer::H2);
         assert_eq!(l(&[b"spdy/3"]), Offer::None);
+    }
+
+    #[test]
+    fn one_configuration_per_offer_is_shared_by_every_connection() {
+        let none: [&Path; 0] = [];
+        let tls = UpstreamTls::new(&none).unwrap();
+        for offer in Offer::ALL {
+            assert!(Arc::ptr_eq(&tls.config(offer), &tls.config(offer)));
+            assert_eq!(tls.config(offer).alpn_protocols, offer.protocols());
+        }
+        // A clone (each connection's handle on the TLS state) shares them too.
+        let clone = tls.clone();
+        assert!(Arc::ptr_eq(
+            &tls.config(Offer::Http11),
+            &clone.config(Offer::Http11)
+        ));
     }
 
     #[test]

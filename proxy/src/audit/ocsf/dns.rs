@@ -6,8 +6,8 @@
 use serde_json::{Map, Value, json};
 
 use super::{
-    Activity, Class, Common, Context, HOST, SECURITY_CONTROL, firewall_rule, header,
-    insert_decision, metadata, outcome_severity,
+    Activity, Class, Common, Context, HOST, Record, SECURITY_CONTROL, decision, firewall_rule,
+    header, metadata, outcome_severity,
 };
 use crate::audit::{DnsQuery, DnsRcode, DnsTransport, Engine, Outcome};
 
@@ -55,27 +55,48 @@ pub(super) fn message(e: &DnsQuery) -> String {
     )
 }
 
-pub(super) fn dns_query(e: &DnsQuery, ctx: &Context) -> Map<String, Value> {
+pub(super) fn dns_query<'a>(e: &'a DnsQuery, ctx: &'a Context) -> Record<'a> {
     let common = Common {
         time: e.time,
         severity: outcome_severity(e.outcome),
         success: e.outcome != Outcome::Denied,
         message: message(e),
     };
-    let mut m = header(&DNS_ACTIVITY, &Activity::known(2, "Response"), common, ctx);
+    let metadata = metadata(
+        ctx,
+        format!(
+            "{}:dns:{}:{}",
+            ctx.instance,
+            super::epoch_millis(e.time),
+            e.src
+        ),
+        None,
+        &[HOST, SECURITY_CONTROL],
+    );
+    let mut r = header(
+        &DNS_ACTIVITY,
+        &Activity::known(2, "Response"),
+        common,
+        ctx,
+        metadata,
+    );
+    r.status_detail = e.reason.as_deref();
+    r.decision = Some(decision(e.outcome));
+    r.firewall_rule = Some(firewall_rule(e.policy.as_deref(), Engine::L4, None));
+    let mut m = Map::new();
     let (rcode_id, rcode_name) = rcode(e.rcode);
     m.insert("rcode_id".into(), json!(rcode_id));
     m.insert("rcode".into(), json!(rcode_name));
-    if let Some(reason) = &e.reason {
-        m.insert("status_detail".into(), json!(reason));
-    }
-    let mut query = Map::new();
-    query.insert("hostname".into(), json!(e.name));
-    query.insert("type".into(), json!(e.qtype));
-    query.insert("class".into(), json!("IN"));
-    query.insert("opcode_id".into(), json!(0));
-    query.insert("opcode".into(), json!("Query"));
-    m.insert("query".into(), Value::Object(query));
+    m.insert(
+        "query".into(),
+        json!({
+            "hostname": e.name,
+            "type": e.qtype,
+            "class": "IN",
+            "opcode_id": 0,
+            "opcode": "Query",
+        }),
+    );
     let answers: Vec<Value> = e
         .answers
         .iter()
@@ -89,11 +110,6 @@ pub(super) fn dns_query(e: &DnsQuery, ctx: &Context) -> Map<String, Value> {
         })
         .collect();
     m.insert("answers".into(), json!(answers));
-    insert_decision(&mut m, e.outcome);
-    m.insert(
-        "firewall_rule".into(),
-        firewall_rule(e.policy.as_deref(), Engine::L4, None),
-    );
     m.insert(
         "src_endpoint".into(),
         json!({ "ip": e.src.ip().to_string(), "port": e.src.port() }),
@@ -115,21 +131,8 @@ pub(super) fn dns_query(e: &DnsQuery, ctx: &Context) -> Map<String, Value> {
             "direction": "Outbound",
         }),
     );
-    m.insert(
-        "metadata".into(),
-        metadata(
-            ctx,
-            format!(
-                "{}:dns:{}:{}",
-                ctx.instance,
-                super::epoch_millis(e.time),
-                e.src
-            ),
-            None,
-            &[HOST, SECURITY_CONTROL],
-        ),
-    );
-    m
+    r.extra = Some(m);
+    r
 }
 
 #[cfg(test)]
@@ -167,7 +170,8 @@ mod tests {
 
     #[test]
     fn an_answer_is_dns_activity_response_with_its_addresses() {
-        let v = Value::Object(dns_query(&sample(Outcome::Allowed), &samples::ctx()));
+        let v =
+            serde_json::to_value(dns_query(&sample(Outcome::Allowed), &samples::ctx())).unwrap();
         assert_eq!(v["class_uid"], 4003);
         assert_eq!(v["category_uid"], 4);
         assert_eq!(v["activity_id"], 2);
@@ -190,7 +194,7 @@ mod tests {
 
     #[test]
     fn a_refusal_is_blocked_with_its_reason() {
-        let v = Value::Object(dns_query(&sample(Outcome::Denied), &samples::ctx()));
+        let v = serde_json::to_value(dns_query(&sample(Outcome::Denied), &samples::ctx())).unwrap();
         assert_eq!(v["rcode_id"], 5);
         assert_eq!(v["rcode"], "Refused");
         assert_eq!(v["action_id"], 2);

@@ -1,6 +1,10 @@
 //! TLS-interception benchmark: keep-alive 1 KiB HTTPS requests (HTTP/1.1) at concurrency 1 and
 //! 64, new TLS connections per second, and a 100 MiB download, through each proxy terminating
-//! TLS, against the same local HTTPS origin reached directly, all in one run.
+//! TLS, against the same local HTTPS origin reached directly, all in one run. Every request
+//! carries a credential placeholder (`Authorization: Bearer openshell:resolve:env:BENCH_API_KEY`)
+//! that sluice swaps for the secret bound to the origin (other proxies pass it through). For a
+//! proxy whose pid is known, the c=64 row also gives its CPU time (user + system, from
+//! `/proc/<pid>/stat`) per request, with the audit log on.
 //!
 //! `tls_bench make-certs DIR` writes an origin CA and leaf (`origin-ca.pem`, `origin-cert.pem`,
 //! `origin-key.pem`) and a CA for other intercepting proxies (`proxy-ca.pem`,
@@ -10,7 +14,13 @@
 //! `=PID`, also measures that proxy's memory per idle intercepted connection (`BENCH_IDLE`
 //! connections, default 1000 and 5000).
 //! `scripts/bench-compare` runs it with Squid (ssl-bump) and mitmproxy.
+//!
+//! HTTP/2 rows (`h2.rs`): kept-alive 1 KiB GETs and gRPC unary calls over h2 at c=64, against an
+//! h2 origin, for direct and sluice (Squid does not speak HTTP/2 to its clients; other proxies
+//! are not measured over h2).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
+
+mod h2;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,6 +40,20 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 const BIG: u64 = 100 << 20;
+
+/// The placeholder every request carries; sluice binds it to the origin.
+const PLACEHOLDER: &str = "openshell:resolve:env:BENCH_API_KEY";
+
+/// CPU time (user + system) of `pid` so far, in microseconds (`/proc` counts in 1/100 s).
+fn cpu_us(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) * 10_000.0)
+}
 
 fn make_certs(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
@@ -133,6 +157,8 @@ struct Leg {
     name: String,
     proxy: Option<SocketAddr>,
     connector: TlsConnector,
+    /// The same trust, offering only `h2`; `None`: not measured over HTTP/2.
+    h2: Option<TlsConnector>,
     /// The proxy's process, for its memory.
     pid: Option<u32>,
 }
@@ -187,10 +213,11 @@ async fn connect_with(p: &Leg, origin: SocketAddr, buffer: usize) -> Conn {
 /// One GET on a kept-alive connection; returns the body length.
 async fn get(c: &mut Conn, origin: SocketAddr, path: &str) -> u64 {
     c.get_mut()
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: {origin}\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut len = 0u64;
+    let mut chunked = false;
     let mut line = String::new();
     let mut status = true;
     loop {
@@ -205,23 +232,54 @@ async fn get(c: &mut Conn, origin: SocketAddr, path: &str) -> u64 {
             && n.eq_ignore_ascii_case("content-length")
         {
             len = v.trim().parse().unwrap();
+        } else if let Some((n, v)) = line.split_once(':')
+            && n.eq_ignore_ascii_case("transfer-encoding")
+        {
+            chunked = v.trim().eq_ignore_ascii_case("chunked");
         }
     }
-    let mut left = len;
     let mut buf = vec![0u8; 256 * 1024];
+    if !chunked {
+        skip(c, &mut buf, len).await;
+        return len;
+    }
+    // A body sluice rewrote on its way (the secret scrubber) comes chunked.
+    let mut total = 0u64;
+    loop {
+        line.clear();
+        assert!(c.read_line(&mut line).await.unwrap() > 0, "closed mid-body");
+        let size = u64::from_str_radix(line.trim().split(';').next().unwrap(), 16).unwrap();
+        if size == 0 {
+            // Trailers, then the empty line.
+            loop {
+                line.clear();
+                assert!(c.read_line(&mut line).await.unwrap() > 0, "closed mid-body");
+                if line == "\r\n" {
+                    return total;
+                }
+            }
+        }
+        skip(c, &mut buf, size + 2).await;
+        total += size;
+    }
+}
+
+/// Reads and drops `left` bytes.
+async fn skip(c: &mut Conn, buf: &mut [u8], mut left: u64) {
     while left > 0 {
         let want = left.min(buf.len() as u64) as usize;
         let n = c.read(&mut buf[..want]).await.unwrap();
         assert!(n > 0, "closed mid-body");
         left -= n as u64;
     }
-    len
 }
 
 struct KeepAlive {
     rps: f64,
     p50: f64,
     p99: f64,
+    /// The proxy's CPU µs per request, when its pid is known.
+    cpu: Option<f64>,
 }
 
 async fn keep_alive(p: &Leg, origin: SocketAddr, conc: usize, dur: Duration) -> KeepAlive {
@@ -242,15 +300,21 @@ async fn keep_alive(p: &Leg, origin: SocketAddr, conc: usize, dur: Duration) -> 
             lat
         }));
     }
+    tokio::time::sleep_until(start.into()).await;
+    let cpu_before = p.pid.and_then(cpu_us);
     let mut all = Vec::new();
     for t in tasks {
         all.extend(t.await.unwrap());
     }
+    let cpu_after = p.pid.and_then(cpu_us);
     all.sort_by(f64::total_cmp);
     KeepAlive {
         rps: all.len() as f64 / dur.as_secs_f64(),
         p50: pct(&all, 0.5),
         p99: pct(&all, 0.99),
+        cpu: cpu_before
+            .zip(cpu_after)
+            .map(|(b, a)| (a - b) / all.len() as f64),
     }
 }
 
@@ -323,7 +387,7 @@ fn raise_fd_limit() {
     );
 }
 
-fn start_sluice(dir: &Path, origin: SocketAddr) -> (std::process::Child, SocketAddr, PathBuf) {
+fn start_sluice(dir: &Path, origins: &[SocketAddr]) -> (std::process::Child, SocketAddr, PathBuf) {
     let bin = std::env::var("SLUICE_BIN").unwrap_or_else(|_| {
         let exe = std::env::current_exe().unwrap();
         exe.parent()
@@ -339,14 +403,24 @@ fn start_sluice(dir: &Path, origin: SocketAddr) -> (std::process::Child, SocketA
     std::fs::write(
         &policy,
         format!(
-            "version: 1\nnetwork_policies:\n  bench:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: {}\n",
-            origin.port(),
+            "version: 1\nnetwork_policies:\n  bench:\n    endpoints:\n{}    binaries:\n      - path: {}\n",
+            origins.iter().map(|o| format!("      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n", o.port())).collect::<String>(),
             me.display()
+        ),
+    )
+    .unwrap();
+    let providers = dir.join("providers.yaml");
+    std::fs::write(
+        &providers,
+        format!(
+            "id: bench-api\ncredentials:\n  - name: api-key\n    env_vars: [BENCH_API_KEY]\n    auth_style: bearer\nendpoints:\n{}",
+            origins.iter().map(|o| format!("  - {{host: 127.0.0.1, port: {}}}\n", o.port())).collect::<String>()
         ),
     )
     .unwrap();
     let ca_dir = dir.join("sluice-ca");
     let mut child = Command::new(&bin)
+        .env("BENCH_API_KEY", "bench-secret-0123456789abcdef")
         .args([
             "run",
             "--listen",
@@ -362,6 +436,8 @@ fn start_sluice(dir: &Path, origin: SocketAddr) -> (std::process::Child, SocketA
         ])
         .arg("--policy")
         .arg(&policy)
+        .arg("--providers")
+        .arg(&providers)
         .arg("--ca-dir")
         .arg(&ca_dir)
         .arg("--upstream-ca")
@@ -420,18 +496,21 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         let origin = start_origin(&dir).await;
-        let (mut child, sluice, sluice_ca) = start_sluice(&dir, origin);
+        let h2_origin = h2::start_origin(&dir).await;
+        let (mut child, sluice, sluice_ca) = start_sluice(&dir, &[origin, h2_origin]);
         let mut paths = vec![
             Leg {
                 name: "direct".into(),
                 proxy: None,
                 connector: connector(&dir.join("origin-ca.pem")),
+                h2: Some(h2::connector(&dir.join("origin-ca.pem"))),
                 pid: None,
             },
             Leg {
                 name: "sluice".into(),
                 proxy: Some(sluice),
                 connector: connector(&sluice_ca),
+                h2: Some(h2::connector(&sluice_ca)),
                 pid: Some(child.id()),
             },
         ];
@@ -442,6 +521,7 @@ fn main() {
                     name: name.into(),
                     proxy: Some(addr.parse().unwrap()),
                     connector: connector(Path::new(ca)),
+                    h2: None,
                     pid: rest.first().and_then(|p| p.parse().ok()),
                 });
             }
@@ -460,12 +540,12 @@ fn main() {
             "TLS interception benchmark (HTTP/1.1 keep-alive 1 KiB GETs for {secs} s each; {conns} sequential new connections; one 100 MiB download)"
         );
         println!(
-            "| path | c=1 req/s (ratio) | c=1 p50 / p99 µs | c=64 req/s (ratio) | c=64 p50 / p99 µs | new TLS conns/s (ratio) | 100 MiB MiB/s (ratio) |"
+            "| path | c=1 req/s (ratio) | c=1 p50 / p99 µs | c=64 req/s (ratio) | c=64 p50 / p99 µs | proxy CPU µs/req at c=64 | new TLS conns/s (ratio) | 100 MiB MiB/s (ratio) |"
         );
-        println!("|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|");
         for (name, one, many, nc, dl) in &rows {
             println!(
-                "| {name} | {:.0} ({:.2}) | {:.0} / {:.0} | {:.0} ({:.2}) | {:.0} / {:.0} | {:.0} ({:.2}) | {:.0} ({:.2}) |",
+                "| {name} | {:.0} ({:.2}) | {:.0} / {:.0} | {:.0} ({:.2}) | {:.0} / {:.0} | {} | {:.0} ({:.2}) | {:.0} ({:.2}) |",
                 one.rps,
                 one.rps / base.0,
                 one.p50,
@@ -474,6 +554,7 @@ fn main() {
                 many.rps / base.1,
                 many.p50,
                 many.p99,
+                many.cpu.map_or_else(|| "-".to_string(), |c| format!("{c:.0}")),
                 nc,
                 nc / base.2,
                 dl,
@@ -496,6 +577,37 @@ fn main() {
                     None => println!("{}: could not hold {n} idle intercepted connections", p.name),
                 }
             }
+        }
+        println!();
+        println!(
+            "HTTP/2 (kept-alive h2 connections, one request at a time on each, c=64, {secs} s each; the gRPC call is a unary POST of one 5-byte-prefixed 100-byte message, echoed, trailers grpc-status: 0)"
+        );
+        println!("| path | h2 GET req/s (ratio) | h2 p50 / p99 µs | proxy CPU µs/req | gRPC unary calls/s (ratio) | gRPC p50 / p99 µs | proxy CPU µs/call |");
+        println!("|---|---|---|---|---|---|---|");
+        let mut base: Option<(f64, f64)> = None;
+        for p in &paths {
+            let Some(c) = &p.h2 else {
+                println!("| {} | not measured: no HTTP/2 to clients | | | | | |", p.name);
+                continue;
+            };
+            let get = h2::keep_alive(p.proxy, c, p.pid, h2_origin, 64, dur, false).await;
+            let grpc = h2::keep_alive(p.proxy, c, p.pid, h2_origin, 64, dur, true).await;
+            let (bg, bc) = *base.get_or_insert((get.rps, grpc.rps));
+            let cpu = |k: &KeepAlive| k.cpu.map_or_else(|| "-".to_string(), |c| format!("{c:.0}"));
+            println!(
+                "| {} | {:.0} ({:.2}) | {:.0} / {:.0} | {} | {:.0} ({:.2}) | {:.0} / {:.0} | {} |",
+                p.name,
+                get.rps,
+                get.rps / bg,
+                get.p50,
+                get.p99,
+                cpu(&get),
+                grpc.rps,
+                grpc.rps / bc,
+                grpc.p50,
+                grpc.p99,
+                cpu(&grpc)
+            );
         }
         let _ = child.kill();
         let _ = child.wait();
