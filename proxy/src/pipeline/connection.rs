@@ -163,21 +163,20 @@ fn rejudge(
         Kind::RawTunnel | Kind::InspectedTunnel => format!("CONNECT {dst}"),
         Kind::Forward => format!("requests to {dst}"),
     };
-    let entry = &admitted.admission.entry;
-    match admit_under(Arc::clone(policy), known, dst, admitted.scheme, &what) {
-        Err(_) => Some(StopReason::PolicyRevoked {
-            why: format!("entry {entry} no longer allows {what} by {}", known.exe),
-        }),
-        Ok(now) if kind == Kind::RawTunnel && now.admission.inspects(&now.policy) => {
-            Some(StopReason::PolicyRevoked {
-                why: format!(
-                    "entry {} now inspects {what}; the uninspected tunnel is closed",
-                    now.admission.entry
-                ),
-            })
-        }
-        Ok(_) => None,
-    }
+    let entry = admitted.admission.entry.to_string();
+    let why = match admit_under(Arc::clone(policy), known, dst, admitted.scheme, &what) {
+        Err(_) => format!("entry {entry} no longer allows {what} by {}", known.exe),
+        Ok(now) if kind == Kind::RawTunnel && now.admission.inspects(&now.policy) => format!(
+            "entry {} now inspects {what}; the uninspected tunnel is closed",
+            now.admission.entry
+        ),
+        Ok(_) => return None,
+    };
+    Some(StopReason::PolicyRevoked {
+        entry,
+        dst: dst.clone(),
+        why,
+    })
 }
 
 /// Resolves, vets and dials an admitted destination; `verb` names the request in a

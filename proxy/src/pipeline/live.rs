@@ -116,7 +116,13 @@ mod tests {
     }
 
     fn revoking(why: &'static str) -> Judge {
-        Box::new(move |_| Some(StopReason::PolicyRevoked { why: why.into() }))
+        Box::new(move |_| {
+            Some(StopReason::PolicyRevoked {
+                entry: "api".into(),
+                dst: crate::pipeline::authority::Authority::new("example.com", 443),
+                why: why.into(),
+            })
+        })
     }
 
     #[tokio::test]

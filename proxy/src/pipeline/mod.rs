@@ -219,6 +219,7 @@ fn stopped_forward(
     known: Option<caller::Known>,
     reason: stop::StopReason,
 ) {
+    let revoked = reason.revoked();
     shared
         .audit
         .emit(&audit::Event::ConnectionClose(audit::ConnectionClose {
@@ -227,12 +228,15 @@ fn stopped_forward(
             via: Via::Forward,
             caller: known.map(|k| k.audit),
             src: conn.peer,
+            // A revoked request's destination and entry; a caller change's are unknown here.
             dst: audit::Destination {
-                host: String::new(),
-                port: 0,
+                host: revoked
+                    .map(|(_, d)| d.host().to_string())
+                    .unwrap_or_default(),
+                port: revoked.map_or(0, |(_, d)| d.port()),
                 ip: None,
             },
-            policy: None,
+            policy: revoked.map(|(entry, _)| entry.to_string()),
             engine: reason.engine(Engine::L4),
             bytes_in: 0,
             bytes_out: 0,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use super::authority::Authority;
 use crate::audit::Engine;
 
 /// Why a connection was stopped from outside its own traffic.
@@ -15,10 +16,14 @@ pub enum StopReason {
     /// The process identified as the caller no longer holds the socket.
     #[error("{0}")]
     CallerChanged(String),
-    /// A reloaded policy no longer allows the connection; `why` says what it no longer allows
-    /// (`entry api no longer allows CONNECT host:port`).
+    /// A reloaded policy no longer allows the connection admitted by `entry` to `dst`; `why`
+    /// says what it no longer allows (`entry api no longer allows CONNECT host:port by EXE`).
     #[error("policy revoked by reload ({why})")]
-    PolicyRevoked { why: String },
+    PolicyRevoked {
+        entry: String,
+        dst: Authority,
+        why: String,
+    },
 }
 
 impl StopReason {
@@ -27,6 +32,14 @@ impl StopReason {
         match self {
             StopReason::CallerChanged(_) => Engine::Identity,
             StopReason::PolicyRevoked { .. } => running,
+        }
+    }
+
+    /// The revoked connection's policy entry and destination (`None` for a caller change).
+    pub fn revoked(&self) -> Option<(&str, &Authority)> {
+        match self {
+            StopReason::CallerChanged(_) => None,
+            StopReason::PolicyRevoked { entry, dst, .. } => Some((entry, dst)),
         }
     }
 }
