@@ -543,15 +543,18 @@ fn an_inspected_keep_alive_tunnel_is_closed_when_revoked_and_kept_when_only_rule
     assert_events_valid(&sluice);
 }
 
-/// An HTTP/2 (and HTTP/1.1) origin whose `/stream` answers one line every 200 ms, forever.
+/// An HTTP/2 (and HTTP/1.1) origin whose `/stream` answers one line every 200 ms, forever;
+/// when a stream is closed under it, it appends `closed` to the file named by its third
+/// argument.
 const STREAMING_ORIGIN: &str = r#"
 const http2 = require('http2'); const fs = require('fs');
+const closed = process.argv[3];
 const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
   (req, res) => {
     if (req.url.startsWith('/stream')) {
       res.setHeader('content-type', 'text/plain');
       let i = 0; const t = setInterval(() => { res.write(`line ${i++}\n`); }, 200);
-      res.on('close', () => clearInterval(t));
+      res.on('close', () => { clearInterval(t); fs.appendFileSync(closed, 'closed\n'); });
       return;
     }
     res.setHeader('content-type', 'text/plain'); res.end('ok\n');
@@ -584,7 +587,8 @@ fn an_http2_connection_with_a_streaming_response_is_closed_when_revoked() {
             .arg("-e")
             .arg(STREAMING_ORIGIN)
             .arg(&cert)
-            .arg(&key),
+            .arg(&key)
+            .arg(dir.path().join("closed.txt")),
         "the streaming origin (node)",
     );
     let port = origin.port;
@@ -631,6 +635,13 @@ fn an_http2_connection_with_a_streaming_response_is_closed_when_revoked() {
         assert!(started.elapsed() < PROMPTLY, "still streaming: {line}");
     };
     assert_ne!(end, "END complete", "the stream ended as if complete");
+    // The upstream stream ended too: nothing keeps streaming behind the closed connection.
+    let deadline = Instant::now() + PROMPTLY;
+    let closed = || std::fs::read_to_string(dir.path().join("closed.txt")).unwrap_or_default();
+    while closed().is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(closed(), "closed\n", "the upstream stream is still open");
     revoked_close(
         &sluice,
         port,
