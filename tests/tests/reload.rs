@@ -1,5 +1,6 @@
 //! End-to-end tests of hot reload with the real binary: a kept-alive HTTP/1.1 connection and
-//! an HTTP/2 connection whose next request is judged by the new policy, an invalid file (the
+//! an HTTP/2 connection whose next request is judged by the new policy (and which is closed
+//! once the policy no longer admits it at all; `revoke.rs` has the rest), an invalid file (the
 //! old policy stays in force, the exact error is audited), a rotated secret (the origin sees
 //! the new value from the next request, no value reaches the logs), SIGHUP, and a Kubernetes
 //! ConfigMap's `..data` symlink swap. Every audit event is validated against OCSF.
@@ -194,20 +195,31 @@ fn next_request_on_a_held_connection_follows_the_new_policy(mode: &str, version:
     });
     assert_eq!(denied["action_id"], 2, "{denied:#}");
 
-    // A policy without the endpoint: the next request on the held connection is refused at
-    // L4, by no entry.
+    // A policy without the endpoint: the held connection itself is no longer allowed, and
+    // is closed at the reload, its close event saying why (`revoke.rs` tests the rest).
     replace(
         &sluice.dir.path().join("policy.yaml"),
         &policy(port, &["/a/**"]).replace(&format!("port: {port}"), "port: 1"),
     );
     assert!(succeeded(&wait_config_event(&sluice, 3)));
-    assert_eq!(client.get("/a/3"), (403, version.to_string()));
-    let refused = sluice.wait_event("the refused /a/3", |e| {
-        class(e) == 4002 && e["http_request"]["url"]["path"] == "/a/3"
+    let close = sluice.wait_event("the revoked connection's close", |e| {
+        class(e) == 4001
+            && e["activity_id"] == 2
+            && e["dst_endpoint"]["port"].as_u64() == Some(u64::from(port))
+            && e["status_detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("policy revoked"))
     });
-    assert_eq!(refused["firewall_rule"]["type"], "l4", "{refused:#}");
-    assert_eq!(refused["firewall_rule"]["name"], "-", "{refused:#}");
+    assert_eq!(
+        close["status_detail"],
+        format!(
+            "policy revoked by reload (entry api no longer allows CONNECT 127.0.0.1:{port} by {})",
+            python()
+        ),
+        "{close:#}"
+    );
     assert_eq!(origin.received().len(), 3);
+    drop(client);
     assert_events_valid(&sluice);
 }
 

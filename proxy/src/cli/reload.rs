@@ -100,13 +100,13 @@ impl Reloader {
                 }
                 self.shared.credentials.store(Arc::new(config.bindings));
                 self.shared.policy.store(Arc::new(config.policy));
+                // Every live connection is re-judged under the new policy; each it no longer
+                // allows is closed, and its close event says why.
+                let revoked = crate::pipeline::revoke_disallowed(&self.shared);
                 eprintln!(
-                    "sluice: configuration reloaded ({}): new requests are judged by it",
+                    "sluice: configuration reloaded ({}): new requests are judged by it; {revoked} live connection(s) it no longer allows closed",
                     trigger.label()
                 );
-                // Established tunnels and HTTP/2 connections judged under the old policy are
-                // re-judged here once the pipeline offers it: a "re-judge live connections"
-                // call (closing, with an audit event, each the new policy no longer allows).
                 true
             }
             Err(e) => {

@@ -105,6 +105,7 @@ pub struct Metrics {
     pub(crate) active_connections: Gauge,
     pub(crate) active_tunnels: Gauge,
     pub(crate) reloads: Family<ResultLabel, Counter>,
+    pub(crate) connections_revoked: Counter,
     pub(crate) dns: Family<ResultLabel, Counter>,
     pub(crate) otlp_dropped: Counter,
     pub(crate) hosts: bounded::Bounded,
@@ -159,6 +160,7 @@ impl Metrics {
         let active_connections = Gauge::default();
         let active_tunnels = Gauge::default();
         let reloads = Family::<ResultLabel, Counter>::default();
+        let connections_revoked = Counter::default();
         let dns = Family::<ResultLabel, Counter>::default();
         let otlp_dropped = Counter::default();
         registry.register(
@@ -237,6 +239,11 @@ impl Metrics {
             reloads.clone(),
         );
         registry.register(
+            "connections_revoked",
+            "Live connections closed because a reloaded policy no longer allows them",
+            connections_revoked.clone(),
+        );
+        registry.register(
             "dns_queries",
             "DNS queries answered by sluice's responder, by result (answered or refused)",
             dns.clone(),
@@ -282,6 +289,7 @@ impl Metrics {
             active_connections,
             active_tunnels,
             reloads,
+            connections_revoked,
             dns,
             otlp_dropped,
             hosts: bounded::Bounded::new(MAX_HOSTS),
@@ -378,6 +386,15 @@ pub fn reload(ok: bool) {
     if let Some(m) = global() {
         let result = if ok { "ok" } else { "failed" };
         m.reloads.get_or_create(&ResultLabel { result }).inc();
+    }
+}
+
+/// Live connections a reload stopped (its policy no longer allows them).
+pub fn connections_revoked(n: usize) {
+    if let Some(m) = global()
+        && n > 0
+    {
+        m.connections_revoked.inc_by(n as u64);
     }
 }
 

@@ -1,9 +1,9 @@
 //! One accepted client connection: its id, its addresses, when it began, and the signal
-//! that stops it (the caller no longer holds the socket; later, a reload that revokes it).
+//! that stops it (the caller no longer holds the socket, or a reload revoked it).
 
 use std::net::SocketAddr;
 
-use super::holder;
+use super::stop;
 
 /// One accepted client connection, and what is known about it so far.
 #[derive(Debug)]
@@ -12,6 +12,9 @@ pub struct Conn {
     pub peer: SocketAddr,
     pub local: SocketAddr,
     pub started: std::time::Instant,
-    /// Raised when the process identified as the caller no longer holds the socket.
-    pub stop: holder::Stop,
+    /// Raised when the process identified as the caller no longer holds the socket, or a
+    /// reloaded policy no longer allows the connection.
+    pub stop: stop::Stop,
+    /// The raising side of `stop`, for the caller watcher and the live registry.
+    pub raise: stop::Raise,
 }

@@ -246,6 +246,13 @@ pub async fn tunnel(
         200,
         Some(addr.ip()),
     );
+    // Live until the tunnel ends: a reload that no longer allows it stops it (`live.rs`).
+    let kind = if inspect {
+        connection::Kind::InspectedTunnel
+    } else {
+        connection::Kind::RawTunnel
+    };
+    let _live = connection::hold(shared, conn, known, &admitted, kind);
     if inspect {
         let traffic = Arc::new(Traffic::default());
         let inspected = inspect::run(
@@ -260,10 +267,11 @@ pub async fn tunnel(
             (rd, wr),
             buf,
         );
-        // Ended by the client or upstream, or cut when the caller no longer holds the socket.
+        // Ended by the client or upstream, or cut when the caller no longer holds the socket
+        // or a reload revoked it.
         let reason = tokio::select! {
             () = inspected => "closed".to_string(),
-            reason = conn.stop.wait() => reason,
+            reason = conn.stop.wait() => reason.to_string(),
         };
         // Client-side bytes, TLS records included, as for an uninspected tunnel.
         ctx.close_event(
@@ -287,7 +295,7 @@ pub async fn tunnel(
     // program that took the socket back writes the first bytes, and only the fork-family scan
     // sees that second holder.
     let checks = relay::Checks {
-        stop: conn.stop.wait(),
+        stop: async { conn.stop.wait().await.to_string() },
         first_use: async {
             super::caller::recheck(shared, known)
                 .await

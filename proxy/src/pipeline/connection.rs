@@ -9,6 +9,10 @@
 //!
 //! Each step answers a refusal as a [`Denial`]; the entry points (`connect.rs`,
 //! `forward.rs`) only write it. An upstream connection pool would plug into [`dial`].
+//!
+//! An admitted connection is then [`hold`]: registered as live until it ends, and re-judged
+//! by the same L4 rule when a reload swaps the policy ([`revoke_disallowed`]): one the new
+//! policy no longer allows is stopped, with the reason its close event records.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,9 +21,12 @@ use tokio::net::TcpStream;
 
 use super::authority::Authority;
 use super::caller::{self, CallerError, Known};
+use super::conn::Conn;
 use super::denial::Denial;
 use super::destination;
+use super::live::{Judge, Registration};
 use super::shared::Shared;
+use super::stop::StopReason;
 use crate::audit::Engine;
 use crate::credentials::Transport;
 use crate::http::respond::{Code, Refusal};
@@ -54,17 +61,26 @@ pub fn admit<'k>(
     what: &str,
 ) -> Result<(&'k Known, Admitted), Denial> {
     let known = caller.map_err(|e| caller::denial(what, e))?;
-    let policy = shared.policy.load_full();
+    let admitted = admit_under(shared.policy.load_full(), known, dst, scheme, what)?;
+    Ok((known, admitted))
+}
+
+/// The L4 decision under one policy snapshot: [`admit`]'s rule, also the one a reload's
+/// re-judgement of live connections applies ([`hold`]).
+fn admit_under(
+    policy: Arc<Policy>,
+    known: &Known,
+    dst: &Authority,
+    scheme: Scheme,
+    what: &str,
+) -> Result<Admitted, Denial> {
     match policy.decide_l4(&known.policy_caller(), dst.host(), dst.port()) {
-        L4Decision::Allow(admission) => Ok((
-            known,
-            Admitted {
-                dst: dst.clone(),
-                scheme,
-                policy: Arc::clone(&policy),
-                admission,
-            },
-        )),
+        L4Decision::Allow(admission) => Ok(Admitted {
+            dst: dst.clone(),
+            scheme,
+            policy,
+            admission,
+        }),
         L4Decision::Deny(d) => {
             let refusal = Refusal::new(
                 403,
@@ -80,6 +96,87 @@ pub fn admit<'k>(
             Err(Denial::new(Engine::L4, refusal))
         }
     }
+}
+
+/// Keeps an admitted connection in the live registry until the returned registration drops:
+/// called once by each entry of the connection phase (a tunnel for its life, an
+/// absolute-form request for its own), so that a reload re-judges it whatever it carries.
+/// A reload that landed after its admission (perhaps after that reload's sweep) is applied
+/// to it here at once.
+pub fn hold<'s>(
+    shared: &'s Shared,
+    conn: &Conn,
+    known: &Known,
+    admitted: &Admitted,
+    kind: Kind,
+) -> Registration<'s> {
+    let judge = judge(known.clone(), admitted.clone(), kind);
+    // Inserted before the policy is read: a sweep holds the registry while it runs, so either
+    // it sees this connection or this sees the policy its reload stored.
+    let registration = shared.live.insert(conn.id, judge, conn.raise.clone());
+    let now = shared.policy.load_full();
+    if !Arc::ptr_eq(&now, &admitted.policy)
+        && let Some(reason) = rejudge(&now, known, admitted, kind)
+        && conn.raise.raise(reason)
+    {
+        crate::metrics::connections_revoked(1);
+    }
+    registration
+}
+
+/// Re-judges every live connection at L4 under the policy now in force (a reload has just
+/// stored it) and stops each it no longer allows, with the reason; one still allowed is not
+/// touched. Returns how many were stopped.
+pub fn revoke_disallowed(shared: &Shared) -> usize {
+    let revoked = shared.live.sweep(&shared.policy.load_full());
+    crate::metrics::connections_revoked(revoked);
+    revoked
+}
+
+/// How a live connection carries its traffic, which decides what a new policy must still
+/// allow of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A tunnel relayed byte for byte: it must stay admitted, and uninspected.
+    RawTunnel,
+    /// A tunnel whose requests are inspected (each also judged on its own at L7).
+    InspectedTunnel,
+    /// An absolute-form request (and its WebSocket after an upgrade).
+    Forward,
+}
+
+fn judge(known: Known, admitted: Admitted, kind: Kind) -> Judge {
+    Box::new(move |policy| rejudge(policy, &known, &admitted, kind))
+}
+
+/// Why `policy` no longer allows a live connection; `None` while it does. A raw tunnel to an
+/// endpoint `policy` inspects is no longer allowed either: it would go on carrying
+/// uninspected what the new policy judges request by request.
+fn rejudge(
+    policy: &Arc<Policy>,
+    known: &Known,
+    admitted: &Admitted,
+    kind: Kind,
+) -> Option<StopReason> {
+    let dst = &admitted.dst;
+    let what = match kind {
+        Kind::RawTunnel | Kind::InspectedTunnel => format!("CONNECT {dst}"),
+        Kind::Forward => format!("requests to {dst}"),
+    };
+    let entry = admitted.admission.entry.to_string();
+    let why = match admit_under(Arc::clone(policy), known, dst, admitted.scheme, &what) {
+        Err(_) => format!("entry {entry} no longer allows {what} by {}", known.exe),
+        Ok(now) if kind == Kind::RawTunnel && now.admission.inspects(&now.policy) => format!(
+            "entry {} now inspects {what}; the uninspected tunnel is closed",
+            now.admission.entry
+        ),
+        Ok(_) => return None,
+    };
+    Some(StopReason::PolicyRevoked {
+        entry,
+        dst: dst.clone(),
+        why,
+    })
 }
 
 /// Resolves, vets and dials an admitted destination; `verb` names the request in a

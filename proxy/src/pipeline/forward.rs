@@ -307,6 +307,15 @@ where
             (t.admitted.clone(), pq, ok)
         }
     };
+    // An absolute-form request is live until it ends (its response, or its WebSocket): a
+    // reload that no longer allows it stops the connection. A tunnel registered itself.
+    let _live = match (&*route, caller.as_ref()) {
+        (Route::Forward, Ok(known)) => {
+            let kind = connection::Kind::Forward;
+            Some(connection::hold(shared, conn, known, &admitted, kind))
+        }
+        _ => None,
+    };
     let x = Exchange {
         shared,
         admitted: &admitted,

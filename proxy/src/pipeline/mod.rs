@@ -24,13 +24,16 @@ mod holder;
 mod inject;
 mod inspect;
 mod judge;
+mod live;
 mod record;
 mod request;
 mod shared;
+mod stop;
 pub mod target;
 mod websocket;
 
 pub use conn::Conn;
+pub use connection::revoke_disallowed;
 pub use shared::{Limits, Parts, Shared, TlsState};
 
 use std::net::SocketAddr;
@@ -57,7 +60,6 @@ use denial::head_refusal;
 pub(crate) struct Arrival {
     pub(crate) conn: Conn,
     pub(crate) caller: CallerState,
-    raise: holder::Raise,
     slot: admission::CallerSlot,
 }
 
@@ -86,13 +88,14 @@ pub(crate) async fn arrive(
     peer: SocketAddr,
     local: SocketAddr,
 ) -> Result<Arrival, Limited> {
-    let (raise, stop) = holder::signal();
+    let (raise, stop) = stop::signal();
     let conn = Conn {
         id: shared.next_id(),
         peer,
         local,
         started: std::time::Instant::now(),
         stop,
+        raise,
     };
     // The caller, looked up at once: before it could hand the socket to another program.
     let caller = caller::identify(shared, peer, local).await;
@@ -103,12 +106,7 @@ pub(crate) async fn arrive(
         Err(_) => admission::UNIDENTIFIED,
     };
     match shared.callers.admit(exe, std::time::Instant::now()) {
-        Ok(slot) => Ok(Arrival {
-            conn,
-            caller,
-            raise,
-            slot,
-        }),
+        Ok(slot) => Ok(Arrival { conn, caller, slot }),
         Err(refused) => {
             let refusal = refused.refusal(exe);
             Err(Limited {
@@ -124,12 +122,7 @@ pub(crate) async fn arrive(
 /// connected still holds the socket (a full re-check); from here on it is re-checked
 /// periodically, and the connection stopped when it no longer holds it.
 pub(crate) async fn settle(shared: &Arc<Shared>, arrival: Arrival) -> Settled {
-    let Arrival {
-        conn,
-        caller,
-        raise,
-        slot,
-    } = arrival;
+    let Arrival { conn, caller, slot } = arrival;
     let caller = match caller {
         Ok(known) => caller::recheck(shared, &known).await.map(|()| known),
         Err(e) => Err(e),
@@ -137,7 +130,7 @@ pub(crate) async fn settle(shared: &Arc<Shared>, arrival: Arrival) -> Settled {
     let watcher = caller
         .as_ref()
         .ok()
-        .map(|known| holder::watch(Arc::clone(shared), known.clone(), raise));
+        .map(|known| holder::watch(Arc::clone(shared), known.clone(), conn.raise.clone()));
     Settled {
         conn,
         caller,
@@ -218,9 +211,15 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
     }
 }
 
-/// The audit of a forwarded connection closed because its caller changed (a tunnel's close
-/// event says so itself).
-fn stopped_forward(shared: &Shared, conn: &Conn, known: Option<caller::Known>, reason: String) {
+/// The audit of a forwarded connection stopped from outside: its caller changed, or a reload
+/// revoked the request it was serving (a tunnel's close event says so itself).
+fn stopped_forward(
+    shared: &Shared,
+    conn: &Conn,
+    known: Option<caller::Known>,
+    reason: stop::StopReason,
+) {
+    let revoked = reason.revoked();
     shared
         .audit
         .emit(&audit::Event::ConnectionClose(audit::ConnectionClose {
@@ -229,17 +228,20 @@ fn stopped_forward(shared: &Shared, conn: &Conn, known: Option<caller::Known>, r
             via: Via::Forward,
             caller: known.map(|k| k.audit),
             src: conn.peer,
+            // A revoked request's destination and entry; a caller change's are unknown here.
             dst: audit::Destination {
-                host: String::new(),
-                port: 0,
+                host: revoked
+                    .map(|(_, d)| d.host().to_string())
+                    .unwrap_or_default(),
+                port: revoked.map_or(0, |(_, d)| d.port()),
                 ip: None,
             },
-            policy: None,
-            engine: Engine::Identity,
+            policy: revoked.map(|(entry, _)| entry.to_string()),
+            engine: reason.engine(Engine::L4),
             bytes_in: 0,
             bytes_out: 0,
             duration_ms: u64::try_from(conn.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            reason,
+            reason: reason.to_string(),
         }));
 }
 

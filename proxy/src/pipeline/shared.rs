@@ -1,5 +1,6 @@
 //! What every connection of a running proxy shares (`Shared`: the policy snapshot,
-//! resolvers, audit, limits, credentials, TLS), and the limits themselves.
+//! resolvers, audit, limits, credentials, TLS, the live connections), and the limits
+//! themselves.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,6 +11,7 @@ use sluice_identity::IdentityResolver;
 use sluice_resolver::Resolver;
 
 use super::admission;
+use super::live::Live;
 use crate::audit::AuditSink;
 use crate::policy::{Compat, Policy};
 
@@ -90,6 +92,9 @@ pub struct Shared {
     pub compat: Compat,
     /// Per-caller connection limits (`--max-connections-per-caller` and the rate).
     pub callers: Arc<admission::CallerLimits>,
+    /// The admitted connections alive now, re-judged after a reload (`live.rs`,
+    /// `connection::hold`).
+    pub(crate) live: Live,
     next_id: AtomicU64,
 }
 
@@ -136,6 +141,7 @@ impl Shared {
             compat,
             tls,
             credentials: ArcSwap::new(credentials),
+            live: Live::default(),
             next_id: AtomicU64::new(1),
         }
     }

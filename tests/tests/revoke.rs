@@ -1,0 +1,724 @@
+//! End-to-end tests of what a reload does to connections already established, with the real
+//! binary: a raw CONNECT tunnel, an inspected HTTP/1.1 keep-alive tunnel, an HTTP/2
+//! connection with a response still streaming, and a WebSocket after its upgrade are closed
+//! (promptly, with a close event naming the revocation) when the reloaded policy no longer
+//! allows them; a tunnel another entry still allows, and one whose only change is in its L7
+//! rules, are not touched; a change of an entry's binaries closes only that caller's tunnels;
+//! a raw tunnel to an endpoint the new policy inspects is closed. Every audit event is
+//! validated against OCSF.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sluice_e2e::ocsf::class;
+use sluice_e2e::origin::{EchoOrigin, OriginProcess, make_cert};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, python};
+use sluice_e2e::scrape;
+
+/// "Closed promptly": a generous bound for a loaded machine (a revoked connection is closed
+/// as the reload's sweep runs, well within a second when the machine is idle).
+const PROMPTLY: Duration = Duration::from_secs(10);
+
+/// A TCP echo server: every line sent comes back; counts the connections that ended.
+struct TcpEcho {
+    port: u16,
+    ended: Arc<AtomicUsize>,
+}
+
+impl TcpEcho {
+    fn start() -> TcpEcho {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let ended = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&ended);
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let count = Arc::clone(&count);
+                thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = stream.read(&mut buf) {
+                        if n == 0 || stream.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    count.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        TcpEcho { port, ended }
+    }
+}
+
+/// A raw CONNECT tunnel from this test process (the caller is the test executable).
+struct Tunnel(TcpStream);
+
+impl Tunnel {
+    fn open(sluice: &Sluice, port: u16) -> Tunnel {
+        let mut s = TcpStream::connect(sluice.addr()).unwrap();
+        s.set_read_timeout(Some(PROMPTLY)).unwrap();
+        write!(
+            s,
+            "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+        )
+        .unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(s.read(&mut b).unwrap(), 1, "{head:?}");
+            head.push(b[0]);
+        }
+        let head = String::from_utf8_lossy(&head);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        Tunnel(s)
+    }
+
+    /// Sends `line` through the tunnel and returns what the echo origin sent back.
+    fn echo(&mut self, line: &str) -> String {
+        self.0.write_all(format!("{line}\n").as_bytes()).unwrap();
+        let mut back = vec![0u8; line.len() + 1];
+        self.0.read_exact(&mut back).unwrap();
+        String::from_utf8(back).unwrap().trim_end().to_string()
+    }
+
+    /// Whether sluice closes the tunnel within `PROMPTLY`, and how long that took.
+    fn closed_within(&mut self) -> Option<Duration> {
+        closed_within(&mut self.0)
+    }
+}
+
+/// Reads until the peer closes (end of stream or reset) or `PROMPTLY` passes with the
+/// connection still open (`None`).
+fn closed_within(s: &mut TcpStream) -> Option<Duration> {
+    let started = Instant::now();
+    s.set_read_timeout(Some(PROMPTLY)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return Some(started.elapsed()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return None;
+            }
+            Err(_) => return Some(started.elapsed()),
+        }
+        if started.elapsed() > PROMPTLY {
+            return None;
+        }
+    }
+}
+
+/// A client connection held by a Python process: a CONNECT tunnel (raw, or TLS to the
+/// origin through sluice's CA) driven line by line from stdin. `echo X` sends a line on a raw
+/// tunnel and prints what came back; `get PATH` sends a keep-alive HTTP/1.1 request on the
+/// TLS tunnel and prints its status; `wait S` prints `CLOSED` when the tunnel closes within S
+/// seconds, else `OPEN`.
+const HOLDER: &str = r#"
+import socket, ssl, sys
+proxy_port, port, mode, ca = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+s = socket.create_connection(('127.0.0.1', proxy_port))
+s.sendall(b'CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n' % (port, port))
+head = b''
+while not head.endswith(b'\r\n\r\n'):
+    c = s.recv(1)
+    if not c:
+        print('REFUSED', flush=True); sys.exit(0)
+    head += c
+if not head.startswith(b'HTTP/1.1 200'):
+    print('REFUSED', head.split(b'\r\n')[0].decode(), flush=True); sys.exit(0)
+if mode == 'tls':
+    ctx = ssl.create_default_context(cafile=ca)
+    s = ctx.wrap_socket(s, server_hostname='127.0.0.1')
+print('READY', flush=True)
+f = s.makefile('rb')
+for line in sys.stdin:
+    cmd, _, arg = line.strip().partition(' ')
+    try:
+        if cmd == 'echo':
+            s.sendall(arg.encode() + b'\n')
+            print(f.readline().decode().strip() or 'CLOSED', flush=True)
+        elif cmd == 'get':
+            s.sendall(b'GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n' % (arg.encode(), port))
+            status = f.readline()
+            if not status:
+                print('CLOSED', flush=True); continue
+            length = 0
+            while True:
+                h = f.readline()
+                if h in (b'\r\n', b''):
+                    break
+                if h.lower().startswith(b'content-length:'):
+                    length = int(h.split(b':')[1])
+            f.read(length)
+            print(status.split()[1].decode(), flush=True)
+        elif cmd == 'wait':
+            s.settimeout(float(arg))
+            try:
+                data = s.recv(1)
+                print('CLOSED' if not data else 'DATA', flush=True)
+            except (socket.timeout, TimeoutError):
+                print('OPEN', flush=True)
+            s.settimeout(None)
+    except (OSError, ssl.SSLError) as e:
+        print('CLOSED', type(e).__name__, flush=True)
+"#;
+
+struct Holder {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl Holder {
+    fn start(sluice: &Sluice, port: u16, mode: &str, ca: &Path) -> Holder {
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(HOLDER)
+            .arg(sluice.addr().port().to_string())
+            .arg(port.to_string())
+            .arg(mode)
+            .arg(ca)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let stdin = child.stdin.take().unwrap();
+        let lines = lines_of(child.stdout.take().unwrap());
+        let mut holder = Holder {
+            child,
+            stdin,
+            lines,
+        };
+        assert_eq!(holder.line(), "READY", "{}", sluice.stderr());
+        holder
+    }
+
+    fn line(&mut self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the holder answered nothing")
+    }
+
+    fn ask(&mut self, command: &str) -> String {
+        writeln!(self.stdin, "{command}").unwrap();
+        self.stdin.flush().unwrap();
+        self.line()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A child's stdout, line by line, through a channel (so that reads can be bounded).
+fn lines_of(out: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Replaces `path` atomically (write, then rename), as editors and config tools do.
+fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Writes the new policy and waits until the reload succeeded (the `n`th config event,
+/// counting the load at start).
+fn reload_to(sluice: &Sluice, text: &str, n: usize) {
+    replace(&sluice.dir.path().join("policy.yaml"), text);
+    sluice.wait_event(&format!("config change #{n}"), |_| {
+        sluice.events().iter().filter(|e| class(e) == 5019).count() >= n
+    });
+    let change = sluice
+        .events()
+        .into_iter()
+        .filter(|e| class(e) == 5019)
+        .nth(n - 1)
+        .unwrap();
+    assert_eq!(change["status_id"], 1, "the reload failed: {change:#}");
+}
+
+/// The close events of connections to `port`.
+fn closes_to(sluice: &Sluice, port: u16) -> Vec<Value> {
+    sluice
+        .events()
+        .into_iter()
+        .filter(|e| class(e) == 4001 && e["activity_id"] == 2)
+        .filter(|e| e["dst_endpoint"]["port"].as_u64() == Some(u64::from(port)))
+        .collect()
+}
+
+/// Waits for the close event of the connection to `port` that a reload revoked, and checks
+/// it says why (the entry, and what it no longer allows).
+fn revoked_close(sluice: &Sluice, port: u16, why: &str) -> Value {
+    let close = sluice.wait_event(&format!("the revoked close to {port}"), |e| {
+        class(e) == 4001
+            && e["activity_id"] == 2
+            && e["status_detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("policy revoked by reload ("))
+            && e["dst_endpoint"]["port"].as_u64() == Some(u64::from(port))
+    });
+    let detail = close["status_detail"].as_str().unwrap();
+    assert!(detail.contains(why), "{detail} does not say {why:?}");
+    close
+}
+
+/// An L4-only entry named `name` for `binaries`, to 127.0.0.1:`port`.
+fn l4_entry(name: &str, port: u16, binaries: &[&str]) -> String {
+    let bins: String = binaries
+        .iter()
+        .map(|b| format!("      - path: {b}\n"))
+        .collect();
+    format!(
+        "  {name}:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}}}\n    binaries:\n{bins}"
+    )
+}
+
+/// An inspected entry `api` for Python to 127.0.0.1:`port`, allowing GET on each of `paths`.
+fn inspected_entry(port: u16, paths: &[&str], binary: &str) -> String {
+    let rules: String = paths
+        .iter()
+        .map(|p| format!("          - allow: {{method: GET, path: \"{p}\"}}\n"))
+        .collect();
+    format!(
+        "  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {port}\n        protocol: rest\n        enforcement: enforce\n        rules:\n{rules}    binaries:\n      - path: {binary}\n"
+    )
+}
+
+fn policy(entries: &[String]) -> String {
+    format!("version: 1\nnetwork_policies:\n{}", entries.concat())
+}
+
+/// `sluice_connections_revoked_total`, scraped.
+fn revoked_total(sluice: &Sluice) -> f64 {
+    let (status, body) = scrape::get(scrape::metrics_addr(sluice), "/metrics");
+    assert_eq!(status, 200);
+    body.lines()
+        .find_map(|l| l.strip_prefix("sluice_connections_revoked_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sluice_connections_revoked_total in:\n{body}"))
+}
+
+#[test]
+fn a_reload_closes_a_raw_tunnel_it_revokes_and_leaves_one_another_entry_allows() {
+    let gone_origin = TcpEcho::start();
+    let kept_origin = TcpEcho::start();
+    let me = me();
+    let before = policy(&[
+        l4_entry("gone", gone_origin.port, &[&me]),
+        l4_entry("kept", kept_origin.port, &[&me]),
+    ]);
+    let sluice = Sluice::start(
+        &before,
+        &[
+            "--allow-loopback-upstream",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let mut gone = Tunnel::open(&sluice, gone_origin.port);
+    let mut kept = Tunnel::open(&sluice, kept_origin.port);
+    assert_eq!(gone.echo("one"), "one");
+    assert_eq!(kept.echo("one"), "one");
+    assert_eq!(revoked_total(&sluice), 0.0);
+
+    reload_to(
+        &sluice,
+        &policy(&[l4_entry("kept", kept_origin.port, &[&me])]),
+        2,
+    );
+    let took = gone.closed_within();
+    assert!(
+        took.is_some(),
+        "the revoked tunnel is still open after {PROMPTLY:?}"
+    );
+    eprintln!("the revoked tunnel closed {took:?} after the reload's audit event was read");
+    let close = revoked_close(
+        &sluice,
+        gone_origin.port,
+        &format!(
+            "entry gone no longer allows CONNECT 127.0.0.1:{}",
+            gone_origin.port
+        ),
+    );
+    assert_eq!(close["firewall_rule"]["name"], "gone", "{close:#}");
+    // The bytes it carried are counted up to the revocation.
+    assert_eq!(close["traffic"]["bytes_out"], 4, "{close:#}");
+    // The upstream side was closed too.
+    let deadline = Instant::now() + PROMPTLY;
+    while gone_origin.ended.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(gone_origin.ended.load(Ordering::SeqCst), 1);
+
+    // The tunnel the new policy still allows: the same connection goes on.
+    assert_eq!(kept.echo("two"), "two");
+    assert_eq!(kept.echo("three"), "three");
+    assert!(closes_to(&sluice, kept_origin.port).is_empty());
+    assert_eq!(kept_origin.ended.load(Ordering::SeqCst), 0);
+    assert_eq!(revoked_total(&sluice), 1.0);
+    assert!(
+        sluice
+            .stderr()
+            .contains("1 live connection(s) it no longer allows closed"),
+        "{}",
+        sluice.stderr()
+    );
+    // A new tunnel to the removed entry is refused.
+    let refused = sluice.raw(
+        format!(
+            "CONNECT 127.0.0.1:{0} HTTP/1.1\r\nHost: 127.0.0.1:{0}\r\n\r\n",
+            gone_origin.port
+        )
+        .as_bytes(),
+    );
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+    drop(kept);
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn a_binary_scoped_change_closes_only_that_callers_tunnels() {
+    let origin = TcpEcho::start();
+    let (me, py) = (me(), python());
+    let sluice = Sluice::start(
+        &policy(&[l4_entry("echo", origin.port, &[&me, &py])]),
+        &["--allow-loopback-upstream"],
+    );
+    let dir = TempDir::new("revoke-binary");
+    let ca = dir.path().join("unused-ca.pem");
+    let mut mine = Tunnel::open(&sluice, origin.port);
+    let mut theirs = Holder::start(&sluice, origin.port, "raw", &ca);
+    assert_eq!(mine.echo("a"), "a");
+    assert_eq!(theirs.ask("echo a"), "a");
+
+    // The entry now names only Python.
+    reload_to(
+        &sluice,
+        &policy(&[l4_entry("echo", origin.port, &[&py])]),
+        2,
+    );
+    assert!(
+        mine.closed_within().is_some(),
+        "the test's tunnel is still open"
+    );
+    let close = revoked_close(
+        &sluice,
+        origin.port,
+        &format!(
+            "entry echo no longer allows CONNECT 127.0.0.1:{} by {me}",
+            origin.port
+        ),
+    );
+    assert_eq!(close["actor"]["process"]["path"], me, "{close:#}");
+    // Python's tunnel, the same connection, still carries bytes.
+    assert_eq!(theirs.ask("echo b"), "b");
+    assert_eq!(theirs.ask("wait 1"), "OPEN");
+    assert_eq!(theirs.ask("echo c"), "c");
+    assert_eq!(closes_to(&sluice, origin.port).len(), 1);
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn a_raw_tunnel_to_an_endpoint_the_new_policy_inspects_is_closed() {
+    let origin = TcpEcho::start();
+    let me = me();
+    let sluice = Sluice::start(
+        &policy(&[l4_entry("api", origin.port, &[&me])]),
+        &["--allow-loopback-upstream"],
+    );
+    let mut tunnel = Tunnel::open(&sluice, origin.port);
+    assert_eq!(tunnel.echo("x"), "x");
+    // Same entry, same binary: its requests are now judged one by one.
+    reload_to(
+        &sluice,
+        &policy(&[inspected_entry(origin.port, &["/**"], &me)]),
+        2,
+    );
+    assert!(tunnel.closed_within().is_some(), "the raw tunnel is open");
+    revoked_close(
+        &sluice,
+        origin.port,
+        &format!(
+            "entry api now inspects CONNECT 127.0.0.1:{}; the uninspected tunnel is closed",
+            origin.port
+        ),
+    );
+    assert_events_valid(&sluice);
+}
+
+fn start_inspecting(
+    dir: &TempDir,
+    text: &str,
+    origin: &EchoOrigin,
+) -> (Sluice, std::path::PathBuf) {
+    let ca_dir = dir.path().join("ca");
+    let sluice = Sluice::start(
+        text,
+        &[
+            "--allow-loopback-upstream",
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+            "--upstream-ca",
+            origin.cert.to_str().unwrap(),
+        ],
+    );
+    (sluice, ca_dir.join("ca.pem"))
+}
+
+#[test]
+fn an_inspected_keep_alive_tunnel_is_closed_when_revoked_and_kept_when_only_rules_change() {
+    let dir = TempDir::new("revoke-h1");
+    let origin = EchoOrigin::start(dir.path());
+    let port = origin.port();
+    let py = python();
+    let (sluice, ca) = start_inspecting(
+        &dir,
+        &policy(&[inspected_entry(port, &["/a/**", "/b/**"], &py)]),
+        &origin,
+    );
+    let mut held = Holder::start(&sluice, port, "tls", &ca);
+    assert_eq!(held.ask("get /a/1"), "200");
+    assert_eq!(held.ask("get /b/1"), "200");
+
+    // Only the L7 rules change: the tunnel is not closed, and its next requests are judged
+    // by the new rules.
+    reload_to(
+        &sluice,
+        &policy(&[inspected_entry(port, &["/a/**"], &py)]),
+        2,
+    );
+    assert_eq!(held.ask("wait 1"), "OPEN");
+    assert_eq!(held.ask("get /a/2"), "200");
+    assert!(closes_to(&sluice, port).is_empty());
+    assert_eq!(held.ask("get /b/2"), "403");
+
+    // A fresh tunnel, then a policy without the endpoint: it is closed.
+    let mut held = Holder::start(&sluice, port, "tls", &ca);
+    assert_eq!(held.ask("get /a/3"), "200");
+    let without = policy(&[l4_entry("other", 9, &[&py])]);
+    reload_to(&sluice, &without, 3);
+    let started = Instant::now();
+    assert_eq!(held.ask("wait 10"), "CLOSED");
+    assert!(started.elapsed() < PROMPTLY);
+    let close = revoked_close(
+        &sluice,
+        port,
+        &format!("entry api no longer allows CONNECT 127.0.0.1:{port}"),
+    );
+    assert_eq!(close["firewall_rule"]["name"], "api", "{close:#}");
+    let urls: Vec<String> = origin
+        .received()
+        .iter()
+        .map(|r| r["url"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(urls, ["/a/1", "/b/1", "/a/2", "/a/3"]);
+    assert_events_valid(&sluice);
+}
+
+/// An HTTP/2 (and HTTP/1.1) origin whose `/stream` answers one line every 200 ms, forever;
+/// when a stream is closed under it, it appends `closed` to the file named by its third
+/// argument.
+const STREAMING_ORIGIN: &str = r#"
+const http2 = require('http2'); const fs = require('fs');
+const closed = process.argv[3];
+const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
+  (req, res) => {
+    if (req.url.startsWith('/stream')) {
+      res.setHeader('content-type', 'text/plain');
+      let i = 0; const t = setInterval(() => { res.write(`line ${i++}\n`); }, 200);
+      res.on('close', () => { clearInterval(t); fs.appendFileSync(closed, 'closed\n'); });
+      return;
+    }
+    res.setHeader('content-type', 'text/plain'); res.end('ok\n');
+  });
+server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
+"#;
+
+/// An httpx HTTP/2 client streaming `/stream`: prints each line as it arrives, then `END`
+/// and what ended the stream.
+const STREAMER: &str = r#"
+import sys, httpx
+proxy, ca, base = sys.argv[1:4]
+with httpx.Client(proxy=proxy, verify=ca, http1=False, http2=True, timeout=30) as c:
+    try:
+        with c.stream('GET', base + '/stream') as r:
+            print('STATUS', r.status_code, r.http_version, flush=True)
+            for line in r.iter_lines():
+                print(line, flush=True)
+        print('END complete', flush=True)
+    except Exception as e:
+        print('END', type(e).__name__, flush=True)
+"#;
+
+#[test]
+fn an_http2_connection_with_a_streaming_response_is_closed_when_revoked() {
+    let dir = TempDir::new("revoke-h2");
+    let (ca_cert, cert, key) = make_cert(dir.path());
+    let origin = OriginProcess::spawn(
+        Command::new("node")
+            .arg("-e")
+            .arg(STREAMING_ORIGIN)
+            .arg(&cert)
+            .arg(&key)
+            .arg(dir.path().join("closed.txt")),
+        "the streaming origin (node)",
+    );
+    let port = origin.port;
+    let py = python();
+    let ca_dir = dir.path().join("ca");
+    let sluice = Sluice::start(
+        &policy(&[inspected_entry(port, &["/**"], &py)]),
+        &[
+            "--allow-loopback-upstream",
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+            "--upstream-ca",
+            ca_cert.to_str().unwrap(),
+        ],
+    );
+    let mut client = Command::new("python3")
+        .arg("-c")
+        .arg(STREAMER)
+        .arg(sluice.proxy_url())
+        .arg(ca_dir.join("ca.pem"))
+        .arg(format!("https://127.0.0.1:{port}"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let lines = lines_of(client.stdout.take().unwrap());
+    let next = || {
+        lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("no line")
+    };
+    assert_eq!(next(), "STATUS 200 HTTP/2", "{}", sluice.stderr());
+    assert_eq!(next(), "line 0");
+    assert_eq!(next(), "line 1");
+
+    reload_to(&sluice, &policy(&[l4_entry("other", 9, &[&py])]), 2);
+    let started = Instant::now();
+    let end = loop {
+        let line = lines
+            .recv_timeout(PROMPTLY)
+            .expect("the stream did not end after the revocation");
+        if line.starts_with("END") {
+            break line;
+        }
+        assert!(started.elapsed() < PROMPTLY, "still streaming: {line}");
+    };
+    assert_ne!(end, "END complete", "the stream ended as if complete");
+    // The upstream stream ended too: nothing keeps streaming behind the closed connection.
+    let deadline = Instant::now() + PROMPTLY;
+    let closed = || std::fs::read_to_string(dir.path().join("closed.txt")).unwrap_or_default();
+    while closed().is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(closed(), "closed\n", "the upstream stream is still open");
+    revoked_close(
+        &sluice,
+        port,
+        &format!("entry api no longer allows CONNECT 127.0.0.1:{port}"),
+    );
+    let _ = client.kill();
+    let _ = client.wait();
+    assert_events_valid(&sluice);
+}
+
+/// A WebSocket server (Python, raw sockets): answers the handshake with `101`, then echoes
+/// every byte back until the client closes.
+const WS_ECHO: &str = r#"
+import base64, hashlib, socket, threading
+s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(5)
+print(s.getsockname()[1], flush=True)
+def serve(c):
+    data = b''
+    while b'\r\n\r\n' not in data:
+        data += c.recv(4096)
+    head, rest = data.split(b'\r\n\r\n', 1)
+    key = [l.split(b':', 1)[1].strip() for l in head.split(b'\r\n') if l.lower().startswith(b'sec-websocket-key')][0]
+    accept = base64.b64encode(hashlib.sha1(key + b'258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest())
+    c.sendall(b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ' + accept + b'\r\n\r\n' + rest)
+    while True:
+        d = c.recv(4096)
+        if not d:
+            break
+        c.sendall(d)
+    c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+#[test]
+fn a_forwarded_websocket_is_closed_when_revoked() {
+    let server = OriginProcess::spawn(
+        Command::new("python3").args(["-c", WS_ECHO]),
+        "the WebSocket echo (python)",
+    );
+    let port = server.port;
+    let me = me();
+    let entry = format!(
+        "  ws:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, rules: [{{allow: {{method: GET, path: /ws}}}}]}}\n    binaries:\n      - path: {me}\n"
+    );
+    let sluice = Sluice::start(&policy(&[entry]), &["--allow-loopback-upstream"]);
+    let mut s = TcpStream::connect(sluice.addr()).unwrap();
+    s.set_read_timeout(Some(PROMPTLY)).unwrap();
+    write!(
+        s,
+        "GET http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "{head:?}");
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    s.write_all(b"ping").unwrap();
+    let mut back = [0u8; 4];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"ping");
+
+    reload_to(&sluice, &policy(&[l4_entry("other", 9, &[&me])]), 2);
+    assert!(
+        closed_within(&mut s).is_some(),
+        "the WebSocket is still open after its revocation"
+    );
+    let close = revoked_close(
+        &sluice,
+        port,
+        &format!("entry ws no longer allows requests to 127.0.0.1:{port}"),
+    );
+    assert_eq!(close["firewall_rule"]["name"], "ws", "{close:#}");
+    assert_events_valid(&sluice);
+}
