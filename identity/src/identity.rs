@@ -7,9 +7,11 @@
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::IdentityError;
-use crate::procfs::{ProcDir, ProcFs, is_gone, strip_deleted};
+use crate::procfs::{Pinned, ProcDir, ProcFs, SocketLink, is_gone, strip_deleted};
 
 /// Ancestor hops walked at most (the reference's bound).
 pub(crate) const MAX_ANCESTORS: usize = 64;
@@ -42,7 +44,69 @@ pub struct Identity {
     pub start_time: u64,
     /// The client's socket this identity was read from.
     pub socket: ClientSocket,
+    /// The identified process, kept open for the later checks of this connection.
+    pub(crate) holder: Holder,
 }
+
+/// Where a connection's later checks look: the identified process kept open (shared by the
+/// connections of that process) and the descriptor it last held the socket under. Not part
+/// of what an identity *is*: two identities read from one socket compare equal whichever
+/// handle each keeps.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Holder(Option<Arc<HolderState>>);
+
+#[derive(Debug)]
+struct HolderState {
+    pinned: Arc<Pinned>,
+    link: SocketLink,
+    /// The descriptor under which the process last held the socket (`NO_FD` when unknown).
+    fd: AtomicU32,
+}
+
+const NO_FD: u32 = u32::MAX;
+
+impl Holder {
+    pub(crate) fn new(pinned: Arc<Pinned>, inode: u64, fd: Option<u32>) -> Self {
+        Self(Some(Arc::new(HolderState {
+            pinned,
+            link: SocketLink::new(inode),
+            fd: AtomicU32::new(fd.unwrap_or(NO_FD)),
+        })))
+    }
+
+    /// Whether the kept process still holds the socket and runs `exe` (`None` when no process
+    /// is kept). One `readlink` of the descriptor it last held the socket under and one of its
+    /// `exe`; a socket moved to another descriptor of the same process costs a read of its fd
+    /// table, and is then looked for under the new number.
+    pub(crate) fn still_holds(&self, exe: &str, exe_deleted: bool) -> Option<bool> {
+        let state = self.0.as_ref()?;
+        let pinned = &state.pinned;
+        let last = state.fd.load(Ordering::Relaxed);
+        let holds = (last != NO_FD && pinned.fd_is(last, &state.link))
+            || match pinned.holding_fd(&state.link) {
+                Ok(Some(fd)) => {
+                    state.fd.store(fd, Ordering::Relaxed);
+                    true
+                }
+                _ => false,
+            };
+        Some(
+            holds
+                && pinned.exe_raw().is_ok_and(|raw| {
+                    let (now, deleted) = strip_deleted(raw, exists);
+                    now == exe && deleted == exe_deleted
+                }),
+        )
+    }
+}
+
+impl PartialEq for Holder {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Holder {}
 
 /// The client's end of a connection, as the kernel names it. One TCP connection keeps one
 /// socket for its whole life, so later checks of the same connection start from it.
@@ -119,6 +183,7 @@ pub(crate) fn read_identity(
         cmdline_paths,
         start_time: stat.start_time,
         socket,
+        holder: Holder::default(),
     })
 }
 
@@ -273,6 +338,7 @@ mod tests {
                 uid: 0,
                 fd: None,
             },
+            holder: Holder::default(),
         }
     }
 

@@ -12,7 +12,7 @@ use std::cell::OnceCell;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
@@ -281,41 +281,22 @@ impl ProcDir {
         link: &SocketLink,
         entries_read: &mut usize,
     ) -> io::Result<Option<u32>> {
-        let fd_dir = rustix::fs::openat(
-            &self.fd,
-            "fd",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let mut dir = Dir::new(fd_dir)?;
-        let mut buffer = Vec::with_capacity(64);
-        while let Some(entry) = dir.read() {
-            let entry = entry?;
-            let name = entry.file_name();
-            if name.to_bytes().first() == Some(&b'.') {
-                continue;
-            }
-            *entries_read += 1;
-            match rustix::fs::readlinkat(dir.fd()?, name, std::mem::take(&mut buffer)) {
-                Ok(target) => {
-                    if link.matches(target.as_bytes()) {
-                        return Ok(numeric_name(name.to_bytes()));
-                    }
-                    buffer = target.into_bytes();
-                    buffer.clear();
-                }
-                Err(Errno::NOENT) => {}
-                Err(err) => return Err(err.into()),
-            }
-        }
-        Ok(None)
+        holding_fd_in(self.fd.as_fd(), link, entries_read)
     }
 
     /// Whether descriptor `fd` is the socket now (one `readlink`; false when it is closed, is
     /// something else, or cannot be read).
     pub(crate) fn fd_is(&self, fd: u32, link: &SocketLink) -> bool {
-        rustix::fs::readlinkat(&self.fd, format!("fd/{fd}"), Vec::new())
-            .is_ok_and(|target| link.matches(target.as_bytes()))
+        fd_is_in(self.fd.as_fd(), fd, link)
+    }
+
+    /// Keeps this handle for later checks of the same process (see [`Pinned`]).
+    pub(crate) fn pin(self, start_time: u64) -> Pinned {
+        Pinned {
+            pid: self.pid,
+            start_time,
+            fd: self.fd,
+        }
     }
 
     /// `stat`, read once per handle.
@@ -356,10 +337,7 @@ impl ProcDir {
 
     /// The raw `exe` link target (may end in ` (deleted)`).
     pub(crate) fn exe_raw(&self) -> io::Result<String> {
-        let target = rustix::fs::readlinkat(&self.fd, "exe", Vec::new())?;
-        Ok(OsString::from_vec(target.into_bytes())
-            .to_string_lossy()
-            .into_owned())
+        exe_raw_in(self.fd.as_fd())
     }
 
     /// Children of every thread of the process (a child's parent is the thread that forked it),
@@ -419,9 +397,108 @@ impl ProcDir {
 }
 
 impl AsFd for ProcDir {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+// === impl Pinned ===
+
+/// One process's `/proc/<pid>` kept open after a lookup, for the checks of its connections
+/// that follow (one per request). The kernel ties the descriptor to that process: once it
+/// exits, every read through it fails, even when a new process got the same pid, so a read
+/// that succeeds names the process whose start time was recorded here, without reading
+/// `stat` again. `Sync`: the connections of one process share one.
+#[derive(Debug)]
+pub(crate) struct Pinned {
+    pid: u32,
+    start_time: u64,
+    fd: OwnedFd,
+}
+
+impl Pinned {
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The start time read through the handle when it was pinned.
+    pub(crate) fn start_time(&self) -> u64 {
+        self.start_time
+    }
+
+    /// See [`ProcDir::fd_is`].
+    pub(crate) fn fd_is(&self, fd: u32, link: &SocketLink) -> bool {
+        fd_is_in(self.fd.as_fd(), fd, link)
+    }
+
+    /// See [`ProcDir::holding_fd`].
+    pub(crate) fn holding_fd(&self, link: &SocketLink) -> io::Result<Option<u32>> {
+        holding_fd_in(self.fd.as_fd(), link, &mut 0)
+    }
+
+    /// See [`ProcDir::exe_raw`].
+    pub(crate) fn exe_raw(&self) -> io::Result<String> {
+        exe_raw_in(self.fd.as_fd())
+    }
+}
+
+// === reads relative to a `/proc/<pid>` descriptor ===
+
+fn holding_fd_in(
+    pid_dir: BorrowedFd<'_>,
+    link: &SocketLink,
+    entries_read: &mut usize,
+) -> io::Result<Option<u32>> {
+    let fd_dir = rustix::fs::openat(
+        pid_dir,
+        "fd",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut dir = Dir::new(fd_dir)?;
+    let mut buffer = Vec::with_capacity(64);
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_bytes().first() == Some(&b'.') {
+            continue;
+        }
+        *entries_read += 1;
+        match rustix::fs::readlinkat(dir.fd()?, name, std::mem::take(&mut buffer)) {
+            Ok(target) => {
+                if link.matches(target.as_bytes()) {
+                    return Ok(numeric_name(name.to_bytes()));
+                }
+                buffer = target.into_bytes();
+                buffer.clear();
+            }
+            Err(Errno::NOENT) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(None)
+}
+
+fn fd_is_in(pid_dir: BorrowedFd<'_>, fd: u32, link: &SocketLink) -> bool {
+    // `fd/` and up to ten digits, and room for the link's target: no allocation per check.
+    let mut path = [0u8; 16];
+    path[..3].copy_from_slice(b"fd/");
+    let digits = DecInt::new(fd);
+    let digits = digits.as_bytes();
+    let end = 3 + digits.len();
+    path[3..end].copy_from_slice(digits);
+    let Ok(path) = std::ffi::CStr::from_bytes_until_nul(&path[..=end]) else {
+        return false;
+    };
+    rustix::fs::readlinkat(pid_dir, path, Vec::with_capacity(32))
+        .is_ok_and(|target| link.matches(target.as_bytes()))
+}
+
+fn exe_raw_in(pid_dir: BorrowedFd<'_>) -> io::Result<String> {
+    let target = rustix::fs::readlinkat(pid_dir, "exe", Vec::new())?;
+    Ok(OsString::from_vec(target.into_bytes())
+        .to_string_lossy()
+        .into_owned())
 }
 
 /// When a procfs file has been read in full.
