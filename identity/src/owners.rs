@@ -185,7 +185,7 @@ impl<'a> OwnerSearch<'a> {
             let Ok(dir) = self.proc.pid_dir(parent) else {
                 break;
             };
-            let init = dir.is_namespace_init();
+            let init = self.proc.is_namespace_init(&dir);
             ppid = dir.stat().ok().map(|stat| stat.ppid);
             match self.check_dir(dir) {
                 Ok(()) if !init => to_expand.push(parent),

@@ -150,6 +150,8 @@ fn invalid(what: &str) -> io::Error {
 #[derive(Debug)]
 pub(crate) struct ProcFs {
     root: OwnedFd,
+    /// The pid namespace the mount shows (`ns/pid`'s target), when it is the reader's own.
+    pid_ns: Option<Vec<u8>>,
 }
 
 impl ProcFs {
@@ -159,7 +161,23 @@ impl ProcFs {
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        Ok(Self { root })
+        let pid_ns = own_pid_ns_if_the_mounts(&root);
+        Ok(Self { root, pid_ns })
+    }
+
+    /// Whether `dir` is the init of its pid namespace. A process in the mount's own pid
+    /// namespace is one only as pid 1, where every climb stops anyway, so one `readlink` of
+    /// its `ns/pid` answers for most processes; the others are read from `status` (see
+    /// [`parse_status_is_namespace_init`]).
+    pub(crate) fn is_namespace_init(&self, dir: &ProcDir) -> bool {
+        if let Some(own) = &self.pid_ns
+            && dir.pid() > 1
+            && rustix::fs::readlinkat(&dir.fd, "ns/pid", Vec::with_capacity(32))
+                .is_ok_and(|target| target.as_bytes() == own.as_slice())
+        {
+            return false;
+        }
+        dir.is_namespace_init()
     }
 
     /// Opens `/proc/<pid>`; from then on every read names that process or fails.
@@ -241,6 +259,32 @@ impl ProcFs {
         )?;
         Ok(Dir::new(fd)?)
     }
+}
+
+/// The reader's own pid namespace, when it is the one the mount shows: `NSpid` in the
+/// reader's `status` lists its pid in each namespace from the mount's down to its own, so a
+/// single column means they are one. (The mount's init's `ns/pid` may not be readable.)
+fn own_pid_ns_if_the_mounts(root: &OwnedFd) -> Option<Vec<u8>> {
+    let fd = rustix::fs::openat(
+        root,
+        "self/status",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let status = read_limited(fd, SMALL_FILE_LIMIT, Complete::OnShortRead).ok()?;
+    let levels = std::str::from_utf8(&status)
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("NSpid:"))?
+        .split_ascii_whitespace()
+        .count();
+    if levels != 1 {
+        return None;
+    }
+    rustix::fs::readlinkat(root, "self/ns/pid", Vec::new())
+        .ok()
+        .map(|target| target.into_bytes())
 }
 
 fn numeric_name(name: &[u8]) -> Option<u32> {
@@ -682,6 +726,57 @@ mod tests {
             !me.holds(&SocketLink::new(inode + 1_000_000), &mut 0)
                 .unwrap()
         );
+    }
+
+    /// Children of `pid` (one thread), waiting up to 10 s for at least one.
+    fn children_of(proc: &ProcFs, pid: u32) -> Vec<u32> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let children = proc.pid_dir(pid).unwrap().children().unwrap();
+            if !children.is_empty() || std::time::Instant::now() > deadline {
+                return children;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn namespace_inits_are_told_apart_from_their_children_and_from_ours() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let me = proc.pid_dir(std::process::id()).unwrap();
+        assert!(proc.pid_ns.is_some());
+        assert!(!proc.is_namespace_init(&me));
+        if me.real_uid().unwrap() != 0 {
+            assert!(
+                std::env::var("SLUICE_REQUIRE_PRIVILEGED").as_deref() != Ok("1"),
+                "a new PID namespace needs root and SLUICE_REQUIRE_PRIVILEGED=1 is set"
+            );
+            return;
+        }
+        // unshare -> sh (init of a new PID namespace) -> sleep (in it, not its init).
+        let mut unshare = std::process::Command::new("unshare")
+            .args([
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "sh",
+                "-c",
+                "sleep 600 & wait",
+            ])
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let checked = (|| {
+            let init = *children_of(&proc, unshare.id()).first()?;
+            let inner = *children_of(&proc, init).first()?;
+            Some([unshare.id(), init, inner].map(|pid| {
+                proc.pid_dir(pid)
+                    .is_ok_and(|dir| proc.is_namespace_init(&dir))
+            }))
+        })();
+        let _ = unshare.kill();
+        let _ = unshare.wait();
+        assert_eq!(checked, Some([false, true, false]));
     }
 
     #[test]

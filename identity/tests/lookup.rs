@@ -603,12 +603,13 @@ fn a_socket_also_held_by_the_grandparent_that_created_it_is_ambiguous() {
 /// Like [`BORROW`], but the creator closes its copy too, so the listed program (a copy of
 /// python3 at another path, running `LISTED`) is the only holder when identified; on `take`
 /// the listed program sends the socket back to its grandparent over `SCM_RIGHTS` and keeps its
-/// own copy.
+/// own copy. The helper says `ready` once the creator has closed its copy.
 const BORROW_BACK: &str = "import os, socket, sys\n\
     def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
     c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
     mine, theirs = socket.socketpair()\n\
     c.set_inheritable(True); theirs.set_inheritable(True)\n\
+    closed_r, closed_w = os.pipe()\n\
     listed_script = 'import os, socket, sys, time\\n' \\\n\
       'u = socket.socket(fileno=int(sys.argv[2])); u.recv(1)\\n' \\\n\
       'socket.send_fds(u, [b\"x\"], [int(sys.argv[1])]); time.sleep(600)\\n'\n\
@@ -616,10 +617,10 @@ const BORROW_BACK: &str = "import os, socket, sys\n\
     \x20   listed = os.fork()\n\
     \x20   if listed == 0:\n\
     \x20       os.execv(sys.argv[2], [sys.argv[2], '-c', listed_script, str(c.fileno()), str(theirs.fileno())])\n\
-    \x20   c.close(); theirs.close()\n\
+    \x20   c.close(); theirs.close(); os.read(closed_r, 1)\n\
     \x20   say('ready', os.getppid(), os.getpid(), listed)\n\
     \x20   os.waitpid(listed, 0); os._exit(0)\n\
-    c.close(); theirs.close()\n\
+    c.close(); theirs.close(); os.write(closed_w, b'c')\n\
     sys.stdin.readline()\n\
     mine.send(b'g')\n\
     msg, fds, _, _ = socket.recv_fds(mine, 1, 1)\n\
