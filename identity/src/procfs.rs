@@ -9,6 +9,7 @@
 //! (`identity`).
 
 use std::cell::OnceCell;
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
@@ -443,6 +444,29 @@ impl ProcDir {
 impl AsFd for ProcDir {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+// === impl Parents ===
+
+/// Parents opened by one search, by the child they were opened for (pid and start time):
+/// each was opened after that child's `stat` named it as the parent, which is the order the
+/// ancestor walk needs (see `identity::next_ancestor`), so the walk reads them through these
+/// handles instead of opening them again.
+#[derive(Debug, Default)]
+pub(crate) struct Parents(HashMap<(u32, u64), ProcDir>);
+
+impl Parents {
+    pub(crate) fn keep(&mut self, child: u32, child_start_time: u64, parent: ProcDir) {
+        self.0.insert((child, child_start_time), parent);
+    }
+
+    /// The handle opened for the parent of the process `child` names, if it was opened under
+    /// the pid `ppid`.
+    pub(crate) fn of(&self, child: u32, child_start_time: u64, ppid: u32) -> Option<&ProcDir> {
+        self.0
+            .get(&(child, child_start_time))
+            .filter(|parent| parent.pid() == ppid)
     }
 }
 

@@ -118,7 +118,7 @@ impl IdentityResolver {
         let resolved = found
             .owners
             .iter()
-            .map(|owner| read_identity(proc, owner, client))
+            .map(|owner| read_identity(proc, &found.parents, owner, client))
             .collect::<Result<Vec<_>, _>>()?;
         let mut resolved = resolved.into_iter();
         let Some(mut first) = resolved.next() else {
@@ -191,7 +191,7 @@ impl IdentityResolver {
                     && exe == previous.exe
                     && deleted == previous.exe_deleted;
             } else {
-                let other = read_identity(proc, owner, previous.socket)?;
+                let other = read_identity(proc, &found.parents, owner, previous.socket)?;
                 others_agree &= other.same_policy_identity(previous);
             }
         }
