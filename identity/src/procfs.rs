@@ -804,6 +804,20 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_parent_is_used_only_for_its_child_and_the_pid_it_was_opened_under() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let me = std::process::id();
+        let parent = proc.pid_dir(me).unwrap();
+        let mut parents = Parents::default();
+        parents.keep(42, 7, parent);
+        assert_eq!(parents.of(42, 7, me).map(ProcDir::pid), Some(me));
+        // Another incarnation of the child, or a parent pid read since that differs: not it.
+        assert!(parents.of(42, 8, me).is_none());
+        assert!(parents.of(43, 7, me).is_none());
+        assert!(parents.of(42, 7, me + 1).is_none());
+    }
+
+    #[test]
     fn windowed_listing_agrees_with_the_full_listing() {
         let proc = ProcFs::open(Path::new("/proc")).unwrap();
         let me = std::process::id();
