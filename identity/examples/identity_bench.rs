@@ -7,7 +7,8 @@
 //! process per connection (the
 //! descending scan finds it), (c) the naive full `/proc` scan on the same sockets as (b); then
 //! the same (a) and (b) with the idle processes as siblings of the clients (the owner-set
-//! completion reads every sibling's fd table, so this is the worst case for it).
+//! completion reads every sibling's fd table, so this is the worst case for it). Each row gives
+//! wall time and the measuring thread's CPU time (what a loaded machine's scheduler does not add).
 #![allow(clippy::print_stdout)] // the table is the output
 
 use std::error::Error;
@@ -115,7 +116,7 @@ fn parse_options() -> Result<Options> {
 // === scenarios ===
 
 /// Lookups, then `confirm` and `recheck` of the identity each found.
-type Samples = (Vec<Duration>, Vec<Duration>, Vec<Duration>);
+type Samples = (Vec<Sample>, Vec<Sample>, Vec<Sample>);
 
 fn repeat_client(
     resolver: &IdentityResolver,
@@ -159,7 +160,7 @@ fn fresh_clients(
     port: u16,
     count: usize,
     with_full_scan: bool,
-) -> Result<(Vec<Duration>, Vec<Duration>)> {
+) -> Result<(Vec<Sample>, Vec<Sample>)> {
     let mut lookups = Vec::with_capacity(count);
     let mut full_scans = Vec::new();
     for _ in 0..count {
@@ -195,10 +196,27 @@ fn fresh_clients(
     Ok((lookups, full_scans))
 }
 
-fn timed<T>(work: impl FnOnce() -> T) -> (Duration, T) {
-    let start = Instant::now();
+/// One measurement: wall time, and the CPU time of the measuring thread (user and system),
+/// which leaves out the time other processes had the CPU: on a loaded machine the two differ
+/// by whatever the scheduler took away.
+#[derive(Clone, Copy)]
+struct Sample {
+    wall: Duration,
+    cpu: Duration,
+}
+
+fn timed<T>(work: impl FnOnce() -> T) -> (Sample, T) {
+    let cpu = || {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        Duration::new(t.tv_sec.unsigned_abs(), t.tv_nsec.try_into().unwrap_or(0))
+    };
+    let (start, cpu_start) = (Instant::now(), cpu());
     let value = work();
-    (start.elapsed(), value)
+    let sample = Sample {
+        wall: start.elapsed(),
+        cpu: cpu().saturating_sub(cpu_start),
+    };
+    (sample, value)
 }
 
 fn first_line(stdout: Option<ChildStdout>) -> Result<String> {
@@ -316,24 +334,36 @@ fn count_processes() -> usize {
 
 // === report ===
 
-fn print_table(rows: &[(&str, Vec<Duration>)], processes: usize, options: &Options) {
+fn print_table(rows: &[(&str, Vec<Sample>)], processes: usize, options: &Options) {
     println!(
         "sluice-identity lookup latency: {} idle processes ({} processes in /proc), {} repeat connections, {} fresh clients",
         options.idle, processes, options.repeat, options.fresh
     );
+    let wall =
+        |samples: &[Sample]| percentiles(&samples.iter().map(|s| s.wall).collect::<Vec<_>>());
+    let cpu = |samples: &[Sample]| percentiles(&samples.iter().map(|s| s.cpu).collect::<Vec<_>>());
     let full = rows
         .iter()
         .find(|(name, _)| name.starts_with("(c)"))
-        .map(|(_, samples)| percentiles(samples));
+        .map(|(_, samples)| wall(samples));
     println!(
-        "{:<44} {:>6} {:>10} {:>10} {:>10} {:>10} {:>14}",
-        "scenario", "n", "p50 µs", "p90 µs", "p99 µs", "max µs", "p99 vs (c) p99"
+        "{:<44} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>14}",
+        "scenario",
+        "n",
+        "p50 µs",
+        "p90 µs",
+        "p99 µs",
+        "max µs",
+        "CPU p50 µs",
+        "CPU p99 µs",
+        "p99 vs (c) p99"
     );
     for (name, samples) in rows {
-        let [p50, p90, p99, max] = percentiles(samples);
+        let [p50, p90, p99, max] = wall(samples);
+        let [cpu50, _, cpu99, _] = cpu(samples);
         let ratio = full.map_or(String::from("-"), |full| format!("{:.4}", p99 / full[2]));
         println!(
-            "{name:<44} {:>6} {p50:>10.1} {p90:>10.1} {p99:>10.1} {max:>10.1} {ratio:>14}",
+            "{name:<44} {:>6} {p50:>10.1} {p90:>10.1} {p99:>10.1} {max:>10.1} {cpu50:>12.1} {cpu99:>12.1} {ratio:>14}",
             samples.len()
         );
     }

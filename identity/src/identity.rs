@@ -7,9 +7,11 @@
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::IdentityError;
-use crate::procfs::{ProcDir, ProcFs, is_gone, strip_deleted};
+use crate::procfs::{Parents, Pinned, ProcDir, ProcFs, SocketLink, is_gone, strip_deleted};
 
 /// Ancestor hops walked at most (the reference's bound).
 pub(crate) const MAX_ANCESTORS: usize = 64;
@@ -42,7 +44,69 @@ pub struct Identity {
     pub start_time: u64,
     /// The client's socket this identity was read from.
     pub socket: ClientSocket,
+    /// The identified process, kept open for the later checks of this connection.
+    pub(crate) holder: Holder,
 }
+
+/// Where a connection's later checks look: the identified process kept open (shared by the
+/// connections of that process) and the descriptor it last held the socket under. Not part
+/// of what an identity *is*: two identities read from one socket compare equal whichever
+/// handle each keeps.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Holder(Option<Arc<HolderState>>);
+
+#[derive(Debug)]
+struct HolderState {
+    pinned: Arc<Pinned>,
+    link: SocketLink,
+    /// The descriptor under which the process last held the socket (`NO_FD` when unknown).
+    fd: AtomicU32,
+}
+
+const NO_FD: u32 = u32::MAX;
+
+impl Holder {
+    pub(crate) fn new(pinned: Arc<Pinned>, inode: u64, fd: Option<u32>) -> Self {
+        Self(Some(Arc::new(HolderState {
+            pinned,
+            link: SocketLink::new(inode),
+            fd: AtomicU32::new(fd.unwrap_or(NO_FD)),
+        })))
+    }
+
+    /// Whether the kept process still holds the socket and runs `exe` (`None` when no process
+    /// is kept). One `readlink` of the descriptor it last held the socket under and one of its
+    /// `exe`; a socket moved to another descriptor of the same process costs a read of its fd
+    /// table, and is then looked for under the new number.
+    pub(crate) fn still_holds(&self, exe: &str, exe_deleted: bool) -> Option<bool> {
+        let state = self.0.as_ref()?;
+        let pinned = &state.pinned;
+        let last = state.fd.load(Ordering::Relaxed);
+        let holds = (last != NO_FD && pinned.fd_is(last, &state.link))
+            || match pinned.holding_fd(&state.link) {
+                Ok(Some(fd)) => {
+                    state.fd.store(fd, Ordering::Relaxed);
+                    true
+                }
+                _ => false,
+            };
+        Some(
+            holds
+                && pinned.exe_raw().is_ok_and(|raw| {
+                    let (now, deleted) = strip_deleted(raw, exists);
+                    now == exe && deleted == exe_deleted
+                }),
+        )
+    }
+}
+
+impl PartialEq for Holder {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Holder {}
 
 /// The client's end of a connection, as the kernel names it. One TCP connection keeps one
 /// socket for its whole life, so later checks of the same connection start from it.
@@ -98,6 +162,7 @@ impl Identity {
 /// process, so a read that fails because it is gone means it exited.
 pub(crate) fn read_identity(
     proc: &ProcFs,
+    parents: &Parents,
     owner: &ProcDir,
     socket: ClientSocket,
 ) -> Result<Identity, IdentityError> {
@@ -107,7 +172,7 @@ pub(crate) fn read_identity(
     let (exe, exe_deleted) = read_exe(owner)?;
     let uid = owner.real_uid().map_err(failed)?;
     let cmdline = owner.cmdline().map_err(failed)?;
-    let ancestors = read_ancestors(proc, owner)?;
+    let ancestors = read_ancestors(proc, parents, owner)?;
     let cmdline_paths = cmdline_paths(&exe, &cmdline, &ancestors);
     Ok(Identity {
         pid,
@@ -119,6 +184,7 @@ pub(crate) fn read_identity(
         cmdline_paths,
         start_time: stat.start_time,
         socket,
+        holder: Holder::default(),
     })
 }
 
@@ -143,12 +209,16 @@ fn exists(path: &str) -> bool {
     Path::new(path).symlink_metadata().is_ok()
 }
 
-fn read_ancestors(proc: &ProcFs, owner: &ProcDir) -> Result<Vec<Ancestor>, IdentityError> {
+fn read_ancestors(
+    proc: &ProcFs,
+    parents: &Parents,
+    owner: &ProcDir,
+) -> Result<Vec<Ancestor>, IdentityError> {
     let mut ancestors = Vec::new();
-    let mut child_dir: Option<ProcDir> = None;
+    let mut child_dir: Option<Hop<'_>> = None;
     while ancestors.len() < MAX_ANCESTORS {
-        let child = child_dir.as_ref().unwrap_or(owner);
-        let Some((dir, ancestor)) = next_ancestor(proc, child)? else {
+        let child = child_dir.as_ref().map_or(owner, Hop::dir);
+        let Some((dir, ancestor)) = next_ancestor(proc, parents, child)? else {
             break;
         };
         let reached_init = ancestor.pid == 1;
@@ -161,6 +231,21 @@ fn read_ancestors(proc: &ProcFs, owner: &ProcDir) -> Result<Vec<Ancestor>, Ident
     Ok(ancestors)
 }
 
+/// A parent's handle on the ancestor walk: kept from the search, or opened by the walk.
+enum Hop<'a> {
+    Kept(&'a ProcDir),
+    Opened(ProcDir),
+}
+
+impl Hop<'_> {
+    fn dir(&self) -> &ProcDir {
+        match self {
+            Hop::Kept(dir) => dir,
+            Hop::Opened(dir) => dir,
+        }
+    }
+}
+
 /// Reads `child`'s parent (`None` when it has none in this pid namespace).
 ///
 /// The parent pid was read from the child's `stat`; the process opened under that pid
@@ -171,10 +256,15 @@ fn read_ancestors(proc: &ProcFs, owner: &ProcDir) -> Result<Vec<Ancestor>, Ident
 /// is unchanged, the opened process is the parent, because a pid is freed only after the
 /// exiting process's children were reparented. A parent that exits during the reads leaves the
 /// child with another parent, and the hop is read again from there.
-fn next_ancestor(
+///
+/// The search's handle on the parent is used when it was opened for this child (same pid and
+/// start time) under the pid read here: it was opened after a read of this child's `stat`
+/// named that parent, as a handle opened now would be.
+fn next_ancestor<'a>(
     proc: &ProcFs,
+    parents: &'a Parents,
     child: &ProcDir,
-) -> Result<Option<(ProcDir, Ancestor)>, IdentityError> {
+) -> Result<Option<(Hop<'a>, Ancestor)>, IdentityError> {
     let child_gone = |_| IdentityError::ProcessExited { pid: child.pid() };
     let child_stat = child.stat().map_err(child_gone)?;
     let mut ppid = child_stat.ppid;
@@ -182,8 +272,13 @@ fn next_ancestor(
         if ppid == 0 {
             return Ok(None);
         }
-        let dir = match proc.pid_dir(ppid) {
-            Ok(dir) => dir,
+        let kept = parents.of(child.pid(), child_stat.start_time, ppid);
+        let opened = match kept {
+            Some(dir) => Ok(Hop::Kept(dir)),
+            None => proc.pid_dir(ppid).map(Hop::Opened),
+        };
+        let hop = match opened {
+            Ok(hop) => hop,
             // The parent exited after the first read: the child is being reparented.
             Err(source) if is_gone(&source) => {
                 ppid = child.stat_fresh().map_err(child_gone)?.ppid;
@@ -191,6 +286,7 @@ fn next_ancestor(
             }
             Err(source) => return Err(IdentityError::ProcUnreadable { pid: ppid, source }),
         };
+        let dir = hop.dir();
         let Ok(stat) = dir.stat() else {
             ppid = child.stat_fresh().map_err(child_gone)?.ppid;
             continue;
@@ -212,7 +308,7 @@ fn next_ancestor(
         }
         let (exe, cmdline) = (exe.unwrap_or_default(), cmdline.unwrap_or_default());
         return Ok(Some((
-            dir,
+            hop,
             Ancestor {
                 pid: ppid,
                 exe,
@@ -273,6 +369,7 @@ mod tests {
                 uid: 0,
                 fd: None,
             },
+            holder: Holder::default(),
         }
     }
 

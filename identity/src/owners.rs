@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-use crate::procfs::{ProcDir, ProcFs, SocketLink};
+use crate::procfs::{Parents, ProcDir, ProcFs, SocketLink};
 use crate::recent::RecentPid;
 
 /// Newest children of each recent client checked before the scan (the scan covers the rest).
@@ -41,6 +41,8 @@ pub(crate) struct Found {
     /// The descriptor number under which each owner holds the socket (by pid).
     pub(crate) fds: BTreeMap<u32, u32>,
     pub(crate) stale: Vec<RecentPid>,
+    /// The ancestors the climb opened that do not hold the socket, for reading identities.
+    pub(crate) parents: Parents,
 }
 
 /// One search for the holders of one socket.
@@ -55,6 +57,7 @@ pub(crate) struct OwnerSearch<'a> {
     fds_read: usize,
     /// Whether the children of ancestors that do not hold the socket are read.
     siblings: bool,
+    parents: Parents,
 }
 
 impl<'a> OwnerSearch<'a> {
@@ -70,6 +73,7 @@ impl<'a> OwnerSearch<'a> {
             fds: BTreeMap::new(),
             fds_read: 0,
             siblings: true,
+            parents: Parents::default(),
         }
     }
 
@@ -96,6 +100,7 @@ impl<'a> OwnerSearch<'a> {
             owners: self.owners.into_values().collect(),
             fds: self.fds,
             stale,
+            parents: self.parents,
         }
     }
 
@@ -173,11 +178,10 @@ impl<'a> OwnerSearch<'a> {
         // children of each one that does not are read (it may have forked others with the
         // socket, then closed its own copy). Init's children are every orphan on the host (or
         // in its pid namespace): the climb stops there.
-        let mut ppid = self
-            .owners
-            .get(&first)
-            .and_then(|dir| dir.stat().ok())
-            .map(|stat| stat.ppid);
+        let first_stat = self.owners.get(&first).and_then(|dir| dir.stat().ok());
+        let mut ppid = first_stat.map(|stat| stat.ppid);
+        // The process whose parent is opened next: (pid, start time).
+        let mut child = first_stat.map(|stat| (first, stat.start_time));
         for _ in 0..MAX_CLIMB {
             let Some(parent) = ppid.filter(|parent| *parent > 1) else {
                 break;
@@ -185,22 +189,30 @@ impl<'a> OwnerSearch<'a> {
             let Ok(dir) = self.proc.pid_dir(parent) else {
                 break;
             };
-            let init = dir.is_namespace_init();
-            ppid = dir.stat().ok().map(|stat| stat.ppid);
+            let init = self.proc.is_namespace_init(&dir);
+            let stat = dir.stat().ok();
+            ppid = stat.map(|stat| stat.ppid);
+            let opened_for = std::mem::replace(&mut child, stat.map(|s| (parent, s.start_time)));
             match self.check_dir(dir) {
                 Ok(()) if !init => to_expand.push(parent),
                 Ok(()) => {}
-                Err(dir) if !init && self.siblings => match dir.children() {
-                    Ok(children) => {
-                        for child in children.into_iter().rev() {
-                            if self.check(child) {
-                                to_expand.push(child);
+                Err(dir) => {
+                    if !init && self.siblings {
+                        match dir.children() {
+                            Ok(children) => {
+                                for child in children.into_iter().rev() {
+                                    if self.check(child) {
+                                        to_expand.push(child);
+                                    }
+                                }
                             }
+                            Err(_) => children_unreadable = true,
                         }
                     }
-                    Err(_) => children_unreadable = true,
-                },
-                Err(_) => {}
+                    if let Some((pid, start_time)) = opened_for {
+                        self.parents.keep(pid, start_time, dir);
+                    }
+                }
             }
             if init {
                 break;

@@ -9,10 +9,11 @@
 //! (`identity`).
 
 use std::cell::OnceCell;
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
@@ -150,6 +151,8 @@ fn invalid(what: &str) -> io::Error {
 #[derive(Debug)]
 pub(crate) struct ProcFs {
     root: OwnedFd,
+    /// The pid namespace the mount shows (`ns/pid`'s target), when it is the reader's own.
+    pid_ns: Option<Vec<u8>>,
 }
 
 impl ProcFs {
@@ -159,7 +162,23 @@ impl ProcFs {
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        Ok(Self { root })
+        let pid_ns = own_pid_ns_if_the_mounts(&root);
+        Ok(Self { root, pid_ns })
+    }
+
+    /// Whether `dir` is the init of its pid namespace. A process in the mount's own pid
+    /// namespace is one only as pid 1, where every climb stops anyway, so one `readlink` of
+    /// its `ns/pid` answers for most processes; the others are read from `status` (see
+    /// [`parse_status_is_namespace_init`]).
+    pub(crate) fn is_namespace_init(&self, dir: &ProcDir) -> bool {
+        if let Some(own) = &self.pid_ns
+            && dir.pid() > 1
+            && rustix::fs::readlinkat(&dir.fd, "ns/pid", Vec::with_capacity(32))
+                .is_ok_and(|target| target.as_bytes() == own.as_slice())
+        {
+            return false;
+        }
+        dir.is_namespace_init()
     }
 
     /// Opens `/proc/<pid>`; from then on every read names that process or fails.
@@ -243,6 +262,32 @@ impl ProcFs {
     }
 }
 
+/// The reader's own pid namespace, when it is the one the mount shows: `NSpid` in the
+/// reader's `status` lists its pid in each namespace from the mount's down to its own, so a
+/// single column means they are one. (The mount's init's `ns/pid` may not be readable.)
+fn own_pid_ns_if_the_mounts(root: &OwnedFd) -> Option<Vec<u8>> {
+    let fd = rustix::fs::openat(
+        root,
+        "self/status",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let status = read_limited(fd, SMALL_FILE_LIMIT, Complete::OnShortRead).ok()?;
+    let levels = std::str::from_utf8(&status)
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("NSpid:"))?
+        .split_ascii_whitespace()
+        .count();
+    if levels != 1 {
+        return None;
+    }
+    rustix::fs::readlinkat(root, "self/ns/pid", Vec::new())
+        .ok()
+        .map(|target| target.into_bytes())
+}
+
 fn numeric_name(name: &[u8]) -> Option<u32> {
     if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
         return None;
@@ -281,41 +326,22 @@ impl ProcDir {
         link: &SocketLink,
         entries_read: &mut usize,
     ) -> io::Result<Option<u32>> {
-        let fd_dir = rustix::fs::openat(
-            &self.fd,
-            "fd",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let mut dir = Dir::new(fd_dir)?;
-        let mut buffer = Vec::with_capacity(64);
-        while let Some(entry) = dir.read() {
-            let entry = entry?;
-            let name = entry.file_name();
-            if name.to_bytes().first() == Some(&b'.') {
-                continue;
-            }
-            *entries_read += 1;
-            match rustix::fs::readlinkat(dir.fd()?, name, std::mem::take(&mut buffer)) {
-                Ok(target) => {
-                    if link.matches(target.as_bytes()) {
-                        return Ok(numeric_name(name.to_bytes()));
-                    }
-                    buffer = target.into_bytes();
-                    buffer.clear();
-                }
-                Err(Errno::NOENT) => {}
-                Err(err) => return Err(err.into()),
-            }
-        }
-        Ok(None)
+        holding_fd_in(self.fd.as_fd(), link, entries_read)
     }
 
     /// Whether descriptor `fd` is the socket now (one `readlink`; false when it is closed, is
     /// something else, or cannot be read).
     pub(crate) fn fd_is(&self, fd: u32, link: &SocketLink) -> bool {
-        rustix::fs::readlinkat(&self.fd, format!("fd/{fd}"), Vec::new())
-            .is_ok_and(|target| link.matches(target.as_bytes()))
+        fd_is_in(self.fd.as_fd(), fd, link)
+    }
+
+    /// Keeps this handle for later checks of the same process (see [`Pinned`]).
+    pub(crate) fn pin(self, start_time: u64) -> Pinned {
+        Pinned {
+            pid: self.pid,
+            start_time,
+            fd: self.fd,
+        }
     }
 
     /// `stat`, read once per handle.
@@ -356,10 +382,7 @@ impl ProcDir {
 
     /// The raw `exe` link target (may end in ` (deleted)`).
     pub(crate) fn exe_raw(&self) -> io::Result<String> {
-        let target = rustix::fs::readlinkat(&self.fd, "exe", Vec::new())?;
-        Ok(OsString::from_vec(target.into_bytes())
-            .to_string_lossy()
-            .into_owned())
+        exe_raw_in(self.fd.as_fd())
     }
 
     /// Children of every thread of the process (a child's parent is the thread that forked it),
@@ -419,9 +442,131 @@ impl ProcDir {
 }
 
 impl AsFd for ProcDir {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+// === impl Parents ===
+
+/// Parents opened by one search, by the child they were opened for (pid and start time):
+/// each was opened after that child's `stat` named it as the parent, which is the order the
+/// ancestor walk needs (see `identity::next_ancestor`), so the walk reads them through these
+/// handles instead of opening them again.
+#[derive(Debug, Default)]
+pub(crate) struct Parents(HashMap<(u32, u64), ProcDir>);
+
+impl Parents {
+    pub(crate) fn keep(&mut self, child: u32, child_start_time: u64, parent: ProcDir) {
+        self.0.insert((child, child_start_time), parent);
+    }
+
+    /// The handle opened for the parent of the process `child` names, if it was opened under
+    /// the pid `ppid`.
+    pub(crate) fn of(&self, child: u32, child_start_time: u64, ppid: u32) -> Option<&ProcDir> {
+        self.0
+            .get(&(child, child_start_time))
+            .filter(|parent| parent.pid() == ppid)
+    }
+}
+
+// === impl Pinned ===
+
+/// One process's `/proc/<pid>` kept open after a lookup, for the checks of its connections
+/// that follow (one per request). The kernel ties the descriptor to that process: once it
+/// exits, every read through it fails, even when a new process got the same pid, so a read
+/// that succeeds names the process whose start time was recorded here, without reading
+/// `stat` again. `Sync`: the connections of one process share one.
+#[derive(Debug)]
+pub(crate) struct Pinned {
+    pid: u32,
+    start_time: u64,
+    fd: OwnedFd,
+}
+
+impl Pinned {
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The start time read through the handle when it was pinned.
+    pub(crate) fn start_time(&self) -> u64 {
+        self.start_time
+    }
+
+    /// See [`ProcDir::fd_is`].
+    pub(crate) fn fd_is(&self, fd: u32, link: &SocketLink) -> bool {
+        fd_is_in(self.fd.as_fd(), fd, link)
+    }
+
+    /// See [`ProcDir::holding_fd`].
+    pub(crate) fn holding_fd(&self, link: &SocketLink) -> io::Result<Option<u32>> {
+        holding_fd_in(self.fd.as_fd(), link, &mut 0)
+    }
+
+    /// See [`ProcDir::exe_raw`].
+    pub(crate) fn exe_raw(&self) -> io::Result<String> {
+        exe_raw_in(self.fd.as_fd())
+    }
+}
+
+// === reads relative to a `/proc/<pid>` descriptor ===
+
+fn holding_fd_in(
+    pid_dir: BorrowedFd<'_>,
+    link: &SocketLink,
+    entries_read: &mut usize,
+) -> io::Result<Option<u32>> {
+    let fd_dir = rustix::fs::openat(
+        pid_dir,
+        "fd",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut dir = Dir::new(fd_dir)?;
+    let mut buffer = Vec::with_capacity(64);
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_bytes().first() == Some(&b'.') {
+            continue;
+        }
+        *entries_read += 1;
+        match rustix::fs::readlinkat(dir.fd()?, name, std::mem::take(&mut buffer)) {
+            Ok(target) => {
+                if link.matches(target.as_bytes()) {
+                    return Ok(numeric_name(name.to_bytes()));
+                }
+                buffer = target.into_bytes();
+                buffer.clear();
+            }
+            Err(Errno::NOENT) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(None)
+}
+
+fn fd_is_in(pid_dir: BorrowedFd<'_>, fd: u32, link: &SocketLink) -> bool {
+    // `fd/` and up to ten digits, and room for the link's target: no allocation per check.
+    let mut path = [0u8; 16];
+    path[..3].copy_from_slice(b"fd/");
+    let digits = DecInt::new(fd);
+    let digits = digits.as_bytes();
+    let end = 3 + digits.len();
+    path[3..end].copy_from_slice(digits);
+    let Ok(path) = std::ffi::CStr::from_bytes_until_nul(&path[..=end]) else {
+        return false;
+    };
+    rustix::fs::readlinkat(pid_dir, path, Vec::with_capacity(32))
+        .is_ok_and(|target| link.matches(target.as_bytes()))
+}
+
+fn exe_raw_in(pid_dir: BorrowedFd<'_>) -> io::Result<String> {
+    let target = rustix::fs::readlinkat(pid_dir, "exe", Vec::new())?;
+    Ok(OsString::from_vec(target.into_bytes())
+        .to_string_lossy()
+        .into_owned())
 }
 
 /// When a procfs file has been read in full.
@@ -605,6 +750,71 @@ mod tests {
             !me.holds(&SocketLink::new(inode + 1_000_000), &mut 0)
                 .unwrap()
         );
+    }
+
+    /// Children of `pid` (one thread), waiting up to 10 s for at least one.
+    fn children_of(proc: &ProcFs, pid: u32) -> Vec<u32> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let children = proc.pid_dir(pid).unwrap().children().unwrap();
+            if !children.is_empty() || std::time::Instant::now() > deadline {
+                return children;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn namespace_inits_are_told_apart_from_their_children_and_from_ours() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let me = proc.pid_dir(std::process::id()).unwrap();
+        assert!(proc.pid_ns.is_some());
+        assert!(!proc.is_namespace_init(&me));
+        if me.real_uid().unwrap() != 0 {
+            assert!(
+                std::env::var("SLUICE_REQUIRE_PRIVILEGED").as_deref() != Ok("1"),
+                "a new PID namespace needs root and SLUICE_REQUIRE_PRIVILEGED=1 is set"
+            );
+            return;
+        }
+        // unshare -> sh (init of a new PID namespace) -> sleep (in it, not its init).
+        let mut unshare = std::process::Command::new("unshare")
+            .args([
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "sh",
+                "-c",
+                "sleep 600 & wait",
+            ])
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let checked = (|| {
+            let init = *children_of(&proc, unshare.id()).first()?;
+            let inner = *children_of(&proc, init).first()?;
+            Some([unshare.id(), init, inner].map(|pid| {
+                proc.pid_dir(pid)
+                    .is_ok_and(|dir| proc.is_namespace_init(&dir))
+            }))
+        })();
+        let _ = unshare.kill();
+        let _ = unshare.wait();
+        assert_eq!(checked, Some([false, true, false]));
+    }
+
+    #[test]
+    fn a_kept_parent_is_used_only_for_its_child_and_the_pid_it_was_opened_under() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let me = std::process::id();
+        let parent = proc.pid_dir(me).unwrap();
+        let mut parents = Parents::default();
+        parents.keep(42, 7, parent);
+        assert_eq!(parents.of(42, 7, me).map(ProcDir::pid), Some(me));
+        // Another incarnation of the child, or a parent pid read since that differs: not it.
+        assert!(parents.of(42, 8, me).is_none());
+        assert!(parents.of(43, 7, me).is_none());
+        assert!(parents.of(42, 7, me + 1).is_none());
     }
 
     #[test]

@@ -1,22 +1,24 @@
 //! The lookup itself: socket → inode → owners → one identity, and the caches it keeps.
 //!
-//! Caches are only *where to look*: diag sockets per network namespace and the recent client
-//! pids. Identities are never cached.
+//! Caches are only *where to look*: diag sockets per network namespace, the recent client
+//! pids, and the identified processes' `/proc/<pid>` handles (one per process, shared by its
+//! connections, closed with the last identity read from it). Identities are never cached.
 //!
 //! A connection is identified once with [`IdentityResolver::lookup`] and then re-checked with
 //! [`IdentityResolver::confirm`] (when its request arrives, per inspected request, and
 //! periodically for long-lived tunnels): a socket can move between processes (`SCM_RIGHTS`,
 //! `pidfd_getfd`) after any one look, so one look proves only who held it at that moment.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use crate::error::IdentityError;
-use crate::identity::{ClientSocket, Identity, read_exe, read_identity};
+use crate::identity::{ClientSocket, Holder, Identity, read_exe, read_identity};
 use crate::netns::Namespaces;
 use crate::owners::OwnerSearch;
-use crate::procfs::{ProcFs, SocketLink};
+use crate::procfs::{Pinned, ProcDir, ProcFs, SocketLink};
 use crate::recent::{RecentPid, RecentPids};
 
 /// How the resolver finds processes and sockets.
@@ -50,6 +52,8 @@ pub struct IdentityResolver {
     proc: OnceLock<ProcFs>,
     namespaces: Namespaces,
     recent: Mutex<RecentPids>,
+    /// Identified processes kept open for their connections' later checks.
+    pins: Mutex<Pins>,
     own_pid: u32,
 }
 
@@ -66,6 +70,10 @@ impl IdentityResolver {
             proc: OnceLock::new(),
             namespaces,
             recent: Mutex::new(RecentPids::new(config.recent_capacity)),
+            pins: Mutex::new(Pins {
+                by_pid: HashMap::new(),
+                sweep_at: PINS_SWEEP_MIN,
+            }),
             own_pid: std::process::id(),
         }
     }
@@ -111,7 +119,7 @@ impl IdentityResolver {
         let resolved = found
             .owners
             .iter()
-            .map(|owner| read_identity(proc, owner, client))
+            .map(|owner| read_identity(proc, &found.parents, owner, client))
             .collect::<Result<Vec<_>, _>>()?;
         let mut resolved = resolved.into_iter();
         let Some(mut first) = resolved.next() else {
@@ -128,6 +136,10 @@ impl IdentityResolver {
             });
         }
         first.socket.fd = found.fds.get(&first.pid).copied();
+        if let Some(owner) = found.owners.into_iter().next() {
+            let pinned = self.pin(owner, first.start_time);
+            first.holder = Holder::new(pinned, socket.inode, first.socket.fd);
+        }
         lock(&self.recent).touch(RecentPid {
             pid: first.pid,
             start_time: first.start_time,
@@ -180,7 +192,7 @@ impl IdentityResolver {
                     && exe == previous.exe
                     && deleted == previous.exe_deleted;
             } else {
-                let other = read_identity(proc, owner, previous.socket)?;
+                let other = read_identity(proc, &found.parents, owner, previous.socket)?;
                 others_agree &= other.same_policy_identity(previous);
             }
         }
@@ -205,6 +217,24 @@ impl IdentityResolver {
 }
 
 impl IdentityResolver {
+    /// The kept handle of the process `owner` names: the one its earlier connections keep, if
+    /// any still does, else `owner` itself.
+    fn pin(&self, owner: ProcDir, start_time: u64) -> Arc<Pinned> {
+        let mut pins = lock(&self.pins);
+        if let Some(kept) = pins.by_pid.get(&owner.pid()).and_then(Weak::upgrade)
+            && kept.start_time() == start_time
+        {
+            return kept;
+        }
+        let pinned = Arc::new(owner.pin(start_time));
+        if pins.by_pid.len() >= pins.sweep_at {
+            pins.by_pid.retain(|_, kept| kept.strong_count() > 0);
+            pins.sweep_at = (pins.by_pid.len() * 2).max(PINS_SWEEP_MIN);
+        }
+        pins.by_pid.insert(pinned.pid(), Arc::downgrade(&pinned));
+        pinned
+    }
+
     fn procfs(&self) -> Result<&ProcFs, IdentityError> {
         if let Some(proc) = self.proc.get() {
             return Ok(proc);
@@ -221,6 +251,12 @@ impl IdentityResolver {
 /// any other) and runs the same executable. The handle pins the process: a pid reused since
 /// is another `/proc` entry, and its start time differs too.
 fn still_held(proc: &ProcFs, previous: &Identity) -> bool {
+    if let Some(held) = previous
+        .holder
+        .still_holds(&previous.exe, previous.exe_deleted)
+    {
+        return held;
+    }
     let Ok(dir) = proc.pid_dir(previous.pid) else {
         return false;
     };
@@ -233,9 +269,20 @@ fn still_held(proc: &ProcFs, previous: &Identity) -> bool {
             .is_ok_and(|(exe, deleted)| exe == previous.exe && deleted == previous.exe_deleted)
 }
 
-/// The recent list stays consistent under a panicking holder (each critical section is one
-/// `VecDeque` operation), so a poisoned lock is used as is.
-fn lock(mutex: &Mutex<RecentPids>) -> MutexGuard<'_, RecentPids> {
+/// The kept process handles, by pid; an entry whose connections all ended is swept when the
+/// map has doubled since the last sweep.
+#[derive(Debug)]
+struct Pins {
+    by_pid: HashMap<u32, Weak<Pinned>>,
+    sweep_at: usize,
+}
+
+/// The size below which the kept handles are not swept.
+const PINS_SWEEP_MIN: usize = 64;
+
+/// Both locked structures stay consistent under a panicking holder (each critical section is
+/// one collection operation, or a sweep of dead entries), so a poisoned lock is used as is.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

@@ -603,12 +603,13 @@ fn a_socket_also_held_by_the_grandparent_that_created_it_is_ambiguous() {
 /// Like [`BORROW`], but the creator closes its copy too, so the listed program (a copy of
 /// python3 at another path, running `LISTED`) is the only holder when identified; on `take`
 /// the listed program sends the socket back to its grandparent over `SCM_RIGHTS` and keeps its
-/// own copy.
+/// own copy. The helper says `ready` once the creator has closed its copy.
 const BORROW_BACK: &str = "import os, socket, sys\n\
     def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
     c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
     mine, theirs = socket.socketpair()\n\
     c.set_inheritable(True); theirs.set_inheritable(True)\n\
+    closed_r, closed_w = os.pipe()\n\
     listed_script = 'import os, socket, sys, time\\n' \\\n\
       'u = socket.socket(fileno=int(sys.argv[2])); u.recv(1)\\n' \\\n\
       'socket.send_fds(u, [b\"x\"], [int(sys.argv[1])]); time.sleep(600)\\n'\n\
@@ -616,10 +617,10 @@ const BORROW_BACK: &str = "import os, socket, sys\n\
     \x20   listed = os.fork()\n\
     \x20   if listed == 0:\n\
     \x20       os.execv(sys.argv[2], [sys.argv[2], '-c', listed_script, str(c.fileno()), str(theirs.fileno())])\n\
-    \x20   c.close(); theirs.close()\n\
+    \x20   c.close(); theirs.close(); os.read(closed_r, 1)\n\
     \x20   say('ready', os.getppid(), os.getpid(), listed)\n\
     \x20   os.waitpid(listed, 0); os._exit(0)\n\
-    c.close(); theirs.close()\n\
+    c.close(); theirs.close(); os.write(closed_w, b'c')\n\
     sys.stdin.readline()\n\
     mine.send(b'g')\n\
     msg, fds, _, _ = socket.recv_fds(mine, 1, 1)\n\
@@ -840,4 +841,88 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Connects, says `ready <fd>`, then on each `move N` line moves the socket to descriptor `N`
+/// (closing the one it had, and putting another socket at the old number) and says `moved N`;
+/// a line `exit` ends it.
+const MOVER: &str = "import os, socket, sys\n\
+    def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
+    c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+    fd = c.detach(); other = socket.socket()\n\
+    say('ready', fd)\n\
+    for line in sys.stdin:\n\
+    \x20   words = line.split()\n\
+    \x20   if words[0] == 'exit': os._exit(0)\n\
+    \x20   new = int(words[1]); os.dup2(fd, new); os.dup2(other.fileno(), fd); fd = new\n\
+    \x20   say('moved', fd)\n";
+
+#[test]
+fn a_socket_moved_to_another_descriptor_of_the_same_process_is_still_confirmed() {
+    let (listener, _) = listener("127.0.0.1:0");
+    let mut client = Client::python(MOVER, listener.local_addr().unwrap().port());
+    let (_stream, peer, local) = accept(&listener);
+    let ready = client.line();
+    assert_eq!(ready[0], "ready");
+    let resolver = resolver();
+    let before = resolver.lookup(peer, local).unwrap();
+    assert_eq!(before.pid, client.pid());
+    assert_eq!(before.socket.fd, Some(ready[1].parse().unwrap()));
+    resolver.confirm(&before).unwrap();
+
+    // The descriptor the lookup saw now holds another socket; the caller's is at 77, then 90.
+    for fd in ["77", "90"] {
+        client.send_line(&format!("move {fd}"));
+        assert_eq!(client.line(), ["moved", fd]);
+        resolver.confirm(&before).unwrap();
+        resolver.confirm(&before).unwrap();
+        resolver.recheck(&before).unwrap();
+    }
+
+    client.send_line("exit");
+    let _ = client.child.wait();
+    let err = resolver.confirm(&before).unwrap_err();
+    assert!(
+        matches!(&err, IdentityError::HolderChanged { pid, now, .. }
+            if *pid == client.pid() && now.is_empty()),
+        "{err:?}"
+    );
+}
+
+/// How many descriptors of this process are `/proc/<pid>` of `pid`.
+fn handles_on(pid: u32) -> usize {
+    let want = PathBuf::from(format!("/proc/{pid}"));
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| std::fs::read_link(entry.path()).is_ok_and(|target| target == want))
+        .count()
+}
+
+/// Opens two connections, says `ready`, waits for stdin to close.
+const TWO_CONNECTIONS: &str = "import socket, sys\n\
+    a = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+    b = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+    print('ready', flush=True)\n\
+    sys.stdin.read()\n";
+
+#[test]
+fn the_connections_of_one_process_keep_one_handle_on_it_while_they_last() {
+    let (listener, _) = listener("127.0.0.1:0");
+    let mut client = Client::python(TWO_CONNECTIONS, listener.local_addr().unwrap().port());
+    let (_a, peer_a, local_a) = accept(&listener);
+    let (_b, peer_b, local_b) = accept(&listener);
+    assert_eq!(client.line(), ["ready"]);
+    let resolver = resolver();
+    let a = resolver.lookup(peer_a, local_a).unwrap();
+    let b = resolver.lookup(peer_b, local_b).unwrap();
+    assert_ne!(a.socket.inode, b.socket.inode);
+    assert_eq!((a.pid, b.pid), (client.pid(), client.pid()));
+    assert_eq!(handles_on(client.pid()), 1);
+    resolver.confirm(&a).unwrap();
+    resolver.confirm(&b).unwrap();
+    drop(a);
+    assert_eq!(handles_on(client.pid()), 1);
+    drop(b);
+    assert_eq!(handles_on(client.pid()), 0);
 }
