@@ -111,6 +111,9 @@ def helper(channel_fd, proxy_port):
                 answer = read_response(sock)
             socket.send_fds(channel, [answer.encode()], [sock.fileno()])
             sock.close()
+        elif op == b"sync":
+            # Everything asked before is done (a handed-over socket's copy here is closed).
+            channel.send(b"synced")
         elif op == b"exit":
             return
 
@@ -139,6 +142,11 @@ class Helper:
     def request(self, op, payload):
         self.channel.send(op + b" " + payload)
         msg, fds, _, _ = socket.recv_fds(self.channel, 65536, 1)
+        # The helper closes its copy right after handing it over; wait for that, so that the
+        # attacker alone holds the socket when it uses it (the attack under test: with both
+        # holding it, the listed helper could as well send the request itself).
+        self.channel.send(b"sync")
+        self.channel.recv(16)
         return msg.decode(errors="replace"), socket.socket(fileno=fds[0])
 
     def close(self):
