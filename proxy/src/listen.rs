@@ -33,9 +33,29 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
+/// Which entry a listener's connections take.
+#[derive(Clone, Debug)]
+pub enum Entry {
+    /// The explicit proxy (`--listen`): CONNECT and absolute-form requests.
+    Explicit,
+    /// The transparent listener (`--transparent-listen`): connections the fence redirected.
+    Transparent(Arc<crate::transparent::listener::Context>),
+}
+
 /// Accepts connections until the process ends.
 pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     let slots = Arc::new(Semaphore::new(shared.limits.max_connections));
+    accept_entry(listener, shared, slots, Entry::Explicit).await;
+}
+
+/// Accepts connections for `entry` until the process ends; `slots` is the connection limit,
+/// shared by every listener given the same one.
+pub async fn accept_entry(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    slots: Arc<Semaphore>,
+    entry: Entry,
+) {
     let mut backoff = Duration::from_millis(10);
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -61,11 +81,22 @@ pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         match Arc::clone(&slots).try_acquire_owned() {
             Ok(permit) => {
                 let shared = Arc::clone(&shared);
+                let entry = entry.clone();
                 tokio::spawn(async move {
-                    pipeline::serve(shared, stream, peer, local).await;
+                    match entry {
+                        Entry::Explicit => pipeline::serve(shared, stream, peer, local).await,
+                        Entry::Transparent(context) => {
+                            crate::transparent::listener::serve(
+                                shared, context, stream, peer, local,
+                            )
+                            .await;
+                        }
+                    }
                     drop(permit);
                 });
             }
+            // A redirected client believes it talks to the origin: it is closed unanswered.
+            Err(_) if matches!(entry, Entry::Transparent(_)) => drop(stream),
             Err(_) => {
                 let max = shared.limits.max_connections;
                 tokio::spawn(async move {

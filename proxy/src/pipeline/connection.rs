@@ -101,6 +101,28 @@ pub async fn dial(
         .map_err(|e| e.denial(verb, dst))
 }
 
+/// Vets and dials an admitted destination at one address only: the address a transparently
+/// redirected client dialled. The name it claimed was tied to that address before admission
+/// (`transparent::target`), and a fresh lookup of the name could lead elsewhere, so none is
+/// made; the address still passes the destination plan's SSRF checks.
+pub async fn dial_pinned(
+    shared: &Shared,
+    admitted: &Admitted,
+    verb: &str,
+    original: SocketAddr,
+) -> Result<(TcpStream, SocketAddr), Denial> {
+    let dst = &admitted.dst;
+    let plan = destination::plan_for(
+        &admitted.policy,
+        &admitted.admission,
+        dst.host(),
+        shared.compat,
+    );
+    destination::connect_at(shared, &plan, dst.host(), original)
+        .await
+        .map_err(|e| e.denial(verb, dst))
+}
+
 /// Whether an admitted connection's requests travel over TLS sluice verified upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scheme {
