@@ -198,9 +198,9 @@ fn fence_here() -> Result<Fenced, String> {
     ip(&["link", "add", "fence0", "type", "veth", "peer", "name", "fence1"])?;
     ip(&["link", "set", "fence0", "up"])?;
     ip(&["link", "set", "fence1", "up"])?;
-    ip(&["addr", "add", "192.0.2.1/32", "dev", "fence0"])?;
+    ip(&["addr", "add", "198.51.100.254/32", "dev", "fence0"])?;
     ip(&["route", "add", "default", "dev", "fence0"])?;
-    ip(&["-6", "addr", "add", "2001:db8::1/128", "dev", "fence0", "nodad"])?;
+    ip(&["-6", "addr", "add", "2001:db8:ffff::fe/128", "dev", "fence0", "nodad"])?;
     ip(&["-6", "route", "add", "default", "dev", "fence0"])?;
     let transparent = TcpListener::bind("127.0.0.1:0")
         .map_err(|e| format!("transparent listener in the namespace: {e}"))?;
