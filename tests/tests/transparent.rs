@@ -73,7 +73,16 @@ impl Pod {
         let own = format!("10.216.{octet}.1/24");
         sh(&["ip", "-n", &app, "addr", "add", &own, "dev", "a0"]);
         for ip in [&a, &b] {
-            sh(&["ip", "-n", &net, "addr", "add", &format!("{ip}/24"), "dev", "n0"]);
+            sh(&[
+                "ip",
+                "-n",
+                &net,
+                "addr",
+                "add",
+                &format!("{ip}/24"),
+                "dev",
+                "n0",
+            ]);
         }
         sh(&["ip", "-n", &app, "link", "set", "a0", "up"]);
         sh(&["ip", "-n", &net, "link", "set", "n0", "up"]);
@@ -142,10 +151,17 @@ network_policies:
             node = node(),
             python = python(),
         );
-        let providers = format!("id: pod-api\ncredentials:\n  - name: api-key\n    env_vars: [POD_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: api.local.test, port: 443, protocol: rest, enforcement: enforce, access: full, allowed_ips: {nets}}}\n");
+        let providers = format!(
+            "id: pod-api\ncredentials:\n  - name: api-key\n    env_vars: [POD_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: api.local.test, port: 443, protocol: rest, enforcement: enforce, access: full, allowed_ips: {nets}}}\n"
+        );
         let policy = self.dir.write("policy.yaml", &policy);
         let providers = self.dir.write("providers.yaml", &providers);
-        sh(&["chown", "-R", PROXY_UID, &self.dir.path().display().to_string()]);
+        sh(&[
+            "chown",
+            "-R",
+            PROXY_UID,
+            &self.dir.path().display().to_string(),
+        ]);
         let stderr = std::fs::File::create(self.dir.path().join("sluice.err")).unwrap();
         let caps = "+sys_ptrace,+dac_read_search";
         let child = Command::new("ip")
@@ -225,7 +241,9 @@ network_policies:
     /// PATH, HOME and `env`.
     fn client(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.app]).args(args).env_clear();
+        cmd.args(["netns", "exec", &self.app])
+            .args(args)
+            .env_clear();
         cmd.env("PATH", std::env::var("PATH").unwrap_or_default());
         cmd.env("HOME", self.dir.path());
         for (k, v) in env {
@@ -436,7 +454,12 @@ fn a_pod_without_proxy_variables_goes_through_sluice_and_nowhere_else() {
     ]);
     assert!(!out.status.success(), "{}", text(&out));
     pod.wait_event(&["host_name_mismatch", "api.local.test", &b]);
-    assert_eq!(pod.origin_log().lines().count(), before, "{}", pod.origin_log());
+    assert_eq!(
+        pod.origin_log().lines().count(),
+        before,
+        "{}",
+        pod.origin_log()
+    );
 
     // TLS without SNI where a name is needed.
     assert_eq!(pod.python_client(NO_SNI, &[&a]), "refused");
@@ -446,7 +469,11 @@ fn a_pod_without_proxy_variables_goes_through_sluice_and_nowhere_else() {
     let out = pod.curl(&["http://web.local.test/plain"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("/plain"));
-    let out = pod.curl(&["-H", "Host: other.local.test", &format!("http://{a}/wronghost")]);
+    let out = pod.curl(&[
+        "-H",
+        "Host: other.local.test",
+        &format!("http://{a}/wronghost"),
+    ]);
     assert!(!out.status.success(), "{}", text(&out));
     pod.wait_event(&["host_name_mismatch", "HTTP Host"]);
     // ... and inside a kept connection, each request's Host is checked against it.

@@ -142,7 +142,10 @@ fn serve_fenced(
     let mut own_listeners = vec![proxy_addr];
     own_listeners.extend(transparent.local_addr().ok());
     own_listeners.extend(udp.local_addr().ok());
-    announce(&transparent, "transparent, behind the command's network fence");
+    announce(
+        &transparent,
+        "transparent, behind the command's network fence",
+    );
     let table = super::run::serve_policy_dns(vec![(udp, tcp)], shared, sink);
     let context = Arc::new(crate::transparent::listener::Context {
         dns_table: Some(table),
@@ -379,7 +382,10 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
     if let Some(n) = &netns {
         shared.identity.add_namespace_pid(n.pid());
     }
-    let fenced = match network.fenced.map(|f| serve_fenced(f, proxy_addr, &shared, &sink)) {
+    let fenced = match network
+        .fenced
+        .map(|f| serve_fenced(f, proxy_addr, &shared, &sink))
+    {
         Some(Ok(ports)) => Some(ports),
         Some(Err(e)) => {
             eprintln!("sluice: --netns: {e}");

@@ -39,7 +39,9 @@ use crate::relay;
 pub enum Entry {
     Connect,
     /// Redirected by the network fence; `original` is the address the client dialled.
-    Transparent { original: std::net::SocketAddr },
+    Transparent {
+        original: std::net::SocketAddr,
+    },
 }
 
 impl Entry {

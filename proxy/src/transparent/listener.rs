@@ -59,7 +59,10 @@ impl Early<'_> {
                 caller: self.caller.clone(),
                 src: self.conn.peer,
                 dst: audit::Destination {
-                    host: self.original.map(|a| a.ip().to_string()).unwrap_or_default(),
+                    host: self
+                        .original
+                        .map(|a| a.ip().to_string())
+                        .unwrap_or_default(),
                     port: self.original.map_or(0, |a| a.port()),
                     ip: self.original.map(|a| a.ip()),
                 },
@@ -104,17 +107,18 @@ pub async fn serve(
     let early = Early {
         shared: &shared,
         conn: &arrival.conn,
-        caller: arrival
-            .caller
-            .as_ref()
-            .ok()
-            .map(|k| Arc::clone(&k.audit)),
+        caller: arrival.caller.as_ref().ok().map(|k| Arc::clone(&k.audit)),
         original: original.as_ref().ok().copied(),
     };
     let original = match original {
         Ok(o) => o,
         Err(e) => {
-            early.audit(Engine::HttpParser, "no_original_destination", &e.to_string(), 400);
+            early.audit(
+                Engine::HttpParser,
+                "no_original_destination",
+                &e.to_string(),
+                400,
+            );
             let _ = wr.shutdown().await;
             return;
         }
@@ -127,7 +131,12 @@ pub async fn serve(
         Ok(s) => s,
         Err(sniff::SniffError::Closed) => return,
         Err(e) => {
-            early.audit(Engine::HttpParser, "malformed_client_hello", &e.to_string(), 400);
+            early.audit(
+                Engine::HttpParser,
+                "malformed_client_hello",
+                &e.to_string(),
+                400,
+            );
             let _ = wr.shutdown().await;
             return;
         }
@@ -158,11 +167,7 @@ pub async fn serve(
             let early = Early {
                 shared: &shared,
                 conn: &settled.conn,
-                caller: settled
-                    .caller
-                    .as_ref()
-                    .ok()
-                    .map(|k| Arc::clone(&k.audit)),
+                caller: settled.caller.as_ref().ok().map(|k| Arc::clone(&k.audit)),
                 original: Some(original),
             };
             early.audit(Engine::L4, refusal.code(), &refusal.to_string(), 403);

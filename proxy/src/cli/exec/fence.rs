@@ -192,20 +192,33 @@ fn fence_here() -> Result<Fenced, String> {
         if ok {
             Ok(())
         } else {
-            Err(format!("cannot route in the namespace (ip {})", args.join(" ")))
+            Err(format!(
+                "cannot route in the namespace (ip {})",
+                args.join(" ")
+            ))
         }
     };
-    ip(&["link", "add", "fence0", "type", "veth", "peer", "name", "fence1"])?;
+    ip(&[
+        "link", "add", "fence0", "type", "veth", "peer", "name", "fence1",
+    ])?;
     ip(&["link", "set", "fence0", "up"])?;
     ip(&["link", "set", "fence1", "up"])?;
     ip(&["addr", "add", "198.51.100.254/32", "dev", "fence0"])?;
     ip(&["route", "add", "default", "dev", "fence0"])?;
-    ip(&["-6", "addr", "add", "2001:db8:ffff::fe/128", "dev", "fence0", "nodad"])?;
+    ip(&[
+        "-6",
+        "addr",
+        "add",
+        "2001:db8:ffff::fe/128",
+        "dev",
+        "fence0",
+        "nodad",
+    ])?;
     ip(&["-6", "route", "add", "default", "dev", "fence0"])?;
     let transparent = TcpListener::bind("127.0.0.1:0")
         .map_err(|e| format!("transparent listener in the namespace: {e}"))?;
-    let udp = UdpSocket::bind("127.0.0.1:0")
-        .map_err(|e| format!("policy DNS in the namespace: {e}"))?;
+    let udp =
+        UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("policy DNS in the namespace: {e}"))?;
     let dns_port = udp
         .local_addr()
         .map_err(|e| format!("policy DNS in the namespace: {e}"))?
