@@ -508,6 +508,7 @@ mod tests {
             workdir: Path::new("/work"),
             netns_path: None,
             allow_udp: false,
+            transparent_ports: Vec::new(),
             env: vec![("TOKEN".into(), "openshell:resolve:env:TOKEN".into())],
             command: &cmd,
         };
