@@ -28,6 +28,7 @@ class Echo(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         local = self.connection.getsockname()
         record = {
+            "peer": self.client_address[0],
             "ip": local[0],
             "port": local[1],
             "path": self.path,
@@ -66,9 +67,12 @@ servers = []
 context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain(cert, key)
 for ip in ips:
-    https = Server((ip, 443), Echo)
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    http_class = type("Http", (Server,), {"address_family": family})
+    tcp_class = type("Tcp", (TcpServer,), {"address_family": family})
+    https = http_class((ip, 443), Echo)
     https.socket = context.wrap_socket(https.socket, server_side=True)
-    servers += [https, Server((ip, 80), Echo), TcpServer((ip, 7000), EchoTcp)]
+    servers += [https, http_class((ip, 80), Echo), tcp_class((ip, 7000), EchoTcp)]
 for s in servers:
     threading.Thread(target=s.serve_forever, daemon=True).start()
 print("ready", flush=True)

@@ -44,9 +44,12 @@ fn node() -> String {
 struct Pod {
     app: String,
     net: String,
-    /// The origins' addresses: `api`/`web`/`echo` names stand for `a`, `other` for `b`.
+    /// The origins' addresses: `api`/`web`/`echo` names stand for `a`, `other` for `b`,
+    /// `api6` for `a6`; `own` is the app namespace's address.
     a: String,
     b: String,
+    a6: String,
+    own: String,
     dir: TempDir,
     children: Vec<Child>,
     log: PathBuf,
@@ -70,8 +73,26 @@ impl Pod {
             &net,
         ]);
         let (a, b) = (format!("10.216.{octet}.2"), format!("10.216.{octet}.3"));
-        let own = format!("10.216.{octet}.1/24");
-        sh(&["ip", "-n", &app, "addr", "add", &own, "dev", "a0"]);
+        let own = format!("10.216.{octet}.1");
+        sh(&[
+            "ip",
+            "-n",
+            &app,
+            "addr",
+            "add",
+            &format!("{own}/24"),
+            "dev",
+            "a0",
+        ]);
+        let a6 = format!("fd00:216:{octet:x}::2");
+        let own6 = format!("fd00:216:{octet:x}::1/64");
+        sh(&[
+            "ip", "-n", &app, "-6", "addr", "add", &own6, "dev", "a0", "nodad",
+        ]);
+        let net6 = format!("{a6}/64");
+        sh(&[
+            "ip", "-n", &net, "-6", "addr", "add", &net6, "dev", "n0", "nodad",
+        ]);
         for ip in [&a, &b] {
             sh(&[
                 "ip",
@@ -99,6 +120,8 @@ impl Pod {
             net,
             a,
             b,
+            a6,
+            own,
             dir,
             children: Vec::new(),
             log,
@@ -113,7 +136,7 @@ impl Pod {
             .args(["netns", "exec", &self.net, &python()])
             .arg(package_dir().join("clients/pod_origins.py"))
             .args([&cert, &key, &self.log])
-            .args([&self.a, &self.b])
+            .args([&self.a, &self.b, &self.a6])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -131,8 +154,8 @@ impl Pod {
     /// sluice in the app namespace as PROXY_UID (reading other processes' sockets needs
     /// CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, as in the Kubernetes example), then the fence.
     fn start_sluice(&mut self, origin_ca: &Path) {
-        let (a, b) = (&self.a, &self.b);
-        let nets = format!("[\"{a}/32\", \"{b}/32\"]");
+        let (a, b, a6) = (&self.a, &self.b, &self.a6);
+        let nets = format!("[\"{a}/32\", \"{b}/32\", \"{a6}/128\"]");
         let policy = format!(
             r#"version: 1
 network_policies:
@@ -140,6 +163,7 @@ network_policies:
     name: pod
     endpoints:
       - {{ host: api.local.test, port: 443, protocol: rest, enforcement: enforce, access: full, allowed_ips: {nets} }}
+      - {{ host: api6.local.test, port: 443, protocol: rest, enforcement: enforce, access: full, allowed_ips: {nets} }}
       - {{ host: other.local.test, port: 443, protocol: rest, enforcement: enforce, access: full, allowed_ips: {nets} }}
       - {{ host: web.local.test, port: 80, protocol: rest, enforcement: enforce, access: full, allowed_ips: {nets} }}
       - {{ host: echo.local.test, port: 7000, protocol: tcp, allowed_ips: {nets} }}
@@ -195,6 +219,7 @@ network_policies:
             .args(["--resolve", &format!("web.local.test={a}")])
             .args(["--resolve", &format!("echo.local.test={a}")])
             .args(["--resolve", &format!("other.local.test={b}")])
+            .args(["--resolve", &format!("api6.local.test={a6}")])
             .env("POD_API_KEY", SECRET)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -410,8 +435,20 @@ fn a_pod_without_proxy_variables_goes_through_sluice_and_nowhere_else() {
     assert!(body.contains(PLACEHOLDER), "{body}");
     let log = pod.origin_log();
     assert!(log.contains(&format!("Bearer {SECRET}")), "{log}");
-    assert!(log.contains(&format!("\"ip\": \"{a}\"")), "{log}");
+    // sluice's own upstream connection was not redirected into itself: it reached the origin
+    // from the app namespace's address.
+    let own = &pod.own;
+    assert!(
+        log.contains(&format!("\"peer\": \"{own}\", \"ip\": \"{a}\"")),
+        "{log}"
+    );
     pod.wait_event(&["TRANSPARENT", "/usr/bin/curl", "api.local.test", "llowed"]);
+
+    // The same over IPv6 (the fence redirects it to [::1]; the policy DNS answers AAAA).
+    let out = pod.curl(&["-6", "https://api6.local.test/curl6"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("/curl6"));
+    pod.wait_event(&["TRANSPARENT", "/usr/bin/curl", "api6.local.test", &pod.a6]);
 
     // Node's built-in fetch ignores proxy variables anyway; here there are none.
     let out = pod.client(
@@ -546,9 +583,14 @@ fn a_pod_without_proxy_variables_goes_through_sluice_and_nowhere_else() {
     assert_eq!(got, "closed");
     let e = pod.wait_event(&["TRANSPARENT", "127.0.0.1", "enied"]);
     let reason = e.to_string();
+    assert!(reason.contains("transparent_loop"), "{reason}");
+
+    // No connection of sluice's own came back to it (it would be audited with sluice as the
+    // caller).
+    let me = realpath(&sluice_bin().display().to_string());
     assert!(
-        reason.contains("transparent_loop") || reason.contains("no_original_destination"),
-        "{reason}"
+        !pod.events().iter().any(|e| e.to_string().contains(&me)),
+        "sluice's own connection was redirected into itself"
     );
 
     // Every secret byte stayed away from the client side and the audit log.

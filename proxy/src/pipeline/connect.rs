@@ -280,6 +280,7 @@ pub async fn tunnel(
                 admitted,
                 upstream: (upstream, addr),
                 traffic: &traffic,
+                via: ctx.via,
             },
             (rd, wr),
             buf,
