@@ -3,7 +3,8 @@
 Usage: pod_origins.py CERT KEY LOG IP...
 On each IP: HTTPS on 443 and plain HTTP on 80 answering every request with its headers as
 JSON (so a secret the origin received would reach the client if sluice did not scrub it),
-and a TCP echo server on 7000. Every HTTP request is logged as a JSON line (the address and
+a TCP echo server on 7000, and a UDP listener on 53 that logs every datagram (a DNS query
+that reached "the internet") and answers nothing. Every HTTP request is logged as a JSON line (the address and
 port it arrived on, Host, path, headers). Prints "ready" once everything is bound.
 """
 import http.server
@@ -63,6 +64,13 @@ class TcpServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
 
+class DnsSink(socketserver.BaseRequestHandler):
+    def handle(self):
+        data = self.request[0]
+        with lock, open(log, "a") as f:
+            f.write(json.dumps({"dns": data.decode("latin1")}) + "\n")
+
+
 servers = []
 context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain(cert, key)
@@ -72,7 +80,13 @@ for ip in ips:
     tcp_class = type("Tcp", (TcpServer,), {"address_family": family})
     https = http_class((ip, 443), Echo)
     https.socket = context.wrap_socket(https.socket, server_side=True)
-    servers += [https, http_class((ip, 80), Echo), tcp_class((ip, 7000), EchoTcp)]
+    udp_class = type("Udp", (socketserver.ThreadingUDPServer,), {"address_family": family})
+    servers += [
+        https,
+        http_class((ip, 80), Echo),
+        tcp_class((ip, 7000), EchoTcp),
+        udp_class((ip, 53), DnsSink),
+    ]
 for s in servers:
     threading.Thread(target=s.serve_forever, daemon=True).start()
 print("ready", flush=True)

@@ -164,6 +164,7 @@ network_policies:
     endpoints:
       - {{ host: api.local.test, port: 443, protocol: rest, enforcement: enforce, access: full, allowed_ips: {nets} }}
       - {{ host: api6.local.test, port: 443, protocol: rest, enforcement: enforce, access: full, allowed_ips: {nets} }}
+      - {{ host: other.local.test, port: 80, protocol: rest, enforcement: enforce, access: full, allowed_ips: {nets} }}
       - {{ host: other.local.test, port: 443, protocol: rest, enforcement: enforce, access: full, allowed_ips: {nets} }}
       - {{ host: web.local.test, port: 80, protocol: rest, enforcement: enforce, access: full, allowed_ips: {nets} }}
       - {{ host: echo.local.test, port: 7000, protocol: tcp, allowed_ips: {nets} }}
@@ -497,6 +498,19 @@ fn a_pod_without_proxy_variables_goes_through_sluice_and_nowhere_else() {
         "{}",
         pod.origin_log()
     );
+
+    // A name no policy allows is refused before sluice looks it up: the client cannot make
+    // sluice resolve names of its choosing (sluice's resolver would ask the origin side's
+    // port 53, which logs every query).
+    let out = pod.curl(&[
+        "--resolve",
+        &format!("leak-7f3a.unlisted.test:443:{a}"),
+        "https://leak-7f3a.unlisted.test/",
+    ]);
+    assert!(!out.status.success(), "{}", text(&out));
+    pod.wait_event(&["policy_denied", "leak-7f3a.unlisted.test", "not looked up"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!pod.origin_log().contains("leak-7f3a"), "{}", pod.origin_log());
 
     // TLS without SNI where a name is needed.
     assert_eq!(pod.python_client(NO_SNI, &[&a]), "refused");

@@ -75,6 +75,14 @@ impl Early<'_> {
     }
 }
 
+/// The name a client's first bytes claim, if any.
+fn claimed(hello: &sniff::Hello) -> Option<&str> {
+    match hello {
+        sniff::Hello::Tls { sni: Some(n) } | sniff::Hello::Http { host: Some(n) } => Some(n),
+        _ => None,
+    }
+}
+
 /// Serves one redirected connection to the end.
 pub async fn serve(
     shared: Arc<Shared>,
@@ -123,6 +131,13 @@ pub async fn serve(
             return;
         }
     };
+    // A connection to sluice itself is refused before anything else is read.
+    if target::is_own_listener(original, &context.own_listeners) {
+        let refusal = target::TargetRefusal::Loop { original };
+        early.audit(Engine::L4, refusal.code(), &refusal.to_string(), 403);
+        let _ = wr.shutdown().await;
+        return;
+    }
     let limits = SniffLimits {
         timeout: shared.limits.head_timeout,
         max_bytes: shared.limits.max_head_bytes.max(16 * 1024),
@@ -145,6 +160,25 @@ pub async fn serve(
     // socket: rechecked here, then watched while the connection lasts.
     let settled = pipeline::settle(&shared, arrival).await;
     let policy = shared.policy.load_full();
+    // A name no policy endpoint allows at this port is refused before it is looked up: a
+    // client must not make sluice resolve names of its choosing (a DNS side channel).
+    if let Some(name) = claimed(&sniffed.hello)
+        && policy.endpoints_for(name, original.port()).is_empty()
+    {
+        let early = Early {
+            shared: &shared,
+            conn: &settled.conn,
+            caller: settled.caller.as_ref().ok().map(|k| Arc::clone(&k.audit)),
+            original: Some(original),
+        };
+        let reason = format!(
+            "`{name}` (claimed for {original}) is allowed at port {} by no policy endpoint; not looked up",
+            original.port()
+        );
+        early.audit(Engine::L4, "policy_denied", &reason, 403);
+        let _ = wr.shutdown().await;
+        return;
+    }
     let evidence = target::corroborate(
         &shared.resolver,
         context.dns_table.as_deref(),
