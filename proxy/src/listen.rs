@@ -33,29 +33,34 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
-/// Which entry a listener's connections take.
-#[derive(Clone, Debug)]
-pub enum Entry {
-    /// The explicit proxy (`--listen`): CONNECT and absolute-form requests.
-    Explicit,
-    /// The transparent listener (`--transparent-listen`): connections the fence redirected.
-    Transparent(Arc<crate::transparent::listener::Context>),
+/// What a listener does with a connection past `--max-connections`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overload {
+    /// Answer `503` with a JSON body (the explicit proxy's clients speak HTTP to sluice).
+    Answer,
+    /// Close it unanswered (a redirected client believes it talks to the origin).
+    Close,
 }
 
 /// Accepts connections until the process ends.
 pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     let slots = Arc::new(Semaphore::new(shared.limits.max_connections));
-    accept_entry(listener, shared, slots, Entry::Explicit).await;
+    accept_entry(listener, shared, slots, Overload::Answer, pipeline::serve).await;
 }
 
-/// Accepts connections for `entry` until the process ends; `slots` is the connection limit,
+/// Accepts connections until the process ends, each served by `serve` (an entry into the
+/// pipeline: `pipeline::serve`, the transparent listener's); `slots` is the connection limit,
 /// shared by every listener given the same one.
-pub async fn accept_entry(
+pub async fn accept_entry<S, F>(
     listener: TcpListener,
     shared: Arc<Shared>,
     slots: Arc<Semaphore>,
-    entry: Entry,
-) {
+    overload: Overload,
+    serve: S,
+) where
+    S: Fn(Arc<Shared>, tokio::net::TcpStream, SocketAddr, SocketAddr) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
     let mut backoff = Duration::from_millis(10);
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -80,23 +85,13 @@ pub async fn accept_entry(
         };
         match Arc::clone(&slots).try_acquire_owned() {
             Ok(permit) => {
-                let shared = Arc::clone(&shared);
-                let entry = entry.clone();
+                let served = serve(Arc::clone(&shared), stream, peer, local);
                 tokio::spawn(async move {
-                    match entry {
-                        Entry::Explicit => pipeline::serve(shared, stream, peer, local).await,
-                        Entry::Transparent(context) => {
-                            crate::transparent::listener::serve(
-                                shared, context, stream, peer, local,
-                            )
-                            .await;
-                        }
-                    }
+                    served.await;
                     drop(permit);
                 });
             }
-            // A redirected client believes it talks to the origin: it is closed unanswered.
-            Err(_) if matches!(entry, Entry::Transparent(_)) => drop(stream),
+            Err(_) if overload == Overload::Close => drop(stream),
             Err(_) => {
                 let max = shared.limits.max_connections;
                 tokio::spawn(async move {

@@ -510,7 +510,11 @@ fn a_pod_without_proxy_variables_goes_through_sluice_and_nowhere_else() {
     assert!(!out.status.success(), "{}", text(&out));
     pod.wait_event(&["policy_denied", "leak-7f3a.unlisted.test", "not looked up"]);
     std::thread::sleep(Duration::from_millis(300));
-    assert!(!pod.origin_log().contains("leak-7f3a"), "{}", pod.origin_log());
+    assert!(
+        !pod.origin_log().contains("leak-7f3a"),
+        "{}",
+        pod.origin_log()
+    );
 
     // TLS without SNI where a name is needed.
     assert_eq!(pod.python_client(NO_SNI, &[&a]), "refused");

@@ -156,7 +156,10 @@ fn serve_fenced(
         transparent,
         Arc::clone(shared),
         slots,
-        listen::Entry::Transparent(context),
+        listen::Overload::Close,
+        move |shared, stream, peer, local| {
+            crate::transparent::listener::serve(shared, Arc::clone(&context), stream, peer, local)
+        },
     ));
     Ok(())
 }

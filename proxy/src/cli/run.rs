@@ -551,7 +551,8 @@ async fn serve(args: RunArgs) -> ExitCode {
             l,
             Arc::clone(&shared),
             Arc::clone(&slots),
-            listen::Entry::Explicit,
+            listen::Overload::Answer,
+            crate::pipeline::serve,
         ));
     }
     let context = Arc::new(crate::transparent::listener::Context {
@@ -559,11 +560,21 @@ async fn serve(args: RunArgs) -> ExitCode {
         own_listeners,
     });
     for l in transparent {
+        let context = Arc::clone(&context);
         tokio::spawn(listen::accept_entry(
             l,
             Arc::clone(&shared),
             Arc::clone(&slots),
-            listen::Entry::Transparent(Arc::clone(&context)),
+            listen::Overload::Close,
+            move |shared, stream, peer, local| {
+                crate::transparent::listener::serve(
+                    shared,
+                    Arc::clone(&context),
+                    stream,
+                    peer,
+                    local,
+                )
+            },
         ));
     }
     let reloader =
