@@ -99,7 +99,7 @@ pub fn build(choice: Choice, host_listen: SocketAddr) -> Result<Network, String>
         Choice::Required => netns_listener().map(|(n, (listener, fenced))| Network {
             netns: Some(n),
             listener,
-            fenced: Some(fenced),
+            fenced,
         }),
         Choice::Declined => {
             warn_unfenced("--no-netns");
@@ -113,7 +113,7 @@ pub fn build(choice: Choice, host_listen: SocketAddr) -> Result<Network, String>
             Ok((n, (listener, fenced))) => Ok(Network {
                 netns: Some(n),
                 listener,
-                fenced: Some(fenced),
+                fenced,
             }),
             Err(e) => {
                 warn_unfenced(&e);
@@ -126,7 +126,8 @@ pub fn build(choice: Choice, host_listen: SocketAddr) -> Result<Network, String>
 /// Makes a fresh network namespace (loopback up, a route for every address, nothing else),
 /// binds 127.0.0.1:0 in it from a thread that entered it, with the fence's listeners, and
 /// applies the fence there.
-fn netns_listener() -> Result<(Netns, (TcpListener, Fenced)), String> {
+#[allow(clippy::type_complexity)] // (namespace, (listener, the fence's listeners))
+fn netns_listener() -> Result<(Netns, (TcpListener, Option<Fenced>)), String> {
     let holder = Command::new("unshare")
         .args(["--net", "sleep", "infinity"])
         .stdin(Stdio::null())
@@ -151,7 +152,7 @@ fn netns_listener() -> Result<(Netns, (TcpListener, Fenced)), String> {
         }
     }
     let ns_path = netns.path.clone();
-    let bound = std::thread::spawn(move || -> Result<(TcpListener, Fenced), String> {
+    let bound = std::thread::spawn(move || -> Result<(TcpListener, Option<Fenced>), String> {
         let ns = File::open(&ns_path).map_err(|e| format!("open {}: {e}", ns_path.display()))?;
         rustix::thread::move_into_link_name_space(
             ns.as_fd(),
@@ -169,7 +170,15 @@ fn netns_listener() -> Result<(Netns, (TcpListener, Fenced)), String> {
         }
         let listener = TcpListener::bind("127.0.0.1:0")
             .map_err(|e| format!("listen in the namespace: {e}"))?;
-        let fenced = fence_here()?;
+        // Without the fence the namespace still has only loopback: the command reaches
+        // sluice's listener and nothing else, but a client ignoring the proxy variables fails.
+        let fenced = fence_here()
+            .map_err(|e| {
+                eprintln!(
+                    "sluice: WARNING: no transparent interception in the command's network namespace ({e}); clients that ignore the proxy variables cannot connect"
+                );
+            })
+            .ok();
         Ok((listener, fenced))
     })
     .join()
@@ -198,23 +207,6 @@ fn fence_here() -> Result<Fenced, String> {
             ))
         }
     };
-    ip(&[
-        "link", "add", "fence0", "type", "veth", "peer", "name", "fence1",
-    ])?;
-    ip(&["link", "set", "fence0", "up"])?;
-    ip(&["link", "set", "fence1", "up"])?;
-    ip(&["addr", "add", "198.51.100.254/32", "dev", "fence0"])?;
-    ip(&["route", "add", "default", "dev", "fence0"])?;
-    ip(&[
-        "-6",
-        "addr",
-        "add",
-        "2001:db8:ffff::fe/128",
-        "dev",
-        "fence0",
-        "nodad",
-    ])?;
-    ip(&["-6", "route", "add", "default", "dev", "fence0"])?;
     let transparent = TcpListener::bind("127.0.0.1:0")
         .map_err(|e| format!("transparent listener in the namespace: {e}"))?;
     let udp =
@@ -235,6 +227,25 @@ fn fence_here() -> Result<Fenced, String> {
         proxy_uid: FENCE_EXEMPT_UID,
     })
     .map_err(|e| format!("the network fence: {e}"))?;
+    // Routes only once the fence stands: without them, a connection to anything but
+    // loopback fails at once (no route), which is what a namespace without a fence gives.
+    ip(&[
+        "link", "add", "fence0", "type", "veth", "peer", "name", "fence1",
+    ])?;
+    ip(&["link", "set", "fence0", "up"])?;
+    ip(&["link", "set", "fence1", "up"])?;
+    ip(&["addr", "add", "198.51.100.254/32", "dev", "fence0"])?;
+    ip(&["route", "add", "default", "dev", "fence0"])?;
+    ip(&[
+        "-6",
+        "addr",
+        "add",
+        "2001:db8:ffff::fe/128",
+        "dev",
+        "fence0",
+        "nodad",
+    ])?;
+    ip(&["-6", "route", "add", "default", "dev", "fence0"])?;
     Ok(Fenced {
         transparent,
         dns: (udp, tcp),
