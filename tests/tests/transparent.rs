@@ -516,6 +516,34 @@ fn a_pod_without_proxy_variables_goes_through_sluice_and_nowhere_else() {
         pod.origin_log()
     );
 
+    // A program the policy does not list, to an allowed name at its own address: refused by
+    // the L4 decision inside the tunnel phases, closed without an HTTP answer (the client
+    // believes it talks to the origin), and audited with the binary and the reason.
+    let out = pod.client(
+        &[
+            "openssl",
+            "s_client",
+            "-connect",
+            &format!("{b}:443"),
+            "-servername",
+            "other.local.test",
+        ],
+        &[],
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !said.contains("HTTP/1.1") && !said.contains("BEGIN CERTIFICATE"),
+        "{said}"
+    );
+    pod.wait_event(&[
+        "TRANSPARENT denied other.local.test:443",
+        "binary '/usr/bin/openssl' not allowed",
+    ]);
+
     // TLS without SNI where a name is needed.
     assert_eq!(pod.python_client(NO_SNI, &[&a]), "refused");
     pod.wait_event(&["tls_sni_required", &a]);
