@@ -388,3 +388,19 @@ fn tunnel_checks(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transparent_entry_is_never_answered_in_http_and_audits_as_such() {
+        assert!(Entry::Connect.answers());
+        assert_eq!(Entry::Connect.via(), Via::Connect);
+        let t = Entry::Transparent {
+            original: "203.0.113.7:443".parse().unwrap(),
+        };
+        assert!(!t.answers());
+        assert_eq!(t.via(), Via::Transparent);
+    }
+}
