@@ -1,6 +1,6 @@
 //! Tunnels: a connection whose destination is named once for its whole life. `CONNECT
 //! host:port` enters through [`run`]; every tunnel (a transparently redirected connection
-//! next) goes through [`tunnel`]: the connection phase (`connection.rs`: normalise, caller,
+//! too, from `transparent::listener`) goes through [`tunnel`]: the connection phase (`connection.rs`: normalise, caller,
 //! L4), the tunnel's own checks, the dial, `200`, then the inspected tunnel (`inspect.rs`) or
 //! the raw relay, until either side closes or the caller no longer holds the socket.
 //!
