@@ -1,7 +1,7 @@
 //! Tunnels: a connection whose destination is named once for its whole life. `CONNECT
 //! host:port` enters through [`run`]; every tunnel (a transparently redirected connection
-//! too, from `transparent::listener`) goes through [`tunnel`]: the connection phase (`connection.rs`: normalise, caller,
-//! L4), the tunnel's own checks, the dial, `200`, then the inspected tunnel (`inspect.rs`) or
+//! too, from `transparent::listener`) goes through [`tunnel`]: the connection phase
+//! (`connection.rs`: normalise, caller, L4), the tunnel's own checks, the dial, `200`, then the inspected tunnel (`inspect.rs`) or
 //! the raw relay, until either side closes or the caller no longer holds the socket.
 //!
 //! Every refusal is an HTTP status with a JSON body sent before any `200` (policy 403, SSRF
