@@ -1,11 +1,13 @@
 //! Tunnels: a connection whose destination is named once for its whole life. `CONNECT
-//! host:port` enters through [`run`]; every tunnel (a transparently redirected connection
-//! too, from `transparent::listener`) goes through [`tunnel`]: the connection phase
-//! (`connection.rs`: normalise, caller, L4), the tunnel's own checks, the dial, `200`, then the inspected tunnel (`inspect.rs`) or
-//! the raw relay, until either side closes or the caller no longer holds the socket.
+//! host:port` enters through [`run`]; every tunnel (a transparently redirected connection too,
+//! from `transparent::listener`) goes through [`tunnel`]: the connection phase
+//! (`connection.rs`: normalise, caller, L4), the tunnel's own checks, the dial, `200`, then the
+//! inspected tunnel (`inspect.rs`) or the raw relay, until either side closes or the caller no
+//! longer holds the socket.
 //!
 //! Every refusal is an HTTP status with a JSON body sent before any `200` (policy 403, SSRF
-//! 403, unreachable 502, slow 504). A credentialed endpoint is never relayed uninspected
+//! 403, unreachable 502, slow 504); a transparent connection is closed instead, and both are
+//! audited with the reason. A credentialed endpoint is never relayed uninspected
 //! unless it opts in, and an endpoint whose requests must be inspected is refused with 503
 //! when TLS termination is unavailable.
 

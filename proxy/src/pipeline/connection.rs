@@ -1,7 +1,8 @@
 //! The connection phase, written once for every way a connection names its destination (a
-//! CONNECT authority, an absolute-form request's host, a transparently redirected
-//! connection's claimed name, dialled only at its original destination): the target
-//! normalised, its caller required, the L4 decision, and the dial through the destination plan (SSRF-checked, `destination.rs`).
+//! CONNECT authority, an absolute-form request's host, a transparently redirected connection's
+//! claimed name, dialled only at its original destination): the target normalised, its caller
+//! required, the L4 decision, and the dial through the destination plan (SSRF-checked,
+//! `destination.rs`).
 //!
 //! ```text
 //! normalize(target) → admit(caller, L4) → Admitted → dial(plan) → upstream socket
