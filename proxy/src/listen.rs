@@ -33,9 +33,34 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
+/// What a listener does with a connection past `--max-connections`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overload {
+    /// Answer `503` with a JSON body (the explicit proxy's clients speak HTTP to sluice).
+    Answer,
+    /// Close it unanswered (a redirected client believes it talks to the origin).
+    Close,
+}
+
 /// Accepts connections until the process ends.
 pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     let slots = Arc::new(Semaphore::new(shared.limits.max_connections));
+    accept_entry(listener, shared, slots, Overload::Answer, pipeline::serve).await;
+}
+
+/// Accepts connections until the process ends, each served by `serve` (an entry into the
+/// pipeline: `pipeline::serve`, the transparent listener's); `slots` is the connection limit,
+/// shared by every listener given the same one.
+pub async fn accept_entry<S, F>(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    slots: Arc<Semaphore>,
+    overload: Overload,
+    serve: S,
+) where
+    S: Fn(Arc<Shared>, tokio::net::TcpStream, SocketAddr, SocketAddr) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
     let mut backoff = Duration::from_millis(10);
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -60,12 +85,13 @@ pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         };
         match Arc::clone(&slots).try_acquire_owned() {
             Ok(permit) => {
-                let shared = Arc::clone(&shared);
+                let served = serve(Arc::clone(&shared), stream, peer, local);
                 tokio::spawn(async move {
-                    pipeline::serve(shared, stream, peer, local).await;
+                    served.await;
                     drop(permit);
                 });
             }
+            Err(_) if overload == Overload::Close => drop(stream),
             Err(_) => {
                 let max = shared.limits.max_connections;
                 tokio::spawn(async move {

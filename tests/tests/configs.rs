@@ -16,16 +16,7 @@ use sluice_e2e::{sluice_bin, workspace_dir};
 
 /// Flags the examples pass that this build does not have yet, each with the work that adds
 /// it. Every other flag must be in `--help`; empty this list as they land.
-const PENDING: &[(&str, &str)] = &[
-    (
-        "--transparent-listen",
-        "the transparent listener (transparent interception, phase 2)",
-    ),
-    (
-        "--metrics-listen",
-        "the metrics listener (/metrics, /healthz, /readyz)",
-    ),
-];
+const PENDING: &[(&str, &str)] = &[];
 
 const SLUICE_UID: i128 = 1337;
 

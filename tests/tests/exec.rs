@@ -133,9 +133,10 @@ fn in_its_own_network_namespace_the_child_has_no_way_out_but_sluice() {
     let mut flags = base_flags(origin.port(), &origin.cert);
     flags.push("--netns".into());
     let cwd = workdir(&dir, "work");
-    // UDP (DNS-like) and raw TCP to an address outside: both must fail. 192.0.2.1 is a
-    // documentation address; inside the namespace there is no route to anything anyway.
-    let probe = "import socket\nfor name, f in [('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('192.0.2.1', 53))), ('tcp', lambda: socket.create_connection(('192.0.2.1', 443), timeout=3))]:\n    try:\n        f()\n        print(name, 'SENT')\n    except OSError as e:\n        print(name, 'failed', e.errno)\n";
+    // UDP and raw TCP to an address outside: both must fail. 192.0.2.1 is a documentation
+    // address; the namespace's fence rejects UDP (DNS, port 53, goes to sluice's policy DNS)
+    // and redirects TCP to sluice, where Landlock refuses ports no policy names first.
+    let probe = "import socket\nfor name, f in [('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('192.0.2.1', 9))), ('tcp', lambda: socket.create_connection(('192.0.2.1', 443), timeout=3))]:\n    try:\n        f()\n        print(name, 'SENT')\n    except OSError as e:\n        print(name, 'failed', e.errno)\n";
     // The child's environment is built from scratch, so the probe travels as a file.
     std::fs::write(cwd.join("probe.py"), probe).unwrap();
     let script = format!(
@@ -169,6 +170,68 @@ fn in_its_own_network_namespace_the_child_has_no_way_out_but_sluice() {
         stdout.contains("path=/through-sluice"),
         "{stdout}\n{stderr}"
     );
+}
+
+/// Behind `--netns`, a client that ignores the proxy variables (curl `--noproxy '*'`) still
+/// reaches an allowed host: the fence in the command's namespace redirects it to sluice's
+/// transparent listener there, which judges and dials it like a CONNECT.
+#[test]
+fn behind_the_exec_fence_a_client_without_proxy_variables_goes_through_sluice() {
+    if !privileged("behind_the_exec_fence_a_client_without_proxy_variables_goes_through_sluice") {
+        return;
+    }
+    let dir = TempDir::new("exec-fence");
+    // An origin on a non-loopback address of this host (a veth end), so the command's
+    // connection leaves its namespace's loopback and meets the fence.
+    let host = sluice_e2e::netns::TestHost::start("xfence").unwrap();
+    let octets = host.ip.octets();
+    let outside = std::net::Ipv4Addr::new(octets[0], octets[1], octets[2], octets[3] - 1);
+    let origin = H2Origin::start_on(dir.path(), outside.into());
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: origin.test, port: {}, protocol: rest, enforcement: enforce, access: full, allowed_ips: [\"{outside}/32\"]}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        origin.port()
+    );
+    let flags: Vec<String> = vec![
+        "--netns".into(),
+        "--resolve".into(),
+        format!("origin.test={outside}"),
+        "--upstream-ca".into(),
+        origin.cert.display().to_string(),
+    ];
+    let cwd = workdir(&dir, "work");
+    let url = format!("https://origin.test:{}/around-the-proxy", origin.port());
+    let resolve = format!("origin.test:{}:{outside}", origin.port());
+    let (code, stdout, stderr) = exec(
+        &dir,
+        &cwd,
+        &policy,
+        &flags,
+        &[],
+        &[
+            "curl",
+            "-sS",
+            "--max-time",
+            "20",
+            "--noproxy",
+            "*",
+            "--resolve",
+            &resolve,
+            &url,
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("path=/around-the-proxy"),
+        "{stdout}\n{stderr}"
+    );
+    let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("TRANSPARENT allowed origin.test")),
+        "{audit}"
+    );
+    drop(host);
 }
 
 #[test]

@@ -78,6 +78,9 @@ pub struct ShimInputs<'a> {
     pub workdir: &'a Path,
     pub netns_path: Option<PathBuf>,
     pub allow_udp: bool,
+    /// Behind the fence: the ports the command may dial directly (the fence redirects them
+    /// to sluice), besides the proxy's.
+    pub transparent_ports: Vec<u16>,
     pub env: Vec<(String, String)>,
     pub command: &'a [String],
 }
@@ -103,12 +106,75 @@ pub fn shim_args(i: &ShimInputs<'_>) -> Vec<String> {
     if i.allow_udp {
         a.push("--allow-udp".to_string());
     }
+    for port in &i.transparent_ports {
+        a.extend(["--transparent-port".to_string(), port.to_string()]);
+    }
     for (k, v) in &i.env {
         a.extend(["--env".to_string(), format!("{k}={v}")]);
     }
     a.push("--".to_string());
     a.extend(i.command.iter().cloned());
     a
+}
+
+/// Serves the fence's listeners in the command's namespace: the transparent listener (one
+/// more entry into the same pipeline) and the policy DNS.
+fn serve_fenced(
+    fenced: fence::Fenced,
+    proxy_addr: SocketAddr,
+    shared: &Arc<crate::pipeline::Shared>,
+    sink: &Arc<audit::AuditSink>,
+) -> Result<(), String> {
+    let fence::Fenced {
+        transparent,
+        dns: (udp, tcp),
+    } = fenced;
+    let tokio_listener = |l: std::net::TcpListener| {
+        l.set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpListener::from_std(l))
+    };
+    let transparent = tokio_listener(transparent).map_err(|e| format!("listener: {e}"))?;
+    let tcp = tokio_listener(tcp).map_err(|e| format!("policy DNS: {e}"))?;
+    let udp = udp
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::UdpSocket::from_std(udp))
+        .map_err(|e| format!("policy DNS: {e}"))?;
+    let mut own_listeners = vec![proxy_addr];
+    own_listeners.extend(transparent.local_addr().ok());
+    own_listeners.extend(udp.local_addr().ok());
+    announce(
+        &transparent,
+        "transparent, behind the command's network fence",
+    );
+    let table = super::run::serve_policy_dns(vec![(udp, tcp)], shared, sink);
+    let context = Arc::new(crate::transparent::listener::Context {
+        dns_table: Some(table),
+        own_listeners,
+    });
+    let slots = Arc::new(tokio::sync::Semaphore::new(shared.limits.max_connections));
+    tokio::spawn(listen::accept_entry(
+        transparent,
+        Arc::clone(shared),
+        slots,
+        listen::Overload::Close,
+        move |shared, stream, peer, local| {
+            crate::transparent::listener::serve(shared, Arc::clone(&context), stream, peer, local)
+        },
+    ));
+    Ok(())
+}
+
+/// Every port a policy endpoint names: what a command behind the fence may dial directly.
+fn policy_ports(policy: &crate::policy::Policy) -> Vec<u16> {
+    let mut ports: Vec<u16> = policy
+        .entries()
+        .iter()
+        .flat_map(|e| e.endpoints.iter())
+        .flat_map(|ep| ep.ports.iter().copied())
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
 }
 
 /// npm reads its own settings: without these it ignores the proxy variables and
@@ -319,6 +385,17 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
     if let Some(n) = &netns {
         shared.identity.add_namespace_pid(n.pid());
     }
+    let fenced = match network
+        .fenced
+        .map(|f| serve_fenced(f, proxy_addr, &shared, &sink))
+    {
+        Some(Ok(ports)) => Some(ports),
+        Some(Err(e)) => {
+            eprintln!("sluice: --netns: {e}");
+            return ExitCode::from(1);
+        }
+        None => None,
+    };
     tokio::spawn(listen::accept_loop(listener, Arc::clone(&shared)));
     crate::metrics::set_ready(true);
     sink.emit(&audit::Event::Lifecycle(audit::Lifecycle {
@@ -349,6 +426,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         workdir: &workdir,
         netns_path: netns.as_ref().map(|n| n.path.clone()),
         allow_udp: args.allow_udp,
+        transparent_ports: fenced.map(|()| policy_ports(&policy)).unwrap_or_default(),
         env,
         command: &args.command,
     };
@@ -435,6 +513,7 @@ mod tests {
             workdir: Path::new("/work"),
             netns_path: None,
             allow_udp: false,
+            transparent_ports: Vec::new(),
             env: vec![("TOKEN".into(), "openshell:resolve:env:TOKEN".into())],
             command: &cmd,
         };

@@ -121,6 +121,12 @@ pub(super) struct RunArgs {
     /// past --body-timeout (0: only the silence bound).
     #[arg(long, value_name = "BYTES", default_value_t = 256)]
     pub body_min_rate: u64,
+    /// Transparent listener for connections the network fence (`sluice netfence`) redirects:
+    /// the destination is the one the client dialled, its name the TLS SNI or HTTP Host
+    /// (which must stand for that address). Repeat for more (e.g. 127.0.0.1:15001 and
+    /// [::1]:15001, where nftables redirects local traffic). Off unless given.
+    #[arg(long = "transparent-listen", value_name = "ADDR", value_parser = parse_listen)]
+    pub transparent_listen: Vec<SocketAddr>,
     /// Policy DNS (UDP and TCP) for a sandboxed namespace or pod: answers only names some
     /// policy endpoint allows, with addresses that pass the SSRF check; REFUSED otherwise.
     /// Repeat for more (e.g. 127.0.0.1:15053 and [::1]:15053 behind the network fence).
@@ -489,8 +495,27 @@ async fn serve(args: RunArgs) -> ExitCode {
             }
         }
     }
+    let mut transparent = Vec::new();
+    for addr in &args.transparent_listen {
+        match listen::bind(*addr) {
+            Ok(l) => {
+                let actual = l
+                    .local_addr()
+                    .map_or_else(|_| addr.to_string(), |a| a.to_string());
+                eprintln!(
+                    "sluice: listening on {actual} (transparent: connections the network fence redirects)"
+                );
+                transparent.push(l);
+            }
+            Err(e) => {
+                eprintln!("sluice: cannot listen on {addr}: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     let addrs: Vec<String> = listeners
         .iter()
+        .chain(&transparent)
         .filter_map(|l| l.local_addr().ok())
         .map(|a| a.to_string())
         .collect();
@@ -500,14 +525,57 @@ async fn serve(args: RunArgs) -> ExitCode {
         version: env!("CARGO_PKG_VERSION"),
         message: format!("sluice started, listening on {}", addrs.join(", ")),
     }));
-    if !args.dns_listen.is_empty()
-        && let Err(e) = start_policy_dns(&args.dns_listen, &shared, &audit)
-    {
-        eprintln!("sluice: {e}");
-        return ExitCode::from(1);
+    let mut own_listeners: Vec<SocketAddr> = listeners
+        .iter()
+        .chain(&transparent)
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
+    own_listeners.extend(args.metrics_listen);
+    let mut dns_table = None;
+    if !args.dns_listen.is_empty() {
+        match start_policy_dns(&args.dns_listen, &shared, &audit) {
+            Ok((table, bound)) => {
+                dns_table = Some(table);
+                own_listeners.extend(bound);
+            }
+            Err(e) => {
+                eprintln!("sluice: {e}");
+                return ExitCode::from(1);
+            }
+        }
     }
+    // One connection limit for every listener, explicit and transparent.
+    let slots = Arc::new(tokio::sync::Semaphore::new(shared.limits.max_connections));
     for l in listeners {
-        tokio::spawn(listen::accept_loop(l, Arc::clone(&shared)));
+        tokio::spawn(listen::accept_entry(
+            l,
+            Arc::clone(&shared),
+            Arc::clone(&slots),
+            listen::Overload::Answer,
+            crate::pipeline::serve,
+        ));
+    }
+    let context = Arc::new(crate::transparent::listener::Context {
+        dns_table,
+        own_listeners,
+    });
+    for l in transparent {
+        let context = Arc::clone(&context);
+        tokio::spawn(listen::accept_entry(
+            l,
+            Arc::clone(&shared),
+            Arc::clone(&slots),
+            listen::Overload::Close,
+            move |shared, stream, peer, local| {
+                crate::transparent::listener::serve(
+                    shared,
+                    Arc::clone(&context),
+                    stream,
+                    peer,
+                    local,
+                )
+            },
+        ));
     }
     let reloader =
         super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor);
@@ -532,22 +600,37 @@ async fn serve(args: RunArgs) -> ExitCode {
 }
 
 /// Binds every `--dns-listen` address (UDP and TCP) and serves the policy DNS there,
-/// following policy reloads. Returns the table of handed-out addresses (one for all).
-fn start_policy_dns(
+/// following policy reloads. Returns the table of handed-out addresses (one for all) and
+/// the addresses bound.
+#[allow(clippy::type_complexity)] // (table, bound addresses)
+pub(super) fn start_policy_dns(
     addrs: &[SocketAddr],
     shared: &Arc<Shared>,
     audit: &Arc<AuditSink>,
-) -> Result<Arc<crate::dns::table::HandedOut>, String> {
-    use crate::dns::{answer, server, table};
+) -> Result<(Arc<crate::dns::table::HandedOut>, Vec<SocketAddr>), String> {
+    use crate::dns::server;
     let mut sockets = Vec::new();
+    let mut bound = Vec::new();
     for addr in addrs {
         let (udp, tcp) =
             server::bind(*addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         if let Ok(a) = udp.local_addr() {
             eprintln!("sluice: listening on {a} (policy DNS, UDP and TCP)");
+            bound.push(a);
         }
         sockets.push((udp, tcp));
     }
+    let table = serve_policy_dns(sockets, shared, audit);
+    Ok((table, bound))
+}
+
+/// Serves the policy DNS on bound sockets, following policy reloads; returns its table.
+pub(super) fn serve_policy_dns(
+    sockets: Vec<(tokio::net::UdpSocket, tokio::net::TcpListener)>,
+    shared: &Arc<Shared>,
+    audit: &Arc<AuditSink>,
+) -> Arc<crate::dns::table::HandedOut> {
+    use crate::dns::{answer, server, table};
     let table = Arc::new(table::HandedOut::default());
     let policy_of = Arc::clone(shared);
     let dns = Arc::new(server::DnsServer {
@@ -567,7 +650,7 @@ fn start_policy_dns(
         tokio::spawn(Arc::clone(&dns).serve_udp(udp));
         tokio::spawn(Arc::clone(&dns).serve_tcp(tcp));
     }
-    Ok(table)
+    table
 }
 
 /// Why TLS termination could not be set up, and whether that stops `sluice run`.

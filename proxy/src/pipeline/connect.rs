@@ -1,11 +1,13 @@
 //! Tunnels: a connection whose destination is named once for its whole life. `CONNECT
-//! host:port` enters through [`run`]; every tunnel (a transparently redirected connection
-//! next) goes through [`tunnel`]: the connection phase (`connection.rs`: normalise, caller,
-//! L4), the tunnel's own checks, the dial, `200`, then the inspected tunnel (`inspect.rs`) or
-//! the raw relay, until either side closes or the caller no longer holds the socket.
+//! host:port` enters through [`run`]; every tunnel (a transparently redirected connection too,
+//! from `transparent::listener`) goes through [`tunnel`]: the connection phase
+//! (`connection.rs`: normalise, caller, L4), the tunnel's own checks, the dial, `200`, then the
+//! inspected tunnel (`inspect.rs`) or the raw relay, until either side closes or the caller no
+//! longer holds the socket.
 //!
 //! Every refusal is an HTTP status with a JSON body sent before any `200` (policy 403, SSRF
-//! 403, unreachable 502, slow 504). A credentialed endpoint is never relayed uninspected
+//! 403, unreachable 502, slow 504); a transparent connection is closed instead, and both are
+//! audited with the reason. A credentialed endpoint is never relayed uninspected
 //! unless it opts in, and an endpoint whose requests must be inspected is refused with 503
 //! when TLS termination is unavailable.
 
@@ -31,19 +33,30 @@ use crate::http::respond::{Code, Refusal};
 use crate::relay;
 
 /// How a tunnel entered. A `CONNECT` client is answered in HTTP (`200`, or a refusal as
-/// JSON); a transparently redirected connection, when it lands, has no one to answer and
-/// is closed instead.
+/// JSON); a transparently redirected connection has no one to answer (the client believes it
+/// talks to the origin): a refusal closes it, and it is dialled only at the address the
+/// client dialled, never at a fresh lookup of its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Entry {
     Connect,
+    /// Redirected by the network fence; `original` is the address the client dialled.
+    Transparent {
+        original: std::net::SocketAddr,
+    },
 }
 
 impl Entry {
     fn via(self) -> Via {
         match self {
             Entry::Connect => Via::Connect,
+            Entry::Transparent { .. } => Via::Transparent,
         }
+    }
+
+    /// Whether refusals and the `200` are answered in HTTP.
+    fn answers(self) -> bool {
+        matches!(self, Entry::Connect)
     }
 }
 
@@ -65,6 +78,8 @@ struct Ctx<'a> {
     /// The destination as far as it is known (normalised once it is).
     dst: Authority,
     via: Via,
+    /// False for a transparent connection: a refusal closes it without an answer.
+    answers: bool,
 }
 
 impl Ctx<'_> {
@@ -132,7 +147,9 @@ impl Ctx<'_> {
     }
 
     async fn refuse(&self, wr: &mut OwnedWriteHalf, d: &Denial, policy: Option<String>) {
-        let _ = wr.write_all(&d.refusal.to_bytes()).await;
+        if self.answers {
+            let _ = wr.write_all(&d.refusal.to_bytes()).await;
+        }
         let _ = wr.shutdown().await;
         self.open_event(
             Outcome::Denied,
@@ -164,6 +181,7 @@ pub async fn run(
                 caller: caller.as_ref().ok(),
                 dst: Authority::new(head.target.clone(), 0),
                 via: Via::Connect,
+                answers: true,
             };
             let refusal = Refusal::new(400, Code::BadRequest, format!("CONNECT target {e}"));
             let d = Denial::new(Engine::HttpParser, refusal);
@@ -193,21 +211,22 @@ pub async fn tunnel(
         conn,
         caller,
         target,
-        entry,
+        entry: start_entry,
     } = start;
     let mut ctx = Ctx {
         shared,
         conn,
         caller: caller.as_ref().ok(),
         dst: target.with_host(target.host().to_ascii_lowercase()),
-        via: entry.via(),
+        via: start_entry.via(),
+        answers: start_entry.answers(),
     };
     let dst = match connection::normalize("CONNECT", &target) {
         Ok(d) => d,
         Err(d) => return ctx.refuse(&mut wr, &d, None).await,
     };
     ctx.dst = dst.clone();
-    if dst.host() == super::doctor::HOST {
+    if dst.host() == super::doctor::HOST && start_entry.answers() {
         // Answered by sluice itself, whatever the policy: it proves the way through sluice
         // and the trust in its CA, and reaches nothing.
         super::doctor::tunnel(shared, rd, wr, buf).await;
@@ -227,14 +246,21 @@ pub async fn tunnel(
     if let Err(d) = tunnel_checks(shared, conn, known, &admitted, inspect) {
         return ctx.refuse(&mut wr, &d, entry).await;
     }
-    let (upstream, addr) = match connection::dial(shared, &admitted, "CONNECT").await {
+    let dialled = match start_entry {
+        Entry::Connect => connection::dial(shared, &admitted, "CONNECT").await,
+        Entry::Transparent { original } => {
+            connection::dial_pinned(shared, &admitted, "CONNECT", original).await
+        }
+    };
+    let (upstream, addr) = match dialled {
         Ok(x) => x,
         Err(d) => return ctx.refuse(&mut wr, &d, entry).await,
     };
-    if wr
-        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-        .await
-        .is_err()
+    if start_entry.answers()
+        && wr
+            .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+            .await
+            .is_err()
     {
         return;
     }
@@ -263,6 +289,7 @@ pub async fn tunnel(
                 admitted,
                 upstream: (upstream, addr),
                 traffic: &traffic,
+                via: ctx.via,
             },
             (rd, wr),
             buf,
@@ -370,4 +397,20 @@ fn tunnel_checks(
         return Err(Denial::new(Engine::L7, refusal));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transparent_entry_is_never_answered_in_http_and_audits_as_such() {
+        assert!(Entry::Connect.answers());
+        assert_eq!(Entry::Connect.via(), Via::Connect);
+        let t = Entry::Transparent {
+            original: "203.0.113.7:443".parse().unwrap(),
+        };
+        assert!(!t.answers());
+        assert_eq!(t.via(), Via::Transparent);
+    }
 }

@@ -1,7 +1,8 @@
 //! The connection phase, written once for every way a connection names its destination (a
-//! CONNECT authority, an absolute-form request's host; next, a transparently redirected
-//! connection's original destination): the target normalised, its caller required, the L4
-//! decision, and the dial through the destination plan (SSRF-checked, `destination.rs`).
+//! CONNECT authority, an absolute-form request's host, a transparently redirected connection's
+//! claimed name, dialled only at its original destination): the target normalised, its caller
+//! required, the L4 decision, and the dial through the destination plan (SSRF-checked,
+//! `destination.rs`).
 //!
 //! ```text
 //! normalize(target) → admit(caller, L4) → Admitted → dial(plan) → upstream socket
@@ -194,6 +195,28 @@ pub async fn dial(
         shared.compat,
     );
     destination::connect(shared, &plan, dst.host(), dst.port())
+        .await
+        .map_err(|e| e.denial(verb, dst))
+}
+
+/// Vets and dials an admitted destination at one address only: the address a transparently
+/// redirected client dialled. The name it claimed was tied to that address before admission
+/// (`transparent::target`), and a fresh lookup of the name could lead elsewhere, so none is
+/// made; the address still passes the destination plan's SSRF checks.
+pub async fn dial_pinned(
+    shared: &Shared,
+    admitted: &Admitted,
+    verb: &str,
+    original: SocketAddr,
+) -> Result<(TcpStream, SocketAddr), Denial> {
+    let dst = &admitted.dst;
+    let plan = destination::plan_for(
+        &admitted.policy,
+        &admitted.admission,
+        dst.host(),
+        shared.compat,
+    );
+    destination::connect_at(shared, &plan, dst.host(), original)
         .await
         .map_err(|e| e.denial(verb, dst))
 }

@@ -159,6 +159,30 @@ pub async fn connect(
     crate::metrics::upstream_connect(dial(&vetted, shared.limits.connect_timeout)).await
 }
 
+/// Vets one given address (no lookup) against the plan and dials it: the pinned dial of a
+/// transparently redirected connection.
+pub async fn connect_at(
+    shared: &Shared,
+    plan: &DestinationPlan,
+    host: &str,
+    addr: SocketAddr,
+) -> Result<(TcpStream, SocketAddr), DialError> {
+    if sluice_resolver::is_metadata_host(host) {
+        return Err(DialError::MetadataHost {
+            host: host.to_string(),
+        });
+    }
+    let vetted = sluice_resolver::vet(
+        plan,
+        &[addr.ip()],
+        addr.port(),
+        VetOptions {
+            allow_loopback: shared.allow_loopback,
+        },
+    )?;
+    crate::metrics::upstream_connect(dial(&vetted, shared.limits.connect_timeout)).await
+}
+
 /// Dials each address in turn; a refusal moves on at once, a timeout after `timeout`.
 pub async fn dial(
     addrs: &[SocketAddr],

@@ -77,6 +77,8 @@ pub struct Inspected<'a> {
     pub upstream: (TcpStream, SocketAddr),
     /// The client side's bytes, for the tunnel's close event.
     pub traffic: &'a Arc<Traffic>,
+    /// How the tunnel entered (`CONNECT`, or redirected to the transparent listener).
+    pub via: Via,
 }
 
 /// The inspected tunnel, from just after the `200` to the end: the client's halves, and
@@ -93,6 +95,7 @@ pub async fn run(
         admitted,
         upstream: (upstream, addr),
         traffic,
+        via,
     } = t;
     let host = admitted.dst.host().to_string();
     let port = admitted.dst.port();
@@ -120,7 +123,7 @@ pub async fn run(
             .emit(&audit::Event::ConnectionOpen(audit::ConnectionOpen {
                 time: SystemTime::now(),
                 id: conn.id,
-                via: Via::Connect,
+                via,
                 caller: Some(Arc::clone(&caller.audit)),
                 src: conn.peer,
                 dst: audit::Destination {

@@ -12,9 +12,13 @@
 //!    addresses, or one the policy DNS handed out for it. [`target::corroborate`] gathers that
 //!    evidence (a lookup through `sluice_resolver`, the policy DNS table).
 //!
+//! [`listener`] puts the three together for one accepted connection and hands the target to
+//! the pipeline's tunnel phases (`pipeline::connect::tunnel`).
+//!
 //! It does not judge the connection against policy, dial, or relay: the pipeline's phases do,
 //! with the [`target::TransparentTarget`] this module produces.
 
+pub mod listener;
 pub mod origdst;
 pub mod sniff;
 pub mod target;

@@ -6,9 +6,12 @@
 //! builds it when sluice runs as root and says loudly when it cannot) and the namespace's
 //! construction: a placeholder process holds it, loopback is brought up, and the listener is
 //! bound from a thread that entered it, so sluice's upstream connections stay in the host's.
+//! In the namespace, the same network fence as a pod's (`netfence`) sends every other TCP
+//! connection to a transparent listener and DNS to a policy DNS bound there too, so a client
+//! that ignores the proxy variables still goes through sluice (and nowhere else).
 
 use std::fs::File;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -51,7 +54,23 @@ impl Drop for Netns {
 pub struct Network {
     pub netns: Option<Netns>,
     pub listener: TcpListener,
+    /// Inside the namespace: the listeners the fence redirects to.
+    pub fenced: Option<Fenced>,
 }
+
+/// The fence's listeners inside the command's namespace.
+#[derive(Debug)]
+pub struct Fenced {
+    /// Where every other TCP connection is redirected (`--transparent-listen`'s role).
+    pub transparent: TcpListener,
+    /// The policy DNS (UDP and TCP), where DNS is redirected.
+    pub dns: (UdpSocket, TcpListener),
+}
+
+/// The uid the fence exempts. sluice's own sockets live in the host's namespace, outside the
+/// fence, so no process in the namespace needs the exemption: it is a uid no account uses
+/// (`(uid_t)-2`), never the command's.
+pub const FENCE_EXEMPT_UID: u32 = u32::MAX - 1;
 
 /// Printed when the command shares the host's network.
 fn warn_unfenced(reason: &str) {
@@ -72,13 +91,15 @@ pub fn build(choice: Choice, host_listen: SocketAddr) -> Result<Network, String>
             .map(|listener| Network {
                 netns: None,
                 listener,
+                fenced: None,
             })
             .map_err(|e| format!("cannot listen on {host_listen}: {e}"))
     };
     match choice {
-        Choice::Required => netns_listener().map(|(n, listener)| Network {
+        Choice::Required => netns_listener().map(|(n, (listener, fenced))| Network {
             netns: Some(n),
             listener,
+            fenced,
         }),
         Choice::Declined => {
             warn_unfenced("--no-netns");
@@ -89,9 +110,10 @@ pub fn build(choice: Choice, host_listen: SocketAddr) -> Result<Network, String>
             host()
         }
         Choice::Auto => match netns_listener() {
-            Ok((n, listener)) => Ok(Network {
+            Ok((n, (listener, fenced))) => Ok(Network {
                 netns: Some(n),
                 listener,
+                fenced,
             }),
             Err(e) => {
                 warn_unfenced(&e);
@@ -101,9 +123,11 @@ pub fn build(choice: Choice, host_listen: SocketAddr) -> Result<Network, String>
     }
 }
 
-/// Makes a fresh network namespace (loopback up, nothing else), and binds 127.0.0.1:0 in it
-/// from a thread that entered it.
-fn netns_listener() -> Result<(Netns, TcpListener), String> {
+/// Makes a fresh network namespace (loopback up, a route for every address, nothing else),
+/// binds 127.0.0.1:0 in it from a thread that entered it, with the fence's listeners, and
+/// applies the fence there.
+#[allow(clippy::type_complexity)] // (namespace, (listener, the fence's listeners))
+fn netns_listener() -> Result<(Netns, (TcpListener, Option<Fenced>)), String> {
     let holder = Command::new("unshare")
         .args(["--net", "sleep", "infinity"])
         .stdin(Stdio::null())
@@ -128,7 +152,7 @@ fn netns_listener() -> Result<(Netns, TcpListener), String> {
         }
     }
     let ns_path = netns.path.clone();
-    let bound = std::thread::spawn(move || -> Result<TcpListener, String> {
+    let bound = std::thread::spawn(move || -> Result<(TcpListener, Option<Fenced>), String> {
         let ns = File::open(&ns_path).map_err(|e| format!("open {}: {e}", ns_path.display()))?;
         rustix::thread::move_into_link_name_space(
             ns.as_fd(),
@@ -144,9 +168,86 @@ fn netns_listener() -> Result<(Netns, TcpListener), String> {
                 "cannot bring up loopback in the namespace (ip link set lo up)".to_string(),
             );
         }
-        TcpListener::bind("127.0.0.1:0").map_err(|e| format!("listen in the namespace: {e}"))
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| format!("listen in the namespace: {e}"))?;
+        // Without the fence the namespace still has only loopback: the command reaches
+        // sluice's listener and nothing else, but a client ignoring the proxy variables fails.
+        let fenced = fence_here()
+            .map_err(|e| {
+                eprintln!(
+                    "sluice: WARNING: no transparent interception in the command's network namespace ({e}); clients that ignore the proxy variables cannot connect"
+                );
+            })
+            .ok();
+        Ok((listener, fenced))
     })
     .join()
     .map_err(|_| "the namespace thread panicked".to_string())??;
     Ok((netns, bound))
+}
+
+/// In the calling thread's (fresh) namespace: a route for every address (a veth pair with
+/// both ends here: nothing leaves, but a connection is routed, so the fence sees it), the
+/// transparent listener and the policy DNS on loopback, and the fence sending TCP and DNS to
+/// them and refusing the rest.
+fn fence_here() -> Result<Fenced, String> {
+    let ip = |args: &[&str]| {
+        let ok = Command::new("ip")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "cannot route in the namespace (ip {})",
+                args.join(" ")
+            ))
+        }
+    };
+    let transparent = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| format!("transparent listener in the namespace: {e}"))?;
+    let udp =
+        UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("policy DNS in the namespace: {e}"))?;
+    let dns_port = udp
+        .local_addr()
+        .map_err(|e| format!("policy DNS in the namespace: {e}"))?
+        .port();
+    let tcp = TcpListener::bind(("127.0.0.1", dns_port))
+        .map_err(|e| format!("policy DNS (TCP) in the namespace: {e}"))?;
+    let transparent_port = transparent
+        .local_addr()
+        .map_err(|e| format!("transparent listener in the namespace: {e}"))?
+        .port();
+    crate::netfence::apply(&crate::netfence::Fence {
+        transparent_port,
+        dns_port,
+        proxy_uid: FENCE_EXEMPT_UID,
+    })
+    .map_err(|e| format!("the network fence: {e}"))?;
+    // Routes only once the fence stands: without them, a connection to anything but
+    // loopback fails at once (no route), which is what a namespace without a fence gives.
+    ip(&[
+        "link", "add", "fence0", "type", "veth", "peer", "name", "fence1",
+    ])?;
+    ip(&["link", "set", "fence0", "up"])?;
+    ip(&["link", "set", "fence1", "up"])?;
+    ip(&["addr", "add", "198.51.100.254/32", "dev", "fence0"])?;
+    ip(&["route", "add", "default", "dev", "fence0"])?;
+    ip(&[
+        "-6",
+        "addr",
+        "add",
+        "2001:db8:ffff::fe/128",
+        "dev",
+        "fence0",
+        "nodad",
+    ])?;
+    ip(&["-6", "route", "add", "default", "dev", "fence0"])?;
+    Ok(Fenced {
+        transparent,
+        dns: (udp, tcp),
+    })
 }

@@ -1,0 +1,220 @@
+//! The transparent listener's entry into the pipeline (`--transparent-listen`): one
+//! redirected connection from accept to the tunnel phases.
+//!
+//! ```text
+//! accept → original destination → arrive (caller, slot) → sniff (SNI / Host, kept)
+//!        → settle (caller rechecked at those bytes) → corroborate + decide_target
+//!        → connect::tunnel(Entry::Transparent { original })
+//! ```
+//!
+//! Owns only what is particular to a redirected connection: reading where the client meant
+//! to go, the name it claims, and the refusals before a target exists (no answer is written:
+//! the client believes it talks to the origin; each refusal is audited with its reason code).
+//! Admission, judgement, credentials, the pinned dial and audit of the tunnel are the
+//! pipeline's, as for `CONNECT`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::origdst;
+use super::sniff::{self, SniffLimits};
+use super::target::{self, TargetInput};
+use crate::audit::{self, Engine, Outcome, Via};
+use crate::dns::table::HandedOut;
+use crate::pipeline::authority::Authority;
+use crate::pipeline::connect::{self, Entry, Start};
+use crate::pipeline::{self, Conn, Shared};
+
+/// What every transparent connection of a running proxy shares beyond [`Shared`].
+#[derive(Debug, Default)]
+pub struct Context {
+    /// The policy DNS's table of handed-out addresses (`--dns-listen`), when it runs.
+    pub dns_table: Option<Arc<HandedOut>>,
+    /// Every address sluice listens on (explicit, transparent, DNS, metrics): a connection
+    /// whose original destination is one of them is a loop.
+    pub own_listeners: Vec<SocketAddr>,
+}
+
+/// A refusal before the tunnel phases: audited, and the connection closed.
+struct Early<'a> {
+    shared: &'a Shared,
+    conn: &'a Conn,
+    caller: Option<Arc<audit::Caller>>,
+    original: Option<SocketAddr>,
+}
+
+impl Early<'_> {
+    fn audit(&self, engine: Engine, code: &str, reason: &str, status: u16) {
+        self.shared
+            .audit
+            .emit(&audit::Event::ConnectionOpen(audit::ConnectionOpen {
+                time: SystemTime::now(),
+                id: self.conn.id,
+                via: Via::Transparent,
+                caller: self.caller.clone(),
+                src: self.conn.peer,
+                dst: audit::Destination {
+                    host: self
+                        .original
+                        .map(|a| a.ip().to_string())
+                        .unwrap_or_default(),
+                    port: self.original.map_or(0, |a| a.port()),
+                    ip: self.original.map(|a| a.ip()),
+                },
+                outcome: Outcome::Denied,
+                policy: None,
+                engine,
+                reason: Some(format!("{code}: {reason}")),
+                status,
+            }));
+    }
+}
+
+/// The name a client's first bytes claim, if any.
+fn claimed(hello: &sniff::Hello) -> Option<&str> {
+    match hello {
+        sniff::Hello::Tls { sni: Some(n) } | sniff::Hello::Http { host: Some(n) } => Some(n),
+        _ => None,
+    }
+}
+
+/// Serves one redirected connection to the end.
+pub async fn serve(
+    shared: Arc<Shared>,
+    context: Arc<Context>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+) {
+    let _active = crate::metrics::connection_active();
+    let _ = stream.set_nodelay(true);
+    let original = origdst::original_destination(socket2::SockRef::from(&stream));
+    // The client's socket is keyed by the destination it dialled, not sluice's address.
+    let (mut rd, mut wr) = stream.into_split();
+    let keyed = *original.as_ref().unwrap_or(&local);
+    let arrival = match pipeline::arrive(&shared, peer, keyed).await {
+        Ok(a) => a,
+        Err(limited) => {
+            let early = Early {
+                shared: &shared,
+                conn: &limited.conn,
+                caller: limited.caller.as_ref().ok().map(|k| Arc::clone(&k.audit)),
+                original: original.as_ref().ok().copied(),
+            };
+            let r = &limited.refusal;
+            early.audit(Engine::Proxy, r.error.as_str(), &r.detail, r.status);
+            let _ = wr.shutdown().await;
+            return;
+        }
+    };
+    let early = Early {
+        shared: &shared,
+        conn: &arrival.conn,
+        caller: arrival.caller.as_ref().ok().map(|k| Arc::clone(&k.audit)),
+        original: original.as_ref().ok().copied(),
+    };
+    let original = match original {
+        Ok(o) => o,
+        Err(e) => {
+            early.audit(
+                Engine::HttpParser,
+                "no_original_destination",
+                &e.to_string(),
+                400,
+            );
+            let _ = wr.shutdown().await;
+            return;
+        }
+    };
+    // A connection to sluice itself is refused before anything else is read.
+    if target::is_own_listener(original, &context.own_listeners) {
+        let refusal = target::TargetRefusal::Loop { original };
+        early.audit(Engine::L4, refusal.code(), &refusal.to_string(), 403);
+        let _ = wr.shutdown().await;
+        return;
+    }
+    let limits = SniffLimits {
+        timeout: shared.limits.head_timeout,
+        max_bytes: shared.limits.max_head_bytes.max(16 * 1024),
+    };
+    let sniffed = match sniff::sniff(&mut rd, limits).await {
+        Ok(s) => s,
+        Err(sniff::SniffError::Closed) => return,
+        Err(e) => {
+            early.audit(
+                Engine::HttpParser,
+                "malformed_client_hello",
+                &e.to_string(),
+                400,
+            );
+            let _ = wr.shutdown().await;
+            return;
+        }
+    };
+    // The first bytes are the caller's only if the process that connected still holds the
+    // socket: rechecked here, then watched while the connection lasts.
+    let settled = pipeline::settle(&shared, arrival).await;
+    let policy = shared.policy.load_full();
+    // A name no policy endpoint allows at this port is refused before it is looked up: a
+    // client must not make sluice resolve names of its choosing (a DNS side channel).
+    if let Some(name) = claimed(&sniffed.hello)
+        && policy.endpoints_for(name, original.port()).is_empty()
+    {
+        let early = Early {
+            shared: &shared,
+            conn: &settled.conn,
+            caller: settled.caller.as_ref().ok().map(|k| Arc::clone(&k.audit)),
+            original: Some(original),
+        };
+        let reason = format!(
+            "`{name}` (claimed for {original}) is allowed at port {} by no policy endpoint; not looked up",
+            original.port()
+        );
+        early.audit(Engine::L4, "policy_denied", &reason, 403);
+        let _ = wr.shutdown().await;
+        return;
+    }
+    let evidence = target::corroborate(
+        &shared.resolver,
+        context.dns_table.as_deref(),
+        &sniffed.hello,
+        original,
+    )
+    .await;
+    let decided = target::decide_target(&TargetInput {
+        original,
+        own_listeners: &context.own_listeners,
+        hello: &sniffed.hello,
+        needs_name: target::needs_name(&policy, original),
+        resolved: &evidence.resolved,
+        dns_names: &evidence.dns_names,
+    });
+    drop(policy);
+    let decided = match decided {
+        Ok(t) => t,
+        Err(refusal) => {
+            let early = Early {
+                shared: &shared,
+                conn: &settled.conn,
+                caller: settled.caller.as_ref().ok().map(|k| Arc::clone(&k.audit)),
+                original: Some(original),
+            };
+            early.audit(Engine::L4, refusal.code(), &refusal.to_string(), 403);
+            let _ = wr.shutdown().await;
+            return;
+        }
+    };
+    let start = Start {
+        shared: &shared,
+        conn: &settled.conn,
+        caller: settled.caller.clone(),
+        target: Authority::new(decided.host, decided.port),
+        entry: Entry::Transparent { original },
+    };
+    connect::tunnel(start, (rd, wr), BytesMut::from(&sniffed.replay[..])).await;
+}
