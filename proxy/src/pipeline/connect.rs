@@ -20,7 +20,7 @@ use super::authority::Authority;
 use super::caller::{CallerState, Known};
 use super::conn::Conn;
 use super::connection;
-use super::connection::{Admitted, Scheme};
+use super::connection::{Admitted, Dialled, Scheme};
 use super::counted::Traffic;
 use super::denial::Denial;
 use super::inspect::{self, Inspected};
@@ -227,7 +227,15 @@ pub async fn tunnel(
     if let Err(d) = tunnel_checks(shared, conn, known, &admitted, inspect) {
         return ctx.refuse(&mut wr, &d, entry).await;
     }
-    let (upstream, addr) = match connection::dial(shared, &admitted, "CONNECT").await {
+    // An inspected tunnel may take a pooled upstream connection instead (`pool.rs`).
+    let dialled = if inspect {
+        connection::dial_inspected(shared, &admitted, known, "CONNECT").await
+    } else {
+        connection::dial(shared, &admitted, "CONNECT")
+            .await
+            .map(|(s, a)| (Dialled::Socket(s), a))
+    };
+    let (upstream, addr) = match dialled {
         Ok(x) => x,
         Err(d) => return ctx.refuse(&mut wr, &d, entry).await,
     };
@@ -276,6 +284,10 @@ pub async fn tunnel(
         );
         return;
     }
+    let Dialled::Socket(upstream) = upstream else {
+        // Only `dial_inspected` defers a dial, and only inspected tunnels call it.
+        return;
+    };
     let (ur, uw) = upstream.into_split();
     let bounds = relay::Bounds {
         idle: shared.limits.idle_timeout,

@@ -154,13 +154,11 @@ pub struct H2Tunnel {
 }
 
 /// A request body on its way upstream: guarded and paced as it streams, or rewritten whole.
-type UpBody = BoxBody<Bytes, BoxError>;
+pub(super) type UpBody = BoxBody<Bytes, BoxError>;
 
-/// Connects HTTP/2 to the upstream over `upstream_io`, then serves the client's streams on
-/// `client_io` until either side closes.
-pub async fn serve<C, U>(tunnel: H2Tunnel, client_io: C, upstream_io: U) -> Result<(), String>
+/// Connects HTTP/2 to the upstream over `upstream_io`.
+pub async fn connect<U>(upstream_io: U) -> Result<SendRequest<UpBody>, String>
 where
-    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (sender, connection) =
@@ -170,6 +168,19 @@ where
     tokio::spawn(async move {
         let _ = connection.await;
     });
+    Ok(sender)
+}
+
+/// Serves the client's streams on `client_io` over the upstream HTTP/2 connection `sender`
+/// until the client closes.
+pub async fn serve<C>(
+    tunnel: H2Tunnel,
+    client_io: C,
+    sender: SendRequest<UpBody>,
+) -> Result<(), String>
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let tunnel = Arc::new(tunnel);
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let tunnel = Arc::clone(&tunnel);

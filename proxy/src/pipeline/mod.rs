@@ -24,6 +24,7 @@ mod holder;
 mod inject;
 mod inspect;
 mod judge;
+mod pool;
 mod record;
 mod request;
 mod shared;

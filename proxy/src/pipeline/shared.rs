@@ -90,6 +90,8 @@ pub struct Shared {
     pub compat: Compat,
     /// Per-caller connection limits (`--max-connections-per-caller` and the rate).
     pub callers: Arc<admission::CallerLimits>,
+    /// Idle upstream connections of inspected tunnels, kept per caller and destination.
+    pub(super) pool: Arc<super::pool::Pool>,
     next_id: AtomicU64,
 }
 
@@ -127,6 +129,7 @@ impl Shared {
         ));
         Shared {
             callers,
+            pool: Arc::default(),
             policy: ArcSwap::from_pointee(policy),
             resolver,
             identity,
