@@ -263,7 +263,13 @@ fn another_caller_gets_its_own_connection_and_never_the_first_callers_credential
     let (sluice, ca) = setup(&dir, &origin, "");
     let auth = "Authorization: Bearer openshell:resolve:env:TEST_API_KEY";
     ok(
-        &curl(&sluice, &ca, origin.port, "/curl", &["--http1.1", "-H", auth]),
+        &curl(
+            &sluice,
+            &ca,
+            origin.port,
+            "/curl",
+            &["--http1.1", "-H", auth],
+        ),
         &sluice,
     );
     wait_requests(&origin, 1);
@@ -280,7 +286,13 @@ fn another_caller_gets_its_own_connection_and_never_the_first_callers_credential
     assert!(!out.contains(SECRET) && !err.contains(SECRET));
     // curl again: its own pooled connection.
     ok(
-        &curl(&sluice, &ca, origin.port, "/curl2", &["--http1.1", "-H", auth]),
+        &curl(
+            &sluice,
+            &ca,
+            origin.port,
+            "/curl2",
+            &["--http1.1", "-H", auth],
+        ),
         &sluice,
     );
     wait_requests(&origin, 3);
@@ -311,7 +323,10 @@ fn a_response_with_connection_close_is_not_pooled() {
         &curl(&sluice, &ca, origin.port, "/close", &["--http1.1"]),
         &sluice,
     );
-    ok(&curl(&sluice, &ca, origin.port, "/", &["--http1.1"]), &sluice);
+    ok(
+        &curl(&sluice, &ca, origin.port, "/", &["--http1.1"]),
+        &sluice,
+    );
     wait_requests(&origin, 2);
     assert_eq!(origin.connections(), (2, 2), "{:?}", origin.lines());
 }
@@ -327,10 +342,21 @@ fn a_response_left_unread_is_not_pooled() {
         &ca,
         origin.port,
         "/bytes/200000000",
-        &["--http1.1", "--limit-rate", "200k", "--max-time", "1", "-o", "/dev/null"],
+        &[
+            "--http1.1",
+            "--limit-rate",
+            "200k",
+            "--max-time",
+            "1",
+            "-o",
+            "/dev/null",
+        ],
     );
     assert!(!out.ends_with("200\n"), "{out}");
-    ok(&curl(&sluice, &ca, origin.port, "/", &["--http1.1"]), &sluice);
+    ok(
+        &curl(&sluice, &ca, origin.port, "/", &["--http1.1"]),
+        &sluice,
+    );
     wait_requests(&origin, 2);
     assert_eq!(origin.connections(), (2, 2), "{:?}", origin.lines());
 }
@@ -341,7 +367,10 @@ fn an_origin_closing_idle_connections_fails_no_request() {
     let origin = Origin::start(&dir, 0.5);
     let (sluice, ca) = setup(&dir, &origin, "");
     for round in 0..3 {
-        ok(&curl(&sluice, &ca, origin.port, "/", &["--http1.1"]), &sluice);
+        ok(
+            &curl(&sluice, &ca, origin.port, "/", &["--http1.1"]),
+            &sluice,
+        );
         wait_requests(&origin, round + 1);
         // The origin closes the pooled connection meanwhile.
         std::thread::sleep(Duration::from_millis(1200));
@@ -354,8 +383,14 @@ fn a_reload_retires_pooled_connections() {
     let dir = TempDir::new("pool-reload");
     let origin = Origin::start(&dir, 0.0);
     let (sluice, ca) = setup(&dir, &origin, "");
-    ok(&curl(&sluice, &ca, origin.port, "/", &["--http1.1"]), &sluice);
-    ok(&curl(&sluice, &ca, origin.port, "/", &["--http1.1"]), &sluice);
+    ok(
+        &curl(&sluice, &ca, origin.port, "/", &["--http1.1"]),
+        &sluice,
+    );
+    ok(
+        &curl(&sluice, &ca, origin.port, "/", &["--http1.1"]),
+        &sluice,
+    );
     wait_requests(&origin, 2);
     assert_eq!(origin.connections(), (1, 1), "{:?}", origin.lines());
     let path = sluice.dir.path().join("policy.yaml");
@@ -374,8 +409,14 @@ fn a_reload_retires_pooled_connections() {
             .count()
             >= 2
     });
-    ok(&curl(&sluice, &ca, origin.port, "/", &["--http1.1"]), &sluice);
-    ok(&curl(&sluice, &ca, origin.port, "/", &["--http1.1"]), &sluice);
+    ok(
+        &curl(&sluice, &ca, origin.port, "/", &["--http1.1"]),
+        &sluice,
+    );
+    ok(
+        &curl(&sluice, &ca, origin.port, "/", &["--http1.1"]),
+        &sluice,
+    );
     wait_requests(&origin, 4);
     // One new connection after the reload, pooled in turn.
     assert_eq!(origin.connections(), (2, 2), "{:?}", origin.lines());
@@ -398,7 +439,10 @@ fn http2_connections_of_one_caller_are_pooled_too() {
         assert!(raw.contains(&format!("Bearer {SECRET}")), "{raw}");
     }
     // An HTTP/1.1 client offers another ALPN: its own connection.
-    ok(&curl(&sluice, &ca, origin.port, "/c", &["--http1.1"]), &sluice);
+    ok(
+        &curl(&sluice, &ca, origin.port, "/c", &["--http1.1"]),
+        &sluice,
+    );
     wait_requests(&origin, 3);
     assert_eq!(origin.connections().0, 2, "{:?}", origin.lines());
     assert_events_valid(&sluice);

@@ -142,7 +142,7 @@ pub async fn dial_inspected(
         offer: None,
         epoch: &epoch,
     };
-    if let Some(addr) = shared.pool.candidate(&Key::new(known, dst), &wanted) {
+    if let Some(addr) = shared.pool.candidate(&pool_key(known, dst), &wanted) {
         vetted.retain(|a| *a != addr);
         vetted.insert(0, addr);
         return Ok((Dialled::Deferred(vetted), addr));
@@ -156,8 +156,18 @@ pub async fn dial_vetted(
     shared: &Shared,
     vetted: &[SocketAddr],
 ) -> Result<(TcpStream, SocketAddr), destination::DialError> {
-    crate::metrics::upstream_connect(destination::dial(vetted, shared.limits.connect_timeout))
-        .await
+    crate::metrics::upstream_connect(destination::dial(vetted, shared.limits.connect_timeout)).await
+}
+
+/// Whose upstream connection to where, for the pool.
+pub fn pool_key(known: &Known, dst: &Authority) -> Key {
+    Key::new(
+        known.identity.uid,
+        &known.exe,
+        &known.ancestors,
+        &known.cmdline_paths,
+        dst,
+    )
 }
 
 /// The configuration an admitted connection's upstream is made under: its pinned policy

@@ -28,6 +28,7 @@ use super::caller::{self, Known};
 use super::connection::Admitted;
 use super::denial::Denial;
 use super::inject;
+use super::pool::UpBody;
 use super::record::Record;
 use super::request::{BodyPlan, Exchange, Head};
 use super::shared::Shared;
@@ -152,9 +153,6 @@ pub struct H2Tunnel {
     /// The upstream address dialled.
     pub addr: SocketAddr,
 }
-
-/// A request body on its way upstream: guarded and paced as it streams, or rewritten whole.
-pub(super) type UpBody = BoxBody<Bytes, BoxError>;
 
 /// Connects HTTP/2 to the upstream over `upstream_io`.
 pub async fn connect<U>(upstream_io: U) -> Result<SendRequest<UpBody>, String>

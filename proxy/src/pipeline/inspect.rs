@@ -209,7 +209,7 @@ pub async fn run(
             let sni = hello.server_name().map(str::to_ascii_lowercase);
             // Offer the upstream exactly what the client offered (of h2 and http/1.1).
             let offer = hello.alpn().map_or(Offer::None, Offer::from_client);
-            let key = pool::Key::new(&caller, &admitted.dst);
+            let key = connection::pool_key(&caller, &admitted.dst);
             let epoch = connection::epoch(shared, &admitted);
             let taken = match &upstream {
                 Dialled::Deferred(vetted) => shared.pool.take(

@@ -21,13 +21,16 @@ use std::time::{Duration, Instant};
 use hyper::client::conn::{http1, http2};
 
 use super::authority::Authority;
-use super::caller::Known;
-use super::h2::UpBody;
 use crate::credentials::Bindings;
 use crate::http::body::ChannelBody;
 use crate::policy::Policy;
 use crate::tls::server::Alpn;
 use crate::tls::upstream::Offer;
+
+/// A request body on its way upstream over HTTP/2: guarded and paced as it streams, or
+/// rewritten whole.
+pub(super) type UpBody =
+    http_body_util::combinators::BoxBody<bytes::Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Idle connections kept for one caller and destination.
 const MAX_IDLE_PER_KEY: usize = 4;
@@ -58,13 +61,21 @@ pub(crate) struct Key {
 }
 
 impl Key {
-    pub(crate) fn new(known: &Known, dst: &Authority) -> Key {
+    /// A caller (its uid, executable, ancestor executables and cmdline paths) and a
+    /// destination.
+    pub(crate) fn new(
+        uid: u32,
+        exe: &str,
+        ancestors: &[String],
+        cmdline_paths: &[String],
+        dst: &Authority,
+    ) -> Key {
         Key {
             caller: CallerKey {
-                uid: known.identity.uid,
-                exe: known.exe.clone(),
-                ancestors: known.ancestors.clone(),
-                cmdline_paths: known.cmdline_paths.clone(),
+                uid,
+                exe: exe.to_string(),
+                ancestors: ancestors.to_vec(),
+                cmdline_paths: cmdline_paths.to_vec(),
             },
             dst: dst.clone(),
         }
@@ -222,12 +233,10 @@ impl Pool {
                 client,
             } = returned;
             let client = match client {
-                Client::H1(mut s) => {
-                    match tokio::time::timeout(READY_WAIT, s.ready()).await {
-                        Ok(Ok(())) => Client::H1(s),
-                        _ => return,
-                    }
-                }
+                Client::H1(mut s) => match tokio::time::timeout(READY_WAIT, s.ready()).await {
+                    Ok(Ok(())) => Client::H1(s),
+                    _ => return,
+                },
                 Client::H2(s) => Client::H2(s),
             };
             if !epoch.same(&current) || !client.is_ready() {
@@ -285,5 +294,4 @@ impl Pool {
         }
         idle.retain(|_, l| !l.is_empty());
     }
-
 }
