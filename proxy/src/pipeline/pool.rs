@@ -295,3 +295,132 @@ impl Pool {
         idle.retain(|_, l| !l.is_empty());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use hyper_util::rt::TokioIo;
+
+    use super::*;
+    use crate::policy::{Compat, Source, load};
+
+    fn policy() -> Arc<Policy> {
+        let text = "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - {host: h.test, port: 443}\n    binaries:\n      - path: /usr/bin/curl\n";
+        let sources = [Source {
+            name: "p.yaml".to_string(),
+            text: text.to_string(),
+        }];
+        Arc::new(load(&sources, Compat::Strict).unwrap().policy)
+    }
+
+    /// A ready HTTP/1.1 client over an in-memory pipe (the far end kept open).
+    async fn client() -> (Client, tokio::io::DuplexStream) {
+        let (near, far) = tokio::io::duplex(1024);
+        let (mut sender, conn) = http1::handshake::<_, ChannelBody>(TokioIo::new(near))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        sender.ready().await.unwrap();
+        (Client::H1(sender), far)
+    }
+
+    fn key(exe: &str) -> Key {
+        Key::new(0, exe, &[], &[], &Authority::new("h.test".to_string(), 443))
+    }
+
+    #[tokio::test]
+    async fn only_a_connection_made_exactly_alike_is_taken() {
+        let pool = Pool::default();
+        let epoch = Epoch {
+            policy: policy(),
+            credentials: Arc::new(Bindings::default()),
+        };
+        let addr: SocketAddr = "192.0.2.1:443".parse().unwrap();
+        let (c, _far) = client().await;
+        pool.insert(
+            key("/usr/bin/curl"),
+            Idle {
+                addr,
+                offer: Offer::Http11,
+                alpn: Alpn::Http11,
+                epoch: epoch.clone(),
+                client: c,
+                since: Instant::now(),
+            },
+        );
+        let vetted = [addr];
+        let fits = Wanted {
+            vetted: &vetted,
+            offer: Some(Offer::Http11),
+            epoch: &epoch,
+        };
+        // Another caller, an address the taker's plan did not vet, another offer, another
+        // policy or credential snapshot: never.
+        assert!(pool.take(&key("/usr/bin/python3"), &fits).is_none());
+        let other: [SocketAddr; 1] = ["192.0.2.2:443".parse().unwrap()];
+        let checks = [
+            Wanted {
+                vetted: &other,
+                ..fits
+            },
+            Wanted {
+                offer: Some(Offer::H2AndHttp11),
+                ..fits
+            },
+        ];
+        for w in &checks {
+            assert!(pool.candidate(&key("/usr/bin/curl"), w).is_none());
+            assert!(pool.take(&key("/usr/bin/curl"), w).is_none());
+        }
+        let reloaded = Epoch {
+            policy: policy(),
+            credentials: Arc::clone(&epoch.credentials),
+        };
+        let rotated = Epoch {
+            policy: Arc::clone(&epoch.policy),
+            credentials: Arc::new(Bindings::default()),
+        };
+        for e in [&reloaded, &rotated] {
+            let w = Wanted { epoch: e, ..fits };
+            assert!(pool.take(&key("/usr/bin/curl"), &w).is_none());
+        }
+        // The same caller, address, offer and snapshot: taken once.
+        assert_eq!(pool.candidate(&key("/usr/bin/curl"), &fits), Some(addr));
+        let taken = pool.take(&key("/usr/bin/curl"), &fits).unwrap();
+        assert_eq!((taken.addr, taken.alpn), (addr, Alpn::Http11));
+        assert!(pool.take(&key("/usr/bin/curl"), &fits).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_is_never_taken() {
+        let pool = Pool::default();
+        let epoch = Epoch {
+            policy: policy(),
+            credentials: Arc::new(Bindings::default()),
+        };
+        let addr: SocketAddr = "192.0.2.1:443".parse().unwrap();
+        let (c, far) = client().await;
+        pool.insert(
+            key("/usr/bin/curl"),
+            Idle {
+                addr,
+                offer: Offer::Http11,
+                alpn: Alpn::Http11,
+                epoch: epoch.clone(),
+                client: c,
+                since: Instant::now(),
+            },
+        );
+        // The origin closes the idle connection.
+        drop(far);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let vetted = [addr];
+        let w = Wanted {
+            vetted: &vetted,
+            offer: Some(Offer::Http11),
+            epoch: &epoch,
+        };
+        assert!(pool.take(&key("/usr/bin/curl"), &w).is_none());
+    }
+}
