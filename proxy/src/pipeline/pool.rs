@@ -36,8 +36,10 @@ pub(super) type UpBody =
 const MAX_IDLE_PER_KEY: usize = 4;
 /// Idle connections kept in all.
 const MAX_IDLE: usize = 256;
-/// An idle connection older than this is closed, never reused.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// An idle connection older than this is closed, never reused: shorter than the shortest
+/// common server keep-alive (5 s: Node, Apache), so that an origin rarely closes a kept
+/// connection just as it is reused (a request on it would then fail).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// How long a returned HTTP/1.1 connection may take to be ready for its next request.
 const READY_WAIT: Duration = Duration::from_secs(1);
 
