@@ -22,7 +22,7 @@ use super::authority::Authority;
 use super::caller::{CallerState, Known};
 use super::conn::Conn;
 use super::connection;
-use super::connection::{Admitted, Scheme};
+use super::connection::{Admitted, Dialled, Scheme};
 use super::counted::Traffic;
 use super::denial::Denial;
 use super::inspect::{self, Inspected};
@@ -246,11 +246,20 @@ pub async fn tunnel(
     if let Err(d) = tunnel_checks(shared, conn, known, &admitted, inspect) {
         return ctx.refuse(&mut wr, &d, entry).await;
     }
+    // An inspected tunnel may take a pooled upstream connection instead (`pool.rs`); a
+    // transparent one dials only the address its client dialled.
     let dialled = match start_entry {
-        Entry::Connect => connection::dial(shared, &admitted, "CONNECT").await,
         Entry::Transparent { original } => {
-            connection::dial_pinned(shared, &admitted, "CONNECT", original).await
+            connection::dial_pinned(shared, &admitted, "CONNECT", original)
+                .await
+                .map(|(s, a)| (Dialled::Socket(s), a))
         }
+        Entry::Connect if inspect => {
+            connection::dial_inspected(shared, &admitted, known, "CONNECT").await
+        }
+        Entry::Connect => connection::dial(shared, &admitted, "CONNECT")
+            .await
+            .map(|(s, a)| (Dialled::Socket(s), a)),
     };
     let (upstream, addr) = match dialled {
         Ok(x) => x,
@@ -311,6 +320,10 @@ pub async fn tunnel(
         );
         return;
     }
+    let Dialled::Socket(upstream) = upstream else {
+        // Only `dial_inspected` defers a dial, and only inspected tunnels call it.
+        return;
+    };
     let (ur, uw) = upstream.into_split();
     let bounds = relay::Bounds {
         idle: shared.limits.idle_timeout,

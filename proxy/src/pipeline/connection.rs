@@ -9,7 +9,9 @@
 //! ```
 //!
 //! Each step answers a refusal as a [`Denial`]; the entry points (`connect.rs`,
-//! `forward.rs`) only write it. An upstream connection pool would plug into [`dial`].
+//! `forward.rs`) only write it. An inspected tunnel dials through [`dial_inspected`], which
+//! may leave the dial to after the ClientHello when the pool (`pool.rs`) holds a connection
+//! this tunnel's own destination plan would have dialled.
 //!
 //! An admitted connection is then [`hold`]: registered as live until it ends, and re-judged
 //! by the same L4 rule when a reload swaps the policy ([`revoke_disallowed`]): one the new
@@ -26,6 +28,7 @@ use super::conn::Conn;
 use super::denial::Denial;
 use super::destination;
 use super::live::{Judge, Registration};
+use super::pool::{Epoch, Key, Wanted};
 use super::shared::Shared;
 use super::stop::StopReason;
 use crate::audit::Engine;
@@ -219,6 +222,81 @@ pub async fn dial_pinned(
     destination::connect_at(shared, &plan, dst.host(), original)
         .await
         .map_err(|e| e.denial(verb, dst))
+}
+
+/// An inspected tunnel's upstream as the connection phase leaves it.
+#[derive(Debug)]
+pub enum Dialled {
+    /// Dialled now.
+    Socket(TcpStream),
+    /// Not dialled: the pool holds a connection to one of these addresses (vetted by this
+    /// tunnel's own plan, the pooled one first), to be taken once the client's ClientHello
+    /// names its ALPN offer, or dialled then if none fits any more.
+    Deferred(Vec<SocketAddr>),
+}
+
+/// Like [`dial`], for a tunnel whose requests are inspected: resolves and vets, then leaves
+/// the dial to later when the pool holds a connection for this caller and destination to an
+/// address just vetted, under the same configuration; else dials now. Returns the upstream
+/// and the address dialled (or to be reused).
+pub async fn dial_inspected(
+    shared: &Shared,
+    admitted: &Admitted,
+    known: &Known,
+    verb: &str,
+) -> Result<(Dialled, SocketAddr), Denial> {
+    let dst = &admitted.dst;
+    let plan = destination::plan_for(
+        &admitted.policy,
+        &admitted.admission,
+        dst.host(),
+        shared.compat,
+    );
+    let fail = |e: destination::DialError| e.denial(verb, dst);
+    let mut vetted = destination::vet(shared, &plan, dst.host(), dst.port())
+        .await
+        .map_err(fail)?;
+    let epoch = epoch(shared, admitted);
+    let wanted = Wanted {
+        vetted: &vetted,
+        offer: None,
+        epoch: &epoch,
+    };
+    if let Some(addr) = shared.pool.candidate(&pool_key(known, dst), &wanted) {
+        vetted.retain(|a| *a != addr);
+        vetted.insert(0, addr);
+        return Ok((Dialled::Deferred(vetted), addr));
+    }
+    let (socket, addr) = dial_vetted(shared, &vetted).await.map_err(fail)?;
+    Ok((Dialled::Socket(socket), addr))
+}
+
+/// Dials addresses already vetted by a destination plan, in order.
+pub async fn dial_vetted(
+    shared: &Shared,
+    vetted: &[SocketAddr],
+) -> Result<(TcpStream, SocketAddr), destination::DialError> {
+    crate::metrics::upstream_connect(destination::dial(vetted, shared.limits.connect_timeout)).await
+}
+
+/// Whose upstream connection to where, for the pool.
+pub fn pool_key(known: &Known, dst: &Authority) -> Key {
+    Key::new(
+        known.identity.uid,
+        &known.exe,
+        &known.ancestors,
+        &known.cmdline_paths,
+        dst,
+    )
+}
+
+/// The configuration an admitted connection's upstream is made under: its pinned policy
+/// snapshot and the credentials in force now.
+pub fn epoch(shared: &Shared, admitted: &Admitted) -> Epoch {
+    Epoch {
+        policy: Arc::clone(&admitted.policy),
+        credentials: shared.credentials.load_full(),
+    }
 }
 
 /// Whether an admitted connection's requests travel over TLS sluice verified upstream.

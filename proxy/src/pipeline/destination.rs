@@ -142,21 +142,31 @@ pub async fn connect(
     host: &str,
     port: u16,
 ) -> Result<(TcpStream, SocketAddr), DialError> {
+    let vetted = vet(shared, plan, host, port).await?;
+    crate::metrics::upstream_connect(dial(&vetted, shared.limits.connect_timeout)).await
+}
+
+/// Resolves and vets: the addresses `plan` lets this connection dial, in order.
+pub async fn vet(
+    shared: &Shared,
+    plan: &DestinationPlan,
+    host: &str,
+    port: u16,
+) -> Result<Vec<SocketAddr>, DialError> {
     if sluice_resolver::is_metadata_host(host) {
         return Err(DialError::MetadataHost {
             host: host.to_string(),
         });
     }
     let addrs = shared.resolver.resolve(host).await?;
-    let vetted = sluice_resolver::vet(
+    Ok(sluice_resolver::vet(
         plan,
         &addrs,
         port,
         VetOptions {
             allow_loopback: shared.allow_loopback,
         },
-    )?;
-    crate::metrics::upstream_connect(dial(&vetted, shared.limits.connect_timeout)).await
+    )?)
 }
 
 /// Vets one given address (no lookup) against the plan and dials it: the pinned dial of a

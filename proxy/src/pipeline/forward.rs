@@ -45,6 +45,9 @@ const MAX_UPSTREAMS: usize = 8;
 pub(super) struct Upstream {
     pub(super) sender: SendRequest<ChannelBody>,
     addr: SocketAddr,
+    /// Its last exchange ended cleanly: the request body sent whole, the response read whole
+    /// and not delimited by the close, no upgrade. Only then may it serve another client.
+    reusable: bool,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -80,8 +83,18 @@ impl Tunnel {
     pub fn new(admitted: Admitted, sender: SendRequest<ChannelBody>, addr: SocketAddr) -> Tunnel {
         Tunnel {
             admitted,
-            upstream: Upstream { sender, addr },
+            upstream: Upstream {
+                sender,
+                addr,
+                reusable: false,
+            },
         }
+    }
+
+    /// The tunnel's upstream connection, if its last exchange ended cleanly (whether it is
+    /// still ready for another request is the pool's to check).
+    pub fn into_reusable(self) -> Option<SendRequest<ChannelBody>> {
+        self.upstream.reusable.then_some(self.upstream.sender)
     }
 }
 
@@ -109,7 +122,16 @@ impl<R, W> std::fmt::Debug for Session<'_, R, W> {
 
 /// Serves HTTP/1 requests on a client connection until it closes: absolute-form requests
 /// (`Route::Forward`, with the first head already read) or requests in a tunnel.
-pub async fn serve<R, W>(mut s: Session<'_, R, W>, first: Option<RequestHead>)
+pub async fn serve<R, W>(s: Session<'_, R, W>, first: Option<RequestHead>)
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    serve_route(s, first).await;
+}
+
+/// Like [`serve`], and hands back the route (a tunnel's upstream connection, for the pool).
+pub async fn serve_route<R, W>(mut s: Session<'_, R, W>, first: Option<RequestHead>) -> Route
 where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send,
@@ -134,6 +156,7 @@ where
         }
     }
     let _ = s.wr.shutdown().await;
+    s.route
 }
 
 /// The next request head on a kept-alive connection; `None` ends the connection (after
@@ -259,7 +282,14 @@ async fn upstream_for<'u>(
                         tokio::spawn(async move {
                             let _ = connection.with_upgrades().await;
                         });
-                        upstreams.insert(key.clone(), Upstream { sender, addr });
+                        upstreams.insert(
+                            key.clone(),
+                            Upstream {
+                                sender,
+                                addr,
+                                reusable: false,
+                            },
+                        );
                     }
                     Err(e) => return Err(x.upstream_failed(e.to_string())),
                 }
@@ -343,6 +373,8 @@ where
         }
         Err(d) => return refuse(wr, rec, &d).await,
     };
+    // Reusable again only if this exchange ends cleanly.
+    upstream.reusable = false;
     rec.ip = Some(upstream.addr.ip());
 
     // Opt-in body rewriting: the body is read whole (at most 256 KiB) and rewritten.
@@ -509,6 +541,7 @@ where
             rec.bytes_out = written.body_bytes;
             rec.finish();
             let body_complete = matches!(pumped, Some(Ok(_)));
+            upstream.reusable = body_complete && !written.close_delimited;
             return Step {
                 keep_alive: client_keep_alive && body_complete && !written.close_delimited,
             };

@@ -28,6 +28,7 @@ use super::caller::{self, Known};
 use super::connection::Admitted;
 use super::denial::Denial;
 use super::inject;
+use super::pool::UpBody;
 use super::record::Record;
 use super::request::{BodyPlan, Exchange, Head};
 use super::shared::Shared;
@@ -154,14 +155,9 @@ pub struct H2Tunnel {
     pub addr: SocketAddr,
 }
 
-/// A request body on its way upstream: guarded and paced as it streams, or rewritten whole.
-type UpBody = BoxBody<Bytes, BoxError>;
-
-/// Connects HTTP/2 to the upstream over `upstream_io`, then serves the client's streams on
-/// `client_io` until either side closes.
-pub async fn serve<C, U>(tunnel: H2Tunnel, client_io: C, upstream_io: U) -> Result<(), String>
+/// Connects HTTP/2 to the upstream over `upstream_io`.
+pub async fn connect<U>(upstream_io: U) -> Result<SendRequest<UpBody>, String>
 where
-    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (sender, connection) =
@@ -171,6 +167,19 @@ where
     tokio::spawn(async move {
         let _ = connection.await;
     });
+    Ok(sender)
+}
+
+/// Serves the client's streams on `client_io` over the upstream HTTP/2 connection `sender`
+/// until the client closes.
+pub async fn serve<C>(
+    tunnel: H2Tunnel,
+    client_io: C,
+    sender: SendRequest<UpBody>,
+) -> Result<(), String>
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let tunnel = Arc::new(tunnel);
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let tunnel = Arc::clone(&tunnel);

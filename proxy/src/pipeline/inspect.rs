@@ -11,6 +11,10 @@
 //! Both legs speak the same protocol: HTTP/2 (`h2.rs`) when the upstream chose `h2` from the
 //! client's offer, else HTTP/1.1 through the one request loop, so an h1-only upstream never
 //! sees HTTP/2 and a gRPC client gets h2 end to end.
+//!
+//! The upstream TLS connection may come from the pool (`pool.rs`) instead, when one fits this
+//! caller, destination, vetted address, offer and configuration, and goes back to it when the
+//! client leaves after a clean exchange.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,10 +30,11 @@ use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 
 use super::caller::Known;
 use super::conn::Conn;
-use super::connection::{Admitted, Scheme};
+use super::connection::{self, Admitted, Dialled, Scheme};
 use super::counted::{Counted, Prefixed, Traffic};
 use super::forward::{self, Route, Session, Tunnel};
-use super::shared::Shared;
+use super::pool::{self, Client, Returned, Wanted};
+use super::shared::{Shared, TlsState};
 use crate::audit::{self, Engine, Outcome, Via};
 use crate::tls::server::Alpn;
 use crate::tls::upstream::Offer;
@@ -73,8 +78,8 @@ pub struct Inspected<'a> {
     pub conn: &'a Conn,
     pub caller: Known,
     pub admitted: Admitted,
-    /// The upstream socket, and the address it reached.
-    pub upstream: (TcpStream, SocketAddr),
+    /// The upstream socket (or the pooled connection to take), and the address it reached.
+    pub upstream: (Dialled, SocketAddr),
     /// The client side's bytes, for the tunnel's close event.
     pub traffic: &'a Arc<Traffic>,
     /// How the tunnel entered (`CONNECT`, or redirected to the transparent listener).
@@ -143,6 +148,14 @@ pub async fn run(
             fail("Unsupported tunnel protocol for L7-inspected endpoint".to_string());
         }
         Detected::Http => {
+            // Plaintext HTTP in a tunnel is never pooled: a deferred dial is made now.
+            let (upstream, addr) = match socket(shared, upstream, addr).await {
+                Ok(x) => x,
+                Err(e) => {
+                    fail(e);
+                    return;
+                }
+            };
             let sender = match hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await {
                 Ok((sender, connection)) => {
                     tokio::spawn(async move {
@@ -199,29 +212,41 @@ pub async fn run(
             let sni = hello.server_name().map(str::to_ascii_lowercase);
             // Offer the upstream exactly what the client offered (of h2 and http/1.1).
             let offer = hello.alpn().map_or(Offer::None, Offer::from_client);
-            // The upstream is verified against its real name (SNI = the CONNECT host).
-            let Ok(server_name) = ServerName::try_from(host.clone()) else {
-                fail(format!("`{host}` is not a valid TLS server name"));
-                return;
+            let key = connection::pool_key(&caller, &admitted.dst);
+            let epoch = connection::epoch(shared, &admitted);
+            let taken = match &upstream {
+                Dialled::Deferred(vetted) => shared.pool.take(
+                    &key,
+                    &Wanted {
+                        vetted,
+                        offer: Some(offer),
+                        epoch: &epoch,
+                    },
+                ),
+                Dialled::Socket(_) => None,
             };
-            let connector = TlsConnector::from(tls.upstream.config(offer));
-            let upstream_tls = match tokio::time::timeout(
-                shared.limits.connect_timeout,
-                connector.connect(server_name, upstream),
-            )
-            .await
-            {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    fail(format!("upstream TLS to {host}:{port} failed: {e}"));
-                    return;
-                }
-                Err(_) => {
-                    fail(format!("upstream TLS to {host}:{port} timed out"));
-                    return;
+            let (up, addr, alpn) = match taken {
+                Some(t) => (Up::Pooled(t.client), t.addr, t.alpn),
+                None => {
+                    let (socket, addr) = match socket(shared, upstream, addr).await {
+                        Ok(x) => x,
+                        Err(e) => {
+                            fail(e);
+                            return;
+                        }
+                    };
+                    match upstream_tls(shared, tls, &host, port, offer, socket).await {
+                        Ok(s) => {
+                            let alpn = Alpn::from_protocol(s.get_ref().1.alpn_protocol());
+                            (Up::Fresh(Box::new(s)), addr, alpn)
+                        }
+                        Err(e) => {
+                            fail(e);
+                            return;
+                        }
+                    }
                 }
             };
-            let alpn = Alpn::from_protocol(upstream_tls.get_ref().1.alpn_protocol());
             let config = match tls.terminator.config_for(sni.as_deref(), &host, alpn) {
                 Ok(c) => c,
                 Err(e) => {
@@ -241,7 +266,29 @@ pub async fn run(
                         return;
                     }
                 };
+            let returned = |client| Returned {
+                key: key.clone(),
+                addr,
+                offer,
+                alpn,
+                epoch: epoch.clone(),
+                client,
+            };
             if alpn == Alpn::H2 {
+                let sender = match up {
+                    Up::Pooled(Client::H2(s)) => s,
+                    Up::Fresh(s) => match super::h2::connect(*s).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            fail(e);
+                            return;
+                        }
+                    },
+                    Up::Pooled(Client::H1(_)) => {
+                        fail("pooled upstream speaks HTTP/1.1, not h2".to_string());
+                        return;
+                    }
+                };
                 let tunnel = super::h2::H2Tunnel {
                     shared: Arc::clone(shared),
                     conn_id: conn.id,
@@ -253,13 +300,18 @@ pub async fn run(
                     },
                     addr,
                 };
-                if let Err(e) = super::h2::serve(tunnel, client_tls, upstream_tls).await {
-                    fail(e);
+                match super::h2::serve(tunnel, client_tls, sender.clone()).await {
+                    Ok(()) => shared
+                        .pool
+                        .check_in(returned(Client::H2(sender)), current(shared)),
+                    Err(e) => fail(e),
                 }
                 return;
             }
-            let sender =
-                match hyper::client::conn::http1::handshake(TokioIo::new(upstream_tls)).await {
+            let sender = match up {
+                Up::Pooled(Client::H1(s)) => s,
+                Up::Fresh(s) => match hyper::client::conn::http1::handshake(TokioIo::new(*s)).await
+                {
                     Ok((sender, connection)) => {
                         tokio::spawn(async move {
                             let _ = connection.with_upgrades().await;
@@ -270,7 +322,12 @@ pub async fn run(
                         fail(format!("upstream HTTP handshake failed: {e}"));
                         return;
                     }
-                };
+                },
+                Up::Pooled(Client::H2(_)) => {
+                    fail("pooled upstream speaks h2, not HTTP/1.1".to_string());
+                    return;
+                }
+            };
             let admitted = Admitted {
                 scheme: Scheme::Https,
                 ..admitted
@@ -285,9 +342,71 @@ pub async fn run(
                 wr: &mut cwr,
                 buf: BytesMut::new(),
             };
-            forward::serve(session, None).await;
+            let route = forward::serve_route(session, None).await;
             let _ = cwr.shutdown().await;
+            if let Route::Tunnel(t) = route
+                && let Some(sender) = t.into_reusable()
+            {
+                shared
+                    .pool
+                    .check_in(returned(Client::H1(sender)), current(shared));
+            }
         }
+    }
+}
+
+/// An upstream TLS connection made now, or taken from the pool.
+enum Up {
+    Fresh(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Pooled(Client),
+}
+
+/// The configuration in force now (a connection made under another is not pooled).
+fn current(shared: &Shared) -> pool::Epoch {
+    pool::Epoch {
+        policy: shared.policy.load_full(),
+        credentials: shared.credentials.load_full(),
+    }
+}
+
+/// The upstream socket: the one dialled at CONNECT, or a dial now of the addresses vetted
+/// then (the pooled connection that deferred it is gone, or did not fit the client's offer).
+async fn socket(
+    shared: &Shared,
+    upstream: Dialled,
+    addr: SocketAddr,
+) -> Result<(TcpStream, SocketAddr), String> {
+    match upstream {
+        Dialled::Socket(s) => Ok((s, addr)),
+        Dialled::Deferred(vetted) => connection::dial_vetted(shared, &vetted)
+            .await
+            .map_err(|e| format!("upstream connection failed: {e}")),
+    }
+}
+
+/// A verified TLS connection to `host` over `socket`, offering `offer`.
+async fn upstream_tls(
+    shared: &Shared,
+    tls: &TlsState,
+    host: &str,
+    port: u16,
+    offer: Offer,
+    socket: TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    // The upstream is verified against its real name (SNI = the CONNECT host).
+    let Ok(server_name) = ServerName::try_from(host.to_string()) else {
+        return Err(format!("`{host}` is not a valid TLS server name"));
+    };
+    let connector = TlsConnector::from(tls.upstream.config(offer));
+    match tokio::time::timeout(
+        shared.limits.connect_timeout,
+        connector.connect(server_name, socket),
+    )
+    .await
+    {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(format!("upstream TLS to {host}:{port} failed: {e}")),
+        Err(_) => Err(format!("upstream TLS to {host}:{port} timed out")),
     }
 }
 

@@ -25,6 +25,7 @@ mod inject;
 mod inspect;
 mod judge;
 mod live;
+mod pool;
 mod record;
 mod request;
 mod shared;

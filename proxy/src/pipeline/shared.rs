@@ -95,6 +95,8 @@ pub struct Shared {
     /// The admitted connections alive now, re-judged after a reload (`live.rs`,
     /// `connection::hold`).
     pub(crate) live: Live,
+    /// Idle upstream connections of inspected tunnels, kept per caller and destination.
+    pub(super) pool: Arc<super::pool::Pool>,
     next_id: AtomicU64,
 }
 
@@ -132,6 +134,7 @@ impl Shared {
         ));
         Shared {
             callers,
+            pool: Arc::default(),
             policy: ArcSwap::from_pointee(policy),
             resolver,
             identity,
