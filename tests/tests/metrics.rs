@@ -155,11 +155,13 @@ fn known_traffic_moves_the_metrics_by_exact_counts() {
         ),
         6.0
     );
+    // Three upstream connections were needed: each either dialled or, for a caller's later
+    // connection to the same destination, taken from the pool.
     assert_eq!(
         v(
             "sluice_upstream_connect_duration_seconds_count",
             &[("result", "ok")]
-        ),
+        ) + v("sluice_upstream_reused_total", &[]),
         3.0
     );
     // The CA's leaf for 127.0.0.1 (curl sends no SNI to an IP): minted once, then cached.

@@ -19,7 +19,10 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
     def do_GET(self):
         body = ("reused=%s" % self.connection.session_reused).encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        # Connection: close, so that sluice cannot keep the connection for the next client
+        # connection (its pool): each one is a new upstream handshake, resumed or not.
+        self.send_response(200); self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close"); self.end_headers()
         self.wfile.write(body)
 srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])

@@ -98,6 +98,7 @@ pub struct Metrics {
     pub(crate) upstream_connect_seconds: Family<ResultLabel, Histogram>,
     pub(crate) identity_lookup_seconds: Family<ResultLabel, Histogram>,
     pub(crate) leaf_cache: Family<ResultLabel, Counter>,
+    pub(crate) upstream_reused: Counter,
     pub(crate) injections: Family<CredentialLabel, Counter>,
     pub(crate) scrubs: Family<CredentialLabel, Counter>,
     pub(crate) findings: Family<KindLabel, Counter>,
@@ -153,6 +154,7 @@ impl Metrics {
             identity_histogram as fn() -> Histogram,
         );
         let leaf_cache = Family::<ResultLabel, Counter>::default();
+        let upstream_reused = Counter::default();
         let injections = Family::<CredentialLabel, Counter>::default();
         let scrubs = Family::<CredentialLabel, Counter>::default();
         let findings = Family::<KindLabel, Counter>::default();
@@ -197,6 +199,11 @@ impl Metrics {
             "identity_lookup_duration_seconds",
             "Time to identify the caller of a new connection from its socket, by result",
             identity_lookup_seconds.clone(),
+        );
+        registry.register(
+            "upstream_reused",
+            "Upstream connections taken from the pool (same caller and destination) instead of dialled",
+            upstream_reused.clone(),
         );
         registry.register(
             "leaf_cache",
@@ -282,6 +289,7 @@ impl Metrics {
             upstream_connect_seconds,
             identity_lookup_seconds,
             leaf_cache,
+            upstream_reused,
             injections,
             scrubs,
             findings,
@@ -378,6 +386,13 @@ pub fn leaf_cache(hit: bool) {
     if let Some(m) = global() {
         let result = if hit { "hit" } else { "miss" };
         m.leaf_cache.get_or_create(&ResultLabel { result }).inc();
+    }
+}
+
+/// An upstream connection taken from the pool instead of dialled.
+pub fn upstream_reused() {
+    if let Some(m) = global() {
+        m.upstream_reused.inc();
     }
 }
 

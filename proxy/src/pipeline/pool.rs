@@ -213,6 +213,9 @@ impl Pool {
         if list.is_empty() {
             idle.remove(key);
         }
+        if found.is_some() {
+            crate::metrics::upstream_reused();
+        }
         found.map(|i| Taken {
             addr: i.addr,
             alpn: i.alpn,
