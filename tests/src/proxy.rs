@@ -223,10 +223,14 @@ impl Sluice {
         self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
-    /// Every audit event written so far.
+    /// Every audit event written so far (a last line still being written, with no newline
+    /// yet, is left for the next read).
     pub fn events(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(&self.audit_path).unwrap_or_default();
-        text.lines()
+        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+        whole
+            .lines()
+            .filter(|l| !l.is_empty())
             .map(|l| {
                 serde_json::from_str(l)
                     .unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}"))
