@@ -6,7 +6,13 @@
 //!
 //! - sluice's own traffic (its uid, `meta skuid`) is neither redirected nor filtered, so its
 //!   upstream connections and DNS lookups are not sent back into itself;
-//! - loopback stays local (the pod's own services, sluice's listeners);
+//! - loopback reaches only what the fence names: sluice's own traffic, what it redirected,
+//!   and the loopback ports listed in `loopback_ports` (sluice's explicit listener when
+//!   clients use proxy variables, a service of the pod meant to be reached); every other
+//!   loopback connection is refused, because in a pod loopback is shared by every container,
+//!   and a collector or mesh proxy listening there would otherwise be a way out around
+//!   sluice. `open_loopback` keeps loopback open where the namespace is private to the
+//!   sandboxed command (`sluice exec`), so that its own local servers keep working;
 //! - DNS (UDP and TCP port 53) is redirected to the policy DNS;
 //! - every other TCP connection is redirected to the transparent listener (which reads the
 //!   original destination back with `SO_ORIGINAL_DST`);
@@ -25,7 +31,7 @@ use std::process::{Command, Stdio};
 pub const TABLE: &str = "sluice_fence";
 
 /// What the fence needs to know.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
     /// The port of `sluice run --transparent-listen` (listening on 127.0.0.1 and ::1, or on
     /// the unspecified addresses: nftables redirects local traffic to loopback).
@@ -34,6 +40,12 @@ pub struct Fence {
     pub dns_port: u16,
     /// The uid sluice runs as; no sandboxed program may run as it.
     pub proxy_uid: u32,
+    /// TCP ports on loopback every program may connect to (the rest of loopback is refused,
+    /// unless `open_loopback`).
+    pub loopback_ports: Vec<u16>,
+    /// Leave loopback open to every program: only for a network namespace nothing else
+    /// shares (`sluice exec`).
+    pub open_loopback: bool,
 }
 
 /// Why a fence cannot be built.
@@ -87,6 +99,8 @@ pub fn ruleset(fence: &Fence) -> Result<String, FenceError> {
         transparent_port,
         dns_port,
         proxy_uid,
+        ref loopback_ports,
+        open_loopback,
     } = *fence;
     let mut s = String::new();
     // `table` then `delete table`: replaces an earlier fence in the same transaction, and
@@ -108,7 +122,16 @@ pub fn ruleset(fence: &Fence) -> Result<String, FenceError> {
         "    type filter hook output priority filter; policy drop;"
     );
     let _ = writeln!(s, "    meta skuid {proxy_uid} accept");
-    let _ = writeln!(s, "    oifname \"lo\" accept");
+    if open_loopback {
+        let _ = writeln!(s, "    oifname \"lo\" accept");
+    } else if !loopback_ports.is_empty() {
+        let ports: Vec<String> = loopback_ports.iter().map(u16::to_string).collect();
+        let _ = writeln!(
+            s,
+            "    oifname \"lo\" tcp dport {{ {} }} accept",
+            ports.join(", ")
+        );
+    }
     // What `intercept` redirected: this hook still sees the interface the packet was first
     // routed to, not loopback, so the redirect is recognised by its conntrack status.
     let _ = writeln!(s, "    ct status dnat accept");
@@ -161,6 +184,8 @@ mod tests {
         transparent_port: 15001,
         dns_port: 15053,
         proxy_uid: 1337,
+        loopback_ports: Vec::new(),
+        open_loopback: false,
     };
 
     fn lines(text: &str) -> Vec<&str> {
@@ -200,12 +225,11 @@ mod tests {
             outbound + 1
         );
         let own = pos(&t, "meta skuid 1337 accept");
-        let lo = pos(&t, "oifname \"lo\" accept");
         let redirected = pos(&t, "ct status dnat accept");
         let udp = pos(&t, "meta l4proto udp reject");
         let tcp = pos(&t, "meta l4proto tcp reject with tcp reset");
         let rest = pos(&t, "reject with icmpx type admin-prohibited");
-        assert!(outbound < own && own < lo && lo < redirected && redirected < udp);
+        assert!(outbound < own && own < redirected && redirected < udp);
         assert!(udp < tcp && tcp < rest);
         // No rule accepts UDP (QUIC on 443 included) for the sandbox.
         assert!(!t.contains("udp dport 443"), "{t}");
@@ -217,13 +241,31 @@ mod tests {
             accepts,
             [
                 "meta skuid 1337 accept",
-                "oifname \"lo\" accept",
                 "ct status dnat accept",
                 "ct state established,related accept",
                 "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept",
             ],
-            "the only ways out: sluice's uid, loopback, what was redirected to sluice"
+            "the only ways out: sluice's uid, what was redirected to sluice"
         );
+    }
+
+    #[test]
+    fn loopback_reaches_only_the_ports_named_unless_the_namespace_is_private() {
+        let named = Fence {
+            loopback_ports: vec![3128, 8080],
+            ..FENCE
+        };
+        let t = ruleset(&named).unwrap();
+        let own = pos(&t, "meta skuid 1337 accept");
+        let lo = pos(&t, "oifname \"lo\" tcp dport { 3128, 8080 } accept");
+        assert!(own < lo && lo < pos(&t, "ct status dnat accept"));
+        assert!(!t.contains("oifname \"lo\" accept"), "{t}");
+        let open = Fence {
+            open_loopback: true,
+            ..FENCE
+        };
+        let t = ruleset(&open).unwrap();
+        assert!(pos(&t, "oifname \"lo\" accept") < pos(&t, "ct status dnat accept"));
     }
 
     #[test]
@@ -239,6 +281,7 @@ mod tests {
             transparent_port: t,
             dns_port: d,
             proxy_uid: u,
+            ..FENCE
         };
         assert_eq!(
             ruleset(&f(0, 53, 1)),

@@ -188,8 +188,18 @@ fn the_fence_sends_tcp_to_sluice_dns_to_the_policy_dns_and_refuses_other_udp() {
             format!("tcp:127.0.0.1:{DNS_PORT}"),
         ],
     );
-    // Canary: without the fence the origin is reached directly, UDP included.
+    // Two services of the pod on loopback: one the fence lets every program reach (named with
+    // --allow-loopback-port, as sluice's explicit listener would be), and one it must not (a
+    // collector or mesh proxy of another container: a way out around sluice).
+    pod.serve(&app, "named", &["tcp:127.0.0.1:3128".to_string()]);
+    pod.serve(&app, "collector", &["tcp:127.0.0.1:4318".to_string()]);
+    // Canary: without the fence the origin is reached directly, UDP included, and the
+    // collector answers on loopback.
     assert_eq!(pod.probe(None, "tcp", &v4, "443"), "origin -");
+    assert!(
+        pod.probe(None, "tcp", "127.0.0.1", "4318")
+            .starts_with("collector ")
+    );
     assert_eq!(pod.probe(None, "udp", &v4, "9999"), "origin");
 
     let out = Command::new("ip")
@@ -204,6 +214,8 @@ fn the_fence_sends_tcp_to_sluice_dns_to_the_policy_dns_and_refuses_other_udp() {
             DNS_PORT,
             "--proxy-uid",
             PROXY_UID,
+            "--allow-loopback-port",
+            "3128",
         ])
         .output()
         .unwrap();
@@ -250,6 +262,24 @@ fn the_fence_sends_tcp_to_sluice_dns_to_the_policy_dns_and_refuses_other_udp() {
             );
         }
     }
+    // Loopback: the named port is reached, the collector is not (any uid but sluice's).
+    for uid in [None, Some("4243")] {
+        let got = pod.probe(uid, "tcp", "127.0.0.1", "3128");
+        assert!(
+            got.starts_with("named "),
+            "named loopback port as {uid:?}: {got}"
+        );
+        let got = pod.probe(uid, "tcp", "127.0.0.1", "4318");
+        assert!(
+            got == "reset" || got == "refused" || got == "blocked",
+            "loopback collector as {uid:?}: {got}"
+        );
+    }
+    assert!(
+        pod.probe(Some(PROXY_UID), "tcp", "127.0.0.1", "4318")
+            .starts_with("collector "),
+        "sluice's uid reaches a loopback service"
+    );
     // sluice's own uid is neither redirected nor filtered: its upstream connections reach the
     // origin, not itself.
     assert_eq!(pod.probe(Some(PROXY_UID), "tcp", &v4, "443"), "origin -");

@@ -249,6 +249,13 @@ network_policies:
                 "15053",
                 "--proxy-uid",
                 PROXY_UID,
+                // The explicit listener (used beside the transparent one below) and the
+                // transparent port itself (the loop test connects to it directly); the rest of
+                // loopback is refused.
+                "--allow-loopback-port",
+                "3128",
+                "--allow-loopback-port",
+                "15001",
             ])
             .output()
             .unwrap();

@@ -27,6 +27,15 @@ pub struct FenceArgs {
     /// The uid sluice runs as: its own traffic is neither redirected nor filtered.
     #[arg(long, value_name = "UID")]
     pub proxy_uid: u32,
+    /// A TCP port on loopback every program may connect to (repeat for more): sluice's
+    /// explicit `--listen` port when clients use proxy variables, or a service of the pod
+    /// meant to be reached. The rest of loopback is refused: in a pod it is shared by every
+    /// container, and a collector or mesh proxy listening there would be a way around sluice.
+    #[arg(long = "allow-loopback-port", value_name = "PORT")]
+    pub loopback_ports: Vec<u16>,
+    /// Leave all of loopback open (only where nothing else shares the network namespace).
+    #[arg(long)]
+    pub open_loopback: bool,
 }
 
 impl From<&FenceArgs> for Fence {
@@ -35,6 +44,8 @@ impl From<&FenceArgs> for Fence {
             transparent_port: a.transparent_port,
             dns_port: a.dns_port,
             proxy_uid: a.proxy_uid,
+            loopback_ports: a.loopback_ports.clone(),
+            open_loopback: a.open_loopback,
         }
     }
 }

@@ -225,6 +225,10 @@ fn fence_here() -> Result<Fenced, String> {
         transparent_port,
         dns_port,
         proxy_uid: FENCE_EXEMPT_UID,
+        // The namespace is the command's alone: its loopback holds only sluice's listeners
+        // and the command's own servers (a test suite's), which must keep working.
+        loopback_ports: Vec::new(),
+        open_loopback: true,
     })
     .map_err(|e| format!("the network fence: {e}"))?;
     // Routes only once the fence stands: without them, a connection to anything but
