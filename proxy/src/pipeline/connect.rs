@@ -287,7 +287,7 @@ pub async fn tunnel(
     } else {
         connection::Kind::RawTunnel
     };
-    let _live = connection::hold(shared, conn, known, &admitted, kind);
+    let _live = connection::hold(shared, conn, known, &admitted, kind, Some(addr));
     if inspect {
         let traffic = Arc::new(Traffic::default());
         let inspected = inspect::run(

@@ -113,14 +113,20 @@ pub fn hold<'s>(
     known: &Known,
     admitted: &Admitted,
     kind: Kind,
+    dialled: Option<SocketAddr>,
 ) -> Registration<'s> {
-    let judge = judge(known.clone(), admitted.clone(), kind);
+    let pinned = dialled.map(|addr| DialledAt {
+        addr,
+        compat: shared.compat,
+        allow_loopback: shared.allow_loopback,
+    });
+    let judge = judge(known.clone(), admitted.clone(), kind, pinned);
     // Inserted before the policy is read: a sweep holds the registry while it runs, so either
     // it sees this connection or this sees the policy its reload stored.
     let registration = shared.live.insert(conn.id, judge, conn.raise.clone());
     let now = shared.policy.load_full();
     if !Arc::ptr_eq(&now, &admitted.policy)
-        && let Some(reason) = rejudge(&now, known, admitted, kind)
+        && let Some(reason) = rejudge(&now, known, admitted, kind, pinned.as_ref())
         && conn.raise.raise(reason)
     {
         crate::metrics::connections_revoked(1);
@@ -149,8 +155,18 @@ pub enum Kind {
     Forward,
 }
 
-fn judge(known: Known, admitted: Admitted, kind: Kind) -> Judge {
-    Box::new(move |policy| rejudge(policy, &known, &admitted, kind))
+/// The address a live tunnel's upstream was dialled at, and how it was vetted: a reload
+/// that narrows `allowed_ips` (or otherwise the destination plan) must close a tunnel whose
+/// address the new plan would refuse, even though its name is still allowed.
+#[derive(Clone, Copy, Debug)]
+pub struct DialledAt {
+    pub addr: SocketAddr,
+    pub compat: crate::policy::Compat,
+    pub allow_loopback: bool,
+}
+
+fn judge(known: Known, admitted: Admitted, kind: Kind, dialled: Option<DialledAt>) -> Judge {
+    Box::new(move |policy| rejudge(policy, &known, &admitted, kind, dialled.as_ref()))
 }
 
 /// Why `policy` no longer allows a live connection; `None` while it does. A raw tunnel to an
@@ -161,6 +177,7 @@ fn rejudge(
     known: &Known,
     admitted: &Admitted,
     kind: Kind,
+    dialled: Option<&DialledAt>,
 ) -> Option<StopReason> {
     let dst = &admitted.dst;
     let what = match kind {
@@ -174,7 +191,20 @@ fn rejudge(
             "entry {} now inspects {what}; the uninspected tunnel is closed",
             now.admission.entry
         ),
-        Ok(_) => return None,
+        Ok(now) => {
+            let d = dialled?;
+            let plan = destination::plan_for(&now.policy, &now.admission, dst.host(), d.compat);
+            let opts = sluice_resolver::VetOptions {
+                allow_loopback: d.allow_loopback,
+            };
+            if sluice_resolver::vet(&plan, &[d.addr.ip()], d.addr.port(), opts).is_ok() {
+                return None;
+            }
+            format!(
+                "entry {} no longer allows the address {} of {what}",
+                now.admission.entry, d.addr
+            )
+        }
     };
     Some(StopReason::PolicyRevoked {
         entry,

@@ -342,7 +342,8 @@ where
     let _live = match (&*route, caller.as_ref()) {
         (Route::Forward, Ok(known)) => {
             let kind = connection::Kind::Forward;
-            Some(connection::hold(shared, conn, known, &admitted, kind))
+            // Its upstream is dialled per request, each vetted then.
+            Some(connection::hold(shared, conn, known, &admitted, kind, None))
         }
         _ => None,
     };
