@@ -363,8 +363,14 @@ async fn idle_rows(paths: &[Leg], origin: SocketAddr) {
         for &n in &idle {
             let per = idle_kib_per_conn(p, origin, p.pid.unwrap_or(0), n).await;
             match per {
-                Some(k) => println!("{}: {n} idle intercepted connections, {k:.1} KiB each", p.name),
-                None => println!("{}: could not hold {n} idle intercepted connections", p.name),
+                Some(k) => println!(
+                    "{}: {n} idle intercepted connections, {k:.1} KiB each",
+                    p.name
+                ),
+                None => println!(
+                    "{}: could not hold {n} idle intercepted connections",
+                    p.name
+                ),
             }
         }
     }
