@@ -85,7 +85,10 @@ pub async fn accept_entry<S, F>(
         };
         match Arc::clone(&slots).try_acquire_owned() {
             Ok(permit) => {
-                let served = serve(Arc::clone(&shared), stream, peer, local);
+                // Boxed: the task then holds the connection's future once (an `async move`
+                // block awaiting a captured future stores it twice, 18 KiB more per
+                // connection).
+                let served = Box::pin(serve(Arc::clone(&shared), stream, peer, local));
                 tokio::spawn(async move {
                     served.await;
                     drop(permit);

@@ -12,7 +12,8 @@
 //! default next to this example), plus each `name=ADDR=CA_FILE` in `BENCH_COMPARE`, with the
 //! origin certificates from `BENCH_ORIGIN_DIR` (made on the spot when unset). A fourth field,
 //! `=PID`, also measures that proxy's memory per idle intercepted connection (`BENCH_IDLE`
-//! connections, default 1000 and 5000).
+//! connections, default 1000 and 5000). `BENCH_ONLY=idle` skips every throughput row and measures
+//! only that idle memory (sluice, plus each comparison proxy with a pid).
 //! `scripts/bench-compare` runs it with Squid (ssl-bump) and mitmproxy.
 //!
 //! HTTP/2 rows (`h2.rs`): kept-alive 1 KiB GETs and gRPC unary calls over h2 at c=64, against an
@@ -351,6 +352,30 @@ fn rss_kib(pid: u32) -> u64 {
 /// Memory per idle intercepted connection: `n` connections opened (CONNECT, TLS, one request,
 /// so both legs are up), held for a second, and the proxy's RSS growth divided by `n`.
 /// `None` when the proxy could not hold them all.
+/// Memory per idle intercepted connection for every leg whose proxy pid is known.
+async fn idle_rows(paths: &[Leg], origin: SocketAddr) {
+    let idle: Vec<usize> = std::env::var("BENCH_IDLE")
+        .unwrap_or_else(|_| "1000,5000".into())
+        .split(',')
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    for p in paths.iter().filter(|p| p.pid.is_some()) {
+        for &n in &idle {
+            let per = idle_kib_per_conn(p, origin, p.pid.unwrap_or(0), n).await;
+            match per {
+                Some(k) => println!(
+                    "{}: {n} idle intercepted connections, {k:.1} KiB each",
+                    p.name
+                ),
+                None => println!(
+                    "{}: could not hold {n} idle intercepted connections",
+                    p.name
+                ),
+            }
+        }
+    }
+}
+
 async fn idle_kib_per_conn(p: &Leg, origin: SocketAddr, pid: u32, n: usize) -> Option<f64> {
     let before = rss_kib(pid);
     let mut held = Vec::with_capacity(n);
@@ -527,13 +552,20 @@ fn main() {
             }
         }
         let dur = Duration::from_secs(secs);
+        let idle_only = std::env::var("BENCH_ONLY").is_ok_and(|v| v == "idle");
         let mut rows = Vec::new();
-        for p in &paths {
+        for p in paths.iter().filter(|_| !idle_only) {
             let one = keep_alive(p, origin, 1, dur).await;
             let many = keep_alive(p, origin, 64, dur).await;
             let nc = new_conns(p, origin, conns).await;
             let dl = download(p, origin).await;
             rows.push((p.name.clone(), one, many, nc, dl));
+        }
+        if idle_only {
+            idle_rows(&paths, origin).await;
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
         }
         let base = (rows[0].1.rps, rows[0].2.rps, rows[0].3, rows[0].4, rows[0].1.p50);
         println!(
@@ -564,20 +596,7 @@ fn main() {
         for (name, one, ..) in rows.iter().skip(1) {
             println!("added p50 at c=1, {name}: {:.0} µs", one.p50 - base.4);
         }
-        let idle: Vec<usize> = std::env::var("BENCH_IDLE")
-            .unwrap_or_else(|_| "1000,5000".into())
-            .split(',')
-            .filter_map(|n| n.parse().ok())
-            .collect();
-        for p in paths.iter().filter(|p| p.pid.is_some()) {
-            for &n in &idle {
-                let per = idle_kib_per_conn(p, origin, p.pid.unwrap_or(0), n).await;
-                match per {
-                    Some(k) => println!("{}: {n} idle intercepted connections, {k:.1} KiB each", p.name),
-                    None => println!("{}: could not hold {n} idle intercepted connections", p.name),
-                }
-            }
-        }
+        idle_rows(&paths, origin).await;
         println!();
         println!(
             "HTTP/2 (kept-alive h2 connections, one request at a time on each, c=64, {secs} s each; the gRPC call is a unary POST of one 5-byte-prefixed 100-byte message, echoed, trailers grpc-status: 0)"

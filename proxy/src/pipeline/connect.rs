@@ -229,7 +229,7 @@ pub async fn tunnel(
     if dst.host() == super::doctor::HOST && start_entry.answers() {
         // Answered by sluice itself, whatever the policy: it proves the way through sluice
         // and the trust in its CA, and reaches nothing.
-        super::doctor::tunnel(shared, rd, wr, buf).await;
+        Box::pin(super::doctor::tunnel(shared, rd, wr, buf)).await;
         return;
     }
     // Pins the policy snapshot this connection is admitted under. The scheme is the

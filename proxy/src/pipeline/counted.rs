@@ -108,6 +108,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
             let n = self.prefix.len().min(buf.remaining());
             buf.put_slice(&self.prefix[..n]);
             self.prefix.advance(n);
+            if self.prefix.is_empty() {
+                // Free the buffer the prefix came in: the stream outlives it by hours.
+                self.prefix = BytesMut::new();
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.inner).poll_read(cx, buf)

@@ -150,7 +150,9 @@ where
                 None => break,
             },
         };
-        let step = one(&mut s, &mut upstreams, &head).await;
+        // Boxed: the request phase's state (about 10 KiB) exists only while a request is
+        // in flight, not while the connection waits idle for the next one.
+        let step = Box::pin(one(&mut s, &mut upstreams, &head)).await;
         if !step.keep_alive {
             break;
         }
@@ -171,6 +173,11 @@ where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send,
 {
+    // An idle keep-alive connection holds no read buffer while it waits: the next head's
+    // read allocates one again (one allocation per request, 4 KiB less per idle connection).
+    if buf.is_empty() {
+        *buf = BytesMut::new();
+    }
     match tokio::time::timeout(
         shared.limits.keepalive_timeout,
         head::read_head(rd, buf, shared.limits.max_head_bytes),

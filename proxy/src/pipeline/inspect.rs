@@ -235,7 +235,9 @@ pub async fn run(
                             return;
                         }
                     };
-                    match upstream_tls(shared, tls, &host, port, offer, socket).await {
+                    // Boxed, as the other one-off phases below: the connection's future keeps
+                    // only the size of the state it idles in (see `forward::serve_route`).
+                    match Box::pin(upstream_tls(shared, tls, &host, port, offer, socket)).await {
                         Ok(s) => {
                             let alpn = Alpn::from_protocol(s.get_ref().1.alpn_protocol());
                             (Up::Fresh(Box::new(s)), addr, alpn)
@@ -277,7 +279,7 @@ pub async fn run(
             if alpn == Alpn::H2 {
                 let sender = match up {
                     Up::Pooled(Client::H2(s)) => s,
-                    Up::Fresh(s) => match super::h2::connect(*s).await {
+                    Up::Fresh(s) => match Box::pin(super::h2::connect(*s)).await {
                         Ok(s) => s,
                         Err(e) => {
                             fail(e);
@@ -300,7 +302,7 @@ pub async fn run(
                     },
                     addr,
                 };
-                match super::h2::serve(tunnel, client_tls, sender.clone()).await {
+                match Box::pin(super::h2::serve(tunnel, client_tls, sender.clone())).await {
                     Ok(()) => shared
                         .pool
                         .check_in(returned(Client::H2(sender)), current(shared)),
@@ -310,19 +312,20 @@ pub async fn run(
             }
             let sender = match up {
                 Up::Pooled(Client::H1(s)) => s,
-                Up::Fresh(s) => match hyper::client::conn::http1::handshake(TokioIo::new(*s)).await
-                {
-                    Ok((sender, connection)) => {
-                        tokio::spawn(async move {
-                            let _ = connection.with_upgrades().await;
-                        });
-                        sender
+                Up::Fresh(s) => {
+                    match Box::pin(hyper::client::conn::http1::handshake(TokioIo::new(*s))).await {
+                        Ok((sender, connection)) => {
+                            tokio::spawn(async move {
+                                let _ = connection.with_upgrades().await;
+                            });
+                            sender
+                        }
+                        Err(e) => {
+                            fail(format!("upstream HTTP handshake failed: {e}"));
+                            return;
+                        }
                     }
-                    Err(e) => {
-                        fail(format!("upstream HTTP handshake failed: {e}"));
-                        return;
-                    }
-                },
+                }
                 Up::Pooled(Client::H2(_)) => {
                     fail("pooled upstream speaks h2, not HTTP/1.1".to_string());
                     return;
