@@ -129,3 +129,30 @@ impl Drop for TestHost {
         let _ = ip(&["netns", "del", &self.ns]);
     }
 }
+
+/// Runs a command that must succeed (it says what failed, with its output) and returns its
+/// standard output.
+pub fn sh(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The two namespaces of a pod-shaped test: `app` (the pod) and `net` (its "internet"),
+/// each made afresh with loopback up, joined by a veth pair `a0` (in `app`) / `n0` (in `net`).
+pub fn pod_namespaces(app: &str, net: &str) {
+    for ns in [app, net] {
+        let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        sh(&["ip", "netns", "add", ns]);
+        sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+    }
+    sh(&[
+        "ip", "-n", app, "link", "add", "a0", "type", "veth", "peer", "name", "n0", "netns", net,
+    ]);
+}

@@ -8,6 +8,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
+use sluice_e2e::netns::{pod_namespaces, sh};
 use sluice_e2e::package_dir;
 use sluice_e2e::proxy::privileged;
 
@@ -24,33 +25,13 @@ struct Pod {
     servers: Vec<Child>,
 }
 
-fn sh(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}: {}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 impl Pod {
     fn new() -> Pod {
         let id = std::process::id();
         let octet = id % 200 + 1;
         let app = format!("sl-fa-{id}");
         let net = format!("sl-fn-{id}");
-        for ns in [&app, &net] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-            sh(&["ip", "netns", "add", ns]);
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
-        }
-        sh(&[
-            "ip", "-n", &app, "link", "add", "a0", "type", "veth", "peer", "name", "n0", "netns",
-            &net,
-        ]);
+        pod_namespaces(&app, &net);
         let v4 = format!("10.215.{octet}.2");
         let v6 = format!("fd00:215:{octet:x}::2");
         sh(&[

@@ -12,6 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use sluice_e2e::netns::{pod_namespaces, sh};
 use sluice_e2e::origin::make_cert;
 use sluice_e2e::proxy::{TempDir, privileged, python, realpath};
 use sluice_e2e::{package_dir, sluice_bin};
@@ -19,18 +20,6 @@ use sluice_e2e::{package_dir, sluice_bin};
 const PROXY_UID: &str = "4242";
 const SECRET: &str = "sk-pod-7f3a9c1e5b2d8f4a6c0e";
 const PLACEHOLDER: &str = "openshell:resolve:env:POD_API_KEY";
-
-fn sh(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}: {}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn node() -> String {
     let out = Command::new("sh")
@@ -63,15 +52,7 @@ impl Pod {
         let octet = id % 200 + 1;
         let app = format!("sl-ta-{id}");
         let net = format!("sl-tn-{id}");
-        for ns in [&app, &net] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-            sh(&["ip", "netns", "add", ns]);
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
-        }
-        sh(&[
-            "ip", "-n", &app, "link", "add", "a0", "type", "veth", "peer", "name", "n0", "netns",
-            &net,
-        ]);
+        pod_namespaces(&app, &net);
         let (a, b) = (format!("10.216.{octet}.2"), format!("10.216.{octet}.3"));
         let own = format!("10.216.{octet}.1");
         sh(&[
