@@ -17,10 +17,10 @@ use hyper::body::{Frame, Incoming};
 use hyper::{HeaderMap, Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_rustls::TlsConnector;
 
 use super::{KeepAlive, PLACEHOLDER, cpu_us, pct};
 
@@ -86,18 +86,7 @@ async fn serve(req: Request<Incoming>) -> Result<Response<WithTrailers>, Infalli
 
 /// The h2 origin (ALPN `h2` only), with the same certificate as the HTTP/1.1 one.
 pub async fn start_origin(dir: &Path) -> SocketAddr {
-    let chain: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_file_iter(dir.join("origin-cert.pem"))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-    let key = PrivateKeyDer::from_pem_file(dir.join("origin-key.pem")).unwrap();
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let acceptor = super::origin_acceptor(dir, b"h2");
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

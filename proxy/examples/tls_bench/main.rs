@@ -83,8 +83,8 @@ fn make_certs(dir: &Path) {
     std::fs::write(dir.join("proxy-ca-key.pem"), proxy_key).unwrap();
 }
 
-/// The origin: HTTP/1.1 keep-alive over TLS; `/big` is 100 MiB, anything else 1 KiB.
-async fn start_origin(dir: &Path) -> SocketAddr {
+/// The origins' TLS side: the origin certificate made by `make-certs`, offering `alpn` only.
+fn origin_acceptor(dir: &Path, alpn: &[u8]) -> TlsAcceptor {
     let chain: Vec<CertificateDer<'static>> =
         CertificateDer::pem_file_iter(dir.join("origin-cert.pem"))
             .unwrap()
@@ -95,8 +95,13 @@ async fn start_origin(dir: &Path) -> SocketAddr {
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .unwrap();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    config.alpn_protocols = vec![alpn.to_vec()];
+    TlsAcceptor::from(Arc::new(config))
+}
+
+/// The origin: HTTP/1.1 keep-alive over TLS; `/big` is 100 MiB, anything else 1 KiB.
+async fn start_origin(dir: &Path) -> SocketAddr {
+    let acceptor = origin_acceptor(dir, b"http/1.1");
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
