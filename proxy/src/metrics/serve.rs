@@ -2,10 +2,16 @@
 //! `prometheus-client`), `GET /healthz` (the process answers) and `GET /readyz` (a valid
 //! policy is loaded and the proxy listeners accept). Also the values read at each scrape
 //! rather than counted (saturation bound, the audit sink's own counters).
+//!
+//! An agent may reach this port too. It must not be able to starve the scrapes and probes by
+//! holding connections open: the accept loop never waits, a head must arrive within
+//! [`HEAD_TIMEOUT`], each connection serves one request, and past [`MAX_CONNECTIONS`] a new
+//! connection closes the oldest of the busiest client address.
 
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,12 +25,18 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
 
 use crate::audit::AuditSink;
 
-/// Scrapes served at once; more wait for a slot.
-const MAX_SCRAPES: usize = 8;
+/// Connections served at once. Past it, a new connection closes an older one (see
+/// [`Table::admit`]) rather than waiting: a scrape or a probe is never queued behind idle or
+/// slow clients.
+pub const MAX_CONNECTIONS: usize = 64;
+/// A client must send its whole request head within this (a scraper sends it at once).
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+/// A connection's whole life: one request and its answer (no keep-alive).
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -32,28 +44,81 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 pub async fn start(addr: SocketAddr) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let slots = Arc::new(Semaphore::new(MAX_SCRAPES));
+    let table = Arc::new(Mutex::new(Table::default()));
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
+            let Ok((stream, peer)) = listener.accept().await else {
                 // Out of descriptors or similar: try again shortly rather than spin.
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             };
-            let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-                return;
-            };
+            let (closer, closed) = oneshot::channel::<()>();
+            let id = lock(&table).admit(peer.ip(), closer);
+            let table = Arc::clone(&table);
             tokio::spawn(async move {
-                let _slot = slot;
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
-                    .header_read_timeout(Duration::from_secs(10))
+                    .header_read_timeout(HEAD_TIMEOUT)
+                    .keep_alive(false)
                     .serve_connection(TokioIo::new(stream), service_fn(answer));
-                let _ = tokio::time::timeout(Duration::from_secs(30), conn).await;
+                tokio::select! {
+                    _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn) => {}
+                    // Another connection needed the slot: this one is dropped, and so closed.
+                    _ = closed => {}
+                }
+                lock(&table).leave(id);
             });
         }
     });
     Ok(bound)
+}
+
+fn lock(table: &Mutex<Table>) -> std::sync::MutexGuard<'_, Table> {
+    table.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The live connections: each by arrival order, with its client's address and the sender
+/// whose drop closes it.
+#[derive(Debug, Default)]
+struct Table {
+    next: u64,
+    live: BTreeMap<u64, (IpAddr, oneshot::Sender<()>)>,
+}
+
+impl Table {
+    /// Admits a connection from `ip`. When [`MAX_CONNECTIONS`] are live, one is closed first:
+    /// the oldest of the client address holding the most. A client that opens many
+    /// connections only ever closes its own while another address holds fewer, and a scrape
+    /// (answered in milliseconds) is never the oldest for long.
+    fn admit(&mut self, ip: IpAddr, closer: oneshot::Sender<()>) -> u64 {
+        if self.live.len() >= MAX_CONNECTIONS
+            && let Some(victim) = self.victim()
+        {
+            // Dropping the sender closes that connection.
+            self.live.remove(&victim);
+        }
+        let id = self.next;
+        self.next += 1;
+        self.live.insert(id, (ip, closer));
+        id
+    }
+
+    fn victim(&self) -> Option<u64> {
+        let mut per_ip: HashMap<IpAddr, usize> = HashMap::new();
+        for (ip, _) in self.live.values() {
+            *per_ip.entry(*ip).or_default() += 1;
+        }
+        let (busiest, _) = per_ip.into_iter().max_by_key(|(_, n)| *n)?;
+        // The map is in arrival order: the first of that address is its oldest.
+        self.live
+            .iter()
+            .find(|(_, (ip, _))| *ip == busiest)
+            .map(|(id, _)| *id)
+    }
+
+    fn leave(&mut self, id: u64) {
+        self.live.remove(&id);
+    }
 }
 
 async fn answer(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
@@ -145,5 +210,39 @@ impl Collector for ScrapeTime {
             waits.metric_type(),
         )?)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_table_closes_the_oldest_of_the_busiest_address() {
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let mut t = Table::default();
+        let mut receivers = Vec::new();
+        let (tx, rx) = oneshot::channel();
+        let scrape = t.admit(b, tx);
+        let mut scrape_rx = rx;
+        for _ in 1..MAX_CONNECTIONS {
+            let (tx, rx) = oneshot::channel();
+            receivers.push((t.admit(a, tx), rx));
+        }
+        assert_eq!(t.live.len(), MAX_CONNECTIONS);
+        // One more from `a`: `a`'s oldest goes, the scrape from `b` (older still) stays.
+        let (tx, _rx) = oneshot::channel();
+        let _ = t.admit(a, tx);
+        assert_eq!(t.live.len(), MAX_CONNECTIONS);
+        let (oldest_a, mut oldest_rx) = receivers.remove(0);
+        assert!(!t.live.contains_key(&oldest_a));
+        assert!(oldest_rx.try_recv().is_err(), "its sender was dropped");
+        assert!(t.live.contains_key(&scrape));
+        assert_eq!(
+            scrape_rx.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        );
+        t.leave(scrape);
+        assert_eq!(t.live.len(), MAX_CONNECTIONS - 1);
     }
 }
