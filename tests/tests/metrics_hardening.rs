@@ -13,8 +13,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sluice_e2e::proxy::{Sluice, run};
-use sluice_e2e::scrape::metrics_addr;
+use std::collections::BTreeMap;
+
+use sluice_e2e::ocsf::class;
+use sluice_e2e::origin::HttpOrigin;
+use sluice_e2e::proxy::{Sluice, TempDir, realpath, run};
+use sluice_e2e::scrape::{get, metrics_addr, parse, value};
+
+/// The attacker's address: another loopback address than the scraper's (127.0.0.1), as the
+/// sandbox's pod address is another than the kubelet's or Prometheus's.
+const ATTACKER: [u8; 4] = [127, 0, 0, 2];
 
 /// Connections the attacker keeps open at all times (many more than the listener serves).
 const HELD: usize = 150;
@@ -23,7 +31,7 @@ const HELD: usize = 150;
 /// a probe's default timeout is one second, Prometheus's scrape timeout ten).
 const PROMPT: Duration = Duration::from_secs(2);
 
-/// `HELD` connections to `addr`: half never send a byte, half send a request head one byte
+/// `HELD` connections to `addr` from [`ATTACKER`]: half never send a byte, half send a request head one byte
 /// every 200 ms and never finish it. Each one sluice closes is opened again at once, until
 /// the returned flag is cleared. Counts the reopenings.
 fn hold_connections(addr: SocketAddr) -> (Arc<AtomicBool>, Arc<AtomicUsize>) {
@@ -32,7 +40,11 @@ fn hold_connections(addr: SocketAddr) -> (Arc<AtomicBool>, Arc<AtomicUsize>) {
     let (flag, count) = (Arc::clone(&running), Arc::clone(&reopened));
     // `None` when the connection could not be made; tried again on the next round.
     let open = move |slow: bool| -> Option<TcpStream> {
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
+        s.bind(&SocketAddr::from((ATTACKER, 0)).into()).ok()?;
+        s.connect_timeout(&addr.into(), Duration::from_secs(1))
+            .ok()?;
+        let mut s: TcpStream = s.into();
         if slow {
             s.write_all(b"GET /metrics HTTP/1.1\r\nX-Slow: ").ok()?;
         }
@@ -75,7 +87,7 @@ fn timed_get(addr: SocketAddr, path: &str) -> (u16, String, Duration) {
     let started = Instant::now();
     let (_, out, err) = run(Command::new("curl")
         .args([
-            "-s",
+            "-sS",
             "--noproxy",
             "*",
             "--max-time",
@@ -88,7 +100,7 @@ fn timed_get(addr: SocketAddr, path: &str) -> (u16, String, Duration) {
     let (body, status) = out
         .rsplit_once('\n')
         .unwrap_or_else(|| panic!("no answer from {addr}{path}: {out}{err}"));
-    (status.parse().unwrap_or(0), body.to_string(), took)
+    (status.parse().unwrap_or(0), format!("{body}{err}"), took)
 }
 
 #[test]
@@ -131,5 +143,181 @@ fn idle_and_slow_loris_connections_do_not_starve_scrapes_or_probes() {
         reopened.load(Ordering::SeqCst) >= HELD / 2,
         "only {} of the held connections were closed by sluice",
         reopened.load(Ordering::SeqCst)
+    );
+}
+
+/// Made-up host names the agent CONNECTs to (more than the host cap of 256).
+const JUNK_HOSTS: usize = 300;
+/// Copies of curl the agent runs from made-up paths (more than the executable cap of 64).
+const JUNK_BINARIES: usize = 70;
+
+#[test]
+fn denied_junk_names_cannot_take_the_labels_allowed_traffic_needs() {
+    let origin = HttpOrigin::start();
+    let port = origin.port();
+    let sluice = Sluice::start(
+        &format!(
+            "version: 1\nnetwork_policies:\n  web:\n    endpoints:\n      - {{host: real.test, port: {port}}}\n      - {{host: \"*.wild.test\", port: {port}}}\n    binaries:\n      - path: /usr/bin/curl\n"
+        ),
+        &[
+            "--allow-loopback-upstream",
+            "--resolve",
+            "real.test=127.0.0.1",
+            "--resolve",
+            "a.wild.test=127.0.0.1",
+            "--max-new-connections-per-caller-per-sec",
+            "100000",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let metrics = metrics_addr(&sluice);
+    // The agent first: CONNECTs to names nobody allows, from an executable nobody lists...
+    for i in 0..JUNK_HOSTS {
+        let answer = sluice.raw(
+            format!(
+                "CONNECT junk-{i}.evil.test:443 HTTP/1.1\r\nHost: junk-{i}.evil.test:443\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    }
+    // ...and requests to an allowed host from copies of curl at paths nobody lists.
+    let dir = TempDir::new("junk-bins");
+    let url = format!("http://real.test:{port}/");
+    for i in 0..JUNK_BINARIES {
+        let copy = dir.path().join(format!("curl-{i}"));
+        std::fs::copy("/usr/bin/curl", &copy).unwrap();
+        let (_, out, err) = run(Command::new(&copy)
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "10",
+                "-x",
+            ])
+            .arg(sluice.proxy_url())
+            .arg(&url));
+        assert_eq!(out, "403", "{err}");
+    }
+    // Then the real traffic: an exactly named host and one a wildcard allows, from curl.
+    for u in [url.clone(), format!("http://a.wild.test:{port}/")] {
+        let (_, out, err) = run(Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "10",
+                "-x",
+            ])
+            .arg(sluice.proxy_url())
+            .arg(&u));
+        assert_eq!(out, "200", "{u}: {err}\n{}", sluice.stderr());
+    }
+    let (status, text) = get(metrics, "/metrics");
+    assert_eq!(status, 200);
+    let s = parse(&text);
+    let by_host = "sluice_decisions_by_host_total";
+    let by_binary = "sluice_decisions_by_binary_total";
+    let v = |name: &str, labels: &[(&str, &str)]| value(&s, name, labels);
+    // The real hosts and curl have their own series.
+    for host in ["real.test", "a.wild.test"] {
+        assert_eq!(
+            v(
+                by_host,
+                &[("kind", "request"), ("decision", "allowed"), ("host", host)]
+            ),
+            1.0,
+            "{host}:\n{text}"
+        );
+    }
+    let curl = realpath("/usr/bin/curl");
+    assert_eq!(
+        v(
+            by_binary,
+            &[
+                ("kind", "request"),
+                ("decision", "allowed"),
+                ("binary", &curl)
+            ]
+        ),
+        2.0,
+        "{text}"
+    );
+    // The junk counts, every attempt, under one value; none has a series of its own.
+    assert_eq!(
+        v(
+            by_host,
+            &[
+                ("kind", "connection"),
+                ("decision", "denied"),
+                ("host", "_unlisted")
+            ]
+        ),
+        JUNK_HOSTS as f64,
+        "{text}"
+    );
+    assert_eq!(
+        v(
+            by_host,
+            &[
+                ("kind", "request"),
+                ("decision", "denied"),
+                ("host", "real.test")
+            ]
+        ),
+        JUNK_BINARIES as f64,
+        "{text}"
+    );
+    assert!(
+        !text.contains("evil.test") && !text.contains("curl-"),
+        "{text}"
+    );
+    assert!(
+        !s.iter().any(|x| x.labels.values().any(|l| l == "_other")),
+        "{text}"
+    );
+    // Every host and binary series together still count each audit event once.
+    let events = sluice.events();
+    let mut from_log: BTreeMap<(&str, String), f64> = BTreeMap::new();
+    for e in &events {
+        let kind = match (class(e), e["activity_id"].as_u64()) {
+            (4001, Some(1)) => "connection",
+            (4002, _) => "request",
+            _ => continue,
+        };
+        let decision = if e["action_id"] == 2 {
+            "denied"
+        } else {
+            "allowed"
+        };
+        *from_log.entry((kind, decision.to_string())).or_default() += 1.0;
+    }
+    for family in [by_host, by_binary] {
+        let mut from_metrics: BTreeMap<(&str, String), f64> = BTreeMap::new();
+        for x in s.iter().filter(|x| x.name == family) {
+            let kind = if x.labels["kind"] == "connection" {
+                "connection"
+            } else {
+                "request"
+            };
+            *from_metrics
+                .entry((kind, x.labels["decision"].clone()))
+                .or_default() += x.value;
+        }
+        assert_eq!(
+            from_metrics, from_log,
+            "{family} and the audit log disagree"
+        );
+    }
+    assert_eq!(
+        from_log.get(&("connection", "denied".to_string())).copied(),
+        Some(JUNK_HOSTS as f64)
     );
 }

@@ -99,6 +99,7 @@ impl Reloader {
                     self.audit.set_redactor(Arc::new(known.clone()));
                 }
                 self.shared.credentials.store(Arc::new(config.bindings));
+                crate::metrics::policy_loaded(&config.policy);
                 self.shared.policy.store(Arc::new(config.policy));
                 // Every live connection is re-judged under the new policy; each it no longer
                 // allows is closed, and its close event says why.

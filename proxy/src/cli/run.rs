@@ -287,6 +287,7 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             return Err(ExitCode::from(1));
         }
     };
+    crate::metrics::policy_loaded(&config.policy);
     print_diagnostics(&config.policy_warnings);
     for w in &config.credential_warnings {
         eprintln!("{w}");

@@ -125,8 +125,12 @@ impl Metrics {
         caller: Option<&Caller>,
         host: &str,
     ) {
+        // Audited traffic was let through: it counts as allowed here.
+        let allowed = decision != "denied";
         let binary = match caller {
-            Some(c) => self.binaries.label(&c.process.exe),
+            Some(c) => self
+                .named
+                .binary_label(&self.binaries, &c.process.exe, allowed),
             None => "_unidentified".to_owned(),
         };
         self.by_binary
@@ -136,11 +140,7 @@ impl Metrics {
                 binary,
             })
             .inc();
-        let host = if host.is_empty() {
-            "_none".to_owned()
-        } else {
-            self.hosts.label(host)
-        };
+        let host = self.named.host_label(&self.hosts, host, allowed);
         self.by_host
             .get_or_create(&HostLabels {
                 kind,

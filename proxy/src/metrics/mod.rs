@@ -9,12 +9,16 @@
 //! `OnceLock` when metrics are off.
 //!
 //! Every label set is bounded: decision, engine and result are closed sets; policy entries
-//! and credential names come from the loaded configuration; hosts and executables pass
-//! through [`bounded::Bounded`] (the first N distinct values, then `_other`). No path, query
-//! or port ever becomes a label.
+//! and credential names come from the loaded configuration. A host or executable the loaded
+//! policy names literally is its own label ([`labels`]); any other one is its own label only
+//! when its traffic was allowed, through [`bounded::Bounded`] (the first N distinct values,
+//! then `_other`), and denied traffic to names no policy names counts under one fixed value,
+//! so names a sandboxed program makes up cannot take the slots allowed traffic needs. No
+//! path, query or port ever becomes a label.
 
 pub mod bounded;
 pub mod events;
+pub mod labels;
 pub mod serve;
 
 use std::future::Future;
@@ -111,6 +115,8 @@ pub struct Metrics {
     pub(crate) otlp_dropped: Counter,
     pub(crate) hosts: bounded::Bounded,
     pub(crate) binaries: bounded::Bounded,
+    /// The hosts and executables the loaded policy names literally.
+    pub(crate) named: labels::NamedNow,
 }
 
 const REQUEST_BUCKETS: &[f64] = &[
@@ -177,12 +183,12 @@ impl Metrics {
         );
         registry.register(
             "decisions_by_binary",
-            "Connection and request decisions by calling executable (the first 64 distinct, then _other)",
+            "Connection and request decisions by calling executable (one a policy names; else, when allowed, the first 64 distinct, then _other; else _unlisted)",
             by_binary.clone(),
         );
         registry.register(
             "decisions_by_host",
-            "Connection and request decisions by destination host (the first 256 distinct, then _other)",
+            "Connection and request decisions by destination host (one a policy names; else, when allowed, the first 256 distinct, then _other; else _unlisted)",
             by_host.clone(),
         );
         registry.register(
@@ -302,6 +308,7 @@ impl Metrics {
             otlp_dropped,
             hosts: bounded::Bounded::new(MAX_HOSTS),
             binaries: bounded::Bounded::new(MAX_BINARIES),
+            named: labels::NamedNow::default(),
         }
     }
 
@@ -332,6 +339,14 @@ pub fn install(metrics: Metrics) -> bool {
 /// The process's registry, when `--metrics-listen` installed one.
 pub fn global() -> Option<&'static Metrics> {
     METRICS.get()
+}
+
+/// A policy was loaded (at start or by a reload): the hosts and executables it names
+/// literally get their own labels from now on.
+pub fn policy_loaded(policy: &crate::policy::Policy) {
+    if let Some(m) = global() {
+        m.named.set(labels::Named::of(policy));
+    }
 }
 
 /// `/readyz`: a valid policy is loaded and the proxy listeners accept.

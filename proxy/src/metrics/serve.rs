@@ -6,7 +6,7 @@
 //! An agent may reach this port too. It must not be able to starve the scrapes and probes by
 //! holding connections open: the accept loop never waits, a head must arrive within
 //! [`HEAD_TIMEOUT`], each connection serves one request, and past [`MAX_CONNECTIONS`] a new
-//! connection closes the oldest of the busiest client address.
+//! connection closes one still waiting for its head, the oldest of the busiest address.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -56,11 +56,16 @@ pub async fn start(addr: SocketAddr) -> std::io::Result<SocketAddr> {
             let id = lock(&table).admit(peer.ip(), closer);
             let table = Arc::clone(&table);
             tokio::spawn(async move {
+                let marks = Arc::clone(&table);
+                let service = service_fn(move |req| {
+                    lock(&marks).answering(id);
+                    answer(req)
+                });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(HEAD_TIMEOUT)
                     .keep_alive(false)
-                    .serve_connection(TokioIo::new(stream), service_fn(answer));
+                    .serve_connection(TokioIo::new(stream), service);
                 tokio::select! {
                     _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn) => {}
                     // Another connection needed the slot: this one is dropped, and so closed.
@@ -77,19 +82,25 @@ fn lock(table: &Mutex<Table>) -> std::sync::MutexGuard<'_, Table> {
     table.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The live connections: each by arrival order, with its client's address and the sender
-/// whose drop closes it.
+/// One live connection: its client's address, whether its request head has arrived, and the
+/// sender whose drop closes it.
+#[derive(Debug)]
+struct Slot {
+    ip: IpAddr,
+    answering: bool,
+    _closer: oneshot::Sender<()>,
+}
+
+/// The live connections, by arrival order.
 #[derive(Debug, Default)]
 struct Table {
     next: u64,
-    live: BTreeMap<u64, (IpAddr, oneshot::Sender<()>)>,
+    live: BTreeMap<u64, Slot>,
 }
 
 impl Table {
-    /// Admits a connection from `ip`. When [`MAX_CONNECTIONS`] are live, one is closed first:
-    /// the oldest of the client address holding the most. A client that opens many
-    /// connections only ever closes its own while another address holds fewer, and a scrape
-    /// (answered in milliseconds) is never the oldest for long.
+    /// Admits a connection from `ip`. When [`MAX_CONNECTIONS`] are live, one is closed first
+    /// ([`Table::victim`]).
     fn admit(&mut self, ip: IpAddr, closer: oneshot::Sender<()>) -> u64 {
         if self.live.len() >= MAX_CONNECTIONS
             && let Some(victim) = self.victim()
@@ -99,21 +110,40 @@ impl Table {
         }
         let id = self.next;
         self.next += 1;
-        self.live.insert(id, (ip, closer));
+        self.live.insert(
+            id,
+            Slot {
+                ip,
+                answering: false,
+                _closer: closer,
+            },
+        );
         id
     }
 
+    /// The connection to close: one still waiting for its head (idle or slow: a scraper sends
+    /// its head at once), and of those the oldest of the client address holding the most. A
+    /// client flooding the port closes its own connections first while another address
+    /// holds fewer; a request already being answered is closed only when every connection is
+    /// (each lasts milliseconds).
     fn victim(&self) -> Option<u64> {
+        let waiting = || self.live.iter().filter(|(_, s)| !s.answering);
         let mut per_ip: HashMap<IpAddr, usize> = HashMap::new();
-        for (ip, _) in self.live.values() {
-            *per_ip.entry(*ip).or_default() += 1;
+        for (_, s) in waiting() {
+            *per_ip.entry(s.ip).or_default() += 1;
         }
-        let (busiest, _) = per_ip.into_iter().max_by_key(|(_, n)| *n)?;
-        // The map is in arrival order: the first of that address is its oldest.
-        self.live
-            .iter()
-            .find(|(_, (ip, _))| *ip == busiest)
-            .map(|(id, _)| *id)
+        match per_ip.into_iter().max_by_key(|(_, n)| *n) {
+            // The map is in arrival order: the first of that address is its oldest.
+            Some((busiest, _)) => waiting().find(|(_, s)| s.ip == busiest).map(|(id, _)| *id),
+            None => self.live.keys().next().copied(),
+        }
+    }
+
+    /// The connection's request head arrived: it is being answered.
+    fn answering(&mut self, id: u64) {
+        if let Some(s) = self.live.get_mut(&id) {
+            s.answering = true;
+        }
     }
 
     fn leave(&mut self, id: u64) {
@@ -231,6 +261,7 @@ mod tests {
         }
         assert_eq!(t.live.len(), MAX_CONNECTIONS);
         // One more from `a`: `a`'s oldest goes, the scrape from `b` (older still) stays.
+        t.answering(receivers[1].0);
         let (tx, _rx) = oneshot::channel();
         let _ = t.admit(a, tx);
         assert_eq!(t.live.len(), MAX_CONNECTIONS);
@@ -242,6 +273,13 @@ mod tests {
             scrape_rx.try_recv(),
             Err(oneshot::error::TryRecvError::Empty)
         );
+        // A connection being answered is passed over: `a`'s next oldest waiting one goes.
+        let (answered, _) = &receivers[0];
+        let (next_waiting, _) = &receivers[1];
+        let (tx, _rx2) = oneshot::channel();
+        let _ = t.admit(a, tx);
+        assert!(t.live.contains_key(answered));
+        assert!(!t.live.contains_key(next_waiting));
         t.leave(scrape);
         assert_eq!(t.live.len(), MAX_CONNECTIONS - 1);
     }
