@@ -25,5 +25,6 @@ pub mod pipeline;
 pub mod policy;
 pub mod refusal_code;
 pub mod relay;
+pub mod slots;
 pub mod tls;
 pub mod transparent;

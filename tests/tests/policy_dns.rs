@@ -7,8 +7,11 @@
 //! Every name here is answered from `--resolve` overrides: nothing is sent to a real resolver.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::process::Command;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -31,25 +34,29 @@ network_policies:
 
 /// sluice with the policy DNS on ephemeral loopback ports (IPv4 and IPv6), and those.
 fn start() -> (Sluice, SocketAddr, SocketAddr) {
-    let sluice = Sluice::start(
-        POLICY,
-        &[
-            "--dns-listen",
-            "127.0.0.1:0",
-            "--dns-listen",
-            "[::1]:0",
-            "--resolve",
-            "api.example.test=93.184.215.7,2606:2800:21f::7",
-            "--resolve",
-            "db.svc.example.test=93.184.215.8",
-            "--resolve",
-            "loop.example.test=127.0.0.1",
-            "--resolve",
-            "meta.example.test=169.254.169.254",
-            "--resolve",
-            "elsewhere.example.org=93.184.215.9",
-        ],
-    );
+    start_with(&[])
+}
+
+/// [`start`] with more flags for sluice.
+fn start_with(extra: &[&str]) -> (Sluice, SocketAddr, SocketAddr) {
+    let mut args = vec![
+        "--dns-listen",
+        "127.0.0.1:0",
+        "--dns-listen",
+        "[::1]:0",
+        "--resolve",
+        "api.example.test=93.184.215.7,2606:2800:21f::7",
+        "--resolve",
+        "db.svc.example.test=93.184.215.8",
+        "--resolve",
+        "loop.example.test=127.0.0.1",
+        "--resolve",
+        "meta.example.test=169.254.169.254",
+        "--resolve",
+        "elsewhere.example.org=93.184.215.9",
+    ];
+    args.extend_from_slice(extra);
+    let sluice = Sluice::start(POLICY, &args);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let dns: Vec<SocketAddr> = sluice
@@ -70,7 +77,7 @@ fn start() -> (Sluice, SocketAddr, SocketAddr) {
             "no policy DNS listener announced:\n{}",
             sluice.stderr()
         );
-        std::thread::sleep(Duration::from_millis(20));
+        thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -184,4 +191,201 @@ fn dns_listen_is_refused_by_exec() {
         .expect("sluice exec");
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--dns-listen is for `sluice run`"));
+}
+
+/// A DNS query for `name` (type A, class IN, recursion desired), built by hand so the test
+/// can send hundreds quickly.
+fn query(id: u16, name: &str) -> Vec<u8> {
+    let mut q = Vec::new();
+    q.extend_from_slice(&id.to_be_bytes());
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.split('.') {
+        q.push(u8::try_from(label.len()).unwrap());
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q
+}
+
+/// The id and response code of a reply.
+fn id_and_rcode(reply: &[u8]) -> (u16, u8) {
+    assert!(reply.len() >= 12, "{reply:?}");
+    assert!(reply[2] & 0x80 != 0, "not a response: {reply:?}");
+    (u16::from_be_bytes([reply[0], reply[1]]), reply[3] & 0x0f)
+}
+
+const NOERROR: u8 = 0;
+const REFUSED: u8 = 5;
+
+/// A TCP connection to `to` from the loopback address `from`.
+fn tcp_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::from((from, 0)).into()).unwrap();
+    s.connect_timeout(&to.into(), Duration::from_secs(2))
+        .unwrap();
+    s.into()
+}
+
+/// One question over TCP (RFC 7766 framing) on `s`: the reply's id and response code.
+fn ask_tcp(s: &mut TcpStream, id: u16, name: &str) -> (u16, u8) {
+    let q = query(id, name);
+    let mut framed = u16::try_from(q.len()).unwrap().to_be_bytes().to_vec();
+    framed.extend_from_slice(&q);
+    s.write_all(&framed).unwrap();
+    let mut len = [0u8; 2];
+    s.read_exact(&mut len).unwrap();
+    let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    s.read_exact(&mut reply).unwrap();
+    id_and_rcode(&reply)
+}
+
+/// `sluice_dns_queries_total{result}`, scraped.
+fn dns_metric(sluice: &Sluice, result: &str) -> f64 {
+    let (status, text) =
+        sluice_e2e::scrape::get(sluice_e2e::scrape::metrics_addr(sluice), "/metrics");
+    assert_eq!(status, 200);
+    let samples = sluice_e2e::scrape::parse(&text);
+    sluice_e2e::scrape::value(&samples, "sluice_dns_queries_total", &[("result", result)])
+}
+
+#[test]
+fn a_flooding_client_is_refused_past_its_rate_and_audited_once_while_others_are_answered() {
+    const RATE: usize = 20;
+    const SENT: u16 = 300;
+    let (sluice, dns, _) = start_with(&[
+        "--max-dns-queries-per-client-per-sec",
+        "20",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let flood = UdpSocket::bind("127.0.0.1:0").unwrap();
+    flood
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let reader = flood.try_clone().unwrap();
+    let replies = thread::spawn(move || {
+        let mut got = BTreeMap::new();
+        let mut buf = [0u8; 1500];
+        while let Ok(n) = reader.recv(&mut buf) {
+            let (id, rcode) = id_and_rcode(&buf[..n]);
+            assert!(got.insert(id, rcode).is_none(), "two replies to {id}");
+        }
+        got
+    });
+    let started = Instant::now();
+    for id in 0..SENT {
+        flood.send_to(&query(id, "api.example.test"), dns).unwrap();
+        thread::sleep(Duration::from_millis(1));
+    }
+    let took = started.elapsed();
+    let got = replies.join().unwrap();
+    // Every question got an answer: REFUSED past the rate, never silence.
+    assert_eq!(got.len(), usize::from(SENT), "unanswered questions");
+    let answered = got.values().filter(|r| **r == NOERROR).count();
+    let refused = got.values().filter(|r| **r == REFUSED).count();
+    assert_eq!(answered + refused, usize::from(SENT), "{got:?}");
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let allowed = RATE + (took.as_secs_f64() * RATE as f64).ceil() as usize + 1;
+    assert!(
+        answered >= RATE && answered <= allowed,
+        "{answered} answered in {took:?} at {RATE}/s"
+    );
+    // Another client (another address) is answered meanwhile and after.
+    let other = UdpSocket::bind("127.0.0.2:0").unwrap();
+    other
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    for id in 0..5 {
+        other.send_to(&query(id, "api.example.test"), dns).unwrap();
+        let mut buf = [0u8; 1500];
+        let n = other.recv(&mut buf).unwrap();
+        assert_eq!(id_and_rcode(&buf[..n]), (id, NOERROR));
+    }
+    // The audit holds each answer and one event for the whole burst of refusals.
+    let events = dns_events(&sluice);
+    let from_flood: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["src_endpoint"]["port"] == flood.local_addr().unwrap().port())
+        .collect();
+    let limited: Vec<&&Value> = from_flood
+        .iter()
+        .filter(|e| {
+            e["status_detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("rate limit"))
+        })
+        .collect();
+    assert_eq!(limited.len(), 1, "{limited:#?}");
+    assert_eq!(limited[0]["rcode_id"], 5);
+    assert_eq!(limited[0]["action_id"], 2);
+    assert_eq!(limited[0]["query"]["hostname"], "api.example.test");
+    assert_eq!(from_flood.len(), answered + 1);
+    // Every refusal is counted: the audited one as refused, the rest as rate_limited.
+    assert_eq!(dns_metric(&sluice, "refused"), 1.0);
+    assert_eq!(dns_metric(&sluice, "rate_limited"), (refused - 1) as f64);
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn slow_tcp_clients_cannot_hold_the_policy_dns() {
+    let (sluice, dns, _) = start();
+    // A slow loris: many connections from one address, each sending one byte of a length.
+    let held: Vec<TcpStream> = (0..100)
+        .map(|_| {
+            let mut s = tcp_from([127, 0, 0, 2], dns);
+            s.write_all(&[0]).unwrap();
+            s
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(200));
+    // Another client is answered promptly over TCP, again and again.
+    for id in 0..3 {
+        let started = Instant::now();
+        let mut s = tcp_from([127, 0, 0, 1], dns);
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(ask_tcp(&mut s, id, "api.example.test"), (id, NOERROR));
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            started.elapsed()
+        );
+    }
+    // The slow loris's last connection (not closed to make room) is cut off by the read
+    // timeout, not held for ever.
+    let mut last = held.into_iter().last().unwrap();
+    last.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 16];
+    let n = last.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "a half question got an answer");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the slow connection lived {:?} more",
+        started.elapsed()
+    );
+    // One connection answers at most 32 questions, then is closed.
+    let mut s = tcp_from([127, 0, 0, 3], dns);
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut answered = 0;
+    for id in 0..40 {
+        let q = query(id, "api.example.test");
+        let mut framed = u16::try_from(q.len()).unwrap().to_be_bytes().to_vec();
+        framed.extend_from_slice(&q);
+        if s.write_all(&framed).is_err() {
+            break;
+        }
+    }
+    loop {
+        let mut len = [0u8; 2];
+        if s.read_exact(&mut len).is_err() {
+            break;
+        }
+        let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        s.read_exact(&mut reply).unwrap();
+        assert_eq!(id_and_rcode(&reply).1, NOERROR);
+        answered += 1;
+    }
+    assert_eq!(answered, 32, "questions answered on one connection");
+    assert_events_valid(&sluice);
 }

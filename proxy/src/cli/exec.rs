@@ -122,6 +122,7 @@ pub fn shim_args(i: &ShimInputs<'_>) -> Vec<String> {
 fn serve_fenced(
     fenced: fence::Fenced,
     proxy_addr: SocketAddr,
+    dns_rate: u32,
     shared: &Arc<crate::pipeline::Shared>,
     sink: &Arc<audit::AuditSink>,
 ) -> Result<(), String> {
@@ -146,7 +147,7 @@ fn serve_fenced(
         &transparent,
         "transparent, behind the command's network fence",
     );
-    let table = super::run::serve_policy_dns(vec![(udp, tcp)], shared, sink);
+    let table = super::run::serve_policy_dns(vec![(udp, tcp)], dns_rate, shared, sink);
     let context = Arc::new(crate::transparent::listener::Context {
         dns_table: Some(table),
         own_listeners,
@@ -385,10 +386,10 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
     if let Some(n) = &netns {
         shared.identity.add_namespace_pid(n.pid());
     }
-    let fenced = match network
-        .fenced
-        .map(|f| serve_fenced(f, proxy_addr, &shared, &sink))
-    {
+    let fenced = match network.fenced.map(|f| {
+        let rate = args.run.max_dns_queries_per_client_per_sec;
+        serve_fenced(f, proxy_addr, rate, &shared, &sink)
+    }) {
         Some(Ok(ports)) => Some(ports),
         Some(Err(e)) => {
             eprintln!("sluice: --netns: {e}");

@@ -132,6 +132,10 @@ pub(super) struct RunArgs {
     /// Repeat for more (e.g. 127.0.0.1:15053 and [::1]:15053 behind the network fence).
     #[arg(long = "dns-listen", value_name = "ADDR", value_parser = parse_listen)]
     pub dns_listen: Vec<SocketAddr>,
+    /// Questions one client address may ask the policy DNS per second, UDP and TCP together
+    /// (bursts up to N; more get REFUSED, counted, and audited once per burst).
+    #[arg(long, value_name = "N", default_value_t = crate::dns::limit::DEFAULT_RATE)]
+    pub max_dns_queries_per_client_per_sec: u32,
     /// How often the policy, provider and secrets files are checked for changes (a changed
     /// file is reloaded, as on SIGHUP).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
@@ -534,7 +538,12 @@ async fn serve(args: RunArgs) -> ExitCode {
     own_listeners.extend(args.metrics_listen);
     let mut dns_table = None;
     if !args.dns_listen.is_empty() {
-        match start_policy_dns(&args.dns_listen, &shared, &audit) {
+        match start_policy_dns(
+            &args.dns_listen,
+            args.max_dns_queries_per_client_per_sec,
+            &shared,
+            &audit,
+        ) {
             Ok((table, bound)) => {
                 dns_table = Some(table);
                 own_listeners.extend(bound);
@@ -606,6 +615,7 @@ async fn serve(args: RunArgs) -> ExitCode {
 #[allow(clippy::type_complexity)] // (table, bound addresses)
 pub(super) fn start_policy_dns(
     addrs: &[SocketAddr],
+    rate: u32,
     shared: &Arc<Shared>,
     audit: &Arc<AuditSink>,
 ) -> Result<(Arc<crate::dns::table::HandedOut>, Vec<SocketAddr>), String> {
@@ -621,17 +631,19 @@ pub(super) fn start_policy_dns(
         }
         sockets.push((udp, tcp));
     }
-    let table = serve_policy_dns(sockets, shared, audit);
+    let table = serve_policy_dns(sockets, rate, shared, audit);
     Ok((table, bound))
 }
 
-/// Serves the policy DNS on bound sockets, following policy reloads; returns its table.
+/// Serves the policy DNS on bound sockets, following policy reloads, answering each client
+/// address at most `rate` questions a second; returns its table.
 pub(super) fn serve_policy_dns(
     sockets: Vec<(tokio::net::UdpSocket, tokio::net::TcpListener)>,
+    rate: u32,
     shared: &Arc<Shared>,
     audit: &Arc<AuditSink>,
 ) -> Arc<crate::dns::table::HandedOut> {
-    use crate::dns::{answer, server, table};
+    use crate::dns::{answer, limit, server, table};
     let table = Arc::new(table::HandedOut::default());
     let policy_of = Arc::clone(shared);
     let dns = Arc::new(server::DnsServer {
@@ -646,6 +658,7 @@ pub(super) fn serve_policy_dns(
             ttl: answer::DEFAULT_TTL,
         },
         audit: Arc::clone(audit),
+        limit: limit::RateLimit::new(rate),
     });
     for (udp, tcp) in sockets {
         tokio::spawn(Arc::clone(&dns).serve_udp(udp));

@@ -5,8 +5,9 @@
 //!
 //! `answer` decides one question (which names, which addresses: policy and resolver, no
 //! sockets); `server` owns the sockets and the wire format (hickory-proto, no hand-written
-//! parser); `table` the handed-out addresses.
+//! parser); `table` the handed-out addresses; `limit` the per-client rate limit.
 
 pub mod answer;
+pub mod limit;
 pub mod server;
 pub mod table;

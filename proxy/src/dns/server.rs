@@ -2,14 +2,21 @@
 //! DNS wire format through hickory-proto (no hand-written parser), one audit event per reply.
 //!
 //! Every question is decided by [`Responder::reply`]; this module only turns messages into
-//! questions and replies into messages. Bounded: at most [`MAX_IN_FLIGHT`] UDP questions and
-//! [`MAX_TCP_CONNECTIONS`] TCP connections at once (more UDP questions are dropped, more TCP
-//! connections wait in the accept queue), and a TCP connection silent for
-//! [`TCP_IDLE_TIMEOUT`] is closed.
+//! questions and replies into messages. Bounded against a client that tries to starve the
+//! others:
+//! - each client address may ask `--max-dns-queries-per-client-per-sec` questions a second
+//!   over UDP and TCP together ([`RateLimit`]); past it, REFUSED, counted, and one audit
+//!   event per burst;
+//! - at most [`MAX_IN_FLIGHT`] UDP questions are answered at once (more are dropped);
+//! - TCP: at most [`MAX_TCP_CONNECTIONS`] connections, [`MAX_TCP_PER_CLIENT`] of them from
+//!   one address; the accept loop never waits: a connection past either bound closes an idle
+//!   one ([`Slots`]: the address's own first). Each whole question must arrive within
+//!   [`TCP_READ_TIMEOUT`] (a slow loris is cut off), and a connection answers at most
+//!   [`MAX_TCP_QUESTIONS`] questions.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
@@ -19,14 +26,21 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
 use super::answer::{AddressType, Reply, Responder};
+use super::limit::{RateLimit, Verdict};
 use crate::audit::{AuditSink, DnsQuery, DnsRcode, DnsTransport, Event, Outcome};
+use crate::slots::{Slot, Slots};
 
 /// UDP questions being answered at once.
 pub const MAX_IN_FLIGHT: usize = 256;
 /// TCP connections served at once.
 pub const MAX_TCP_CONNECTIONS: usize = 64;
-/// A TCP connection with no complete question for this long is closed.
-pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// TCP connections from one client address at once.
+pub const MAX_TCP_PER_CLIENT: usize = 8;
+/// A TCP connection must deliver each whole question (length and message) within this of
+/// the previous reply (or of its start); else it is closed.
+pub const TCP_READ_TIMEOUT: Duration = Duration::from_secs(3);
+/// Questions one TCP connection may ask; then it is closed (RFC 7766 lets a server close).
+pub const MAX_TCP_QUESTIONS: usize = 32;
 /// The largest UDP reply without EDNS (RFC 1035 §4.2.1); with EDNS, at most this.
 const UDP_PLAIN_MAX: usize = 512;
 const UDP_EDNS_MAX: u16 = 1232;
@@ -36,6 +50,7 @@ const UDP_EDNS_MAX: u16 = 1232;
 pub struct DnsServer {
     pub responder: Responder,
     pub audit: Arc<AuditSink>,
+    pub limit: RateLimit,
 }
 
 /// Binds UDP and TCP on `addr` (IPv6 sockets are v6-only, as the proxy's listeners).
@@ -97,11 +112,8 @@ impl DnsServer {
     /// Answers TCP questions (RFC 7766: two-byte length, then the message) until the process
     /// ends.
     pub async fn serve_tcp(self: Arc<Self>, listener: TcpListener) {
-        let slots = Arc::new(Semaphore::new(MAX_TCP_CONNECTIONS));
+        let slots = Slots::new(MAX_TCP_CONNECTIONS, MAX_TCP_PER_CLIENT);
         loop {
-            let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-                return;
-            };
             let (stream, src) = match listener.accept().await {
                 Ok(x) => x,
                 Err(_) => {
@@ -109,6 +121,7 @@ impl DnsServer {
                     continue;
                 }
             };
+            let (slot, closed) = slots.admit(src.ip());
             let server = Arc::clone(&self);
             tokio::spawn(async move {
                 let dst = stream
@@ -119,23 +132,27 @@ impl DnsServer {
                     dst,
                     transport: DnsTransport::Tcp,
                 };
-                server.serve_connection(stream, peer).await;
-                drop(permit);
+                tokio::select! {
+                    () = server.serve_connection(stream, peer, &slot) => {}
+                    // Another connection needed the slot: this one is dropped, and so closed.
+                    _ = closed => {}
+                }
             });
         }
     }
 
-    async fn serve_connection(&self, mut stream: TcpStream, peer: Peer) {
-        loop {
+    async fn serve_connection(&self, mut stream: TcpStream, peer: Peer, slot: &Slot) {
+        for _ in 0..MAX_TCP_QUESTIONS {
             let read = async {
                 let len = usize::from(stream.read_u16().await?);
                 let mut msg = vec![0u8; len];
                 stream.read_exact(&mut msg).await?;
                 Ok::<_, std::io::Error>(msg)
             };
-            let Ok(Ok(msg)) = tokio::time::timeout(TCP_IDLE_TIMEOUT, read).await else {
+            let Ok(Ok(msg)) = tokio::time::timeout(TCP_READ_TIMEOUT, read).await else {
                 return;
             };
+            slot.busy(true);
             let Some(reply) = self.answer(&msg, peer).await else {
                 return;
             };
@@ -145,12 +162,13 @@ impl DnsServer {
             let mut out = Vec::with_capacity(reply.len() + 2);
             out.extend_from_slice(&len.to_be_bytes());
             out.extend_from_slice(&reply);
-            if tokio::time::timeout(TCP_IDLE_TIMEOUT, stream.write_all(&out))
+            if tokio::time::timeout(TCP_READ_TIMEOUT, stream.write_all(&out))
                 .await
                 .is_err()
             {
                 return;
             }
+            slot.busy(false);
         }
     }
 
@@ -171,6 +189,10 @@ impl DnsServer {
             policy: None,
             reason: None,
         };
+        let verdict = self.limit.check(peer.src.ip(), Instant::now());
+        if verdict != Verdict::Answer {
+            return self.rate_limited(packet, peer, event, verdict);
+        }
         let request = match Message::from_vec(packet) {
             Ok(m) => m,
             Err(e) => {
@@ -286,6 +308,42 @@ impl DnsServer {
     }
 }
 
+impl DnsServer {
+    /// REFUSED for a question over the client's rate limit (nothing for bytes that are not a
+    /// query), counted; only the first of a burst is audited.
+    fn rate_limited(
+        &self,
+        packet: &[u8],
+        peer: Peer,
+        mut event: DnsQuery,
+        verdict: Verdict,
+    ) -> Option<Vec<u8>> {
+        let request = Message::from_vec(packet).ok();
+        let request = request.filter(|r| r.metadata.message_type == MessageType::Query);
+        if verdict == Verdict::RefuseFirst {
+            if let Some(q) = request.as_ref().and_then(|r| r.queries.first()) {
+                describe(&mut event, q);
+            }
+            event.rcode = DnsRcode::Refused;
+            event.reason = Some(format!(
+                "rate limit: more than {} questions a second from this address; further questions are refused without an audit event each until it slows down",
+                self.limit.rate()
+            ));
+            self.audit.emit(&Event::Dns(event));
+        } else {
+            crate::metrics::dns_rate_limited();
+        }
+        let request = request?;
+        let mut response = Message::response(request.metadata.id, request.metadata.op_code);
+        response.metadata.recursion_desired = request.metadata.recursion_desired;
+        response.metadata.response_code = ResponseCode::Refused;
+        if let [q] = request.queries.as_slice() {
+            response.add_query(q.clone());
+        }
+        finish(response, peer.transport, UDP_PLAIN_MAX)
+    }
+}
+
 /// Who asked, where, how.
 #[derive(Clone, Copy, Debug)]
 struct Peer {
@@ -347,6 +405,7 @@ mod tests {
                 ttl: Duration::from_secs(30),
             },
             audit: Arc::new(AuditSink::disabled()),
+            limit: RateLimit::new(1_000_000),
         }
     }
 

@@ -258,7 +258,7 @@ impl Metrics {
         );
         registry.register(
             "dns_queries",
-            "DNS queries answered by sluice's responder, by result (answered or refused)",
+            "DNS queries answered by sluice's responder, by result (answered; refused, each audited; rate_limited, refused past a client's rate limit without an audit event each)",
             dns.clone(),
         );
         registry.register(
@@ -282,7 +282,7 @@ impl Metrics {
         for result in ["ok", "failed"] {
             let _ = reloads.get_or_create(&ResultLabel { result });
         }
-        for result in ["answered", "refused"] {
+        for result in ["answered", "refused", "rate_limited"] {
             let _ = dns.get_or_create(&ResultLabel { result });
         }
         Metrics {
@@ -425,6 +425,18 @@ pub fn connections_revoked(n: usize) {
         && n > 0
     {
         m.connections_revoked.inc_by(n as u64);
+    }
+}
+
+/// A policy DNS question refused past its client's rate limit without an audit event of its
+/// own (the first of each burst is audited, and counted as `refused` from that event).
+pub fn dns_rate_limited() {
+    if let Some(m) = global() {
+        m.dns
+            .get_or_create(&ResultLabel {
+                result: "rate_limited",
+            })
+            .inc();
     }
 }
 
