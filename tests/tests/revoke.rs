@@ -4,8 +4,10 @@
 //! (promptly, with a close event naming the revocation) when the reloaded policy no longer
 //! allows them; a tunnel another entry still allows, and one whose only change is in its L7
 //! rules, are not touched; a change of an entry's binaries closes only that caller's tunnels;
-//! a raw tunnel to an endpoint the new policy inspects is closed. Every audit event is
-//! validated against OCSF.
+//! a raw tunnel to an endpoint the new policy inspects is closed; a tunnel dialled to an
+//! address that a narrowed `allowed_ips` no longer covers is closed (origins in network
+//! namespaces, as loopback addresses are never allowed by `allowed_ips`; needs root). Every
+//! audit event is validated against OCSF.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -720,5 +722,141 @@ fn a_forwarded_websocket_is_closed_when_revoked() {
         &format!("entry ws no longer allows requests to 127.0.0.1:{port}"),
     );
     assert_eq!(close["firewall_rule"]["name"], "ws", "{close:#}");
+    assert_events_valid(&sluice);
+}
+
+/// A raw CONNECT tunnel to `authority` (a name), from this test process.
+fn tunnel_to(sluice: &Sluice, authority: &str) -> TcpStream {
+    let mut s = TcpStream::connect(sluice.addr()).unwrap();
+    s.set_read_timeout(Some(PROMPTLY)).unwrap();
+    write!(
+        s,
+        "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_head(&mut s);
+    assert!(
+        head.starts_with("HTTP/1.1 200"),
+        "{authority}: {head}\n{}",
+        sluice.stderr()
+    );
+    s
+}
+
+fn read_head(s: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "{head:?}");
+        head.push(b[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// `GET /` through a tunnel to the namespace's test host (kept alive): the body.
+fn get_through(s: &mut TcpStream, host: &str) -> String {
+    write!(s, "GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
+    let head = read_head(s);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap();
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+    String::from_utf8(body).unwrap()
+}
+
+/// Two origins in network namespaces, reached over veths at private addresses (loopback
+/// addresses are never allowed by `allowed_ips`): a reload that narrows one entry's
+/// `allowed_ips` so that its origin's address is outside them closes the live tunnel that
+/// was dialled to that address, although the entry still allows the name and port; the
+/// tunnel to the other origin, still allowed, goes on.
+#[test]
+fn a_reload_that_narrows_allowed_ips_closes_a_tunnel_dialled_outside_them() {
+    if !sluice_e2e::proxy::privileged(
+        "a_reload_that_narrows_allowed_ips_closes_a_tunnel_dialled_outside_them",
+    ) {
+        return;
+    }
+    let a = sluice_e2e::netns::TestHost::start("rva").expect("test host a");
+    let b = sluice_e2e::netns::TestHost::start("rvb").expect("test host b");
+    assert_ne!(a.port, b.port, "the two hosts' ports collide; run again");
+    let me = me();
+    let entry = |name: &str, port: u16, net: &str| {
+        format!(
+            "  {name}:\n    endpoints:\n      - {{host: {name}.test, port: {port}, allowed_ips: [\"{net}\"]}}\n    binaries:\n      - path: {me}\n"
+        )
+    };
+    let before = policy(&[
+        entry("a", a.port, &a.network),
+        entry("b", b.port, &b.network),
+    ]);
+    let sluice = Sluice::start(
+        &before,
+        &[
+            "--resolve",
+            &format!("a.test={}", a.ip),
+            "--resolve",
+            &format!("b.test={}", b.ip),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let a_auth = format!("a.test:{}", a.port);
+    let b_auth = format!("b.test:{}", b.port);
+    let mut gone = tunnel_to(&sluice, &a_auth);
+    let mut kept = tunnel_to(&sluice, &b_auth);
+    assert_eq!(
+        get_through(&mut gone, &a_auth),
+        "hello from the test host\n"
+    );
+    assert_eq!(
+        get_through(&mut kept, &b_auth),
+        "hello from the test host\n"
+    );
+    assert_eq!(revoked_total(&sluice), 0.0);
+
+    // Entry `a` still allows a.test on its port, but only at b's network now.
+    reload_to(
+        &sluice,
+        &policy(&[
+            entry("a", a.port, &b.network),
+            entry("b", b.port, &b.network),
+        ]),
+        2,
+    );
+    let took = closed_within(&mut gone);
+    assert!(
+        took.is_some(),
+        "the tunnel dialled outside the new allowed_ips is still open after {PROMPTLY:?}\n{}",
+        sluice.stderr()
+    );
+    let close = revoked_close(
+        &sluice,
+        a.port,
+        &format!(
+            "entry a no longer allows the address {}:{} of CONNECT {a_auth}",
+            a.ip, a.port
+        ),
+    );
+    assert_eq!(close["firewall_rule"]["name"], "a", "{close:#}");
+
+    // The tunnel to b, still allowed at the address it was dialled, goes on.
+    assert_eq!(
+        get_through(&mut kept, &b_auth),
+        "hello from the test host\n"
+    );
+    assert!(closes_to(&sluice, b.port).is_empty());
+    assert_eq!(revoked_total(&sluice), 1.0);
+    // A new tunnel to a is refused at its address.
+    let refused =
+        sluice.raw(format!("CONNECT {a_auth} HTTP/1.1\r\nHost: {a_auth}\r\n\r\n").as_bytes());
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+    drop(kept);
     assert_events_valid(&sluice);
 }
