@@ -7,7 +7,8 @@
 //! - each client address may ask `--max-dns-queries-per-client-per-sec` questions a second
 //!   over UDP and TCP together ([`RateLimit`]); past it, REFUSED, counted, and one audit
 //!   event per burst;
-//! - at most [`MAX_IN_FLIGHT`] UDP questions are answered at once (more are dropped);
+//! - at most [`MAX_IN_FLIGHT`] UDP questions are answered at once (more are dropped, and
+//!   counted);
 //! - TCP: at most [`MAX_TCP_CONNECTIONS`] connections, [`MAX_TCP_PER_CLIENT`] of them from
 //!   one address; the accept loop never waits: a connection past either bound closes an idle
 //!   one ([`Slots`]: the address's own first). Each whole question must arrive within
@@ -55,6 +56,23 @@ pub struct DnsServer {
 
 /// Binds UDP and TCP on `addr` (IPv6 sockets are v6-only, as the proxy's listeners).
 pub fn bind(addr: SocketAddr) -> std::io::Result<(UdpSocket, TcpListener)> {
+    // Port 0: TCP takes the port UDP got, which a TCP socket may already hold; then another
+    // port is tried.
+    let attempts = if addr.port() == 0 { 16 } else { 1 };
+    let mut last = None;
+    for _ in 0..attempts {
+        let udp = bind_udp(addr)?;
+        let tcp_addr = SocketAddr::new(addr.ip(), udp.local_addr()?.port());
+        match crate::listen::bind(tcp_addr) {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::AddrInUse)))
+}
+
+fn bind_udp(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     let udp = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,
@@ -65,11 +83,7 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<(UdpSocket, TcpListener)> {
     }
     udp.set_nonblocking(true)?;
     udp.bind(&addr.into())?;
-    let udp = UdpSocket::from_std(udp.into())?;
-    // Port 0: TCP takes the port UDP got.
-    let tcp_addr = SocketAddr::new(addr.ip(), udp.local_addr()?.port());
-    let tcp = crate::listen::bind(tcp_addr)?;
-    Ok((udp, tcp))
+    UdpSocket::from_std(udp.into())
 }
 
 impl DnsServer {
@@ -90,6 +104,7 @@ impl DnsServer {
                 }
             };
             let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+                crate::metrics::dns_dropped();
                 continue;
             };
             let packet = buf[..n].to_vec();

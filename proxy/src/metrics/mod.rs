@@ -258,7 +258,7 @@ impl Metrics {
         );
         registry.register(
             "dns_queries",
-            "DNS queries answered by sluice's responder, by result (answered; refused, each audited; rate_limited, refused past a client's rate limit without an audit event each)",
+            "DNS queries answered by sluice's responder, by result (answered; refused, each audited; rate_limited, refused past a client's rate limit without an audit event each; dropped, UDP questions not read while 256 were being answered)",
             dns.clone(),
         );
         registry.register(
@@ -282,7 +282,7 @@ impl Metrics {
         for result in ["ok", "failed"] {
             let _ = reloads.get_or_create(&ResultLabel { result });
         }
-        for result in ["answered", "refused", "rate_limited"] {
+        for result in ["answered", "refused", "rate_limited", "dropped"] {
             let _ = dns.get_or_create(&ResultLabel { result });
         }
         Metrics {
@@ -436,6 +436,16 @@ pub fn dns_rate_limited() {
             .get_or_create(&ResultLabel {
                 result: "rate_limited",
             })
+            .inc();
+    }
+}
+
+/// A UDP question to the policy DNS dropped because the most it answers at once were in
+/// flight.
+pub fn dns_dropped() {
+    if let Some(m) = global() {
+        m.dns
+            .get_or_create(&ResultLabel { result: "dropped" })
             .inc();
     }
 }
