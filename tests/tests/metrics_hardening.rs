@@ -138,6 +138,24 @@ fn idle_and_slow_loris_connections_do_not_starve_scrapes_or_probes() {
     }
     running.store(false, Ordering::SeqCst);
     assert!(rounds >= 3, "{rounds} rounds");
+    // A head that does not arrive within 2 s is cut off, whether nothing came or part of it.
+    for partial in [&b""[..], b"GET /metrics HTTP/1.1\r\nX-Slow: "] {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(partial).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let started = Instant::now();
+        let mut buf = [0u8; 64];
+        assert_eq!(
+            s.read(&mut buf).unwrap_or(0),
+            0,
+            "an unfinished head was answered"
+        );
+        let lived = started.elapsed();
+        assert!(
+            lived < Duration::from_secs(4),
+            "an unfinished head was held {lived:?}"
+        );
+    }
     // The slow heads were cut off (and reopened by the attacker): none is held for ever.
     assert!(
         reopened.load(Ordering::SeqCst) >= HELD / 2,
