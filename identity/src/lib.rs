@@ -62,6 +62,7 @@
 mod diag;
 mod error;
 mod identity;
+mod kept;
 mod netns;
 mod owners;
 mod procfs;
