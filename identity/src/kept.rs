@@ -39,6 +39,7 @@ pub(crate) struct KeptFiles {
     /// `task/<pid>/children`: the children of the thread whose tid is the pid.
     children: OnceLock<OwnedFd>,
     fd_dir: KeptDir,
+    threads: Mutex<Threads>,
     namespace_init: OnceLock<bool>,
     last_used: AtomicU64,
 }
@@ -59,6 +60,7 @@ impl KeptFiles {
             cmdline: OnceLock::new(),
             children: OnceLock::new(),
             fd_dir: KeptDir::default(),
+            threads: Mutex::new(Threads::default()),
             namespace_init: OnceLock::new(),
             last_used: AtomicU64::new(0),
         }
@@ -113,11 +115,35 @@ impl KeptFiles {
         )
     }
 
+    /// Runs `read` on the kept `task/` listing and the threads' `children` files, when no
+    /// other lookup is reading them (`None` when one is).
+    pub(crate) fn with_threads<T>(&self, read: impl FnOnce(&mut Threads) -> T) -> Option<T> {
+        let mut threads = match self.threads.try_lock() {
+            Ok(threads) => threads,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        Some(read(&mut threads))
+    }
+
     /// Whether the process is its pid namespace's init, computed once by `compute`.
     pub(crate) fn namespace_init(&self, compute: impl FnOnce() -> bool) -> bool {
         *self.namespace_init.get_or_init(compute)
     }
 }
+
+/// What is kept for listing the children of a process with several threads (a child's parent
+/// is the thread that forked it): `task/`, and each thread's `children` file by tid. A thread's
+/// file fails every read once that thread has exited, as a process's do.
+#[derive(Debug, Default)]
+pub(crate) struct Threads {
+    pub(crate) task: Option<Dir>,
+    pub(crate) children: HashMap<u32, OwnedFd>,
+}
+
+/// Threads whose `children` file is kept, at most, per process; the others are opened for
+/// each read.
+pub(crate) const THREADS_KEPT: usize = 16;
 
 /// The kept processes, by pid.
 #[derive(Debug, Default)]

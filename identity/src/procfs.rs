@@ -21,7 +21,7 @@ use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 use rustix::io::Errno;
 use rustix::path::DecInt;
 
-use crate::kept::{KeptFile, KeptFiles, KeptProcs};
+use crate::kept::{KeptFile, KeptFiles, KeptProcs, THREADS_KEPT, Threads};
 
 /// `/proc/<pid>/cmdline` can be as large as the argument area (ARG_MAX, usually 2 MiB); the
 /// identity needs the program's arguments, not a whole generated command line.
@@ -528,36 +528,68 @@ impl ProcDir {
             };
             return Ok(parse_children(&children));
         }
-        let task_dir = rustix::fs::openat(
-            self.files.dir(),
-            "task",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let mut dir = Dir::new(task_dir)?;
+        if let Files::Kept(kept) = &self.files
+            && let Some(children) = kept.with_threads(|threads| self.threads_children(threads))
+        {
+            return children;
+        }
+        self.threads_children(&mut Threads::default())
+    }
+
+    /// The children of every thread, listed through `threads` (filled as it goes, and
+    /// emptied of threads that have exited).
+    fn threads_children(&self, threads: &mut Threads) -> io::Result<Vec<u32>> {
+        let Threads {
+            task,
+            children: kept,
+        } = threads;
+        let task = match task {
+            Some(task) => {
+                task.rewind();
+                task
+            }
+            None => task.insert(Dir::new(rustix::fs::openat(
+                self.files.dir(),
+                "task",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?)?),
+        };
+        let read = |fd: BorrowedFd<'_>| read_limited(fd, SMALL_FILE_LIMIT, Complete::SmallRecords);
+        let mut listed = Vec::new();
         let mut children = Vec::new();
-        while let Some(entry) = dir.read() {
+        while let Some(entry) = task.read() {
             let entry = entry?;
             let Some(tid) = numeric_name(entry.file_name().to_bytes()) else {
                 continue;
             };
+            listed.push(tid);
+            // A kept file that fails belongs to a thread that has exited (its tid may be
+            // another thread's now): opened again.
+            if let Some(contents) = kept.get(&tid).and_then(|fd| read(fd.as_fd()).ok()) {
+                children.extend(parse_children(&contents));
+                continue;
+            }
+            kept.remove(&tid);
             let path = format!("{tid}/children");
             match rustix::fs::openat(
-                dir.fd()?,
+                task.fd()?,
                 path.as_str(),
                 OFlags::RDONLY | OFlags::CLOEXEC,
                 Mode::empty(),
             ) {
-                Ok(fd) => children.extend(parse_children(&read_limited(
-                    fd.as_fd(),
-                    SMALL_FILE_LIMIT,
-                    Complete::SmallRecords,
-                )?)),
+                Ok(fd) => {
+                    children.extend(parse_children(&read(fd.as_fd())?));
+                    if kept.len() < THREADS_KEPT {
+                        kept.insert(tid, fd);
+                    }
+                }
                 // A thread that exited while the list was read has no children left to report.
                 Err(Errno::NOENT) | Err(Errno::SRCH) if tid != self.pid => {}
                 Err(err) => return Err(err.into()),
             }
         }
+        kept.retain(|tid, _| listed.contains(tid));
         Ok(children)
     }
 }
@@ -946,6 +978,53 @@ mod tests {
         let _ = unshare.kill();
         let _ = unshare.wait();
         assert_eq!(checked, Some([false, true, false]));
+    }
+
+    #[test]
+    fn the_children_of_each_thread_are_listed_again_through_kept_files() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        // Each line starts a thread that starts a child and stays; the third line ends it all.
+        let script = "import os, subprocess, sys, threading\n\
+                      stop = threading.Event()\n\
+                      def fork_one():\n\
+                      \x20   p = subprocess.Popen(['/usr/bin/sleep', '600'], stdin=subprocess.DEVNULL)\n\
+                      \x20   os.write(1, b'%d\\n' % p.pid)\n\
+                      \x20   stop.wait(); p.kill(); p.wait()\n\
+                      for _ in range(2):\n\
+                      \x20   sys.stdin.readline()\n\
+                      \x20   threading.Thread(target=fork_one).start()\n\
+                      sys.stdin.readline()\n\
+                      stop.set()\n";
+        let mut parent = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = parent.stdin.take().unwrap();
+        let mut stdout = io::BufReader::new(parent.stdout.take().unwrap());
+        let mut next_child = || {
+            io::Write::write_all(&mut stdin, b"go\n").unwrap();
+            let mut line = String::new();
+            io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+            line.trim().parse::<u32>().unwrap()
+        };
+        let first = next_child();
+        let listed = |proc: &ProcFs| {
+            let dir = proc.pid_dir_kept(parent.id()).unwrap();
+            assert!(dir.stat().unwrap().num_threads > 1);
+            let mut children = dir.children().unwrap();
+            children.sort_unstable();
+            children
+        };
+        assert_eq!(listed(&proc), [first]);
+        assert_eq!(listed(&proc), [first]);
+        let second = next_child();
+        let mut both = [first, second];
+        both.sort_unstable();
+        assert_eq!(listed(&proc), both);
+        io::Write::write_all(&mut stdin, b"stop\n").unwrap();
+        parent.wait().unwrap();
     }
 
     /// Waits (up to 10 s) until `pid` runs `exe`.
