@@ -22,9 +22,14 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
 use rustix::fs::{Dir, Mode, OFlags};
 
-/// Processes kept at most (each holds up to five descriptors); the least recently used one is
-/// closed to make room. A client's ancestors below init are a handful.
+/// Processes kept at most (each holds up to five descriptors, and a process with several
+/// threads up to [`THREADS_KEPT`] more: 208 in all); the least recently used one is closed to
+/// make room. A client's ancestors below init are a handful.
 pub(crate) const CAPACITY: usize = 16;
+/// Open-file limit per process kept: the descriptors kept stay under a tenth of the limit, so
+/// the connections they serve are not refused for want of descriptors (under a limit of 128
+/// nothing is kept).
+const LIMIT_PER_PROCESS: u64 = 128;
 
 /// The descriptors kept for one process. `Sync`: concurrent lookups share them (`pread` and
 /// `readlinkat` do not move a file position; the fd directory, which `getdents` reads from a
@@ -143,7 +148,7 @@ pub(crate) struct Threads {
 
 /// Threads whose `children` file is kept, at most, per process; the others are opened for
 /// each read.
-pub(crate) const THREADS_KEPT: usize = 16;
+pub(crate) const THREADS_KEPT: usize = 8;
 
 /// The kept processes, by pid.
 #[derive(Debug, Default)]
@@ -160,20 +165,34 @@ impl KeptProcs {
         Some(kept)
     }
 
-    /// Keeps `files`, replacing an entry for the same pid and making room if needed.
+    /// Keeps `files`, replacing an entry for the same pid and making room if needed (see
+    /// [`capacity`]).
     pub(crate) fn insert(&self, files: &Arc<KeptFiles>) {
         files.last_used.store(self.tick(), Ordering::Relaxed);
+        let capacity = capacity();
         let mut by_pid = lock(&self.by_pid);
-        if by_pid.len() >= CAPACITY && !by_pid.contains_key(&files.pid) {
+        by_pid.remove(&files.pid);
+        while by_pid.len() >= capacity {
             let oldest = by_pid
                 .iter()
                 .min_by_key(|(_, kept)| kept.last_used.load(Ordering::Relaxed))
                 .map(|(pid, _)| *pid);
-            if let Some(pid) = oldest {
-                by_pid.remove(&pid);
-            }
+            match oldest {
+                Some(pid) => by_pid.remove(&pid),
+                None => return,
+            };
         }
         by_pid.insert(files.pid, Arc::clone(files));
+    }
+
+    /// Whether processes may be kept at all under the open-file limit (see [`capacity`]).
+    pub(crate) fn has_room(&self) -> bool {
+        capacity() > 0
+    }
+
+    /// Closes every kept process (the process ran out of descriptors).
+    pub(crate) fn clear(&self) {
+        lock(&self.by_pid).clear();
     }
 
     /// Drops `files` if it is still the entry for its pid (its process is gone).
@@ -195,6 +214,14 @@ impl KeptProcs {
     fn tick(&self) -> u64 {
         self.clock.fetch_add(1, Ordering::Relaxed)
     }
+}
+
+/// How many processes may be kept now: [`CAPACITY`], fewer under a low open-file limit.
+fn capacity() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    usize::try_from(limit / LIMIT_PER_PROCESS).map_or(CAPACITY, |room| room.min(CAPACITY))
 }
 
 /// A directory listing kept open: a directory's position belongs to its open file, so one
@@ -253,18 +280,23 @@ mod tests {
     #[test]
     fn the_least_recently_used_process_makes_room() {
         let kept = KeptProcs::default();
-        for pid in 0..CAPACITY {
+        // The test's open-file limit decides the room (CAPACITY under a usual limit).
+        let room = capacity();
+        assert!(room > 2, "open-file limit too low for this test");
+        for pid in 0..room {
             kept.insert(&files(u32::try_from(pid).unwrap()));
         }
         // pid 0 was used since pid 1 was kept: pid 1 is the least recently used.
         assert!(kept.get(0).is_some());
         kept.insert(&files(1000));
-        assert_eq!(kept.len(), CAPACITY);
+        assert_eq!(kept.len(), room);
         assert!(kept.get(1).is_none());
         assert!(kept.get(0).is_some() && kept.get(1000).is_some());
         // Keeping a pid again replaces its entry without evicting another.
         kept.insert(&files(1000));
-        assert_eq!(kept.len(), CAPACITY);
+        assert_eq!(kept.len(), room);
+        kept.clear();
+        assert_eq!(kept.len(), 0);
     }
 
     #[test]

@@ -143,6 +143,12 @@ pub(crate) fn is_gone(err: &io::Error) -> bool {
     code == Some(Errno::NOENT.raw_os_error()) || code == Some(Errno::SRCH.raw_os_error())
 }
 
+/// Whether an error means "this process has no descriptor left" (`EMFILE`, `ENFILE`).
+fn is_out_of_descriptors(err: &io::Error) -> bool {
+    let code = err.raw_os_error();
+    code == Some(Errno::MFILE.raw_os_error()) || code == Some(Errno::NFILE.raw_os_error())
+}
+
 fn invalid(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("malformed {what}"))
 }
@@ -219,13 +225,24 @@ impl ProcFs {
     /// (a process that exited fails every read, however its pid was reused since), and that
     /// `stat` is the handle's first.
     pub(crate) fn pid_dir_kept(&self, pid: u32) -> io::Result<ProcDir> {
+        if !self.kept.has_room() {
+            // A low open-file limit: the descriptors go to connections, not to keeping.
+            return self.pid_dir(pid);
+        }
         if let Some(kept) = self.kept.get(pid) {
             match read_stat(kept.stat()) {
                 Ok(stat) => return Ok(ProcDir::kept(kept, stat)),
                 Err(_) => self.kept.forget(&kept),
             }
         }
-        let dir = self.pid_dir(pid)?;
+        let dir = match self.pid_dir(pid) {
+            // Out of descriptors: the kept ones go first, then it is tried once more.
+            Err(err) if is_out_of_descriptors(&err) => {
+                self.kept.clear();
+                self.pid_dir(pid)?
+            }
+            opened => opened?,
+        };
         let opened = rustix::fs::openat(
             dir.files.dir(),
             "stat",
@@ -1040,20 +1057,40 @@ mod tests {
         }
     }
 
+    /// Waits (up to 10 s) until `pid` shows a command line (an exec sets it after the exe).
+    fn wait_for_cmdline(pid: u32) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|argv| argv.is_empty()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pid} shows no cmdline"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn a_kept_process_is_read_as_it_is_now_after_an_exec() {
         let proc = ProcFs::open(Path::new("/proc")).unwrap();
         let script = "import os, sys\n\
+                      os.write(1, b'ready\\n')\n\
                       sys.stdin.readline()\n\
                       os.execv('/usr/bin/sleep', ['sleep', '600'])\n";
         let mut child = std::process::Command::new("/usr/bin/python3")
             .args(["-c", script])
             .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         let pid = child.id();
         let python = std::fs::canonicalize("/usr/bin/python3").unwrap();
-        wait_for_exe(pid, &python.to_string_lossy());
+        // Running its script: past the exec, its command line in place.
+        let mut ready = String::new();
+        io::BufRead::read_line(
+            &mut io::BufReader::new(child.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
         let before = proc.pid_dir_kept(pid).unwrap();
         assert_eq!(before.exe_raw().unwrap(), python.to_string_lossy());
         assert_eq!(before.cmdline().unwrap()[..2], ["/usr/bin/python3", "-c"]);
@@ -1062,6 +1099,7 @@ mod tests {
 
         io::Write::write_all(child.stdin.as_mut().unwrap(), b"exec\n").unwrap();
         wait_for_exe(pid, "/usr/bin/sleep");
+        wait_for_cmdline(pid);
         // The same kept entry (same process, same start time), another program.
         let after = proc.pid_dir_kept(pid).unwrap();
         assert!(matches!(after.files, Files::Kept(_)));
