@@ -219,8 +219,8 @@ impl ProcFs {
         })
     }
 
-    /// Like [`Self::pid_dir`], for a process lookups are likely to meet again (an ancestor, a
-    /// repeat client): its files are kept open for them (see `kept`). A kept entry is used
+    /// Like [`Self::pid_dir`], for a process lookups are likely to meet again (an ancestor):
+    /// its files are kept open for them (see `kept`). A kept entry is used
     /// only when a read of its `stat` succeeds now: then it is the process that has the pid
     /// (a process that exited fails every read, however its pid was reused since), and that
     /// `stat` is the handle's first.
