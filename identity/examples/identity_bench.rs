@@ -1,14 +1,17 @@
 //! Lookup latency on a busy host: thousands of idle processes, real clients, real sockets.
 //!
 //! Run: `cargo run --release -p sluice-identity --example identity_bench [-- --idle 2000
-//! --repeat 500 --fresh 200 --siblings 1 --full 1]`. Prints one table: (a) one client process making many
+//! --repeat 500 --fresh 200 --siblings 1 --full 1 --floor 1]`. Prints one table: (a) one client process making many
 //! connections (the recent-pid list finds it), and the later check that it still holds the
 //! socket (`confirm`: that process only; `recheck`: its fork family too), (b) a fresh client
 //! process per connection (the
 //! descending scan finds it), (c) the naive full `/proc` scan on the same sockets as (b); then
 //! the same (a) and (b) with the idle processes as siblings of the clients (the owner-set
-//! completion reads every sibling's fd table, so this is the worst case for it). Each row gives
-//! wall time and the measuring thread's CPU time (what a loaded machine's scheduler does not add).
+//! completion reads every sibling's fd table, so this is the worst case for it), and (d) the
+//! floor under (b): reading only a fresh client's own `/proc` files once (its fd table up to the
+//! socket, `stat`, `children`, `exe`, `status`, `cmdline`), which any identification of a fresh
+//! process needs. Each row gives wall time and the measuring thread's CPU time (what a loaded
+//! machine's scheduler does not add).
 #![allow(clippy::print_stdout)] // the table is the output
 
 use std::error::Error;
@@ -46,6 +49,8 @@ struct Options {
     siblings: usize,
     /// 0 skips the (c) row.
     full: usize,
+    /// 0 skips the (d) row.
+    floor: usize,
 }
 
 fn main() -> Result<()> {
@@ -66,6 +71,10 @@ fn main() -> Result<()> {
     rows.push(("(b) fresh client per connection", fresh));
     if options.full > 0 {
         rows.push(("(c) full /proc scan, same sockets as (b)", full));
+    }
+    if options.floor > 0 {
+        let floor = fresh_floor(&listener, port, options.fresh)?;
+        rows.push(("(d) floor: a fresh client's own /proc files", floor));
     }
     drop(group);
 
@@ -94,6 +103,7 @@ fn parse_options() -> Result<Options> {
         fresh: 200,
         siblings: 1,
         full: 1,
+        floor: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -107,6 +117,7 @@ fn parse_options() -> Result<Options> {
             "--fresh" => options.fresh = value,
             "--siblings" => options.siblings = value,
             "--full" => options.full = value,
+            "--floor" => options.floor = value,
             other => return Err(format!("unknown flag {other}").into()),
         }
     }
@@ -194,6 +205,69 @@ fn fresh_clients(
         client.wait()?;
     }
     Ok((lookups, full_scans))
+}
+
+/// For each of `count` fresh clients: the reads of its own `/proc` files that identifying it
+/// takes at the least, each opened and read once, as the first reads of that process.
+fn fresh_floor(listener: &TcpListener, port: u16, count: usize) -> Result<Vec<Sample>> {
+    let mut samples = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut client = Command::new(PYTHON)
+            .args(["-c", FRESH_CLIENT, &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let (mut stream, _) = listener.accept()?;
+        let inode: u64 = first_line(client.stdout.take())?.trim().parse()?;
+        let pid = client.id();
+        let (elapsed, found) = timed(|| own_files(pid, inode));
+        if !found? {
+            return Err(format!("pid {pid} does not hold socket {inode}").into());
+        }
+        samples.push(elapsed);
+        stream.write_all(b"k")?;
+        client.wait()?;
+    }
+    Ok(samples)
+}
+
+/// Reads `pid`'s fd table up to the socket `inode`, then its `stat`, `children`, `exe`,
+/// `status` and `cmdline`, through one descriptor of `/proc/<pid>`.
+fn own_files(pid: u32, inode: u64) -> Result<bool> {
+    use rustix::fs::{Dir, Mode, OFlags, openat};
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+    let dir = rustix::fs::open(
+        format!("/proc/{pid}").as_str(),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let want = format!("socket:[{inode}]");
+    let mut fds = Dir::new(openat(
+        &dir,
+        "fd",
+        flags | OFlags::DIRECTORY,
+        Mode::empty(),
+    )?)?;
+    let mut found = false;
+    while let Some(entry) = fds.read() {
+        let entry = entry?;
+        if entry.file_name().to_bytes().first() == Some(&b'.') {
+            continue;
+        }
+        let target = rustix::fs::readlinkat(fds.fd()?, entry.file_name(), Vec::new())?;
+        if target.as_bytes() == want.as_bytes() {
+            found = true;
+            break;
+        }
+    }
+    let mut buffer = vec![0u8; 4096];
+    let children = format!("task/{pid}/children");
+    for name in ["stat", children.as_str(), "status", "cmdline"] {
+        let file = openat(&dir, name, flags, Mode::empty())?;
+        rustix::io::pread(&file, &mut buffer, 0)?;
+    }
+    rustix::fs::readlinkat(&dir, "exe", Vec::new())?;
+    Ok(found)
 }
 
 /// One measurement: wall time, and the CPU time of the measuring thread (user and system),

@@ -275,7 +275,7 @@ fn next_ancestor<'a>(
         let kept = parents.of(child.pid(), child_stat.start_time, ppid);
         let opened = match kept {
             Some(dir) => Ok(Hop::Kept(dir)),
-            None => proc.pid_dir(ppid).map(Hop::Opened),
+            None => proc.pid_dir_kept(ppid).map(Hop::Opened),
         };
         let hop = match opened {
             Ok(hop) => hop,

@@ -22,9 +22,10 @@
 //!    that agree are reported as the lowest pid.
 //!
 //! Only where to look is cached (one netlink socket per network namespace, a bounded list of
-//! recent client pids checked against their start time, and each identified process's
-//! `/proc/<pid>` kept open while identities read from it last); what a process is, is read
-//! again for every lookup because execve and reparenting change it under the same pid.
+//! recent client pids checked against their start time, each identified process's
+//! `/proc/<pid>` kept open while identities read from it last, and the `/proc` files of the
+//! last 16 ancestors met, used only after a read through them succeeds); what a process is, is
+//! read again for every lookup because execve and reparenting change it under the same pid.
 //! [`IdentityResolver::confirm`] reads through the kept handle, which the kernel ties to the
 //! process it was opened for (a pid reused since is not it): one `readlink` of the descriptor
 //! the process last held the socket under and one of its `exe`.
@@ -62,6 +63,7 @@
 mod diag;
 mod error;
 mod identity;
+mod kept;
 mod netns;
 mod owners;
 mod procfs;

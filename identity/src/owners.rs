@@ -186,7 +186,7 @@ impl<'a> OwnerSearch<'a> {
             let Some(parent) = ppid.filter(|parent| *parent > 1) else {
                 break;
             };
-            let Ok(dir) = self.proc.pid_dir(parent) else {
+            let Ok(dir) = self.proc.pid_dir_kept(parent) else {
                 break;
             };
             let init = self.proc.is_namespace_init(&dir);

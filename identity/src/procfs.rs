@@ -1,9 +1,10 @@
 //! Reading `/proc`: pure parsers for the few files sluice needs, and small handles around them.
 //!
 //! Everything about one process is read through a [`ProcDir`], a file descriptor for
-//! `/proc/<pid>` opened once. The kernel ties that descriptor to the process it was opened for:
-//! once that process exits, reads through it fail even if the pid number is reused, so the fd
-//! table, exe, status and cmdline read through one `ProcDir` always describe one process.
+//! `/proc/<pid>` opened once (or kept from an earlier lookup, with the process's files: see
+//! `kept`). The kernel ties that descriptor to the process it was opened for: once that process
+//! exits, reads through it fail even if the pid number is reused, so the fd table, exe, status
+//! and cmdline read through one `ProcDir` always describe one process.
 //!
 //! It does not decide which processes to look at (`owners`) or how to assemble an identity
 //! (`identity`).
@@ -11,8 +12,7 @@
 use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
@@ -20,6 +20,8 @@ use std::path::Path;
 use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 use rustix::io::Errno;
 use rustix::path::DecInt;
+
+use crate::kept::{KeptFile, KeptFiles, KeptProcs, THREADS_KEPT, Threads};
 
 /// `/proc/<pid>/cmdline` can be as large as the argument area (ARG_MAX, usually 2 MiB); the
 /// identity needs the program's arguments, not a whole generated command line.
@@ -141,6 +143,12 @@ pub(crate) fn is_gone(err: &io::Error) -> bool {
     code == Some(Errno::NOENT.raw_os_error()) || code == Some(Errno::SRCH.raw_os_error())
 }
 
+/// Whether an error means "this process has no descriptor left" (`EMFILE`, `ENFILE`).
+fn is_out_of_descriptors(err: &io::Error) -> bool {
+    let code = err.raw_os_error();
+    code == Some(Errno::MFILE.raw_os_error()) || code == Some(Errno::NFILE.raw_os_error())
+}
+
 fn invalid(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("malformed {what}"))
 }
@@ -153,6 +161,10 @@ pub(crate) struct ProcFs {
     root: OwnedFd,
     /// The pid namespace the mount shows (`ns/pid`'s target), when it is the reader's own.
     pid_ns: Option<Vec<u8>>,
+    /// Processes lookups keep meeting (see `kept`).
+    kept: KeptProcs,
+    /// `sys/kernel/ns_last_pid`, opened on first use.
+    last_pid: std::sync::OnceLock<OwnedFd>,
 }
 
 impl ProcFs {
@@ -163,7 +175,12 @@ impl ProcFs {
             Mode::empty(),
         )?;
         let pid_ns = own_pid_ns_if_the_mounts(&root);
-        Ok(Self { root, pid_ns })
+        Ok(Self {
+            root,
+            pid_ns,
+            kept: KeptProcs::default(),
+            last_pid: std::sync::OnceLock::new(),
+        })
     }
 
     /// Whether `dir` is the init of its pid namespace. A process in the mount's own pid
@@ -171,14 +188,20 @@ impl ProcFs {
     /// its `ns/pid` answers for most processes; the others are read from `status` (see
     /// [`parse_status_is_namespace_init`]).
     pub(crate) fn is_namespace_init(&self, dir: &ProcDir) -> bool {
-        if let Some(own) = &self.pid_ns
-            && dir.pid() > 1
-            && rustix::fs::readlinkat(&dir.fd, "ns/pid", Vec::with_capacity(32))
-                .is_ok_and(|target| target.as_bytes() == own.as_slice())
-        {
-            return false;
+        let compute = || {
+            if let Some(own) = &self.pid_ns
+                && dir.pid() > 1
+                && rustix::fs::readlinkat(dir.files.dir(), "ns/pid", Vec::with_capacity(32))
+                    .is_ok_and(|target| target.as_bytes() == own.as_slice())
+            {
+                return false;
+            }
+            dir.is_namespace_init()
+        };
+        match &dir.files {
+            Files::Kept(kept) => kept.namespace_init(compute),
+            Files::Own(_) => compute(),
         }
-        dir.is_namespace_init()
     }
 
     /// Opens `/proc/<pid>`; from then on every read names that process or fails.
@@ -191,9 +214,54 @@ impl ProcFs {
         )?;
         Ok(ProcDir {
             pid,
-            fd,
+            files: Files::Own(fd),
             stat: OnceCell::new(),
         })
+    }
+
+    /// Like [`Self::pid_dir`], for a process lookups are likely to meet again (an ancestor):
+    /// its files are kept open for them (see `kept`). A kept entry is used
+    /// only when a read of its `stat` succeeds now: then it is the process that has the pid
+    /// (a process that exited fails every read, however its pid was reused since), and that
+    /// `stat` is the handle's first.
+    pub(crate) fn pid_dir_kept(&self, pid: u32) -> io::Result<ProcDir> {
+        if !self.kept.has_room() {
+            // A low open-file limit: the descriptors go to connections, not to keeping.
+            return self.pid_dir(pid);
+        }
+        if let Some(kept) = self.kept.get(pid) {
+            match read_stat(kept.stat()) {
+                Ok(stat) => return Ok(ProcDir::kept(kept, stat)),
+                Err(_) => self.kept.forget(&kept),
+            }
+        }
+        let dir = match self.pid_dir(pid) {
+            // Out of descriptors: the kept ones go first, then it is tried once more.
+            Err(err) if is_out_of_descriptors(&err) => {
+                self.kept.clear();
+                self.pid_dir(pid)?
+            }
+            opened => opened?,
+        };
+        let opened = rustix::fs::openat(
+            dir.files.dir(),
+            "stat",
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        );
+        let Ok(stat_fd) = opened else {
+            // Gone or unreadable: the plain handle says which, as it would without keeping.
+            return Ok(dir);
+        };
+        let Ok(stat) = read_stat(stat_fd.as_fd()) else {
+            return Ok(dir);
+        };
+        let Files::Own(dir_fd) = dir.files else {
+            return Ok(dir);
+        };
+        let kept = std::sync::Arc::new(KeptFiles::new(pid, dir_fd, stat_fd));
+        self.kept.insert(&kept);
+        Ok(ProcDir::kept(kept, stat))
     }
 
     /// The owner of `/proc/<pid>`: the process's effective uid (root for a non-dumpable one).
@@ -205,13 +273,19 @@ impl ProcFs {
 
     /// The last pid the kernel handed out in the reader's pid namespace.
     pub(crate) fn last_pid(&self) -> io::Result<u32> {
-        let fd = rustix::fs::openat(
-            &self.root,
-            "sys/kernel/ns_last_pid",
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let contents = read_limited(fd, SMALL_FILE_LIMIT, Complete::OnShortRead)?;
+        let fd = match self.last_pid.get() {
+            Some(fd) => fd,
+            None => {
+                let opened = rustix::fs::openat(
+                    &self.root,
+                    "sys/kernel/ns_last_pid",
+                    OFlags::RDONLY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                self.last_pid.get_or_init(|| opened)
+            }
+        };
+        let contents = read_limited(fd.as_fd(), SMALL_FILE_LIMIT, Complete::OnShortRead)?;
         std::str::from_utf8(&contents)
             .ok()
             .and_then(|text| text.trim().parse().ok())
@@ -220,6 +294,8 @@ impl ProcFs {
 
     /// The pids in `lo..=hi` that are processes (thread group leaders), ascending.
     pub(crate) fn pids_in(&self, lo: u32, hi: u32) -> io::Result<Vec<u32>> {
+        // A fresh listing each time: it reads only as many entries as its first (small)
+        // buffer holds, where a kept one would read as many as its grown buffer does.
         let mut dir = self.root_dir()?;
         dir.seek(TGID_OFFSET + i64::from(lo))?;
         let mut pids = Vec::new();
@@ -273,7 +349,7 @@ fn own_pid_ns_if_the_mounts(root: &OwnedFd) -> Option<Vec<u8>> {
         Mode::empty(),
     )
     .ok()?;
-    let status = read_limited(fd, SMALL_FILE_LIMIT, Complete::OnShortRead).ok()?;
+    let status = read_limited(fd.as_fd(), SMALL_FILE_LIMIT, Complete::OnShortRead).ok()?;
     let levels = std::str::from_utf8(&status)
         .ok()?
         .lines()
@@ -301,14 +377,66 @@ fn numeric_name(name: &[u8]) -> Option<u32> {
 #[derive(Debug)]
 pub(crate) struct ProcDir {
     pid: u32,
-    fd: OwnedFd,
+    files: Files,
     /// The first `stat` read through this handle. Within one lookup an earlier read is as good
     /// as a later one (see `identity::next_ancestor`), and it is read by the search, the owner
     /// set completion and the identity alike.
     stat: OnceCell<StatFields>,
 }
 
+/// Where a [`ProcDir`] reads from: `/proc/<pid>` opened for this lookup, or a process's
+/// files kept across lookups.
+#[derive(Debug)]
+enum Files {
+    Own(OwnedFd),
+    Kept(std::sync::Arc<KeptFiles>),
+}
+
+impl Files {
+    fn dir(&self) -> BorrowedFd<'_> {
+        match self {
+            Files::Own(fd) => fd.as_fd(),
+            Files::Kept(kept) => kept.dir(),
+        }
+    }
+
+    /// `cmdline`: through the kept descriptor, or opened and read now.
+    fn cmdline(&self) -> io::Result<Vec<u8>> {
+        match self {
+            Files::Kept(kept) => read_limited(
+                kept.file(KeptFile::Cmdline)?,
+                CMDLINE_LIMIT,
+                Complete::OnShortRead,
+            ),
+            Files::Own(fd) => read_at(fd.as_fd(), "cmdline", CMDLINE_LIMIT, Complete::OnShortRead),
+        }
+    }
+
+    fn holding_fd(&self, link: &SocketLink, entries_read: &mut usize) -> io::Result<Option<u32>> {
+        if let Files::Kept(kept) = self
+            && let Some(found) = kept.with_fd_dir(|dir| holding_fd_in(dir, link, entries_read))
+        {
+            return Ok(found?);
+        }
+        let fd_dir = rustix::fs::openat(
+            self.dir(),
+            "fd",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(holding_fd_in(&mut Dir::new(fd_dir)?, link, entries_read)?)
+    }
+}
+
 impl ProcDir {
+    fn kept(kept: std::sync::Arc<KeptFiles>, stat: StatFields) -> Self {
+        Self {
+            pid: kept.pid(),
+            files: Files::Kept(kept),
+            stat: OnceCell::from(stat),
+        }
+    }
+
     pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
@@ -326,13 +454,13 @@ impl ProcDir {
         link: &SocketLink,
         entries_read: &mut usize,
     ) -> io::Result<Option<u32>> {
-        holding_fd_in(self.fd.as_fd(), link, entries_read)
+        self.files.holding_fd(link, entries_read)
     }
 
     /// Whether descriptor `fd` is the socket now (one `readlink`; false when it is closed, is
     /// something else, or cannot be read).
     pub(crate) fn fd_is(&self, fd: u32, link: &SocketLink) -> bool {
-        fd_is_in(self.fd.as_fd(), fd, link)
+        fd_is_in(self.files.dir(), fd, link)
     }
 
     /// Keeps this handle for later checks of the same process (see [`Pinned`]).
@@ -340,7 +468,7 @@ impl ProcDir {
         Pinned {
             pid: self.pid,
             start_time,
-            fd: self.fd,
+            files: self.files,
         }
     }
 
@@ -355,34 +483,46 @@ impl ProcDir {
 
     /// `stat`, read now.
     pub(crate) fn stat_fresh(&self) -> io::Result<StatFields> {
-        parse_stat(&self.read("stat", SMALL_FILE_LIMIT, Complete::OnShortRead)?)
-            .ok_or_else(|| invalid("stat"))
+        match &self.files {
+            Files::Kept(kept) => read_stat(kept.stat()),
+            Files::Own(fd) => parse_stat(&read_at(
+                fd.as_fd(),
+                "stat",
+                SMALL_FILE_LIMIT,
+                Complete::OnShortRead,
+            )?)
+            .ok_or_else(|| invalid("stat")),
+        }
     }
 
     /// The real uid (`Uid:` in `status`).
     pub(crate) fn real_uid(&self) -> io::Result<u32> {
-        parse_status_real_uid(&self.read("status", SMALL_FILE_LIMIT, Complete::OnShortRead)?)
-            .ok_or_else(|| invalid("status"))
+        parse_status_real_uid(&self.read_status()?).ok_or_else(|| invalid("status"))
     }
 
     /// Whether the process is the init of its pid namespace (see
     /// [`parse_status_is_namespace_init`]); an unreadable `status` is not.
     pub(crate) fn is_namespace_init(&self) -> bool {
-        self.read("status", SMALL_FILE_LIMIT, Complete::OnShortRead)
+        self.read_status()
             .is_ok_and(|status| parse_status_is_namespace_init(&status))
     }
 
-    pub(crate) fn cmdline(&self) -> io::Result<Vec<String>> {
-        Ok(parse_cmdline(&self.read(
-            "cmdline",
-            CMDLINE_LIMIT,
+    fn read_status(&self) -> io::Result<Vec<u8>> {
+        read_at(
+            self.files.dir(),
+            "status",
+            SMALL_FILE_LIMIT,
             Complete::OnShortRead,
-        )?))
+        )
+    }
+
+    pub(crate) fn cmdline(&self) -> io::Result<Vec<String>> {
+        Ok(parse_cmdline(&self.files.cmdline()?))
     }
 
     /// The raw `exe` link target (may end in ` (deleted)`).
     pub(crate) fn exe_raw(&self) -> io::Result<String> {
-        exe_raw_in(self.fd.as_fd())
+        exe_raw_in(self.files.dir())
     }
 
     /// Children of every thread of the process (a child's parent is the thread that forked it),
@@ -390,60 +530,90 @@ impl ProcDir {
     pub(crate) fn children(&self) -> io::Result<Vec<u32>> {
         if self.stat()?.num_threads <= 1 {
             // One thread: its tid is the pid, no need to list `task/`.
-            let path = format!("task/{}/children", self.pid);
-            return Ok(parse_children(&self.read(
-                &path,
-                SMALL_FILE_LIMIT,
-                Complete::SmallRecords,
-            )?));
+            let children = match &self.files {
+                Files::Kept(kept) => read_limited(
+                    kept.file(KeptFile::Children)?,
+                    SMALL_FILE_LIMIT,
+                    Complete::SmallRecords,
+                )?,
+                Files::Own(fd) => read_at(
+                    fd.as_fd(),
+                    &format!("task/{}/children", self.pid),
+                    SMALL_FILE_LIMIT,
+                    Complete::SmallRecords,
+                )?,
+            };
+            return Ok(parse_children(&children));
         }
-        let task_dir = rustix::fs::openat(
-            &self.fd,
-            "task",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let mut dir = Dir::new(task_dir)?;
+        if let Files::Kept(kept) = &self.files
+            && let Some(children) = kept.with_threads(|threads| self.threads_children(threads))
+        {
+            return children;
+        }
+        self.threads_children(&mut Threads::default())
+    }
+
+    /// The children of every thread, listed through `threads` (filled as it goes, and
+    /// emptied of threads that have exited).
+    fn threads_children(&self, threads: &mut Threads) -> io::Result<Vec<u32>> {
+        let Threads {
+            task,
+            children: kept,
+        } = threads;
+        let task = match task {
+            Some(task) => {
+                task.rewind();
+                task
+            }
+            None => task.insert(Dir::new(rustix::fs::openat(
+                self.files.dir(),
+                "task",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?)?),
+        };
+        let read = |fd: BorrowedFd<'_>| read_limited(fd, SMALL_FILE_LIMIT, Complete::SmallRecords);
+        let mut listed = Vec::new();
         let mut children = Vec::new();
-        while let Some(entry) = dir.read() {
+        while let Some(entry) = task.read() {
             let entry = entry?;
             let Some(tid) = numeric_name(entry.file_name().to_bytes()) else {
                 continue;
             };
+            listed.push(tid);
+            // A kept file that fails belongs to a thread that has exited (its tid may be
+            // another thread's now): opened again.
+            if let Some(contents) = kept.get(&tid).and_then(|fd| read(fd.as_fd()).ok()) {
+                children.extend(parse_children(&contents));
+                continue;
+            }
+            kept.remove(&tid);
             let path = format!("{tid}/children");
             match rustix::fs::openat(
-                dir.fd()?,
+                task.fd()?,
                 path.as_str(),
                 OFlags::RDONLY | OFlags::CLOEXEC,
                 Mode::empty(),
             ) {
-                Ok(fd) => children.extend(parse_children(&read_limited(
-                    fd,
-                    SMALL_FILE_LIMIT,
-                    Complete::SmallRecords,
-                )?)),
+                Ok(fd) => {
+                    children.extend(parse_children(&read(fd.as_fd())?));
+                    if kept.len() < THREADS_KEPT {
+                        kept.insert(tid, fd);
+                    }
+                }
                 // A thread that exited while the list was read has no children left to report.
                 Err(Errno::NOENT) | Err(Errno::SRCH) if tid != self.pid => {}
                 Err(err) => return Err(err.into()),
             }
         }
+        kept.retain(|tid, _| listed.contains(tid));
         Ok(children)
-    }
-
-    fn read(&self, name: &str, limit: usize, complete: Complete) -> io::Result<Vec<u8>> {
-        let fd = rustix::fs::openat(
-            &self.fd,
-            name,
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        read_limited(fd, limit, complete)
     }
 }
 
 impl AsFd for ProcDir {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.files.dir()
     }
 }
 
@@ -481,7 +651,7 @@ impl Parents {
 pub(crate) struct Pinned {
     pid: u32,
     start_time: u64,
-    fd: OwnedFd,
+    files: Files,
 }
 
 impl Pinned {
@@ -496,34 +666,28 @@ impl Pinned {
 
     /// See [`ProcDir::fd_is`].
     pub(crate) fn fd_is(&self, fd: u32, link: &SocketLink) -> bool {
-        fd_is_in(self.fd.as_fd(), fd, link)
+        fd_is_in(self.files.dir(), fd, link)
     }
 
     /// See [`ProcDir::holding_fd`].
     pub(crate) fn holding_fd(&self, link: &SocketLink) -> io::Result<Option<u32>> {
-        holding_fd_in(self.fd.as_fd(), link, &mut 0)
+        self.files.holding_fd(link, &mut 0)
     }
 
     /// See [`ProcDir::exe_raw`].
     pub(crate) fn exe_raw(&self) -> io::Result<String> {
-        exe_raw_in(self.fd.as_fd())
+        exe_raw_in(self.files.dir())
     }
 }
 
 // === reads relative to a `/proc/<pid>` descriptor ===
 
+/// Reads the fd directory `dir` (`/proc/<pid>/fd`) for the socket.
 fn holding_fd_in(
-    pid_dir: BorrowedFd<'_>,
+    dir: &mut Dir,
     link: &SocketLink,
     entries_read: &mut usize,
-) -> io::Result<Option<u32>> {
-    let fd_dir = rustix::fs::openat(
-        pid_dir,
-        "fd",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mut dir = Dir::new(fd_dir)?;
+) -> rustix::io::Result<Option<u32>> {
     let mut buffer = Vec::with_capacity(64);
     while let Some(entry) = dir.read() {
         let entry = entry?;
@@ -541,7 +705,7 @@ fn holding_fd_in(
                 buffer.clear();
             }
             Err(Errno::NOENT) => {}
-            Err(err) => return Err(err.into()),
+            Err(err) => return Err(err),
         }
     }
     Ok(None)
@@ -585,8 +749,27 @@ enum Complete {
 const SEQ_PAGE: usize = 4096;
 const SEQ_RECORD_MARGIN: usize = 64;
 
-fn read_limited(fd: OwnedFd, limit: usize, complete: Complete) -> io::Result<Vec<u8>> {
-    let mut file = File::from(fd);
+/// `stat` read through a descriptor of its own.
+fn read_stat(fd: BorrowedFd<'_>) -> io::Result<StatFields> {
+    parse_stat(&read_limited(fd, SMALL_FILE_LIMIT, Complete::OnShortRead)?)
+        .ok_or_else(|| invalid("stat"))
+}
+
+/// Opens `name` relative to the `/proc/<pid>` descriptor `dir`, reads it and closes it.
+fn read_at(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    limit: usize,
+    complete: Complete,
+) -> io::Result<Vec<u8>> {
+    let fd = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    read_limited(fd.as_fd(), limit, complete)
+}
+
+/// Reads a procfs file from its start with `pread`, so a descriptor kept open reads the file
+/// as it is now (procfs produces it again for a read at offset 0), and one opened for this
+/// read costs no more than `read`.
+fn read_limited(fd: BorrowedFd<'_>, limit: usize, complete: Complete) -> io::Result<Vec<u8>> {
     let mut contents = vec![0; limit.min(4096)];
     let mut len = 0;
     loop {
@@ -596,10 +779,11 @@ fn read_limited(fd: OwnedFd, limit: usize, complete: Complete) -> io::Result<Vec
             }
             contents.resize((len * 2).min(limit), 0);
         }
-        let read = match file.read(&mut contents[len..]) {
+        let offset = u64::try_from(len).map_err(|_| invalid("offset"))?;
+        let read = match rustix::io::pread(fd, &mut contents[len..], offset) {
             Ok(read) => read,
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-            Err(err) => return Err(err),
+            Err(Errno::INTR) => continue,
+            Err(err) => return Err(err.into()),
         };
         len += read;
         let complete = match complete {
@@ -793,14 +977,202 @@ mod tests {
         let checked = (|| {
             let init = *children_of(&proc, unshare.id()).first()?;
             let inner = *children_of(&proc, init).first()?;
-            Some([unshare.id(), init, inner].map(|pid| {
+            let pids = [unshare.id(), init, inner];
+            let plain = pids.map(|pid| {
                 proc.pid_dir(pid)
                     .is_ok_and(|dir| proc.is_namespace_init(&dir))
-            }))
+            });
+            // Through kept handles: computed once, then the kept answer, alike.
+            let kept = |_| {
+                pids.map(|pid| {
+                    proc.pid_dir_kept(pid)
+                        .is_ok_and(|dir| proc.is_namespace_init(&dir))
+                })
+            };
+            let [first, second] = [0, 1].map(kept);
+            (first == plain && second == plain).then_some(plain)
         })();
         let _ = unshare.kill();
         let _ = unshare.wait();
         assert_eq!(checked, Some([false, true, false]));
+    }
+
+    #[test]
+    fn the_children_of_each_thread_are_listed_again_through_kept_files() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        // Each line starts a thread that starts a child and stays; the third line ends it all.
+        let script = "import os, subprocess, sys, threading\n\
+                      stop = threading.Event()\n\
+                      def fork_one():\n\
+                      \x20   p = subprocess.Popen(['/usr/bin/sleep', '600'], stdin=subprocess.DEVNULL)\n\
+                      \x20   os.write(1, b'%d\\n' % p.pid)\n\
+                      \x20   stop.wait(); p.kill(); p.wait()\n\
+                      for _ in range(2):\n\
+                      \x20   sys.stdin.readline()\n\
+                      \x20   threading.Thread(target=fork_one).start()\n\
+                      sys.stdin.readline()\n\
+                      stop.set()\n";
+        let mut parent = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = parent.stdin.take().unwrap();
+        let mut stdout = io::BufReader::new(parent.stdout.take().unwrap());
+        let mut next_child = || {
+            io::Write::write_all(&mut stdin, b"go\n").unwrap();
+            let mut line = String::new();
+            io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+            line.trim().parse::<u32>().unwrap()
+        };
+        let first = next_child();
+        let listed = |proc: &ProcFs| {
+            let dir = proc.pid_dir_kept(parent.id()).unwrap();
+            assert!(dir.stat().unwrap().num_threads > 1);
+            let mut children = dir.children().unwrap();
+            children.sort_unstable();
+            children
+        };
+        assert_eq!(listed(&proc), [first]);
+        assert_eq!(listed(&proc), [first]);
+        let second = next_child();
+        let mut both = [first, second];
+        both.sort_unstable();
+        assert_eq!(listed(&proc), both);
+        io::Write::write_all(&mut stdin, b"stop\n").unwrap();
+        parent.wait().unwrap();
+    }
+
+    /// Waits (up to 10 s) until `pid` runs `exe`.
+    fn wait_for_exe(pid: u32, exe: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|now| now != Path::new(exe))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pid} never ran {exe}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// Waits (up to 10 s) until `pid` shows a command line (an exec sets it after the exe).
+    fn wait_for_cmdline(pid: u32) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|argv| argv.is_empty()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pid} shows no cmdline"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_kept_process_is_read_as_it_is_now_after_an_exec() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let script = "import os, sys\n\
+                      os.write(1, b'ready\\n')\n\
+                      sys.stdin.readline()\n\
+                      os.execv('/usr/bin/sleep', ['sleep', '600'])\n";
+        let mut child = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let python = std::fs::canonicalize("/usr/bin/python3").unwrap();
+        // Running its script: past the exec, its command line in place.
+        let mut ready = String::new();
+        io::BufRead::read_line(
+            &mut io::BufReader::new(child.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        let before = proc.pid_dir_kept(pid).unwrap();
+        assert_eq!(before.exe_raw().unwrap(), python.to_string_lossy());
+        assert_eq!(before.cmdline().unwrap()[..2], ["/usr/bin/python3", "-c"]);
+        let started = before.stat().unwrap().start_time;
+        drop(before);
+
+        io::Write::write_all(child.stdin.as_mut().unwrap(), b"exec\n").unwrap();
+        wait_for_exe(pid, "/usr/bin/sleep");
+        wait_for_cmdline(pid);
+        // The same kept entry (same process, same start time), another program.
+        let after = proc.pid_dir_kept(pid).unwrap();
+        assert!(matches!(after.files, Files::Kept(_)));
+        assert_eq!(proc.kept.len(), 1);
+        assert_eq!(after.stat().unwrap().start_time, started);
+        assert_eq!(after.exe_raw().unwrap(), "/usr/bin/sleep");
+        assert_eq!(after.cmdline().unwrap(), ["sleep", "600"]);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Spawns `program` (which waits on its stdin) as pid `pid`, by setting the last pid
+    /// handed out just before: `None` when another process took the pid first.
+    fn spawn_as(pid: u32, program: &str) -> Option<std::process::Child> {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", pid - 1)).unwrap();
+        let mut child = std::process::Command::new(program)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        if child.id() == pid {
+            return Some(child);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
+    #[test]
+    fn a_pid_reused_since_it_was_kept_is_read_as_its_new_process() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        if proc
+            .pid_dir(std::process::id())
+            .unwrap()
+            .real_uid()
+            .unwrap()
+            != 0
+        {
+            assert!(
+                std::env::var("SLUICE_REQUIRE_PRIVILEGED").as_deref() != Ok("1"),
+                "choosing a pid needs root and SLUICE_REQUIRE_PRIVILEGED=1 is set"
+            );
+            return;
+        }
+        // Other processes on the machine may take the pid between the steps: try again.
+        for _ in 0..50 {
+            let mut first = std::process::Command::new("/usr/bin/sleep")
+                .arg("600")
+                .spawn()
+                .unwrap();
+            let pid = first.id();
+            let kept = proc.pid_dir_kept(pid).unwrap();
+            let first_started = kept.stat().unwrap().start_time;
+            assert_eq!(kept.exe_raw().unwrap(), "/usr/bin/sleep");
+            drop(kept);
+            let _ = first.kill();
+            let _ = first.wait();
+            let Some(mut second) = spawn_as(pid, "/usr/bin/cat") else {
+                continue;
+            };
+            wait_for_exe(pid, "/usr/bin/cat");
+            let again = proc.pid_dir_kept(pid).unwrap();
+            let exe = again.exe_raw().unwrap();
+            let stat = again.stat().unwrap();
+            let fresh = proc.pid_dir(pid).unwrap().stat().unwrap();
+            let _ = second.kill();
+            let _ = second.wait();
+            // Read through the new process, never the files kept for the one before.
+            assert_eq!(exe, "/usr/bin/cat");
+            assert_eq!(stat.start_time, fresh.start_time);
+            assert!(stat.start_time >= first_started);
+            return;
+        }
+        panic!("could not get a pid reused within 50 attempts");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The lookup itself: socket → inode → owners → one identity, and the caches it keeps.
 //!
 //! Caches are only *where to look*: diag sockets per network namespace, the recent client
-//! pids, and the identified processes' `/proc/<pid>` handles (one per process, shared by its
-//! connections, closed with the last identity read from it). Identities are never cached.
+//! pids, the identified processes' `/proc/<pid>` handles (one per process, shared by its
+//! connections, closed with the last identity read from it), and the ancestors' `/proc` files
+//! (`kept`). Identities are never cached.
 //!
 //! A connection is identified once with [`IdentityResolver::lookup`] and then re-checked with
 //! [`IdentityResolver::confirm`] (when its request arrives, per inspected request, and

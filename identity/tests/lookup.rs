@@ -767,3 +767,90 @@ fn the_connections_of_one_process_keep_one_handle_on_it_while_they_last() {
     drop(b);
     assert_eq!(handles_on(client.pid()), 0);
 }
+
+/// Starts a client child (which says `ready <pid>` once connected and exits with its parent),
+/// then on request execs `sh`, which starts a second one: the same parent process (pid, start
+/// time) running another program between two lookups.
+const PARENT_EXECS: &str = "import os, subprocess, sys\n\
+    client = 'import os, socket, sys, time\\n' \\\n\
+      'c = socket.create_connection((\"127.0.0.1\", int(sys.argv[1])))\\n' \\\n\
+      'os.write(1, b\"ready %d\\\\n\" % os.getpid())\\n' \\\n\
+      'p = os.getppid()\\n' \\\n\
+      'while os.getppid() == p: time.sleep(0.05)\\n'\n\
+    subprocess.Popen([sys.executable, '-c', client, sys.argv[1]], stdin=subprocess.DEVNULL)\n\
+    sys.stdin.readline()\n\
+    os.execv('/bin/sh', ['sh', '-c', '\"$0\" -c \"$1\" \"$2\" </dev/null & read x', sys.executable, client, sys.argv[1]])\n";
+
+#[test]
+fn an_ancestor_that_execs_between_lookups_is_read_as_it_is_now() {
+    let (listener, _) = listener("127.0.0.1:0");
+    let mut parent = Client::python(PARENT_EXECS, listener.local_addr().unwrap().port());
+    let (_first, peer, local) = accept(&listener);
+    assert_eq!(parent.line()[0], "ready");
+    let resolver = resolver();
+    let before = resolver.lookup(peer, local).unwrap();
+    assert_eq!(before.ancestors[0].pid, parent.pid());
+    assert_eq!(before.ancestors[0].exe, real_path(PYTHON));
+
+    // The parent's files are kept by the lookups now; it execs, then starts another client.
+    parent.send_line("exec");
+    let (_second, peer2, local2) = accept(&listener);
+    assert_eq!(parent.line()[0], "ready");
+    let shell = real_path("/bin/sh");
+    for (peer, local) in [(peer2, local2), (peer, local)] {
+        let now = resolver.lookup(peer, local).unwrap();
+        let ancestor = &now.ancestors[0];
+        assert_eq!(
+            (ancestor.pid, ancestor.exe.as_str()),
+            (parent.pid(), shell.as_str())
+        );
+        assert_eq!(ancestor.cmdline[..2], ["sh", "-c"]);
+        assert_eq!(now.ancestors[1..], before.ancestors[1..]);
+    }
+}
+
+/// Starts a client child that connects and says `ready`; on request the child passes its
+/// socket to this parent over `SCM_RIGHTS` and keeps its own copy, and the parent says `got`.
+const PARENT_TAKES_A_COPY: &str = "import os, socket, subprocess, sys\n\
+    mine, theirs = socket.socketpair()\n\
+    child = 'import os, socket, sys\\n' \\\n\
+      'u = socket.socket(fileno=int(sys.argv[2]))\\n' \\\n\
+      'c = socket.create_connection((\"127.0.0.1\", int(sys.argv[1])))\\n' \\\n\
+      'os.write(1, b\"ready\\\\n\")\\n' \\\n\
+      'u.recv(1); socket.send_fds(u, [b\"x\"], [c.fileno()]); u.recv(1)\\n'\n\
+    subprocess.Popen([sys.executable, '-c', child, sys.argv[1], str(theirs.fileno())],\n\
+    \x20   pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)\n\
+    theirs.close()\n\
+    sys.stdin.readline()\n\
+    mine.send(b'g')\n\
+    msg, fds, _, _ = socket.recv_fds(mine, 1, 1)\n\
+    os.write(1, b'got\\n')\n\
+    sys.stdin.read()\n";
+
+#[test]
+fn an_ancestor_read_before_that_takes_a_copy_of_the_socket_is_found() {
+    let (listener, _) = listener("127.0.0.1:0");
+    let mut parent = Client::python(PARENT_TAKES_A_COPY, listener.local_addr().unwrap().port());
+    let (_stream, peer, local) = accept(&listener);
+    assert_eq!(parent.line(), ["ready"]);
+    let resolver = resolver();
+    let identity = resolver.lookup(peer, local).unwrap();
+    assert_eq!(identity.ancestors[0].pid, parent.pid());
+    // The parent's fd table has been read (and its files kept) twice without the socket.
+    resolver.recheck(&identity).unwrap();
+
+    parent.send_line("take");
+    assert_eq!(parent.line(), ["got"]);
+    let err = resolver.recheck(&identity).unwrap_err();
+    assert!(
+        matches!(&err, IdentityError::HolderChanged { now, .. }
+            if now.iter().any(|(pid, _)| *pid == parent.pid())),
+        "{err:?}"
+    );
+    let err = resolver.lookup(peer, local).unwrap_err();
+    assert!(
+        matches!(&err, IdentityError::AmbiguousOwners { pids, .. }
+            if pids.contains(&parent.pid()) && pids.contains(&identity.pid)),
+        "{err:?}"
+    );
+}
