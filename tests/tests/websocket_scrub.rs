@@ -277,6 +277,13 @@ fn an_extension_nobody_offered_or_a_compressed_frame_ends_the_websocket() {
         !raw.contains(SECRET) && !raw.contains("compressed"),
         "{raw}"
     );
+    let finding = s.sluice.wait_event("the uninspectable finding", |e| {
+        e["finding_info"]["types"][0] == "openshell.credentials.traffic_uninspectable"
+    });
+    assert!(
+        finding.to_string().contains("reserved bits"),
+        "the finding says why: {finding}"
+    );
     assert!(!sluice_output(&s).contains(SECRET));
     assert_events_valid(&s.sluice);
 }

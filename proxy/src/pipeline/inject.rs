@@ -178,6 +178,21 @@ pub(super) fn reflected_report(d: &Dest<'_>, credentials: &[String]) -> Box<dyn 
     Box::new(move || audit.emit(&event))
 }
 
+/// Reports a WebSocket closed at a frame that could not be scanned for the secret (the
+/// argument says why): a finding that its traffic was uninspectable.
+pub(super) fn uninspectable_report(d: &Dest<'_>) -> Box<dyn FnOnce(String) + Send> {
+    let kind = credentials::body::FINDING_TRAFFIC_UNINSPECTABLE;
+    let mut event = d.finding(kind, String::new(), None);
+    let audit = Arc::clone(&d.shared.audit);
+    let hp = d.hp();
+    Box::new(move |why| {
+        if let audit::Event::Finding(f) = &mut event {
+            f.title = format!("WebSocket from {hp} closed: {why}");
+        }
+        audit.emit(&event);
+    })
+}
+
 fn reflected(d: &Dest<'_>, credentials: &[String]) -> audit::Event {
     d.finding(
         credentials::scrub::FINDING_REFLECTED,

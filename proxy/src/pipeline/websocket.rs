@@ -19,7 +19,7 @@ use super::caller::Known;
 use super::denial::Denial;
 use super::record::Record;
 use super::request::Exchange;
-use super::ws_scrub::ScrubbedFrames;
+use super::ws_scrub::{Reports, ScrubbedFrames};
 use crate::audit::Engine;
 use crate::credentials::ScrubSet;
 use crate::http::body::ChannelBody;
@@ -163,9 +163,15 @@ pub(super) async fn relay<R, W>(
         rec.discard();
         return;
     }
-    // What a secret found in the upstream's frames reports (the record is gone by then).
-    let report = scrubbing
-        .then(|| super::inject::reflected_report(&rec.dest(x.shared, known), &rec.credentials));
+    // What the upstream's frames report, a secret found or a frame that ends the relay (the
+    // record is gone by then).
+    let reports = scrubbing.then(|| {
+        let d = rec.dest(x.shared, known);
+        Reports {
+            hit: super::inject::reflected_report(&d, &rec.credentials),
+            refused: super::inject::uninspectable_report(&d),
+        }
+    });
     // The handshake's record goes out at the upgrade; the relay's bytes are the tunnel's.
     rec.status = Some(101);
     rec.reason = Some("websocket upgrade".to_string());
@@ -173,8 +179,8 @@ pub(super) async fn relay<R, W>(
     let (ur, uw) = tokio::io::split(TokioIo::new(upgraded));
     let leftover = buf.split();
     let idle = x.shared.limits.idle_timeout;
-    if let Some(report) = report {
-        let ur = ScrubbedFrames::new(ur, &hs.scrub, report);
+    if let Some(reports) = reports {
+        let ur = ScrubbedFrames::new(ur, &hs.scrub, reports);
         let _ = relay::relay(&mut *rd, &mut *wr, ur, uw, &leftover, idle).await;
     } else {
         let _ = relay::relay(&mut *rd, &mut *wr, ur, uw, &leftover, idle).await;

@@ -212,8 +212,13 @@ impl FrameScrubber {
     }
 }
 
-/// What to do at the first secret found (audit it).
-pub(super) type OnHit = Box<dyn FnOnce() + Send>;
+/// What a scrubbed WebSocket reports (to audit).
+pub(super) struct Reports {
+    /// At the first secret found.
+    pub(super) hit: Box<dyn FnOnce() + Send>,
+    /// At a frame that ends the relay (why).
+    pub(super) refused: Box<dyn FnOnce(String) + Send>,
+}
 
 /// The upstream's read half of a WebSocket, yielding its frames scrubbed; a frame sluice
 /// cannot relay faithfully is an `InvalidData` error (the relay then closes both sides).
@@ -225,11 +230,12 @@ pub(super) struct ScrubbedFrames<R> {
     sent: usize,
     read: Box<[u8]>,
     done: bool,
-    on_hit: Option<OnHit>,
+    hit: Option<Box<dyn FnOnce() + Send>>,
+    refused: Option<Box<dyn FnOnce(String) + Send>>,
 }
 
 impl<R> ScrubbedFrames<R> {
-    pub(super) fn new(inner: R, set: &ScrubSet, on_hit: OnHit) -> ScrubbedFrames<R> {
+    pub(super) fn new(inner: R, set: &ScrubSet, reports: Reports) -> ScrubbedFrames<R> {
         ScrubbedFrames {
             inner,
             frames: FrameScrubber::new(set),
@@ -237,7 +243,8 @@ impl<R> ScrubbedFrames<R> {
             sent: 0,
             read: vec![0u8; 16 * 1024].into_boxed_slice(),
             done: false,
-            on_hit: Some(on_hit),
+            hit: Some(reports.hit),
+            refused: Some(reports.refused),
         }
     }
 }
@@ -275,10 +282,13 @@ impl<R: AsyncRead + Unpin> AsyncRead for ScrubbedFrames<R> {
             if let Err(e) = this.frames.push(got, &mut this.out) {
                 this.done = true;
                 this.out.clear();
+                if let Some(report) = this.refused.take() {
+                    report(e.to_string());
+                }
                 return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
             }
             if this.frames.hits() > 0
-                && let Some(report) = this.on_hit.take()
+                && let Some(report) = this.hit.take()
             {
                 report();
             }

@@ -252,3 +252,44 @@ proptest! {
         prop_assert_eq!(split(&got), split(&want));
     }
 }
+
+#[tokio::test]
+async fn the_reader_reports_the_first_secret_once_and_ends_at_a_bad_frame_saying_why() {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let (mut upstream, inner) = tokio::io::duplex(16);
+    let hits = Arc::new(AtomicUsize::new(0));
+    let why = Arc::new(Mutex::new(None));
+    let (h, w) = (Arc::clone(&hits), Arc::clone(&why));
+    let reports = Reports {
+        hit: Box::new(move || {
+            h.fetch_add(1, Ordering::SeqCst);
+        }),
+        refused: Box::new(move |reason| *w.lock().unwrap() = Some(reason)),
+    };
+    let mut reader = ScrubbedFrames::new(inner, &set(), reports);
+    let mut input = frame(true, OpCode::Text, SECRET.as_bytes());
+    input.extend(frame(true, OpCode::Binary, SECRET.as_bytes()));
+    input.extend([0xC1, 1, b'x']);
+    let writer = tokio::spawn(async move {
+        upstream.write_all(&input).await.unwrap();
+        upstream
+    });
+    let mut got = Vec::new();
+    let err = loop {
+        let mut b = [0u8; 7];
+        match reader.read(&mut b).await {
+            Ok(0) => panic!("the stream ended without an error"),
+            Ok(n) => got.extend_from_slice(&b[..n]),
+            Err(e) => break e,
+        }
+    };
+    drop(writer.await.unwrap());
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    assert!(!contains(&got, SECRET.as_bytes()));
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    let why = why.lock().unwrap().clone().unwrap();
+    assert!(why.contains("reserved bits"), "{why}");
+}
