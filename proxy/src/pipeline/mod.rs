@@ -32,8 +32,8 @@ mod shared;
 mod stop;
 pub mod target;
 mod websocket;
-mod ws_frame;
-mod ws_scrub;
+pub(crate) mod ws_frame;
+pub(crate) mod ws_scrub;
 
 pub use conn::Conn;
 pub use connection::revoke_disallowed;

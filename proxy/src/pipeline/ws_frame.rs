@@ -6,10 +6,10 @@
 //! What frames mean in sequence (fragmented messages) is `ws_scrub`'s.
 
 /// The longest control frame payload (RFC 6455 §5.5).
-pub(super) const MAX_CONTROL: usize = 125;
+pub(crate) const MAX_CONTROL: usize = 125;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum OpCode {
+pub(crate) enum OpCode {
     Continuation,
     Text,
     Binary,
@@ -42,23 +42,23 @@ impl OpCode {
         }
     }
 
-    pub(super) fn is_control(self) -> bool {
+    pub(crate) fn is_control(self) -> bool {
         matches!(self, OpCode::Close | OpCode::Ping | OpCode::Pong)
     }
 }
 
 /// One frame's header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Header {
-    pub(super) fin: bool,
-    pub(super) opcode: OpCode,
+pub(crate) struct Header {
+    pub(crate) fin: bool,
+    pub(crate) opcode: OpCode,
     /// Payload bytes that follow the header.
-    pub(super) len: u64,
+    pub(crate) len: u64,
 }
 
 /// A server frame sluice does not relay; the WebSocket is closed on both sides.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub(super) enum FrameError {
+pub(crate) enum FrameError {
     #[error(
         "a WebSocket frame from the upstream has reserved bits set ({0:#x}): an extension (compression) nobody negotiated"
     )]
@@ -79,7 +79,7 @@ pub(super) enum FrameError {
 
 /// The header at the start of `buf` and its length in bytes, or `None` if `buf` ends
 /// inside it.
-pub(super) fn parse(buf: &[u8]) -> Result<Option<(Header, usize)>, FrameError> {
+pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Header, usize)>, FrameError> {
     let (Some(&b0), Some(&b1)) = (buf.first(), buf.get(1)) else {
         return Ok(None);
     };
@@ -112,7 +112,7 @@ pub(super) fn parse(buf: &[u8]) -> Result<Option<(Header, usize)>, FrameError> {
 }
 
 /// Appends an unmasked frame (a server's) carrying `payload` to `out`.
-pub(super) fn encode(fin: bool, opcode: OpCode, payload: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn encode(fin: bool, opcode: OpCode, payload: &[u8], out: &mut Vec<u8>) {
     out.push(if fin { 0x80 } else { 0 } | opcode.bits());
     let len = payload.len();
     if len < 126 {

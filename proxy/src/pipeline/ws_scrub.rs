@@ -42,7 +42,7 @@ struct Frame {
 }
 
 /// Parses server frames and writes them scrubbed.
-pub(super) struct FrameScrubber {
+pub(crate) struct FrameScrubber {
     /// Replaces each secret with its placeholder (text).
     text: Arc<ScrubSet>,
     /// Replaces each secret with as many `*` (binary, ping, pong).
@@ -56,7 +56,7 @@ pub(super) struct FrameScrubber {
 }
 
 impl FrameScrubber {
-    pub(super) fn new(set: &ScrubSet) -> FrameScrubber {
+    pub(crate) fn new(set: &ScrubSet) -> FrameScrubber {
         FrameScrubber {
             text: Arc::new(set.clone()),
             masked: Arc::new(set.masked()),
@@ -68,13 +68,13 @@ impl FrameScrubber {
     }
 
     /// Secrets replaced so far.
-    pub(super) fn hits(&self) -> u64 {
+    pub(crate) fn hits(&self) -> u64 {
         self.hits + self.message.as_ref().map_or(0, |m| m.scrubber.hits())
     }
 
     /// The next bytes from the upstream; the frames that may go to the client now are
     /// appended to `out`.
-    pub(super) fn push(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), FrameError> {
+    pub(crate) fn push(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), FrameError> {
         self.input.extend_from_slice(data);
         let mut at = 0;
         let result = self.consume(&mut at, out);
@@ -185,23 +185,24 @@ impl FrameScrubber {
         }
     }
 
-    /// A control frame's payload scrubbed, at most 125 bytes: a close frame's status code
-    /// kept and its reason scrubbed as text, a ping's or pong's masked (same length).
+    /// A control frame's payload scrubbed, at most 125 bytes: a close frame's as text (its
+    /// status code too, so a secret cannot start there), a ping's or pong's masked (same
+    /// length).
     fn control(&mut self, opcode: OpCode, payload: &[u8]) -> Vec<u8> {
-        let (code, rest, set) = match opcode {
-            OpCode::Close if payload.len() >= 2 => (&payload[..2], &payload[2..], &self.text),
-            _ => (&payload[..0], payload, &self.masked),
+        let set = if opcode == OpCode::Close {
+            &self.text
+        } else {
+            &self.masked
         };
         let mut scrubber = Scrubber::new(Arc::clone(set));
-        let mut out = code.to_vec();
-        out.extend_from_slice(&scrubber.feed(rest));
+        let mut out = scrubber.feed(payload).to_vec();
         out.extend_from_slice(&scrubber.finish());
         self.hits += scrubber.hits();
         if out.len() > MAX_CONTROL {
             out.truncate(MAX_CONTROL);
             if opcode == OpCode::Close {
                 // A reason cut inside a character: cut before it, the reason stays UTF-8.
-                if let Err(e) = std::str::from_utf8(&out[2..])
+                if let Err(e) = std::str::from_utf8(out.get(2..).unwrap_or_default())
                     && e.error_len().is_none()
                 {
                     out.truncate(2 + e.valid_up_to());
