@@ -21,8 +21,8 @@ const PLACEHOLDER: &str = "openshell:resolve:env:TEST_API_KEY";
 /// per path: `/echo` sends the extensions it was offered (`ext=...`), then the
 /// `Authorization` it received in (a) one text frame, (b) a text message in two fragments
 /// split inside the secret with a ping between, (c) a binary frame, (d) a close frame's
-/// reason, each in its own write; `/deflate` also names `permessage-deflate` in its `101`;
-/// `/rsv` sends the header in a frame with RSV1 set (compressed, unnegotiated).
+/// reason, each in its own write; `/deflate` also names `permessage-deflate` in its `101`
+/// (the `Authorization` in a parameter); `/rsv` sends the header in a frame with RSV1 set (compressed, unnegotiated).
 const WS_ORIGIN: &str = r#"
 import base64, hashlib, socket, ssl, sys, threading, time
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])
@@ -51,7 +51,7 @@ def serve(raw):
             k, v = l.split(b':', 1); hdr[k.strip().lower()] = v.strip()
         accept = base64.b64encode(hashlib.sha1(hdr[b'sec-websocket-key'] + GUID).digest())
         auth = hdr.get(b'authorization', b'')
-        extra = b'Sec-WebSocket-Extensions: permessage-deflate\r\n' if path == b'/deflate' else b''
+        extra = b'Sec-WebSocket-Extensions: permessage-deflate; note=' + auth + b'\r\n' if path == b'/deflate' else b''
         c.sendall(b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ' + accept + b'\r\n' + extra + b'\r\n')
         def send(b):
             c.sendall(b); time.sleep(0.05)
@@ -259,6 +259,10 @@ fn an_extension_nobody_offered_or_a_compressed_frame_ends_the_websocket() {
     assert!(head.starts_with("HTTP/1.1 502"), "{out}");
     let raw = out["raw"].as_str().unwrap();
     assert!(raw.contains("credential_response_encoded"), "{raw}");
+    assert!(
+        raw.contains("`permessage-deflate`"),
+        "the refusal names it: {raw}"
+    );
     assert!(!raw.contains(SECRET), "{raw}");
     let denied = s.sluice.wait_event("the refused handshake", |e| {
         e.to_string().contains("/deflate") && e.to_string().contains("permessage-deflate")

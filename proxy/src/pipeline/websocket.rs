@@ -122,15 +122,6 @@ pub(super) async fn relay<R, W>(
         );
         return refuse(wr, rec, &Denial::new(Engine::Proxy, refusal)).await;
     }
-    if scrubbing && let Some(ext) = response.headers().get("sec-websocket-extensions") {
-        let detail = format!(
-            "the upstream answered a WebSocket handshake to a credentialed endpoint with extension `{}` although none was offered; sluice does not relay frames it cannot scan for the secret",
-            String::from_utf8_lossy(ext.as_bytes())
-        );
-        let refusal =
-            Refusal::new(502, Code::CredentialResponseEncoded, detail.clone()).with_reason(detail);
-        return refuse(wr, rec, &Denial::new(Engine::L7, refusal)).await;
-    }
     let mut response = response;
     if scrubbing {
         super::inject::scrub_head(
@@ -139,6 +130,24 @@ pub(super) async fn relay<R, W>(
             &rec.credentials,
             response.headers_mut(),
         );
+    }
+    // Named after the scrub: the upstream wrote it, and it goes to the client.
+    if scrubbing && let Some(ext) = response.headers().get("sec-websocket-extensions") {
+        let text = String::from_utf8_lossy(ext.as_bytes());
+        let name: String = text
+            .split([';', ','])
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .chars()
+            .take(64)
+            .collect();
+        let detail = format!(
+            "the upstream answered a WebSocket handshake to a credentialed endpoint with extension `{name}` although none was offered; sluice does not relay frames it cannot scan for the secret"
+        );
+        let refusal =
+            Refusal::new(502, Code::CredentialResponseEncoded, detail.clone()).with_reason(detail);
+        return refuse(wr, rec, &Denial::new(Engine::L7, refusal)).await;
     }
     let mut head = b"HTTP/1.1 101 Switching Protocols\r\n".to_vec();
     for (name, value) in response.headers() {
