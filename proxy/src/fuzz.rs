@@ -1,6 +1,6 @@
-//! Fuzz entry points: each takes bytes a hostile client could send and drives one parser the
-//! way the proxy does, checking what must hold of its output. None may panic, whatever the
-//! input.
+//! Fuzz entry points: each takes bytes a hostile client (or, for `websocket_frames`, a
+//! hostile upstream) could send and drives one parser the way the proxy does, checking what
+//! must hold of its output. None may panic, whatever the input.
 //!
 //! Test-facing only: the coverage-guided targets in `fuzz/` (outside the workspace) and the
 //! property-test runner in `proxy/tests/fuzz_parsers.rs` both call these, so the two exercise
@@ -307,5 +307,87 @@ pub fn transparent_sniff(data: &[u8]) {
     // original address could stand.
     if let (Some(name), Ok(t)) = (&claimed, &verdict) {
         assert_eq!(name.as_str(), "198.51.100.7", "{t:?}");
+    }
+}
+
+/// The secret the WebSocket target scrubs (short, so mutations meet it often).
+pub const WS_SECRET: &str = "Zq7SECRET";
+
+/// What `websocket_frames` scrubs: [`WS_SECRET`], bound to `ws.example.com:443`.
+fn ws_scrub_set() -> &'static crate::credentials::ScrubSet {
+    static SET: std::sync::OnceLock<crate::credentials::ScrubSet> = std::sync::OnceLock::new();
+    SET.get_or_init(|| {
+        let source = crate::policy::Source {
+            name: "ws.yaml".into(),
+            text: "id: ws\ncredentials:\n  - {name: key, env_vars: [WS_KEY]}\nendpoints:\n  - {host: ws.example.com, port: 443}\n".into(),
+        };
+        let Ok(loaded) = crate::credentials::profile::load(&[source]) else {
+            panic!("the fixed profile loads");
+        };
+        let secrets = crate::credentials::SecretStore::load(
+            &loaded.profiles,
+            |_| Some(WS_SECRET.to_string()),
+            None,
+        );
+        let Ok(secrets) = secrets else {
+            panic!("the fixed secret loads");
+        };
+        crate::credentials::Bindings::new(loaded.profiles, secrets.store)
+            .endpoint_secrets("ws.example.com", 443)
+    })
+}
+
+/// What a hostile upstream sends after a WebSocket `101` on a credentialed endpoint: the
+/// first byte picks the read size, the rest goes through the frame scrubber as the proxy
+/// reads it. What comes out (until the first error) is whole, valid server frames, and no
+/// control frame or message a client reassembles from them holds the secret.
+pub fn websocket_frames(data: &[u8]) {
+    use crate::pipeline::ws_frame::{self, OpCode};
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let mut scrubber = crate::pipeline::ws_scrub::FrameScrubber::new(ws_scrub_set());
+    let mut out = Vec::new();
+    for piece in rest.chunks(usize::from(pick % 32) + 1) {
+        if scrubber.push(piece, &mut out).is_err() {
+            break;
+        }
+    }
+    let holds_secret = |b: &[u8]| {
+        b.windows(WS_SECRET.len())
+            .any(|w| w == WS_SECRET.as_bytes())
+    };
+    let mut bytes = out.as_slice();
+    let mut message: Option<Vec<u8>> = None;
+    while !bytes.is_empty() {
+        let (h, n) = match ws_frame::parse(bytes) {
+            Ok(Some(frame)) => frame,
+            other => panic!("sluice wrote an invalid frame: {other:?}"),
+        };
+        let len = usize::try_from(h.len).unwrap_or(usize::MAX);
+        let end = n.saturating_add(len);
+        let Some(payload) = bytes.get(n..end) else {
+            panic!("sluice wrote a partial frame");
+        };
+        bytes = &bytes[end..];
+        match h.opcode {
+            OpCode::Continuation => match message.as_mut() {
+                Some(m) => m.extend_from_slice(payload),
+                None => panic!("sluice wrote a continuation outside a message"),
+            },
+            OpCode::Text | OpCode::Binary => {
+                assert!(message.is_none(), "sluice wrote a message inside another");
+                message = Some(payload.to_vec());
+            }
+            OpCode::Close | OpCode::Ping | OpCode::Pong => {
+                assert!(h.fin && payload.len() <= ws_frame::MAX_CONTROL);
+                assert!(!holds_secret(payload), "a control frame holds the secret");
+                continue;
+            }
+        }
+        if h.fin {
+            let whole = message.take().unwrap_or_default();
+            assert!(!holds_secret(&whole), "a message holds the secret");
+        }
     }
 }

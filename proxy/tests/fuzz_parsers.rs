@@ -194,6 +194,42 @@ fn hello_seeds() -> Vec<Vec<u8>> {
 
 /// Inputs that once made a parser panic or misbehave: (target, input). Empty so far: no
 /// run, short or long, has found one.
+/// A server frame (unmasked): FIN, opcode, payload.
+fn ws_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![if fin { 0x80 } else { 0 } | opcode];
+    match payload.len() {
+        n @ 0..=125 => f.push(n as u8),
+        n => {
+            f.push(126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(payload);
+    f
+}
+
+/// What an upstream sends after a `101`, the secret in each place a frame can carry it
+/// (a read-size byte first).
+fn websocket_seeds() -> Vec<Vec<u8>> {
+    let s = fuzz::WS_SECRET.as_bytes();
+    let (a, b) = s.split_at(4);
+    let text = [ws_frame(true, 1, &[b"token ", s].concat())].concat();
+    let split = [
+        ws_frame(false, 1, &[b"x", a].concat()),
+        ws_frame(true, 9, b"ping"),
+        ws_frame(true, 0, &[b, b"y"].concat()),
+    ]
+    .concat();
+    let binary = ws_frame(true, 2, &[&[0u8, 1][..], s, &[0xff][..]].concat());
+    let close = ws_frame(true, 8, &[&[3u8, 0xe8][..], &[b'r'; 110][..], s].concat());
+    let long = ws_frame(true, 1, &[&[b'z'; 300][..], s].concat());
+    [text, split, binary, close, long]
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| [vec![i as u8 * 7], f].concat())
+        .collect()
+}
+
 const REGRESSIONS: &[(&str, &[u8])] = &[];
 
 #[test]
@@ -207,6 +243,7 @@ fn regressions_stay_fixed() {
             "credential_rewrite" => fuzz::credential_rewrite(input),
             "client_hello" => fuzz::client_hello(input),
             "transparent_sniff" => fuzz::transparent_sniff(input),
+            "websocket_frames" => fuzz::websocket_frames(input),
             other => panic!("unknown target {other}"),
         }
     }
@@ -286,5 +323,10 @@ proptest! {
     #[test]
     fn transparent_sniffs(data in input([hello_seeds(), head_seeds()].concat())) {
         fuzz::transparent_sniff(&data);
+    }
+
+    #[test]
+    fn websocket_frames(data in input(websocket_seeds())) {
+        fuzz::websocket_frames(&data);
     }
 }

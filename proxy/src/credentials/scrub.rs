@@ -170,7 +170,7 @@ impl ScrubSet {
 
     /// The same secrets, each replaced by as many `*`: for bodies whose framing counts bytes
     /// (gRPC messages, protobuf), where a replacement of another length would corrupt it.
-    fn masked(&self) -> ScrubSet {
+    pub(crate) fn masked(&self) -> ScrubSet {
         ScrubSet {
             mask: true,
             ..self.clone()
@@ -255,7 +255,7 @@ impl crate::audit::Redact for ScrubSet {
 
 /// The streaming state of one response body.
 #[derive(Default)]
-struct Scrubber {
+pub(crate) struct Scrubber {
     set: Arc<ScrubSet>,
     /// Bytes held back: a proper prefix of some spelling of a secret (bounded by the longest
     /// secret times `MAX_SPELLING`).
@@ -274,7 +274,7 @@ impl fmt::Debug for Scrubber {
 }
 
 impl Scrubber {
-    fn new(set: Arc<ScrubSet>) -> Scrubber {
+    pub(crate) fn new(set: Arc<ScrubSet>) -> Scrubber {
         Scrubber {
             set,
             carry: Zeroizing::new(Vec::new()),
@@ -283,7 +283,7 @@ impl Scrubber {
     }
 
     /// The next chunk: what may go to the client now (possibly nothing).
-    fn feed(&mut self, chunk: &[u8]) -> Bytes {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Bytes {
         let mut buf = Zeroizing::new(std::mem::take(&mut *self.carry));
         buf.extend_from_slice(chunk);
         let limit = self.set.hold_from(&buf);
@@ -296,7 +296,7 @@ impl Scrubber {
     }
 
     /// The end of the body: the bytes held back, scrubbed.
-    fn finish(&mut self) -> Bytes {
+    pub(crate) fn finish(&mut self) -> Bytes {
         let held = Zeroizing::new(std::mem::take(&mut *self.carry));
         let mut out = Vec::with_capacity(held.len());
         self.hits += self.set.replace_all(&held, &mut out);
@@ -304,7 +304,7 @@ impl Scrubber {
     }
 
     /// Secrets replaced so far.
-    fn hits(&self) -> u64 {
+    pub(crate) fn hits(&self) -> u64 {
         self.hits
     }
 }

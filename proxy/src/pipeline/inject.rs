@@ -159,7 +159,7 @@ where
     })
 }
 
-/// Scrubs the head of a WebSocket handshake's `101` (its frames are relayed as they are).
+/// Scrubs the head of a WebSocket handshake's `101` (its frames: `reflected_report`).
 pub(super) fn scrub_head(
     d: &Dest<'_>,
     set: &ScrubSet,
@@ -169,6 +169,28 @@ pub(super) fn scrub_head(
     if credentials::scrub::scrub_headers(headers, set) > 0 {
         d.shared.audit.emit(&reflected(d, credentials));
     }
+}
+
+/// Reports, once, a secret found in a WebSocket's frames: the same finding as a response's.
+pub(super) fn reflected_report(d: &Dest<'_>, credentials: &[String]) -> Box<dyn FnOnce() + Send> {
+    let event = reflected(d, credentials);
+    let audit = Arc::clone(&d.shared.audit);
+    Box::new(move || audit.emit(&event))
+}
+
+/// Reports a WebSocket closed at a frame that could not be scanned for the secret (the
+/// argument says why): a finding that its traffic was uninspectable.
+pub(super) fn uninspectable_report(d: &Dest<'_>) -> Box<dyn FnOnce(String) + Send> {
+    let kind = credentials::body::FINDING_TRAFFIC_UNINSPECTABLE;
+    let mut event = d.finding(kind, String::new(), None);
+    let audit = Arc::clone(&d.shared.audit);
+    let hp = d.hp();
+    Box::new(move |why| {
+        if let audit::Event::Finding(f) = &mut event {
+            f.title = format!("WebSocket from {hp} closed: {why}");
+        }
+        audit.emit(&event);
+    })
 }
 
 fn reflected(d: &Dest<'_>, credentials: &[String]) -> audit::Event {

@@ -32,6 +32,8 @@ mod shared;
 mod stop;
 pub mod target;
 mod websocket;
+pub(crate) mod ws_frame;
+pub(crate) mod ws_scrub;
 
 pub use conn::Conn;
 pub use connection::revoke_disallowed;

@@ -1,7 +1,13 @@
 //! WebSocket over HTTP/1.1: the handshake of an allowed GET goes upstream; only a `101`
 //! whose `Sec-WebSocket-Accept` answers the client's key (RFC 6455 §4.2.2) and whose
-//! `Upgrade` is `websocket` is passed on, then both sides are relayed raw until either closes.
+//! `Upgrade` is `websocket` is passed on, then both sides are relayed until either closes.
 //! Any other answer is an ordinary response.
+//!
+//! When the handshake carried a secret or the endpoint has one bound, the client's offer of
+//! extensions is not sent upstream (a compressed frame could hide the secret from the scan),
+//! a `101` that names one anyway is refused, and the upstream's frames are scrubbed of every
+//! such secret (`ws_scrub`); the client's frames go up as they are. Otherwise both sides are
+//! relayed raw.
 
 use bytes::BytesMut;
 use http::Request;
@@ -13,6 +19,7 @@ use super::caller::Known;
 use super::denial::Denial;
 use super::record::Record;
 use super::request::Exchange;
+use super::ws_scrub::{Reports, ScrubbedFrames};
 use crate::audit::Engine;
 use crate::credentials::ScrubSet;
 use crate::http::body::ChannelBody;
@@ -64,15 +71,20 @@ pub(super) async fn relay<R, W>(
     W: AsyncWrite + Unpin + Send,
 {
     let Client { rd, wr, buf } = client;
+    // A handshake that carried a secret: its answer is scrubbed of it (see `inject`).
+    let scrubbing = !hs.scrub.is_empty();
+    let mut request = hs.request;
+    if scrubbing {
+        // No extension: a compressed frame could not be scanned for the secret.
+        request.headers_mut().remove("sec-websocket-extensions");
+    }
     let timeout = x.shared.limits.upstream_timeout;
-    let response = match tokio::time::timeout(timeout, sender.send_request(hs.request)).await {
+    let response = match tokio::time::timeout(timeout, sender.send_request(request)).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return refuse(wr, rec, &x.upstream_failed(e.to_string())).await,
         Err(_) => return refuse(wr, rec, &x.upstream_timeout(timeout)).await,
     };
     let status = response.status().as_u16();
-    // A handshake that carried a secret: its answer is scrubbed of it (see `inject`).
-    let scrubbing = !hs.scrub.is_empty();
     if status != 101 {
         let written = if scrubbing {
             let scrubbed = super::inject::scrub(
@@ -119,6 +131,24 @@ pub(super) async fn relay<R, W>(
             response.headers_mut(),
         );
     }
+    // Named after the scrub: the upstream wrote it, and it goes to the client.
+    if scrubbing && let Some(ext) = response.headers().get("sec-websocket-extensions") {
+        let text = String::from_utf8_lossy(ext.as_bytes());
+        let name: String = text
+            .split([';', ','])
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .chars()
+            .take(64)
+            .collect();
+        let detail = format!(
+            "the upstream answered a WebSocket handshake to a credentialed endpoint with extension `{name}` although none was offered; sluice does not relay frames it cannot scan for the secret"
+        );
+        let refusal =
+            Refusal::new(502, Code::CredentialResponseEncoded, detail.clone()).with_reason(detail);
+        return refuse(wr, rec, &Denial::new(Engine::L7, refusal)).await;
+    }
     let mut head = b"HTTP/1.1 101 Switching Protocols\r\n".to_vec();
     for (name, value) in response.headers() {
         head.extend_from_slice(name.as_str().as_bytes());
@@ -142,19 +172,26 @@ pub(super) async fn relay<R, W>(
         rec.discard();
         return;
     }
+    // What the upstream's frames report, a secret found or a frame that ends the relay (the
+    // record is gone by then).
+    let reports = scrubbing.then(|| {
+        let d = rec.dest(x.shared, known);
+        Reports {
+            hit: super::inject::reflected_report(&d, &rec.credentials),
+            refused: super::inject::uninspectable_report(&d),
+        }
+    });
     // The handshake's record goes out at the upgrade; the relay's bytes are the tunnel's.
     rec.status = Some(101);
     rec.reason = Some("websocket upgrade".to_string());
     rec.finish();
     let (ur, uw) = tokio::io::split(TokioIo::new(upgraded));
     let leftover = buf.split();
-    let _ = relay::relay(
-        &mut *rd,
-        &mut *wr,
-        ur,
-        uw,
-        &leftover,
-        x.shared.limits.idle_timeout,
-    )
-    .await;
+    let idle = x.shared.limits.idle_timeout;
+    if let Some(reports) = reports {
+        let ur = ScrubbedFrames::new(ur, &hs.scrub, reports);
+        let _ = relay::relay(&mut *rd, &mut *wr, ur, uw, &leftover, idle).await;
+    } else {
+        let _ = relay::relay(&mut *rd, &mut *wr, ur, uw, &leftover, idle).await;
+    }
 }

@@ -1,0 +1,171 @@
+//! RFC 6455 frame headers as a server sends them (§5.2): parsed from the start of a buffer
+//! (`parse`, which never panics and says when it needs more bytes) and written back around a
+//! new payload (`encode`). A frame sluice cannot relay faithfully is an error: a reserved
+//! bit set (no extension was negotiated), a reserved opcode, a masked server frame, a length
+//! with its top bit set, or a control frame that is fragmented or longer than 125 bytes.
+//! What frames mean in sequence (fragmented messages) is `ws_scrub`'s.
+
+/// The longest control frame payload (RFC 6455 §5.5).
+pub(crate) const MAX_CONTROL: usize = 125;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpCode {
+    Continuation,
+    Text,
+    Binary,
+    Close,
+    Ping,
+    Pong,
+}
+
+impl OpCode {
+    fn from_bits(b: u8) -> Option<OpCode> {
+        Some(match b {
+            0x0 => OpCode::Continuation,
+            0x1 => OpCode::Text,
+            0x2 => OpCode::Binary,
+            0x8 => OpCode::Close,
+            0x9 => OpCode::Ping,
+            0xA => OpCode::Pong,
+            _ => return None,
+        })
+    }
+
+    fn bits(self) -> u8 {
+        match self {
+            OpCode::Continuation => 0x0,
+            OpCode::Text => 0x1,
+            OpCode::Binary => 0x2,
+            OpCode::Close => 0x8,
+            OpCode::Ping => 0x9,
+            OpCode::Pong => 0xA,
+        }
+    }
+
+    pub(crate) fn is_control(self) -> bool {
+        matches!(self, OpCode::Close | OpCode::Ping | OpCode::Pong)
+    }
+}
+
+/// One frame's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub(crate) fin: bool,
+    pub(crate) opcode: OpCode,
+    /// Payload bytes that follow the header.
+    pub(crate) len: u64,
+}
+
+/// A server frame sluice does not relay; the WebSocket is closed on both sides.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FrameError {
+    #[error(
+        "a WebSocket frame from the upstream has reserved bits set ({0:#x}): an extension (compression) nobody negotiated"
+    )]
+    Reserved(u8),
+    #[error("a WebSocket frame from the upstream has the reserved opcode {0:#x}")]
+    Opcode(u8),
+    #[error("a WebSocket frame from the upstream is masked (RFC 6455 §5.1 forbids it)")]
+    Masked,
+    #[error("a WebSocket frame from the upstream declares a length with its top bit set")]
+    Length,
+    #[error("a WebSocket control frame from the upstream is fragmented or over 125 bytes")]
+    Control,
+    #[error("a WebSocket continuation frame from the upstream continues no message")]
+    Continuation,
+    #[error("a WebSocket data frame from the upstream starts a message inside another")]
+    Interleaved,
+}
+
+/// The header at the start of `buf` and its length in bytes, or `None` if `buf` ends
+/// inside it.
+pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Header, usize)>, FrameError> {
+    let (Some(&b0), Some(&b1)) = (buf.first(), buf.get(1)) else {
+        return Ok(None);
+    };
+    if b0 & 0x70 != 0 {
+        return Err(FrameError::Reserved(b0 & 0x70));
+    }
+    let opcode = OpCode::from_bits(b0 & 0x0f).ok_or(FrameError::Opcode(b0 & 0x0f))?;
+    if b1 & 0x80 != 0 {
+        return Err(FrameError::Masked);
+    }
+    let fin = b0 & 0x80 != 0;
+    let (len, n) = match b1 & 0x7f {
+        126 => match buf.get(2..4) {
+            Some(b) => (u64::from(u16::from_be_bytes([b[0], b[1]])), 4),
+            None => return Ok(None),
+        },
+        127 => match buf.get(2..10).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+            Some(b) => (u64::from_be_bytes(b), 10),
+            None => return Ok(None),
+        },
+        short => (u64::from(short), 2),
+    };
+    if len >> 63 != 0 {
+        return Err(FrameError::Length);
+    }
+    if opcode.is_control() && (!fin || len > MAX_CONTROL as u64) {
+        return Err(FrameError::Control);
+    }
+    Ok(Some((Header { fin, opcode, len }, n)))
+}
+
+/// Appends an unmasked frame (a server's) carrying `payload` to `out`.
+pub(crate) fn encode(fin: bool, opcode: OpCode, payload: &[u8], out: &mut Vec<u8>) {
+    out.push(if fin { 0x80 } else { 0 } | opcode.bits());
+    let len = payload.len();
+    if len < 126 {
+        // Fits in the 7 bits.
+        out.push(len as u8);
+    } else if let Ok(short) = u16::try_from(len) {
+        out.push(126);
+        out.extend_from_slice(&short.to_be_bytes());
+    } else {
+        out.push(127);
+        out.extend_from_slice(&(len as u64).to_be_bytes());
+    }
+    out.extend_from_slice(payload);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_at_every_length_encoding() {
+        for (len, hlen) in [
+            (0usize, 2usize),
+            (125, 2),
+            (126, 4),
+            (65535, 4),
+            (65536, 10),
+        ] {
+            let payload = vec![7u8; len];
+            let mut out = Vec::new();
+            encode(false, OpCode::Binary, &payload, &mut out);
+            assert_eq!(out.len(), hlen + len);
+            let (h, n) = parse(&out).unwrap().unwrap();
+            assert_eq!(
+                (h.fin, h.opcode, h.len, n),
+                (false, OpCode::Binary, len as u64, hlen)
+            );
+            // Every proper prefix of the header asks for more.
+            for cut in 0..hlen {
+                assert_eq!(parse(&out[..cut]), Ok(None), "{len} cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn frames_sluice_cannot_relay_faithfully_are_errors() {
+        assert_eq!(parse(&[0xC1, 0]), Err(FrameError::Reserved(0x40)));
+        assert_eq!(parse(&[0x83, 0]), Err(FrameError::Opcode(3)));
+        assert_eq!(parse(&[0x81, 0x80, 1, 2, 3, 4]), Err(FrameError::Masked));
+        assert_eq!(parse(&[0x09, 0]), Err(FrameError::Control));
+        assert_eq!(parse(&[0x89, 126, 0, 126]), Err(FrameError::Control));
+        let mut huge = vec![0x82, 127];
+        huge.extend_from_slice(&u64::MAX.to_be_bytes());
+        assert_eq!(parse(&huge), Err(FrameError::Length));
+    }
+}
