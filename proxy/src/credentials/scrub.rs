@@ -130,6 +130,22 @@ fn match_at(buf: &[u8], secret: &[u8]) -> Match {
     Match::Full(i)
 }
 
+/// Whether a spelling of the secret byte `first` can start `buf` (not empty): a cheap test
+/// that says no only where `step` does (the byte itself, `%XX`, or a backslash that begins
+/// `\u00XX` or the short escape of `/`, `\\` or `"`).
+#[inline]
+fn may_start(buf: &[u8], first: u8) -> bool {
+    match buf[0] {
+        c if c == first => true,
+        b'%' => true,
+        b'\\' => match buf.get(1) {
+            None | Some(b'u') => true,
+            Some(&next) => next == first && matches!(first, b'/' | b'\\' | b'"'),
+        },
+        _ => false,
+    }
+}
+
 /// The longest spelling of a byte (`\u00XX`).
 const MAX_SPELLING: usize = 6;
 
@@ -182,40 +198,41 @@ impl ScrubSet {
         self.replace_before(text, text.len(), out).1
     }
 
+    /// The leftmost secret (the longest on a tie) that starts at or after `from` and before
+    /// `stop`: where it starts, how many bytes spell it, and its replacement.
+    fn next_match(&self, buf: &[u8], from: usize, stop: usize) -> Option<(usize, usize, &[u8])> {
+        let stop = stop.min(buf.len());
+        // Most bytes start no secret, and cost a table lookup.
+        (from..stop)
+            .filter(|&i| self.first[usize::from(buf[i])])
+            .find_map(|i| {
+                let at = &buf[i..];
+                self.pairs
+                    .iter()
+                    .filter(|(secret, _)| may_start(at, secret[0]))
+                    .filter_map(|(secret, replacement)| match match_at(at, secret) {
+                        Match::Full(n) => Some((n, replacement.as_slice())),
+                        Match::Partial | Match::No => None,
+                    })
+                    .max_by_key(|(n, _)| *n)
+                    .map(|(n, replacement)| (i, n, replacement))
+            })
+    }
+
     /// Copies `buf` to `out` with every secret that starts before `limit` replaced, leftmost
     /// first (the longest on a tie), up to `limit` or the end of the last replacement,
     /// whichever is later; returns where copying stopped and the number of replacements.
     fn replace_before(&self, buf: &[u8], limit: usize, out: &mut Vec<u8>) -> (usize, u64) {
-        let (mut pos, mut hits, mut i) = (0, 0, 0);
-        let stop = limit.min(buf.len());
-        // One pass: most bytes start no secret, and cost a table lookup.
-        while i < stop {
-            if !self.first[usize::from(buf[i])] {
-                i += 1;
-                continue;
+        let (mut pos, mut hits) = (0, 0);
+        while let Some((i, n, replacement)) = self.next_match(buf, pos, limit) {
+            out.extend_from_slice(&buf[pos..i]);
+            if self.mask {
+                out.resize(out.len() + n, b'*');
+            } else {
+                out.extend_from_slice(replacement);
             }
-            let longest = self
-                .pairs
-                .iter()
-                .filter_map(|(secret, replacement)| match match_at(&buf[i..], secret) {
-                    Match::Full(n) => Some((n, replacement)),
-                    Match::Partial | Match::No => None,
-                })
-                .max_by_key(|(n, _)| *n);
-            match longest {
-                Some((n, replacement)) => {
-                    out.extend_from_slice(&buf[pos..i]);
-                    if self.mask {
-                        out.resize(out.len() + n, b'*');
-                    } else {
-                        out.extend_from_slice(replacement);
-                    }
-                    i += n;
-                    pos = i;
-                    hits += 1;
-                }
-                None => i += 1,
-            }
+            pos = i + n;
+            hits += 1;
         }
         let end = pos.max(limit).min(buf.len());
         out.extend_from_slice(&buf[pos.min(end)..end]);
@@ -229,10 +246,11 @@ impl ScrubSet {
         let longest = self.pairs.iter().map(|(s, _)| s.len()).max().unwrap_or(1);
         let n = buf.len();
         (n.saturating_sub(longest * MAX_SPELLING - 1)..n)
+            .filter(|&p| self.first[usize::from(buf[p])])
             .find(|&p| {
-                self.pairs
-                    .iter()
-                    .any(|(s, _)| matches!(match_at(&buf[p..], s), Match::Partial))
+                self.pairs.iter().any(|(s, _)| {
+                    may_start(&buf[p..], s[0]) && matches!(match_at(&buf[p..], s), Match::Partial)
+                })
             })
             .unwrap_or(n)
     }
@@ -283,9 +301,17 @@ impl Scrubber {
     }
 
     /// The next chunk: what may go to the client now (possibly nothing).
-    fn feed(&mut self, chunk: &[u8]) -> Bytes {
+    fn feed(&mut self, chunk: Bytes) -> Bytes {
+        // The usual chunk: nothing held back before it, no secret in it and no tail that
+        // could begin one. It goes on as it is, without a copy.
+        if self.carry.is_empty()
+            && self.set.hold_from(&chunk) == chunk.len()
+            && self.set.next_match(&chunk, 0, chunk.len()).is_none()
+        {
+            return chunk;
+        }
         let mut buf = Zeroizing::new(std::mem::take(&mut *self.carry));
-        buf.extend_from_slice(chunk);
+        buf.extend_from_slice(&chunk);
         let limit = self.set.hold_from(&buf);
         let mut out = Vec::with_capacity(buf.len());
         let (end, hits) = self.set.replace_before(&buf, limit, &mut out);
@@ -614,7 +640,7 @@ where
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
-                        let out = this.scrubber.feed(&data);
+                        let out = this.scrubber.feed(data);
                         this.report();
                         if !out.is_empty() {
                             return Poll::Ready(Some(Ok(Frame::data(out))));

@@ -509,7 +509,10 @@ mod tests {
                 let text = String::from_utf8(all).unwrap();
                 let expected_body = String::from_utf8(body.clone()).unwrap();
                 if length {
-                    assert!(text.ends_with(&format!("\r\n\r\n{expected_body}")), "{text}");
+                    assert!(
+                        text.ends_with(&format!("\r\n\r\n{expected_body}")),
+                        "{text}"
+                    );
                 } else {
                     assert!(
                         text.ends_with(&format!("\r\n\r\n400\r\n{expected_body}\r\n0\r\n\r\n")),
@@ -536,9 +539,11 @@ mod tests {
                 ..Recorder::default()
             };
             let log = Arc::clone(&w.log);
-            tx.send(Ok(http_body::Frame::data(Bytes::from_static(b"data: one\n\n"))))
-                .await
-                .unwrap();
+            tx.send(Ok(http_body::Frame::data(Bytes::from_static(
+                b"data: one\n\n",
+            ))))
+            .await
+            .unwrap();
             let task = tokio::spawn(async move {
                 let mut w = w;
                 write_response(&mut w, resp, false, 1, true).await
@@ -558,9 +563,11 @@ mod tests {
             assert!(flushed.starts_with(b"HTTP/1.1 200 OK\r\n"));
             // The head and the first event went out in one write.
             assert_eq!(log.lock().unwrap().writes.len(), 1);
-            tx.send(Ok(http_body::Frame::data(Bytes::from_static(b"data: two\n\n"))))
-                .await
-                .unwrap();
+            tx.send(Ok(http_body::Frame::data(Bytes::from_static(
+                b"data: two\n\n",
+            ))))
+            .await
+            .unwrap();
             drop(tx);
             let written = task.await.unwrap().unwrap();
             let log = log.lock().unwrap();

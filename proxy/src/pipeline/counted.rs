@@ -193,7 +193,11 @@ mod tests {
         let traffic = Arc::new(Traffic::default());
         let mut w = Prefixed::new(BytesMut::new(), Counted::new(a, Arc::clone(&traffic)));
         assert!(w.is_write_vectored());
-        let bufs = [IoSlice::new(b"one "), IoSlice::new(b"two "), IoSlice::new(b"three")];
+        let bufs = [
+            IoSlice::new(b"one "),
+            IoSlice::new(b"two "),
+            IoSlice::new(b"three"),
+        ];
         let n = w.write_vectored(&bufs).await.unwrap();
         assert_eq!(n, 13);
         assert_eq!(traffic.bytes_out(), 13);
