@@ -202,21 +202,28 @@ impl ScrubSet {
     /// `stop`: where it starts, how many bytes spell it, and its replacement.
     fn next_match(&self, buf: &[u8], from: usize, stop: usize) -> Option<(usize, usize, &[u8])> {
         let stop = stop.min(buf.len());
-        // Most bytes start no secret, and cost a table lookup.
-        (from..stop)
-            .filter(|&i| self.first[usize::from(buf[i])])
-            .find_map(|i| {
-                let at = &buf[i..];
-                self.pairs
-                    .iter()
-                    .filter(|(secret, _)| may_start(at, secret[0]))
-                    .filter_map(|(secret, replacement)| match match_at(at, secret) {
-                        Match::Full(n) => Some((n, replacement.as_slice())),
-                        Match::Partial | Match::No => None,
-                    })
-                    .max_by_key(|(n, _)| *n)
-                    .map(|(n, replacement)| (i, n, replacement))
-            })
+        for (i, &c) in buf.iter().enumerate().take(stop).skip(from) {
+            // Most bytes start no secret, and cost a table lookup.
+            if !self.first[usize::from(c)] {
+                continue;
+            }
+            let at = &buf[i..];
+            let mut longest: Option<(usize, &[u8])> = None;
+            for (secret, replacement) in &self.pairs {
+                if !may_start(at, secret[0]) {
+                    continue;
+                }
+                if let Match::Full(n) = match_at(at, secret)
+                    && longest.is_none_or(|(m, _)| n >= m)
+                {
+                    longest = Some((n, replacement));
+                }
+            }
+            if let Some((n, replacement)) = longest {
+                return Some((i, n, replacement));
+            }
+        }
+        None
     }
 
     /// Copies `buf` to `out` with every secret that starts before `limit` replaced, leftmost
