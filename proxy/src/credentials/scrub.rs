@@ -41,6 +41,9 @@ pub struct ScrubSet {
     pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
     /// Which bytes begin a secret (in any spelling `step` knows).
     first: [bool; 256],
+    /// Which two bytes may begin a secret, hashed ([`Starts`]): a byte of the text is tried
+    /// only when it and the next are marked.
+    starts: Starts,
     /// Each secret is replaced by as many `*` as the bytes that spelled it.
     mask: bool,
 }
@@ -50,7 +53,67 @@ impl Default for ScrubSet {
         ScrubSet {
             pairs: Vec::new(),
             first: [false; 256],
+            starts: Starts::default(),
             mask: false,
+        }
+    }
+}
+
+/// A set of byte pairs, hashed into 4,096 bits: never says no to a pair that was added; a
+/// pair never added may collide with one that was (then the full test runs).
+#[derive(Clone, PartialEq, Eq)]
+struct Starts([u64; 64]);
+
+impl Default for Starts {
+    fn default() -> Self {
+        Starts([0; 64])
+    }
+}
+
+impl Starts {
+    fn bit(x: u8, y: u8) -> (usize, u64) {
+        let h = (usize::from(x) * 61 + usize::from(y)) & 4095;
+        (h >> 6, 1 << (h & 63))
+    }
+
+    fn add(&mut self, x: u8, y: u8) {
+        let (word, bit) = Starts::bit(x, y);
+        self.0[word] |= bit;
+    }
+
+    fn has(&self, x: u8, y: u8) -> bool {
+        let (word, bit) = Starts::bit(x, y);
+        self.0[word] & bit != 0
+    }
+
+    /// Every pair of bytes a spelling of `secret` (not empty) can begin with.
+    fn add_secret(&mut self, secret: &[u8]) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let s0 = secret[0];
+        // The byte itself: then the first byte of the next one's spelling, or, for a secret
+        // of one byte, anything.
+        match secret.get(1) {
+            Some(&s1) => {
+                for y in [s1, b'\\', b'%'] {
+                    self.add(s0, y);
+                }
+            }
+            None => {
+                for y in 0..=u8::MAX {
+                    self.add(s0, y);
+                }
+            }
+        }
+        // `%XX`, the hex digits in either case.
+        let high = HEX[usize::from(s0 >> 4)];
+        self.add(b'%', high);
+        self.add(b'%', high.to_ascii_uppercase());
+        // `\u00XX`, and the short escapes `\/`, `\\`, `\"`.
+        if s0 < 0x80 {
+            self.add(b'\\', b'u');
+        }
+        if matches!(s0, b'/' | b'\\' | b'"') {
+            self.add(b'\\', s0);
         }
     }
 }
@@ -170,6 +233,7 @@ impl ScrubSet {
         self.first[usize::from(secret[0])] = true;
         self.first[usize::from(b'\\')] = true;
         self.first[usize::from(b'%')] = true;
+        self.starts.add_secret(secret);
         self.pairs
             .push((Zeroizing::new(secret.to_vec()), replacement.to_vec()));
     }
@@ -198,13 +262,20 @@ impl ScrubSet {
         self.replace_before(text, text.len(), out).1
     }
 
+    /// Whether a spelling of a secret may begin at `buf[i]` (which is `c`): its first byte,
+    /// and the pair it makes with the next, if there is one, are marked.
+    #[inline]
+    fn may_begin(&self, buf: &[u8], i: usize, c: u8) -> bool {
+        self.first[usize::from(c)] && buf.get(i + 1).is_none_or(|&next| self.starts.has(c, next))
+    }
+
     /// The leftmost secret (the longest on a tie) that starts at or after `from` and before
     /// `stop`: where it starts, how many bytes spell it, and its replacement.
     fn next_match(&self, buf: &[u8], from: usize, stop: usize) -> Option<(usize, usize, &[u8])> {
         let stop = stop.min(buf.len());
         for (i, &c) in buf.iter().enumerate().take(stop).skip(from) {
             // Most bytes start no secret, and cost a table lookup.
-            if !self.first[usize::from(c)] {
+            if !self.may_begin(buf, i, c) {
                 continue;
             }
             let at = &buf[i..];
@@ -253,7 +324,7 @@ impl ScrubSet {
         let longest = self.pairs.iter().map(|(s, _)| s.len()).max().unwrap_or(1);
         let n = buf.len();
         (n.saturating_sub(longest * MAX_SPELLING - 1)..n)
-            .filter(|&p| self.first[usize::from(buf[p])])
+            .filter(|&p| self.may_begin(buf, p, buf[p]))
             .find(|&p| {
                 self.pairs.iter().any(|(s, _)| {
                     may_start(&buf[p..], s[0]) && matches!(match_at(&buf[p..], s), Match::Partial)
