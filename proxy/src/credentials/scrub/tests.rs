@@ -299,21 +299,35 @@ mod prop {
         #[test]
         fn the_quick_skips_miss_no_spelling(
             secrets in proptest::collection::vec("[ab/\"\\\\u%é]{1,4}", 1..4),
-            tokens in proptest::collection::vec((0usize..10, 0usize..5), 0..60),
+            tokens in proptest::collection::vec((0usize..14, 0usize..5), 0..40),
             mut cuts in proptest::collection::vec(0usize..400, 0..6),
         ) {
-            // Each token one character, plain or spelled as an encoder may (`\u00XX` in
-            // either case, `%XX`, a short escape), or a lone `\\`, `%` or `\\u`.
+            // Each token one character, plain or spelled as an encoder may (`\u00XX`, `%XX`
+            // in either case, a short escape), a lone `\\`, `%`, `\\u` or `\\u00`, or a whole
+            // secret, each of its bytes spelled one of those ways.
+            fn spell(text: &mut Vec<u8>, b: u8, form: usize) {
+                match form {
+                    1 if b < 0x80 => text.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+                    2 => text.extend_from_slice(format!("%{b:02X}").as_bytes()),
+                    3 => text.extend_from_slice(format!("%{b:02x}").as_bytes()),
+                    4 if matches!(b, b'/' | b'\\' | b'"') => text.extend_from_slice(&[b'\\', b]),
+                    _ => text.push(b),
+                }
+            }
             let mut text = Vec::new();
             for (c, form) in tokens {
+                if c >= 10 {
+                    let secret = secrets[(c - 10) % secrets.len()].as_bytes();
+                    for (k, &b) in secret.iter().enumerate() {
+                        spell(&mut text, b, (form + k) % 5);
+                    }
+                    continue;
+                }
                 // `é` is two bytes whose hex digits are letters (`%C3%A9` or `%c3%a9`).
                 let b = [b'a', b'b', b'/', b'"', b'\\', b'u', b'%', b'x', 0xc3, 0xa9][c];
                 match form {
-                    0 => text.push(b),
-                    1 => text.extend_from_slice(format!("\\u{:04x}", b).as_bytes()),
-                    2 => text.extend_from_slice(format!("%{:02X}", b).as_bytes()),
-                    3 => text.extend_from_slice(&[b'\\', b]),
-                    _ => text.extend_from_slice([&b"\\"[..], b"%", b"\\u", b"\\u00"][c % 4]),
+                    4 => text.extend_from_slice([&b"\\"[..], b"%", b"\\u", b"\\u00"][c % 4]),
+                    _ => spell(&mut text, b, form),
                 }
             }
             let mut set = ScrubSet::default();
