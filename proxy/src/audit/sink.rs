@@ -101,6 +101,8 @@ struct Inner {
     queue: SyncSender<Msg>,
     state: Arc<State>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// The capacity to give the next audit line (the last line's length and some room).
+    line_hint: AtomicUsize,
 }
 
 /// What the emitters and the writer thread share.
@@ -237,6 +239,7 @@ impl AuditSink {
                 queue,
                 state,
                 writer: Mutex::new(Some(handle)),
+                line_hint: AtomicUsize::new(1024),
             })),
         })
     }
@@ -264,8 +267,12 @@ impl AuditSink {
     pub fn emit(&self, event: &Event) {
         let Some(inner) = &self.inner else { return };
         super::observe::notify(event);
-        let mut audit = Vec::with_capacity(1024);
+        // Room for a line as long as the last one and its newline: no regrowth (and copy)
+        // while serializing, nor when the writer appends the newline.
+        let hint = inner.line_hint.load(Ordering::Relaxed);
+        let mut audit = Vec::with_capacity(hint.max(1024));
         ocsf::write_json(event, &inner.ctx, &mut audit);
+        inner.line_hint.store(audit.len() + 256, Ordering::Relaxed);
         let human = match inner.format {
             LogFormat::Json => None,
             LogFormat::Shorthand => Some(shorthand::shorthand(event)),

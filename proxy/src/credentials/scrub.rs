@@ -41,6 +41,9 @@ pub struct ScrubSet {
     pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
     /// Which bytes begin a secret (in any spelling `step` knows).
     first: [bool; 256],
+    /// Which two bytes may begin a secret, hashed ([`Starts`]): a byte of the text is tried
+    /// only when it and the next are marked.
+    starts: Starts,
     /// Each secret is replaced by as many `*` as the bytes that spelled it.
     mask: bool,
 }
@@ -50,7 +53,67 @@ impl Default for ScrubSet {
         ScrubSet {
             pairs: Vec::new(),
             first: [false; 256],
+            starts: Starts::default(),
             mask: false,
+        }
+    }
+}
+
+/// A set of byte pairs, hashed into 4,096 bits: never says no to a pair that was added; a
+/// pair never added may collide with one that was (then the full test runs).
+#[derive(Clone, PartialEq, Eq)]
+struct Starts([u64; 64]);
+
+impl Default for Starts {
+    fn default() -> Self {
+        Starts([0; 64])
+    }
+}
+
+impl Starts {
+    fn bit(x: u8, y: u8) -> (usize, u64) {
+        let h = (usize::from(x) * 61 + usize::from(y)) & 4095;
+        (h >> 6, 1 << (h & 63))
+    }
+
+    fn add(&mut self, x: u8, y: u8) {
+        let (word, bit) = Starts::bit(x, y);
+        self.0[word] |= bit;
+    }
+
+    fn has(&self, x: u8, y: u8) -> bool {
+        let (word, bit) = Starts::bit(x, y);
+        self.0[word] & bit != 0
+    }
+
+    /// Every pair of bytes a spelling of `secret` (not empty) can begin with.
+    fn add_secret(&mut self, secret: &[u8]) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let s0 = secret[0];
+        // The byte itself: then the first byte of the next one's spelling, or, for a secret
+        // of one byte, anything.
+        match secret.get(1) {
+            Some(&s1) => {
+                for y in [s1, b'\\', b'%'] {
+                    self.add(s0, y);
+                }
+            }
+            None => {
+                for y in 0..=u8::MAX {
+                    self.add(s0, y);
+                }
+            }
+        }
+        // `%XX`, the hex digits in either case.
+        let high = HEX[usize::from(s0 >> 4)];
+        self.add(b'%', high);
+        self.add(b'%', high.to_ascii_uppercase());
+        // `\u00XX`, and the short escapes `\/`, `\\`, `\"`.
+        if s0 < 0x80 {
+            self.add(b'\\', b'u');
+        }
+        if matches!(s0, b'/' | b'\\' | b'"') {
+            self.add(b'\\', s0);
         }
     }
 }
@@ -130,6 +193,22 @@ fn match_at(buf: &[u8], secret: &[u8]) -> Match {
     Match::Full(i)
 }
 
+/// Whether a spelling of the secret byte `first` can start `buf` (not empty): a cheap test
+/// that says no only where `step` does (the byte itself, `%XX`, or a backslash that begins
+/// `\u00XX` or the short escape of `/`, `\\` or `"`).
+#[inline]
+fn may_start(buf: &[u8], first: u8) -> bool {
+    match buf[0] {
+        c if c == first => true,
+        b'%' => true,
+        b'\\' => match buf.get(1) {
+            None | Some(b'u') => true,
+            Some(&next) => next == first && matches!(first, b'/' | b'\\' | b'"'),
+        },
+        _ => false,
+    }
+}
+
 /// The longest spelling of a byte (`\u00XX`).
 const MAX_SPELLING: usize = 6;
 
@@ -154,6 +233,7 @@ impl ScrubSet {
         self.first[usize::from(secret[0])] = true;
         self.first[usize::from(b'\\')] = true;
         self.first[usize::from(b'%')] = true;
+        self.starts.add_secret(secret);
         self.pairs
             .push((Zeroizing::new(secret.to_vec()), replacement.to_vec()));
     }
@@ -182,40 +262,77 @@ impl ScrubSet {
         self.replace_before(text, text.len(), out).1
     }
 
+    /// Whether a spelling of a secret may begin at `buf[i]` (which is `c`): its first byte,
+    /// and the pair it makes with the next, if there is one, are marked.
+    #[inline]
+    fn may_begin(&self, buf: &[u8], i: usize, c: u8) -> bool {
+        self.first[usize::from(c)] && buf.get(i + 1).is_none_or(|&next| self.starts.has(c, next))
+    }
+
+    /// The first byte at or after `from` and before `stop` that begins a secret's spelling
+    /// (by the first-byte table). Most bytes do not: eight are looked up at a time, with one
+    /// branch for all eight.
+    fn next_first(&self, buf: &[u8], from: usize, stop: usize) -> Option<usize> {
+        let hay = buf.get(from..stop)?;
+        let mut skipped = 0;
+        for eight in hay.chunks_exact(8) {
+            if eight
+                .iter()
+                .fold(false, |any, &c| any | self.first[usize::from(c)])
+            {
+                break;
+            }
+            skipped += 8;
+        }
+        hay[skipped..]
+            .iter()
+            .position(|&c| self.first[usize::from(c)])
+            .map(|k| from + skipped + k)
+    }
+
+    /// The leftmost secret (the longest on a tie) that starts at or after `from` and before
+    /// `stop`: where it starts, how many bytes spell it, and its replacement.
+    fn next_match(&self, buf: &[u8], from: usize, stop: usize) -> Option<(usize, usize, &[u8])> {
+        let stop = stop.min(buf.len());
+        let mut from = from;
+        while let Some(i) = self.next_first(buf, from, stop) {
+            from = i + 1;
+            if !self.may_begin(buf, i, buf[i]) {
+                continue;
+            }
+            let at = &buf[i..];
+            let mut longest: Option<(usize, &[u8])> = None;
+            for (secret, replacement) in &self.pairs {
+                if !may_start(at, secret[0]) {
+                    continue;
+                }
+                if let Match::Full(n) = match_at(at, secret)
+                    && longest.is_none_or(|(m, _)| n >= m)
+                {
+                    longest = Some((n, replacement));
+                }
+            }
+            if let Some((n, replacement)) = longest {
+                return Some((i, n, replacement));
+            }
+        }
+        None
+    }
+
     /// Copies `buf` to `out` with every secret that starts before `limit` replaced, leftmost
     /// first (the longest on a tie), up to `limit` or the end of the last replacement,
     /// whichever is later; returns where copying stopped and the number of replacements.
     fn replace_before(&self, buf: &[u8], limit: usize, out: &mut Vec<u8>) -> (usize, u64) {
-        let (mut pos, mut hits, mut i) = (0, 0, 0);
-        let stop = limit.min(buf.len());
-        // One pass: most bytes start no secret, and cost a table lookup.
-        while i < stop {
-            if !self.first[usize::from(buf[i])] {
-                i += 1;
-                continue;
+        let (mut pos, mut hits) = (0, 0);
+        while let Some((i, n, replacement)) = self.next_match(buf, pos, limit) {
+            out.extend_from_slice(&buf[pos..i]);
+            if self.mask {
+                out.resize(out.len() + n, b'*');
+            } else {
+                out.extend_from_slice(replacement);
             }
-            let longest = self
-                .pairs
-                .iter()
-                .filter_map(|(secret, replacement)| match match_at(&buf[i..], secret) {
-                    Match::Full(n) => Some((n, replacement)),
-                    Match::Partial | Match::No => None,
-                })
-                .max_by_key(|(n, _)| *n);
-            match longest {
-                Some((n, replacement)) => {
-                    out.extend_from_slice(&buf[pos..i]);
-                    if self.mask {
-                        out.resize(out.len() + n, b'*');
-                    } else {
-                        out.extend_from_slice(replacement);
-                    }
-                    i += n;
-                    pos = i;
-                    hits += 1;
-                }
-                None => i += 1,
-            }
+            pos = i + n;
+            hits += 1;
         }
         let end = pos.max(limit).min(buf.len());
         out.extend_from_slice(&buf[pos.min(end)..end]);
@@ -229,10 +346,11 @@ impl ScrubSet {
         let longest = self.pairs.iter().map(|(s, _)| s.len()).max().unwrap_or(1);
         let n = buf.len();
         (n.saturating_sub(longest * MAX_SPELLING - 1)..n)
+            .filter(|&p| self.may_begin(buf, p, buf[p]))
             .find(|&p| {
-                self.pairs
-                    .iter()
-                    .any(|(s, _)| matches!(match_at(&buf[p..], s), Match::Partial))
+                self.pairs.iter().any(|(s, _)| {
+                    may_start(&buf[p..], s[0]) && matches!(match_at(&buf[p..], s), Match::Partial)
+                })
             })
             .unwrap_or(n)
     }
@@ -283,9 +401,17 @@ impl Scrubber {
     }
 
     /// The next chunk: what may go to the client now (possibly nothing).
-    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Bytes {
+    pub(crate) fn feed(&mut self, chunk: Bytes) -> Bytes {
+        // The usual chunk: nothing held back before it, no secret in it and no tail that
+        // could begin one. It goes on as it is, without a copy.
+        if self.carry.is_empty()
+            && self.set.hold_from(&chunk) == chunk.len()
+            && self.set.next_match(&chunk, 0, chunk.len()).is_none()
+        {
+            return chunk;
+        }
         let mut buf = Zeroizing::new(std::mem::take(&mut *self.carry));
-        buf.extend_from_slice(chunk);
+        buf.extend_from_slice(&chunk);
         let limit = self.set.hold_from(&buf);
         let mut out = Vec::with_capacity(buf.len());
         let (end, hits) = self.set.replace_before(&buf, limit, &mut out);
@@ -614,7 +740,7 @@ where
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
-                        let out = this.scrubber.feed(&data);
+                        let out = this.scrubber.feed(data);
                         this.report();
                         if !out.is_empty() {
                             return Poll::Ready(Some(Ok(Frame::data(out))));

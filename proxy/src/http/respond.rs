@@ -5,7 +5,11 @@
 //! an upstream response with hop-by-hop headers removed and framing chosen for the client
 //! (Content-Length kept, else chunked for HTTP/1.1, else close-delimited).
 
-use bytes::Bytes;
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::task::Poll;
+
+use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, Response, StatusCode};
 use http_body::Body;
 use http_body_util::BodyExt;
@@ -116,7 +120,115 @@ pub(crate) enum WriteError {
     Upstream(String),
 }
 
-/// Writes an upstream response to an HTTP/1 client.
+/// Bytes gathered before they are written even though more are ready (a fast download).
+const WRITE_AT: usize = 64 * 1024;
+
+/// What is ready to go to the client and not yet written: framing (the head, chunk lines)
+/// and body frames, in order. Written in one go when nothing more is ready, so a response
+/// whose body is already there is one write (over TLS one record and one system call).
+struct Pending {
+    /// Where framing is formatted; each piece is split off it (one allocation for many).
+    framing: BytesMut,
+    pieces: Vec<Bytes>,
+    len: usize,
+}
+
+impl Pending {
+    fn new() -> Pending {
+        Pending {
+            framing: BytesMut::with_capacity(512),
+            pieces: Vec::with_capacity(8),
+            len: 0,
+        }
+    }
+
+    /// Framing bytes, formatted by `f` into the framing buffer.
+    fn framing(&mut self, f: impl FnOnce(&mut BytesMut)) {
+        f(&mut self.framing);
+        let piece = self.framing.split().freeze();
+        self.push(piece);
+    }
+
+    fn push(&mut self, piece: Bytes) {
+        if !piece.is_empty() {
+            self.len += piece.len();
+            self.pieces.push(piece);
+        }
+    }
+
+    /// Writes everything pending: one vectored write where the writer takes them, else the
+    /// pieces joined into one buffer.
+    async fn write<W: AsyncWrite + Unpin>(&mut self, w: &mut W) -> std::io::Result<()> {
+        if self.pieces.is_empty() {
+            return Ok(());
+        }
+        if self.pieces.len() == 1 || !w.is_write_vectored() {
+            if let [one] = self.pieces.as_slice() {
+                w.write_all(one).await?;
+            } else {
+                let mut joined = Vec::with_capacity(self.len);
+                for p in &self.pieces {
+                    joined.extend_from_slice(p);
+                }
+                w.write_all(&joined).await?;
+            }
+        } else {
+            let mut first = 0;
+            while first < self.pieces.len() {
+                let slices: Vec<IoSlice<'_>> = self.pieces[first..]
+                    .iter()
+                    .map(|p| IoSlice::new(p))
+                    .collect();
+                let mut n = w.write_vectored(&slices).await?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::WriteZero.into());
+                }
+                while n > 0 {
+                    let len = self.pieces[first].len();
+                    if n >= len {
+                        n -= len;
+                        first += 1;
+                    } else {
+                        self.pieces[first].advance(n);
+                        n = 0;
+                    }
+                }
+            }
+        }
+        self.pieces.clear();
+        self.len = 0;
+        Ok(())
+    }
+}
+
+/// Lower-case hex digits of `n`, without leading zeros.
+fn put_hex(out: &mut BytesMut, n: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    let mut v = n;
+    loop {
+        i -= 1;
+        digits[i] = HEX[v & 0xf];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// The next frame if the body has it now (`Ready`), else `Pending` with the task registered
+/// to be woken when it does.
+async fn poll_once<B: Body + Unpin>(
+    body: &mut B,
+) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await
+}
+
+/// Writes an upstream response to an HTTP/1 client. What is ready is written together (the
+/// head with the body frames already there), and flushed as soon as the next frame is not:
+/// a streamed body (server-sent events) reaches the client frame by frame.
 pub(crate) async fn write_response<W, B>(
     w: &mut W,
     resp: Response<B>,
@@ -143,76 +255,101 @@ where
     let chunked = !bodiless && length.is_none() && client_minor == 1;
     let close_delimited = !bodiless && length.is_none() && client_minor == 0;
 
-    let mut head = format!(
-        "HTTP/1.1 {} {}\r\n",
-        status.as_u16(),
-        status.canonical_reason().unwrap_or("")
-    )
-    .into_bytes();
-    let nominated = nominated(&parts.headers);
-    for (name, value) in &parts.headers {
-        let n = name.as_str();
-        if is_hop_by_hop(n) || nominated.iter().any(|t| t == n) {
-            continue;
-        }
-        head.extend_from_slice(n.as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value.as_bytes());
-        head.extend_from_slice(b"\r\n");
-    }
-    if chunked {
-        head.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
-    }
+    let mut out = Pending::new();
     let keep = keep_alive && !close_delimited;
-    head.extend_from_slice(if keep {
-        b"Connection: keep-alive\r\n"
-    } else {
-        b"Connection: close\r\n"
+    out.framing(|head| {
+        head.extend_from_slice(b"HTTP/1.1 ");
+        head.extend_from_slice(status.as_str().as_bytes());
+        head.extend_from_slice(b" ");
+        head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+        head.extend_from_slice(b"\r\n");
+        let has_connection = parts.headers.contains_key(http::header::CONNECTION);
+        let nominated = if has_connection {
+            nominated(&parts.headers)
+        } else {
+            Vec::new()
+        };
+        for (name, value) in &parts.headers {
+            let n = name.as_str();
+            if is_hop_by_hop(n) || nominated.iter().any(|t| t == n) {
+                continue;
+            }
+            head.extend_from_slice(n.as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value.as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
+        if chunked {
+            head.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+        }
+        head.extend_from_slice(if keep {
+            b"Connection: keep-alive\r\n"
+        } else {
+            b"Connection: close\r\n"
+        });
+        head.extend_from_slice(b"\r\n");
     });
-    head.extend_from_slice(b"\r\n");
-    w.write_all(&head).await?;
     let mut written = Written {
         body_bytes: 0,
-        wire_bytes: head.len() as u64,
+        wire_bytes: out.len as u64,
         close_delimited,
     };
     if bodiless {
+        out.write(w).await?;
         w.flush().await?;
         return Ok(written);
     }
-    while let Some(frame) = body.frame().await {
+    loop {
+        let frame = match poll_once(&mut body).await {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => {
+                // Nothing more is ready: what is gathered goes out now (never sit on a
+                // chunk), then wait for the upstream.
+                out.write(w).await?;
+                w.flush().await?;
+                body.frame().await
+            }
+        };
+        let Some(frame) = frame else { break };
         let frame = frame.map_err(|e| WriteError::Upstream(e.to_string()))?;
         match frame.into_data() {
             Ok(data) => {
                 if data.is_empty() {
                     continue;
                 }
-                written.body_bytes += data.len() as u64;
+                let n = data.len();
+                written.body_bytes += n as u64;
+                let before = out.len;
                 if chunked {
-                    let size = format!("{:x}\r\n", data.len());
-                    w.write_all(size.as_bytes()).await?;
-                    w.write_all(&data).await?;
-                    w.write_all(b"\r\n").await?;
-                    written.wire_bytes += (size.len() + data.len() + 2) as u64;
+                    out.framing(|f| {
+                        put_hex(f, n);
+                        f.extend_from_slice(b"\r\n");
+                    });
+                    out.push(data);
+                    out.framing(|f| f.extend_from_slice(b"\r\n"));
                 } else {
-                    w.write_all(&data).await?;
-                    written.wire_bytes += data.len() as u64;
+                    out.push(data);
                 }
-                // Stream as it comes (SSE): never sit on a chunk.
-                w.flush().await?;
+                written.wire_bytes += (out.len - before) as u64;
+                if out.len >= WRITE_AT {
+                    out.write(w).await?;
+                }
             }
             Err(frame) => {
                 if let (true, Ok(trailers)) = (chunked, frame.into_trailers()) {
-                    let mut t = b"0\r\n".to_vec();
-                    for (name, value) in &trailers {
-                        t.extend_from_slice(name.as_str().as_bytes());
-                        t.extend_from_slice(b": ");
-                        t.extend_from_slice(value.as_bytes());
+                    let before = out.len;
+                    out.framing(|t| {
+                        t.extend_from_slice(b"0\r\n");
+                        for (name, value) in &trailers {
+                            t.extend_from_slice(name.as_str().as_bytes());
+                            t.extend_from_slice(b": ");
+                            t.extend_from_slice(value.as_bytes());
+                            t.extend_from_slice(b"\r\n");
+                        }
                         t.extend_from_slice(b"\r\n");
-                    }
-                    t.extend_from_slice(b"\r\n");
-                    w.write_all(&t).await?;
-                    written.wire_bytes += t.len() as u64;
+                    });
+                    written.wire_bytes += (out.len - before) as u64;
+                    out.write(w).await?;
                     w.flush().await?;
                     return Ok(written);
                 }
@@ -220,9 +357,10 @@ where
         }
     }
     if chunked {
-        w.write_all(b"0\r\n\r\n").await?;
+        out.framing(|f| f.extend_from_slice(b"0\r\n\r\n"));
         written.wire_bytes += 5;
     }
+    out.write(w).await?;
     w.flush().await?;
     Ok(written)
 }
@@ -242,7 +380,11 @@ fn nominated(headers: &HeaderMap) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::body::ChannelBody;
     use http_body_util::Full;
+    use std::sync::{Arc, Mutex};
+    use std::task::Context;
+    use std::time::Duration;
 
     #[test]
     fn refusal_bytes() {
@@ -277,6 +419,167 @@ mod tests {
             "HTTP/1.1 200 OK\r\nx-keep: 2\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
         );
         assert_eq!(w.body_bytes, 5);
+    }
+
+    /// A client socket that records each write call, and how many bytes had been written at
+    /// each flush.
+    #[derive(Clone, Default)]
+    struct Recorder {
+        log: Arc<Mutex<Log>>,
+        vectored: bool,
+    }
+
+    #[derive(Default)]
+    struct Log {
+        writes: Vec<Vec<u8>>,
+        flushed_at: Vec<usize>,
+    }
+
+    impl Log {
+        fn all(&self) -> Vec<u8> {
+            self.writes.concat()
+        }
+
+        fn flushed(&self) -> Vec<u8> {
+            let upto = self.flushed_at.last().copied().unwrap_or(0);
+            self.all()[..upto].to_vec()
+        }
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.log.lock().unwrap().writes.push(buf.to_vec());
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            let one: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            let n = one.len();
+            self.log.lock().unwrap().writes.push(one);
+            Poll::Ready(Ok(n))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            self.vectored
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            let mut log = self.log.lock().unwrap();
+            let n = log.all().len();
+            log.flushed_at.push(n);
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A whole response that is ready at once (head, body, chunked framing) goes to the client
+    /// in one write: over TLS each write is a record and a system call.
+    #[tokio::test]
+    async fn a_ready_response_is_one_write() {
+        let body = vec![b'x'; 1024];
+        for vectored in [true, false] {
+            for length in [true, false] {
+                let mut resp = Response::builder().status(200);
+                if length {
+                    resp = resp.header("content-length", "1024");
+                }
+                let resp = resp.body(Full::new(Bytes::from(body.clone()))).unwrap();
+                let mut w = Recorder {
+                    vectored,
+                    ..Recorder::default()
+                };
+                let written = write_response(&mut w, resp, false, 1, true).await.unwrap();
+                let log = w.log.lock().unwrap();
+                assert_eq!(log.writes.len(), 1, "vectored {vectored}, length {length}");
+                let all = log.all();
+                assert_eq!(log.flushed(), all);
+                assert_eq!(written.wire_bytes, all.len() as u64);
+                assert_eq!(written.body_bytes, 1024);
+                let text = String::from_utf8(all).unwrap();
+                let expected_body = String::from_utf8(body.clone()).unwrap();
+                if length {
+                    assert!(
+                        text.ends_with(&format!("\r\n\r\n{expected_body}")),
+                        "{text}"
+                    );
+                } else {
+                    assert!(
+                        text.ends_with(&format!("\r\n\r\n400\r\n{expected_body}\r\n0\r\n\r\n")),
+                        "{text}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A streamed body (server-sent events) reaches the client chunk by chunk: what is ready is
+    /// written and flushed while the upstream holds the rest back.
+    #[tokio::test]
+    async fn a_streamed_body_is_delivered_while_the_rest_is_held_back() {
+        for vectored in [true, false] {
+            let (tx, body) = ChannelBody::channel(None);
+            let resp = Response::builder()
+                .status(200)
+                .header("content-type", "text/event-stream")
+                .body(body)
+                .unwrap();
+            let w = Recorder {
+                vectored,
+                ..Recorder::default()
+            };
+            let log = Arc::clone(&w.log);
+            tx.send(Ok(http_body::Frame::data(Bytes::from_static(
+                b"data: one\n\n",
+            ))))
+            .await
+            .unwrap();
+            let task = tokio::spawn(async move {
+                let mut w = w;
+                write_response(&mut w, resp, false, 1, true).await
+            });
+            let first_out = async {
+                loop {
+                    let flushed = log.lock().unwrap().flushed();
+                    if flushed.ends_with(b"b\r\ndata: one\n\n\r\n") {
+                        return flushed;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            };
+            let flushed = tokio::time::timeout(Duration::from_secs(10), first_out)
+                .await
+                .expect("the first event was not delivered while the second was held back");
+            assert!(flushed.starts_with(b"HTTP/1.1 200 OK\r\n"));
+            // The head and the first event went out in one write.
+            assert_eq!(log.lock().unwrap().writes.len(), 1);
+            tx.send(Ok(http_body::Frame::data(Bytes::from_static(
+                b"data: two\n\n",
+            ))))
+            .await
+            .unwrap();
+            drop(tx);
+            let written = task.await.unwrap().unwrap();
+            let log = log.lock().unwrap();
+            let text = String::from_utf8(log.all()).unwrap();
+            assert!(
+                text.ends_with("\r\n\r\nb\r\ndata: one\n\n\r\nb\r\ndata: two\n\n\r\n0\r\n\r\n"),
+                "{text}"
+            );
+            assert_eq!(log.flushed(), log.all());
+            assert_eq!(written.body_bytes, 22);
+            assert_eq!(written.wire_bytes, log.all().len() as u64);
+        }
     }
 
     #[tokio::test]

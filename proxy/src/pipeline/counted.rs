@@ -3,7 +3,7 @@
 //! handed on before it ends; one that first replays bytes already read from it (a CONNECT
 //! client's first bytes, a peeked ClientHello).
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,6 +76,25 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         polled
     }
 
+    // TLS hands over every record it has ready at once: one system call for all of them.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = &polled {
+            self.traffic
+                .bytes_out
+                .fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
@@ -127,6 +146,18 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
@@ -152,6 +183,28 @@ mod tests {
         let mut got = Vec::new();
         c.read_to_end(&mut got).await.unwrap();
         assert_eq!((traffic.bytes_in(), traffic.bytes_out()), (3, 5));
+    }
+
+    /// Both wrappers pass a vectored write through whole (a TLS stream's ready records go out
+    /// in one system call), and count it.
+    #[tokio::test]
+    async fn vectored_writes_pass_through_whole_and_are_counted() {
+        let (a, mut b) = tokio::net::UnixStream::pair().unwrap();
+        let traffic = Arc::new(Traffic::default());
+        let mut w = Prefixed::new(BytesMut::new(), Counted::new(a, Arc::clone(&traffic)));
+        assert!(w.is_write_vectored());
+        let bufs = [
+            IoSlice::new(b"one "),
+            IoSlice::new(b"two "),
+            IoSlice::new(b"three"),
+        ];
+        let n = w.write_vectored(&bufs).await.unwrap();
+        assert_eq!(n, 13);
+        assert_eq!(traffic.bytes_out(), 13);
+        drop(w);
+        let mut got = String::new();
+        b.read_to_string(&mut got).await.unwrap();
+        assert_eq!(got, "one two three");
     }
 
     #[tokio::test]

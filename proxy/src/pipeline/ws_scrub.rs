@@ -166,7 +166,10 @@ impl FrameScrubber {
             // `begin` opened a message for every data frame.
             return;
         };
-        let mut scrubbed = message.scrubber.feed(payload).to_vec();
+        let mut scrubbed = message
+            .scrubber
+            .feed(bytes::Bytes::copy_from_slice(payload))
+            .to_vec();
         if last {
             scrubbed.extend_from_slice(&message.scrubber.finish());
         }
@@ -195,7 +198,9 @@ impl FrameScrubber {
             &self.masked
         };
         let mut scrubber = Scrubber::new(Arc::clone(set));
-        let mut out = scrubber.feed(payload).to_vec();
+        let mut out = scrubber
+            .feed(bytes::Bytes::copy_from_slice(payload))
+            .to_vec();
         out.extend_from_slice(&scrubber.finish());
         self.hits += scrubber.hits();
         if out.len() > MAX_CONTROL {

@@ -15,7 +15,7 @@ fn stream(set: &Arc<ScrubSet>, chunks: &[&[u8]]) -> Vec<u8> {
     let mut s = Scrubber::new(Arc::clone(set));
     let mut out = Vec::new();
     for c in chunks {
-        out.extend_from_slice(&s.feed(c));
+        out.extend_from_slice(&s.feed(Bytes::copy_from_slice(c)));
     }
     out.extend_from_slice(&s.finish());
     out
@@ -42,10 +42,13 @@ fn whole_and_split_secrets_are_replaced() {
 fn only_a_possible_secret_prefix_is_held_back() {
     let s = set(&[("SECRET", "PH")]);
     let mut sc = Scrubber::new(Arc::clone(&s));
-    assert_eq!(&sc.feed(b"data: 1\n\n")[..], b"data: 1\n\n");
-    assert_eq!(&sc.feed(b"x SEC")[..], b"x ");
-    assert_eq!(&sc.feed(b"RET y")[..], b"PH y");
-    assert_eq!(&sc.feed(b"SE")[..], b"");
+    assert_eq!(
+        &sc.feed(Bytes::from_static(b"data: 1\n\n"))[..],
+        b"data: 1\n\n"
+    );
+    assert_eq!(&sc.feed(Bytes::from_static(b"x SEC"))[..], b"x ");
+    assert_eq!(&sc.feed(Bytes::from_static(b"RET y"))[..], b"PH y");
+    assert_eq!(&sc.feed(Bytes::from_static(b"SE"))[..], b"");
     assert_eq!(&sc.finish()[..], b"SE");
     assert_eq!(sc.hits(), 1);
 }
@@ -289,7 +292,95 @@ mod prop {
                 prop_assert!(find(&streamed, secret.as_bytes()).is_none());
             }
         }
+
+        /// The quick tests that skip a byte (the first-byte table, `may_start`) never skip
+        /// one where a spelling of a secret starts, escapes included: the scan agrees with
+        /// one that tries every secret at every byte, whole and streamed.
+        #[test]
+        fn the_quick_skips_miss_no_spelling(
+            secrets in proptest::collection::vec("[ab/\"\\\\u%é]{1,4}", 1..4),
+            tokens in proptest::collection::vec((0usize..14, 0usize..5), 0..40),
+            mut cuts in proptest::collection::vec(0usize..400, 0..6),
+        ) {
+            // Each token one character, plain or spelled as an encoder may (`\u00XX`, `%XX`
+            // in either case, a short escape), a lone `\\`, `%`, `\\u` or `\\u00`, or a whole
+            // secret, each of its bytes spelled one of those ways.
+            fn spell(text: &mut Vec<u8>, b: u8, form: usize) {
+                match form {
+                    1 if b < 0x80 => text.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+                    2 => text.extend_from_slice(format!("%{b:02X}").as_bytes()),
+                    3 => text.extend_from_slice(format!("%{b:02x}").as_bytes()),
+                    4 if matches!(b, b'/' | b'\\' | b'"') => text.extend_from_slice(&[b'\\', b]),
+                    _ => text.push(b),
+                }
+            }
+            let mut text = Vec::new();
+            for (c, form) in tokens {
+                if c >= 10 {
+                    let secret = secrets[(c - 10) % secrets.len()].as_bytes();
+                    for (k, &b) in secret.iter().enumerate() {
+                        spell(&mut text, b, (form + k) % 5);
+                    }
+                    continue;
+                }
+                // `é` is two bytes whose hex digits are letters (`%C3%A9` or `%c3%a9`).
+                let b = [b'a', b'b', b'/', b'"', b'\\', b'u', b'%', b'x', 0xc3, 0xa9][c];
+                match form {
+                    4 => text.extend_from_slice([&b"\\"[..], b"%", b"\\u", b"\\u00"][c % 4]),
+                    _ => spell(&mut text, b, form),
+                }
+            }
+            let mut set = ScrubSet::default();
+            for (i, secret) in secrets.iter().enumerate() {
+                set.add(secret.as_bytes(), format!("<{}>", "XYZ".as_bytes()[i % 3] as char).as_bytes());
+            }
+            let set = Arc::new(set);
+            let text = text.as_slice();
+            let mut whole = Vec::new();
+            let hits = set.replace_all(text, &mut whole);
+            let (reference, reference_hits) = replace_everywhere(&set, text);
+            prop_assert_eq!(&whole, &reference);
+            prop_assert_eq!(hits, reference_hits);
+            cuts.iter_mut().for_each(|c| *c = (*c).min(text.len()));
+            cuts.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut last = 0;
+            for c in cuts {
+                chunks.push(&text[last..c]);
+                last = c;
+            }
+            chunks.push(&text[last..]);
+            prop_assert_eq!(&stream(&set, &chunks), &reference);
+        }
     }
+}
+
+/// `replace_all` without any quick test: every secret tried at every byte, leftmost first,
+/// the longest on a tie.
+fn replace_everywhere(set: &ScrubSet, text: &[u8]) -> (Vec<u8>, u64) {
+    let (mut out, mut hits, mut i) = (Vec::new(), 0, 0);
+    while i < text.len() {
+        let longest = set
+            .pairs
+            .iter()
+            .filter_map(|(secret, replacement)| match match_at(&text[i..], secret) {
+                Match::Full(n) => Some((n, replacement)),
+                Match::Partial | Match::No => None,
+            })
+            .max_by_key(|(n, _)| *n);
+        match longest {
+            Some((n, replacement)) => {
+                out.extend_from_slice(replacement);
+                i += n;
+                hits += 1;
+            }
+            None => {
+                out.push(text[i]);
+                i += 1;
+            }
+        }
+    }
+    (out, hits)
 }
 
 /// The first occurrence of `needle` (not empty) in `hay`.
