@@ -13,28 +13,29 @@
 //! sees HTTP/2 and a gRPC client gets h2 end to end.
 //!
 //! The upstream TLS connection may come from the pool (`pool.rs`) instead, when one fits this
-//! caller, destination, vetted address, offer and configuration, and goes back to it when the
-//! client leaves after a clean exchange.
+//! caller, destination, vetted address, offer and configuration. An HTTP/1.1 tunnel's goes
+//! back to it whenever the client idles and when the client leaves (`lease.rs`); an h2
+//! tunnel's, whose streams share it, when the client leaves.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::BytesMut;
-use hyper_util::rt::TokioIo;
-use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
+use tokio_rustls::LazyConfigAcceptor;
 
 use super::caller::Known;
 use super::conn::Conn;
 use super::connection::{self, Admitted, Dialled, Scheme};
 use super::counted::{Counted, Prefixed, Traffic};
 use super::forward::{self, Route, Session, Tunnel};
-use super::pool::{self, Client, Returned, Wanted};
-use super::shared::{Shared, TlsState};
+use super::lease::Lease;
+use super::pool::{Client, Returned, Wanted};
+use super::shared::Shared;
+use super::upstream;
 use crate::audit::{self, Engine, Outcome, Via};
 use crate::tls::server::Alpn;
 use crate::tls::upstream::Offer;
@@ -156,13 +157,8 @@ pub async fn run(
                     return;
                 }
             };
-            let sender = match hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await {
-                Ok((sender, connection)) => {
-                    tokio::spawn(async move {
-                        let _ = connection.with_upgrades().await;
-                    });
-                    sender
-                }
+            let sender = match upstream::http1(upstream).await {
+                Ok(sender) => sender,
                 Err(e) => {
                     fail(format!("upstream HTTP handshake failed: {e}"));
                     return;
@@ -220,6 +216,7 @@ pub async fn run(
                     &Wanted {
                         vetted,
                         offer: Some(offer),
+                        alpn: None,
                         epoch: &epoch,
                     },
                 ),
@@ -237,7 +234,7 @@ pub async fn run(
                     };
                     // Boxed, as the other one-off phases below: the connection's future keeps
                     // only the size of the state it idles in (see `forward::serve_route`).
-                    match Box::pin(upstream_tls(shared, tls, &host, port, offer, socket)).await {
+                    match Box::pin(upstream::tls(shared, tls, &host, port, offer, socket)).await {
                         Ok(s) => {
                             let alpn = Alpn::from_protocol(s.get_ref().1.alpn_protocol());
                             (Up::Fresh(Box::new(s)), addr, alpn)
@@ -303,29 +300,23 @@ pub async fn run(
                     addr,
                 };
                 match Box::pin(super::h2::serve(tunnel, client_tls, sender.clone())).await {
-                    Ok(()) => shared
-                        .pool
-                        .check_in(returned(Client::H2(sender)), current(shared)),
+                    Ok(()) => shared.pool.check_in(
+                        returned(Client::H2(sender)),
+                        connection::current_epoch(shared),
+                    ),
                     Err(e) => fail(e),
                 }
                 return;
             }
             let sender = match up {
                 Up::Pooled(Client::H1(s)) => s,
-                Up::Fresh(s) => {
-                    match Box::pin(hyper::client::conn::http1::handshake(TokioIo::new(*s))).await {
-                        Ok((sender, connection)) => {
-                            tokio::spawn(async move {
-                                let _ = connection.with_upgrades().await;
-                            });
-                            sender
-                        }
-                        Err(e) => {
-                            fail(format!("upstream HTTP handshake failed: {e}"));
-                            return;
-                        }
+                Up::Fresh(s) => match Box::pin(upstream::http1(*s)).await {
+                    Ok(sender) => sender,
+                    Err(e) => {
+                        fail(format!("upstream HTTP handshake failed: {e}"));
+                        return;
                     }
-                }
+                },
                 Up::Pooled(Client::H2(_)) => {
                     fail("pooled upstream speaks h2, not HTTP/1.1".to_string());
                     return;
@@ -336,23 +327,22 @@ pub async fn run(
                 ..admitted
             };
             let (crd, mut cwr) = tokio::io::split(client_tls);
+            // The upstream connection goes back to the pool whenever the client idles
+            // (`lease.rs`), and when it leaves.
+            let lease = Lease::new(key, addr, offer, alpn, epoch);
             let session = Session {
                 shared,
                 conn,
                 caller: Ok(caller.clone()),
-                route: Route::Tunnel(Tunnel::new(admitted, sender, addr)),
+                route: Route::Tunnel(Tunnel::leased(admitted, sender, lease)),
                 rd: crd,
                 wr: &mut cwr,
                 buf: BytesMut::new(),
             };
             let route = forward::serve_route(session, None).await;
             let _ = cwr.shutdown().await;
-            if let Route::Tunnel(t) = route
-                && let Some(sender) = t.into_reusable()
-            {
-                shared
-                    .pool
-                    .check_in(returned(Client::H1(sender)), current(shared));
+            if let Route::Tunnel(mut t) = route {
+                t.release(shared);
             }
         }
     }
@@ -362,14 +352,6 @@ pub async fn run(
 enum Up {
     Fresh(Box<tokio_rustls::client::TlsStream<TcpStream>>),
     Pooled(Client),
-}
-
-/// The configuration in force now (a connection made under another is not pooled).
-fn current(shared: &Shared) -> pool::Epoch {
-    pool::Epoch {
-        policy: shared.policy.load_full(),
-        credentials: shared.credentials.load_full(),
-    }
 }
 
 /// The upstream socket: the one dialled at CONNECT, or a dial now of the addresses vetted
@@ -384,32 +366,6 @@ async fn socket(
         Dialled::Deferred(vetted) => connection::dial_vetted(shared, &vetted)
             .await
             .map_err(|e| format!("upstream connection failed: {e}")),
-    }
-}
-
-/// A verified TLS connection to `host` over `socket`, offering `offer`.
-async fn upstream_tls(
-    shared: &Shared,
-    tls: &TlsState,
-    host: &str,
-    port: u16,
-    offer: Offer,
-    socket: TcpStream,
-) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
-    // The upstream is verified against its real name (SNI = the CONNECT host).
-    let Ok(server_name) = ServerName::try_from(host.to_string()) else {
-        return Err(format!("`{host}` is not a valid TLS server name"));
-    };
-    let connector = TlsConnector::from(tls.upstream.config(offer));
-    match tokio::time::timeout(
-        shared.limits.connect_timeout,
-        connector.connect(server_name, socket),
-    )
-    .await
-    {
-        Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => Err(format!("upstream TLS to {host}:{port} failed: {e}")),
-        Err(_) => Err(format!("upstream TLS to {host}:{port} timed out")),
     }
 }
 

@@ -24,6 +24,7 @@ mod holder;
 mod inject;
 mod inspect;
 mod judge;
+mod lease;
 mod live;
 mod pool;
 mod record;
@@ -31,6 +32,7 @@ mod request;
 mod shared;
 mod stop;
 pub mod target;
+mod upstream;
 mod websocket;
 
 pub use conn::Conn;
