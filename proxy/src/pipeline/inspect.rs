@@ -33,8 +33,8 @@ use super::connection::{self, Admitted, Dialled, Scheme};
 use super::counted::{Counted, Prefixed, Traffic};
 use super::forward::{self, Route, Session, Tunnel};
 use super::lease::Lease;
-use super::pool::{Client, Returned, Wanted};
-use super::shared::Shared;
+use super::pool::{self, Client, Returned, Wanted};
+use super::shared::{Shared, TlsState};
 use super::upstream;
 use crate::audit::{self, Engine, Outcome, Via};
 use crate::tls::server::Alpn;
@@ -150,14 +150,14 @@ pub async fn run(
         }
         Detected::Http => {
             // Plaintext HTTP in a tunnel is never pooled: a deferred dial is made now.
-            let (upstream, addr) = match socket(shared, upstream, addr).await {
+            let (upstream, addr) = match Box::pin(socket(shared, upstream, addr)).await {
                 Ok(x) => x,
                 Err(e) => {
                     fail(e);
                     return;
                 }
             };
-            let sender = match upstream::http1(upstream).await {
+            let sender = match Box::pin(upstream::http1(upstream)).await {
                 Ok(sender) => sender,
                 Err(e) => {
                     fail(format!("upstream HTTP handshake failed: {e}"));
@@ -188,83 +188,31 @@ pub async fn run(
                 return;
             };
             let stream = Prefixed::new(buf, Counted::new(client, Arc::clone(traffic)));
-            let start = match tokio::time::timeout(
-                DETECT_TIMEOUT,
-                LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream),
-            )
-            .await
-            {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    fail(format!("client TLS: {e}"));
-                    return;
-                }
-                Err(_) => {
-                    fail("client TLS: no ClientHello in time".to_string());
-                    return;
-                }
+            // Boxed: the handshakes' states (about 5 KiB) exist only while they run; the
+            // connection's future keeps only the size of the state it idles in.
+            let phase = Handshakes {
+                shared,
+                tls,
+                caller: &caller,
+                admitted: &admitted,
+                upstream,
+                addr,
             };
-            let hello = start.client_hello();
-            let sni = hello.server_name().map(str::to_ascii_lowercase);
-            // Offer the upstream exactly what the client offered (of h2 and http/1.1).
-            let offer = hello.alpn().map_or(Offer::None, Offer::from_client);
-            let key = connection::pool_key(&caller, &admitted.dst);
-            let epoch = connection::epoch(shared, &admitted);
-            let taken = match &upstream {
-                Dialled::Deferred(vetted) => shared.pool.take(
-                    &key,
-                    &Wanted {
-                        vetted,
-                        offer: Some(offer),
-                        alpn: None,
-                        epoch: &epoch,
-                    },
-                ),
-                Dialled::Socket(_) => None,
-            };
-            let (up, addr, alpn) = match taken {
-                Some(t) => (Up::Pooled(t.client), t.addr, t.alpn),
-                None => {
-                    let (socket, addr) = match socket(shared, upstream, addr).await {
-                        Ok(x) => x,
-                        Err(e) => {
-                            fail(e);
-                            return;
-                        }
-                    };
-                    // Boxed, as the other one-off phases below: the connection's future keeps
-                    // only the size of the state it idles in (see `forward::serve_route`).
-                    match Box::pin(upstream::tls(shared, tls, &host, port, offer, socket)).await {
-                        Ok(s) => {
-                            let alpn = Alpn::from_protocol(s.get_ref().1.alpn_protocol());
-                            (Up::Fresh(Box::new(s)), addr, alpn)
-                        }
-                        Err(e) => {
-                            fail(e);
-                            return;
-                        }
-                    }
-                }
-            };
-            let config = match tls.terminator.config_for(sni.as_deref(), &host, alpn) {
-                Ok(c) => c,
+            let Handshaken {
+                client_tls,
+                up,
+                addr,
+                alpn,
+                offer,
+                key,
+                epoch,
+            } = match Box::pin(handshakes(phase, stream)).await {
+                Ok(h) => h,
                 Err(e) => {
-                    fail(format!("no certificate for {host}: {e}"));
+                    fail(e);
                     return;
                 }
             };
-            let client_tls =
-                match tokio::time::timeout(DETECT_TIMEOUT, start.into_stream(config)).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        fail(format!("client TLS handshake failed: {e}"));
-                        return;
-                    }
-                    Err(_) => {
-                        fail("client TLS handshake timed out".to_string());
-                        return;
-                    }
-                };
             let returned = |client| Returned {
                 key: key.clone(),
                 addr,
@@ -352,6 +300,97 @@ pub async fn run(
 enum Up {
     Fresh(Box<tokio_rustls::client::TlsStream<TcpStream>>),
     Pooled(Client),
+}
+
+/// What the handshake phase needs: the tunnel's upstream as the connection phase left it.
+struct Handshakes<'a> {
+    shared: &'a Shared,
+    tls: &'a TlsState,
+    caller: &'a Known,
+    admitted: &'a Admitted,
+    upstream: Dialled,
+    addr: SocketAddr,
+}
+
+/// Both legs' TLS, done.
+struct Handshaken {
+    /// Boxed: moved into the client leg's halves right away.
+    client_tls: Box<tokio_rustls::server::TlsStream<ClientIo>>,
+    up: Up,
+    addr: SocketAddr,
+    alpn: Alpn,
+    offer: Offer,
+    key: pool::Key,
+    epoch: pool::Epoch,
+}
+
+/// The client leg's transport under TLS.
+type ClientIo = Prefixed<Counted<TcpStream>>;
+
+/// The two handshakes in order: the client's ClientHello read, the upstream taken from the
+/// pool or dialled and its TLS made with the same ALPN offer, then the client's handshake
+/// completed with what the upstream chose. `Err`: why the tunnel fails (for its audit).
+async fn handshakes(h: Handshakes<'_>, stream: ClientIo) -> Result<Handshaken, String> {
+    let Handshakes {
+        shared,
+        tls,
+        caller,
+        admitted,
+        upstream,
+        addr,
+    } = h;
+    let (host, port) = (admitted.dst.host(), admitted.dst.port());
+    let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
+    let start = match tokio::time::timeout(DETECT_TIMEOUT, acceptor).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("client TLS: {e}")),
+        Err(_) => return Err("client TLS: no ClientHello in time".to_string()),
+    };
+    let hello = start.client_hello();
+    let sni = hello.server_name().map(str::to_ascii_lowercase);
+    // Offer the upstream exactly what the client offered (of h2 and http/1.1).
+    let offer = hello.alpn().map_or(Offer::None, Offer::from_client);
+    let key = connection::pool_key(caller, &admitted.dst);
+    let epoch = connection::epoch(shared, admitted);
+    let taken = match &upstream {
+        Dialled::Deferred(vetted) => shared.pool.take(
+            &key,
+            &Wanted {
+                vetted,
+                offer: Some(offer),
+                alpn: None,
+                epoch: &epoch,
+            },
+        ),
+        Dialled::Socket(_) => None,
+    };
+    let (up, addr, alpn) = match taken {
+        Some(t) => (Up::Pooled(t.client), t.addr, t.alpn),
+        None => {
+            let (socket, addr) = socket(shared, upstream, addr).await?;
+            let s = upstream::tls(shared, tls, host, port, offer, socket).await?;
+            let alpn = Alpn::from_protocol(s.get_ref().1.alpn_protocol());
+            (Up::Fresh(Box::new(s)), addr, alpn)
+        }
+    };
+    let config = tls
+        .terminator
+        .config_for(sni.as_deref(), host, alpn)
+        .map_err(|e| format!("no certificate for {host}: {e}"))?;
+    let client_tls = match tokio::time::timeout(DETECT_TIMEOUT, start.into_stream(config)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("client TLS handshake failed: {e}")),
+        Err(_) => return Err("client TLS handshake timed out".to_string()),
+    };
+    Ok(Handshaken {
+        client_tls: Box::new(client_tls),
+        up,
+        addr,
+        alpn,
+        offer,
+        key,
+        epoch,
+    })
 }
 
 /// The upstream socket: the one dialled at CONNECT, or a dial now of the addresses vetted
