@@ -70,7 +70,7 @@ pub enum Route {
     /// Absolute-form requests: each names its own host, admitted and dialled per request.
     Forward,
     /// Requests inside an admitted CONNECT tunnel (TLS-terminated, or plaintext HTTP).
-    Tunnel(Tunnel),
+    Tunnel(Box<Tunnel>),
 }
 
 /// An admitted tunnel: its destination and admission, and its upstream connection: one for
