@@ -154,7 +154,9 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
     let arrival = match Box::pin(arrive(&shared, peer, local)).await {
         Ok(a) => a,
         Err(limited) => {
-            refuse_limited(&shared, limited, rd, wr).await;
+            // Boxed: its 4 KiB drain buffer would otherwise be part of every connection's
+            // future.
+            Box::pin(refuse_limited(&shared, limited, rd, wr)).await;
             return;
         }
     };
