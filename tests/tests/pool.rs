@@ -4,10 +4,15 @@
 //! upstream connection (HTTP/1.1 and HTTP/2); another caller never gets it, nor the first
 //! caller's credential; a response ended by `Connection: close` or left unread is not pooled;
 //! an origin closing idle connections fails no request; a reload retires pooled connections.
+//! A kept-alive HTTP/1.1 client connection that goes idle gives its upstream connection back
+//! (another client of the same caller reuses it, the idle one takes one again for its next
+//! request), and a caller holding many idle connections makes sluice hold no more upstream
+//! connections than the pool keeps.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -42,6 +47,11 @@ class H(http.server.BaseHTTPRequestHandler):
         self.request = ctx.wrap_socket(self.request, server_side=True)
         write({"handshake": self.conn_id})
         super().setup()
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            write({"close": self.conn_id})
     def do_GET(self):
         write({"conn": self.conn_id, "path": self.path, "raw": self.requestline + "\r\n" + str(self.headers)})
         if self.path.startswith("/bytes/"):
@@ -144,6 +154,13 @@ impl Origin {
         let lines = self.lines();
         let n = |k: &str| lines.iter().filter(|l| l.get(k).is_some()).count();
         (n("accept"), n("handshake"))
+    }
+
+    /// Upstream connections still open at the origin.
+    fn open(&self) -> usize {
+        let lines = self.lines();
+        let n = |k: &str| lines.iter().filter(|l| l.get(k).is_some()).count();
+        n("accept") - n("close")
     }
 
     /// The requests received: (connection, path, raw head).
@@ -445,5 +462,138 @@ fn http2_connections_of_one_caller_are_pooled_too() {
     );
     wait_requests(&origin, 3);
     assert_eq!(origin.connections().0, 2, "{:?}", origin.lines());
+    assert_events_valid(&sluice);
+}
+
+/// A kept-alive Python client connection through sluice's tunnel to the origin, sending the
+/// credential placeholder: one request per path written to it, its status and body read back.
+/// It stays open (idle) between requests.
+struct KeptAlive {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+impl KeptAlive {
+    fn open(sluice: &Sluice, ca: &Path, port: u16) -> KeptAlive {
+        let script = format!(
+            "import http.client, ssl, sys\nctx = ssl.create_default_context(cafile={ca:?})\nc = http.client.HTTPSConnection('127.0.0.1', {sport}, context=ctx, timeout=20)\nc.set_tunnel('127.0.0.1', {port})\nfor line in sys.stdin:\n    c.request('GET', line.strip(), headers={{'Authorization': 'Bearer openshell:resolve:env:TEST_API_KEY'}})\n    r = c.getresponse()\n    print(r.status, r.read().decode().strip(), flush=True)\n",
+            ca = ca.display().to_string(),
+            sport = sluice.addr().port(),
+        );
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        KeptAlive { child, out }
+    }
+
+    /// `GET path` on this same client connection: "STATUS BODY".
+    fn get(&mut self, path: &str) -> String {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{path}").unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+}
+
+impl Drop for KeptAlive {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_idle_client_connection_lends_its_upstream_to_the_next_client_and_takes_one_back() {
+    let dir = TempDir::new("pool-idle-lend");
+    let origin = Origin::start(&dir, 0.0);
+    let (sluice, ca) = setup(&dir, &origin, "");
+    let mut a = KeptAlive::open(&sluice, &ca, origin.port);
+    assert_eq!(a.get("/a1"), "200 hello", "{}", sluice.stderr());
+    // A stays connected and idle; B, the same caller, comes along.
+    std::thread::sleep(Duration::from_millis(1000));
+    {
+        let mut b = KeptAlive::open(&sluice, &ca, origin.port);
+        assert_eq!(b.get("/b"), "200 hello", "{}", sluice.stderr());
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // A's next request on its same client connection.
+    assert_eq!(a.get("/a2"), "200 hello", "{}", sluice.stderr());
+    wait_requests(&origin, 3);
+    let requests = origin.requests();
+    let conn_of = |p: &str| requests.iter().find(|r| r.1 == p).unwrap().0;
+    // B was served on the very upstream connection A used, and so was A again.
+    assert_eq!(conn_of("/b"), conn_of("/a1"), "{requests:?}");
+    assert_eq!(conn_of("/a2"), conn_of("/a1"), "{requests:?}");
+    assert_eq!(origin.connections(), (1, 1), "{:?}", origin.lines());
+    // Each request was judged, injected and audited on its own, with its destination.
+    for (_, path, raw) in &requests {
+        assert!(raw.contains(&format!("Bearer {SECRET}")), "{path}: {raw}");
+    }
+    for path in ["/a1", "/b", "/a2"] {
+        let e = sluice.wait_event(path, |e| {
+            class(e) == 4002 && e["http_request"]["url"]["path"] == path
+        });
+        assert_eq!(e["dst_endpoint"]["ip"], "127.0.0.1", "{e}");
+        assert_eq!(e["dst_endpoint"]["port"], origin.port, "{e}");
+        assert_eq!(audited(&sluice, path), 1);
+    }
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn idle_connections_hold_no_more_upstreams_than_the_pool_keeps_and_none_reaches_another_caller() {
+    let dir = TempDir::new("pool-idle-many");
+    let origin = Origin::start(&dir, 0.0);
+    let (sluice, ca) = setup(&dir, &origin, "");
+    // One caller opens many kept-alive connections, each used once (with the credential),
+    // then left idle.
+    let mut held: Vec<KeptAlive> = (0..10)
+        .map(|_| KeptAlive::open(&sluice, &ca, origin.port))
+        .collect();
+    for (i, c) in held.iter_mut().enumerate() {
+        assert_eq!(c.get(&format!("/p{i}")), "200 hello", "{}", sluice.stderr());
+    }
+    wait_requests(&origin, 10);
+    std::thread::sleep(Duration::from_millis(1500));
+    // All ten client connections are still open; sluice keeps at most the pool's four
+    // upstream connections for this caller and destination.
+    let open = origin.open();
+    assert!(
+        open <= 4,
+        "{open} upstream connections open: {:?}",
+        origin.lines()
+    );
+    // Another caller (curl, no credential) never gets a connection that carried the first
+    // caller's credential.
+    ok(
+        &curl(&sluice, &ca, origin.port, "/curl", &["--http1.1"]),
+        &sluice,
+    );
+    // Every idle client connection still works.
+    for (i, c) in held.iter_mut().enumerate() {
+        assert_eq!(c.get(&format!("/q{i}")), "200 hello", "{}", sluice.stderr());
+    }
+    wait_requests(&origin, 21);
+    let requests = origin.requests();
+    let curl_conn = requests.iter().find(|r| r.1 == "/curl").unwrap().0;
+    for (conn, path, raw) in &requests {
+        if path == "/curl" {
+            assert!(!raw.contains(SECRET), "{raw}");
+        } else {
+            assert!(raw.contains(&format!("Bearer {SECRET}")), "{path}: {raw}");
+            assert_ne!(
+                *conn, curl_conn,
+                "{path} shared curl's connection: {requests:?}"
+            );
+        }
+    }
+    drop(held);
     assert_events_valid(&sluice);
 }

@@ -173,7 +173,11 @@ pub async fn run(
     buf: BytesMut,
 ) {
     let target = match Authority::parse_connect(&head.target) {
-        Ok(a) => a,
+        Ok(a) => {
+            // Its headers are not needed again: freed now rather than held by the tunnel.
+            drop(head);
+            a
+        }
         Err(e) => {
             let ctx = Ctx {
                 shared,
@@ -247,20 +251,25 @@ pub async fn tunnel(
         return ctx.refuse(&mut wr, &d, entry).await;
     }
     // An inspected tunnel may take a pooled upstream connection instead (`pool.rs`); a
-    // transparent one dials only the address its client dialled.
-    let dialled = match start_entry {
-        Entry::Transparent { original } => {
-            connection::dial_pinned(shared, &admitted, "CONNECT", original)
+    // transparent one dials only the address its client dialled. Boxed, as every one-off
+    // phase of a tunnel: the connection's future keeps only the size of the state it idles
+    // in.
+    let dialled = Box::pin(async {
+        match start_entry {
+            Entry::Transparent { original } => {
+                connection::dial_pinned(shared, &admitted, "CONNECT", original)
+                    .await
+                    .map(|(s, a)| (Dialled::Socket(s), a))
+            }
+            Entry::Connect if inspect => {
+                connection::dial_inspected(shared, &admitted, known, "CONNECT").await
+            }
+            Entry::Connect => connection::dial(shared, &admitted, "CONNECT")
                 .await
-                .map(|(s, a)| (Dialled::Socket(s), a))
+                .map(|(s, a)| (Dialled::Socket(s), a)),
         }
-        Entry::Connect if inspect => {
-            connection::dial_inspected(shared, &admitted, known, "CONNECT").await
-        }
-        Entry::Connect => connection::dial(shared, &admitted, "CONNECT")
-            .await
-            .map(|(s, a)| (Dialled::Socket(s), a)),
-    };
+    })
+    .await;
     let (upstream, addr) = match dialled {
         Ok(x) => x,
         Err(d) => return ctx.refuse(&mut wr, &d, entry).await,
@@ -290,7 +299,8 @@ pub async fn tunnel(
     let _live = connection::hold(shared, conn, known, &admitted, kind, Some(addr));
     if inspect {
         let traffic = Arc::new(Traffic::default());
-        let inspected = inspect::run(
+        // Boxed: `select!` would hold a second copy of the future it is handed.
+        let inspected = Box::pin(inspect::run(
             Inspected {
                 shared,
                 conn,
@@ -302,7 +312,7 @@ pub async fn tunnel(
             },
             (rd, wr),
             buf,
-        );
+        ));
         // Ended by the client or upstream, or cut when the caller no longer holds the socket
         // or a reload revoked it.
         let reason = tokio::select! {
@@ -342,7 +352,7 @@ pub async fn tunnel(
                 .map_err(|e| e.to_string())
         },
     };
-    let stats = relay::relay_until(rd, wr, ur, uw, &buf, bounds, checks).await;
+    let stats = Box::pin(relay::relay_until(rd, wr, ur, uw, &buf, bounds, checks)).await;
     ctx.close_event(
         entry,
         Engine::L4,

@@ -290,6 +290,7 @@ pub async fn dial_inspected(
     let wanted = Wanted {
         vetted: &vetted,
         offer: None,
+        alpn: None,
         epoch: &epoch,
     };
     if let Some(addr) = shared.pool.candidate(&pool_key(known, dst), &wanted) {
@@ -325,6 +326,14 @@ pub fn pool_key(known: &Known, dst: &Authority) -> Key {
 pub fn epoch(shared: &Shared, admitted: &Admitted) -> Epoch {
     Epoch {
         policy: Arc::clone(&admitted.policy),
+        credentials: shared.credentials.load_full(),
+    }
+}
+
+/// The configuration in force now (a connection made under another is not pooled).
+pub fn current_epoch(shared: &Shared) -> Epoch {
+    Epoch {
+        policy: shared.policy.load_full(),
         credentials: shared.credentials.load_full(),
     }
 }

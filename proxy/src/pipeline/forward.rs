@@ -15,8 +15,7 @@ use std::net::SocketAddr;
 use bytes::BytesMut;
 use http::HeaderValue;
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 
 use super::authority::Authority;
@@ -27,10 +26,12 @@ use super::connection::{Admitted, Scheme};
 use super::denial::Denial;
 use super::denial::head_refusal;
 use super::inject;
+use super::lease::{self, Lease};
 use super::record::Record;
 use super::request::{BodyPlan, Exchange, Head};
 use super::shared::Shared;
 use super::target::{host_matches, parse_absolute, tunnel_target};
+use super::upstream;
 use super::websocket::{self, Client, Handshake};
 use crate::audit::Engine;
 use crate::credentials;
@@ -69,32 +70,61 @@ pub enum Route {
     /// Absolute-form requests: each names its own host, admitted and dialled per request.
     Forward,
     /// Requests inside an admitted CONNECT tunnel (TLS-terminated, or plaintext HTTP).
-    Tunnel(Tunnel),
+    Tunnel(Box<Tunnel>),
 }
 
-/// An admitted tunnel: its destination and admission, and its one upstream connection.
+/// An admitted tunnel: its destination and admission, and its upstream connection: one for
+/// its whole life (plaintext HTTP), or, under a [`Lease`], held only while a request is in
+/// flight (TLS).
 #[derive(Debug)]
 pub struct Tunnel {
     admitted: Admitted,
-    upstream: Upstream,
+    /// `None` while the lease has given it back.
+    upstream: Option<Upstream>,
+    lease: Option<Lease>,
 }
 
 impl Tunnel {
+    /// A tunnel that keeps `sender`'s connection for its whole life.
     pub fn new(admitted: Admitted, sender: SendRequest<ChannelBody>, addr: SocketAddr) -> Tunnel {
         Tunnel {
             admitted,
-            upstream: Upstream {
+            upstream: Some(Upstream {
                 sender,
                 addr,
                 reusable: false,
-            },
+            }),
+            lease: None,
         }
     }
 
-    /// The tunnel's upstream connection, if its last exchange ended cleanly (whether it is
-    /// still ready for another request is the pool's to check).
-    pub fn into_reusable(self) -> Option<SendRequest<ChannelBody>> {
-        self.upstream.reusable.then_some(self.upstream.sender)
+    /// A tunnel whose upstream connection, first `sender`'s, goes back to the pool whenever
+    /// its client idles.
+    pub(super) fn leased(
+        admitted: Admitted,
+        sender: SendRequest<ChannelBody>,
+        lease: Lease,
+    ) -> Tunnel {
+        Tunnel {
+            admitted,
+            upstream: Some(Upstream {
+                sender,
+                addr: lease.addr(),
+                reusable: false,
+            }),
+            lease: Some(lease),
+        }
+    }
+
+    /// Gives a leased upstream connection back (pooled if its last exchange ended cleanly);
+    /// an unleased one is kept.
+    pub(super) fn release(&mut self, shared: &Shared) {
+        if let Some(lease) = &self.lease
+            && let Some(u) = self.upstream.take()
+        {
+            let current = connection::current_epoch(shared);
+            lease.release(&shared.pool, current, u.sender, u.reusable);
+        }
     }
 }
 
@@ -141,7 +171,7 @@ where
     loop {
         let head = match next.take() {
             Some(h) => h,
-            None => match read_next(s.shared, &mut s.rd, &mut s.wr, &mut s.buf).await {
+            None => match read_next(&mut s).await {
                 Some(h) => {
                     // Each later request is the caller's only if it still holds the socket.
                     caller::reconfirm(s.shared, &mut s.caller).await;
@@ -162,19 +192,44 @@ where
 }
 
 /// The next request head on a kept-alive connection; `None` ends the connection (after
-/// answering a malformed head).
-async fn read_next<R, W>(
-    shared: &Shared,
-    rd: &mut R,
-    wr: &mut W,
-    buf: &mut BytesMut,
-) -> Option<RequestHead>
+/// answering a malformed head). While the client sends nothing, the connection holds no
+/// head buffer, and a leased tunnel gives its upstream connection back once the client has
+/// idled [`lease::RELEASE_AFTER`].
+async fn read_next<R, W>(s: &mut Session<'_, R, W>) -> Option<RequestHead>
 where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send,
 {
-    match tokio::time::timeout(
-        shared.limits.keepalive_timeout,
+    let Session {
+        shared,
+        route,
+        rd,
+        wr,
+        buf,
+        ..
+    } = s;
+    let deadline = tokio::time::Instant::now() + shared.limits.keepalive_timeout;
+    if buf.is_empty() {
+        // The last request's buffer goes; the first bytes of the next are read into a small
+        // one (`read_head` grows it as the head needs).
+        *buf = BytesMut::new();
+        let first = match tokio::time::timeout(lease::RELEASE_AFTER, rd.read_buf(buf)).await {
+            Ok(read) => read,
+            Err(_) => {
+                if let Route::Tunnel(t) = route {
+                    t.release(shared);
+                }
+                tokio::time::timeout_at(deadline, rd.read_buf(buf))
+                    .await
+                    .ok()?
+            }
+        };
+        if !matches!(first, Ok(n) if n > 0) {
+            return None;
+        }
+    }
+    match tokio::time::timeout_at(
+        deadline,
         head::read_head(rd, buf, shared.limits.max_head_bytes),
     )
     .await
@@ -261,11 +316,28 @@ async fn upstream_for<'u>(
 ) -> Result<Option<&'u mut Upstream>, Denial> {
     match route {
         Route::Tunnel(t) => {
-            // The tunnel's one upstream connection; if it has gone, so does the tunnel.
-            if t.upstream.sender.ready().await.is_err() {
-                return Ok(None);
+            if let Some(u) = &mut t.upstream
+                && u.sender.ready().await.is_err()
+            {
+                t.upstream = None;
             }
-            Ok(Some(&mut t.upstream))
+            // Gone (closed by the upstream while the client idled) or given back: a leased
+            // tunnel takes another for this request, else the tunnel ends.
+            if t.upstream.is_none() {
+                let Some(lease) = &mut t.lease else {
+                    return Ok(None);
+                };
+                let sender = lease
+                    .acquire(x.shared, &t.admitted)
+                    .await
+                    .map_err(|e| x.upstream_failed(e))?;
+                t.upstream = Some(Upstream {
+                    sender,
+                    addr: lease.addr(),
+                    reusable: false,
+                });
+            }
+            Ok(t.upstream.as_mut())
         }
         Route::Forward => {
             let key = &x.admitted.dst;
@@ -279,11 +351,8 @@ async fn upstream_for<'u>(
                     upstreams.clear();
                 }
                 let (stream, addr) = connection::dial(x.shared, x.admitted, verb).await?;
-                match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
-                    Ok((sender, connection)) => {
-                        tokio::spawn(async move {
-                            let _ = connection.with_upgrades().await;
-                        });
+                match upstream::http1(stream).await {
+                    Ok(sender) => {
                         upstreams.insert(
                             key.clone(),
                             Upstream {

@@ -13,28 +13,29 @@
 //! sees HTTP/2 and a gRPC client gets h2 end to end.
 //!
 //! The upstream TLS connection may come from the pool (`pool.rs`) instead, when one fits this
-//! caller, destination, vetted address, offer and configuration, and goes back to it when the
-//! client leaves after a clean exchange.
+//! caller, destination, vetted address, offer and configuration. An HTTP/1.1 tunnel's goes
+//! back to it whenever the client idles and when the client leaves (`lease.rs`); an h2
+//! tunnel's, whose streams share it, when the client leaves.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::BytesMut;
-use hyper_util::rt::TokioIo;
-use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
+use tokio_rustls::LazyConfigAcceptor;
 
 use super::caller::Known;
 use super::conn::Conn;
 use super::connection::{self, Admitted, Dialled, Scheme};
 use super::counted::{Counted, Prefixed, Traffic};
 use super::forward::{self, Route, Session, Tunnel};
+use super::lease::Lease;
 use super::pool::{self, Client, Returned, Wanted};
 use super::shared::{Shared, TlsState};
+use super::upstream;
 use crate::audit::{self, Engine, Outcome, Via};
 use crate::tls::server::Alpn;
 use crate::tls::upstream::Offer;
@@ -149,20 +150,15 @@ pub async fn run(
         }
         Detected::Http => {
             // Plaintext HTTP in a tunnel is never pooled: a deferred dial is made now.
-            let (upstream, addr) = match socket(shared, upstream, addr).await {
+            let (upstream, addr) = match Box::pin(socket(shared, upstream, addr)).await {
                 Ok(x) => x,
                 Err(e) => {
                     fail(e);
                     return;
                 }
             };
-            let sender = match hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await {
-                Ok((sender, connection)) => {
-                    tokio::spawn(async move {
-                        let _ = connection.with_upgrades().await;
-                    });
-                    sender
-                }
+            let sender = match Box::pin(upstream::http1(upstream)).await {
+                Ok(sender) => sender,
                 Err(e) => {
                     fail(format!("upstream HTTP handshake failed: {e}"));
                     return;
@@ -176,7 +172,7 @@ pub async fn run(
                 shared,
                 conn,
                 caller: Ok(caller),
-                route: Route::Tunnel(Tunnel::new(admitted, sender, addr)),
+                route: Route::Tunnel(Box::new(Tunnel::new(admitted, sender, addr))),
                 rd: Counted::new(rd, Arc::clone(traffic)),
                 wr: Counted::new(wr, Arc::clone(traffic)),
                 buf,
@@ -192,82 +188,31 @@ pub async fn run(
                 return;
             };
             let stream = Prefixed::new(buf, Counted::new(client, Arc::clone(traffic)));
-            let start = match tokio::time::timeout(
-                DETECT_TIMEOUT,
-                LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream),
-            )
-            .await
-            {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    fail(format!("client TLS: {e}"));
-                    return;
-                }
-                Err(_) => {
-                    fail("client TLS: no ClientHello in time".to_string());
-                    return;
-                }
+            // Boxed: the handshakes' states (about 5 KiB) exist only while they run; the
+            // connection's future keeps only the size of the state it idles in.
+            let phase = Handshakes {
+                shared,
+                tls,
+                caller: &caller,
+                admitted: &admitted,
+                upstream,
+                addr,
             };
-            let hello = start.client_hello();
-            let sni = hello.server_name().map(str::to_ascii_lowercase);
-            // Offer the upstream exactly what the client offered (of h2 and http/1.1).
-            let offer = hello.alpn().map_or(Offer::None, Offer::from_client);
-            let key = connection::pool_key(&caller, &admitted.dst);
-            let epoch = connection::epoch(shared, &admitted);
-            let taken = match &upstream {
-                Dialled::Deferred(vetted) => shared.pool.take(
-                    &key,
-                    &Wanted {
-                        vetted,
-                        offer: Some(offer),
-                        epoch: &epoch,
-                    },
-                ),
-                Dialled::Socket(_) => None,
-            };
-            let (up, addr, alpn) = match taken {
-                Some(t) => (Up::Pooled(t.client), t.addr, t.alpn),
-                None => {
-                    let (socket, addr) = match socket(shared, upstream, addr).await {
-                        Ok(x) => x,
-                        Err(e) => {
-                            fail(e);
-                            return;
-                        }
-                    };
-                    // Boxed, as the other one-off phases below: the connection's future keeps
-                    // only the size of the state it idles in (see `forward::serve_route`).
-                    match Box::pin(upstream_tls(shared, tls, &host, port, offer, socket)).await {
-                        Ok(s) => {
-                            let alpn = Alpn::from_protocol(s.get_ref().1.alpn_protocol());
-                            (Up::Fresh(Box::new(s)), addr, alpn)
-                        }
-                        Err(e) => {
-                            fail(e);
-                            return;
-                        }
-                    }
-                }
-            };
-            let config = match tls.terminator.config_for(sni.as_deref(), &host, alpn) {
-                Ok(c) => c,
+            let Handshaken {
+                client_tls,
+                up,
+                addr,
+                alpn,
+                offer,
+                key,
+                epoch,
+            } = match Box::pin(handshakes(phase, stream)).await {
+                Ok(h) => h,
                 Err(e) => {
-                    fail(format!("no certificate for {host}: {e}"));
+                    fail(e);
                     return;
                 }
             };
-            let client_tls =
-                match tokio::time::timeout(DETECT_TIMEOUT, start.into_stream(config)).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        fail(format!("client TLS handshake failed: {e}"));
-                        return;
-                    }
-                    Err(_) => {
-                        fail("client TLS handshake timed out".to_string());
-                        return;
-                    }
-                };
             let returned = |client| Returned {
                 key: key.clone(),
                 addr,
@@ -303,29 +248,23 @@ pub async fn run(
                     addr,
                 };
                 match Box::pin(super::h2::serve(tunnel, client_tls, sender.clone())).await {
-                    Ok(()) => shared
-                        .pool
-                        .check_in(returned(Client::H2(sender)), current(shared)),
+                    Ok(()) => shared.pool.check_in(
+                        returned(Client::H2(sender)),
+                        connection::current_epoch(shared),
+                    ),
                     Err(e) => fail(e),
                 }
                 return;
             }
             let sender = match up {
                 Up::Pooled(Client::H1(s)) => s,
-                Up::Fresh(s) => {
-                    match Box::pin(hyper::client::conn::http1::handshake(TokioIo::new(*s))).await {
-                        Ok((sender, connection)) => {
-                            tokio::spawn(async move {
-                                let _ = connection.with_upgrades().await;
-                            });
-                            sender
-                        }
-                        Err(e) => {
-                            fail(format!("upstream HTTP handshake failed: {e}"));
-                            return;
-                        }
+                Up::Fresh(s) => match Box::pin(upstream::http1(*s)).await {
+                    Ok(sender) => sender,
+                    Err(e) => {
+                        fail(format!("upstream HTTP handshake failed: {e}"));
+                        return;
                     }
-                }
+                },
                 Up::Pooled(Client::H2(_)) => {
                     fail("pooled upstream speaks h2, not HTTP/1.1".to_string());
                     return;
@@ -336,23 +275,22 @@ pub async fn run(
                 ..admitted
             };
             let (crd, mut cwr) = tokio::io::split(client_tls);
+            // The upstream connection goes back to the pool whenever the client idles
+            // (`lease.rs`), and when it leaves.
+            let lease = Lease::new(key, addr, offer, alpn, epoch);
             let session = Session {
                 shared,
                 conn,
                 caller: Ok(caller.clone()),
-                route: Route::Tunnel(Tunnel::new(admitted, sender, addr)),
+                route: Route::Tunnel(Box::new(Tunnel::leased(admitted, sender, lease))),
                 rd: crd,
                 wr: &mut cwr,
                 buf: BytesMut::new(),
             };
             let route = forward::serve_route(session, None).await;
             let _ = cwr.shutdown().await;
-            if let Route::Tunnel(t) = route
-                && let Some(sender) = t.into_reusable()
-            {
-                shared
-                    .pool
-                    .check_in(returned(Client::H1(sender)), current(shared));
+            if let Route::Tunnel(mut t) = route {
+                t.release(shared);
             }
         }
     }
@@ -364,12 +302,95 @@ enum Up {
     Pooled(Client),
 }
 
-/// The configuration in force now (a connection made under another is not pooled).
-fn current(shared: &Shared) -> pool::Epoch {
-    pool::Epoch {
-        policy: shared.policy.load_full(),
-        credentials: shared.credentials.load_full(),
-    }
+/// What the handshake phase needs: the tunnel's upstream as the connection phase left it.
+struct Handshakes<'a> {
+    shared: &'a Shared,
+    tls: &'a TlsState,
+    caller: &'a Known,
+    admitted: &'a Admitted,
+    upstream: Dialled,
+    addr: SocketAddr,
+}
+
+/// Both legs' TLS, done.
+struct Handshaken {
+    /// Boxed: moved into the client leg's halves right away.
+    client_tls: Box<tokio_rustls::server::TlsStream<ClientIo>>,
+    up: Up,
+    addr: SocketAddr,
+    alpn: Alpn,
+    offer: Offer,
+    key: pool::Key,
+    epoch: pool::Epoch,
+}
+
+/// The client leg's transport under TLS.
+type ClientIo = Prefixed<Counted<TcpStream>>;
+
+/// The two handshakes in order: the client's ClientHello read, the upstream taken from the
+/// pool or dialled and its TLS made with the same ALPN offer, then the client's handshake
+/// completed with what the upstream chose. `Err`: why the tunnel fails (for its audit).
+async fn handshakes(h: Handshakes<'_>, stream: ClientIo) -> Result<Handshaken, String> {
+    let Handshakes {
+        shared,
+        tls,
+        caller,
+        admitted,
+        upstream,
+        addr,
+    } = h;
+    let (host, port) = (admitted.dst.host(), admitted.dst.port());
+    let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
+    let start = match tokio::time::timeout(DETECT_TIMEOUT, acceptor).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("client TLS: {e}")),
+        Err(_) => return Err("client TLS: no ClientHello in time".to_string()),
+    };
+    let hello = start.client_hello();
+    let sni = hello.server_name().map(str::to_ascii_lowercase);
+    // Offer the upstream exactly what the client offered (of h2 and http/1.1).
+    let offer = hello.alpn().map_or(Offer::None, Offer::from_client);
+    let key = connection::pool_key(caller, &admitted.dst);
+    let epoch = connection::epoch(shared, admitted);
+    let taken = match &upstream {
+        Dialled::Deferred(vetted) => shared.pool.take(
+            &key,
+            &Wanted {
+                vetted,
+                offer: Some(offer),
+                alpn: None,
+                epoch: &epoch,
+            },
+        ),
+        Dialled::Socket(_) => None,
+    };
+    let (up, addr, alpn) = match taken {
+        Some(t) => (Up::Pooled(t.client), t.addr, t.alpn),
+        None => {
+            let (socket, addr) = socket(shared, upstream, addr).await?;
+            let s = upstream::tls(shared, tls, host, port, offer, socket).await?;
+            let alpn = Alpn::from_protocol(s.get_ref().1.alpn_protocol());
+            (Up::Fresh(Box::new(s)), addr, alpn)
+        }
+    };
+    let config = tls
+        .terminator
+        .config_for(sni.as_deref(), host, alpn)
+        .map_err(|e| format!("no certificate for {host}: {e}"))?;
+    let client_tls = match tokio::time::timeout(DETECT_TIMEOUT, start.into_stream(config)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("client TLS handshake failed: {e}")),
+        Err(_) => return Err("client TLS handshake timed out".to_string()),
+    };
+    Ok(Handshaken {
+        client_tls: Box::new(client_tls),
+        up,
+        addr,
+        alpn,
+        offer,
+        key,
+        epoch,
+    })
 }
 
 /// The upstream socket: the one dialled at CONNECT, or a dial now of the addresses vetted
@@ -384,32 +405,6 @@ async fn socket(
         Dialled::Deferred(vetted) => connection::dial_vetted(shared, &vetted)
             .await
             .map_err(|e| format!("upstream connection failed: {e}")),
-    }
-}
-
-/// A verified TLS connection to `host` over `socket`, offering `offer`.
-async fn upstream_tls(
-    shared: &Shared,
-    tls: &TlsState,
-    host: &str,
-    port: u16,
-    offer: Offer,
-    socket: TcpStream,
-) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
-    // The upstream is verified against its real name (SNI = the CONNECT host).
-    let Ok(server_name) = ServerName::try_from(host.to_string()) else {
-        return Err(format!("`{host}` is not a valid TLS server name"));
-    };
-    let connector = TlsConnector::from(tls.upstream.config(offer));
-    match tokio::time::timeout(
-        shared.limits.connect_timeout,
-        connector.connect(server_name, socket),
-    )
-    .await
-    {
-        Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => Err(format!("upstream TLS to {host}:{port} failed: {e}")),
-        Err(_) => Err(format!("upstream TLS to {host}:{port} timed out")),
     }
 }
 

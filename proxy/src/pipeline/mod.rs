@@ -24,6 +24,7 @@ mod holder;
 mod inject;
 mod inspect;
 mod judge;
+mod lease;
 mod live;
 mod pool;
 mod record;
@@ -31,6 +32,7 @@ mod request;
 mod shared;
 mod stop;
 pub mod target;
+mod upstream;
 mod websocket;
 pub(crate) mod ws_frame;
 pub(crate) mod ws_scrub;
@@ -149,19 +151,23 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
     // A proxy that delays small writes stalls TLS handshakes by 40 ms (Nagle + delayed ACK).
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
-    let arrival = match arrive(&shared, peer, local).await {
+    // The one-off phases are boxed: the connection's future keeps only the size of the
+    // state it idles in.
+    let arrival = match Box::pin(arrive(&shared, peer, local)).await {
         Ok(a) => a,
         Err(limited) => {
-            refuse_limited(&shared, limited, rd, wr).await;
+            // Boxed: its 4 KiB drain buffer would otherwise be part of every connection's
+            // future.
+            Box::pin(refuse_limited(&shared, limited, rd, wr)).await;
             return;
         }
     };
     let mut buf = BytesMut::with_capacity(4096);
     let limits = &shared.limits;
-    let head = match tokio::time::timeout(
+    let head = match Box::pin(tokio::time::timeout(
         limits.head_timeout,
         head::read_head(&mut rd, &mut buf, limits.max_head_bytes),
-    )
+    ))
     .await
     {
         Ok(Ok(h)) => h,
@@ -191,7 +197,7 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
         caller,
         _slot: _held,
         _watcher: _watching,
-    } = settle(&shared, arrival).await;
+    } = Box::pin(settle(&shared, arrival)).await;
     let conn = &conn;
     if head.method.eq_ignore_ascii_case("CONNECT") {
         connect::run(&shared, conn, caller, head, rd, wr, buf).await;
@@ -206,7 +212,8 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
             wr,
             buf,
         };
-        let forwarded = forward::serve(session, Some(head));
+        // Boxed: `select!` would hold a second copy of the future it is handed.
+        let forwarded = Box::pin(forward::serve(session, Some(head)));
         tokio::select! {
             () = forwarded => {}
             reason = conn.stop.wait() => stopped_forward(&shared, conn, known, reason),

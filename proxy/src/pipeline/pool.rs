@@ -160,11 +160,13 @@ impl Idle {
     }
 }
 
-/// What a taker may accept: addresses its own plan vetted, its offer, its epoch.
+/// What a taker may accept: addresses its own plan vetted, its offer, the protocol its
+/// client already speaks (once it does), its epoch.
 #[derive(Debug)]
 pub(crate) struct Wanted<'a> {
     pub(crate) vetted: &'a [SocketAddr],
     pub(crate) offer: Option<Offer>,
+    pub(crate) alpn: Option<Alpn>,
     pub(crate) epoch: &'a Epoch,
 }
 
@@ -172,6 +174,7 @@ impl Wanted<'_> {
     fn fits(&self, idle: &Idle) -> bool {
         self.vetted.contains(&idle.addr)
             && self.offer.is_none_or(|o| o == idle.offer)
+            && self.alpn.is_none_or(|a| a == idle.alpn)
             && self.epoch.same(&idle.epoch)
     }
 }
@@ -358,6 +361,7 @@ mod tests {
         let fits = Wanted {
             vetted: &vetted,
             offer: Some(Offer::Http11),
+            alpn: Some(Alpn::Http11),
             epoch: &epoch,
         };
         // Another caller, an address the taker's plan did not vet, another offer, another
@@ -371,6 +375,10 @@ mod tests {
             },
             Wanted {
                 offer: Some(Offer::H2AndHttp11),
+                ..fits
+            },
+            Wanted {
+                alpn: Some(Alpn::H2),
                 ..fits
             },
         ];
@@ -424,6 +432,7 @@ mod tests {
         let w = Wanted {
             vetted: &vetted,
             offer: Some(Offer::Http11),
+            alpn: None,
             epoch: &epoch,
         };
         assert!(pool.take(&key("/usr/bin/curl"), &w).is_none());
