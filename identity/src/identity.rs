@@ -134,6 +134,20 @@ pub struct Ancestor {
 }
 
 impl Identity {
+    /// This identity without the raw command lines of the process and its ancestors: what
+    /// [`crate::IdentityResolver::confirm`] and [`crate::IdentityResolver::recheck`] need
+    /// (pids, start time, executables, `cmdline_paths`, the socket and the kept handle), for a
+    /// caller that keeps the command lines in a form of its own and holds this identity for
+    /// the life of a connection. `cmdline` and each ancestor's `cmdline` are empty afterwards.
+    #[must_use]
+    pub fn without_cmdlines(mut self) -> Identity {
+        self.cmdline = Vec::new();
+        for ancestor in &mut self.ancestors {
+            ancestor.cmdline = Vec::new();
+        }
+        self
+    }
+
     /// The ancestors' executables, parent first, leaving out those that could not be read.
     pub fn ancestor_exes(&self) -> Vec<String> {
         self.ancestors

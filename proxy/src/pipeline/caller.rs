@@ -15,6 +15,7 @@ use std::sync::Arc;
 use sluice_identity::{Identity, IdentityError};
 
 use super::denial::Denial;
+use super::seen::Seen;
 use super::shared::Shared;
 use crate::audit;
 use crate::http::respond::Code;
@@ -62,7 +63,7 @@ impl Known {
 pub async fn identify(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> CallerState {
     let resolver = &shared.identity;
     match crate::metrics::identity_lookup(|| blocking(|| resolver.lookup(peer, local))) {
-        Ok(identity) => Ok(known(identity)),
+        Ok(identity) => Ok(known(&shared.seen, identity)),
         Err(e) => Err(e.into()),
     }
 }
@@ -142,8 +143,26 @@ fn audit_cmdline(argv: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn known(identity: Identity) -> Known {
+fn known(seen: &Seen, identity: Identity) -> Known {
     let id = &identity;
+    let audit = seen.share(audit::Caller {
+        process: audit::Process {
+            pid: id.pid,
+            exe: id.exe.clone(),
+            cmdline: audit_cmdline(&id.cmdline),
+            uid: Some(id.uid),
+        },
+        ancestors: id
+            .ancestors
+            .iter()
+            .map(|a| audit::Process {
+                pid: a.pid,
+                exe: a.exe.clone(),
+                cmdline: audit_cmdline(&a.cmdline),
+                uid: None,
+            })
+            .collect(),
+    });
     Known {
         exe: id.exe.clone(),
         // An ancestor whose exe the kernel would not show (pid 1 in some sandboxes) matches
@@ -155,24 +174,9 @@ fn known(identity: Identity) -> Known {
             .map(|a| a.exe.clone())
             .collect(),
         cmdline_paths: id.cmdline_paths.clone(),
-        audit: Arc::new(audit::Caller {
-            process: audit::Process {
-                pid: id.pid,
-                exe: id.exe.clone(),
-                cmdline: audit_cmdline(&id.cmdline),
-                uid: Some(id.uid),
-            },
-            ancestors: id
-                .ancestors
-                .iter()
-                .map(|a| audit::Process {
-                    pid: a.pid,
-                    exe: a.exe.clone(),
-                    cmdline: audit_cmdline(&a.cmdline),
-                    uid: None,
-                })
-                .collect(),
-        }),
-        identity: Arc::new(identity),
+        audit,
+        // The raw command lines live on in `audit` (in the form audit records them); the
+        // later checks never read them.
+        identity: Arc::new(identity.without_cmdlines()),
     }
 }

@@ -29,6 +29,7 @@ mod live;
 mod pool;
 mod record;
 mod request;
+mod seen;
 mod shared;
 mod stop;
 pub mod target;

@@ -97,6 +97,8 @@ pub struct Shared {
     pub(crate) live: Live,
     /// Idle upstream connections of inspected tunnels, kept per caller and destination.
     pub(super) pool: Arc<super::pool::Pool>,
+    /// The audit form of live connections' callers, one per unchanged process (`caller.rs`).
+    pub(super) seen: super::seen::Seen,
     next_id: AtomicU64,
 }
 
@@ -135,6 +137,7 @@ impl Shared {
         Shared {
             callers,
             pool: Arc::default(),
+            seen: super::seen::Seen::default(),
             policy: ArcSwap::from_pointee(policy),
             resolver,
             identity,
