@@ -213,6 +213,16 @@ fn rejudge(
     })
 }
 
+/// The destination plan (addresses allowed, the resolver's rules) of an admitted destination.
+fn plan(shared: &Shared, admitted: &Admitted) -> sluice_resolver::DestinationPlan {
+    destination::plan_for(
+        &admitted.policy,
+        &admitted.admission,
+        admitted.dst.host(),
+        shared.compat,
+    )
+}
+
 /// Resolves, vets and dials an admitted destination; `verb` names the request in a
 /// refusal. Returns the socket and the address dialled.
 pub async fn dial(
@@ -221,12 +231,7 @@ pub async fn dial(
     verb: &str,
 ) -> Result<(TcpStream, SocketAddr), Denial> {
     let dst = &admitted.dst;
-    let plan = destination::plan_for(
-        &admitted.policy,
-        &admitted.admission,
-        dst.host(),
-        shared.compat,
-    );
+    let plan = plan(shared, admitted);
     destination::connect(shared, &plan, dst.host(), dst.port())
         .await
         .map_err(|e| e.denial(verb, dst))
@@ -243,12 +248,7 @@ pub async fn dial_pinned(
     original: SocketAddr,
 ) -> Result<(TcpStream, SocketAddr), Denial> {
     let dst = &admitted.dst;
-    let plan = destination::plan_for(
-        &admitted.policy,
-        &admitted.admission,
-        dst.host(),
-        shared.compat,
-    );
+    let plan = plan(shared, admitted);
     destination::connect_at(shared, &plan, dst.host(), original)
         .await
         .map_err(|e| e.denial(verb, dst))
@@ -276,12 +276,7 @@ pub async fn dial_inspected(
     verb: &str,
 ) -> Result<(Dialled, SocketAddr), Denial> {
     let dst = &admitted.dst;
-    let plan = destination::plan_for(
-        &admitted.policy,
-        &admitted.admission,
-        dst.host(),
-        shared.compat,
-    );
+    let plan = plan(shared, admitted);
     let fail = |e: destination::DialError| e.denial(verb, dst);
     let mut vetted = destination::vet(shared, &plan, dst.host(), dst.port())
         .await
