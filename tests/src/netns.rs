@@ -51,7 +51,14 @@ srv.serve_forever()
 "#;
 
 impl TestHost {
+    /// A host serving `hello from the test host` over plain HTTP on a port of its own.
     pub fn start(tag: &str) -> Result<TestHost, String> {
+        TestHost::start_serving(tag, SERVER, &[])
+    }
+
+    /// A host running the Python `server` inside the namespace: it gets the host's address as
+    /// its first argument and `args` after it, and prints the port it listens on.
+    pub fn start_serving(tag: &str, server: &str, args: &[&str]) -> Result<TestHost, String> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let id = (std::process::id() % 200) + n * 7;
@@ -99,9 +106,10 @@ impl TestHost {
                 &ns,
                 "python3",
                 "-c",
-                SERVER,
+                server,
                 &guest_ip.to_string(),
             ])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -119,12 +127,19 @@ impl TestHost {
     }
 }
 
-impl Drop for TestHost {
-    fn drop(&mut self) {
+impl TestHost {
+    /// Stops the host's server (its sockets close, connections to it are reset).
+    pub fn stop_server(&mut self) {
         if let Some(mut c) = self.server.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        self.stop_server();
         let _ = ip(&["link", "del", &self.veth]);
         let _ = ip(&["netns", "del", &self.ns]);
     }

@@ -11,7 +11,7 @@
 //! unless it opts in, and an endpoint whose requests must be inspected is refused with 503
 //! when TLS termination is unavailable.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use bytes::BytesMut;
@@ -299,6 +299,7 @@ pub async fn tunnel(
     let _live = connection::hold(shared, conn, known, &admitted, kind, Some(addr));
     if inspect {
         let traffic = Arc::new(Traffic::default());
+        let reached = OnceLock::new();
         // Boxed: `select!` would hold a second copy of the future it is handed.
         let inspected = Box::pin(inspect::run(
             Inspected {
@@ -309,6 +310,7 @@ pub async fn tunnel(
                 upstream: (upstream, addr),
                 traffic: &traffic,
                 via: ctx.via,
+                reached: &reached,
             },
             (rd, wr),
             buf,
@@ -323,7 +325,7 @@ pub async fn tunnel(
         ctx.close_event(
             entry,
             Engine::L7,
-            addr,
+            reached.get().copied().unwrap_or(addr),
             traffic.bytes_in(),
             traffic.bytes_out(),
             &reason,

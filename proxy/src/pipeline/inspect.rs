@@ -18,7 +18,7 @@
 //! tunnel's, whose streams share it, when the client leaves.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use bytes::BytesMut;
@@ -33,6 +33,7 @@ use super::connection::{self, Admitted, Dialled, Scheme};
 use super::counted::{Counted, Prefixed, Traffic};
 use super::forward::{self, Route, Session, Tunnel};
 use super::lease::Lease;
+use super::live::Registration;
 use super::pool::{self, Client, Returned, Wanted};
 use super::shared::{Shared, TlsState};
 use super::upstream;
@@ -85,6 +86,9 @@ pub struct Inspected<'a> {
     pub traffic: &'a Arc<Traffic>,
     /// How the tunnel entered (`CONNECT`, or redirected to the transparent listener).
     pub via: Via,
+    /// Set to the address the upstream was reached at in the end, when it is not the one
+    /// above (for the tunnel's close event).
+    pub reached: &'a OnceLock<SocketAddr>,
 }
 
 /// The inspected tunnel, from just after the `200` to the end: the client's halves, and
@@ -102,7 +106,9 @@ pub async fn run(
         upstream: (upstream, addr),
         traffic,
         via,
+        reached,
     } = t;
+    let registered = addr;
     let host = admitted.dst.host().to_string();
     let port = admitted.dst.port();
     let entry = admitted.admission.entry.to_string();
@@ -157,6 +163,14 @@ pub async fn run(
                     return;
                 }
             };
+            let _moved = moved(
+                shared,
+                conn,
+                &caller,
+                &admitted,
+                (registered, addr),
+                reached,
+            );
             let sender = match Box::pin(upstream::http1(upstream)).await {
                 Ok(sender) => sender,
                 Err(e) => {
@@ -213,6 +227,14 @@ pub async fn run(
                     return;
                 }
             };
+            let _moved = moved(
+                shared,
+                conn,
+                &caller,
+                &admitted,
+                (registered, addr),
+                reached,
+            );
             let returned = |client| Returned {
                 key: key.clone(),
                 addr,
@@ -294,6 +316,34 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Registers the tunnel in the live registry again when its upstream was reached at another
+/// address (`now`) than the one the connection phase registered it at (a deferred dial whose
+/// pooled connection was gone, or a pooled connection at another vetted address), so that a
+/// reload judges the address the bytes go to; a reload that already narrowed the plan stops
+/// it at once (`connection::hold`). The registration lasts while the returned value does.
+fn moved<'s>(
+    shared: &'s Shared,
+    conn: &Conn,
+    caller: &Known,
+    admitted: &Admitted,
+    (registered, now): (SocketAddr, SocketAddr),
+    reached: &OnceLock<SocketAddr>,
+) -> Option<Registration<'s>> {
+    if now == registered {
+        return None;
+    }
+    let _ = reached.set(now);
+    let kind = connection::Kind::InspectedTunnel;
+    Some(connection::hold(
+        shared,
+        conn,
+        caller,
+        admitted,
+        kind,
+        Some(now),
+    ))
 }
 
 /// An upstream TLS connection made now, or taken from the pool.
