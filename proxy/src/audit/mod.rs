@@ -7,6 +7,7 @@
 //! placeholder or query string is ever put into a model (callers pass canonical paths
 //! without queries, and credential *names* only).
 
+pub mod cmdline;
 pub mod observe;
 pub mod ocsf;
 pub mod read;

@@ -125,31 +125,13 @@ fn blocking<T>(lookup: impl FnOnce() -> T) -> T {
     }
 }
 
-/// A command line as audit records it: query strings of URL arguments and credential
-/// placeholders are cut (queries and placeholders never reach a log; spec §7.2).
-fn audit_cmdline(argv: &[String]) -> Vec<String> {
-    argv.iter()
-        .map(|a| {
-            let a = match (a.contains("://"), a.find('?')) {
-                (true, Some(q)) => format!("{}?[query]", &a[..q]),
-                _ => a.clone(),
-            };
-            if a.contains("openshell:resolve:env:") || a.contains("OPENSHELL-RESOLVE-ENV-") {
-                "[placeholder]".to_string()
-            } else {
-                a
-            }
-        })
-        .collect()
-}
-
 fn known(seen: &Seen, identity: Identity) -> Known {
     let id = &identity;
     let audit = seen.share(audit::Caller {
         process: audit::Process {
             pid: id.pid,
             exe: id.exe.clone(),
-            cmdline: audit_cmdline(&id.cmdline),
+            cmdline: audit::cmdline::recorded(&id.cmdline),
             uid: Some(id.uid),
         },
         ancestors: id
@@ -158,7 +140,7 @@ fn known(seen: &Seen, identity: Identity) -> Known {
             .map(|a| audit::Process {
                 pid: a.pid,
                 exe: a.exe.clone(),
-                cmdline: audit_cmdline(&a.cmdline),
+                cmdline: audit::cmdline::recorded(&a.cmdline),
                 uid: None,
             })
             .collect(),

@@ -401,11 +401,31 @@ fn deny_query_matches(matchers: &[QueryMatcher], query: &[(String, String)]) -> 
         .all(|m| query.iter().any(|(k, v)| *k == m.key && m.value_matches(v)))
 }
 
+/// The caller's cmdline paths for a reason, joined with `, `: the caller chooses them, so at
+/// most 16 paths of at most 256 bytes each are named and the rest counted (a reason is
+/// repeated per matching entry and logged with every refusal).
+fn bounded_paths(paths: &[String]) -> String {
+    const MAX_PATHS: usize = 16;
+    const MAX_PATH: usize = 256;
+    let mut out: Vec<String> = paths
+        .iter()
+        .take(MAX_PATHS)
+        .map(|p| match p.char_indices().nth(MAX_PATH) {
+            Some((end, _)) => format!("{}…", &p[..end]),
+            None => p.clone(),
+        })
+        .collect();
+    if paths.len() > MAX_PATHS {
+        out.push(format!("+{} more", paths.len() - MAX_PATHS));
+    }
+    out.join(", ")
+}
+
 /// `binary '<exe>' not allowed in policy '<key>' (ancestors: [...], cmdline: [...]). SYMLINK
 /// HINT: ...`, one clause per policy whose endpoint matched, joined with `; ` (spec §2.8).
 fn binary_reason(caller: &Caller<'_>, entries: &[PolicyKey]) -> String {
     let ancestors = caller.ancestors.join(" -> ");
-    let cmdline = caller.cmdline.join(", ");
+    let cmdline = bounded_paths(caller.cmdline);
     entries
         .iter()
         .map(|key| {
@@ -418,4 +438,21 @@ fn binary_reason(caller: &Caller<'_>, entries: &[PolicyKey]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bounded_paths;
+
+    #[test]
+    fn a_reason_names_at_most_sixteen_paths_each_cut() {
+        let few = vec!["/a".to_string(), "/b".to_string()];
+        assert_eq!(bounded_paths(&few), "/a, /b");
+        let many: Vec<String> = (0..1000).map(|i| format!("/{}", "x".repeat(i))).collect();
+        let text = bounded_paths(&many);
+        assert!(text.ends_with(", +984 more"), "{text}");
+        assert!(text.len() < 17 * 260, "{}", text.len());
+        let long = vec!["/é".repeat(300)];
+        assert!(bounded_paths(&long).ends_with('…'));
+    }
 }
