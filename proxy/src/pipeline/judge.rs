@@ -1,7 +1,8 @@
 //! One request's judgement on an admitted connection, shared by every transport (HTTP/1
 //! forward and tunnel, HTTP/2 tunnel): the L7 rules of inspected endpoints, canonicalisation
 //! of the target (what policy judged is what goes upstream), the methods a request names
-//! through override headers (each judged like the request line's), and the refusal to send
+//! through override headers, the query or a form body (each judged like the request
+//! line's), and the refusal to send
 //! when the answer is no.
 
 use super::caller::Known;
@@ -13,6 +14,7 @@ use crate::policy::Policy;
 use crate::policy::Request as PolicyRequest;
 use crate::policy::canon;
 use crate::policy::decide::{Admission, RequestBasis, RequestDecision, Verdict};
+use crate::policy::model::MethodMatcher;
 
 /// The method of one request: the request line's, and the ones its override headers name
 /// (read by [`method_override::from_headers`], the same for HTTP/1 and HTTP/2).
@@ -109,10 +111,7 @@ pub fn judge(
     if let Some(r) = decision.rule() {
         judged.policy = r.origin.entry.to_string();
     }
-    let shown_path = judged
-        .path
-        .clone()
-        .unwrap_or_else(|| path_and_query.split('?').next().unwrap_or("/").to_string());
+    let shown_path = shown_path(&judged, path_and_query);
     if let (Verdict::Deny, RequestBasis::Target(e)) = (decision.verdict, &decision.basis) {
         judged.engine = Engine::HttpParser;
         let refusal = Refusal::new(
@@ -141,26 +140,112 @@ pub fn judge(
         source: None,
     };
     verdict(&mut judged, &decision, line, known, hp, &shown_path)?;
-    for o in named.iter().filter(|o| o.method != method_up) {
-        let also = policy.decide_request(
-            admission,
-            // Judged as the method it names: a WebSocket upgrade is judged as `GET`.
-            &PolicyRequest {
-                method: &o.method,
-                target: path_and_query.as_bytes(),
-                websocket_upgrade: false,
-            },
-        );
-        let named = Named {
-            method: &method_up,
-            source: Some(o),
-        };
-        verdict(&mut judged, &also, named, known, hp, &shown_path)?;
-    }
+    let also = Also {
+        policy,
+        admission,
+        known,
+        line: &method_up,
+        path_and_query,
+        hp,
+    };
+    also.judge(&mut judged, &named)?;
     if let Some(t) = decision.target {
         judged.origin_form = t.to_origin_form();
     }
     Ok(judged)
+}
+
+/// The path a refusal names: the canonical one, else the target's without its query.
+fn shown_path(judged: &Judged, path_and_query: &str) -> String {
+    judged
+        .path
+        .clone()
+        .unwrap_or_else(|| path_and_query.split('?').next().unwrap_or("/").to_string())
+}
+
+/// The methods a request names besides its request line's (override headers, the `_method`
+/// query parameter, its form body's `_method` fields), judged on the target and admission
+/// its request line was judged on.
+#[derive(Clone, Copy)]
+pub struct Also<'a> {
+    pub policy: &'a Policy,
+    pub admission: &'a Admission,
+    pub known: &'a Known,
+    /// The request line's method, upper case.
+    pub line: &'a str,
+    pub path_and_query: &'a str,
+    /// `host:port` of the tunnel or forward target.
+    pub hp: &'a str,
+}
+
+impl Also<'_> {
+    /// Judges each of `named` (but the request line's own) into `judged`; the first denial
+    /// is the refusal, naming the override.
+    pub fn judge(
+        &self,
+        judged: &mut Judged,
+        named: &[Override],
+    ) -> Result<(), Box<(Refusal, Judged)>> {
+        let shown_path = shown_path(judged, self.path_and_query);
+        for o in named.iter().filter(|o| o.method != self.line) {
+            let decision = self.policy.decide_request(
+                self.admission,
+                // Judged as the method it names: a WebSocket upgrade is judged as `GET`.
+                &PolicyRequest {
+                    method: &o.method,
+                    target: self.path_and_query.as_bytes(),
+                    websocket_upgrade: false,
+                },
+            );
+            let named = Named {
+                method: self.line,
+                source: Some(o),
+            };
+            verdict(judged, &decision, named, self.known, self.hp, &shown_path)?;
+        }
+        Ok(())
+    }
+
+    /// Whether some method other than the request line's would be refused here: only then
+    /// can a method named in the body change the answer, and only then must sluice read it.
+    /// Every method that decides differently is tried: the registered ones, each extension
+    /// method a rule of these endpoints names, and one no rule names.
+    pub fn any_denied(&self) -> bool {
+        const KNOWN: [&str; 8] = [
+            "GET",
+            "HEAD",
+            "POST",
+            "PUT",
+            "DELETE",
+            "PATCH",
+            "OPTIONS",
+            // Stands for every method no rule names.
+            "SLUICE-UNNAMED-METHOD",
+        ];
+        let endpoints = self.admission.l7_endpoints(self.policy);
+        let named_by_rules = endpoints
+            .iter()
+            .flat_map(|(_, e)| e.rules.iter().chain(e.deny_rules.iter()))
+            .filter_map(|r| match &r.method {
+                MethodMatcher::Other(m) => Some(&**m),
+                _ => None,
+            });
+        KNOWN
+            .into_iter()
+            .chain(named_by_rules)
+            .filter(|m| *m != self.line)
+            .any(|method| {
+                let decision = self.policy.decide_request(
+                    self.admission,
+                    &PolicyRequest {
+                        method,
+                        target: self.path_and_query.as_bytes(),
+                        websocket_upgrade: false,
+                    },
+                );
+                decision.verdict == Verdict::Deny
+            })
+    }
 }
 
 /// The method one decision judged: the request line's, or one named by an override.
