@@ -136,8 +136,10 @@ pub fn hold<'s>(
 
 /// Re-judges every live connection at L4 under the policy now in force (a reload has just
 /// stored it) and stops each it no longer allows, with the reason; one still allowed is not
-/// touched. Returns how many were stopped.
+/// touched. Idle pooled upstream connections are closed. Returns how many were stopped.
 pub fn revoke_disallowed(shared: &Shared) -> usize {
+    // Idle pooled upstream connections were made under the old configuration: closed now.
+    shared.pool.retire(current_epoch(shared));
     let revoked = shared.live.sweep(&shared.policy.load_full());
     crate::metrics::connections_revoked(revoked);
     revoked
