@@ -206,46 +206,57 @@ impl Also<'_> {
         Ok(())
     }
 
-    /// Whether some method other than the request line's would be refused here: only then
-    /// can a method named in the body change the answer, and only then must sluice read it.
-    /// Every method that decides differently is tried: the registered ones, each extension
-    /// method a rule of these endpoints names, and one no rule names.
+    /// Whether some method other than the request line's would be refused here (see
+    /// [`any_other_denied`]).
     pub fn any_denied(&self) -> bool {
-        const KNOWN: [&str; 8] = [
-            "GET",
-            "HEAD",
-            "POST",
-            "PUT",
-            "DELETE",
-            "PATCH",
-            "OPTIONS",
-            // Stands for every method no rule names.
-            "SLUICE-UNNAMED-METHOD",
-        ];
-        let endpoints = self.admission.l7_endpoints(self.policy);
-        let named_by_rules = endpoints
-            .iter()
-            .flat_map(|(_, e)| e.rules.iter().chain(e.deny_rules.iter()))
-            .filter_map(|r| match &r.method {
-                MethodMatcher::Other(m) => Some(&**m),
-                _ => None,
-            });
-        KNOWN
-            .into_iter()
-            .chain(named_by_rules)
-            .filter(|m| *m != self.line)
-            .any(|method| {
-                let decision = self.policy.decide_request(
-                    self.admission,
-                    &PolicyRequest {
-                        method,
-                        target: self.path_and_query.as_bytes(),
-                        websocket_upgrade: false,
-                    },
-                );
-                decision.verdict == Verdict::Deny
-            })
+        any_other_denied(self.policy, self.admission, self.line, self.path_and_query)
     }
+}
+
+/// Whether some method other than `line` (upper case) would be refused on `path_and_query`:
+/// only then can a method named in a body change the answer, and only then must sluice read
+/// it. Every method that decides differently is tried: the registered ones, each extension
+/// method a rule of these endpoints names, and one no rule names.
+fn any_other_denied(
+    policy: &Policy,
+    admission: &Admission,
+    line: &str,
+    path_and_query: &str,
+) -> bool {
+    const KNOWN: [&str; 8] = [
+        "GET",
+        "HEAD",
+        "POST",
+        "PUT",
+        "DELETE",
+        "PATCH",
+        "OPTIONS",
+        // Stands for every method no rule names.
+        "SLUICE-UNNAMED-METHOD",
+    ];
+    let endpoints = admission.l7_endpoints(policy);
+    let named_by_rules = endpoints
+        .iter()
+        .flat_map(|(_, e)| e.rules.iter().chain(e.deny_rules.iter()))
+        .filter_map(|r| match &r.method {
+            MethodMatcher::Other(m) => Some(&**m),
+            _ => None,
+        });
+    KNOWN
+        .into_iter()
+        .chain(named_by_rules)
+        .filter(|m| *m != line)
+        .any(|method| {
+            let decision = policy.decide_request(
+                admission,
+                &PolicyRequest {
+                    method,
+                    target: path_and_query.as_bytes(),
+                    websocket_upgrade: false,
+                },
+            );
+            decision.verdict == Verdict::Deny
+        })
 }
 
 /// The method one decision judged: the request line's, or one named by an override.
@@ -417,7 +428,49 @@ fn split_host_port(hp: &str) -> (String, Option<u16>) {
 
 #[cfg(test)]
 mod tests {
-    use super::split_host_port;
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::{any_other_denied, split_host_port};
+    use crate::policy::{Caller, Compat, L4Decision, Source, load};
+
+    /// Whether a method other than POST is refused on `/a` under an endpoint with `rules`.
+    fn other_denied(rules: &str) -> bool {
+        let text = format!(
+            "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - host: h.test\n        port: 443\n        protocol: rest\n        enforcement: enforce\n{rules}    binaries:\n      - path: /usr/bin/curl\n"
+        );
+        let sources = [Source {
+            name: "p.yaml".to_string(),
+            text,
+        }];
+        let policy = load(&sources, Compat::Strict).unwrap().policy;
+        let caller = Caller {
+            exe: "/usr/bin/curl",
+            ancestors: &[],
+            cmdline: &[],
+        };
+        let L4Decision::Allow(admission) = policy.decide_l4(&caller, "h.test", 443) else {
+            panic!("not admitted");
+        };
+        any_other_denied(&policy, &admission, "POST", "/a?x=1")
+    }
+
+    #[test]
+    fn overrides_matter_only_where_another_method_is_refused() {
+        assert!(!other_denied(
+            "        rules:\n          - allow: {method: \"*\", path: /**}\n"
+        ));
+        assert!(other_denied(
+            "        rules:\n          - allow: {method: GET, path: /**}\n          - allow: {method: POST, path: /**}\n"
+        ));
+        // Only an extension method a deny rule names is refused: it is tried too.
+        assert!(other_denied(
+            "        rules:\n          - allow: {method: \"*\", path: /**}\n        deny_rules:\n          - {method: PURGE, path: /a}\n"
+        ));
+        // Refused elsewhere only: no method named here could change the answer.
+        assert!(!other_denied(
+            "        rules:\n          - allow: {method: \"*\", path: /**}\n        deny_rules:\n          - {method: DELETE, path: /b}\n"
+        ));
+    }
 
     #[test]
     fn host_and_port_are_split_for_names_and_ipv6_literals() {
