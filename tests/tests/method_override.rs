@@ -185,6 +185,19 @@ const FORM_CASES: &[FormCase] = &[
         Some("policy_denied"),
         Some("form field _method"),
     ),
+    // A chunked body is read the same.
+    (
+        &[
+            "-H",
+            "Transfer-Encoding: chunked",
+            "-d",
+            "a=1&_method=DELETE",
+        ],
+        "/items/20",
+        403,
+        Some("policy_denied"),
+        Some("form field _method"),
+    ),
     (
         &["-F", "a=b", "-F", "_method=DELETE"],
         "/items/14",
