@@ -49,6 +49,10 @@
 //! - Completing the owner set reads the fd table of every sibling of the topmost owner, so a
 //!   client whose parent has thousands of children costs about as much as a full scan.
 //! - The proxy's own process is never searched: a client's socket cannot reach it.
+//! - A lookup, confirmation or re-check during which a `/proc` file or the netlink socket
+//!   could not be opened for want of descriptors (`EMFILE`, `ENFILE`) fails with
+//!   [`IdentityError::DescriptorsExhausted`], whatever it found: a search that could not
+//!   read everything it meant to may have missed a holder.
 //! - A socket held only by a thread that unshared its fd table (`clone` without `CLONE_FILES`)
 //!   is found only through the thread group leader's table.
 //! - Reading another user's fd table needs CAP_SYS_PTRACE (or root); entering another network
