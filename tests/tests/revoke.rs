@@ -525,7 +525,7 @@ fn a_raw_tunnel_to_a_host_that_gains_a_credential_binding_is_closed() {
         &sluice,
         bound.port,
         &format!(
-            "a credential is now bound to 127.0.0.1:{}; the uninspected tunnel is closed",
+            "a credential is bound to 127.0.0.1:{} and no endpoint allows it uninspected; the uninspected tunnel is closed",
             bound.port
         ),
     );
@@ -546,6 +546,26 @@ fn a_raw_tunnel_to_a_host_that_gains_a_credential_binding_is_closed() {
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
     assert!(answer.contains("uninspected_credentials"), "{answer}");
+    // A policy that withdraws the opt-in closes that tunnel too.
+    let withdrawn = policy(&[
+        l4_entry("api", bound.port, &[&me]),
+        l4_entry("other", unbound.port, &[&me]),
+        l4_entry("open", opted_in.port, &[&me]),
+    ]);
+    reload_to(&sluice, &withdrawn, 3);
+    assert!(
+        open.closed_within().is_some(),
+        "the opted-out tunnel is open"
+    );
+    revoked_close(
+        &sluice,
+        opted_in.port,
+        &format!(
+            "a credential is bound to 127.0.0.1:{} and no endpoint allows it uninspected",
+            opted_in.port
+        ),
+    );
+    assert_eq!(other.echo("w"), "w");
     assert!(!sluice.stderr().contains("s3cr3t-never-seen"));
     assert_events_valid(&sluice);
 }

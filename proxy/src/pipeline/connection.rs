@@ -229,7 +229,9 @@ fn rejudge(
             now.admission.entry
         ),
         Ok(now) if kind == Kind::RawTunnel && uninspected_credentials(credentials, &now) => {
-            format!("a credential is now bound to {dst}; the uninspected tunnel is closed")
+            format!(
+                "a credential is bound to {dst} and no endpoint allows it uninspected; the uninspected tunnel is closed"
+            )
         }
         Ok(now) => {
             let d = dialled?;
