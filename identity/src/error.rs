@@ -113,6 +113,15 @@ pub enum IdentityError {
         source: io::Error,
     },
 
+    /// sluice ran out of file descriptors (`EMFILE`, or `ENFILE` for the whole system) while
+    /// identifying: the files that say who the caller is could not be opened, which says
+    /// nothing about the caller. Whatever the identification found is not trusted.
+    #[error(
+        "failed to resolve peer binary: sluice is out of file descriptors (too many open files); \
+         raise its open-file limit (LimitNOFILE) or lower --max-connections"
+    )]
+    DescriptorsExhausted,
+
     /// An owner's /proc entry exists but could not be read (permissions, a malformed file).
     #[error("failed to resolve peer binary for PID {pid}: cannot read its /proc entry")]
     ProcUnreadable {

@@ -92,7 +92,7 @@ impl KeptFiles {
         if let Some(fd) = cell.get() {
             return Ok(fd.as_fd());
         }
-        let opened = rustix::fs::openat(
+        let opened = crate::exhaust::openat(
             &self.dir,
             name.as_str(),
             OFlags::RDONLY | OFlags::CLOEXEC,
@@ -109,7 +109,7 @@ impl KeptFiles {
     ) -> Option<rustix::io::Result<T>> {
         self.fd_dir.with(
             || {
-                rustix::fs::openat(
+                crate::exhaust::openat(
                     &self.dir,
                     "fd",
                     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -221,7 +221,21 @@ fn capacity() -> usize {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
         .unwrap_or(u64::MAX);
+    capacity_under(limit)
+}
+
+fn capacity_under(limit: u64) -> usize {
     usize::try_from(limit / LIMIT_PER_PROCESS).map_or(CAPACITY, |room| room.min(CAPACITY))
+}
+
+/// Descriptors one kept process holds at most: `/proc/<pid>`, `stat`, `cmdline`,
+/// `children`, the fd directory, and the `task/` listing with [`THREADS_KEPT`] threads'
+/// `children` files.
+const DESCRIPTORS_PER_PROCESS: usize = 5 + THREADS_KEPT;
+
+/// The most descriptors kept processes hold under an open-file limit of `limit`.
+pub(crate) fn most_descriptors(limit: u64) -> u64 {
+    (capacity_under(limit) * DESCRIPTORS_PER_PROCESS) as u64
 }
 
 /// A directory listing kept open: a directory's position belongs to its open file, so one
@@ -275,6 +289,16 @@ mod tests {
             open("/proc/self", OFlags::PATH | OFlags::DIRECTORY),
             open("/proc/self/stat", OFlags::RDONLY),
         ))
+    }
+
+    #[test]
+    fn the_descriptors_kept_stay_within_a_tenth_of_the_limit() {
+        assert_eq!(most_descriptors(100), 0);
+        assert_eq!(most_descriptors(1024), 8 * 13);
+        assert_eq!(most_descriptors(1 << 20), 208);
+        for limit in [128, 600, 1024, 4096, 65536] {
+            assert!(most_descriptors(limit) <= limit / 9, "{limit}");
+        }
     }
 
     #[test]

@@ -49,6 +49,10 @@
 //! - Completing the owner set reads the fd table of every sibling of the topmost owner, so a
 //!   client whose parent has thousands of children costs about as much as a full scan.
 //! - The proxy's own process is never searched: a client's socket cannot reach it.
+//! - A lookup, confirmation or re-check during which a `/proc` file or the netlink socket
+//!   could not be opened for want of descriptors (`EMFILE`, `ENFILE`) fails with
+//!   [`IdentityError::DescriptorsExhausted`], whatever it found: a search that could not
+//!   read everything it meant to may have missed a holder.
 //! - A socket held only by a thread that unshared its fd table (`clone` without `CLONE_FILES`)
 //!   is found only through the thread group leader's table.
 //! - Reading another user's fd table needs CAP_SYS_PTRACE (or root); entering another network
@@ -62,6 +66,7 @@
 
 mod diag;
 mod error;
+mod exhaust;
 mod identity;
 mod kept;
 mod netns;
@@ -71,6 +76,15 @@ mod recent;
 mod resolver;
 
 pub use error::IdentityError;
+
+/// The most file descriptors an [`IdentityResolver`] keeps open across lookups under an
+/// open-file limit of `open_file_limit`: the `/proc` files of the ancestors it keeps (a tenth
+/// of the limit at most, see the crate documentation) and its netlink sockets. Besides these,
+/// it keeps one per identified process while connections it identified last (its
+/// `/proc/<pid>`), and a lookup opens a few while it runs.
+pub fn descriptors_kept(open_file_limit: u64) -> u64 {
+    kept::most_descriptors(open_file_limit) + netns::POOL_SIZE as u64
+}
 pub use identity::{Ancestor, ClientSocket, Identity};
 pub use owners::full_scan_owners;
 pub use resolver::{IdentityConfig, IdentityResolver};

@@ -25,7 +25,7 @@ use crate::error::IdentityError;
 use crate::procfs::is_gone;
 
 /// Idle own-namespace sockets kept for reuse; more are opened under load and closed after.
-const POOL_SIZE: usize = 8;
+pub(crate) const POOL_SIZE: usize = 8;
 
 /// (st_dev, st_ino) of a `ns/net` file: the namespace's identity.
 type NsKey = (u64, u64);

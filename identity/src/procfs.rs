@@ -145,8 +145,7 @@ pub(crate) fn is_gone(err: &io::Error) -> bool {
 
 /// Whether an error means "this process has no descriptor left" (`EMFILE`, `ENFILE`).
 fn is_out_of_descriptors(err: &io::Error) -> bool {
-    let code = err.raw_os_error();
-    code == Some(Errno::MFILE.raw_os_error()) || code == Some(Errno::NFILE.raw_os_error())
+    Errno::from_io_error(err).is_some_and(crate::exhaust::is_exhaustion)
 }
 
 fn invalid(what: &str) -> io::Error {
@@ -206,7 +205,7 @@ impl ProcFs {
 
     /// Opens `/proc/<pid>`; from then on every read names that process or fails.
     pub(crate) fn pid_dir(&self, pid: u32) -> io::Result<ProcDir> {
-        let fd = rustix::fs::openat(
+        let fd = crate::exhaust::openat(
             &self.root,
             DecInt::new(pid),
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -235,15 +234,19 @@ impl ProcFs {
                 Err(_) => self.kept.forget(&kept),
             }
         }
+        let before = crate::exhaust::seen();
         let dir = match self.pid_dir(pid) {
             // Out of descriptors: the kept ones go first, then it is tried once more.
             Err(err) if is_out_of_descriptors(&err) => {
                 self.kept.clear();
-                self.pid_dir(pid)?
+                let retried = self.pid_dir(pid)?;
+                // Closing them made room: nothing was missed.
+                crate::exhaust::recovered(before);
+                retried
             }
             opened => opened?,
         };
-        let opened = rustix::fs::openat(
+        let opened = crate::exhaust::openat(
             dir.files.dir(),
             "stat",
             OFlags::RDONLY | OFlags::CLOEXEC,
@@ -276,7 +279,7 @@ impl ProcFs {
         let fd = match self.last_pid.get() {
             Some(fd) => fd,
             None => {
-                let opened = rustix::fs::openat(
+                let opened = crate::exhaust::openat(
                     &self.root,
                     "sys/kernel/ns_last_pid",
                     OFlags::RDONLY | OFlags::CLOEXEC,
@@ -328,7 +331,7 @@ impl ProcFs {
 
     fn root_dir(&self) -> io::Result<Dir> {
         // A fresh open file: directory positions are per open file, and lookups run in parallel.
-        let fd = rustix::fs::openat(
+        let fd = crate::exhaust::openat(
             &self.root,
             ".",
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -342,7 +345,7 @@ impl ProcFs {
 /// reader's `status` lists its pid in each namespace from the mount's down to its own, so a
 /// single column means they are one. (The mount's init's `ns/pid` may not be readable.)
 fn own_pid_ns_if_the_mounts(root: &OwnedFd) -> Option<Vec<u8>> {
-    let fd = rustix::fs::openat(
+    let fd = crate::exhaust::openat(
         root,
         "self/status",
         OFlags::RDONLY | OFlags::CLOEXEC,
@@ -418,7 +421,7 @@ impl Files {
         {
             return Ok(found?);
         }
-        let fd_dir = rustix::fs::openat(
+        let fd_dir = crate::exhaust::openat(
             self.dir(),
             "fd",
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -565,7 +568,7 @@ impl ProcDir {
                 task.rewind();
                 task
             }
-            None => task.insert(Dir::new(rustix::fs::openat(
+            None => task.insert(Dir::new(crate::exhaust::openat(
                 self.files.dir(),
                 "task",
                 OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -589,7 +592,7 @@ impl ProcDir {
             }
             kept.remove(&tid);
             let path = format!("{tid}/children");
-            match rustix::fs::openat(
+            match crate::exhaust::openat(
                 task.fd()?,
                 path.as_str(),
                 OFlags::RDONLY | OFlags::CLOEXEC,
@@ -762,7 +765,7 @@ fn read_at(
     limit: usize,
     complete: Complete,
 ) -> io::Result<Vec<u8>> {
-    let fd = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let fd = crate::exhaust::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
     read_limited(fd.as_fd(), limit, complete)
 }
 

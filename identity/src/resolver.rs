@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use crate::error::IdentityError;
+use crate::exhaust;
 use crate::identity::{ClientSocket, Holder, Identity, read_exe, read_identity};
 use crate::netns::Namespaces;
 use crate::owners::OwnerSearch;
@@ -91,7 +92,14 @@ impl IdentityResolver {
     /// `peer` is the accepted socket's peer address (the client's local address); `local` is
     /// the accepted socket's local address, i.e. the proxy's address as the client sees it (for
     /// redirected connections, the original destination).
+    ///
+    /// Fails with [`IdentityError::DescriptorsExhausted`] when sluice ran out of file
+    /// descriptors on the way, whatever else it found.
     pub fn lookup(&self, peer: SocketAddr, local: SocketAddr) -> Result<Identity, IdentityError> {
+        exhaust::guarded(|| self.lookup_now(peer, local))
+    }
+
+    fn lookup_now(&self, peer: SocketAddr, local: SocketAddr) -> Result<Identity, IdentityError> {
         let socket = self
             .namespaces
             .find(peer, local)?
@@ -153,11 +161,13 @@ impl IdentityResolver {
     /// per request. It does not look for other holders; [`Self::recheck`] does. When the check
     /// fails, the recheck says who holds the socket now ([`IdentityError::HolderChanged`]).
     pub fn confirm(&self, previous: &Identity) -> Result<(), IdentityError> {
-        let proc = self.procfs()?;
-        if still_held(proc, previous) {
-            return Ok(());
-        }
-        self.recheck(previous)
+        exhaust::guarded(|| {
+            let proc = self.procfs()?;
+            if still_held(proc, previous) {
+                return Ok(());
+            }
+            self.recheck_now(previous)
+        })
     }
 
     /// Checks that the socket `previous` was read from is still held by that same process
@@ -171,6 +181,10 @@ impl IdentityResolver {
     /// Cheaper than a lookup: no netlink query (the connection's socket is known), no reading
     /// of the siblings' fd tables, and the identified process is where the search starts.
     pub fn recheck(&self, previous: &Identity) -> Result<(), IdentityError> {
+        exhaust::guarded(|| self.recheck_now(previous))
+    }
+
+    fn recheck_now(&self, previous: &Identity) -> Result<(), IdentityError> {
         let proc = self.procfs()?;
         let inode = previous.socket.inode;
         let hint = [RecentPid {

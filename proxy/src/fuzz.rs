@@ -17,6 +17,7 @@ use crate::credentials::profile::{CredentialName, CredentialRef, Placement, Prof
 use crate::credentials::rewrite;
 use crate::credentials::secrets::Secret;
 use crate::http::body::{self, BodySink, ChannelBody};
+use crate::http::form_override::{self, FormKind};
 use crate::http::head::{self, BodyFraming};
 use crate::http::method_override;
 use crate::pipeline::authority::Authority;
@@ -52,11 +53,17 @@ pub fn http_head(data: &[u8]) {
 }
 
 /// A request body: the first byte picks the framing (chunked, or a Content-Length), the rest
-/// is the body as sent, decoded through the same pump as the proxy, guard on.
+/// is the body as sent, decoded through the same pump as the proxy, guard on; the same bytes
+/// are also read as a form body for `_method` fields, urlencoded and multipart.
 pub fn request_body(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };
+    let _ = form_override::from_body(&FormKind::Urlencoded, rest);
+    let _ = form_override::from_body(
+        &FormKind::Multipart(vec![b'-'; usize::from(pick % 4)]),
+        rest,
+    );
     let framing = match pick % 4 {
         0 | 1 => BodyFraming::Chunked,
         2 => BodyFraming::Length(u64::from(pick)),

@@ -1,5 +1,6 @@
 //! `sluice run` and the process limits it starts under: a soft open-file limit below the hard
-//! one is raised (each proxied connection holds two descriptors), and a limit too small for
+//! one is raised (each proxied connection holds up to three descriptors, and caller
+//! identification keeps some open), and a limit too small for
 //! `--max-connections` is reported at start.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
@@ -61,7 +62,7 @@ fn a_limit_too_small_for_max_connections_is_reported() {
     let ((soft, _), err) = limits_under("ulimit -n 600", &["--max-connections", "1000"]);
     assert_eq!(soft, 600);
     assert!(
-        err.contains("open-file limit (600) carries about 268 proxied connections, fewer than --max-connections 1000"),
+        err.contains("open-file limit (600) carries about 158 proxied connections, fewer than --max-connections 1000"),
         "{err}"
     );
     let (_, err) = limits_under("ulimit -n 600", &["--max-connections", "100"]);

@@ -3,7 +3,8 @@
 //! every TLS handshake they finish. One caller's sequential client connections share one
 //! upstream connection (HTTP/1.1 and HTTP/2); another caller never gets it, nor the first
 //! caller's credential; a response ended by `Connection: close` or left unread is not pooled;
-//! an origin closing idle connections fails no request; a reload retires pooled connections.
+//! an origin closing idle connections fails no request; a reload retires pooled connections
+//! and closes the idle ones at once.
 //! A kept-alive HTTP/1.1 client connection that goes idle gives its upstream connection back
 //! (another client of the same caller reuses it, the idle one takes one again for its next
 //! request), and a caller holding many idle connections makes sluice hold no more upstream
@@ -436,6 +437,35 @@ fn a_reload_retires_pooled_connections() {
     );
     wait_requests(&origin, 4);
     // One new connection after the reload, pooled in turn.
+    assert_eq!(origin.connections(), (2, 2), "{:?}", origin.lines());
+}
+
+#[test]
+fn a_reload_closes_idle_pooled_connections_at_once() {
+    let dir = TempDir::new("pool-reload-close");
+    let origin = Origin::start(&dir, 0.0);
+    let (sluice, ca) = setup(&dir, &origin, "");
+    for http in ["--http1.1", "--http2"] {
+        ok(&curl(&sluice, &ca, origin.port, "/", &[http]), &sluice);
+    }
+    wait_requests(&origin, 2);
+    let done = std::time::Instant::now();
+    // Kept idle for the next client connection of the same caller, one per ALPN offer (the
+    // origin speaks HTTP/1.1 only; curl offers h2 too with --http2).
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(origin.open(), 2, "{:?}", origin.lines());
+    let (code, _, err) = run(Command::new("kill").args(["-HUP", &sluice.pid().to_string()]));
+    assert_eq!(code, 0, "{err}");
+    sluice.wait_event("the reload", |e| class(e) == 5019);
+    // Closed at the reload, not when its idle timeout (4 s) runs out.
+    while origin.open() > 0 {
+        assert!(
+            done.elapsed() < Duration::from_millis(3000),
+            "a pooled connection outlived the reload: {:?}",
+            origin.lines()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(origin.connections(), (2, 2), "{:?}", origin.lines());
 }
 

@@ -4,7 +4,8 @@
 //! (promptly, with a close event naming the revocation) when the reloaded policy no longer
 //! allows them; a tunnel another entry still allows, and one whose only change is in its L7
 //! rules, are not touched; a change of an entry's binaries closes only that caller's tunnels;
-//! a raw tunnel to an endpoint the new policy inspects is closed; a tunnel dialled to an
+//! a raw tunnel to an endpoint the new policy inspects is closed, and so is one to a host
+//! that a reloaded providers file binds a credential to; a tunnel dialled to an
 //! address that a narrowed `allowed_ips` no longer covers is closed (origins in network
 //! namespaces, as loopback addresses are never allowed by `allowed_ips`; needs root). Every
 //! audit event is validated against OCSF.
@@ -473,6 +474,99 @@ fn a_raw_tunnel_to_an_endpoint_the_new_policy_inspects_is_closed() {
             origin.port
         ),
     );
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn a_raw_tunnel_to_a_host_that_gains_a_credential_binding_is_closed() {
+    let bound = TcpEcho::start();
+    let unbound = TcpEcho::start();
+    let opted_in = TcpEcho::start();
+    let me = me();
+    let dir = TempDir::new("revoke-creds");
+    let providers = |port: u16| {
+        format!(
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {port}\n  - host: 127.0.0.1\n    port: {}\n",
+            opted_in.port
+        )
+    };
+    // At first the credential is bound elsewhere (to the opted-in endpoint only).
+    let file = dir.write("providers.yaml", &providers(opted_in.port));
+    let opted = format!(
+        "  open:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, allow_uninspected_credentials: true}}\n    binaries:\n      - path: {me}\n",
+        opted_in.port
+    );
+    let text = policy(&[
+        l4_entry("api", bound.port, &[&me]),
+        l4_entry("other", unbound.port, &[&me]),
+        opted,
+    ]);
+    let sluice = Sluice::start_with_env(
+        &text,
+        &[
+            "--allow-loopback-upstream",
+            "--providers",
+            file.to_str().unwrap(),
+        ],
+        &[("TEST_API_KEY", "s3cr3t-never-seen")],
+    );
+    let mut tunnel = Tunnel::open(&sluice, bound.port);
+    let mut other = Tunnel::open(&sluice, unbound.port);
+    let mut open = Tunnel::open(&sluice, opted_in.port);
+    assert_eq!(tunnel.echo("x"), "x");
+    // The policy is unchanged; the destination now has a credential bound to it, which an
+    // uninspected tunnel would carry unchecked.
+    replace(&file, &providers(bound.port));
+    sluice.wait_event("the reload", |_| {
+        sluice.events().iter().filter(|e| class(e) == 5019).count() >= 2
+    });
+    assert!(tunnel.closed_within().is_some(), "the raw tunnel is open");
+    revoked_close(
+        &sluice,
+        bound.port,
+        &format!(
+            "a credential is bound to 127.0.0.1:{} and no endpoint allows it uninspected; the uninspected tunnel is closed",
+            bound.port
+        ),
+    );
+    // A tunnel to a host without a binding, and one whose endpoint opts in to uninspected
+    // credentials, go on.
+    assert_eq!(other.echo("y"), "y");
+    assert_eq!(open.echo("z"), "z");
+    assert_eq!(closes_to(&sluice, unbound.port).len(), 0);
+    assert_eq!(closes_to(&sluice, opted_in.port).len(), 0);
+    // A new tunnel there is refused as at any CONNECT.
+    let mut s = TcpStream::connect(sluice.addr()).unwrap();
+    write!(
+        s,
+        "CONNECT 127.0.0.1:{0} HTTP/1.1\r\nHost: 127.0.0.1:{0}\r\n\r\n",
+        bound.port
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.contains("uninspected_credentials"), "{answer}");
+    // A policy that withdraws the opt-in closes that tunnel too.
+    let withdrawn = policy(&[
+        l4_entry("api", bound.port, &[&me]),
+        l4_entry("other", unbound.port, &[&me]),
+        l4_entry("open", opted_in.port, &[&me]),
+    ]);
+    reload_to(&sluice, &withdrawn, 3);
+    assert!(
+        open.closed_within().is_some(),
+        "the opted-out tunnel is open"
+    );
+    revoked_close(
+        &sluice,
+        opted_in.port,
+        &format!(
+            "a credential is bound to 127.0.0.1:{} and no endpoint allows it uninspected",
+            opted_in.port
+        ),
+    );
+    assert_eq!(other.echo("w"), "w");
+    assert!(!sluice.stderr().contains("s3cr3t-never-seen"));
     assert_events_valid(&sluice);
 }
 

@@ -424,9 +424,9 @@ fn start_otlp(flag: Option<&str>, audit: &Arc<AuditSink>) -> Result<(), ExitCode
     Ok(())
 }
 
-/// Raises the soft open-file limit to the hard one (each proxied connection holds two
-/// descriptors, and distributions start services at 1024), and warns when even that cannot
-/// carry `--max-connections`.
+/// Raises the soft open-file limit to the hard one (each proxied connection holds up to
+/// three descriptors, and distributions start services at 1024), and warns when even that
+/// cannot carry `--max-connections`.
 fn raise_fd_limit(max_connections: usize) {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
@@ -440,7 +440,11 @@ fn raise_fd_limit(max_connections: usize) {
         }
     }
     if let Some(n) = limit.current {
-        let room = usize::try_from(n.saturating_sub(64) / 2).unwrap_or(usize::MAX);
+        // 64 for sluice's own files (listeners, audit log, ...) and what caller
+        // identification keeps open across lookups; then per connection the client's socket,
+        // the upstream's, and the caller's `/proc/<pid>` kept while it lasts.
+        let reserved = 64 + sluice_identity::descriptors_kept(n);
+        let room = usize::try_from(n.saturating_sub(reserved) / 3).unwrap_or(usize::MAX);
         if room < max_connections {
             eprintln!(
                 "sluice: warning: the open-file limit ({n}) carries about {room} proxied connections, fewer than --max-connections {max_connections}; beyond it, new clients wait in the accept queue"

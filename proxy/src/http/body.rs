@@ -429,14 +429,23 @@ pub fn too_large(max: usize) -> super::respond::Refusal {
     )
 }
 
-/// Reads a whole request body, refusing one larger than `max` bytes (413).
+/// Why a body could not be read whole.
+#[derive(Debug)]
+pub(crate) enum ReadWhole {
+    /// It is larger than allowed (the caller says why it needed it whole).
+    TooLarge,
+    /// Its framing or its client failed.
+    Failed(super::respond::Refusal),
+}
+
+/// Reads a whole request body, stopping at one larger than `max` bytes.
 pub(crate) async fn read_bounded<R: AsyncRead + Unpin + Send>(
     rd: &mut R,
     buf: &mut BytesMut,
     framing: BodyFraming,
     max: usize,
-) -> Result<Bytes, super::respond::Refusal> {
-    let too_large = || too_large(max);
+) -> Result<Bytes, ReadWhole> {
+    let too_large = || ReadWhole::TooLarge;
     if let BodyFraming::Length(n) = framing
         && n > max as u64
     {
@@ -456,14 +465,14 @@ pub(crate) async fn read_bounded<R: AsyncRead + Unpin + Send>(
                         }
                     }
                 }
-                Err(e) => return Err(e.refusal()),
+                Err(e) => return Err(ReadWhole::Failed(e.refusal())),
             }
         }
         Ok(out)
     };
     let (pumped, collected) = tokio::join!(pump, collect);
     let out = collected?;
-    pumped.map_err(|e| e.refusal())?;
+    pumped.map_err(|e| ReadWhole::Failed(e.refusal()))?;
     Ok(Bytes::from(out))
 }
 

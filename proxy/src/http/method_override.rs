@@ -6,7 +6,7 @@
 //! that honours an override would otherwise run a `DELETE` that policy judged as a `POST`;
 //! `pipeline/judge.rs` judges every named method as well as the request line's and refuses
 //! when any is denied. A value that is not an HTTP method is refused rather than guessed at.
-//! Method names in bodies (HTML forms posting `_method=`) are not read.
+//! The `_method` fields of form bodies are read by `form_override`, through the same rules.
 
 use std::fmt;
 
@@ -33,6 +33,10 @@ pub enum Source {
     Header(&'static str),
     /// The [`QUERY_PARAM`] query parameter.
     Query,
+    /// A `_method` field of an urlencoded form body.
+    Form,
+    /// A `_method` part of a multipart form body.
+    Multipart,
 }
 
 impl fmt::Display for Source {
@@ -40,6 +44,8 @@ impl fmt::Display for Source {
         match self {
             Self::Header(name) => f.write_str(name),
             Self::Query => write!(f, "query parameter {QUERY_PARAM}"),
+            Self::Form => write!(f, "form field {QUERY_PARAM}"),
+            Self::Multipart => write!(f, "multipart field {QUERY_PARAM}"),
         }
     }
 }
@@ -61,6 +67,9 @@ pub enum InvalidOverride {
     /// More distinct methods than sluice judges for one request.
     #[error("the request names more than {MAX_OVERRIDES} methods through overrides")]
     TooMany,
+    /// A form body whose `_method` fields cannot be read (what made it unreadable).
+    #[error("the form body's {QUERY_PARAM} fields cannot be read: {0}")]
+    Unreadable(String),
 }
 
 /// The methods named by the override headers among `headers` (name, value), in order, each
@@ -81,8 +90,9 @@ pub(crate) fn from_headers<'a>(
     Ok(found)
 }
 
-/// The methods named by `_method` parameters in the query of `path_and_query` (keys compared
-/// after percent-decoding; `&` and `;` both separate parameters, as some parsers accept).
+/// The methods named by `_method` parameters in the query of `path_and_query` (keys read by
+/// [`is_method_key`] after percent-decoding; `&` and `;` both separate parameters, as some
+/// parsers accept).
 pub(crate) fn from_query(path_and_query: &str) -> Result<Vec<Override>, InvalidOverride> {
     let mut found = Vec::new();
     let Some((_, query)) = path_and_query.split_once('?') else {
@@ -90,7 +100,7 @@ pub(crate) fn from_query(path_and_query: &str) -> Result<Vec<Override>, InvalidO
     };
     for pair in query.split(['&', ';']) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if !percent_decode(key.as_bytes()).eq_ignore_ascii_case(QUERY_PARAM.as_bytes()) {
+        if !is_method_key(&percent_decode(key.as_bytes())) {
             continue;
         }
         push(
@@ -102,7 +112,27 @@ pub(crate) fn from_query(path_and_query: &str) -> Result<Vec<Override>, InvalidO
     Ok(found)
 }
 
-fn push(found: &mut Vec<Override>, source: Source, item: &[u8]) -> Result<(), InvalidOverride> {
+/// Whether a parameter or field name (percent-decoded) is one some framework reads as
+/// `_method`: compared without regard to case, after PHP's mangling of names (leading
+/// spaces dropped, ` `, `.` and `[` read as `_`), and with an array suffix (`_method[]`).
+pub(super) fn is_method_key(key: &[u8]) -> bool {
+    let key = key.trim_ascii_start();
+    let key = match key.iter().skip(1).position(|&b| b == b'[') {
+        Some(i) => &key[..=i],
+        None => key,
+    };
+    key.len() == QUERY_PARAM.len()
+        && key.iter().zip(QUERY_PARAM.bytes()).all(|(&k, m)| {
+            k.eq_ignore_ascii_case(&m) || (m == b'_' && matches!(k, b' ' | b'.' | b'['))
+        })
+}
+
+/// Adds the method `item` names (once), or refuses a value that is not a method.
+pub(super) fn push(
+    found: &mut Vec<Override>,
+    source: Source,
+    item: &[u8],
+) -> Result<(), InvalidOverride> {
     if item.is_empty() {
         return Ok(());
     }
@@ -132,7 +162,7 @@ fn is_tchar(b: u8) -> bool {
 }
 
 /// `%XX` decoded and `+` as a space (form encoding); a malformed escape stays as written.
-fn percent_decode(raw: &[u8]) -> Vec<u8> {
+pub(super) fn percent_decode(raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len());
     let mut i = 0;
     while let Some(&b) = raw.get(i) {
@@ -237,6 +267,15 @@ mod tests {
         let found = from_query("/a?_method=+DELETE+").unwrap();
         assert_eq!(methods(&found), ["DELETE"]);
         assert!(from_query("/a?_method=DEL%20ETE").is_err());
+        // PHP's spellings of the name are read as it reads them.
+        let found =
+            from_query("/a?.method=put&+_method=patch&_method[]=purge&+method=trace").unwrap();
+        assert_eq!(methods(&found), ["PUT", "PATCH", "PURGE"]);
+        assert!(
+            from_query("/a?x_method=PUT&_methods=PUT&_me.thod=PUT")
+                .unwrap()
+                .is_empty()
+        );
         // A malformed escape stays as written (and `%` is a token character).
         assert_eq!(methods(&from_query("/a?_method=%zz").unwrap()), ["%ZZ"]);
     }

@@ -111,6 +111,7 @@ pub struct Metrics {
     pub(crate) active_tunnels: Gauge,
     pub(crate) reloads: Family<ResultLabel, Counter>,
     pub(crate) connections_revoked: Counter,
+    pub(crate) identity_descriptors_exhausted: Counter,
     pub(crate) dns: Family<ResultLabel, Counter>,
     pub(crate) otlp_dropped: Counter,
     pub(crate) hosts: bounded::Bounded,
@@ -169,6 +170,7 @@ impl Metrics {
         let active_tunnels = Gauge::default();
         let reloads = Family::<ResultLabel, Counter>::default();
         let connections_revoked = Counter::default();
+        let identity_descriptors_exhausted = Counter::default();
         let dns = Family::<ResultLabel, Counter>::default();
         let otlp_dropped = Counter::default();
         registry.register(
@@ -257,6 +259,11 @@ impl Metrics {
             connections_revoked.clone(),
         );
         registry.register(
+            "identity_descriptors_exhausted",
+            "Caller identifications (lookups, confirmations, re-checks) that failed because sluice ran out of file descriptors; each such connection or request was refused or closed",
+            identity_descriptors_exhausted.clone(),
+        );
+        registry.register(
             "dns_queries",
             "DNS queries answered by sluice's responder, by result (answered; refused, each audited; rate_limited, refused past a client's rate limit without an audit event each; dropped, UDP questions not read while 256 were being answered)",
             dns.clone(),
@@ -304,6 +311,7 @@ impl Metrics {
             active_tunnels,
             reloads,
             connections_revoked,
+            identity_descriptors_exhausted,
             dns,
             otlp_dropped,
             hosts: bounded::Bounded::new(MAX_HOSTS),
@@ -425,6 +433,13 @@ pub fn connections_revoked(n: usize) {
         && n > 0
     {
         m.connections_revoked.inc_by(n as u64);
+    }
+}
+
+/// A caller identification that failed for want of file descriptors.
+pub fn identity_descriptors_exhausted() {
+    if let Some(m) = global() {
+        m.identity_descriptors_exhausted.inc();
     }
 }
 

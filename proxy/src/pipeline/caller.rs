@@ -34,6 +34,15 @@ impl From<IdentityError> for CallerError {
     }
 }
 
+/// The caller error of a failed identification, counted when sluice ran out of file
+/// descriptors (the caller is then refused for sluice's state, not its own).
+fn failed(e: IdentityError) -> CallerError {
+    if matches!(e, IdentityError::DescriptorsExhausted) {
+        crate::metrics::identity_descriptors_exhausted();
+    }
+    CallerError::from(e)
+}
+
 /// A connection's caller as the request phases carry it: known, or why not.
 pub type CallerState = Result<Known, CallerError>;
 
@@ -64,7 +73,7 @@ pub async fn identify(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> C
     let resolver = &shared.identity;
     match crate::metrics::identity_lookup(|| blocking(|| resolver.lookup(peer, local))) {
         Ok(identity) => Ok(known(&shared.seen, identity)),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(failed(e)),
     }
 }
 
@@ -76,17 +85,14 @@ pub async fn confirm(shared: &Shared, known: &Known) -> Result<(), CallerError> 
     // A few microseconds of /proc reads when the caller is unchanged: run in place, as
     // `block_in_place` (handing this worker's other tasks to another thread) costs more than
     // the check. When it fails, finding who holds the socket now is rare and may be slower.
-    shared
-        .identity
-        .confirm(&known.identity)
-        .map_err(CallerError::from)
+    shared.identity.confirm(&known.identity).map_err(failed)
 }
 
 /// Like [`confirm`], and no process of another identity in the caller's fork family holds the
 /// socket as well: made when the first request head arrives and at each periodic re-check.
 pub async fn recheck(shared: &Shared, known: &Known) -> Result<(), CallerError> {
     let resolver = &shared.identity;
-    blocking(|| resolver.recheck(&known.identity)).map_err(CallerError::from)
+    blocking(|| resolver.recheck(&known.identity)).map_err(failed)
 }
 
 /// [`confirm`] for a connection's caller as the request loop carries it: a caller that no

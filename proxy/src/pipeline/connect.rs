@@ -375,17 +375,8 @@ fn tunnel_checks(
     admitted: &Admitted,
     inspect: bool,
 ) -> Result<(), Denial> {
-    let (dst, policy, admission) = (&admitted.dst, &admitted.policy, &admitted.admission);
-    if !inspect
-        && shared
-            .credentials
-            .load()
-            .is_credentialed(dst.host(), dst.port())
-        && !admission
-            .endpoints
-            .iter()
-            .any(|r| policy.endpoint(*r).allow_uninspected_credentials)
-    {
+    let (dst, admission) = (&admitted.dst, &admitted.admission);
+    if !inspect && connection::uninspected_credentials(&shared.credentials.load(), admitted) {
         shared.audit.emit(&audit::Event::Finding(audit::Finding {
             time: SystemTime::now(),
             id: conn.id,

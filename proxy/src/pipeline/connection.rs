@@ -32,7 +32,7 @@ use super::pool::{Epoch, Key, Wanted};
 use super::shared::Shared;
 use super::stop::StopReason;
 use crate::audit::Engine;
-use crate::credentials::Transport;
+use crate::credentials::{Bindings, Transport};
 use crate::http::respond::{Code, Refusal};
 use crate::policy::canon;
 use crate::policy::decide::Admission;
@@ -125,8 +125,16 @@ pub fn hold<'s>(
     // it sees this connection or this sees the policy its reload stored.
     let registration = shared.live.insert(conn.id, judge, conn.raise.clone());
     let now = shared.policy.load_full();
+    // A reload swaps the policy (a new snapshot each time) after the credentials.
     if !Arc::ptr_eq(&now, &admitted.policy)
-        && let Some(reason) = rejudge(&now, known, admitted, kind, pinned.as_ref())
+        && let Some(reason) = rejudge(
+            &now,
+            &shared.credentials.load(),
+            known,
+            admitted,
+            kind,
+            pinned.as_ref(),
+        )
         && conn.raise.raise(reason)
     {
         crate::metrics::connections_revoked(1);
@@ -136,9 +144,13 @@ pub fn hold<'s>(
 
 /// Re-judges every live connection at L4 under the policy now in force (a reload has just
 /// stored it) and stops each it no longer allows, with the reason; one still allowed is not
-/// touched. Returns how many were stopped.
+/// touched. Idle pooled upstream connections are closed. Returns how many were stopped.
 pub fn revoke_disallowed(shared: &Shared) -> usize {
-    let revoked = shared.live.sweep(&shared.policy.load_full());
+    // Idle pooled upstream connections were made under the old configuration: closed now.
+    shared.pool.retire(current_epoch(shared));
+    let revoked = shared
+        .live
+        .sweep(&shared.policy.load_full(), &shared.credentials.load());
     crate::metrics::connections_revoked(revoked);
     revoked
 }
@@ -166,14 +178,39 @@ pub struct DialledAt {
 }
 
 fn judge(known: Known, admitted: Admitted, kind: Kind, dialled: Option<DialledAt>) -> Judge {
-    Box::new(move |policy| rejudge(policy, &known, &admitted, kind, dialled.as_ref()))
+    Box::new(move |policy, credentials| {
+        rejudge(
+            policy,
+            credentials,
+            &known,
+            &admitted,
+            kind,
+            dialled.as_ref(),
+        )
+    })
 }
 
-/// Why `policy` no longer allows a live connection; `None` while it does. A raw tunnel to an
-/// endpoint `policy` inspects is no longer allowed either: it would go on carrying
-/// uninspected what the new policy judges request by request.
+/// Whether a tunnel to an admitted destination would carry credential traffic uninspected: a
+/// credential is bound to it and no endpoint that admits it opts in
+/// (`allow_uninspected_credentials`). A raw tunnel is refused then at CONNECT, and closed
+/// when a reload makes it so.
+pub fn uninspected_credentials(credentials: &Bindings, admitted: &Admitted) -> bool {
+    let (dst, policy) = (&admitted.dst, &admitted.policy);
+    credentials.is_credentialed(dst.host(), dst.port())
+        && !admitted
+            .admission
+            .endpoints
+            .iter()
+            .any(|r| policy.endpoint(*r).allow_uninspected_credentials)
+}
+
+/// Why `policy` and `credentials` no longer allow a live connection; `None` while they do. A
+/// raw tunnel to an endpoint `policy` inspects is no longer allowed either: it would go on
+/// carrying uninspected what the new policy judges request by request; nor one to a
+/// destination a credential is now bound to ([`uninspected_credentials`]).
 fn rejudge(
     policy: &Arc<Policy>,
+    credentials: &Bindings,
     known: &Known,
     admitted: &Admitted,
     kind: Kind,
@@ -191,6 +228,11 @@ fn rejudge(
             "entry {} now inspects {what}; the uninspected tunnel is closed",
             now.admission.entry
         ),
+        Ok(now) if kind == Kind::RawTunnel && uninspected_credentials(credentials, &now) => {
+            format!(
+                "a credential is bound to {dst} and no endpoint allows it uninspected; the uninspected tunnel is closed"
+            )
+        }
         Ok(now) => {
             let d = dialled?;
             let plan = destination::plan_for(&now.policy, &now.admission, dst.host(), d.compat);

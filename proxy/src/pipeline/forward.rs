@@ -34,7 +34,6 @@ use super::target::{host_matches, parse_absolute, tunnel_target};
 use super::upstream;
 use super::websocket::{self, Client, Handshake};
 use crate::audit::Engine;
-use crate::credentials;
 use crate::http::body::{self, ChannelBody};
 use crate::http::head::{self, BodyFraming, HeadError, RequestHead};
 use crate::http::respond::{self, Code, Refusal};
@@ -449,19 +448,41 @@ where
     upstream.reusable = false;
     rec.ip = Some(upstream.addr.ip());
 
-    // Opt-in body rewriting: the body is read whole (at most 256 KiB) and rewritten.
+    let expect_continue = head
+        .header("expect")
+        .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
+    // Opt-in body rewriting, or a form whose `_method` fields are judged: the body is read
+    // whole (at most 256 KiB) before any of it goes upstream.
     let mut framing = framing;
     let mut rewritten: Option<bytes::Bytes> = None;
-    if prepared.body == BodyPlan::Rewrite && framing != BodyFraming::None {
-        let max = credentials::body::MAX_REWRITE_BODY_BYTES;
+    if let Some(max) = prepared.reads_whole()
+        && framing != BodyFraming::None
+    {
+        if let BodyFraming::Length(n) = framing
+            && n > max as u64
+        {
+            // Refused before the client is asked for the body.
+            return refuse(wr, rec, &x.too_large(&prepared)).await;
+        }
+        if expect_continue
+            && wr
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                .await
+                .is_err()
+        {
+            return Step { keep_alive: false };
+        }
         let whole = match body::read_bounded(&mut *rd, buf, framing, max).await {
             Ok(b) => b,
-            Err(refusal) => {
+            Err(body::ReadWhole::TooLarge) => {
+                return refuse(wr, rec, &x.too_large(&prepared)).await;
+            }
+            Err(body::ReadWhole::Failed(refusal)) => {
                 return refuse(wr, rec, &Denial::new(Engine::HttpParser, refusal)).await;
             }
         };
         rec.bytes_in = whole.len() as u64;
-        match x.rewrite_body(known, &mut rec, &mut prepared, whole) {
+        match x.whole_body(known, &mut rec, &mut prepared, whole) {
             Ok(b) => {
                 framing = BodyFraming::Length(b.len() as u64);
                 rewritten = Some(b);
@@ -519,9 +540,6 @@ where
         websocket::relay(&x, known, rec, client, &mut upstream.sender, handshake).await;
         return Step { keep_alive: false };
     }
-    let expect_continue = head
-        .header("expect")
-        .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
     if expect_continue
         && tx.is_some()
         && wr

@@ -271,35 +271,35 @@ async fn handle(
         waiting: None,
         received: Arc::clone(&received),
     };
-    let up_body: UpBody =
-        if prepared.body == BodyPlan::Rewrite && !http_body::Body::is_end_stream(&guarded) {
-            // Buffered (bounded, paced), rewritten, sent whole: the same step as HTTP/1.1.
-            let max = credentials::body::MAX_REWRITE_BODY_BYTES;
-            guarded.guard = None;
-            let collected = http_body_util::Limited::new(guarded, max).collect().await;
-            let whole = match collected {
-                Ok(c) => c.to_bytes(),
-                Err(e) => {
-                    let d = match tripped.get() {
-                        Some(b) => x.body_failed(known, &rec, b),
-                        None if e.is::<http_body_util::LengthLimitError>() => {
-                            Denial::new(Engine::HttpParser, body::too_large(max))
-                        }
-                        None => Denial::new(
-                            Engine::HttpParser,
-                            Refusal::new(400, Code::BadRequest, format!("request body: {e}")),
-                        ),
-                    };
-                    return refuse(rec, &d);
-                }
-            };
-            match x.rewrite_body(known, &mut rec, &mut prepared, whole) {
-                Ok(b) => Full::new(b).map_err(|never| match never {}).boxed(),
-                Err(d) => return refuse(rec, &d),
+    let reads_whole = prepared
+        .reads_whole()
+        .filter(|_| !http_body::Body::is_end_stream(&guarded));
+    let up_body: UpBody = if let Some(max) = reads_whole {
+        // Buffered (bounded, paced), its form judged, rewritten or guarded, sent whole:
+        // the same step as HTTP/1.1.
+        guarded.guard = None;
+        let collected = http_body_util::Limited::new(guarded, max).collect().await;
+        let whole = match collected {
+            Ok(c) => c.to_bytes(),
+            Err(e) => {
+                let d = match tripped.get() {
+                    Some(b) => x.body_failed(known, &rec, b),
+                    None if e.is::<http_body_util::LengthLimitError>() => x.too_large(&prepared),
+                    None => Denial::new(
+                        Engine::HttpParser,
+                        Refusal::new(400, Code::BadRequest, format!("request body: {e}")),
+                    ),
+                };
+                return refuse(rec, &d);
             }
-        } else {
-            guarded.boxed()
         };
+        match x.whole_body(known, &mut rec, &mut prepared, whole) {
+            Ok(b) => Full::new(b).map_err(|never| match never {}).boxed(),
+            Err(d) => return refuse(rec, &d),
+        }
+    } else {
+        guarded.boxed()
+    };
     // An IPv6 literal is bracketed, else the URI does not parse and the request is refused.
     let uri = format!(
         "https://{}{}",

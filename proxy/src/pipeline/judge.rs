@@ -1,7 +1,8 @@
 //! One request's judgement on an admitted connection, shared by every transport (HTTP/1
 //! forward and tunnel, HTTP/2 tunnel): the L7 rules of inspected endpoints, canonicalisation
 //! of the target (what policy judged is what goes upstream), the methods a request names
-//! through override headers (each judged like the request line's), and the refusal to send
+//! through override headers, the query or a form body (each judged like the request
+//! line's), and the refusal to send
 //! when the answer is no.
 
 use super::caller::Known;
@@ -13,6 +14,7 @@ use crate::policy::Policy;
 use crate::policy::Request as PolicyRequest;
 use crate::policy::canon;
 use crate::policy::decide::{Admission, RequestBasis, RequestDecision, Verdict};
+use crate::policy::model::MethodMatcher;
 
 /// The method of one request: the request line's, and the ones its override headers name
 /// (read by [`method_override::from_headers`], the same for HTTP/1 and HTTP/2).
@@ -109,10 +111,7 @@ pub fn judge(
     if let Some(r) = decision.rule() {
         judged.policy = r.origin.entry.to_string();
     }
-    let shown_path = judged
-        .path
-        .clone()
-        .unwrap_or_else(|| path_and_query.split('?').next().unwrap_or("/").to_string());
+    let shown_path = shown_path(&judged, path_and_query);
     if let (Verdict::Deny, RequestBasis::Target(e)) = (decision.verdict, &decision.basis) {
         judged.engine = Engine::HttpParser;
         let refusal = Refusal::new(
@@ -141,26 +140,123 @@ pub fn judge(
         source: None,
     };
     verdict(&mut judged, &decision, line, known, hp, &shown_path)?;
-    for o in named.iter().filter(|o| o.method != method_up) {
-        let also = policy.decide_request(
-            admission,
-            // Judged as the method it names: a WebSocket upgrade is judged as `GET`.
-            &PolicyRequest {
-                method: &o.method,
-                target: path_and_query.as_bytes(),
-                websocket_upgrade: false,
-            },
-        );
-        let named = Named {
-            method: &method_up,
-            source: Some(o),
-        };
-        verdict(&mut judged, &also, named, known, hp, &shown_path)?;
-    }
+    let also = Also {
+        policy,
+        admission,
+        known,
+        line: &method_up,
+        path_and_query,
+        hp,
+    };
+    also.judge(&mut judged, &named)?;
     if let Some(t) = decision.target {
         judged.origin_form = t.to_origin_form();
     }
     Ok(judged)
+}
+
+/// The path a refusal names: the canonical one, else the target's without its query.
+fn shown_path(judged: &Judged, path_and_query: &str) -> String {
+    judged
+        .path
+        .clone()
+        .unwrap_or_else(|| path_and_query.split('?').next().unwrap_or("/").to_string())
+}
+
+/// The methods a request names besides its request line's (override headers, the `_method`
+/// query parameter, its form body's `_method` fields), judged on the target and admission
+/// its request line was judged on.
+#[derive(Clone, Copy)]
+pub struct Also<'a> {
+    pub policy: &'a Policy,
+    pub admission: &'a Admission,
+    pub known: &'a Known,
+    /// The request line's method, upper case.
+    pub line: &'a str,
+    pub path_and_query: &'a str,
+    /// `host:port` of the tunnel or forward target.
+    pub hp: &'a str,
+}
+
+impl Also<'_> {
+    /// Judges each of `named` (but the request line's own) into `judged`; the first denial
+    /// is the refusal, naming the override.
+    pub fn judge(
+        &self,
+        judged: &mut Judged,
+        named: &[Override],
+    ) -> Result<(), Box<(Refusal, Judged)>> {
+        let shown_path = shown_path(judged, self.path_and_query);
+        for o in named.iter().filter(|o| o.method != self.line) {
+            let decision = self.policy.decide_request(
+                self.admission,
+                // Judged as the method it names: a WebSocket upgrade is judged as `GET`.
+                &PolicyRequest {
+                    method: &o.method,
+                    target: self.path_and_query.as_bytes(),
+                    websocket_upgrade: false,
+                },
+            );
+            let named = Named {
+                method: self.line,
+                source: Some(o),
+            };
+            verdict(judged, &decision, named, self.known, self.hp, &shown_path)?;
+        }
+        Ok(())
+    }
+
+    /// Whether some method other than the request line's would be refused here (see
+    /// [`any_other_denied`]).
+    pub fn any_denied(&self) -> bool {
+        any_other_denied(self.policy, self.admission, self.line, self.path_and_query)
+    }
+}
+
+/// Whether some method other than `line` (upper case) would be refused on `path_and_query`:
+/// only then can a method named in a body change the answer, and only then must sluice read
+/// it. Every method that decides differently is tried: the registered ones, each extension
+/// method a rule of these endpoints names, and one no rule names.
+fn any_other_denied(
+    policy: &Policy,
+    admission: &Admission,
+    line: &str,
+    path_and_query: &str,
+) -> bool {
+    const KNOWN: [&str; 8] = [
+        "GET",
+        "HEAD",
+        "POST",
+        "PUT",
+        "DELETE",
+        "PATCH",
+        "OPTIONS",
+        // Stands for every method no rule names.
+        "SLUICE-UNNAMED-METHOD",
+    ];
+    let endpoints = admission.l7_endpoints(policy);
+    let named_by_rules = endpoints
+        .iter()
+        .flat_map(|(_, e)| e.rules.iter().chain(e.deny_rules.iter()))
+        .filter_map(|r| match &r.method {
+            MethodMatcher::Other(m) => Some(&**m),
+            _ => None,
+        });
+    KNOWN
+        .into_iter()
+        .chain(named_by_rules)
+        .filter(|m| *m != line)
+        .any(|method| {
+            let decision = policy.decide_request(
+                admission,
+                &PolicyRequest {
+                    method,
+                    target: path_and_query.as_bytes(),
+                    websocket_upgrade: false,
+                },
+            );
+            decision.verdict == Verdict::Deny
+        })
 }
 
 /// The method one decision judged: the request line's, or one named by an override.
@@ -332,7 +428,49 @@ fn split_host_port(hp: &str) -> (String, Option<u16>) {
 
 #[cfg(test)]
 mod tests {
-    use super::split_host_port;
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::{any_other_denied, split_host_port};
+    use crate::policy::{Caller, Compat, L4Decision, Source, load};
+
+    /// Whether a method other than POST is refused on `/a` under an endpoint with `rules`.
+    fn other_denied(rules: &str) -> bool {
+        let text = format!(
+            "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - host: h.test\n        port: 443\n        protocol: rest\n        enforcement: enforce\n{rules}    binaries:\n      - path: /usr/bin/curl\n"
+        );
+        let sources = [Source {
+            name: "p.yaml".to_string(),
+            text,
+        }];
+        let policy = load(&sources, Compat::Strict).unwrap().policy;
+        let caller = Caller {
+            exe: "/usr/bin/curl",
+            ancestors: &[],
+            cmdline: &[],
+        };
+        let L4Decision::Allow(admission) = policy.decide_l4(&caller, "h.test", 443) else {
+            panic!("not admitted");
+        };
+        any_other_denied(&policy, &admission, "POST", "/a?x=1")
+    }
+
+    #[test]
+    fn overrides_matter_only_where_another_method_is_refused() {
+        assert!(!other_denied(
+            "        rules:\n          - allow: {method: \"*\", path: /**}\n"
+        ));
+        assert!(other_denied(
+            "        rules:\n          - allow: {method: GET, path: /**}\n          - allow: {method: POST, path: /**}\n"
+        ));
+        // Only an extension method a deny rule names is refused: it is tried too.
+        assert!(other_denied(
+            "        rules:\n          - allow: {method: \"*\", path: /**}\n        deny_rules:\n          - {method: PURGE, path: /a}\n"
+        ));
+        // Refused elsewhere only: no method named here could change the answer.
+        assert!(!other_denied(
+            "        rules:\n          - allow: {method: \"*\", path: /**}\n        deny_rules:\n          - {method: DELETE, path: /b}\n"
+        ));
+    }
 
     #[test]
     fn host_and_port_are_split_for_names_and_ipv6_literals() {

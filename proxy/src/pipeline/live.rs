@@ -10,18 +10,20 @@
 //! as admitted. The registry is bounded by `--max-connections` (one entry per client
 //! connection).
 //!
-//! [`Live::sweep`] asks every judge about the policy now in force and stops each connection
-//! it no longer allows; one still allowed is not touched.
+//! [`Live::sweep`] asks every judge about the policy and credential bindings now in force and
+//! stops each connection they no longer allow; one still allowed is not touched.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::stop::{Raise, StopReason};
+use crate::credentials::Bindings;
 use crate::policy::Policy;
 
-/// Why `policy` no longer allows a connection; `None` while it does.
-pub type Judge = Box<dyn Fn(&Arc<Policy>) -> Option<StopReason> + Send + Sync>;
+/// Why `policy` and the credential bindings `credentials` no longer allow a connection;
+/// `None` while they do.
+pub type Judge = Box<dyn Fn(&Arc<Policy>, &Bindings) -> Option<StopReason> + Send + Sync>;
 
 /// One live connection.
 struct Held {
@@ -88,16 +90,19 @@ impl Live {
         }
     }
 
-    /// Stops every registered connection `policy` no longer allows (each with its reason);
-    /// returns how many this sweep stopped (not those stopped before, for another reason).
-    pub fn sweep(&self, policy: &Arc<Policy>) -> usize {
+    /// Stops every registered connection `policy` and `credentials` no longer allow (each
+    /// with its reason); returns how many this sweep stopped (not those stopped before, for
+    /// another reason).
+    pub fn sweep(&self, policy: &Arc<Policy>, credentials: &Bindings) -> usize {
         // A judgement is a policy lookup (no I/O). The lock is held for the sweep, so that a
         // registration made meanwhile waits and then sees the new policy (see
         // `connection::hold`).
         let conns = self.lock();
         conns
             .values()
-            .filter(|held| (held.judge)(policy).is_some_and(|reason| held.raise.raise(reason)))
+            .filter(|held| {
+                (held.judge)(policy, credentials).is_some_and(|reason| held.raise.raise(reason))
+            })
             .count()
     }
 }
@@ -116,7 +121,7 @@ mod tests {
     }
 
     fn revoking(why: &'static str) -> Judge {
-        Box::new(move |_| {
+        Box::new(move |_, _| {
             Some(StopReason::PolicyRevoked {
                 entry: "api".into(),
                 dst: crate::pipeline::authority::Authority::new("example.com", 443),
@@ -131,8 +136,8 @@ mod tests {
         let (raise_a, stop_a) = signal();
         let (raise_b, stop_b) = signal();
         let _a = live.insert(1, revoking("gone"), raise_a);
-        let _b = live.insert(2, Box::new(|_| None), raise_b);
-        assert_eq!(live.sweep(&policy()), 1);
+        let _b = live.insert(2, Box::new(|_, _| None), raise_b);
+        assert_eq!(live.sweep(&policy(), &Bindings::default()), 1);
         assert_eq!(
             stop_a.wait().await.to_string(),
             "policy revoked by reload (gone)"
@@ -141,7 +146,7 @@ mod tests {
             tokio::time::timeout(std::time::Duration::from_millis(50), stop_b.wait()).await;
         assert!(waited.is_err(), "an allowed connection was stopped");
         // A second sweep stops nothing new: the first reason stands.
-        assert_eq!(live.sweep(&policy()), 0);
+        assert_eq!(live.sweep(&policy(), &Bindings::default()), 0);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! taker's own destination plan vetted, the same ALPN offer, the same policy and credential
 //! snapshot, younger than the idle timeout, still ready). Every request on a reused
 //! connection still goes through the request phase on its own: the pool only saves the TCP
-//! and TLS handshakes.
+//! and TLS handshakes. A reload closes every idle connection at once (`retire`).
 //!
 //! Pooled per caller: a connection that once carried one caller's credential is never handed
 //! to another caller, even when both may use the same secret (see the README).
@@ -183,6 +183,9 @@ impl Wanted<'_> {
 #[derive(Debug, Default)]
 pub struct Pool {
     idle: Mutex<HashMap<Key, Vec<Idle>>>,
+    /// The configuration of the last reload ([`Pool::retire`]): a connection made under
+    /// another never goes in. Locked before `idle` wherever both are.
+    reloaded: Mutex<Option<Epoch>>,
 }
 
 impl Pool {
@@ -272,8 +275,22 @@ impl Pool {
         });
     }
 
+    /// Closes every idle connection at a reload to `current`, and keeps out any made before
+    /// it that is still on its way back: none could be taken again (a taker's configuration
+    /// is `current` from now on), and an origin should not hold them open until they time out.
+    pub(crate) fn retire(&self, current: Epoch) {
+        let mut reloaded = self.reloaded.lock().unwrap_or_else(PoisonError::into_inner);
+        *reloaded = Some(current);
+        // Dropping each client closes its connection.
+        self.lock().clear();
+    }
+
     fn insert(&self, key: Key, entry: Idle) {
         let now = Instant::now();
+        let reloaded = self.reloaded.lock().unwrap_or_else(PoisonError::into_inner);
+        if reloaded.as_ref().is_some_and(|e| !e.same(&entry.epoch)) {
+            return;
+        }
         let mut idle = self.lock();
         let total: usize = idle.values().map(Vec::len).sum();
         if total >= MAX_IDLE {
@@ -403,6 +420,48 @@ mod tests {
         let taken = pool.take(&key("/usr/bin/curl"), &fits).unwrap();
         assert_eq!((taken.addr, taken.alpn), (addr, Alpn::Http11));
         assert!(pool.take(&key("/usr/bin/curl"), &fits).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_reload_closes_idle_connections_and_keeps_older_ones_out() {
+        let pool = Pool::default();
+        let old = Epoch {
+            policy: policy(),
+            credentials: Arc::new(Bindings::default()),
+        };
+        let addr: SocketAddr = "192.0.2.1:443".parse().unwrap();
+        let idle = |client, epoch: &Epoch| Idle {
+            addr,
+            offer: Offer::Http11,
+            alpn: Alpn::Http11,
+            epoch: epoch.clone(),
+            client,
+            since: Instant::now(),
+        };
+        let (c, mut far) = client().await;
+        pool.insert(key("/usr/bin/curl"), idle(c, &old));
+        let new = Epoch {
+            policy: policy(),
+            credentials: Arc::clone(&old.credentials),
+        };
+        pool.retire(new.clone());
+        // The origin's end sees the connection closed.
+        let mut byte = [0u8; 1];
+        let n = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::io::AsyncReadExt::read(&mut far, &mut byte),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(n, 0);
+        // One made before the reload, returned after it, stays out; one made after goes in.
+        let (c, _far) = client().await;
+        pool.insert(key("/usr/bin/curl"), idle(c, &old));
+        assert!(pool.lock().is_empty());
+        let (c, _far2) = client().await;
+        pool.insert(key("/usr/bin/curl"), idle(c, &new));
+        assert_eq!(pool.lock().len(), 1);
     }
 
     #[tokio::test]

@@ -7,7 +7,9 @@
 //!
 //! ```text
 //! prepare:  authority → caller → judge → credentials (head) → body plan
-//! body:     Guard (stream, stop at a placeholder) | Rewrite (bounded, swapped) | Pass
+//! body:     Guard (stream, stop at a placeholder) | Rewrite (bounded, swapped) | Pass;
+//!           a form body that may name another method is read whole (bounded) and its
+//!           `_method` fields judged before any of it goes upstream
 //! answer:   the upstream's response, scrubbed where secrets are bound; or a Denial
 //! audit:    the request's Record, emitted once when the exchange ends
 //! ```
@@ -21,13 +23,15 @@ use super::caller::{self, CallerError, Known};
 use super::connection::{self, Admitted};
 use super::denial::Denial;
 use super::inject;
-use super::judge;
+use super::judge::{self, Judged};
 use super::record::Record;
 use super::shared::Shared;
 use crate::audit::Engine;
 use crate::credentials::{self, Bindings, ScrubSet};
-use crate::http::body::BodyError;
+use crate::http::body::{self, BodyError};
+use crate::http::form_override::{self, FormKind};
 use crate::http::respond::{Code, Refusal};
+use crate::policy::{Admission, Policy};
 
 /// A request head as every transport hands it to the phase.
 #[derive(Debug)]
@@ -70,6 +74,46 @@ pub struct Prepared {
     pub body: BodyPlan,
     /// The provider bindings this request was prepared with (its body uses the same).
     pub creds: Arc<Bindings>,
+    /// A form body whose `_method` fields must be judged before it goes upstream.
+    pub form: Option<Box<FormCheck>>,
+}
+
+impl Prepared {
+    /// The most body bytes read whole before any goes upstream (opt-in rewriting, a form to
+    /// judge), or `None` when the body streams.
+    pub fn reads_whole(&self) -> Option<usize> {
+        (self.body == BodyPlan::Rewrite || self.form.is_some()).then_some(MAX_WHOLE_BODY)
+    }
+}
+
+/// Largest body sluice reads whole: one to rewrite, or a form whose `_method` fields it judges.
+const MAX_WHOLE_BODY: usize = credentials::body::MAX_REWRITE_BODY_BYTES;
+
+/// A form body to read for `_method` fields (Rack, Symfony): what judging the methods they
+/// name needs, the same as the request line's judgement had.
+#[derive(Debug)]
+pub struct FormCheck {
+    kind: FormKind,
+    policy: Arc<Policy>,
+    admission: Admission,
+    judged: Judged,
+    /// The request line's method, upper case.
+    line: String,
+    path_and_query: String,
+    hp: String,
+}
+
+impl FormCheck {
+    fn also<'a>(&'a self, known: &'a Known) -> judge::Also<'a> {
+        judge::Also {
+            policy: &self.policy,
+            admission: &self.admission,
+            known,
+            line: &self.line,
+            path_and_query: &self.path_and_query,
+            hp: &self.hp,
+        }
+    }
 }
 
 /// One request's exchange on an admitted connection: what its steps share.
@@ -144,7 +188,7 @@ impl<'a> Exchange<'a> {
             &dst.to_string(),
             head.websocket,
         );
-        let judged = match judged {
+        let mut judged = match judged {
             Ok(j) => j,
             Err(boxed) => {
                 let (refusal, j) = *boxed;
@@ -153,12 +197,14 @@ impl<'a> Exchange<'a> {
             }
         };
         rec.judged(&judged);
+        let form = self.form_check(&judged, &head, policy, admission, known)?;
+        let origin_form = std::mem::take(&mut judged.origin_form);
 
         // Credentials: placeholders become secrets only where each is bound and placed (spec
         // §3.3, §3.4), and only over verified TLS unless the binding opts in to plaintext.
         // From here on the head may hold a secret: it is never logged or shown.
         let mut headers = head.headers;
-        let mut origin_form = judged.origin_form;
+        let mut origin_form = origin_form;
         let dest = rec.dest(self.shared, known);
         // One credentials snapshot for the whole request (a reload applies from the next).
         let creds = self.shared.credentials.load_full();
@@ -206,8 +252,109 @@ impl<'a> Exchange<'a> {
                 scrub: injected.scrub,
                 body,
                 creds,
+                form,
             },
         ))
+    }
+
+    /// Whether the request's body is a form that must be read for `_method` fields: an
+    /// inspected endpoint, a form body, and some other method refused on this target (else
+    /// no method it names could change the answer). Such a body must arrive uncompressed.
+    fn form_check(
+        &self,
+        judged: &Judged,
+        head: &Head<'_>,
+        policy: &Arc<Policy>,
+        admission: &Admission,
+        known: &Known,
+    ) -> Result<Option<Box<FormCheck>>, Denial> {
+        if !head.has_body || head.websocket || !admission.inspects(policy) {
+            return Ok(None);
+        }
+        let of_kind = |name: &'static str| {
+            head.headers
+                .iter()
+                .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_slice())
+        };
+        let Some(kind) = FormKind::of(head.method, of_kind("content-type")) else {
+            return Ok(None);
+        };
+        let check = FormCheck {
+            kind,
+            policy: Arc::clone(policy),
+            admission: admission.clone(),
+            judged: judged.clone(),
+            line: head.method.to_ascii_uppercase(),
+            path_and_query: head.target.to_string(),
+            hp: self.admitted.dst.to_string(),
+        };
+        if !check.also(known).any_denied() {
+            return Ok(None);
+        }
+        if let Some(coding) = of_kind("content-encoding").find_map(|v| {
+            let c = String::from_utf8_lossy(v).trim().to_ascii_lowercase();
+            (!c.is_empty() && c != "identity").then_some(c)
+        }) {
+            let detail = format!(
+                "a form body with Content-Encoding `{coding}` cannot be read for its {} field on an endpoint that refuses some methods; send it uncompressed",
+                "_method"
+            );
+            let refusal = Refusal::new(415, Code::FormBodyEncoded, detail);
+            return Err(Denial::new(Engine::L7, refusal));
+        }
+        Ok(Some(Box::new(check)))
+    }
+
+    /// The refusal of a body larger than [`Prepared::reads_whole`] allows.
+    pub fn too_large(&self, prepared: &Prepared) -> Denial {
+        if prepared.form.is_none() {
+            return Denial::new(Engine::HttpParser, body::too_large(MAX_WHOLE_BODY));
+        }
+        let refusal = Refusal::new(
+            413,
+            Code::RequestBodyTooLarge,
+            format!(
+                "a form body to an endpoint that refuses some methods may be at most {MAX_WHOLE_BODY} bytes: sluice reads its _method fields before any of it goes upstream"
+            ),
+        );
+        Denial::new(Engine::L7, refusal)
+    }
+
+    /// A body read whole (at most [`Prepared::reads_whole`] bytes): its form's `_method`
+    /// fields judged, then rewritten (opt-in), or guarded and passed; the head's length is
+    /// fixed to what goes upstream.
+    pub fn whole_body(
+        &self,
+        known: &Known,
+        rec: &mut Record,
+        prepared: &mut Prepared,
+        body: Bytes,
+    ) -> Result<Bytes, Denial> {
+        if let Some(check) = prepared.form.take() {
+            let named = form_override::from_body(&check.kind, &body).map_err(|e| {
+                let refusal = Refusal::new(400, Code::InvalidMethodOverride, e.to_string());
+                Denial::new(Engine::HttpParser, refusal)
+            })?;
+            let mut judged = check.judged.clone();
+            let verdict = check.also(known).judge(&mut judged, &named);
+            if let Err(boxed) = verdict {
+                let (refusal, j) = *boxed;
+                rec.judged(&j);
+                return Err(Denial::new(j.engine, refusal));
+            }
+            rec.judged(&judged);
+        }
+        match prepared.body {
+            BodyPlan::Rewrite => self.rewrite_body(known, rec, prepared, body),
+            plan => {
+                if plan == BodyPlan::Guard && credentials::BodyGuard::new().feed(&body) {
+                    return Err(self.body_failed(known, rec, &BodyError::Placeholder));
+                }
+                credentials::set_content_length(&mut prepared.headers, body.len());
+                Ok(body)
+            }
+        }
     }
 
     /// Opt-in body rewriting: the whole body (read by the transport, at most
