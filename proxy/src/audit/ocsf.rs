@@ -690,6 +690,7 @@ fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
 mod dns;
 pub use dns::rcode_label as dns_rcode_label;
 mod objects;
+pub use objects::CallerJson;
 use objects::*;
 
 /// Events for the unit tests of `ocsf`, `shorthand`, `sink` and `metrics`.

@@ -2,10 +2,12 @@
 //! decision), as typed structs serde writes directly. Built by the class builders in `ocsf`.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
+use serde_json::value::RawValue;
 
 use super::super::{Caller, Destination, Engine, Outcome, Process};
 use super::{Context, MAX_PARENT_DEPTH, OCSF_VERSION, PRODUCT_NAME, PRODUCT_VERSION};
@@ -152,7 +154,7 @@ pub(super) struct Network<'a> {
 
 #[derive(Serialize)]
 pub(super) struct Actor<'a> {
-    pub(super) process: ProcessObject<'a>,
+    pub(super) process: &'a RawValue,
 }
 
 #[derive(Serialize)]
@@ -180,12 +182,10 @@ pub(super) fn network<'a>(
     dst: &'a Destination,
 ) -> Network<'a> {
     Network {
-        actor: caller.map(|c| Actor {
-            process: ProcessObject {
-                p: &c.process,
-                ancestors: &c.ancestors,
-                depth: 0,
-            },
+        actor: caller.and_then(|c| {
+            Some(Actor {
+                process: c.json.get_or_write(c)?,
+            })
         }),
         src_endpoint: SrcEndpoint {
             ip: src.ip(),
@@ -231,6 +231,56 @@ pub(super) fn bare_host(host: &str) -> &str {
     host.strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host)
+}
+
+/// The OCSF JSON of a caller (`actor.process`: the process and, nested as `parent_process`,
+/// its ancestors), written at the first event that carries the caller and reused by every
+/// later one: a caller's command lines (often kilobytes) are escaped once, not per event.
+/// It holds exactly what writing the caller then would produce; the caller is read-only
+/// once an event carries it (see [`Caller`]).
+#[derive(Default)]
+pub struct CallerJson(OnceLock<Option<Box<RawValue>>>);
+
+impl CallerJson {
+    /// The caller's JSON, written now if this is its first use. `None` only if writing it
+    /// failed (it cannot: every key is a string, no Serialize impl here errs); the actor is
+    /// then left out rather than the event lost.
+    fn get_or_write(&self, caller: &Caller) -> Option<&RawValue> {
+        self.0.get_or_init(|| write_caller(caller)).as_deref()
+    }
+}
+
+/// `caller`'s `actor.process` object, compact, as serde_json writes it.
+fn write_caller(caller: &Caller) -> Option<Box<RawValue>> {
+    let process = ProcessObject {
+        p: &caller.process,
+        ancestors: &caller.ancestors,
+        depth: 0,
+    };
+    let json = serde_json::to_string(&process).ok()?;
+    RawValue::from_string(json).ok()
+}
+
+impl Clone for CallerJson {
+    /// A clone starts empty: the copy may be changed before it is written.
+    fn clone(&self) -> Self {
+        CallerJson::default()
+    }
+}
+
+impl PartialEq for CallerJson {
+    /// Derived data: callers compare by what they are.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for CallerJson {}
+
+impl std::fmt::Debug for CallerJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallerJson")
+    }
 }
 
 /// A process and, nested as `parent_process`, its ancestors (nearest first).
