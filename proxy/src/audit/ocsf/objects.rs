@@ -10,6 +10,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::value::RawValue;
 
 use super::super::{Caller, Destination, Engine, Outcome, Process};
+use super::text::{ConnectionUid, Shown, Uid, UrlString};
 use super::{Context, MAX_PARENT_DEPTH, OCSF_VERSION, PRODUCT_NAME, PRODUCT_VERSION};
 
 #[derive(Serialize)]
@@ -44,7 +45,7 @@ pub(super) struct Url<'a> {
     pub(super) hostname: &'a str,
     pub(super) port: u16,
     pub(super) path: &'a str,
-    pub(super) url_string: String,
+    pub(super) url_string: Shown<UrlString<'a>>,
 }
 
 /// What `unmapped` may hold; each class fills its own few.
@@ -82,9 +83,9 @@ pub(super) struct Unmapped<'a> {
 pub(super) struct Metadata<'a> {
     pub(super) version: &'static str,
     pub(super) product: Product,
-    pub(super) uid: String,
+    pub(super) uid: Shown<Uid<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) correlation_uid: Option<String>,
+    pub(super) correlation_uid: Option<Shown<ConnectionUid<'a>>>,
     pub(super) profiles: &'a [&'a str],
 }
 
@@ -96,8 +97,8 @@ pub(super) struct Product {
 }
 
 pub(super) fn metadata<'a>(
-    ctx: &Context,
-    uid: String,
+    ctx: &'a Context,
+    uid: Uid<'a>,
     connection: Option<u64>,
     profiles: &'a [&'a str],
 ) -> Metadata<'a> {
@@ -108,15 +109,18 @@ pub(super) fn metadata<'a>(
             vendor_name: PRODUCT_NAME,
             version: PRODUCT_VERSION,
         },
-        uid,
+        uid: Shown(uid),
         correlation_uid: connection.map(|id| connection_uid(ctx, id)),
         profiles,
     }
 }
 
 /// The id shared by every event of one connection (open, requests, close).
-pub(super) fn connection_uid(ctx: &Context, id: u64) -> String {
-    format!("{}:{id}", ctx.instance)
+pub(super) fn connection_uid(ctx: &Context, id: u64) -> Shown<ConnectionUid<'_>> {
+    Shown(ConnectionUid {
+        instance: &ctx.instance,
+        id,
+    })
 }
 
 #[derive(Serialize)]
@@ -149,7 +153,7 @@ pub(super) struct Network<'a> {
     pub(super) actor: Option<Actor<'a>>,
     pub(super) src_endpoint: SrcEndpoint,
     pub(super) dst_endpoint: DstEndpoint<'a>,
-    pub(super) connection_info: ConnectionInfo,
+    pub(super) connection_info: ConnectionInfo<'a>,
 }
 
 #[derive(Serialize)]
@@ -166,8 +170,8 @@ pub(super) struct SrcEndpoint {
 /// network_connection_info (not in the schema copy; shape from the OCSF documentation):
 /// direction_id is required there; 2 is Outbound.
 #[derive(Serialize)]
-pub(super) struct ConnectionInfo {
-    pub(super) uid: String,
+pub(super) struct ConnectionInfo<'a> {
+    pub(super) uid: Shown<ConnectionUid<'a>>,
     pub(super) protocol_name: &'static str,
     pub(super) protocol_num: u32,
     pub(super) direction_id: u32,
@@ -175,7 +179,7 @@ pub(super) struct ConnectionInfo {
 }
 
 pub(super) fn network<'a>(
-    ctx: &Context,
+    ctx: &'a Context,
     id: u64,
     caller: Option<&'a Caller>,
     src: SocketAddr,
