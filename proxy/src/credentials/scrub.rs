@@ -360,8 +360,11 @@ impl ScrubSet {
 /// `Bindings::redactor`), applied to each line before it is written.
 impl crate::audit::Redact for ScrubSet {
     fn redact(&self, line: &str) -> Option<String> {
-        let mut out = Vec::new();
-        if self.replace_all(line.as_bytes(), &mut out) == 0 {
+        let line = line.as_bytes();
+        // Most lines hold no secret: looked through first, copied only when one is there.
+        self.next_match(line, 0, line.len())?;
+        let mut out = Vec::with_capacity(line.len());
+        if self.replace_all(line, &mut out) == 0 {
             return None;
         }
         // Replacements are ASCII and secrets are whole UTF-8 strings, so this is lossless.
