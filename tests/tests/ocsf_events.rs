@@ -50,6 +50,7 @@ fn caller(depth: u32) -> Arc<Caller> {
                 uid: (i % 3 != 0).then_some(i),
             })
             .collect(),
+        ..Caller::default()
     })
 }
 

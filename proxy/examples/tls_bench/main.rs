@@ -13,7 +13,8 @@
 //! origin certificates from `BENCH_ORIGIN_DIR` (made on the spot when unset). A fourth field,
 //! `=PID`, also measures that proxy's memory per idle intercepted connection (`BENCH_IDLE`
 //! connections, default 1000 and 5000). `BENCH_ONLY=idle` skips every throughput row and measures
-//! only that idle memory (sluice, plus each comparison proxy with a pid).
+//! only that idle memory (sluice, plus each comparison proxy with a pid); `BENCH_ONLY=c64` only
+//! the keep-alive c=64 row of each proxy with a pid (its requests per second and CPU per request).
 //! `scripts/bench-compare` runs it with Squid (ssl-bump) and mitmproxy.
 //!
 //! HTTP/2 rows (`h2.rs`): kept-alive 1 KiB GETs and gRPC unary calls over h2 at c=64, against an
@@ -558,6 +559,21 @@ fn main() {
         }
         let dur = Duration::from_secs(secs);
         let idle_only = std::env::var("BENCH_ONLY").is_ok_and(|v| v == "idle");
+        if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "c64") {
+            // The proxies' keep-alive c=64 row only (per-request CPU work).
+            for p in paths.iter().filter(|p| p.pid.is_some()) {
+                println!("{} pid {} c=64 start", p.name, p.pid.unwrap_or(0));
+                let many = keep_alive(p, origin, 64, dur).await;
+                let cpu = many.cpu.map_or_else(|| "-".to_string(), |c| format!("{c:.1}"));
+                println!(
+                    "{} c=64 req/s {:.0} p50 {:.0} µs p99 {:.0} µs proxy CPU µs/req {cpu}",
+                    p.name, many.rps, many.p50, many.p99
+                );
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        }
         let mut rows = Vec::new();
         for p in paths.iter().filter(|_| !idle_only) {
             let one = keep_alive(p, origin, 1, dur).await;

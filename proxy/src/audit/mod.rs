@@ -44,10 +44,16 @@ pub struct Process {
 
 /// The caller of a connection: the process and its ancestors, parent first. Events hold it
 /// behind an `Arc`: one connection's events share it, never copy it.
+///
+/// Read-only once an event carries it: its OCSF form is written once, at the first event that
+/// writes it, and every later event reuses those bytes (`json`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Caller {
     pub process: Process,
     pub ancestors: Vec<Process>,
+    /// The OCSF JSON of `process` and its ancestors, once written (not part of what the
+    /// caller is: it compares equal whatever it holds, and a clone starts without it).
+    pub json: ocsf::CallerJson,
 }
 
 /// A network destination: the host the client asked for, the port, and the address sluice

@@ -139,13 +139,7 @@ fn close_message(e: &ConnectionClose) -> String {
 }
 
 fn request_message(e: &HttpRequest) -> String {
-    format!(
-        "HTTP {} {} {}{}",
-        outcome_verb(e.outcome),
-        e.method,
-        authority(&e.dst.host, e.dst.port),
-        strip_query(&e.path)
-    )
+    Message::Request(e).to_string()
 }
 
 pub(super) fn policy_message(e: &PolicyChange) -> String {
@@ -181,11 +175,7 @@ pub fn epoch_millis(time: SystemTime) -> u64 {
 
 /// `host:port`, with an IPv6 literal in brackets.
 pub(super) fn authority(host: &str, port: u16) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
+    HostPort(host, port).to_string()
 }
 
 /// `path` without its query or fragment.
@@ -195,18 +185,13 @@ pub(super) fn strip_query(path: &str) -> &str {
 
 /// `scheme://host[:port]path`, the port left out when it is the scheme's default.
 pub(super) fn url_string(scheme: &str, host: &str, port: u16, path: &str) -> String {
-    let default_port = matches!((scheme, port), ("http", 80) | ("https", 443));
-    let host = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host.to_owned()
-    };
-    let path = strip_query(path);
-    if default_port {
-        format!("{scheme}://{host}{path}")
-    } else {
-        format!("{scheme}://{host}:{port}{path}")
+    UrlString {
+        scheme,
+        host,
+        port,
+        path,
     }
+    .to_string()
 }
 
 // === The classes ===
@@ -289,16 +274,16 @@ struct Record<'a> {
     activity_id: u32,
     activity_name: &'a str,
     type_uid: u64,
-    type_name: String,
+    type_name: Shown<TypeName>,
     time: i64,
     severity_id: u32,
     severity: &'static str,
     status_id: u32,
     status: &'static str,
-    message: String,
+    message: Shown<Message<'a>>,
     device: Device<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    status_code: Option<String>,
+    status_code: Option<Shown<u16>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     http_response: Option<HttpResponse>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -333,11 +318,11 @@ struct Record<'a> {
 }
 
 /// The facts every class shares that the builders compute.
-struct Common {
+struct Common<'a> {
     time: SystemTime,
     severity: Severity,
     success: bool,
-    message: String,
+    message: Message<'a>,
 }
 
 /// The common attributes (classification, time, severity, status, message, device) and
@@ -345,7 +330,7 @@ struct Common {
 fn header<'a>(
     class: &Class,
     activity: &Activity<'a>,
-    common: Common,
+    common: Common<'a>,
     ctx: &'a Context,
     metadata: Metadata<'a>,
 ) -> Record<'a> {
@@ -368,13 +353,16 @@ fn header<'a>(
         activity_id: activity.id,
         activity_name: activity.name,
         type_uid: u64::from(class.uid) * 100 + u64::from(activity.id),
-        type_name: format!("{}: {}", class.name, activity.caption),
+        type_name: Shown(TypeName {
+            class: class.name,
+            caption: activity.caption,
+        }),
         time: long(epoch_millis(time)),
         severity_id: severity_id(severity),
         severity: severity_caption(severity),
         status_id,
         status,
-        message,
+        message: Shown(message),
         device: device(ctx),
         status_code: None,
         http_response: None,
@@ -400,11 +388,11 @@ fn connection_open<'a>(e: &'a ConnectionOpen, ctx: &'a Context) -> Record<'a> {
         time: e.time,
         severity: outcome_severity(e.outcome),
         success: e.outcome != Outcome::Denied,
-        message: open_message(e),
+        message: Message::Text(open_message(e)),
     };
     let metadata = metadata(
         ctx,
-        format!("{}:{}:open", ctx.instance, e.id),
+        Uid::Text(format!("{}:{}:open", ctx.instance, e.id)),
         Some(e.id),
         &[HOST, SECURITY_CONTROL],
     );
@@ -415,7 +403,7 @@ fn connection_open<'a>(e: &'a ConnectionOpen, ctx: &'a Context) -> Record<'a> {
         ctx,
         metadata,
     );
-    r.status_code = Some(e.status.to_string());
+    r.status_code = Some(Shown(e.status));
     r.status_detail = e.reason.as_deref();
     r.decision = Some(decision(e.outcome));
     r.firewall_rule = Some(firewall_rule(e.policy.as_deref(), e.engine, None));
@@ -428,11 +416,11 @@ fn connection_close<'a>(e: &'a ConnectionClose, ctx: &'a Context) -> Record<'a> 
         time: e.time,
         severity: Severity::Informational,
         success: true,
-        message: close_message(e),
+        message: Message::Text(close_message(e)),
     };
     let metadata = metadata(
         ctx,
-        format!("{}:{}:close", ctx.instance, e.id),
+        Uid::Text(format!("{}:{}:close", ctx.instance, e.id)),
         Some(e.id),
         &[HOST, SECURITY_CONTROL],
     );
@@ -465,19 +453,23 @@ fn http_request<'a>(e: &'a HttpRequest, ctx: &'a Context) -> Record<'a> {
         time: e.time,
         severity: outcome_severity(e.outcome),
         success: e.outcome != Outcome::Denied,
-        message: request_message(e),
+        message: Message::Request(e),
     };
     // Requests on one keep-alive connection share its id; the time in nanoseconds tells them
     // apart in `metadata.uid` (they are sequential, so their decision times differ).
     let metadata = metadata(
         ctx,
-        format!("{}:{}:http:{}", ctx.instance, e.id, epoch_nanos(e.time)),
+        Uid::Request {
+            instance: &ctx.instance,
+            id: e.id,
+            nanos: epoch_nanos(e.time),
+        },
         Some(e.id),
         &[HOST, SECURITY_CONTROL],
     );
     let mut r = header(&HTTP_ACTIVITY, &activity, common, ctx, metadata);
     if let Some(status) = e.status {
-        r.status_code = Some(status.to_string());
+        r.status_code = Some(Shown(status));
         r.http_response = Some(HttpResponse { code: status });
     }
     r.status_detail = e.reason.as_deref();
@@ -495,7 +487,12 @@ fn http_request<'a>(e: &'a HttpRequest, ctx: &'a Context) -> Record<'a> {
             hostname: bare_host(&e.dst.host),
             port: e.dst.port,
             path,
-            url_string: url_string(e.scheme, &e.dst.host, e.dst.port, path),
+            url_string: Shown(UrlString {
+                scheme: e.scheme,
+                host: &e.dst.host,
+                port: e.dst.port,
+                path,
+            }),
         },
     });
     r.traffic = Some(traffic(e.bytes_in, e.bytes_out));
@@ -519,11 +516,11 @@ fn policy_change<'a>(e: &'a PolicyChange, ctx: &'a Context) -> Record<'a> {
         time: e.time,
         severity: policy_severity(e),
         success: e.result.is_ok(),
-        message: policy_message(e),
+        message: Message::Text(policy_message(e)),
     };
     let metadata = metadata(
         ctx,
-        format!("{}:policy:{}", ctx.instance, epoch_millis(e.time)),
+        Uid::Text(format!("{}:policy:{}", ctx.instance, epoch_millis(e.time))),
         None,
         &[HOST],
     );
@@ -562,10 +559,15 @@ fn finding<'a>(e: &'a Finding, ctx: &'a Context) -> Record<'a> {
         time: e.time,
         severity: e.severity,
         success: false,
-        message: e.title.clone(),
+        message: Message::Text(e.title.clone()),
     };
     let uid = format!("{}:{}:finding:{}", ctx.instance, e.id, epoch_nanos(e.time));
-    let metadata = metadata(ctx, uid.clone(), Some(e.id), &[HOST, SECURITY_CONTROL]);
+    let metadata = metadata(
+        ctx,
+        Uid::Text(uid.clone()),
+        Some(e.id),
+        &[HOST, SECURITY_CONTROL],
+    );
     let mut r = header(
         &DETECTION_FINDING,
         &Activity::known(1, "Create"),
@@ -608,9 +610,14 @@ fn lifecycle<'a>(e: &'a Lifecycle, ctx: &'a Context) -> Record<'a> {
         time: e.time,
         severity: Severity::Informational,
         success: true,
-        message: lifecycle_message(e),
+        message: Message::Text(lifecycle_message(e)),
     };
-    let metadata = metadata(ctx, format!("{}:{kind}", ctx.instance), None, &[HOST]);
+    let metadata = metadata(
+        ctx,
+        Uid::Text(format!("{}:{kind}", ctx.instance)),
+        None,
+        &[HOST],
+    );
     let mut r = header(&APPLICATION_LIFECYCLE, &activity, common, ctx, metadata);
     r.app = Some(App {
         name: PRODUCT_NAME,
@@ -690,7 +697,10 @@ fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
 mod dns;
 pub use dns::rcode_label as dns_rcode_label;
 mod objects;
+pub use objects::CallerJson;
 use objects::*;
+mod text;
+use text::{HostPort, Message, Shown, TypeName, Uid, UrlString};
 
 /// Events for the unit tests of `ocsf`, `shorthand`, `sink` and `metrics`.
 #[cfg(test)]

@@ -170,6 +170,7 @@ mod tests {
                     ..Process::default()
                 },
                 ancestors: Vec::new(),
+                ..Caller::default()
             })),
             src: SocketAddr::from(([127, 0, 0, 1], 5000)),
             dst: Destination {

@@ -54,8 +54,9 @@ const WRITE_BUFFER: usize = 64 * 1024;
 /// Replaces known secret values in a line about to be written (the credentials module
 /// implements it over the secret store; audit knows nothing of secrets).
 pub trait Redact: Send + Sync {
-    /// The line with every secret replaced, or `None` when it holds none.
-    fn redact(&self, line: &str) -> Option<String>;
+    /// The line with every secret replaced, or `None` when it holds none. Replacements are
+    /// ASCII and secrets whole UTF-8 strings, so a UTF-8 line stays UTF-8.
+    fn redact(&self, line: &[u8]) -> Option<Vec<u8>>;
 }
 
 /// What the human line on stderr looks like (`--log-format`).
@@ -119,7 +120,7 @@ struct State {
 
 impl State {
     /// `line` with every secret value the current redactor knows replaced.
-    fn redacted(&self, line: String) -> String {
+    fn redacted(&self, line: Vec<u8>) -> Vec<u8> {
         let redactor = self
             .redactor
             .read()
@@ -322,7 +323,10 @@ impl AuditSink {
     /// exports of the events, such as OTLP, pass their text through this).
     pub fn redact(&self, line: String) -> String {
         match &self.inner {
-            Some(i) => i.state.redacted(line),
+            Some(i) => match String::from_utf8(i.state.redacted(line.into_bytes())) {
+                Ok(line) => line,
+                Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            },
             None => line,
         }
     }
@@ -424,25 +428,20 @@ impl Writer {
     }
 
     fn event(&mut self, audit: Vec<u8>, human: Option<String>) {
-        // serde_json writes valid UTF-8; a lossy copy keeps the redactor's `&str` contract.
-        let audit = match String::from_utf8(audit) {
-            Ok(s) => s,
-            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-        };
         let mut json = self.redacted(audit);
-        json.push('\n');
-        let result = self.audit.write_line(json.as_bytes());
+        json.push(b'\n');
+        let result = self.audit.write_line(&json);
         self.audit_result(result);
         let human = match human {
             None => json,
             Some(line) => {
-                let mut line = self.redacted(line);
-                line.push('\n');
+                let mut line = self.redacted(line.into_bytes());
+                line.push(b'\n');
                 line
             }
         };
         // A human line that cannot be written (stderr closed) is not worth more than that.
-        let _ = self.human.write_line(human.as_bytes());
+        let _ = self.human.write_line(&human);
     }
 
     fn flush(&mut self) {
@@ -451,7 +450,7 @@ impl Writer {
         let _ = self.human.flush();
     }
 
-    fn redacted(&self, line: String) -> String {
+    fn redacted(&self, line: Vec<u8>) -> Vec<u8> {
         self.state.redacted(line)
     }
 

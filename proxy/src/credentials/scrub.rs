@@ -359,13 +359,14 @@ impl ScrubSet {
 /// The audit sink's redactor: a set of every known secret value (see
 /// `Bindings::redactor`), applied to each line before it is written.
 impl crate::audit::Redact for ScrubSet {
-    fn redact(&self, line: &str) -> Option<String> {
-        let mut out = Vec::new();
-        if self.replace_all(line.as_bytes(), &mut out) == 0 {
+    fn redact(&self, line: &[u8]) -> Option<Vec<u8>> {
+        // Most lines hold no secret: looked through first, copied only when one is there.
+        self.next_match(line, 0, line.len())?;
+        let mut out = Vec::with_capacity(line.len());
+        if self.replace_all(line, &mut out) == 0 {
             return None;
         }
-        // Replacements are ASCII and secrets are whole UTF-8 strings, so this is lossless.
-        Some(String::from_utf8_lossy(&out).into_owned())
+        Some(out)
     }
 }
 

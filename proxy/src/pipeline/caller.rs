@@ -150,6 +150,7 @@ fn known(seen: &Seen, identity: Identity) -> Known {
                 uid: None,
             })
             .collect(),
+        ..audit::Caller::default()
     });
     Known {
         exe: id.exe.clone(),

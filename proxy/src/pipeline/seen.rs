@@ -62,6 +62,7 @@ mod tests {
                 cmdline: vec!["init".to_string()],
                 uid: None,
             }],
+            ..audit::Caller::default()
         }
     }
 

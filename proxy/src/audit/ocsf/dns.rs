@@ -6,8 +6,8 @@
 use serde_json::{Map, Value, json};
 
 use super::{
-    Activity, Class, Common, Context, HOST, Record, SECURITY_CONTROL, decision, firewall_rule,
-    header, metadata, outcome_severity,
+    Activity, Class, Common, Context, HOST, Message, Record, SECURITY_CONTROL, Uid, decision,
+    firewall_rule, header, metadata, outcome_severity,
 };
 use crate::audit::{DnsQuery, DnsRcode, DnsTransport, Engine, Outcome};
 
@@ -60,16 +60,16 @@ pub(super) fn dns_query<'a>(e: &'a DnsQuery, ctx: &'a Context) -> Record<'a> {
         time: e.time,
         severity: outcome_severity(e.outcome),
         success: e.outcome != Outcome::Denied,
-        message: message(e),
+        message: Message::Text(message(e)),
     };
     let metadata = metadata(
         ctx,
-        format!(
+        Uid::Text(format!(
             "{}:dns:{}:{}",
             ctx.instance,
             super::epoch_millis(e.time),
             e.src
-        ),
+        )),
         None,
         &[HOST, SECURITY_CONTROL],
     );

@@ -2,12 +2,15 @@
 //! decision), as typed structs serde writes directly. Built by the class builders in `ocsf`.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
+use serde_json::value::RawValue;
 
 use super::super::{Caller, Destination, Engine, Outcome, Process};
+use super::text::{ConnectionUid, Shown, Uid, UrlString};
 use super::{Context, MAX_PARENT_DEPTH, OCSF_VERSION, PRODUCT_NAME, PRODUCT_VERSION};
 
 #[derive(Serialize)]
@@ -42,7 +45,7 @@ pub(super) struct Url<'a> {
     pub(super) hostname: &'a str,
     pub(super) port: u16,
     pub(super) path: &'a str,
-    pub(super) url_string: String,
+    pub(super) url_string: Shown<UrlString<'a>>,
 }
 
 /// What `unmapped` may hold; each class fills its own few.
@@ -80,9 +83,9 @@ pub(super) struct Unmapped<'a> {
 pub(super) struct Metadata<'a> {
     pub(super) version: &'static str,
     pub(super) product: Product,
-    pub(super) uid: String,
+    pub(super) uid: Shown<Uid<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) correlation_uid: Option<String>,
+    pub(super) correlation_uid: Option<Shown<ConnectionUid<'a>>>,
     pub(super) profiles: &'a [&'a str],
 }
 
@@ -94,8 +97,8 @@ pub(super) struct Product {
 }
 
 pub(super) fn metadata<'a>(
-    ctx: &Context,
-    uid: String,
+    ctx: &'a Context,
+    uid: Uid<'a>,
     connection: Option<u64>,
     profiles: &'a [&'a str],
 ) -> Metadata<'a> {
@@ -106,15 +109,18 @@ pub(super) fn metadata<'a>(
             vendor_name: PRODUCT_NAME,
             version: PRODUCT_VERSION,
         },
-        uid,
+        uid: Shown(uid),
         correlation_uid: connection.map(|id| connection_uid(ctx, id)),
         profiles,
     }
 }
 
 /// The id shared by every event of one connection (open, requests, close).
-pub(super) fn connection_uid(ctx: &Context, id: u64) -> String {
-    format!("{}:{id}", ctx.instance)
+pub(super) fn connection_uid(ctx: &Context, id: u64) -> Shown<ConnectionUid<'_>> {
+    Shown(ConnectionUid {
+        instance: &ctx.instance,
+        id,
+    })
 }
 
 #[derive(Serialize)]
@@ -147,12 +153,12 @@ pub(super) struct Network<'a> {
     pub(super) actor: Option<Actor<'a>>,
     pub(super) src_endpoint: SrcEndpoint,
     pub(super) dst_endpoint: DstEndpoint<'a>,
-    pub(super) connection_info: ConnectionInfo,
+    pub(super) connection_info: ConnectionInfo<'a>,
 }
 
 #[derive(Serialize)]
 pub(super) struct Actor<'a> {
-    pub(super) process: ProcessObject<'a>,
+    pub(super) process: &'a RawValue,
 }
 
 #[derive(Serialize)]
@@ -164,8 +170,8 @@ pub(super) struct SrcEndpoint {
 /// network_connection_info (not in the schema copy; shape from the OCSF documentation):
 /// direction_id is required there; 2 is Outbound.
 #[derive(Serialize)]
-pub(super) struct ConnectionInfo {
-    pub(super) uid: String,
+pub(super) struct ConnectionInfo<'a> {
+    pub(super) uid: Shown<ConnectionUid<'a>>,
     pub(super) protocol_name: &'static str,
     pub(super) protocol_num: u32,
     pub(super) direction_id: u32,
@@ -173,19 +179,17 @@ pub(super) struct ConnectionInfo {
 }
 
 pub(super) fn network<'a>(
-    ctx: &Context,
+    ctx: &'a Context,
     id: u64,
     caller: Option<&'a Caller>,
     src: SocketAddr,
     dst: &'a Destination,
 ) -> Network<'a> {
     Network {
-        actor: caller.map(|c| Actor {
-            process: ProcessObject {
-                p: &c.process,
-                ancestors: &c.ancestors,
-                depth: 0,
-            },
+        actor: caller.and_then(|c| {
+            Some(Actor {
+                process: c.json.get_or_write(c)?,
+            })
         }),
         src_endpoint: SrcEndpoint {
             ip: src.ip(),
@@ -231,6 +235,56 @@ pub(super) fn bare_host(host: &str) -> &str {
     host.strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host)
+}
+
+/// The OCSF JSON of a caller (`actor.process`: the process and, nested as `parent_process`,
+/// its ancestors), written at the first event that carries the caller and reused by every
+/// later one: a caller's command lines (often kilobytes) are escaped once, not per event.
+/// It holds exactly what writing the caller then would produce; the caller is read-only
+/// once an event carries it (see [`Caller`]).
+#[derive(Default)]
+pub struct CallerJson(OnceLock<Option<Box<RawValue>>>);
+
+impl CallerJson {
+    /// The caller's JSON, written now if this is its first use. `None` only if writing it
+    /// failed (it cannot: every key is a string, no Serialize impl here errs); the actor is
+    /// then left out rather than the event lost.
+    fn get_or_write(&self, caller: &Caller) -> Option<&RawValue> {
+        self.0.get_or_init(|| write_caller(caller)).as_deref()
+    }
+}
+
+/// `caller`'s `actor.process` object, compact, as serde_json writes it.
+fn write_caller(caller: &Caller) -> Option<Box<RawValue>> {
+    let process = ProcessObject {
+        p: &caller.process,
+        ancestors: &caller.ancestors,
+        depth: 0,
+    };
+    let json = serde_json::to_string(&process).ok()?;
+    RawValue::from_string(json).ok()
+}
+
+impl Clone for CallerJson {
+    /// A clone starts empty: the copy may be changed before it is written.
+    fn clone(&self) -> Self {
+        CallerJson::default()
+    }
+}
+
+impl PartialEq for CallerJson {
+    /// Derived data: callers compare by what they are.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for CallerJson {}
+
+impl std::fmt::Debug for CallerJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallerJson")
+    }
 }
 
 /// A process and, nested as `parent_process`, its ancestors (nearest first).

@@ -39,6 +39,7 @@ fn caller() -> Caller {
                 uid: Some(0),
             },
         ],
+        ..Caller::default()
     }
 }
 
@@ -103,6 +104,7 @@ pub(crate) fn request(outcome: Outcome) -> HttpRequest {
                 ..caller().process
             },
             ancestors: vec![],
+            ..Caller::default()
         })),
         src: src(),
         dst: Destination {

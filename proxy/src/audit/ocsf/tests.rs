@@ -303,3 +303,59 @@ fn a_transparent_connection_says_so() {
     assert_eq!(v["message"], "TRANSPARENT allowed api.github.com:443");
     assert_eq!(v["class_uid"], 4001);
 }
+
+/// One line of `event`, as the audit sink writes it.
+fn line_of(event: &Event) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_json(event, &samples::ctx(), &mut out);
+    out
+}
+
+#[test]
+fn a_callers_json_written_once_is_what_writing_it_again_would_give() {
+    // A caller with the characters JSON escapes, nested ancestors, an unreadable exe.
+    let mut e = samples::open(Outcome::Allowed);
+    if let Some(c) = e.caller.as_mut().map(std::sync::Arc::make_mut) {
+        c.process.cmdline = vec![
+            "python3".into(),
+            "-c".into(),
+            "print(\"a\\tb\")\n# é \u{1}".into(),
+        ];
+        c.ancestors[0].exe = String::new();
+    }
+    let caller = e.caller.clone().expect("the sample has a caller");
+    let event = Event::ConnectionOpen(e);
+    let first = line_of(&event);
+    // The second event reuses the bytes the first wrote.
+    let again = line_of(&event);
+    assert_eq!(first, again);
+    // The reused bytes are the tree the process chain builds, field for field.
+    let tree = serde_json::to_value(ProcessObject {
+        p: &caller.process,
+        ancestors: &caller.ancestors,
+        depth: 0,
+    })
+    .expect("a process serializes");
+    let written = serde_json::to_string(&ProcessObject {
+        p: &caller.process,
+        ancestors: &caller.ancestors,
+        depth: 0,
+    })
+    .expect("a process serializes");
+    let spliced = format!("\"actor\":{{\"process\":{written}}},");
+    assert!(
+        String::from_utf8_lossy(&again).contains(&spliced),
+        "{}",
+        String::from_utf8_lossy(&again)
+    );
+    let parsed: Value = serde_json::from_slice(&again).expect("the line is JSON");
+    assert_eq!(parsed["actor"]["process"], tree);
+    assert_eq!(parsed, to_json(&event, &samples::ctx()));
+    // A copy of the caller (which may be changed) writes its own.
+    let mut changed = (*caller).clone();
+    changed.process.cmdline = vec!["wget".into()];
+    let mut e = samples::open(Outcome::Allowed);
+    e.caller = Some(std::sync::Arc::new(changed));
+    let v = json_of(Event::ConnectionOpen(e));
+    assert_eq!(v["actor"]["process"]["cmd_line"], "wget");
+}

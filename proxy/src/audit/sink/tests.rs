@@ -113,9 +113,10 @@ fn file_gets_one_json_line_per_event_appended_with_mode_0600() {
 struct Word(&'static str);
 
 impl Redact for Word {
-    fn redact(&self, line: &str) -> Option<String> {
+    fn redact(&self, line: &[u8]) -> Option<Vec<u8>> {
+        let line = std::str::from_utf8(line).ok()?;
         line.contains(self.0)
-            .then(|| line.replace(self.0, "[redacted:test/key]"))
+            .then(|| line.replace(self.0, "[redacted:test/key]").into_bytes())
     }
 }
 
