@@ -122,7 +122,7 @@ impl<'a> OwnerSearch<'a> {
                     continue;
                 }
             };
-            let Err(dir) = self.check_dir(dir) else {
+            let Err(dir) = self.check_dir_at(dir, entry.fd) else {
                 return Some(entry.pid);
             };
             let children = dir.children().unwrap_or_default();
@@ -262,6 +262,26 @@ impl<'a> OwnerSearch<'a> {
                 false
             }
         }
+    }
+
+    /// Like [`Self::check_dir`], looking first at descriptor `fd` (one `readlink`): where a
+    /// recent client held its last socket, or where an identified one held this socket. Only
+    /// a process that holds the socket there now is an owner by it; else its whole table is
+    /// read as usual.
+    fn check_dir_at(&mut self, dir: ProcDir, fd: Option<u32>) -> Result<(), ProcDir> {
+        let pid = dir.pid();
+        if let Some(fd) = fd
+            && !self.checked.contains(&pid)
+        {
+            self.fds_read += 1;
+            if dir.fd_is(fd, &self.link) {
+                self.checked.insert(pid);
+                self.fds.insert(pid, fd);
+                self.owners.insert(pid, dir);
+                return Ok(());
+            }
+        }
+        self.check_dir(dir)
     }
 
     /// Like [`Self::check`] for an already opened process: `Ok` if it holds the socket (the

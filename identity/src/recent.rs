@@ -8,11 +8,14 @@
 
 use std::collections::VecDeque;
 
-/// One process: a pid and the start time that tells its incarnations apart.
+/// One process: a pid and the start time that tells its incarnations apart, and the
+/// descriptor under which it held its last identified socket (looked at first: a client
+/// that opens one connection after another mostly gets the same number again).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RecentPid {
     pub(crate) pid: u32,
     pub(crate) start_time: u64,
+    pub(crate) fd: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -55,7 +58,11 @@ mod tests {
     use super::*;
 
     fn entry(pid: u32, start_time: u64) -> RecentPid {
-        RecentPid { pid, start_time }
+        RecentPid {
+            pid,
+            start_time,
+            fd: None,
+        }
     }
 
     #[test]

@@ -152,6 +152,7 @@ impl IdentityResolver {
         lock(&self.recent).touch(RecentPid {
             pid: first.pid,
             start_time: first.start_time,
+            fd: first.socket.fd,
         });
         Ok(first)
     }
@@ -190,6 +191,7 @@ impl IdentityResolver {
         let hint = [RecentPid {
             pid: previous.pid,
             start_time: previous.start_time,
+            fd: previous.socket.fd,
         }];
         let found = OwnerSearch::new(proc, inode, self.own_pid)
             .without_siblings()

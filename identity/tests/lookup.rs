@@ -854,3 +854,71 @@ fn an_ancestor_read_before_that_takes_a_copy_of_the_socket_is_found() {
         "{err:?}"
     );
 }
+
+/// Connects, then on request: `again` closes the connection and connects anew (the lowest
+/// free descriptor: the same one); `both` connects anew keeping the last connection open;
+/// `swap` closes the connection, connects anew at descriptor 150 and puts another socket (a
+/// socket pair's end) at the descriptor the connection had. Reports each new connection's
+/// descriptor.
+const RECONNECTER: &str = "import os, socket, sys\n\
+    def say(*words): os.write(1, (' '.join(map(str, words)) + '\\n').encode())\n\
+    port = int(sys.argv[1])\n\
+    c = socket.create_connection(('127.0.0.1', port))\n\
+    say('conn', c.fileno())\n\
+    keep = []\n\
+    for line in sys.stdin:\n\
+    \x20   op = line.split()[0]\n\
+    \x20   if op == 'again':\n\
+    \x20       c.close(); c = socket.create_connection(('127.0.0.1', port))\n\
+    \x20   elif op == 'both':\n\
+    \x20       keep.append(c); c = socket.create_connection(('127.0.0.1', port))\n\
+    \x20   elif op == 'swap':\n\
+    \x20       c.close(); new = socket.create_connection(('127.0.0.1', port))\n\
+    \x20       os.dup2(new.fileno(), 150); new.close()\n\
+    \x20       keep += list(socket.socketpair()); c = socket.socket(fileno=150)\n\
+    \x20   else:\n\
+    \x20       break\n\
+    \x20   say('conn', c.fileno())\n";
+
+/// A repeat client is looked at first where it held its last socket: found there when its
+/// next socket got the same descriptor, and found by its whole table when it did not (that
+/// descriptor now another connection of its own, or closed), never taken for the holder of a
+/// socket it does not hold.
+#[test]
+fn a_repeat_client_is_found_at_its_last_descriptor_or_by_its_whole_table() {
+    let (listener, _) = listener("127.0.0.1:0");
+    let mut client = Client::python(RECONNECTER, listener.local_addr().unwrap().port());
+    let resolver = resolver();
+    let pid = client.pid();
+    let lookup = |expect_fd: &str| {
+        let (stream, peer, local) = accept(&listener);
+        let found = resolver.lookup(peer, local).unwrap();
+        assert_eq!(found.pid, pid);
+        assert_eq!(found.socket.fd, Some(expect_fd.parse().unwrap()));
+        resolver.confirm(&found).unwrap();
+        resolver.recheck(&found).unwrap();
+        (stream, found)
+    };
+    let first = client.line();
+    let (_s1, one) = lookup(&first[1]);
+    // Closed, then connected again: the same (lowest free) descriptor, found there.
+    client.send_line("again");
+    let again = client.line();
+    assert_eq!(again[1], first[1]);
+    let (_s2, two) = lookup(&again[1]);
+    assert_eq!(two.pid, one.pid);
+    // A second connection kept beside the last: the last descriptor holds the other one.
+    client.send_line("both");
+    let both = client.line();
+    assert_ne!(both[1], again[1]);
+    let (_s3, three) = lookup(&both[1]);
+    assert_ne!(three.socket.inode, two.socket.inode);
+    // The old connection still confirmed where it is.
+    resolver.confirm(&two).unwrap();
+    // Moved away: the descriptor the last lookup saw is closed or another socket now.
+    client.send_line("swap");
+    let swapped = client.line();
+    assert_ne!(swapped[1], both[1]);
+    let _ = lookup(&swapped[1]);
+    client.send_line("exit");
+}

@@ -23,6 +23,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
 
 mod h2;
+mod phases;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -418,8 +419,12 @@ fn raise_fd_limit() {
     );
 }
 
-fn start_sluice(dir: &Path, origins: &[SocketAddr]) -> (std::process::Child, SocketAddr, PathBuf) {
-    let bin = std::env::var("SLUICE_BIN").unwrap_or_else(|_| {
+fn start_sluice(
+    dir: &Path,
+    origins: &[SocketAddr],
+    bin_var: &str,
+) -> (std::process::Child, SocketAddr, PathBuf) {
+    let bin = std::env::var(bin_var).unwrap_or_else(|_| {
         let exe = std::env::current_exe().unwrap();
         exe.parent()
             .unwrap()
@@ -430,6 +435,9 @@ fn start_sluice(dir: &Path, origins: &[SocketAddr]) -> (std::process::Child, Soc
             .into_owned()
     });
     let me = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+    // A second build (`SLUICE_BIN_B`) keeps its files apart.
+    let dir = &dir.join(bin_var);
+    std::fs::create_dir_all(dir).unwrap();
     let policy = dir.join("policy.yaml");
     std::fs::write(
         &policy,
@@ -472,7 +480,7 @@ fn start_sluice(dir: &Path, origins: &[SocketAddr]) -> (std::process::Child, Soc
         .arg("--ca-dir")
         .arg(&ca_dir)
         .arg("--upstream-ca")
-        .arg(dir.join("origin-ca.pem"))
+        .arg(dir.join("../origin-ca.pem"))
         .arg("--audit-log")
         .arg(dir.join("audit.jsonl"))
         .stdout(Stdio::null())
@@ -528,7 +536,7 @@ fn main() {
     rt.block_on(async {
         let origin = start_origin(&dir).await;
         let h2_origin = h2::start_origin(&dir).await;
-        let (mut child, sluice, sluice_ca) = start_sluice(&dir, &[origin, h2_origin]);
+        let (mut child, sluice, sluice_ca) = start_sluice(&dir, &[origin, h2_origin], "SLUICE_BIN");
         let mut paths = vec![
             Leg {
                 name: "direct".into(),
@@ -556,6 +564,36 @@ fn main() {
                     pid: rest.first().and_then(|p| p.parse().ok()),
                 });
             }
+        }
+        if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "new") {
+            let _ = child.kill();
+            let _ = child.wait();
+            let rounds: usize = std::env::var("BENCH_ROUNDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(5);
+            let mut bins = vec![("sluice", "SLUICE_BIN")];
+            if std::env::var_os("SLUICE_BIN_B").is_some() {
+                bins.push(("sluice-b", "SLUICE_BIN_B"));
+            }
+            phases::header(conns, rounds);
+            for r in 0..rounds {
+                let direct = phases::round(r, &paths[0], origin, conns, None).await;
+                for (name, var) in &bins {
+                    let (mut c, addr, ca) = start_sluice(&dir, &[origin, h2_origin], var);
+                    let leg = Leg {
+                        name: (*name).into(),
+                        proxy: Some(addr),
+                        connector: connector(&ca),
+                        h2: None,
+                        pid: Some(c.id()),
+                    };
+                    phases::round(r, &leg, origin, conns, Some(direct)).await;
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+            }
+            return;
         }
         let dur = Duration::from_secs(secs);
         let idle_only = std::env::var("BENCH_ONLY").is_ok_and(|v| v == "idle");

@@ -145,6 +145,21 @@ pub(crate) async fn settle(shared: &Arc<Shared>, arrival: Arrival) -> Settled {
     }
 }
 
+/// Reads, without waiting, what the client has sent so far into `buf` (one read of at most
+/// 4 KiB, within `max` head bytes); the usual reader then parses the head from `buf`, and
+/// reads more only if it is not whole yet.
+fn read_ready(stream: &TcpStream, buf: &mut BytesMut, max: usize) {
+    use std::io::Read;
+    let mut chunk = [0u8; 4096];
+    let want = chunk.len().min(max.saturating_sub(buf.len()));
+    // The socket is non-blocking: nothing there yet is `WouldBlock`, read later as usual.
+    if want > 0
+        && let Ok(n) = (&*socket2::SockRef::from(stream)).read(&mut chunk[..want])
+    {
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
 /// Serves one explicit-proxy client connection to the end: its first request head names
 /// the target (`CONNECT host:port`, or an absolute-form request).
 pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, local: SocketAddr) {
@@ -165,6 +180,9 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
     };
     let mut buf = BytesMut::with_capacity(4096);
     let limits = &shared.limits;
+    // The head is most likely here by now (the client sent it as it connected): read without
+    // waiting for the runtime to learn that the socket is readable, a wake-up of its own.
+    read_ready(rd.as_ref(), &mut buf, limits.max_head_bytes);
     let head = match Box::pin(tokio::time::timeout(
         limits.head_timeout,
         head::read_head(&mut rd, &mut buf, limits.max_head_bytes),
@@ -331,4 +349,60 @@ async fn refuse_early(
             reason: Some(refusal.detail.clone()),
             status: refusal.status,
         }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connected pair over loopback: sluice's side and the client's.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (server, client)
+    }
+
+    #[tokio::test]
+    async fn what_is_there_is_read_at_once_and_nothing_waits_for_more() {
+        let (server, mut client) = pair().await;
+        let mut buf = BytesMut::new();
+        // Nothing sent yet: no bytes, and no wait.
+        read_ready(&server, &mut buf, 8192);
+        assert!(buf.is_empty());
+        client
+            .write_all(b"CONNECT a.example:443 HTTP/1.1\r\n\r\n\x16\x03\x01")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        read_ready(&server, &mut buf, 8192);
+        assert_eq!(
+            &buf[..],
+            b"CONNECT a.example:443 HTTP/1.1\r\n\r\n\x16\x03\x01"
+        );
+        // The usual reader takes the head from it, leaving what followed.
+        let (mut rd, _wr) = server.into_split();
+        let head = head::read_head(&mut rd, &mut buf, 8192).await.unwrap();
+        assert_eq!(head.method, "CONNECT");
+        assert_eq!(&buf[..], b"\x16\x03\x01");
+    }
+
+    #[tokio::test]
+    async fn never_past_the_head_limit() {
+        let (server, mut client) = pair().await;
+        client.write_all(&[b'a'; 100]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut buf = BytesMut::new();
+        read_ready(&server, &mut buf, 10);
+        assert_eq!(buf.len(), 10);
+        read_ready(&server, &mut buf, 10);
+        assert_eq!(buf.len(), 10);
+        // A closed client: nothing more, no error.
+        drop(client);
+        let mut rest = BytesMut::new();
+        read_ready(&server, &mut rest, 4096);
+        assert_eq!(rest.len(), 90);
+    }
 }
