@@ -12,9 +12,11 @@
 //! default next to this example), plus each `name=ADDR=CA_FILE` in `BENCH_COMPARE`, with the
 //! origin certificates from `BENCH_ORIGIN_DIR` (made on the spot when unset). A fourth field,
 //! `=PID`, also measures that proxy's memory per idle intercepted connection (`BENCH_IDLE`
-//! connections, default 1000 and 5000). `BENCH_ONLY=idle` skips every throughput row and measures
-//! only that idle memory (sluice, plus each comparison proxy with a pid); `BENCH_ONLY=c64` only
-//! the keep-alive c=64 row of each proxy with a pid (its requests per second and CPU per request).
+//! connections, default 1000 and 5000, read after they have been idle `BENCH_IDLE_HOLD` seconds,
+//! default 15; `BENCH_IDLE_TRACE=1` prints every second's reading). `BENCH_ONLY=idle` skips every
+//! throughput row and measures only that idle memory (sluice, plus each comparison proxy with a
+//! pid); `BENCH_ONLY=c64` only the keep-alive c=64 row of each proxy with a pid (its requests per
+//! second and CPU per request).
 //! `scripts/bench-compare` runs it with Squid (ssl-bump) and mitmproxy.
 //!
 //! HTTP/2 rows (`h2.rs`): kept-alive 1 KiB GETs and gRPC unary calls over h2 at c=64, against an
@@ -346,19 +348,19 @@ async fn download(p: &Leg, origin: SocketAddr) -> f64 {
     BIG as f64 / t.elapsed().as_secs_f64() / (1024.0 * 1024.0)
 }
 
-/// Resident memory of `pid` in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+/// Resident memory of `pid` in KiB, and its thread count.
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("Threads:"))
 }
 
-/// Memory per idle intercepted connection: `n` connections opened (CONNECT, TLS, one request,
-/// so both legs are up), held for a second, and the proxy's RSS growth divided by `n`.
-/// `None` when the proxy could not hold them all.
 /// Memory per idle intercepted connection for every leg whose proxy pid is known.
 async fn idle_rows(paths: &[Leg], origin: SocketAddr) {
     let idle: Vec<usize> = std::env::var("BENCH_IDLE")
@@ -366,13 +368,19 @@ async fn idle_rows(paths: &[Leg], origin: SocketAddr) {
         .split(',')
         .filter_map(|n| n.parse().ok())
         .collect();
+    let hold = Duration::from_secs(
+        std::env::var("BENCH_IDLE_HOLD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(15),
+    );
     for p in paths.iter().filter(|p| p.pid.is_some()) {
         for &n in &idle {
-            let per = idle_kib_per_conn(p, origin, p.pid.unwrap_or(0), n).await;
+            let per = idle_kib_per_conn(p, origin, p.pid.unwrap_or(0), n, hold).await;
             match per {
-                Some(k) => println!(
-                    "{}: {n} idle intercepted connections, {k:.1} KiB each",
-                    p.name
+                Some((k, threads)) => println!(
+                    "{}: {n} idle intercepted connections, {k:.1} KiB each (threads {} -> {})",
+                    p.name, threads.0, threads.1
                 ),
                 None => println!(
                     "{}: could not hold {n} idle intercepted connections",
@@ -383,8 +391,30 @@ async fn idle_rows(paths: &[Leg], origin: SocketAddr) {
     }
 }
 
-async fn idle_kib_per_conn(p: &Leg, origin: SocketAddr, pid: u32, n: usize) -> Option<f64> {
-    let before = rss_kib(pid);
+/// Memory per idle intercepted connection: `n` connections opened (CONNECT, TLS, one request,
+/// so both legs are up), left idle for `hold`, and the proxy's RSS growth divided by `n`.
+/// `None` when the proxy could not hold them all.
+///
+/// Measured the same way for every proxy. One connection is made and closed first, so that
+/// what the first connection of a run pays once (code paged in, the origin's leaf certificate,
+/// TLS configuration) is not divided among the idle ones. RSS is read after the connections
+/// have been idle for `hold` (default 15 s), not as soon as the last one is up: connections
+/// are opened 50 at a time for several seconds, and a proxy's state right after such a burst
+/// (threads started for it, upstream connections still pooled) is the burst's, not what an
+/// idle connection holds. The growth is sampled every second and the last sample counts.
+async fn idle_kib_per_conn(
+    p: &Leg,
+    origin: SocketAddr,
+    pid: u32,
+    n: usize,
+    hold: Duration,
+) -> Option<(f64, (u64, u64))> {
+    {
+        let mut c = connect_with(p, origin, 4096).await;
+        get(&mut c, origin, "/1k").await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (before, threads_before) = rss_kib(pid);
     let mut held = Vec::with_capacity(n);
     for batch in 0..n.div_ceil(50) {
         let mut tasks = Vec::new();
@@ -400,11 +430,29 @@ async fn idle_kib_per_conn(p: &Leg, origin: SocketAddr, pid: u32, n: usize) -> O
             held.push(t.await.ok()?);
         }
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let after = rss_kib(pid);
+    let trace = std::env::var("BENCH_IDLE_TRACE").is_ok();
+    let started = Instant::now();
+    let mut after = rss_kib(pid);
+    while started.elapsed() < hold {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        after = rss_kib(pid);
+        if trace {
+            println!(
+                "{}: idle {:.0} s: {:.1} KiB each, {} threads, CPU {:.0} ms so far",
+                p.name,
+                started.elapsed().as_secs_f64(),
+                after.0.saturating_sub(before) as f64 / n as f64,
+                after.1,
+                cpu_us(pid).unwrap_or(0.0) / 1000.0
+            );
+        }
+    }
     drop(held);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    Some(after.saturating_sub(before) as f64 / n as f64)
+    Some((
+        after.0.saturating_sub(before) as f64 / n as f64,
+        (threads_before, after.1),
+    ))
 }
 
 fn raise_fd_limit() {

@@ -218,10 +218,7 @@ fn default_audit_log() -> String {
 }
 
 pub fn exec(args: ExecArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match super::run::runtime() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sluice: cannot start the runtime: {e}");

@@ -136,7 +136,7 @@ pub(crate) async fn settle(shared: &Arc<Shared>, arrival: Arrival) -> Settled {
     let watcher = caller
         .as_ref()
         .ok()
-        .map(|known| holder::watch(Arc::clone(shared), known.clone(), conn.raise.clone()));
+        .map(|known| holder::watch(Arc::clone(shared), known, conn.raise.clone()));
     Settled {
         conn,
         caller,

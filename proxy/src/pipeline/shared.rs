@@ -99,6 +99,8 @@ pub struct Shared {
     pub(super) pool: Arc<super::pool::Pool>,
     /// The audit form of live connections' callers, one per unchanged process (`caller.rs`).
     pub(super) seen: super::seen::Seen,
+    /// The thread that runs the periodic re-checks of every connection's caller (`holder.rs`).
+    pub(super) rechecks: super::holder::Rechecks,
     next_id: AtomicU64,
 }
 
@@ -138,6 +140,7 @@ impl Shared {
             callers,
             pool: Arc::default(),
             seen: super::seen::Seen::default(),
+            rechecks: super::holder::Rechecks::default(),
             policy: ArcSwap::from_pointee(policy),
             resolver,
             identity,
