@@ -560,6 +560,9 @@ fn main() {
         make_certs(Path::new(args.get(2).expect("make-certs DIR")));
         return;
     }
+    // Certificates, and each sluice's policy, CA and audit log (hundreds of MB per run), go
+    // under `dir`; one made here is removed at the end.
+    let made = std::env::var_os("BENCH_ORIGIN_DIR").is_none();
     let dir = std::env::var("BENCH_ORIGIN_DIR").map_or_else(
         |_| {
             let d = std::env::temp_dir().join(format!("sluice-tls-bench-{}", std::process::id()));
@@ -738,4 +741,7 @@ fn main() {
         let _ = child.kill();
         let _ = child.wait();
     });
+    if made {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

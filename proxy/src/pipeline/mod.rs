@@ -27,6 +27,7 @@ mod judge;
 mod lease;
 mod live;
 mod pool;
+mod rechecks;
 mod record;
 mod request;
 mod seen;

@@ -99,8 +99,8 @@ pub struct Shared {
     pub(super) pool: Arc<super::pool::Pool>,
     /// The audit form of live connections' callers, one per unchanged process (`caller.rs`).
     pub(super) seen: super::seen::Seen,
-    /// The thread that runs the periodic re-checks of every connection's caller (`holder.rs`).
-    pub(super) rechecks: super::holder::Rechecks,
+    /// The thread that runs the periodic re-checks of every connection's caller (`rechecks.rs`).
+    pub(super) rechecks: super::rechecks::Rechecks,
     next_id: AtomicU64,
 }
 
@@ -140,7 +140,7 @@ impl Shared {
             callers,
             pool: Arc::default(),
             seen: super::seen::Seen::default(),
-            rechecks: super::holder::Rechecks::default(),
+            rechecks: super::rechecks::Rechecks::default(),
             policy: ArcSwap::from_pointee(policy),
             resolver,
             identity,
