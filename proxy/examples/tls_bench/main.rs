@@ -12,8 +12,9 @@
 //! default next to this example), plus each `name=ADDR=CA_FILE` in `BENCH_COMPARE`, with the
 //! origin certificates from `BENCH_ORIGIN_DIR` (made on the spot when unset). A fourth field,
 //! `=PID`, also measures that proxy's memory per idle intercepted connection (`BENCH_IDLE`
-//! connections, default 1000 and 5000, read after they have been idle `BENCH_IDLE_HOLD` seconds,
-//! default 15; `BENCH_IDLE_TRACE=1` prints every second's reading). `BENCH_ONLY=idle` skips every
+//! connections, comma-separated, default 1000, read after they have been idle
+//! `BENCH_IDLE_HOLD` seconds, default 15; `BENCH_IDLE_TRACE=1` prints every second's
+//! reading). `BENCH_ONLY=idle` skips every
 //! throughput row and measures only that idle memory (sluice, plus each comparison proxy with a
 //! pid); `BENCH_ONLY=c64` only the keep-alive c=64 row of each proxy with a pid (its requests per
 //! second and CPU per request).
@@ -364,7 +365,7 @@ fn rss_kib(pid: u32) -> (u64, u64) {
 /// Memory per idle intercepted connection for every leg whose proxy pid is known.
 async fn idle_rows(paths: &[Leg], origin: SocketAddr) {
     let idle: Vec<usize> = std::env::var("BENCH_IDLE")
-        .unwrap_or_else(|_| "1000,5000".into())
+        .unwrap_or_else(|_| "1000".into())
         .split(',')
         .filter_map(|n| n.parse().ok())
         .collect();
