@@ -18,6 +18,7 @@ pub mod netns;
 pub mod ocsf;
 pub mod origin;
 pub mod proxy;
+pub mod reload;
 pub mod scrape;
 
 use std::ffi::OsStr;

@@ -15,6 +15,7 @@ use serde_json::Value;
 use sluice_e2e::ocsf::class;
 use sluice_e2e::origin::EchoOrigin;
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
+use sluice_e2e::reload::replace;
 
 /// A Python `httpx` client holding one connection through sluice: each path written to it is
 /// fetched on that connection, and its status and HTTP version printed.
@@ -94,13 +95,6 @@ fn policy(port: u16, paths: &[&str]) -> String {
         "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {port}\n        protocol: rest\n        enforcement: enforce\n        rules:\n{rules}    binaries:\n      - path: {}\n",
         python()
     )
-}
-
-/// Replaces `path` atomically (write, then rename), as editors and config tools do.
-fn replace(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// The Device Config State Change events so far.

@@ -15,9 +15,9 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
 use sluice_e2e::netns::TestHost;
-use sluice_e2e::ocsf::class;
 use sluice_e2e::origin::make_cert;
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python};
+use sluice_e2e::reload::{reload_to, revoked_close};
 
 /// An HTTPS origin: argv = address, port (0 for any), certificate, key. Prints its port and
 /// answers every GET with `hello`.
@@ -149,24 +149,6 @@ fn policy(port: u16, nets: &[&str]) -> String {
     )
 }
 
-/// The `n`th configuration event (counting the load at start), once written.
-fn reload_to(sluice: &Sluice, text: &str, n: usize) {
-    let path = sluice.dir.path().join("policy.yaml");
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
-    sluice.wait_event(&format!("config change #{n}"), |_| {
-        sluice.events().iter().filter(|e| class(e) == 5019).count() >= n
-    });
-    let change = sluice
-        .events()
-        .into_iter()
-        .filter(|e| class(e) == 5019)
-        .nth(n - 1)
-        .unwrap();
-    assert_eq!(change["status_id"], 1, "the reload failed: {change:#}");
-}
-
 #[test]
 fn a_tunnel_redialled_at_another_address_is_judged_at_that_address_on_reload() {
     let name = "a_tunnel_redialled_at_another_address_is_judged_at_that_address_on_reload";
@@ -222,19 +204,8 @@ fn a_tunnel_redialled_at_another_address_is_judged_at_that_address_on_reload() {
         "the tunnel to an address the new policy refuses is still open\n{}",
         sluice.stderr()
     );
-    let close = sluice.wait_event("the revoked close", |e| {
-        class(e) == 4001
-            && e["activity_id"] == 2
-            && e["status_detail"]
-                .as_str()
-                .is_some_and(|d| d.starts_with("policy revoked by reload ("))
-    });
-    let detail = close["status_detail"].as_str().unwrap();
     let reached = format!("{}:{port}", second.ip);
-    assert!(
-        detail.contains(&reached),
-        "{detail} does not name {reached}"
-    );
+    let close = revoked_close(&sluice, port, &reached);
     assert_eq!(
         close["dst_endpoint"]["ip"],
         second.ip.to_string(),

@@ -1,0 +1,125 @@
+//! Reloading a running sluice's policy from a test, and reading what the reload did: the file
+//! replaced as editors do, the reload's own audit event, and the close event of a connection
+//! it revoked; the small policies and client helpers the revocation tests share.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::ocsf::class;
+use crate::proxy::Sluice;
+
+/// Replaces `path` atomically (write, then rename), as editors and config tools do.
+pub fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Writes the new policy and waits until the reload succeeded (the `n`th config event,
+/// counting the load at start).
+pub fn reload_to(sluice: &Sluice, text: &str, n: usize) {
+    replace(&sluice.dir.path().join("policy.yaml"), text);
+    sluice.wait_event(&format!("config change #{n}"), |_| {
+        sluice.events().iter().filter(|e| class(e) == 5019).count() >= n
+    });
+    let change = sluice
+        .events()
+        .into_iter()
+        .filter(|e| class(e) == 5019)
+        .nth(n - 1)
+        .unwrap();
+    assert_eq!(change["status_id"], 1, "the reload failed: {change:#}");
+}
+
+/// Waits for the close event of the connection to `port` that a reload revoked, and checks
+/// it says why (the entry, and what it no longer allows).
+pub fn revoked_close(sluice: &Sluice, port: u16, why: &str) -> Value {
+    let close = sluice.wait_event(&format!("the revoked close to {port}"), |e| {
+        class(e) == 4001
+            && e["activity_id"] == 2
+            && e["status_detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("policy revoked by reload ("))
+            && e["dst_endpoint"]["port"].as_u64() == Some(u64::from(port))
+    });
+    let detail = close["status_detail"].as_str().unwrap();
+    assert!(detail.contains(why), "{detail} does not say {why:?}");
+    close
+}
+
+/// "Closed promptly": a generous bound for a loaded machine (a revoked connection is closed
+/// as the reload's sweep runs, well within a second when the machine is idle).
+pub const PROMPTLY: Duration = Duration::from_secs(10);
+
+/// Reads until the peer closes (end of stream or reset) or `PROMPTLY` passes with the
+/// connection still open (`None`).
+pub fn closed_within(s: &mut TcpStream) -> Option<Duration> {
+    let started = Instant::now();
+    s.set_read_timeout(Some(PROMPTLY)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return Some(started.elapsed()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return None;
+            }
+            Err(_) => return Some(started.elapsed()),
+        }
+        if started.elapsed() > PROMPTLY {
+            return None;
+        }
+    }
+}
+
+/// A child's stdout, line by line, through a channel (so that reads can be bounded).
+pub fn lines_of(out: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// An L4-only entry named `name` for `binaries`, to 127.0.0.1:`port`.
+pub fn l4_entry(name: &str, port: u16, binaries: &[&str]) -> String {
+    let bins: String = binaries
+        .iter()
+        .map(|b| format!("      - path: {b}\n"))
+        .collect();
+    format!(
+        "  {name}:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}}}\n    binaries:\n{bins}"
+    )
+}
+
+/// An inspected entry `api` for Python to 127.0.0.1:`port`, allowing GET on each of `paths`.
+pub fn inspected_entry(port: u16, paths: &[&str], binary: &str) -> String {
+    let rules: String = paths
+        .iter()
+        .map(|p| format!("          - allow: {{method: GET, path: \"{p}\"}}\n"))
+        .collect();
+    format!(
+        "  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {port}\n        protocol: rest\n        enforcement: enforce\n        rules:\n{rules}    binaries:\n      - path: {binary}\n"
+    )
+}
+
+pub fn policy(entries: &[String]) -> String {
+    format!("version: 1\nnetwork_policies:\n{}", entries.concat())
+}

@@ -1,0 +1,192 @@
+//! End to end: a reload that revokes a connection closes it even while a response streams:
+//! an HTTP/2 connection with a streaming response (Node origin), and a forwarded WebSocket.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sluice_e2e::origin::{OriginProcess, make_cert};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, python};
+use sluice_e2e::reload::{
+    PROMPTLY, closed_within, inspected_entry, l4_entry, lines_of, policy, reload_to, revoked_close,
+};
+
+const STREAMING_ORIGIN: &str = r#"
+const http2 = require('http2'); const fs = require('fs');
+const closed = process.argv[3];
+const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
+  (req, res) => {
+    if (req.url.startsWith('/stream')) {
+      res.setHeader('content-type', 'text/plain');
+      let i = 0; const t = setInterval(() => { res.write(`line ${i++}\n`); }, 200);
+      res.on('close', () => { clearInterval(t); fs.appendFileSync(closed, 'closed\n'); });
+      return;
+    }
+    res.setHeader('content-type', 'text/plain'); res.end('ok\n');
+  });
+server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
+"#;
+
+/// An httpx HTTP/2 client streaming `/stream`: prints each line as it arrives, then `END`
+/// and what ended the stream.
+const STREAMER: &str = r#"
+import sys, httpx
+proxy, ca, base = sys.argv[1:4]
+with httpx.Client(proxy=proxy, verify=ca, http1=False, http2=True, timeout=30) as c:
+    try:
+        with c.stream('GET', base + '/stream') as r:
+            print('STATUS', r.status_code, r.http_version, flush=True)
+            for line in r.iter_lines():
+                print(line, flush=True)
+        print('END complete', flush=True)
+    except Exception as e:
+        print('END', type(e).__name__, flush=True)
+"#;
+
+#[test]
+fn an_http2_connection_with_a_streaming_response_is_closed_when_revoked() {
+    let dir = TempDir::new("revoke-h2");
+    let (ca_cert, cert, key) = make_cert(dir.path());
+    let origin = OriginProcess::spawn(
+        Command::new("node")
+            .arg("-e")
+            .arg(STREAMING_ORIGIN)
+            .arg(&cert)
+            .arg(&key)
+            .arg(dir.path().join("closed.txt")),
+        "the streaming origin (node)",
+    );
+    let port = origin.port;
+    let py = python();
+    let ca_dir = dir.path().join("ca");
+    let sluice = Sluice::start(
+        &policy(&[inspected_entry(port, &["/**"], &py)]),
+        &[
+            "--allow-loopback-upstream",
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+            "--upstream-ca",
+            ca_cert.to_str().unwrap(),
+        ],
+    );
+    let mut client = Command::new("python3")
+        .arg("-c")
+        .arg(STREAMER)
+        .arg(sluice.proxy_url())
+        .arg(ca_dir.join("ca.pem"))
+        .arg(format!("https://127.0.0.1:{port}"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let lines = lines_of(client.stdout.take().unwrap());
+    let next = || {
+        lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("no line")
+    };
+    assert_eq!(next(), "STATUS 200 HTTP/2", "{}", sluice.stderr());
+    assert_eq!(next(), "line 0");
+    assert_eq!(next(), "line 1");
+
+    reload_to(&sluice, &policy(&[l4_entry("other", 9, &[&py])]), 2);
+    let started = Instant::now();
+    let end = loop {
+        let line = lines
+            .recv_timeout(PROMPTLY)
+            .expect("the stream did not end after the revocation");
+        if line.starts_with("END") {
+            break line;
+        }
+        assert!(started.elapsed() < PROMPTLY, "still streaming: {line}");
+    };
+    assert_ne!(end, "END complete", "the stream ended as if complete");
+    // The upstream stream ended too: nothing keeps streaming behind the closed connection.
+    let deadline = Instant::now() + PROMPTLY;
+    let closed = || std::fs::read_to_string(dir.path().join("closed.txt")).unwrap_or_default();
+    while closed().is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(closed(), "closed\n", "the upstream stream is still open");
+    revoked_close(
+        &sluice,
+        port,
+        &format!("entry api no longer allows CONNECT 127.0.0.1:{port}"),
+    );
+    let _ = client.kill();
+    let _ = client.wait();
+    assert_events_valid(&sluice);
+}
+
+/// A WebSocket server (Python, raw sockets): answers the handshake with `101`, then echoes
+/// every byte back until the client closes.
+const WS_ECHO: &str = r#"
+import base64, hashlib, socket, threading
+s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(5)
+print(s.getsockname()[1], flush=True)
+def serve(c):
+    data = b''
+    while b'\r\n\r\n' not in data:
+        data += c.recv(4096)
+    head, rest = data.split(b'\r\n\r\n', 1)
+    key = [l.split(b':', 1)[1].strip() for l in head.split(b'\r\n') if l.lower().startswith(b'sec-websocket-key')][0]
+    accept = base64.b64encode(hashlib.sha1(key + b'258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest())
+    c.sendall(b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ' + accept + b'\r\n\r\n' + rest)
+    while True:
+        d = c.recv(4096)
+        if not d:
+            break
+        c.sendall(d)
+    c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+#[test]
+fn a_forwarded_websocket_is_closed_when_revoked() {
+    let server = OriginProcess::spawn(
+        Command::new("python3").args(["-c", WS_ECHO]),
+        "the WebSocket echo (python)",
+    );
+    let port = server.port;
+    let me = me();
+    let entry = format!(
+        "  ws:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, rules: [{{allow: {{method: GET, path: /ws}}}}]}}\n    binaries:\n      - path: {me}\n"
+    );
+    let sluice = Sluice::start(&policy(&[entry]), &["--allow-loopback-upstream"]);
+    let mut s = TcpStream::connect(sluice.addr()).unwrap();
+    s.set_read_timeout(Some(PROMPTLY)).unwrap();
+    write!(
+        s,
+        "GET http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "{head:?}");
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    s.write_all(b"ping").unwrap();
+    let mut back = [0u8; 4];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"ping");
+
+    reload_to(&sluice, &policy(&[l4_entry("other", 9, &[&me])]), 2);
+    assert!(
+        closed_within(&mut s).is_some(),
+        "the WebSocket is still open after its revocation"
+    );
+    let close = revoked_close(
+        &sluice,
+        port,
+        &format!("entry ws no longer allows requests to 127.0.0.1:{port}"),
+    );
+    assert_eq!(close["firewall_rule"]["name"], "ws", "{close:#}");
+    assert_events_valid(&sluice);
+}
