@@ -185,6 +185,15 @@ impl DnsServer {
             }
             slot.busy(false);
         }
+        // The last answer goes out before the close: questions the client pipelined past the
+        // limit are read and dropped (for at most a second), since closing with them unread
+        // would reset the connection and could discard answers the client has not read yet.
+        let _ = stream.shutdown().await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            let mut sink = [0u8; 4096];
+            while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+        })
+        .await;
     }
 
     /// The reply to one message (already framed for its transport's size), audited; `None`

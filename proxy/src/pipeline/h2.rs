@@ -209,6 +209,27 @@ fn refuse(mut rec: Record, d: &Denial) -> Response<Body> {
     resp
 }
 
+/// Reads and drops what is left of a refused request's body (at most 1 MiB, within 2 s)
+/// before the refusal is sent: a client still sending it would otherwise see its stream
+/// reset, and report that instead of the refusal.
+async fn drain<B>(body: &mut B)
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+{
+    const DRAIN_MAX: usize = 1 << 20;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        let mut left = DRAIN_MAX;
+        while let Some(Ok(frame)) = body.frame().await {
+            let n = frame.data_ref().map_or(0, Bytes::len);
+            if n >= left {
+                break;
+            }
+            left -= n;
+        }
+    })
+    .await;
+}
+
 /// One stream: the request phase, the body, the upstream exchange, the audited answer.
 async fn handle(
     t: &H2Tunnel,
@@ -258,7 +279,10 @@ async fn handle(
     let prepared = x.prepare(confirmed.as_ref().map(|()| &t.known), head, &mut rec);
     let (known, mut prepared) = match prepared {
         Ok(p) => p,
-        Err(d) => return refuse(rec, &d),
+        Err(d) => {
+            drain(&mut req.into_body()).await;
+            return refuse(rec, &d);
+        }
     };
     let (parts, body) = req.into_parts();
     let received = Arc::new(AtomicU64::new(0));
@@ -278,7 +302,9 @@ async fn handle(
         // Buffered (bounded, paced), its form judged, rewritten or guarded, sent whole:
         // the same step as HTTP/1.1.
         guarded.guard = None;
-        let collected = http_body_util::Limited::new(guarded, max).collect().await;
+        let collected = http_body_util::Limited::new(&mut guarded, max)
+            .collect()
+            .await;
         let whole = match collected {
             Ok(c) => c.to_bytes(),
             Err(e) => {
@@ -290,6 +316,7 @@ async fn handle(
                         Refusal::new(400, Code::BadRequest, format!("request body: {e}")),
                     ),
                 };
+                drain(&mut guarded).await;
                 return refuse(rec, &d);
             }
         };
