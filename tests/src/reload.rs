@@ -3,9 +3,10 @@
 //! it revoked; the small policies and client helpers the revocation tests share.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -122,4 +123,68 @@ pub fn inspected_entry(port: u16, paths: &[&str], binary: &str) -> String {
 
 pub fn policy(entries: &[String]) -> String {
     format!("version: 1\nnetwork_policies:\n{}", entries.concat())
+}
+
+/// Reads a response head byte by byte (nothing past it), up to its blank line.
+pub fn read_head(s: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "{head:?}");
+        head.push(b[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// A Python client script driven line by line: commands on its stdin, one answer line each
+/// on its stdout; killed when dropped.
+#[derive(Debug)]
+pub struct Driven {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl Driven {
+    /// Starts `script` with `args` and checks its first line is `ready` (else shows `why`).
+    pub fn start(script: &str, args: &[&str], ready: &str, why: &str) -> Driven {
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let stdin = child.stdin.take().unwrap();
+        let lines = lines_of(child.stdout.take().unwrap());
+        let mut driven = Driven {
+            child,
+            stdin,
+            lines,
+        };
+        assert_eq!(driven.line(), ready, "{why}");
+        driven
+    }
+
+    /// The next line the script printed (within 30 s).
+    pub fn line(&mut self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the client answered nothing")
+    }
+
+    /// Sends one command and returns the script's answer.
+    pub fn ask(&mut self, command: &str) -> String {
+        writeln!(self.stdin, "{command}").unwrap();
+        self.stdin.flush().unwrap();
+        self.line()
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -14,10 +14,8 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::Receiver;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -26,8 +24,8 @@ use sluice_e2e::ocsf::class;
 use sluice_e2e::origin::EchoOrigin;
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, python};
 use sluice_e2e::reload::{
-    PROMPTLY, closed_within, inspected_entry, l4_entry, lines_of, policy, reload_to, replace,
-    revoked_close,
+    Driven, PROMPTLY, closed_within, inspected_entry, l4_entry, policy, read_head, reload_to,
+    replace, revoked_close,
 };
 use sluice_e2e::scrape;
 
@@ -74,13 +72,7 @@ impl Tunnel {
             "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
         )
         .unwrap();
-        let mut head = Vec::new();
-        let mut b = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            assert_eq!(s.read(&mut b).unwrap(), 1, "{head:?}");
-            head.push(b[0]);
-        }
-        let head = String::from_utf8_lossy(&head);
+        let head = read_head(&mut s);
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         Tunnel(s)
     }
@@ -154,54 +146,11 @@ for line in sys.stdin:
         print('CLOSED', type(e).__name__, flush=True)
 "#;
 
-struct Holder {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-}
-
-impl Holder {
-    fn start(sluice: &Sluice, port: u16, mode: &str, ca: &Path) -> Holder {
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(HOLDER)
-            .arg(sluice.addr().port().to_string())
-            .arg(port.to_string())
-            .arg(mode)
-            .arg(ca)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let stdin = child.stdin.take().unwrap();
-        let lines = lines_of(child.stdout.take().unwrap());
-        let mut holder = Holder {
-            child,
-            stdin,
-            lines,
-        };
-        assert_eq!(holder.line(), "READY", "{}", sluice.stderr());
-        holder
-    }
-
-    fn line(&mut self) -> String {
-        self.lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the holder answered nothing")
-    }
-
-    fn ask(&mut self, command: &str) -> String {
-        writeln!(self.stdin, "{command}").unwrap();
-        self.stdin.flush().unwrap();
-        self.line()
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts a [`HOLDER`] for a tunnel to 127.0.0.1:`port` (`mode` raw or tls).
+fn hold(sluice: &Sluice, port: u16, mode: &str, ca: &Path) -> Driven {
+    let (proxy, port) = (sluice.addr().port().to_string(), port.to_string());
+    let args = [proxy.as_str(), &port, mode, &ca.to_string_lossy()];
+    Driven::start(HOLDER, &args, "READY", &sluice.stderr())
 }
 
 /// The close events of connections to `port`.
@@ -313,7 +262,7 @@ fn a_binary_scoped_change_closes_only_that_callers_tunnels() {
     let dir = TempDir::new("revoke-binary");
     let ca = dir.path().join("unused-ca.pem");
     let mut mine = Tunnel::open(&sluice, origin.port);
-    let mut theirs = Holder::start(&sluice, origin.port, "raw", &ca);
+    let mut theirs = hold(&sluice, origin.port, "raw", &ca);
     assert_eq!(mine.echo("a"), "a");
     assert_eq!(theirs.ask("echo a"), "a");
 
@@ -495,7 +444,7 @@ fn an_inspected_keep_alive_tunnel_is_closed_when_revoked_and_kept_when_only_rule
         &policy(&[inspected_entry(port, &["/a/**", "/b/**"], &py)]),
         &origin,
     );
-    let mut held = Holder::start(&sluice, port, "tls", &ca);
+    let mut held = hold(&sluice, port, "tls", &ca);
     assert_eq!(held.ask("get /a/1"), "200");
     assert_eq!(held.ask("get /b/1"), "200");
 
@@ -512,7 +461,7 @@ fn an_inspected_keep_alive_tunnel_is_closed_when_revoked_and_kept_when_only_rule
     assert_eq!(held.ask("get /b/2"), "403");
 
     // A fresh tunnel, then a policy without the endpoint: it is closed.
-    let mut held = Holder::start(&sluice, port, "tls", &ca);
+    let mut held = hold(&sluice, port, "tls", &ca);
     assert_eq!(held.ask("get /a/3"), "200");
     let without = policy(&[l4_entry("other", 9, &[&py])]);
     reload_to(&sluice, &without, 3);
@@ -553,16 +502,6 @@ fn tunnel_to(sluice: &Sluice, authority: &str) -> TcpStream {
         sluice.stderr()
     );
     s
-}
-
-fn read_head(s: &mut TcpStream) -> String {
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "{head:?}");
-        head.push(b[0]);
-    }
-    String::from_utf8_lossy(&head).into_owned()
 }
 
 /// `GET /` through a tunnel to the namespace's test host (kept alive): the body.

@@ -9,15 +9,12 @@
 //! close that tunnel, and its close event must name the address it really reached.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
 use sluice_e2e::netns::TestHost;
 use sluice_e2e::origin::make_cert;
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python};
-use sluice_e2e::reload::{reload_to, revoked_close};
+use sluice_e2e::reload::{Driven, reload_to, revoked_close};
 
 /// An HTTPS origin: argv = address, port (0 for any), certificate, key. Prints its port and
 /// answers every GET with `hello`.
@@ -83,61 +80,11 @@ for line in sys.stdin:
         print('CLOSED', type(e).__name__, flush=True)
 "#;
 
-struct Client {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-}
-
-impl Client {
-    fn connect(sluice: &Sluice, port: u16, ca: &std::path::Path) -> Client {
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(CLIENT)
-            .arg(sluice.addr().port().to_string())
-            .arg(port.to_string())
-            .arg(ca)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let stdin = child.stdin.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut client = Client {
-            child,
-            stdin,
-            lines,
-        };
-        assert_eq!(client.line(), "CONNECTED", "{}", sluice.stderr());
-        client
-    }
-
-    fn line(&mut self) -> String {
-        self.lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the client answered nothing")
-    }
-
-    fn ask(&mut self, command: &str) -> String {
-        writeln!(self.stdin, "{command}").unwrap();
-        self.stdin.flush().unwrap();
-        self.line()
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts a [`CLIENT`]: connected through sluice, before its TLS handshake.
+fn connect(sluice: &Sluice, port: u16, ca: &std::path::Path) -> Driven {
+    let (proxy, port) = (sluice.addr().port().to_string(), port.to_string());
+    let args = [proxy.as_str(), &port, &ca.to_string_lossy()];
+    Driven::start(CLIENT, &args, "CONNECTED", &sluice.stderr())
 }
 
 fn policy(port: u16, nets: &[&str]) -> String {
@@ -182,7 +129,7 @@ fn a_tunnel_redialled_at_another_address_is_judged_at_that_address_on_reload() {
 
     // The first client's upstream connection (to the first address) goes back to the pool
     // when it leaves.
-    let mut one = Client::connect(&sluice, port, &ca);
+    let mut one = connect(&sluice, port, &ca);
     assert_eq!(one.ask("tls"), "TLS");
     assert_eq!(one.ask("get"), "200", "{}", sluice.stderr());
     drop(one);
@@ -190,7 +137,7 @@ fn a_tunnel_redialled_at_another_address_is_judged_at_that_address_on_reload() {
 
     // The next client is admitted expecting that pooled connection; it is gone before the
     // client's handshake, so its upstream is dialled at the second address.
-    let mut two = Client::connect(&sluice, port, &ca);
+    let mut two = connect(&sluice, port, &ca);
     first.stop_server();
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(two.ask("tls"), "TLS");

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use sluice_e2e::origin::{OriginProcess, make_cert};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, python};
 use sluice_e2e::reload::{
-    PROMPTLY, closed_within, inspected_entry, l4_entry, lines_of, policy, reload_to, revoked_close,
+    PROMPTLY, closed_within, inspected_entry, l4_entry, lines_of, policy, read_head, reload_to,
+    revoked_close,
 };
 
 const STREAMING_ORIGIN: &str = r#"
@@ -164,13 +165,7 @@ fn a_forwarded_websocket_is_closed_when_revoked() {
         "GET http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
     .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "{head:?}");
-        head.push(b[0]);
-    }
-    let head = String::from_utf8_lossy(&head);
+    let head = read_head(&mut s);
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     s.write_all(b"ping").unwrap();
     let mut back = [0u8; 4];

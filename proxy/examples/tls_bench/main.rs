@@ -188,6 +188,24 @@ fn connector(ca: &Path) -> TlsConnector {
 
 type Conn = BufReader<TlsStream<TcpStream>>;
 
+/// Asks the proxy on `tcp` for a tunnel to `origin` and reads its `200` (`name`: the proxy).
+async fn tunnel(tcp: &mut TcpStream, origin: SocketAddr, name: &str) {
+    tcp.write_all(format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        tcp.read_exact(&mut b).await.unwrap();
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200"),
+        "{name}: {}",
+        String::from_utf8_lossy(&head)
+    );
+}
+
 async fn connect(p: &Leg, origin: SocketAddr) -> Conn {
     connect_with(p, origin, 256 * 1024).await
 }
@@ -196,21 +214,7 @@ async fn connect_with(p: &Leg, origin: SocketAddr, buffer: usize) -> Conn {
     let mut tcp = TcpStream::connect(p.proxy.unwrap_or(origin)).await.unwrap();
     tcp.set_nodelay(true).unwrap();
     if p.proxy.is_some() {
-        tcp.write_all(format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
-        let mut head = Vec::new();
-        let mut b = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            tcp.read_exact(&mut b).await.unwrap();
-            head.push(b[0]);
-        }
-        assert!(
-            head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200"),
-            "{}: {}",
-            p.name,
-            String::from_utf8_lossy(&head)
-        );
+        tunnel(&mut tcp, origin, &p.name).await;
     }
     let name = ServerName::IpAddress(origin.ip().into());
     BufReader::with_capacity(

@@ -9,12 +9,12 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::BufReader;
 use tokio::net::TcpStream;
 
 use rustls::pki_types::ServerName;
 
-use super::{Leg, cpu_us, get, pct};
+use super::{Leg, cpu_us, get, pct, tunnel};
 
 /// Microseconds of each phase of one connection.
 #[derive(Default)]
@@ -35,16 +35,7 @@ async fn one(p: &Leg, origin: SocketAddr, ph: &mut Phases) {
     ph.tcp.push(us(t));
     t = Instant::now();
     if p.proxy.is_some() {
-        tcp.write_all(format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
-        let mut head = Vec::new();
-        let mut b = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            tcp.read_exact(&mut b).await.unwrap();
-            head.push(b[0]);
-        }
-        assert!(head.starts_with(b"HTTP/1.1 200"), "{}", p.name);
+        tunnel(&mut tcp, origin, &p.name).await;
     }
     ph.connect.push(us(t));
     t = Instant::now();
