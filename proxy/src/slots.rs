@@ -4,7 +4,8 @@
 //! a new connection closes an older one that is idle (waiting for its next request), the
 //! oldest of the address holding the most. A client that floods the listener closes its own
 //! connections first, and a request being answered is closed only when every connection is
-//! busy.
+//! busy (then the oldest of the address holding the most). The policy DNS also holds its UDP
+//! questions in flight here, each busy from the start.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -107,20 +108,21 @@ impl Slots {
 
 impl Table {
     /// The connection to close: among `only`'s connections (or, for `None`, those of the
-    /// address with the most idle ones), the oldest idle one; when none is idle, the oldest.
+    /// address with the most idle ones, or when none is idle, the address with the most), the
+    /// oldest idle one; when none is idle, the oldest.
     fn victim(&self, only: Option<IpAddr>) -> Option<u64> {
         let ours = |e: &Entry, ip: IpAddr| e.ip == ip;
         let address = match only {
             Some(ip) => ip,
             None => {
-                let mut idle: HashMap<IpAddr, usize> = HashMap::new();
-                for e in self.live.values().filter(|e| !e.busy) {
-                    *idle.entry(e.ip).or_default() += 1;
-                }
-                match idle.into_iter().max_by_key(|(_, n)| *n) {
-                    Some((ip, _)) => ip,
-                    None => return self.live.keys().next().copied(),
-                }
+                let most = |busy: bool| {
+                    let mut count: HashMap<IpAddr, usize> = HashMap::new();
+                    for e in self.live.values().filter(|e| busy || !e.busy) {
+                        *count.entry(e.ip).or_default() += 1;
+                    }
+                    count.into_iter().max_by_key(|(_, n)| *n).map(|(ip, _)| ip)
+                };
+                most(false).or_else(|| most(true))?
             }
         };
         self.live
@@ -192,5 +194,32 @@ mod tests {
             Err(oneshot::error::TryRecvError::Empty)
         );
         assert_eq!(slots.len(), 3);
+    }
+
+    #[test]
+    fn when_every_slot_is_busy_the_address_holding_the_most_loses_its_oldest() {
+        let slots = Slots::new(4, 3);
+        let (other, mut other_closed) = slots.admit(ip("10.0.0.2"));
+        other.busy(true);
+        let flood: Vec<(Slot, Closed)> = (0..3)
+            .map(|_| {
+                let (slot, closed) = slots.admit(ip("10.0.0.1"));
+                slot.busy(true);
+                (slot, closed)
+            })
+            .collect();
+        let (_third, _) = slots.admit(ip("10.0.0.3"));
+        assert_eq!(slots.len(), 4);
+        assert_eq!(
+            other_closed.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty),
+            "the older question of a quiet address stays"
+        );
+        let mut flood = flood;
+        assert!(flood[0].1.try_recv().is_err(), "the flood's oldest went");
+        assert_eq!(
+            flood[1].1.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        );
     }
 }

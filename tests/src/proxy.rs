@@ -144,6 +144,29 @@ impl Sluice {
         Sluice::spawn(cmd, dir, audit_path, 1)
     }
 
+    /// Like `start`, in a mount namespace of its own where `/etc/resolv.conf` reads
+    /// `resolv_conf`: names without a `--resolve` override are looked up with the name servers
+    /// it lists. Needs root (see [`privileged`]).
+    pub fn start_with_resolv_conf(policy: &str, extra: &[&str], resolv_conf: &str) -> Sluice {
+        let dir = TempDir::new("sluice");
+        let policy_path = dir.write("policy.yaml", policy);
+        let conf_path = dir.write("resolv.conf", resolv_conf);
+        let audit_path = dir.path().join("audit.jsonl");
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg("mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"")
+            .arg(&conf_path)
+            .arg(sluice_bin())
+            .arg("run")
+            .arg("--policy")
+            .arg(&policy_path)
+            .arg("--audit-log")
+            .arg(&audit_path)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra);
+        Sluice::spawn(cmd, dir, audit_path, 1)
+    }
+
     /// Like `start`, with the audit log at `audit_path` (a FIFO, a path elsewhere).
     pub fn start_with_audit_log(policy: &str, extra: &[&str], audit_path: &Path) -> Sluice {
         let dir = TempDir::new("sluice");

@@ -57,6 +57,15 @@ fn start_with(extra: &[&str]) -> (Sluice, SocketAddr, SocketAddr) {
     ];
     args.extend_from_slice(extra);
     let sluice = Sluice::start(POLICY, &args);
+    match dns_listeners(&sluice, 2)[..] {
+        [v4, v6] if v4.is_ipv4() => (sluice, v4, v6),
+        [v6, v4] => (sluice, v4, v6),
+        _ => unreachable!("two listeners"),
+    }
+}
+
+/// The `count` policy DNS listeners `sluice` announced, in the order it did.
+fn dns_listeners(sluice: &Sluice, count: usize) -> Vec<SocketAddr> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let dns: Vec<SocketAddr> = sluice
@@ -69,8 +78,8 @@ fn start_with(extra: &[&str]) -> (Sluice, SocketAddr, SocketAddr) {
                     .and_then(|a| a.parse().ok())
             })
             .collect();
-        if let [v4, v6] = dns[..] {
-            return (sluice, v4, v6);
+        if dns.len() >= count {
+            return dns;
         }
         assert!(
             Instant::now() < deadline,
@@ -388,4 +397,65 @@ fn slow_tcp_clients_cannot_hold_the_policy_dns() {
     }
     assert_eq!(answered, 32, "questions answered on one connection");
     assert_events_valid(&sluice);
+}
+
+/// A name server that reads every question and never answers, on `ip`:53 (UDP).
+fn silent_name_server(ip: [u8; 4]) -> UdpSocket {
+    let s = UdpSocket::bind(SocketAddr::from((ip, 53))).expect("bind a name server on port 53");
+    let reader = s.try_clone().unwrap();
+    thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while reader.recv(&mut buf).is_ok() {}
+    });
+    s
+}
+
+#[test]
+fn one_client_cannot_take_every_question_in_flight() {
+    if !sluice_e2e::proxy::privileged("one_client_cannot_take_every_question_in_flight") {
+        return;
+    }
+    // Allowed names the real resolver must look up hang for its whole timeout: a client that
+    // asks hundreds of them keeps that many questions in flight.
+    let _ns = silent_name_server([127, 0, 0, 77]);
+    let sluice = Sluice::start_with_resolv_conf(
+        POLICY,
+        &[
+            "--dns-listen",
+            "127.0.0.1:0",
+            "--resolve",
+            "api.example.test=93.184.215.7",
+            "--max-dns-queries-per-client-per-sec",
+            "2000",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+        "nameserver 127.0.0.77\noptions timeout:2 attempts:1\n",
+    );
+    let dns = dns_listeners(&sluice, 1)[0];
+    let flood = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for id in 0..400u16 {
+        flood
+            .send_to(&query(id, &format!("h{id}.svc.example.test")), dns)
+            .unwrap();
+        // Paced, so that no question is lost in the socket's buffer before sluice reads it.
+        thread::sleep(Duration::from_micros(300));
+    }
+    thread::sleep(Duration::from_millis(300));
+    // Another client is answered at once, while the flood's questions still hang.
+    let other = UdpSocket::bind("127.0.0.2:0").unwrap();
+    other
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    for id in 0..5 {
+        other.send_to(&query(id, "api.example.test"), dns).unwrap();
+        let mut buf = [0u8; 1500];
+        let n = other
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("question {id} of another client unanswered: {e}"));
+        assert_eq!(id_and_rcode(&buf[..n]), (id, NOERROR));
+    }
+    // The flood's questions past its share were dropped, and counted.
+    let dropped = dns_metric(&sluice, "dropped");
+    assert!(dropped >= 400.0 - 64.0, "{dropped} dropped");
 }

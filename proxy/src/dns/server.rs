@@ -7,8 +7,11 @@
 //! - each client address may ask `--max-dns-queries-per-client-per-sec` questions a second
 //!   over UDP and TCP together ([`RateLimit`]); past it, REFUSED, counted, and one audit
 //!   event per burst;
-//! - at most [`MAX_IN_FLIGHT`] UDP questions are answered at once (more are dropped, and
-//!   counted);
+//! - at most [`MAX_IN_FLIGHT`] UDP questions are answered at once, [`MAX_IN_FLIGHT_PER_CLIENT`]
+//!   of them from one address ([`Slots`]); past either bound, a new question drops an older
+//!   one (the address's own first, else the oldest of the address with the most), which is
+//!   counted and never answered: a client asking names that take long to look up cannot
+//!   starve the others;
 //! - TCP: at most [`MAX_TCP_CONNECTIONS`] connections, [`MAX_TCP_PER_CLIENT`] of them from
 //!   one address; the accept loop never waits: a connection past either bound closes an idle
 //!   one ([`Slots`]: the address's own first). Each whole question must arrive within
@@ -24,7 +27,6 @@ use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{DNSClass, RData, Record, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::Semaphore;
 
 use super::answer::{AddressType, Reply, Responder};
 use super::limit::{RateLimit, Verdict};
@@ -33,6 +35,8 @@ use crate::slots::{Slot, Slots};
 
 /// UDP questions being answered at once.
 pub const MAX_IN_FLIGHT: usize = 256;
+/// UDP questions from one client address being answered at once.
+pub const MAX_IN_FLIGHT_PER_CLIENT: usize = 64;
 /// TCP connections served at once.
 pub const MAX_TCP_CONNECTIONS: usize = 64;
 /// TCP connections from one client address at once.
@@ -93,7 +97,7 @@ impl DnsServer {
         let local = socket
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        let slots = Slots::new(MAX_IN_FLIGHT, MAX_IN_FLIGHT_PER_CLIENT);
         let mut buf = vec![0u8; 4096];
         loop {
             let (n, src) = match socket.recv_from(&mut buf).await {
@@ -103,10 +107,10 @@ impl DnsServer {
                     continue;
                 }
             };
-            let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-                crate::metrics::dns_dropped();
-                continue;
-            };
+            // Never waits: past the bounds, an older question goes unanswered (the client's
+            // own first), never this one.
+            let (slot, dropped) = slots.admit(src.ip());
+            slot.busy(true);
             let packet = buf[..n].to_vec();
             let server = Arc::clone(&self);
             let socket = Arc::clone(&socket);
@@ -116,10 +120,15 @@ impl DnsServer {
                     dst: local,
                     transport: DnsTransport::Udp,
                 };
-                if let Some(reply) = server.answer(&packet, peer).await {
-                    let _ = socket.send_to(&reply, src).await;
+                tokio::select! {
+                    reply = server.answer(&packet, peer) => {
+                        if let Some(reply) = reply {
+                            let _ = socket.send_to(&reply, src).await;
+                        }
+                    }
+                    _ = dropped => crate::metrics::dns_dropped(),
                 }
-                drop(permit);
+                drop(slot);
             });
         }
     }
