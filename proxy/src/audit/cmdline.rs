@@ -106,7 +106,8 @@ fn is_secret_flag(arg: &str) -> bool {
 }
 
 /// `s` cut to at most `max` bytes (at a character boundary), saying how much was cut.
-fn cut(mut s: String, max: usize) -> String {
+/// `s` cut to at most `max` bytes (at a character boundary), followed by how many it lost.
+pub fn cut(mut s: String, max: usize) -> String {
     if s.len() <= max {
         return s;
     }

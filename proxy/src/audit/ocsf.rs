@@ -48,6 +48,11 @@ const PRODUCT_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// (serde_json's parser stops at 128 levels); a real process chain is far shorter.
 const MAX_PARENT_DEPTH: usize = 32;
 
+/// Bytes of command line all of a caller's ancestors carry together in one record (each
+/// line is already at most `cmdline::MAX_LINE`); the nearest keep theirs whole, farther ones
+/// are cut, saying how much.
+const MAX_ANCESTOR_CMDLINES: usize = 6 * 1024;
+
 /// Facts about the sluice instance that every event carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Context {

@@ -11,7 +11,9 @@ use serde_json::value::RawValue;
 
 use super::super::{Caller, Destination, Engine, Outcome, Process};
 use super::text::{ConnectionUid, Shown, Uid, UrlString};
-use super::{Context, MAX_PARENT_DEPTH, OCSF_VERSION, PRODUCT_NAME, PRODUCT_VERSION};
+use super::{
+    Context, MAX_ANCESTOR_CMDLINES, MAX_PARENT_DEPTH, OCSF_VERSION, PRODUCT_NAME, PRODUCT_VERSION,
+};
 
 #[derive(Serialize)]
 pub(super) struct HttpResponse {
@@ -256,11 +258,7 @@ impl CallerJson {
 
 /// `caller`'s `actor.process` object, compact, as serde_json writes it.
 fn write_caller(caller: &Caller) -> Option<Box<RawValue>> {
-    let process = ProcessObject {
-        p: &caller.process,
-        ancestors: &caller.ancestors,
-        depth: 0,
-    };
+    let process = ProcessObject::caller(&caller.process, &caller.ancestors);
     let json = serde_json::to_string(&process).ok()?;
     RawValue::from_string(json).ok()
 }
@@ -289,9 +287,23 @@ impl std::fmt::Debug for CallerJson {
 
 /// A process and, nested as `parent_process`, its ancestors (nearest first).
 pub(super) struct ProcessObject<'a> {
-    pub(super) p: &'a Process,
-    pub(super) ancestors: &'a [Process],
-    pub(super) depth: usize,
+    p: &'a Process,
+    ancestors: &'a [Process],
+    depth: usize,
+    /// Bytes of command line the ancestors still to be written may carry together.
+    left: usize,
+}
+
+impl<'a> ProcessObject<'a> {
+    /// The caller `p` with its ancestors (nearest first).
+    pub(super) fn caller(p: &'a Process, ancestors: &'a [Process]) -> Self {
+        ProcessObject {
+            p,
+            ancestors,
+            depth: 0,
+            left: MAX_ANCESTOR_CMDLINES,
+        }
+    }
 }
 
 impl Serialize for ProcessObject<'_> {
@@ -305,7 +317,16 @@ impl Serialize for ProcessObject<'_> {
         }
         // OCSF: "If the command line is unavailable or missing, the empty string is to be
         // used."
-        m.serialize_entry("cmd_line", &CmdLine(&p.cmdline))?;
+        let mut left = self.left;
+        if self.depth == 0 {
+            m.serialize_entry("cmd_line", &CmdLine(&p.cmdline))?;
+        } else {
+            // An ancestor's line is cut to what the chain has left: a deep chain of long
+            // command lines cannot make every event of the caller tens of kilobytes.
+            let line = crate::audit::cmdline::cut(Joined(&p.cmdline).to_string(), left);
+            left = left.saturating_sub(line.len());
+            m.serialize_entry("cmd_line", &line)?;
+        }
         if let Some(uid) = p.uid {
             // `process.uid` is a producer-assigned process id; the account is `user.uid`.
             m.serialize_entry("user", &User { uid })?;
@@ -317,6 +338,7 @@ impl Serialize for ProcessObject<'_> {
                 p: parent,
                 ancestors: rest,
                 depth: self.depth + 1,
+                left,
             };
             m.serialize_entry("parent_process", &parent)?;
         }

@@ -94,6 +94,42 @@ fn parent_chain_is_bounded() {
 }
 
 #[test]
+fn a_deep_chain_of_long_command_lines_stays_small() {
+    let mut e = samples::open(Outcome::Allowed);
+    let line = |pid: u32| vec![format!("/bin/pad{pid}"), "x".repeat(2000)];
+    if let Some(c) = e.caller.as_mut().map(std::sync::Arc::make_mut) {
+        c.process.cmdline = line(0);
+        c.ancestors = (1..=40)
+            .map(|pid| Process {
+                pid,
+                cmdline: line(pid),
+                ..Process::default()
+            })
+            .collect();
+    }
+    let written = line_of(&Event::ConnectionOpen(e));
+    assert!(written.len() < 16 * 1024, "{} bytes", written.len());
+    let v: serde_json::Value = serde_json::from_slice(&written).expect("JSON");
+    let p = &v["actor"]["process"];
+    // The caller and its nearest ancestors are whole; a farther one says what it lost.
+    assert_eq!(p["cmd_line"].as_str().map(str::len), Some(2010));
+    assert_eq!(
+        p["parent_process"]["cmd_line"].as_str().map(str::len),
+        Some(2010)
+    );
+    let mut q = p;
+    let mut cut = 0;
+    while let Some(parent) = q.get("parent_process") {
+        q = parent;
+        if q["cmd_line"].as_str().is_some_and(|l| l.contains("bytes]")) {
+            cut += 1;
+        }
+    }
+    assert!(cut >= 1, "{v}");
+    assert_eq!(q["pid"], MAX_PARENT_DEPTH);
+}
+
+#[test]
 fn denied_connect_is_blocked_medium_with_reason() {
     let v = json_of(Event::ConnectionOpen(samples::open(Outcome::Denied)));
     assert_eq!(v["activity_id"], 1);
@@ -330,18 +366,10 @@ fn a_callers_json_written_once_is_what_writing_it_again_would_give() {
     let again = line_of(&event);
     assert_eq!(first, again);
     // The reused bytes are the tree the process chain builds, field for field.
-    let tree = serde_json::to_value(ProcessObject {
-        p: &caller.process,
-        ancestors: &caller.ancestors,
-        depth: 0,
-    })
-    .expect("a process serializes");
-    let written = serde_json::to_string(&ProcessObject {
-        p: &caller.process,
-        ancestors: &caller.ancestors,
-        depth: 0,
-    })
-    .expect("a process serializes");
+    let tree = serde_json::to_value(ProcessObject::caller(&caller.process, &caller.ancestors))
+        .expect("a process serializes");
+    let written = serde_json::to_string(&ProcessObject::caller(&caller.process, &caller.ancestors))
+        .expect("a process serializes");
     let spliced = format!("\"actor\":{{\"process\":{written}}},");
     assert!(
         String::from_utf8_lossy(&again).contains(&spliced),
