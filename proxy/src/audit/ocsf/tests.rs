@@ -109,7 +109,7 @@ fn a_deep_chain_of_long_command_lines_stays_small() {
     }
     let written = line_of(&Event::ConnectionOpen(e));
     assert!(written.len() < 16 * 1024, "{} bytes", written.len());
-    let v: serde_json::Value = serde_json::from_slice(&written).expect("JSON");
+    let v: Value = serde_json::from_slice(&written).expect("JSON");
     let p = &v["actor"]["process"];
     // The caller and its nearest ancestors are whole; a farther one says what it lost.
     assert_eq!(p["cmd_line"].as_str().map(str::len), Some(2010));
