@@ -17,7 +17,8 @@ use crate::credentials::profile::{CredentialName, CredentialRef, Placement, Prof
 use crate::credentials::rewrite;
 use crate::credentials::secrets::Secret;
 use crate::http::body::{self, BodySink, ChannelBody};
-use crate::http::form_override::{self, FormKind};
+use crate::http::form_override::FormKind;
+use crate::http::form_scan;
 use crate::http::head::{self, BodyFraming};
 use crate::http::method_override;
 use crate::pipeline::authority::Authority;
@@ -59,8 +60,8 @@ pub fn request_body(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };
-    let _ = form_override::from_body(&FormKind::Urlencoded, rest);
-    let _ = form_override::from_body(
+    let _ = form_scan::from_body(&FormKind::Urlencoded, rest);
+    let _ = form_scan::from_body(
         &FormKind::Multipart(vec![b'-'; usize::from(pick % 4)]),
         rest,
     );

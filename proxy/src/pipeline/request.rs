@@ -29,7 +29,8 @@ use super::shared::Shared;
 use crate::audit::Engine;
 use crate::credentials::{self, Bindings, ScrubSet};
 use crate::http::body::{self, BodyError};
-use crate::http::form_override::{self, FormKind};
+use crate::http::form_override::FormKind;
+use crate::http::form_scan;
 use crate::http::respond::{Code, Refusal};
 use crate::policy::{Admission, Policy};
 
@@ -332,7 +333,7 @@ impl<'a> Exchange<'a> {
         body: Bytes,
     ) -> Result<Bytes, Denial> {
         if let Some(check) = prepared.form.take() {
-            let named = form_override::from_body(&check.kind, &body).map_err(|e| {
+            let named = form_scan::from_body(&check.kind, &body).map_err(|e| {
                 let refusal = Refusal::new(400, Code::InvalidMethodOverride, e.to_string());
                 Denial::new(Engine::HttpParser, refusal)
             })?;
