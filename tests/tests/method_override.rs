@@ -311,13 +311,19 @@ fn form_method_fields_are_judged_in_inspected_tunnels_over_http1_and_http2() {
     let big = big_form(&dir);
     check_form_cases(&sluice, Some(&ca), &base, &["--http1.1"], &big);
     check_form_cases(&sluice, Some(&ca), &base, &["--http2"], &big);
+    // A refused form's request may have begun upstream (its body streams), but was cut off
+    // before its end and before the `_method` field.
     let got = origin.received();
+    for r in got.iter().filter(|r| r["aborted"] == true) {
+        assert!(!r["body"].as_str().unwrap().contains("method"), "{r}");
+    }
     let seen: Vec<String> = got
         .iter()
+        .filter(|r| r["aborted"] != true)
         .map(|r| r["url"].as_str().unwrap().to_string())
         .collect();
     let expected: Vec<&str> = PASSED.iter().chain(PASSED.iter()).copied().collect();
-    assert_eq!(seen, expected, "{seen:?}");
+    assert_eq!(seen, expected, "{got:?}");
     for r in got.iter().filter(|r| r["url"] == "/items/17") {
         assert_eq!(r["body"], "_method=GET&a=1", "{r}");
     }
