@@ -289,6 +289,12 @@ fn name_prefix(raw: &[u8]) -> KeyPrefix {
     method_override::method_key_prefix(&method_override::percent_decode(whole))
 }
 
+fn head_too_long() -> InvalidOverride {
+    InvalidOverride::Unreadable(format!(
+        "a multipart part head (delimiter line and headers) longer than {MAX_PART_HEAD} bytes"
+    ))
+}
+
 fn value_too_long() -> InvalidOverride {
     InvalidOverride::Unreadable(format!(
         "a _method field longer than {MAX_HELD_VALUE} bytes"
@@ -419,6 +425,10 @@ impl PartScan {
                         .map(|(h, c)| (h + self.delimiter.len(), c + self.delimiter.len()));
                     match head_end {
                         Some((headers_end, content)) => {
+                            // However the body is cut, the same heads are too long.
+                            if content > MAX_PART_HEAD {
+                                return Err(head_too_long());
+                            }
                             let headers = headers_of(&self.held[..headers_end], &self.delimiter);
                             if part_is_method(headers) {
                                 self.state = PartState::Value { content };
@@ -437,6 +447,9 @@ impl PartScan {
                         None if next.is_some_and(|(_, whole)| whole) || end => {
                             // The part ended before its head did: it has no name.
                             let at = next.map_or(self.held.len(), |(at, _)| at);
+                            if at > MAX_PART_HEAD {
+                                return Err(head_too_long());
+                            }
                             let rest = self.held.split_off(at);
                             cut.release(&mut self.held);
                             self.held = rest;
@@ -448,9 +461,7 @@ impl PartScan {
                         }
                         None => {
                             if limit > MAX_PART_HEAD {
-                                return Err(InvalidOverride::Unreadable(format!(
-                                    "a multipart part head longer than {MAX_PART_HEAD} bytes"
-                                )));
+                                return Err(head_too_long());
                             }
                             return Ok(());
                         }

@@ -282,6 +282,16 @@ fn what_is_held_is_bounded() {
     let s = stream(&k, &body, &cuts);
     assert!(matches!(s.verdict, Err(InvalidOverride::Unreadable(_))));
     assert!(s.held_max <= MAX_PART_HEAD + 1000);
+    // The same whole (a head longer than the bound in one piece), and a part without a
+    // head end as long: refused however the body is cut.
+    let mut head = b"--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\nX-Pad: ".to_vec();
+    head.extend(std::iter::repeat_n(b'p', MAX_PART_HEAD));
+    let whole_head = [&head[..], b"\r\n\r\nv\r\n--XyZ--"].concat();
+    let no_end = [&head[..], b"\r\n--XyZ--"].concat();
+    for body in [&whole_head, &no_end] {
+        assert!(from_body(&k, body).is_err());
+        assert!(stream(&k, body, &[100, 5000]).verdict.is_err());
+    }
     // A `_method` value that never ends, or is longer than a method list may be.
     let mut body =
         b"--XyZ\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE".to_vec();
