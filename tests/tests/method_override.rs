@@ -9,7 +9,7 @@ use std::process::Command;
 
 use serde_json::Value;
 use sluice_e2e::ocsf::{action, class};
-use sluice_e2e::origin::{H2Origin, HttpOrigin};
+use sluice_e2e::origin::{H2Origin, HttpOrigin, RecordingOrigin};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, run};
 
 /// A policy for curl on `127.0.0.1:port`: GET anywhere, POST only under /items.
@@ -353,95 +353,6 @@ fn form_bodies_pass_unread_where_no_method_is_refused() {
     assert_eq!(origin.received().len(), 4);
 }
 
-/// An origin (node; HTTPS, HTTP/2 and HTTP/1.1) that records every request as its body ends,
-/// whole or cut off (the stream reset or the connection closed first): a JSON line with the
-/// URL, whether the body was complete, and the file its bytes were written to.
-const RECORDING_ORIGIN: &str = r#"
-const http2 = require('http2'); const fs = require('fs'); const path = require('path');
-const dir = process.argv[3]; let seq = 0;
-const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
-  (req, res) => {
-    const chunks = []; let done = false;
-    const record = (complete) => {
-      if (done) return; done = true;
-      const file = path.join(dir, `body-${seq++}.bin`);
-      fs.writeFileSync(file, Buffer.concat(chunks));
-      fs.appendFileSync(path.join(dir, 'log.jsonl'), JSON.stringify({ url: req.url, complete, file }) + '\n');
-    };
-    req.on('data', (c) => chunks.push(c));
-    req.on('end', () => { record(true); res.end('stored\n'); });
-    req.on('close', () => record(false));
-    req.on('error', () => record(false));
-  });
-server.on('sessionError', () => {}); server.on('clientError', () => {});
-server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
-"#;
-
-/// A request as the recording origin saw it: its URL, whether its body ended, its bytes.
-struct Recorded {
-    url: String,
-    complete: bool,
-    body: Vec<u8>,
-}
-
-struct RecordingOrigin {
-    dir: std::path::PathBuf,
-    cert: std::path::PathBuf,
-    process: sluice_e2e::origin::OriginProcess,
-}
-
-impl RecordingOrigin {
-    fn start(dir: &TempDir) -> RecordingOrigin {
-        let (ca, cert, key) = sluice_e2e::origin::make_cert(dir.path());
-        let store = dir.path().join("received");
-        std::fs::create_dir_all(&store).unwrap();
-        let process = sluice_e2e::origin::OriginProcess::spawn(
-            Command::new("node")
-                .arg("-e")
-                .arg(RECORDING_ORIGIN)
-                .arg(&cert)
-                .arg(&key)
-                .arg(&store),
-            "the recording origin (node)",
-        );
-        RecordingOrigin {
-            dir: store,
-            cert: ca,
-            process,
-        }
-    }
-
-    /// What reached the origin for `url`, once there is something (waiting up to 5 s: a
-    /// cut-off request is recorded when the origin sees its stream or connection end).
-    fn received(&self, url: &str) -> Vec<Recorded> {
-        for _ in 0..50 {
-            let got = self.read(url);
-            if !got.is_empty() {
-                return got;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        self.read(url)
-    }
-
-    fn read(&self, url: &str) -> Vec<Recorded> {
-        let read = || -> Vec<Recorded> {
-            std::fs::read_to_string(self.dir.join("log.jsonl"))
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .filter(|r| r["url"] == url)
-                .map(|r| Recorded {
-                    url: r["url"].as_str().unwrap().to_string(),
-                    complete: r["complete"].as_bool().unwrap(),
-                    body: std::fs::read(r["file"].as_str().unwrap()).unwrap(),
-                })
-                .collect()
-        };
-        read()
-    }
-}
-
 /// A 3 MiB multipart body (boundary `sluice-test-boundary`): a file part of pseudo-random
 /// bytes (CR, LF and `--` included, never a delimiter), then an optional `_method` part.
 fn big_multipart(method: Option<&str>) -> Vec<u8> {
@@ -489,8 +400,8 @@ fn upload(
 #[test]
 fn large_forms_stream_and_a_denied_method_field_never_reaches_the_origin() {
     let dir = TempDir::new("override-stream");
-    let origin = RecordingOrigin::start(&dir);
-    let port = origin.process.port;
+    let origin = RecordingOrigin::start(dir.path());
+    let port = origin.port();
     let (sluice, ca) = Sluice::intercepting(&dir, &policy(port), &[&origin.cert], None, &[]);
     let base = format!("https://127.0.0.1:{port}");
     let multipart = "multipart/form-data; boundary=sluice-test-boundary";

@@ -1,7 +1,8 @@
 //! End-to-end attacks on the streaming `_method` check of form bodies: a raw HTTP/1.1 client
 //! that cuts a form's `_method` field across TCP writes (and chunks) where a parser could
-//! lose track of it, stalls inside it, sends it twice or behind a huge part head; a raw
-//! origin records every byte it receives, and must never receive the denied field.
+//! lose track of it, stalls inside it, sends it twice or behind a huge part head, and an
+//! HTTP/2 client that cuts it across DATA frames; the origins record every byte they
+//! receive, and must never receive the denied field.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::io::{Read, Write};
@@ -11,13 +12,19 @@ use std::thread;
 use std::time::Duration;
 
 use serde_json::Value;
-use sluice_e2e::proxy::{Sluice, me};
+use sluice_e2e::h2client::{self, H2Request};
+use sluice_e2e::origin::RecordingOrigin;
+use sluice_e2e::proxy::{Sluice, TempDir, me};
 
-/// GET anywhere, POST only under /items: DELETE is refused.
+/// GET anywhere, POST only under /items for the test itself: DELETE is refused.
 fn policy(port: u16) -> String {
+    policy_for(port, &me())
+}
+
+/// The same policy for the client `binary`.
+fn policy_for(port: u16, binary: &str) -> String {
     format!(
-        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {port}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: /**}}\n          - allow: {{method: POST, path: /items/**}}\n    binaries:\n      - path: {}\n",
-        me()
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {port}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: /**}}\n          - allow: {{method: POST, path: /items/**}}\n    binaries:\n      - path: {binary}\n"
     )
 }
 
@@ -366,5 +373,76 @@ fn held_fields_are_bounded_and_a_second_or_stalled_one_is_judged() {
             find(&c.bytes, b"X-Pad").is_none(),
             "the origin saw the huge head"
         );
+    }
+}
+
+#[test]
+fn a_method_field_cut_across_http2_data_frames_never_reaches_the_origin() {
+    let dir = TempDir::new("override-h2-split");
+    let origin = RecordingOrigin::start(dir.path());
+    let policy = policy_for(origin.port(), &h2client::node_path());
+    let (sluice, ca) = Sluice::intercepting(&dir, &policy, &[&origin.cert], None, &[]);
+    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    let denied = form(20_000, &method_part("_method", "DELETE"));
+    let delimiter = format!("\r\n--{BOUNDARY}\r\nContent-Disposition");
+    let mut places: Vec<usize> = cuts_in(&denied, &delimiter);
+    places.extend(cuts_in(&denied, "name=\"_method\""));
+    places.extend(cuts_in(&denied, "DELETE\r\n"));
+    let mut requests: Vec<H2Request> = places
+        .iter()
+        .enumerate()
+        .map(|(i, &at)| H2Request {
+            path: format!("/items/h2cut{i}"),
+            content_type: content_type.clone(),
+            body: denied.clone(),
+            cuts: vec![at - 1, at],
+            pause_ms: 5,
+        })
+        .collect();
+    // Allowed, a byte a frame through the whole `_method` part.
+    let allowed = form(20_000, &method_part("_method", "GET"));
+    let start = find(
+        &allowed,
+        b"\r\n--split-boundary\r\nContent-Disposition: form-data; name=\"_method\"",
+    )
+    .unwrap();
+    requests.push(H2Request {
+        path: "/items/h2allowed".to_string(),
+        content_type,
+        body: allowed.clone(),
+        cuts: (start..allowed.len()).collect(),
+        pause_ms: 1,
+    });
+    let answers = h2client::send(sluice.addr(), origin.port(), &ca, dir.path(), &requests);
+    let (last, refused) = answers.split_last().unwrap();
+    for (a, r) in refused.iter().zip(&requests) {
+        assert_eq!(a.status, 403, "{}: {a:?}\n{}", r.path, sluice.stderr());
+        let json: Value = serde_json::from_str(&a.body).unwrap();
+        assert_eq!(json["error"], "policy_denied", "{json}");
+        assert_eq!(json["method_override"], "multipart field _method", "{json}");
+    }
+    assert_eq!(last.status, 200, "{last:?}\n{}", sluice.stderr());
+    thread::sleep(Duration::from_millis(500));
+    let got = origin.all();
+    let whole: Vec<&str> = got
+        .iter()
+        .filter(|r| r.complete)
+        .map(|r| r.url.as_str())
+        .collect();
+    assert_eq!(
+        whole,
+        ["/items/h2allowed"],
+        "only the allowed request came whole"
+    );
+    for r in &got {
+        if r.complete {
+            assert!(r.body == allowed, "the origin got other bytes");
+        } else {
+            assert!(
+                find(&r.body, b"_method").is_none(),
+                "{}: the origin saw _method",
+                r.url
+            );
+        }
     }
 }
