@@ -17,13 +17,15 @@ pub struct H2Request {
     pub pause_ms: u64,
 }
 
-/// What the client read: the status (0 without a response), the response body, and the
-/// stream's error (a reset, with its code) if it ended in one.
+/// What the client read: the status (0 without a response), the response body, the
+/// stream's error (a reset, with its code) if it ended in one, and how many body bytes it
+/// wrote before the stream was closed under it (the client writes on whatever the answer).
 #[derive(Clone, Debug)]
 pub struct H2Answer {
     pub status: u16,
     pub body: String,
     pub error: Option<String>,
+    pub sent: usize,
 }
 
 const CLIENT: &str = r#"
@@ -45,27 +47,31 @@ const connect = () => new Promise((resolve, reject) => {
   req.on('error', reject);
   req.end();
 });
-const one = (client, r) => new Promise((resolve) => {
+const one = async (client, r) => {
   const body = Buffer.from(r.body, 'hex');
   const s = client.request({ ':method': 'POST', ':path': r.path, 'content-type': r.content_type });
-  let status = 0; let done = false; const chunks = [];
-  const finish = (error) => { if (!done) { done = true; resolve({ status, body: Buffer.concat(chunks).toString(), error }); } };
-  s.on('response', (h) => { status = h[':status']; });
-  s.on('data', (c) => chunks.push(c));
-  s.on('end', () => finish(null));
-  s.on('error', (e) => finish(String(e.code || e)));
-  s.on('close', () => finish(s.rstCode ? `reset ${s.rstCode}` : null));
-  (async () => {
-    let from = 0;
-    for (const to of [...r.cuts, body.length]) {
-      if (done || s.destroyed) return;
-      if (to > from) s.write(body.subarray(from, to));
-      from = to;
-      await sleep(r.pause_ms);
-    }
-    if (!done && !s.destroyed) s.end();
-  })();
-});
+  let status = 0; const chunks = [];
+  const answered = new Promise((resolve) => {
+    let done = false;
+    const finish = (error) => { if (!done) { done = true; resolve(error); } };
+    s.on('response', (h) => { status = h[':status']; });
+    s.on('data', (c) => chunks.push(c));
+    s.on('end', () => finish(null));
+    s.on('error', (e) => finish(String(e.code || e)));
+    s.on('close', () => finish(s.rstCode ? `reset ${s.rstCode}` : null));
+  });
+  // The body goes on whatever the answer, until the stream is closed under it.
+  let sent = 0; let from = 0;
+  for (const to of [...r.cuts, body.length]) {
+    if (s.destroyed || s.closed) break;
+    if (to > from) { s.write(body.subarray(from, to)); sent = to; }
+    from = to;
+    await sleep(r.pause_ms);
+  }
+  if (!s.destroyed && !s.closed) s.end();
+  const error = await answered;
+  return { status, body: Buffer.concat(chunks).toString(), error, sent };
+};
 (async () => {
   const client = await connect();
   for (const r of plan) console.log(JSON.stringify(await one(client, r)));
@@ -125,6 +131,10 @@ pub fn send(
                     .unwrap_or(0),
                 body: v["body"].as_str().unwrap_or_default().to_string(),
                 error: v["error"].as_str().map(str::to_string),
+                sent: v["sent"]
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .unwrap_or(0),
             }
         })
         .collect();
