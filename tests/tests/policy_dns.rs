@@ -437,4 +437,5 @@ fn a_tcp_client_past_the_question_limit_reads_every_answer_before_the_close() {
     );
     // The connection ended with a close, not a reset.
     assert_eq!(end.kind(), std::io::ErrorKind::UnexpectedEof, "{end}");
+    assert_events_valid(&sluice);
 }
