@@ -18,8 +18,12 @@ pub enum FormKind {
     /// `application/x-www-form-urlencoded`, or a `POST` without a `Content-Type` (Rack
     /// parses that as a form).
     Urlencoded,
-    /// `multipart/form-data` with its boundary (without one no parser can split it).
+    /// `multipart/form-data` (or another `multipart/` type: Rack also parses `mixed` and
+    /// `related`) with its boundary (without one no parser can split it).
     Multipart(Vec<u8>),
+    /// A form no reading of which can be trusted (why): its boundary is read differently by
+    /// different parsers.
+    Unreadable(&'static str),
 }
 
 impl FormKind {
@@ -47,15 +51,58 @@ impl FormKind {
         if essence.eq_ignore_ascii_case(b"application/x-www-form-urlencoded") {
             return Some(FormKind::Urlencoded);
         }
-        if !essence.eq_ignore_ascii_case(b"multipart/form-data") {
+        if !essence
+            .get(..b"multipart/".len())
+            .is_some_and(|m| m.eq_ignore_ascii_case(b"multipart/"))
+        {
             return None;
         }
-        params_of(params)
+        // Every boundary a parser may read: the `boundary` parameter, and what follows each
+        // `boundary=` as Rack's pattern reads it (which may be inside another parameter).
+        let mut read: Vec<Vec<u8>> = params_of(params)
             .into_iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(b"boundary"))
-            .map(|(_, boundary)| FormKind::Multipart(boundary))
-            .filter(|k| !matches!(k, FormKind::Multipart(b) if b.is_empty()))
+            .filter(|(name, _)| name.eq_ignore_ascii_case(b"boundary"))
+            .map(|(_, boundary)| boundary)
+            .collect();
+        read.extend(rack_boundaries(params));
+        let read: Vec<&[u8]> = read
+            .iter()
+            .map(|b| b.trim_ascii())
+            .filter(|b| !b.is_empty())
+            .collect();
+        let shortest = read.iter().min_by_key(|b| b.len())?;
+        // A delimiter of the shortest begins every delimiter of the others: splitting at its
+        // delimiters splits wherever any of them would.
+        if read.iter().all(|b| b.starts_with(shortest)) {
+            Some(FormKind::Multipart(shortest.to_vec()))
+        } else {
+            Some(FormKind::Unreadable(
+                "a multipart Content-Type whose boundary parsers read differently",
+            ))
+        }
     }
+}
+
+/// The boundaries Rack's pattern (`boundary="?([^";,]+)"?`, anywhere in the parameters) may
+/// read: one after each `boundary=`.
+fn rack_boundaries(params: &[u8]) -> Vec<Vec<u8>> {
+    const KEY: &[u8] = b"boundary=";
+    (0..params.len())
+        .filter(|&i| {
+            params
+                .get(i..i + KEY.len())
+                .is_some_and(|k| k.eq_ignore_ascii_case(KEY))
+        })
+        .map(|i| {
+            let rest = &params[i + KEY.len()..];
+            let rest = rest.strip_prefix(b"\"").unwrap_or(rest);
+            let end = rest
+                .iter()
+                .position(|&b| matches!(b, b'"' | b';' | b','))
+                .unwrap_or(rest.len());
+            rest[..end].to_vec()
+        })
+        .collect()
 }
 
 /// Whether a multipart part whose header lines are `headers` may be read as a `_method`
@@ -208,6 +255,31 @@ mod tests {
             Some(FormKind::Multipart(b"x".to_vec()))
         );
         assert_eq!(of("POST", &["multipart/form-data"]), None);
+        // Rack parses these too.
+        assert_eq!(
+            of("POST", &["multipart/mixed; boundary=x"]),
+            Some(FormKind::Multipart(b"x".to_vec()))
+        );
+        // Boundaries parsers read differently: one a prefix of the others is the one split
+        // at; otherwise no reading is trusted.
+        assert_eq!(
+            of(
+                "POST",
+                &["multipart/form-data; boundary=abc ; boundary=\"abcd\""]
+            ),
+            Some(FormKind::Multipart(b"abc".to_vec()))
+        );
+        for ambiguous in [
+            "multipart/form-data; boundary=good; boundary=evil",
+            "multipart/form-data; boundary=good; x=\"boundary=evil\"",
+            "multipart/form-data; boundary=good; xboundary=evil",
+            "multipart/form-data; boundary=\"a\\\"b\"",
+        ] {
+            assert!(
+                matches!(of("POST", &[ambiguous]), Some(FormKind::Unreadable(_))),
+                "{ambiguous}"
+            );
+        }
         assert_eq!(of("POST", &["application/json"]), None);
         assert_eq!(of("POST", &["text/plain"]), None);
     }

@@ -57,6 +57,7 @@ impl FormScan {
     pub fn new(kind: &FormKind) -> Result<FormScan, InvalidOverride> {
         let inner = match kind {
             FormKind::Urlencoded => Inner::Url(UrlScan::default()),
+            FormKind::Unreadable(why) => return Err(InvalidOverride::Unreadable(why.to_string())),
             FormKind::Multipart(boundary) => {
                 if boundary.len() > MAX_BOUNDARY {
                     return Err(InvalidOverride::Unreadable(format!(

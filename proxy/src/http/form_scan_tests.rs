@@ -31,6 +31,7 @@ fn whole(kind: &FormKind, body: &[u8]) -> Result<Vec<Override>, InvalidOverride>
                 }
             }
         }
+        FormKind::Unreadable(why) => return Err(InvalidOverride::Unreadable(why.to_string())),
         FormKind::Multipart(boundary) => {
             let mut delimiter = b"--".to_vec();
             delimiter.extend_from_slice(boundary);
