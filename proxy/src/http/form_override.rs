@@ -144,8 +144,51 @@ fn header_len(line: &[u8]) -> usize {
     line.iter().position(|&b| b == b':').unwrap_or(line.len())
 }
 
-/// Whether a `Content-Disposition` value's `name` or `name*` may be `_method`.
+/// Whether a `Content-Disposition` value's `name` or `name*` may be `_method`: as a
+/// parameter, or wherever `name=` follows a byte that cannot be part of a token (Rack's
+/// pattern takes the last ` name=` on the line, inside another parameter's quotes too).
 fn disposition_names_method(value: &[u8]) -> bool {
+    loose_names(value).iter().any(|v| name_is_method(v)) || params_names_method(value)
+}
+
+/// The values after each `name=` in `value` not preceded by a token byte, read quoted (its
+/// escapes undone), up to white space, `;` or `"`, and up to `;` or `"`.
+fn loose_names(value: &[u8]) -> Vec<Vec<u8>> {
+    const KEY: &[u8] = b"name=";
+    let is_token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let mut out = Vec::new();
+    for i in 0..value.len() {
+        let at_key = value
+            .get(i..i + KEY.len())
+            .is_some_and(|k| k.eq_ignore_ascii_case(KEY));
+        if !at_key || (i > 0 && is_token(value[i - 1])) {
+            continue;
+        }
+        let rest = &value[i + KEY.len()..];
+        if let Some(quoted) = rest.strip_prefix(b"\"") {
+            let mut v = Vec::new();
+            let mut bytes = quoted.iter();
+            while let Some(&b) = bytes.next() {
+                match b {
+                    b'"' => break,
+                    b'\\' => v.extend(bytes.next()),
+                    _ => v.push(b),
+                }
+            }
+            out.push(v);
+        }
+        let rest = rest.strip_prefix(b"\"").unwrap_or(rest);
+        let cut = |stop: &dyn Fn(u8) -> bool| {
+            rest[..rest.iter().position(|&b| stop(b)).unwrap_or(rest.len())].to_vec()
+        };
+        out.push(cut(&|b| b.is_ascii_whitespace() || b == b';' || b == b'"'));
+        out.push(cut(&|b| b == b';' || b == b'"'));
+    }
+    out
+}
+
+/// Whether a `Content-Disposition` value's `name` or `name*` parameter may be `_method`.
+fn params_names_method(value: &[u8]) -> bool {
     params_of(value).into_iter().any(|(name, v)| {
         if name.eq_ignore_ascii_case(b"name") {
             name_is_method(&v)
@@ -299,6 +342,10 @@ mod tests {
             // Content-ID.
             "Content-Disposition: form-data\r\n ; name=_method",
             "Content-ID: _method",
+            // Rack's pattern finds ` name=` inside another parameter, quoted or not.
+            "Content-Disposition: form-data; name=\"a\"; x= name=_method",
+            "Content-Disposition: form-data; name=a; filename=\"x name=_method\"",
+            "Content-Disposition: form-data;name=_method[]",
         ] {
             assert!(part_is_method(head.as_bytes()), "{head}");
         }

@@ -418,20 +418,26 @@ impl PartScan {
         loop {
             match self.state {
                 PartState::Head => {
-                    // The part ends at the next delimiter; its head at the first blank line
-                    // after the delimiter line.
-                    let next = self.next_delimiter(self.delimiter.len(), scan_from);
-                    let limit = next.map_or(self.held.len(), |(at, _)| at);
-                    let head_end = head_end(&self.held[self.delimiter.len()..limit])
-                        .map(|(h, c)| (h + self.delimiter.len(), c + self.delimiter.len()));
-                    match head_end {
-                        Some((headers_end, content)) => {
+                    // The part ends at the next delimiter (or the body's end).
+                    let dlen = self.delimiter.len();
+                    let (limit, complete) = match self.next_delimiter(dlen, scan_from) {
+                        Some((at, true)) => (at, true),
+                        _ if end => (self.held.len(), true),
+                        Some((at, false)) => (at, false),
+                        None => (self.held.len(), false),
+                    };
+                    match read_head(&self.held[dlen..limit], dlen, complete) {
+                        HeadRead::Wait => {
                             // However the body is cut, the same heads are too long.
-                            if content > MAX_PART_HEAD {
+                            if limit > MAX_PART_HEAD {
                                 return Err(head_too_long());
                             }
-                            let headers = headers_of(&self.held[..headers_end], &self.delimiter);
-                            if part_is_method(headers) {
+                            return Ok(());
+                        }
+                        HeadRead::TooLong => return Err(head_too_long()),
+                        HeadRead::Part { content, method } => {
+                            let content = content + dlen;
+                            if method {
                                 self.state = PartState::Value { content };
                                 scan_from = content;
                                 continue;
@@ -445,26 +451,16 @@ impl PartScan {
                                 return Ok(());
                             }
                         }
-                        None if next.is_some_and(|(_, whole)| whole) || end => {
+                        HeadRead::Nameless => {
                             // The part ended before its head did: it has no name.
-                            let at = next.map_or(self.held.len(), |(at, _)| at);
-                            if at > MAX_PART_HEAD {
-                                return Err(head_too_long());
-                            }
-                            let rest = self.held.split_off(at);
+                            let rest = self.held.split_off(limit);
                             cut.release(&mut self.held);
                             self.held = rest;
-                            if end && self.held.len() < self.delimiter.len() {
+                            if self.held.len() < dlen {
                                 self.state = PartState::Open { line_start: false };
                                 return Ok(());
                             }
-                            scan_from = self.delimiter.len();
-                        }
-                        None => {
-                            if limit > MAX_PART_HEAD {
-                                return Err(head_too_long());
-                            }
-                            return Ok(());
+                            scan_from = dlen;
                         }
                     }
                 }
@@ -585,10 +581,57 @@ impl PartScan {
     }
 }
 
+/// What a part's bytes so far say about its head.
+#[derive(Debug, PartialEq, Eq)]
+enum HeadRead {
+    /// It may end further on.
+    Wait,
+    /// Longer than [`MAX_PART_HEAD`].
+    TooLong,
+    /// The part ended before its head did: it has no name.
+    Nameless,
+    /// Its content begins at `content` (in `part`); `method`: it may be a `_method` field.
+    Part { content: usize, method: bool },
+}
+
+/// Reads the head of a part: `part` is its bytes after its delimiter (of `dlen` bytes), so
+/// far, or all of them when `complete`. The delimiter line's rest comes first, then the
+/// header lines up to the first blank line (CRLF or LF alone), where the content begins. A
+/// parser that wants CRLF CRLF reads header lines on to the first one (or the part's end):
+/// where the blank line is not one, the names are read up to there too.
+fn read_head(part: &[u8], dlen: usize, complete: bool) -> HeadRead {
+    let Some((headers_end, content, strict)) = head_end(part) else {
+        return match complete {
+            false => HeadRead::Wait,
+            true if dlen + part.len() > MAX_PART_HEAD => HeadRead::TooLong,
+            true => HeadRead::Nameless,
+        };
+    };
+    let (names_end, head_len) = if strict {
+        (headers_end, content)
+    } else {
+        match find(&part[headers_end..], b"\r\n\r\n") {
+            Some(i) => (headers_end + i, headers_end + i + 4),
+            None if complete => (part.len(), part.len()),
+            None => return HeadRead::Wait,
+        }
+    };
+    if dlen + head_len.max(content) > MAX_PART_HEAD {
+        return HeadRead::TooLong;
+    }
+    let eol = part.iter().position(|&b| b == b'\n').unwrap_or(0);
+    let headers = part.get(eol + 1..names_end).unwrap_or_default();
+    HeadRead::Part {
+        content,
+        method: part_is_method(headers),
+    }
+}
+
 /// Where a part's head ends in `part` (the bytes after its delimiter): the end of its
-/// header lines and the start of its content. The delimiter line's rest comes first, then
-/// the headers up to the first blank line (CRLF or LF alone).
-fn head_end(part: &[u8]) -> Option<(usize, usize)> {
+/// header lines, the start of its content, and whether the blank line ended a CRLF line
+/// with a CRLF. The delimiter line's rest comes first, then the headers up to the first
+/// blank line (CRLF or LF alone).
+fn head_end(part: &[u8]) -> Option<(usize, usize, bool)> {
     let eol = part.iter().position(|&b| b == b'\n')?;
     let after = &part[eol + 1..];
     let crlf = find(after, b"\n\r\n");
@@ -599,16 +642,8 @@ fn head_end(part: &[u8]) -> Option<(usize, usize)> {
         (None, Some(j)) => (j, 2),
         (None, None) => return None,
     };
-    Some((eol + 1 + i, eol + 1 + i + len))
-}
-
-/// A part's header lines: its head without the delimiter line.
-fn headers_of<'h>(head: &'h [u8], delimiter: &[u8]) -> &'h [u8] {
-    let after = &head[delimiter.len().min(head.len())..];
-    match after.iter().position(|&b| b == b'\n') {
-        Some(eol) => &after[eol + 1..],
-        None => &[],
-    }
+    let strict = len == 3 && i > 0 && after[i - 1] == b'\r';
+    Some((eol + 1 + i, eol + 1 + i + len, strict))
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

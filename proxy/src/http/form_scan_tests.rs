@@ -16,8 +16,8 @@ fn methods(kind: &FormKind, body: &str) -> Vec<String> {
 }
 
 /// The reference: the whole body split at once, by the same rules (every line start that
-/// begins with the delimiter is one; a part's head ends at its first blank line; the last
-/// part counts even without a delimiter after it).
+/// begins with the delimiter is one; a part's head as `read_head` reads it; the last part
+/// counts even without a delimiter after it).
 fn whole(kind: &FormKind, body: &[u8]) -> Result<Vec<Override>, InvalidOverride> {
     let mut found = Vec::new();
     match kind {
@@ -47,16 +47,20 @@ fn whole(kind: &FormKind, body: &[u8]) -> Result<Vec<Override>, InvalidOverride>
                     continue;
                 }
                 let part = &body[start..next];
-                let Some((headers_end, content)) = head_end(part) else {
-                    continue;
+                let content = match read_head(part, delimiter.len(), true) {
+                    HeadRead::Part {
+                        content,
+                        method: true,
+                    } => content,
+                    HeadRead::TooLong => return Err(head_too_long()),
+                    _ => continue,
                 };
-                let eol = part.iter().position(|&b| b == b'\n').unwrap();
-                if !part_is_method(&part[eol + 1..headers_end]) {
-                    continue;
-                }
                 let value = &part[content..];
                 let value = value.strip_suffix(b"\n").unwrap_or(value);
                 let value = value.strip_suffix(b"\r").unwrap_or(value);
+                if value.len() > MAX_HELD_VALUE {
+                    return Err(value_too_long());
+                }
                 push(&mut found, Source::Multipart, value.trim_ascii())?;
             }
         }
@@ -165,6 +169,16 @@ fn multipart_method_parts_are_read() {
         let body = format!("--XyZ\r\n{head}\r\n\r\nDELETE\r\n--XyZ--\r\n");
         assert_eq!(methods(&k, &body), ["DELETE"], "{head}");
     }
+    // A head that ends with a bare LF blank line: a parser that wants CRLF CRLF reads the
+    // lines after it as headers too, so a name there counts (and the value is not a method).
+    let hidden =
+        "--XyZ\r\nX: a\n\nContent-Disposition: form-data; name=_method\r\n\r\nDELETE\r\n--XyZ--";
+    assert!(from_body(&k, hidden.as_bytes()).is_err());
+    let plain = "--XyZ\nContent-Disposition: form-data; name=a\n\nvalue\n--XyZ--";
+    assert!(methods(&k, plain).is_empty());
+    let mut long = b"--XyZ\nContent-Disposition: form-data; name=a\n\n".to_vec();
+    long.extend(std::iter::repeat_n(b'v', MAX_PART_HEAD));
+    assert!(from_body(&k, &long).is_err());
     assert!(FormScan::new(&FormKind::Multipart(b"a\r\nb".to_vec())).is_err());
     assert!(FormScan::new(&FormKind::Multipart(vec![b'b'; 71])).is_err());
 }
