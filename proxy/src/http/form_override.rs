@@ -107,48 +107,54 @@ fn rack_boundaries(params: &[u8]) -> Vec<Vec<u8>> {
 
 /// Whether a multipart part whose header lines are `headers` may be read as a `_method`
 /// field: by the `name` (or RFC 2231 `name*`) parameter of any `Content-Disposition` header,
-/// as written or percent-decoded, its value read to the end of its line or (as Rack's
-/// pattern reads it) to the next `:`; or, as Rack does for a part without a name, by its
-/// `Content-ID`.
+/// as written or percent-decoded, its value read to the end of its line or to the next
+/// `:`; by a ` name=` anywhere after `Content-Disposition:`, and by a `Content-ID` (which
+/// Rack reads as the name of a part without one), wherever on a line they begin, as Rack's
+/// patterns find them.
 pub(super) fn part_is_method(headers: &[u8]) -> bool {
     let mut at = 0;
     for line in headers.split(|&b| b == b'\n') {
         let line_at = at;
         at += line.len() + 1;
+        if let Some(i) = find_ci(line, b"content-id:")
+            && name_is_method(line[i + b"content-id:".len()..].trim_ascii())
+        {
+            return true;
+        }
+        if let Some(i) = find_ci(line, b"content-disposition:")
+            && loose_names(&line[i..]).iter().any(|v| name_is_method(v))
+        {
+            return true;
+        }
         let Some((header, value)) = split_once(line, b':') else {
             continue;
         };
-        let header = header.trim_ascii();
-        if header.eq_ignore_ascii_case(b"content-id") {
-            if name_is_method(value.trim_ascii()) {
-                return true;
-            }
-            continue;
-        }
-        if !header.eq_ignore_ascii_case(b"content-disposition") {
+        if !header
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"content-disposition")
+        {
             continue;
         }
         // The value to the next `:` anywhere, across line breaks.
         let from = line_at + header_len(line) + 1;
         let rest = headers.get(from..).unwrap_or_default();
         let spanned = &rest[..rest.iter().position(|&b| b == b':').unwrap_or(rest.len())];
-        if [value, spanned].into_iter().any(disposition_names_method) {
+        if [value, spanned].into_iter().any(params_names_method) {
             return true;
         }
     }
     false
 }
 
+/// Where `needle` (lower case) first is in `hay`, in any case.
+fn find_ci(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len())
+        .position(|w| w.eq_ignore_ascii_case(needle))
+}
+
 /// Where a header line's `:` is.
 fn header_len(line: &[u8]) -> usize {
     line.iter().position(|&b| b == b':').unwrap_or(line.len())
-}
-
-/// Whether a `Content-Disposition` value's `name` or `name*` may be `_method`: as a
-/// parameter, or wherever `name=` follows a byte that cannot be part of a token (Rack's
-/// pattern takes the last ` name=` on the line, inside another parameter's quotes too).
-fn disposition_names_method(value: &[u8]) -> bool {
-    loose_names(value).iter().any(|v| name_is_method(v)) || params_names_method(value)
 }
 
 /// The values after each `name=` in `value` not preceded by a token byte, read quoted (its
@@ -346,6 +352,8 @@ mod tests {
             "Content-Disposition: form-data; name=\"a\"; x= name=_method",
             "Content-Disposition: form-data; name=a; filename=\"x name=_method\"",
             "Content-Disposition: form-data;name=_method[]",
+            "X-Other: Content-Disposition: form-data; name=_method",
+            "--XyZjunk Content-ID: _method",
         ] {
             assert!(part_is_method(head.as_bytes()), "{head}");
         }

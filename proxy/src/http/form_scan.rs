@@ -290,6 +290,12 @@ fn name_prefix(raw: &[u8]) -> KeyPrefix {
     method_override::method_key_prefix(&method_override::percent_decode(whole))
 }
 
+fn cut_named() -> InvalidOverride {
+    InvalidOverride::Unreadable(
+        "a multipart part names _method in a head that a delimiter line cuts short".to_string(),
+    )
+}
+
 fn head_too_long() -> InvalidOverride {
     InvalidOverride::Unreadable(format!(
         "a multipart part head (delimiter line and headers) longer than {MAX_PART_HEAD} bytes"
@@ -435,6 +441,7 @@ impl PartScan {
                             return Ok(());
                         }
                         HeadRead::TooLong => return Err(head_too_long()),
+                        HeadRead::CutNamed => return Err(cut_named()),
                         HeadRead::Part { content, method } => {
                             let content = content + dlen;
                             if method {
@@ -590,6 +597,9 @@ enum HeadRead {
     TooLong,
     /// The part ended before its head did: it has no name.
     Nameless,
+    /// The part ended before its head did, but its lines name `_method`: a parser that does
+    /// not end it there reads them as a head.
+    CutNamed,
     /// Its content begins at `content` (in `part`); `method`: it may be a `_method` field.
     Part { content: usize, method: bool },
 }
@@ -604,6 +614,8 @@ fn read_head(part: &[u8], dlen: usize, complete: bool) -> HeadRead {
         return match complete {
             false => HeadRead::Wait,
             true if dlen + part.len() > MAX_PART_HEAD => HeadRead::TooLong,
+            // A parser that does not split here reads these lines as a head that goes on.
+            true if part_is_method(part) => HeadRead::CutNamed,
             true => HeadRead::Nameless,
         };
     };
@@ -619,11 +631,10 @@ fn read_head(part: &[u8], dlen: usize, complete: bool) -> HeadRead {
     if dlen + head_len.max(content) > MAX_PART_HEAD {
         return HeadRead::TooLong;
     }
-    let eol = part.iter().position(|&b| b == b'\n').unwrap_or(0);
-    let headers = part.get(eol + 1..names_end).unwrap_or_default();
+    // The delimiter line's rest too: for a parser that does not split there, it is a line.
     HeadRead::Part {
         content,
-        method: part_is_method(headers),
+        method: part_is_method(&part[..names_end]),
     }
 }
 
