@@ -401,6 +401,17 @@ impl PartScan {
                     self.held.extend_from_slice(&chunk[i..]);
                     i = chunk.len();
                     cut.skip_to(i);
+                    // A head ends, and a delimiter begins, only after a line break: without
+                    // one in the new bytes (or just before them, where a delimiter may have
+                    // begun) nothing changes but the head's length. Not reading the head
+                    // again then keeps a head sent a byte at a time from costing its square.
+                    let window = from.saturating_sub(self.delimiter.len());
+                    if self.state == PartState::Head && !self.held[window..].contains(&b'\n') {
+                        if self.held.len() > MAX_PART_HEAD {
+                            return Err(head_too_long());
+                        }
+                        continue;
+                    }
                     self.judge_held(from, false, cut, found)?;
                     // What is left of `held` is a part or a delimiter's start: passing
                     // resumes in the next chunk.
