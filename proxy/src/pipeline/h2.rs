@@ -72,20 +72,30 @@ impl Guarded {
             self.ready.push_back(frame);
             return Ok(());
         };
-        let mut out = Vec::new();
         match frame.into_data() {
-            Ok(data) => hold.feed(data, &mut out)?,
+            Ok(data) => {
+                let mut out = Vec::new();
+                hold.feed(data, &mut out)?;
+                self.ready
+                    .extend(out.into_iter().map(http_body::Frame::data));
+            }
             Err(trailers) => {
                 // The payload ended: what is held goes (if it may) before the trailers.
-                hold.finish(&mut out)?;
-                self.hold = None;
-                self.ready.extend(out.drain(..).map(http_body::Frame::data));
+                self.end_hold()?;
                 self.ready.push_back(trailers);
-                return Ok(());
             }
         }
-        self.ready
-            .extend(out.into_iter().map(http_body::Frame::data));
+        Ok(())
+    }
+
+    /// The payload ended: what the hold still has goes into `ready`, if it may.
+    fn end_hold(&mut self) -> Result<(), body::BodyError> {
+        if let Some(mut hold) = self.hold.take() {
+            let mut out = Vec::new();
+            hold.finish(&mut out)?;
+            self.ready
+                .extend(out.into_iter().map(http_body::Frame::data));
+        }
         Ok(())
     }
 
@@ -117,17 +127,13 @@ impl http_body::Body for Guarded {
                 Poll::Ready(Some(Ok(frame))) => frame,
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(Box::new(e)))),
                 Poll::Ready(None) => {
-                    let Some(mut hold) = self.hold.take() else {
+                    if self.hold.is_none() {
                         return Poll::Ready(None);
-                    };
-                    // The payload ended: what is held goes, if it may.
-                    let mut out = Vec::new();
-                    if let Err(e) = hold.finish(&mut out) {
+                    }
+                    if let Err(e) = self.end_hold() {
                         let _ = self.tripped.set(e.clone());
                         return Poll::Ready(Some(Err(Box::new(e))));
                     }
-                    self.ready
-                        .extend(out.into_iter().map(http_body::Frame::data));
                     continue;
                 }
                 Poll::Pending => return self.pending(cx),
