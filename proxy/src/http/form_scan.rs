@@ -346,20 +346,27 @@ impl PartScan {
         while i < chunk.len() {
             match self.state {
                 PartState::Open { line_start } if self.held.is_empty() => {
-                    // The first line start whose bytes may begin a delimiter.
-                    let starts = line_start.then_some(i).into_iter().chain(
-                        chunk[i..]
-                            .iter()
-                            .enumerate()
-                            .filter_map(|(at, &b)| (b == b'\n').then_some(i + at + 1)),
-                    );
+                    // The first line start whose bytes may begin a delimiter (a plain loop:
+                    // this runs over every byte of every file uploaded).
                     let mut candidate = None;
-                    for at in starts {
-                        let n = (chunk.len() - at).min(self.delimiter.len());
-                        if n > 0 && chunk[at..at + n] == self.delimiter[..n] {
-                            candidate = Some((at, n));
+                    let mut at = if line_start { i } else { chunk.len() + 1 };
+                    let mut j = i;
+                    loop {
+                        if at <= chunk.len() {
+                            let n = (chunk.len() - at).min(self.delimiter.len());
+                            if n > 0 && chunk[at..at + n] == self.delimiter[..n] {
+                                candidate = Some((at, n));
+                                break;
+                            }
+                        }
+                        while j < chunk.len() && chunk[j] != b'\n' {
+                            j += 1;
+                        }
+                        if j == chunk.len() {
                             break;
                         }
+                        j += 1;
+                        at = j;
                     }
                     let Some((at, n)) = candidate else {
                         self.state = PartState::Open {
