@@ -17,13 +17,41 @@ use crate::credentials::profile::{CredentialName, CredentialRef, Placement, Prof
 use crate::credentials::rewrite;
 use crate::credentials::secrets::Secret;
 use crate::http::body::{self, BodySink, ChannelBody};
-use crate::http::form_override::{self, FormKind};
+use crate::http::form_override::FormKind;
+use crate::http::form_scan;
 use crate::http::head::{self, BodyFraming};
 use crate::http::method_override;
 use crate::pipeline::authority::Authority;
 use crate::pipeline::target;
 use crate::policy::canon;
 use crate::tls::upstream::Offer;
+
+/// A form body fed to its streaming reader in pieces of `piece` bytes: what it found, and
+/// the bytes it handed back.
+fn form_streamed(
+    kind: &FormKind,
+    body: &[u8],
+    piece: usize,
+) -> (
+    Result<Vec<method_override::Override>, method_override::InvalidOverride>,
+    Vec<u8>,
+) {
+    let mut out = Vec::new();
+    let mut scan = match form_scan::FormScan::new(kind) {
+        Ok(s) => s,
+        Err(e) => return (Err(e), out),
+    };
+    let mut released = Vec::new();
+    for chunk in body.chunks(piece) {
+        if let Err(e) = scan.feed(bytes::Bytes::copy_from_slice(chunk), &mut released) {
+            return (Err(e), out);
+        }
+        out.extend(released.drain(..).flat_map(|b| b.to_vec()));
+    }
+    let found = scan.finish(&mut released).map(|()| scan.found().to_vec());
+    out.extend(released.drain(..).flat_map(|b| b.to_vec()));
+    (found, out)
+}
 
 /// Longest head the proxy accepts by default (`--max-head-bytes`).
 const MAX_HEAD: usize = 8192;
@@ -54,16 +82,25 @@ pub fn http_head(data: &[u8]) {
 
 /// A request body: the first byte picks the framing (chunked, or a Content-Length), the rest
 /// is the body as sent, decoded through the same pump as the proxy, guard on; the same bytes
-/// are also read as a form body for `_method` fields, urlencoded and multipart.
+/// are also read as a form body for `_method` fields, urlencoded and multipart, whole and
+/// streamed in pieces of a size the first byte picks: the two must find the same, and the
+/// stream must hand every byte back, in order, when it finds no refusal.
 pub fn request_body(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };
-    let _ = form_override::from_body(&FormKind::Urlencoded, rest);
-    let _ = form_override::from_body(
-        &FormKind::Multipart(vec![b'-'; usize::from(pick % 4)]),
-        rest,
-    );
+    for kind in [
+        FormKind::Urlencoded,
+        FormKind::Multipart(vec![b'-'; usize::from(pick % 4)]),
+    ] {
+        let whole = form_scan::from_body(&kind, rest);
+        let piece = usize::from(pick % 13) + 1;
+        let (streamed, out) = form_streamed(&kind, rest, piece);
+        assert_eq!(streamed, whole, "a form read in pieces of {piece} bytes");
+        if streamed.is_ok() {
+            assert!(out == rest, "the stream handed back other bytes");
+        }
+    }
     let framing = match pick % 4 {
         0 | 1 => BodyFraming::Chunked,
         2 => BodyFraming::Length(u64::from(pick)),

@@ -629,3 +629,100 @@ impl EchoOrigin {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
+
+/// An origin (node; HTTPS, HTTP/2 and HTTP/1.1) that records every request as its body ends,
+/// whole or cut off (the stream reset or the connection closed first): a JSON line with the
+/// URL, whether the body was complete, and the file its bytes were written to.
+const RECORDING_ORIGIN: &str = r#"
+const http2 = require('http2'); const fs = require('fs'); const path = require('path');
+const dir = process.argv[3]; let seq = 0;
+const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
+  (req, res) => {
+    const chunks = []; let done = false;
+    const record = (complete) => {
+      if (done) return; done = true;
+      const file = path.join(dir, `body-${seq++}.bin`);
+      fs.writeFileSync(file, Buffer.concat(chunks));
+      fs.appendFileSync(path.join(dir, 'log.jsonl'), JSON.stringify({ url: req.url, complete, file }) + '\n');
+    };
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => { record(true); res.end('stored\n'); });
+    req.on('close', () => record(false));
+    req.on('error', () => record(false));
+  });
+server.on('sessionError', () => {}); server.on('clientError', () => {});
+server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
+"#;
+
+/// A request as the [`RecordingOrigin`] saw it: its URL, whether its body ended, its bytes.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub url: String,
+    pub complete: bool,
+    pub body: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub struct RecordingOrigin {
+    dir: PathBuf,
+    /// The CA that signed the origin's certificate.
+    pub cert: PathBuf,
+    process: OriginProcess,
+}
+
+impl RecordingOrigin {
+    pub fn start(dir: &Path) -> RecordingOrigin {
+        let (ca, cert, key) = make_cert(dir);
+        let store = dir.join("received");
+        std::fs::create_dir_all(&store).expect("origin store");
+        let process = OriginProcess::spawn(
+            Command::new("node")
+                .arg("-e")
+                .arg(RECORDING_ORIGIN)
+                .arg(&cert)
+                .arg(&key)
+                .arg(&store),
+            "the recording origin (node)",
+        );
+        RecordingOrigin {
+            dir: store,
+            cert: ca,
+            process,
+        }
+    }
+
+    /// What reached the origin for `url`, once there is something (waiting up to 5 s: a
+    /// cut-off request is recorded when the origin sees its stream or connection end).
+    pub fn port(&self) -> u16 {
+        self.process.port
+    }
+
+    pub fn received(&self, url: &str) -> Vec<Recorded> {
+        for _ in 0..50 {
+            let got = self.read(url);
+            if !got.is_empty() {
+                return got;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        self.read(url)
+    }
+
+    fn read(&self, url: &str) -> Vec<Recorded> {
+        self.all().into_iter().filter(|r| r.url == url).collect()
+    }
+
+    /// Every request recorded so far, in the order their bodies ended.
+    pub fn all(&self) -> Vec<Recorded> {
+        std::fs::read_to_string(self.dir.join("log.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|r| Recorded {
+                url: r["url"].as_str().unwrap_or_default().to_string(),
+                complete: r["complete"].as_bool().unwrap_or(false),
+                body: std::fs::read(r["file"].as_str().unwrap_or_default()).unwrap_or_default(),
+            })
+            .collect()
+    }
+}

@@ -459,3 +459,53 @@ fn one_client_cannot_take_every_question_in_flight() {
     let dropped = dns_metric(&sluice, "dropped");
     assert!(dropped >= 400.0 - 64.0, "{dropped} dropped");
 }
+
+#[test]
+fn a_tcp_client_past_the_question_limit_reads_every_answer_before_the_close() {
+    let (sluice, dns, _) = start();
+    // A client with a tiny receive buffer sends 32 questions and reads nothing for a while:
+    // sluice's 32 answers wait in its send queue. Then it sends 8 more, past the limit. Had
+    // sluice closed its socket after the 32nd answer, those 8 would reset the connection
+    // and throw the queued answers away; it only shuts down its side and reads them.
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(1024).unwrap();
+    s.bind(&SocketAddr::from(([127, 0, 0, 4], 0)).into())
+        .unwrap();
+    s.connect_timeout(&dns.into(), Duration::from_secs(2))
+        .unwrap();
+    let mut s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let questions = |ids: std::ops::Range<u16>| {
+        let mut all = Vec::new();
+        for id in ids {
+            let q = query(id, "api.example.test");
+            all.extend_from_slice(&u16::try_from(q.len()).unwrap().to_be_bytes());
+            all.extend_from_slice(&q);
+        }
+        all
+    };
+    s.write_all(&questions(0..32)).unwrap();
+    thread::sleep(Duration::from_millis(300));
+    s.write_all(&questions(32..40)).unwrap();
+    thread::sleep(Duration::from_millis(200));
+    let mut ids = Vec::new();
+    let end = loop {
+        let mut len = [0u8; 2];
+        if let Err(e) = s.read_exact(&mut len) {
+            break e;
+        }
+        let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        s.read_exact(&mut reply).unwrap();
+        let (id, rcode) = id_and_rcode(&reply);
+        assert_eq!(rcode, NOERROR);
+        ids.push(id);
+    };
+    assert_eq!(
+        ids,
+        (0..32).collect::<Vec<u16>>(),
+        "the answers read ({end})"
+    );
+    // The connection ended with a close, not a reset.
+    assert_eq!(end.kind(), std::io::ErrorKind::UnexpectedEof, "{end}");
+    assert_events_valid(&sluice);
+}

@@ -52,6 +52,11 @@ pub enum BodyError {
     /// The client went silent, or sent its body slower than the minimum rate.
     #[error("request body too slow: {0}")]
     TooSlow(String),
+    /// A held part of the body was refused (a form field names a method the policy refuses,
+    /// or one that is not a method); it never went upstream. The [`Hold`] that refused it
+    /// keeps the refusal.
+    #[error("a held part of the request body was refused")]
+    Held,
 }
 
 impl BodyError {
@@ -65,9 +70,21 @@ impl BodyError {
                 Code::CredentialInTrailers,
                 "a credential placeholder in the request trailers would reach the upstream unresolved; sluice swaps placeholders in request headers only",
             ),
+            Self::Held => Refusal::new(400, Code::InvalidMethodOverride, self.to_string()),
             _ => Refusal::new(400, Code::BadRequest, format!("request body: {self}")),
         }
     }
+}
+
+/// A step that sees a request body's payload before it goes upstream and may hold some of it
+/// back until it is judged (a form's `_method` fields): both transports run it, after the
+/// placeholder guard, on the same bytes.
+pub(crate) trait Hold: Send + Sync + std::fmt::Debug {
+    /// The next chunk: what may go upstream now is pushed to `out`, in order.
+    /// [`BodyError::Held`] stops the body (the step keeps why).
+    fn feed(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), BodyError>;
+    /// The body's payload ended: what is still held is pushed to `out`, if it may go.
+    fn finish(&mut self, out: &mut Vec<Bytes>) -> Result<(), BodyError>;
 }
 
 /// How fast a client must send its request body. Each wait for the client is at most `idle`;
@@ -156,11 +173,13 @@ impl Pacer {
 }
 
 /// Where decoded body bytes go: the channel to the upstream, through an optional guard that
-/// stops the body at the first credential placeholder (across chunk boundaries).
+/// stops the body at the first credential placeholder (across chunk boundaries), then an
+/// optional [`Hold`].
 #[derive(Debug)]
 pub(crate) struct BodySink {
     tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
     guard: Option<crate::credentials::BodyGuard>,
+    hold: Option<Box<dyn Hold>>,
     pacer: Pacer,
 }
 
@@ -170,8 +189,15 @@ impl BodySink {
         BodySink {
             tx,
             guard: guard.then(crate::credentials::BodyGuard::new),
+            hold: None,
             pacer: Pacer::new(BodyPace::default()),
         }
+    }
+
+    /// The same sink with `hold` between the guard and the upstream.
+    pub(crate) fn holding(mut self, hold: Option<Box<dyn Hold>>) -> BodySink {
+        self.hold = hold;
+        self
     }
 
     /// The same sink with the operator's pace (`--body-timeout`, `--body-min-rate`).
@@ -186,7 +212,28 @@ impl BodySink {
         {
             return Err(BodyError::Placeholder);
         }
-        send(&self.tx, Frame::data(chunk)).await
+        let Some(hold) = self.hold.as_mut() else {
+            return send(&self.tx, Frame::data(chunk)).await;
+        };
+        let mut out = Vec::new();
+        hold.feed(chunk, &mut out)?;
+        for b in out {
+            send(&self.tx, Frame::data(b)).await?;
+        }
+        Ok(())
+    }
+
+    /// The payload ended: what the hold still has goes, if it may.
+    async fn end(&mut self) -> Result<(), BodyError> {
+        let Some(mut hold) = self.hold.take() else {
+            return Ok(());
+        };
+        let mut out = Vec::new();
+        hold.finish(&mut out)?;
+        for b in out {
+            send(&self.tx, Frame::data(b)).await?;
+        }
+        Ok(())
     }
 }
 
@@ -318,6 +365,7 @@ async fn pump_length<R: AsyncRead + Unpin>(
         remaining -= take as u64;
         sink.data(chunk).await?;
     }
+    sink.end().await?;
     Ok(total)
 }
 
@@ -384,6 +432,7 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
         }
         buf.advance(2);
     }
+    sink.end().await?;
     // Trailers, then the empty line.
     let mut trailers = HeaderMap::new();
     let mut trailer_bytes = 0usize;

@@ -1,17 +1,16 @@
 //! `_method` fields in form bodies: the override Rack (`Rack::MethodOverride`, so Rails) and
 //! Symfony (so Laravel) honour in a `POST` form, urlencoded or multipart.
 //!
-//! Owns deciding which bodies are forms ([`FormKind::of`]) and reading the methods their
-//! `_method` fields name ([`from_body`]), with the same key spelling rules and value checks as
-//! the query parameter (`method_override`). The pipeline reads a form body whole (bounded)
-//! before any of it goes upstream and judges each method named here like the request line's.
-//! Reads are conservative where parsers differ: any field whose name a common parser would
-//! take for `_method` counts, and every one of them is judged.
+//! Owns deciding which bodies are forms ([`FormKind::of`]) and which multipart parts may be
+//! `_method` fields ([`part_is_method`]), with the same name rules as the query parameter
+//! (`method_override`). `form_scan` reads the fields while the body streams. Reads are
+//! conservative where parsers differ: any part whose name a common parser would take for
+//! `_method` counts, and every one of them is judged.
 
-use super::method_override::{self, InvalidOverride, Override, Source};
+use super::method_override;
 
 /// Longest multipart boundary read (RFC 2046 allows 70; Rack refuses longer ones).
-const MAX_BOUNDARY: usize = 70;
+pub(super) const MAX_BOUNDARY: usize = 70;
 
 /// How a request body is a form, from its `Content-Type`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,8 +18,12 @@ pub enum FormKind {
     /// `application/x-www-form-urlencoded`, or a `POST` without a `Content-Type` (Rack
     /// parses that as a form).
     Urlencoded,
-    /// `multipart/form-data` with its boundary (without one no parser can split it).
+    /// `multipart/form-data` (or another `multipart/` type: Rack also parses `mixed` and
+    /// `related`) with its boundary (without one no parser can split it).
     Multipart(Vec<u8>),
+    /// A form no reading of which can be trusted (why): its boundary is read differently by
+    /// different parsers.
+    Unreadable(&'static str),
 }
 
 impl FormKind {
@@ -48,109 +51,173 @@ impl FormKind {
         if essence.eq_ignore_ascii_case(b"application/x-www-form-urlencoded") {
             return Some(FormKind::Urlencoded);
         }
-        if !essence.eq_ignore_ascii_case(b"multipart/form-data") {
+        if !essence
+            .get(..b"multipart/".len())
+            .is_some_and(|m| m.eq_ignore_ascii_case(b"multipart/"))
+        {
             return None;
         }
-        params_of(params)
+        // Every boundary a parser may read: the `boundary` parameter, and what follows each
+        // `boundary=` as Rack's pattern reads it (which may be inside another parameter).
+        let mut read: Vec<Vec<u8>> = params_of(params)
             .into_iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(b"boundary"))
-            .map(|(_, boundary)| FormKind::Multipart(boundary))
-            .filter(|k| !matches!(k, FormKind::Multipart(b) if b.is_empty()))
+            .filter(|(name, _)| name.eq_ignore_ascii_case(b"boundary"))
+            .map(|(_, boundary)| boundary)
+            .collect();
+        read.extend(rack_boundaries(params));
+        let read: Vec<&[u8]> = read
+            .iter()
+            .map(|b| b.trim_ascii())
+            .filter(|b| !b.is_empty())
+            .collect();
+        let shortest = read.iter().min_by_key(|b| b.len())?;
+        // A delimiter of the shortest begins every delimiter of the others: splitting at its
+        // delimiters splits wherever any of them would.
+        if read.iter().all(|b| b.starts_with(shortest)) {
+            Some(FormKind::Multipart(shortest.to_vec()))
+        } else {
+            Some(FormKind::Unreadable(
+                "a multipart Content-Type whose boundary parsers read differently",
+            ))
+        }
     }
 }
 
-/// The methods named by `_method` fields of a form body of `kind`, in order, each once.
-pub fn from_body(kind: &FormKind, body: &[u8]) -> Result<Vec<Override>, InvalidOverride> {
-    let mut found = Vec::new();
-    match kind {
-        FormKind::Urlencoded => {
-            for pair in body.split(|&b| b == b'&' || b == b';') {
-                let mut kv = pair.splitn(2, |&b| b == b'=');
-                let key = kv.next().unwrap_or_default();
-                let value = kv.next().unwrap_or_default();
-                if method_override::is_method_key(&method_override::percent_decode(key)) {
-                    let value = method_override::percent_decode(value);
-                    method_override::push(&mut found, Source::Form, value.trim_ascii())?;
-                }
-            }
-        }
-        FormKind::Multipart(boundary) => {
-            if boundary.len() > MAX_BOUNDARY {
-                return Err(InvalidOverride::Unreadable(format!(
-                    "a multipart boundary longer than {MAX_BOUNDARY} bytes"
-                )));
-            }
-            for (name, value) in parts(boundary, body) {
-                if method_override::is_method_key(&name) {
-                    method_override::push(&mut found, Source::Multipart, value.trim_ascii())?;
-                }
-            }
-        }
-    }
-    Ok(found)
+/// The boundaries Rack's pattern (`boundary="?([^";,]+)"?`, anywhere in the parameters) may
+/// read: one after each `boundary=`.
+fn rack_boundaries(params: &[u8]) -> Vec<Vec<u8>> {
+    const KEY: &[u8] = b"boundary=";
+    (0..params.len())
+        .filter(|&i| {
+            params
+                .get(i..i + KEY.len())
+                .is_some_and(|k| k.eq_ignore_ascii_case(KEY))
+        })
+        .map(|i| {
+            let rest = &params[i + KEY.len()..];
+            let rest = rest.strip_prefix(b"\"").unwrap_or(rest);
+            let end = rest
+                .iter()
+                .position(|&b| matches!(b, b'"' | b';' | b','))
+                .unwrap_or(rest.len());
+            rest[..end].to_vec()
+        })
+        .collect()
 }
 
-/// The `(name, value)` of each part of a multipart body: the `name` parameter of its
-/// `Content-Disposition` and its content. Lenient as parsers are: a delimiter line may end in
-/// LF alone, and a part without a name is skipped.
-fn parts<'b>(boundary: &[u8], body: &'b [u8]) -> Vec<(Vec<u8>, &'b [u8])> {
-    let mut delimiter = b"--".to_vec();
-    delimiter.extend_from_slice(boundary);
-    // Where each delimiter line begins: at the start of the body or of a line.
-    let line_starts = std::iter::once(0).chain(
-        body.iter()
-            .enumerate()
-            .filter(|(_, b)| **b == b'\n')
-            .map(|(i, _)| i + 1),
-    );
-    let starts: Vec<usize> = line_starts
-        .filter(|&at| body[at.min(body.len())..].starts_with(&delimiter))
-        .collect();
-    let mut out = Vec::new();
-    for pair in starts.windows(2) {
-        let (start, next) = (pair[0] + delimiter.len(), pair[1]);
-        let part = &body[start..next];
-        if part.starts_with(b"--") {
-            break;
+/// Whether a multipart part whose header lines are `headers` may be read as a `_method`
+/// field: by the `name` (or RFC 2231 `name*`) parameter of any `Content-Disposition` header,
+/// as written or percent-decoded, its value read to the end of its line or to the next
+/// `:`; by a ` name=` anywhere after `Content-Disposition:`, and by a `Content-ID` (which
+/// Rack reads as the name of a part without one), wherever on a line they begin, as Rack's
+/// patterns find them.
+pub(super) fn part_is_method(headers: &[u8]) -> bool {
+    let mut at = 0;
+    for line in headers.split(|&b| b == b'\n') {
+        let line_at = at;
+        at += line.len() + 1;
+        if let Some(i) = find_ci(line, b"content-id:")
+            && name_is_method(line[i + b"content-id:".len()..].trim_ascii())
+        {
+            return true;
         }
-        // The rest of the delimiter line (transport padding), then the headers.
-        let Some(eol) = part.iter().position(|&b| b == b'\n') else {
+        if let Some(i) = find_ci(line, b"content-disposition:")
+            && loose_names(&line[i..]).iter().any(|v| name_is_method(v))
+        {
+            return true;
+        }
+        let Some((header, value)) = split_once(line, b':') else {
             continue;
         };
-        let part = &part[eol + 1..];
-        let (headers, content) = match find(part, b"\n\r\n") {
-            Some(i) if find(part, b"\n\n").is_none_or(|j| i < j) => (&part[..i], &part[i + 3..]),
-            _ => match find(part, b"\n\n") {
-                Some(j) => (&part[..j], &part[j + 2..]),
-                None => continue,
-            },
-        };
-        // The line break before the next delimiter belongs to the delimiter.
-        let content = content.strip_suffix(b"\n").unwrap_or(content);
-        let content = content.strip_suffix(b"\r").unwrap_or(content);
-        let name = headers.split(|&b| b == b'\n').find_map(|line| {
-            let (header, value) = split_once(line, b':')?;
-            if !header
-                .trim_ascii()
-                .eq_ignore_ascii_case(b"content-disposition")
-            {
-                return None;
-            }
-            params_of(value)
-                .into_iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(b"name"))
-                .map(|(_, v)| v)
-        });
-        if let Some(name) = name {
-            out.push((name, content));
+        if !header
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"content-disposition")
+        {
+            continue;
         }
+        // The value to the next `:` anywhere, across line breaks.
+        let from = line_at + header_len(line) + 1;
+        let rest = headers.get(from..).unwrap_or_default();
+        let spanned = &rest[..rest.iter().position(|&b| b == b':').unwrap_or(rest.len())];
+        if [value, spanned].into_iter().any(params_names_method) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Where `needle` (lower case) first is in `hay`, in any case.
+fn find_ci(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len())
+        .position(|w| w.eq_ignore_ascii_case(needle))
+}
+
+/// Where a header line's `:` is.
+fn header_len(line: &[u8]) -> usize {
+    line.iter().position(|&b| b == b':').unwrap_or(line.len())
+}
+
+/// The values after each `name=` in `value` not preceded by a token byte, read quoted (its
+/// escapes undone), up to white space, `;` or `"`, and up to `;` or `"`.
+fn loose_names(value: &[u8]) -> Vec<Vec<u8>> {
+    const KEY: &[u8] = b"name=";
+    let is_token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let mut out = Vec::new();
+    for i in 0..value.len() {
+        let at_key = value
+            .get(i..i + KEY.len())
+            .is_some_and(|k| k.eq_ignore_ascii_case(KEY));
+        if !at_key || (i > 0 && is_token(value[i - 1])) {
+            continue;
+        }
+        let rest = &value[i + KEY.len()..];
+        if let Some(quoted) = rest.strip_prefix(b"\"") {
+            let mut v = Vec::new();
+            let mut bytes = quoted.iter();
+            while let Some(&b) = bytes.next() {
+                match b {
+                    b'"' => break,
+                    b'\\' => v.extend(bytes.next()),
+                    _ => v.push(b),
+                }
+            }
+            out.push(v);
+        }
+        let rest = rest.strip_prefix(b"\"").unwrap_or(rest);
+        let cut = |stop: &dyn Fn(u8) -> bool| {
+            rest[..rest.iter().position(|&b| stop(b)).unwrap_or(rest.len())].to_vec()
+        };
+        out.push(cut(&|b| b.is_ascii_whitespace() || b == b';' || b == b'"'));
+        out.push(cut(&|b| b == b';' || b == b'"'));
     }
     out
 }
 
+/// Whether a `Content-Disposition` value's `name` or `name*` parameter may be `_method`.
+fn params_names_method(value: &[u8]) -> bool {
+    params_of(value).into_iter().any(|(name, v)| {
+        if name.eq_ignore_ascii_case(b"name") {
+            name_is_method(&v)
+        } else if name.eq_ignore_ascii_case(b"name*") {
+            // `charset'language'percent-encoded`.
+            let encoded = v.rsplit(|&b| b == b'\'').next().unwrap_or_default();
+            name_is_method(encoded)
+        } else {
+            false
+        }
+    })
+}
+
+/// A part name as written or percent-decoded (some parsers decode names the HTML form
+/// encoding escaped).
+fn name_is_method(name: &[u8]) -> bool {
+    method_override::is_method_key(name)
+        || method_override::is_method_key(&method_override::percent_decode(name))
+}
+
 /// The `; name=value` parameters after a media type or disposition (values quoted or not;
 /// a quoted value's backslash escapes undone). Anything before the first `;` is skipped.
-fn params_of(text: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+pub(super) fn params_of(text: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut out = Vec::new();
     let Some(first) = text.iter().position(|&b| b == b';') else {
         return out;
@@ -206,10 +273,6 @@ fn params_of(text: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     out
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
 fn split_once(line: &[u8], sep: u8) -> Option<(&[u8], &[u8])> {
     let i = line.iter().position(|&b| b == sep)?;
     Some((&line[..i], &line[i + 1..]))
@@ -218,14 +281,6 @@ fn split_once(line: &[u8], sep: u8) -> Option<(&[u8], &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn methods(kind: &FormKind, body: &str) -> Vec<String> {
-        from_body(kind, body.as_bytes())
-            .unwrap()
-            .into_iter()
-            .map(|o| o.method)
-            .collect()
-    }
 
     #[test]
     fn form_kinds_follow_the_content_type() {
@@ -249,39 +304,68 @@ mod tests {
             Some(FormKind::Multipart(b"x".to_vec()))
         );
         assert_eq!(of("POST", &["multipart/form-data"]), None);
+        // Rack parses these too.
+        assert_eq!(
+            of("POST", &["multipart/mixed; boundary=x"]),
+            Some(FormKind::Multipart(b"x".to_vec()))
+        );
+        // Boundaries parsers read differently: one a prefix of the others is the one split
+        // at; otherwise no reading is trusted.
+        assert_eq!(
+            of(
+                "POST",
+                &["multipart/form-data; boundary=abc ; boundary=\"abcd\""]
+            ),
+            Some(FormKind::Multipart(b"abc".to_vec()))
+        );
+        for ambiguous in [
+            "multipart/form-data; boundary=good; boundary=evil",
+            "multipart/form-data; boundary=good; x=\"boundary=evil\"",
+            "multipart/form-data; boundary=good; xboundary=evil",
+            "multipart/form-data; boundary=\"a\\\"b\"",
+        ] {
+            assert!(
+                matches!(of("POST", &[ambiguous]), Some(FormKind::Unreadable(_))),
+                "{ambiguous}"
+            );
+        }
         assert_eq!(of("POST", &["application/json"]), None);
         assert_eq!(of("POST", &["text/plain"]), None);
     }
 
     #[test]
-    fn urlencoded_method_fields_are_read_as_parsers_spell_them() {
-        let k = FormKind::Urlencoded;
-        assert_eq!(methods(&k, "a=1&_method=delete"), ["DELETE"]);
-        assert!(methods(&k, "a=1&method=DELETE&payment_method=card").is_empty());
-        // Percent-encoded, `+` as space, `;` as separator, PHP's name mangling (leading
-        // spaces dropped, so ` method` is `method`; ` ` and `.` read as `_`), the array form.
-        assert_eq!(
-            methods(
-                &k,
-                "%5Fmethod=%50UT;+.method=patch&%20method=trace&_method[]=move&_METHOD=copy&+_method=purge"
-            ),
-            ["PUT", "PATCH", "MOVE", "COPY", "PURGE"]
-        );
-        assert!(methods(&k, "_method=&x").is_empty());
-        assert!(from_body(&k, b"_method=DEL+ETE").is_err());
-        assert!(from_body(&k, b"_method=%FF").is_err());
-    }
-
-    #[test]
-    fn multipart_method_parts_are_read() {
-        let k = FormKind::Multipart(b"XyZ".to_vec());
-        let body = "preamble\r\n--XyZ\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\n_method=GET\r\n--XyZ\r\ncontent-disposition: form-data; filename=\"a;name=x\"; NAME=\"_method\"\r\nContent-Type: text/plain\r\n\r\nDELETE\r\n--XyZ  \nContent-Disposition: form-data; name=.method\n\nput\n--XyZ--\r\n--XyZ\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nPATCH\r\n";
-        assert_eq!(methods(&k, body), ["DELETE", "PUT"]);
-        // A boundary that only appears inside a line is not a delimiter.
-        let inline = "--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nx--XyZ\r\n--XyZ--";
-        assert!(methods(&k, inline).is_empty());
-        let bad = "--XyZ\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nnot a method\r\n--XyZ--";
-        assert!(from_body(&k, bad.as_bytes()).is_err());
+    fn part_names_are_read_as_parsers_spell_them() {
+        for head in [
+            "Content-Disposition: form-data; name=\"_method\"",
+            "content-disposition: form-data; filename=\"a;name=x\"; NAME=\"_method\"\r\nContent-Type: text/plain\r",
+            "Content-Disposition: form-data; name=.method",
+            "Content-Disposition: form-data; name=\"%5Fmethod\"",
+            "Content-Disposition: form-data; name*=UTF-8''%5Fmethod",
+            "Content-Disposition: form-data; name=\"  _method[]\"",
+            "Content-Disposition: form-data; name=\"_method%00x\"",
+            "X-Other: 1\r\nContent-Disposition: form-data; name=a\r\nContent-Disposition: form-data; name=_method",
+            // Rack's pattern reads a name on a line without a colon; without a name, the
+            // Content-ID.
+            "Content-Disposition: form-data\r\n ; name=_method",
+            "Content-ID: _method",
+            // Rack's pattern finds ` name=` inside another parameter, quoted or not.
+            "Content-Disposition: form-data; name=\"a\"; x= name=_method",
+            "Content-Disposition: form-data; name=a; filename=\"x name=_method\"",
+            "Content-Disposition: form-data;name=_method[]",
+            "X-Other: Content-Disposition: form-data; name=_method",
+            "--XyZjunk Content-ID: _method",
+        ] {
+            assert!(part_is_method(head.as_bytes()), "{head}");
+        }
+        for head in [
+            "Content-Disposition: form-data; name=\"title\"",
+            "Content-Disposition: form-data; name=\"payment_method\"",
+            "Content-Disposition: form-data; filename=\"_method\"",
+            "X-Name: form-data; name=_method",
+            "",
+        ] {
+            assert!(!part_is_method(head.as_bytes()), "{head}");
+        }
         // Escapes in a quoted name are undone.
         assert_eq!(
             params_of(b"form-data; name=\"a\\\"b\"; x"),

@@ -6,7 +6,8 @@
 //! that honours an override would otherwise run a `DELETE` that policy judged as a `POST`;
 //! `pipeline/judge.rs` judges every named method as well as the request line's and refuses
 //! when any is denied. A value that is not an HTTP method is refused rather than guessed at.
-//! The `_method` fields of form bodies are read by `form_override`, through the same rules.
+//! The `_method` fields of form bodies are read by `form_scan` (which forms, and their part
+//! names, by `form_override`), through the same rules.
 
 use std::fmt;
 
@@ -113,18 +114,70 @@ pub(crate) fn from_query(path_and_query: &str) -> Result<Vec<Override>, InvalidO
 }
 
 /// Whether a parameter or field name (percent-decoded) is one some framework reads as
-/// `_method`: compared without regard to case, after PHP's mangling of names (leading
-/// spaces dropped, ` `, `.` and `[` read as `_`), and with an array suffix (`_method[]`).
+/// `_method`: compared without regard to case, after PHP's mangling of names (cut at a NUL,
+/// leading spaces dropped, ` `, `.` and `[` read as `_`), and with an array suffix
+/// (`_method[]`).
 pub(super) fn is_method_key(key: &[u8]) -> bool {
-    let key = key.trim_ascii_start();
+    let key = cut_at_nul(key).trim_ascii_start();
     let key = match key.iter().skip(1).position(|&b| b == b'[') {
         Some(i) => &key[..=i],
         None => key,
     };
     key.len() == QUERY_PARAM.len()
-        && key.iter().zip(QUERY_PARAM.bytes()).all(|(&k, m)| {
-            k.eq_ignore_ascii_case(&m) || (m == b'_' && matches!(k, b' ' | b'.' | b'['))
-        })
+        && key
+            .iter()
+            .zip(QUERY_PARAM.bytes())
+            .all(|(&k, m)| key_byte_matches(k, m))
+}
+
+/// What the first bytes of a name (percent-decoded) say about the whole name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum KeyPrefix {
+    /// No name that begins so is read as `_method` ([`is_method_key`] refuses them all).
+    No,
+    /// Every name that begins so is read as `_method`.
+    Yes,
+    /// It depends on what follows.
+    Maybe,
+}
+
+/// What [`is_method_key`] says of every name that begins with `prefix`, where the first
+/// bytes already decide it: the same rules, read a byte at a time.
+pub(super) fn method_key_prefix(prefix: &[u8]) -> KeyPrefix {
+    if prefix.contains(&0) {
+        // PHP ends the name at the NUL: what follows does not matter.
+        return if is_method_key(prefix) {
+            KeyPrefix::Yes
+        } else {
+            KeyPrefix::No
+        };
+    }
+    let key = prefix.trim_ascii_start();
+    for (i, &k) in key.iter().enumerate() {
+        let Some(&m) = QUERY_PARAM.as_bytes().get(i) else {
+            // An array suffix, or a longer name.
+            return if k == b'[' {
+                KeyPrefix::Yes
+            } else {
+                KeyPrefix::No
+            };
+        };
+        // A `[` after the first byte cuts the name short of `_method`.
+        if (i > 0 && k == b'[') || !key_byte_matches(k, m) {
+            return KeyPrefix::No;
+        }
+    }
+    KeyPrefix::Maybe
+}
+
+/// One byte of a name against `_method`'s: any case; `_` also as ` `, `.` or `[`.
+fn key_byte_matches(k: u8, m: u8) -> bool {
+    k.eq_ignore_ascii_case(&m) || (m == b'_' && matches!(k, b' ' | b'.' | b'['))
+}
+
+/// A name up to its first NUL (PHP reads names as C strings).
+fn cut_at_nul(key: &[u8]) -> &[u8] {
+    key.split(|&b| b == 0).next().unwrap_or_default()
 }
 
 /// Adds the method `item` names (once), or refuses a value that is not a method.

@@ -25,6 +25,7 @@ use super::connection;
 use super::connection::{Admitted, Scheme};
 use super::denial::Denial;
 use super::denial::head_refusal;
+use super::form;
 use super::inject;
 use super::lease::{self, Lease};
 use super::record::Record;
@@ -436,6 +437,14 @@ where
         Ok(p) => p,
         Err(d) => return refuse(wr, rec, &d).await,
     };
+    // A form that may name another method streams, its `_method` fields held until judged.
+    let form::FormStream {
+        hold,
+        verdict: form,
+    } = match form::stream(&mut prepared, known) {
+        Ok(s) => s,
+        Err(d) => return refuse(wr, rec, &d).await,
+    };
     let upstream = match upstream_for(&x, route, upstreams, &rec.method).await {
         Ok(Some(u)) => u,
         Ok(None) => {
@@ -451,8 +460,8 @@ where
     let expect_continue = head
         .header("expect")
         .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
-    // Opt-in body rewriting, or a form whose `_method` fields are judged: the body is read
-    // whole (at most 256 KiB) before any of it goes upstream.
+    // Opt-in body rewriting: the body is read whole (at most 256 KiB) before any of it goes
+    // upstream.
     let mut framing = framing;
     let mut rewritten: Option<bytes::Bytes> = None;
     if let Some(max) = prepared.reads_whole()
@@ -462,7 +471,7 @@ where
             && n > max as u64
         {
             // Refused before the client is asked for the body.
-            return refuse(wr, rec, &x.too_large(&prepared)).await;
+            return refuse(wr, rec, &x.too_large()).await;
         }
         if expect_continue
             && wr
@@ -475,7 +484,7 @@ where
         let whole = match body::read_bounded(&mut *rd, buf, framing, max).await {
             Ok(b) => b,
             Err(body::ReadWhole::TooLarge) => {
-                return refuse(wr, rec, &x.too_large(&prepared)).await;
+                return refuse(wr, rec, &x.too_large()).await;
             }
             Err(body::ReadWhole::Failed(refusal)) => {
                 return refuse(wr, rec, &Denial::new(Engine::HttpParser, refusal)).await;
@@ -556,7 +565,9 @@ where
     let pump = async {
         let result = match tx {
             Some(tx) => {
-                let sink = body::BodySink::new(tx, guard).paced(shared.limits.body_pace);
+                let sink = body::BodySink::new(tx, guard)
+                    .paced(shared.limits.body_pace)
+                    .holding(hold);
                 body::pump(&mut *rd, buf, framing, sink).await
             }
             None => Ok(0),
@@ -625,6 +636,7 @@ where
     if let Some(Ok(n)) = &pumped {
         rec.bytes_in += *n;
     }
+    let form_denied = form.as_ref().and_then(|f| f.apply(&mut rec));
     let failed = match exchanged {
         Ok((status, written)) => {
             rec.status = Some(status);
@@ -643,8 +655,9 @@ where
             return Step { keep_alive: false };
         }
         Err(Failure::Timeout) => x.upstream_timeout(upstream_timeout),
-        Err(Failure::Upstream(e)) => match &pumped {
-            Some(Err(stopped)) => x.body_failed(known, &rec, stopped),
+        Err(Failure::Upstream(e)) => match (&pumped, form_denied) {
+            (Some(Err(body::BodyError::Held)), Some(denied)) => denied,
+            (Some(Err(stopped)), _) => x.body_failed(known, &rec, stopped),
             _ => x.upstream_failed(e),
         },
         Err(Failure::Refused(d)) => d,

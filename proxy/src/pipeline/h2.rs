@@ -27,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::caller::{self, Known};
 use super::connection::Admitted;
 use super::denial::Denial;
+use super::form::{self, FormVerdict};
 use super::inject;
 use super::pool::UpBody;
 use super::record::Record;
@@ -50,6 +51,11 @@ type Body = BoxBody<Bytes, hyper::Error>;
 pub struct Guarded {
     inner: Incoming,
     guard: Option<credentials::BodyGuard>,
+    /// Holds back what may not go upstream yet (a form's `_method` fields), after the guard;
+    /// `None` once the body's payload ended.
+    hold: Option<Box<dyn body::Hold>>,
+    /// What the hold let go and is not sent yet, then the trailers it waited for.
+    ready: std::collections::VecDeque<http_body::Frame<Bytes>>,
     /// Why the body stopped: a placeholder in it or its trailers, or a client too slow.
     tripped: Arc<std::sync::OnceLock<body::BodyError>>,
     pacer: body::Pacer,
@@ -60,6 +66,39 @@ pub struct Guarded {
 }
 
 impl Guarded {
+    /// Passes `frame` through the hold (if any) into `ready`; `Err` stops the body.
+    fn hold(&mut self, frame: http_body::Frame<Bytes>) -> Result<(), body::BodyError> {
+        let Some(hold) = self.hold.as_mut() else {
+            self.ready.push_back(frame);
+            return Ok(());
+        };
+        match frame.into_data() {
+            Ok(data) => {
+                let mut out = Vec::new();
+                hold.feed(data, &mut out)?;
+                self.ready
+                    .extend(out.into_iter().map(http_body::Frame::data));
+            }
+            Err(trailers) => {
+                // The payload ended: what is held goes (if it may) before the trailers.
+                self.end_hold()?;
+                self.ready.push_back(trailers);
+            }
+        }
+        Ok(())
+    }
+
+    /// The payload ended: what the hold still has goes into `ready`, if it may.
+    fn end_hold(&mut self) -> Result<(), body::BodyError> {
+        if let Some(mut hold) = self.hold.take() {
+            let mut out = Vec::new();
+            hold.finish(&mut out)?;
+            self.ready
+                .extend(out.into_iter().map(http_body::Frame::data));
+        }
+        Ok(())
+    }
+
     /// Stops a body whose client did not keep up; the upstream stream is reset.
     fn too_slow(&mut self) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
         self.waiting = None;
@@ -80,66 +119,90 @@ impl http_body::Body for Guarded {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         use std::task::Poll;
-        match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                let this = &mut *self;
-                let waited = this
-                    .waiting
-                    .take()
-                    .map_or(std::time::Duration::ZERO, |(since, _)| since.elapsed());
-                let n = frame.data_ref().map_or(0, bytes::Buf::remaining);
-                this.pacer.record(waited, n);
-                this.received.fetch_add(n as u64, Ordering::Relaxed);
-                if let (Some(g), Some(data)) = (this.guard.as_mut(), frame.data_ref())
-                    && g.feed(data)
-                {
-                    let _ = this.tripped.set(body::BodyError::Placeholder);
-                    return Poll::Ready(Some(Err(
-                        "credential placeholder in the request body".into()
-                    )));
-                }
-                if frame.trailers_ref().is_some_and(|t| {
-                    t.iter().any(|(n, v)| {
-                        credentials::placeholder::contains_marker(n.as_str().as_bytes())
-                            || credentials::placeholder::contains_marker(v.as_bytes())
-                    })
-                }) {
-                    let _ = this.tripped.set(body::BodyError::PlaceholderInTrailers);
-                    return Poll::Ready(Some(Err(
-                        "credential placeholder in the request trailers".into(),
-                    )));
-                }
-                Poll::Ready(Some(Ok(frame)))
+        loop {
+            if let Some(frame) = self.ready.pop_front() {
+                return Poll::Ready(Some(Ok(frame)));
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => {
-                let this = &mut *self;
-                if this.waiting.is_none() {
-                    let Ok(allowance) = this.pacer.allowance() else {
-                        return this.too_slow();
-                    };
-                    let now = tokio::time::Instant::now();
-                    this.waiting = Some((now, Box::pin(tokio::time::sleep_until(now + allowance))));
+            let frame = match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => frame,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(Box::new(e)))),
+                Poll::Ready(None) => {
+                    if self.hold.is_none() {
+                        return Poll::Ready(None);
+                    }
+                    if let Err(e) = self.end_hold() {
+                        let _ = self.tripped.set(e.clone());
+                        return Poll::Ready(Some(Err(Box::new(e))));
+                    }
+                    continue;
                 }
-                if let Some((since, sleep)) = this.waiting.as_mut()
-                    && sleep.as_mut().poll(cx).is_ready()
-                {
-                    let waited = since.elapsed();
-                    this.pacer.record(waited, 0);
-                    return this.too_slow();
-                }
-                Poll::Pending
+                Poll::Pending => return self.pending(cx),
+            };
+            let this = &mut *self;
+            let waited = this
+                .waiting
+                .take()
+                .map_or(std::time::Duration::ZERO, |(since, _)| since.elapsed());
+            let n = frame.data_ref().map_or(0, bytes::Buf::remaining);
+            this.pacer.record(waited, n);
+            this.received.fetch_add(n as u64, Ordering::Relaxed);
+            if let (Some(g), Some(data)) = (this.guard.as_mut(), frame.data_ref())
+                && g.feed(data)
+            {
+                let _ = this.tripped.set(body::BodyError::Placeholder);
+                return Poll::Ready(Some(Err(
+                    "credential placeholder in the request body".into()
+                )));
+            }
+            if frame.trailers_ref().is_some_and(|t| {
+                t.iter().any(|(n, v)| {
+                    credentials::placeholder::contains_marker(n.as_str().as_bytes())
+                        || credentials::placeholder::contains_marker(v.as_bytes())
+                })
+            }) {
+                let _ = this.tripped.set(body::BodyError::PlaceholderInTrailers);
+                return Poll::Ready(Some(Err(
+                    "credential placeholder in the request trailers".into()
+                )));
+            }
+            if let Err(e) = this.hold(frame) {
+                let _ = this.tripped.set(e.clone());
+                return Poll::Ready(Some(Err(Box::new(e))));
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.ready.is_empty() && self.hold.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+impl Guarded {
+    /// The client's body has nothing yet: the wait for it is paced.
+    fn pending(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        use std::task::Poll;
+        if self.waiting.is_none() {
+            let Ok(allowance) = self.pacer.allowance() else {
+                return self.too_slow();
+            };
+            let now = tokio::time::Instant::now();
+            self.waiting = Some((now, Box::pin(tokio::time::sleep_until(now + allowance))));
+        }
+        if let Some((since, sleep)) = self.waiting.as_mut()
+            && sleep.as_mut().poll(cx).is_ready()
+        {
+            let waited = since.elapsed();
+            self.pacer.record(waited, 0);
+            return self.too_slow();
+        }
+        Poll::Pending
     }
 }
 
@@ -284,12 +347,25 @@ async fn handle(
             return refuse(rec, &d);
         }
     };
+    // A form that may name another method streams, its `_method` fields held until judged.
+    let form::FormStream {
+        hold,
+        verdict: form,
+    } = match form::stream(&mut prepared, known) {
+        Ok(s) => s,
+        Err(d) => {
+            drain(&mut req.into_body()).await;
+            return refuse(rec, &d);
+        }
+    };
     let (parts, body) = req.into_parts();
     let received = Arc::new(AtomicU64::new(0));
     let tripped = Arc::new(std::sync::OnceLock::new());
     let mut guarded = Guarded {
         inner: body,
         guard: (prepared.body == BodyPlan::Guard).then(credentials::BodyGuard::new),
+        hold,
+        ready: std::collections::VecDeque::new(),
         tripped: Arc::clone(&tripped),
         pacer: body::Pacer::new(t.shared.limits.body_pace),
         waiting: None,
@@ -299,8 +375,8 @@ async fn handle(
         .reads_whole()
         .filter(|_| !http_body::Body::is_end_stream(&guarded));
     let up_body: UpBody = if let Some(max) = reads_whole {
-        // Buffered (bounded, paced), its form judged, rewritten or guarded, sent whole:
-        // the same step as HTTP/1.1.
+        // Buffered (bounded, paced), its form judged, rewritten, sent whole: the same step
+        // as HTTP/1.1.
         guarded.guard = None;
         let collected = http_body_util::Limited::new(&mut guarded, max)
             .collect()
@@ -310,7 +386,7 @@ async fn handle(
             Err(e) => {
                 let d = match tripped.get() {
                     Some(b) => x.body_failed(known, &rec, b),
-                    None if e.is::<http_body_util::LengthLimitError>() => x.too_large(&prepared),
+                    None if e.is::<http_body_util::LengthLimitError>() => x.too_large(),
                     None => Denial::new(
                         Engine::HttpParser,
                         Refusal::new(400, Code::BadRequest, format!("request body: {e}")),
@@ -367,9 +443,11 @@ async fn handle(
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             rec.bytes_in += received.load(Ordering::Relaxed);
-            let d = match tripped.get() {
-                Some(stopped) => x.body_failed(known, &rec, stopped),
-                None => x.upstream_failed(e.to_string()),
+            let form_denied = form.as_ref().and_then(|f| f.apply(&mut rec));
+            let d = match (tripped.get(), form_denied) {
+                (Some(body::BodyError::Held), Some(denied)) => denied,
+                (Some(stopped), _) => x.body_failed(known, &rec, stopped),
+                (None, _) => x.upstream_failed(e.to_string()),
             };
             return refuse(rec, &d);
         }
@@ -408,6 +486,7 @@ async fn handle(
             inner,
             rec: Some(rec),
             received,
+            form,
         }
         .boxed()
     })
@@ -420,12 +499,17 @@ struct Audited {
     rec: Option<Record>,
     /// The request body bytes received, counted by [`Guarded`].
     received: Arc<AtomicU64>,
+    /// What judging a streamed form's methods found (the body may end after the answer began).
+    form: Option<FormVerdict>,
 }
 
 impl Audited {
     fn end(&mut self, interrupted: Option<String>) {
         if let Some(mut rec) = self.rec.take() {
             rec.bytes_in += self.received.load(Ordering::Relaxed);
+            if let Some(form) = &self.form {
+                let _ = form.apply(&mut rec);
+            }
             if let Some(why) = interrupted {
                 rec.reason = Some(format!("response interrupted: {why}"));
             }

@@ -18,6 +18,7 @@ mod counted;
 mod denial;
 pub mod destination;
 pub mod doctor;
+mod form;
 mod forward;
 mod h2;
 mod holder;

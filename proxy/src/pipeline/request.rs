@@ -8,8 +8,8 @@
 //! ```text
 //! prepare:  authority → caller → judge → credentials (head) → body plan
 //! body:     Guard (stream, stop at a placeholder) | Rewrite (bounded, swapped) | Pass;
-//!           a form body that may name another method is read whole (bounded) and its
-//!           `_method` fields judged before any of it goes upstream
+//!           a form body that may name another method streams, each field that may be
+//!           `_method` held until it is judged (`form.rs`)
 //! answer:   the upstream's response, scrubbed where secrets are bound; or a Denial
 //! audit:    the request's Record, emitted once when the exchange ends
 //! ```
@@ -29,7 +29,8 @@ use super::shared::Shared;
 use crate::audit::Engine;
 use crate::credentials::{self, Bindings, ScrubSet};
 use crate::http::body::{self, BodyError};
-use crate::http::form_override::{self, FormKind};
+use crate::http::form_override::FormKind;
+use crate::http::form_scan;
 use crate::http::respond::{Code, Refusal};
 use crate::policy::{Admission, Policy};
 
@@ -74,19 +75,20 @@ pub struct Prepared {
     pub body: BodyPlan,
     /// The provider bindings this request was prepared with (its body uses the same).
     pub creds: Arc<Bindings>,
-    /// A form body whose `_method` fields must be judged before it goes upstream.
+    /// A form body whose `_method` fields must be judged before they go upstream (as it
+    /// streams, `form::stream`; whole when it is read whole to rewrite).
     pub form: Option<Box<FormCheck>>,
 }
 
 impl Prepared {
-    /// The most body bytes read whole before any goes upstream (opt-in rewriting, a form to
-    /// judge), or `None` when the body streams.
+    /// The most body bytes read whole before any goes upstream (opt-in rewriting), or
+    /// `None` when the body streams.
     pub fn reads_whole(&self) -> Option<usize> {
-        (self.body == BodyPlan::Rewrite || self.form.is_some()).then_some(MAX_WHOLE_BODY)
+        (self.body == BodyPlan::Rewrite).then_some(MAX_WHOLE_BODY)
     }
 }
 
-/// Largest body sluice reads whole: one to rewrite, or a form whose `_method` fields it judges.
+/// Largest body sluice reads whole: one to rewrite.
 const MAX_WHOLE_BODY: usize = credentials::body::MAX_REWRITE_BODY_BYTES;
 
 /// A form body to read for `_method` fields (Rack, Symfony): what judging the methods they
@@ -104,7 +106,16 @@ pub struct FormCheck {
 }
 
 impl FormCheck {
-    fn also<'a>(&'a self, known: &'a Known) -> judge::Also<'a> {
+    pub(super) fn kind(&self) -> &FormKind {
+        &self.kind
+    }
+
+    /// The request line's judgement, before any method the form names.
+    pub(super) fn judged(&self) -> &Judged {
+        &self.judged
+    }
+
+    pub(super) fn also<'a>(&'a self, known: &'a Known) -> judge::Also<'a> {
         judge::Also {
             policy: &self.policy,
             admission: &self.admission,
@@ -307,18 +318,8 @@ impl<'a> Exchange<'a> {
     }
 
     /// The refusal of a body larger than [`Prepared::reads_whole`] allows.
-    pub fn too_large(&self, prepared: &Prepared) -> Denial {
-        if prepared.form.is_none() {
-            return Denial::new(Engine::HttpParser, body::too_large(MAX_WHOLE_BODY));
-        }
-        let refusal = Refusal::new(
-            413,
-            Code::RequestBodyTooLarge,
-            format!(
-                "a form body to an endpoint that refuses some methods may be at most {MAX_WHOLE_BODY} bytes: sluice reads its _method fields before any of it goes upstream"
-            ),
-        );
-        Denial::new(Engine::L7, refusal)
+    pub fn too_large(&self) -> Denial {
+        Denial::new(Engine::HttpParser, body::too_large(MAX_WHOLE_BODY))
     }
 
     /// A body read whole (at most [`Prepared::reads_whole`] bytes): its form's `_method`
@@ -332,7 +333,7 @@ impl<'a> Exchange<'a> {
         body: Bytes,
     ) -> Result<Bytes, Denial> {
         if let Some(check) = prepared.form.take() {
-            let named = form_override::from_body(&check.kind, &body).map_err(|e| {
+            let named = form_scan::from_body(&check.kind, &body).map_err(|e| {
                 let refusal = Refusal::new(400, Code::InvalidMethodOverride, e.to_string());
                 Denial::new(Engine::HttpParser, refusal)
             })?;
