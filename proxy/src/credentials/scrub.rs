@@ -39,6 +39,16 @@ pub(crate) const FINDING_REFLECTED: &str = "sluice.provider_credential.reflected
 #[derive(Clone, PartialEq, Eq)]
 pub struct ScrubSet {
     pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
+    /// Boxed: a set moves with its request through several futures, its tables (about
+    /// 800 bytes) stay where they are.
+    find: Box<Tables>,
+    /// Each secret is replaced by as many `*` as the bytes that spelled it.
+    mask: bool,
+}
+
+/// What finds where a secret's spelling may begin.
+#[derive(Clone, PartialEq, Eq)]
+struct Tables {
     /// Which bytes begin a secret (in any spelling `step` knows).
     first: [bool; 256],
     /// The bytes marked in `first`, while there are at most three (the common case: one
@@ -48,17 +58,17 @@ pub struct ScrubSet {
     /// Which two bytes may begin a secret, hashed ([`Starts`]): a byte of the text is tried
     /// only when it and the next are marked.
     starts: Starts,
-    /// Each secret is replaced by as many `*` as the bytes that spelled it.
-    mask: bool,
 }
 
 impl Default for ScrubSet {
     fn default() -> Self {
         ScrubSet {
             pairs: Vec::new(),
-            first: [false; 256],
-            few: Few::default(),
-            starts: Starts::default(),
+            find: Box::new(Tables {
+                first: [false; 256],
+                few: Few::default(),
+                starts: Starts::default(),
+            }),
             mask: false,
         }
     }
@@ -289,12 +299,12 @@ impl ScrubSet {
             return;
         }
         for b in [secret[0], b'\\', b'%'] {
-            if !self.first[usize::from(b)] {
-                self.first[usize::from(b)] = true;
-                self.few.add(b);
+            if !self.find.first[usize::from(b)] {
+                self.find.first[usize::from(b)] = true;
+                self.find.few.add(b);
             }
         }
-        self.starts.add_secret(secret);
+        self.find.starts.add_secret(secret);
         self.pairs
             .push((Zeroizing::new(secret.to_vec()), replacement.to_vec()));
     }
@@ -327,7 +337,10 @@ impl ScrubSet {
     /// and the pair it makes with the next, if there is one, are marked.
     #[inline]
     fn may_begin(&self, buf: &[u8], i: usize, c: u8) -> bool {
-        self.first[usize::from(c)] && buf.get(i + 1).is_none_or(|&next| self.starts.has(c, next))
+        self.find.first[usize::from(c)]
+            && buf
+                .get(i + 1)
+                .is_none_or(|&next| self.find.starts.has(c, next))
     }
 
     /// The first byte at or after `from` and before `stop` that begins a secret's spelling
@@ -336,7 +349,7 @@ impl ScrubSet {
     /// eight are looked up at a time, with one branch for all eight.
     fn next_first(&self, cur: &mut Cursor, buf: &[u8], from: usize, stop: usize) -> Option<usize> {
         let hay = buf.get(from..stop)?;
-        if let Some(groups) = self.few.groups()
+        if let Some(groups) = self.find.few.groups()
             && !cur.dense
         {
             let start = *cur.start.get_or_insert(from);
@@ -346,7 +359,7 @@ impl ScrubSet {
                     Some(Some(p)) if p >= from => Some(p),
                     Some(None) => None,
                     _ => {
-                        let p = self.few.find(g, hay).map(|k| from + k);
+                        let p = self.find.few.find(g, hay).map(|k| from + k);
                         *next = Some(p);
                         p
                     }
@@ -368,7 +381,7 @@ impl ScrubSet {
         for eight in hay.chunks_exact(8) {
             if eight
                 .iter()
-                .fold(false, |any, &c| any | self.first[usize::from(c)])
+                .fold(false, |any, &c| any | self.find.first[usize::from(c)])
             {
                 break;
             }
@@ -376,7 +389,7 @@ impl ScrubSet {
         }
         hay[skipped..]
             .iter()
-            .position(|&c| self.first[usize::from(c)])
+            .position(|&c| self.find.first[usize::from(c)])
             .map(|k| from + skipped + k)
     }
 
