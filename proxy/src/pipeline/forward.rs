@@ -209,21 +209,23 @@ where
         ..
     } = s;
     let deadline = tokio::time::Instant::now() + shared.limits.keepalive_timeout;
+    let limit = shared.limits.max_head_bytes;
     if buf.is_empty() {
         // The last request's buffer goes; the first bytes of the next are read into a small
         // one (`read_head` grows it as the head needs).
         *buf = BytesMut::new();
-        let first = match tokio::time::timeout(lease::RELEASE_AFTER, read_first(rd, buf)).await {
-            Ok(read) => read,
-            Err(_) => {
-                if let Route::Tunnel(t) = route {
-                    t.release(shared);
+        let first =
+            match tokio::time::timeout(lease::RELEASE_AFTER, read_first(rd, buf, limit)).await {
+                Ok(read) => read,
+                Err(_) => {
+                    if let Route::Tunnel(t) = route {
+                        t.release(shared);
+                    }
+                    tokio::time::timeout_at(deadline, read_first(rd, buf, limit))
+                        .await
+                        .ok()?
                 }
-                tokio::time::timeout_at(deadline, read_first(rd, buf))
-                    .await
-                    .ok()?
-            }
-        };
+            };
         if !matches!(first, Ok(n) if n > 0) {
             return None;
         }
@@ -255,13 +257,16 @@ where
 /// Reads the first bytes of the next request into `buf` (empty) through a buffer on the
 /// stack: while the client idles the connection holds no buffer, and what arrives lands in
 /// one allocation of its size (not a small one grown, and copied, as the head comes in).
+/// At most `limit` bytes (the head limit), so that a head past it is still refused.
 async fn read_first<R: AsyncRead + Unpin>(
     rd: &mut R,
     buf: &mut BytesMut,
+    limit: usize,
 ) -> std::io::Result<usize> {
     std::future::poll_fn(|cx| {
         let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-        let mut read = ReadBuf::uninit(&mut stack);
+        let at_most = limit.clamp(1, stack.len());
+        let mut read = ReadBuf::uninit(&mut stack[..at_most]);
         match std::pin::Pin::new(&mut *rd).poll_read(cx, &mut read) {
             Poll::Ready(Ok(())) => {
                 buf.extend_from_slice(read.filled());
