@@ -180,7 +180,7 @@ where
                 None => break,
             },
         };
-        // Boxed: the request phase's state (about 8 KiB) exists only while a request is
+        // Boxed: the request phase's state (kilobytes) exists only while a request is
         // in flight, not while the connection waits idle for the next one.
         let step = Box::pin(one(&mut s, &mut upstreams, &head)).await;
         if !step.keep_alive {
@@ -211,8 +211,8 @@ where
     let deadline = tokio::time::Instant::now() + shared.limits.keepalive_timeout;
     let limit = shared.limits.max_head_bytes;
     if buf.is_empty() {
-        // The last request's buffer goes; the first bytes of the next are read into a small
-        // one (`read_head` grows it as the head needs).
+        // The last request's buffer goes; the first bytes of the next are read into one of
+        // their size (`read_head` grows it if the head needs more).
         *buf = BytesMut::new();
         let first =
             match tokio::time::timeout(lease::RELEASE_AFTER, read_first(rd, buf, limit)).await {
