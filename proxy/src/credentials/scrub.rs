@@ -39,24 +39,92 @@ pub(crate) const FINDING_REFLECTED: &str = "sluice.provider_credential.reflected
 #[derive(Clone, PartialEq, Eq)]
 pub struct ScrubSet {
     pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
+    /// Boxed: a set moves with its request through several futures, its tables (about
+    /// 800 bytes) stay where they are.
+    find: Box<Tables>,
+    /// Each secret is replaced by as many `*` as the bytes that spelled it.
+    mask: bool,
+}
+
+/// What finds where a secret's spelling may begin.
+#[derive(Clone, PartialEq, Eq)]
+struct Tables {
     /// Which bytes begin a secret (in any spelling `step` knows).
     first: [bool; 256],
+    /// The bytes marked in `first`, while there are at most three (the common case: one
+    /// secret, or several with one first byte, plus the backslash and `%` that begin escaped
+    /// spellings): `memchr3` then finds the next.
+    few: Few,
     /// Which two bytes may begin a secret, hashed ([`Starts`]): a byte of the text is tried
     /// only when it and the next are marked.
     starts: Starts,
-    /// Each secret is replaced by as many `*` as the bytes that spelled it.
-    mask: bool,
 }
 
 impl Default for ScrubSet {
     fn default() -> Self {
         ScrubSet {
             pairs: Vec::new(),
-            first: [false; 256],
-            starts: Starts::default(),
+            find: Box::new(Tables {
+                first: [false; 256],
+                few: Few::default(),
+                starts: Starts::default(),
+            }),
             mask: false,
         }
     }
+}
+
+/// Groups of three bytes [`Few`] holds at most (one `memchr3` each). One: with more, as
+/// for the audit redactor's base64 spellings, candidates come often enough in text that a
+/// search per group per candidate costs more than the table (measured under callgrind).
+const FEW_GROUPS: usize = 1;
+
+/// The distinct bytes that may begin a secret's spelling, in the order added, while there
+/// are at most `3 * FEW_GROUPS`; once there are more, `len` is one past that and the table
+/// is used instead.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Few {
+    bytes: [u8; 3 * FEW_GROUPS],
+    len: usize,
+}
+
+impl Few {
+    /// Adds `b` (not yet in the set).
+    fn add(&mut self, b: u8) {
+        if let Some(slot) = self.bytes.get_mut(self.len) {
+            *slot = b;
+        }
+        self.len = (self.len + 1).min(self.bytes.len() + 1);
+    }
+
+    /// The number of groups to search, or `None`: too many bytes (use the table).
+    fn groups(&self) -> Option<usize> {
+        (self.len <= self.bytes.len()).then(|| self.len.div_ceil(3))
+    }
+
+    /// Where a byte of group `g` first occurs in `hay`.
+    fn find(&self, g: usize, hay: &[u8]) -> Option<usize> {
+        match *self.bytes.get(3 * g..(3 * g + 3).min(self.len))? {
+            [a] => memchr::memchr(a, hay),
+            [a, b] => memchr::memchr2(a, b, hay),
+            [a, b, c] => memchr::memchr3(a, b, c, hay),
+            _ => None,
+        }
+    }
+}
+
+/// Where each group of [`Few`] bytes occurs next in one text up to one stop, so that
+/// looking for candidate after candidate reads each byte once per group. Valid for one text
+/// and stop, with `from` never going back.
+#[derive(Default)]
+struct Cursor {
+    /// Per group: `None` not looked for (or passed), `Some(None)` no more before the stop.
+    next: [Option<Option<usize>>; FEW_GROUPS],
+    /// Where the scan began, and the candidates found since.
+    start: Option<usize>,
+    found: usize,
+    /// Candidates come so close together that the table is cheaper for the rest.
+    dense: bool,
 }
 
 /// A set of byte pairs, hashed into 4,096 bits: never says no to a pair that was added; a
@@ -230,10 +298,13 @@ impl ScrubSet {
         {
             return;
         }
-        self.first[usize::from(secret[0])] = true;
-        self.first[usize::from(b'\\')] = true;
-        self.first[usize::from(b'%')] = true;
-        self.starts.add_secret(secret);
+        for b in [secret[0], b'\\', b'%'] {
+            if !self.find.first[usize::from(b)] {
+                self.find.first[usize::from(b)] = true;
+                self.find.few.add(b);
+            }
+        }
+        self.find.starts.add_secret(secret);
         self.pairs
             .push((Zeroizing::new(secret.to_vec()), replacement.to_vec()));
     }
@@ -266,19 +337,51 @@ impl ScrubSet {
     /// and the pair it makes with the next, if there is one, are marked.
     #[inline]
     fn may_begin(&self, buf: &[u8], i: usize, c: u8) -> bool {
-        self.first[usize::from(c)] && buf.get(i + 1).is_none_or(|&next| self.starts.has(c, next))
+        self.find.first[usize::from(c)]
+            && buf
+                .get(i + 1)
+                .is_none_or(|&next| self.find.starts.has(c, next))
     }
 
     /// The first byte at or after `from` and before `stop` that begins a secret's spelling
-    /// (by the first-byte table). Most bytes do not: eight are looked up at a time, with one
-    /// branch for all eight.
-    fn next_first(&self, buf: &[u8], from: usize, stop: usize) -> Option<usize> {
+    /// (by the first-byte table). Most bytes do not: with at most three such bytes, `memchr3`
+    /// finds the next (remembered in `cur`), until candidates turn out to be dense; else
+    /// eight are looked up at a time, with one branch for all eight.
+    fn next_first(&self, cur: &mut Cursor, buf: &[u8], from: usize, stop: usize) -> Option<usize> {
         let hay = buf.get(from..stop)?;
+        if let Some(groups) = self.find.few.groups()
+            && !cur.dense
+        {
+            let start = *cur.start.get_or_insert(from);
+            let mut best: Option<usize> = None;
+            for (g, next) in cur.next.iter_mut().enumerate().take(groups) {
+                let at = match *next {
+                    Some(Some(p)) if p >= from => Some(p),
+                    Some(None) => None,
+                    _ => {
+                        let p = self.find.few.find(g, hay).map(|k| from + k);
+                        *next = Some(p);
+                        p
+                    }
+                };
+                best = match (best, at) {
+                    (Some(b), Some(a)) => Some(b.min(a)),
+                    (b, a) => b.or(a),
+                };
+            }
+            if let Some(b) = best {
+                cur.found += 1;
+                // More than one candidate in 32 bytes: each search would cost more than
+                // looking every byte up.
+                cur.dense = cur.found >= 8 && cur.found * 32 > b - start;
+            }
+            return best;
+        }
         let mut skipped = 0;
         for eight in hay.chunks_exact(8) {
             if eight
                 .iter()
-                .fold(false, |any, &c| any | self.first[usize::from(c)])
+                .fold(false, |any, &c| any | self.find.first[usize::from(c)])
             {
                 break;
             }
@@ -286,16 +389,24 @@ impl ScrubSet {
         }
         hay[skipped..]
             .iter()
-            .position(|&c| self.first[usize::from(c)])
+            .position(|&c| self.find.first[usize::from(c)])
             .map(|k| from + skipped + k)
     }
 
     /// The leftmost secret (the longest on a tie) that starts at or after `from` and before
     /// `stop`: where it starts, how many bytes spell it, and its replacement.
-    fn next_match(&self, buf: &[u8], from: usize, stop: usize) -> Option<(usize, usize, &[u8])> {
+    /// `cur` is the scan's state over `buf` up to `stop` (a fresh one for another text or
+    /// stop).
+    fn next_match(
+        &self,
+        cur: &mut Cursor,
+        buf: &[u8],
+        from: usize,
+        stop: usize,
+    ) -> Option<(usize, usize, &[u8])> {
         let stop = stop.min(buf.len());
         let mut from = from;
-        while let Some(i) = self.next_first(buf, from, stop) {
+        while let Some(i) = self.next_first(cur, buf, from, stop) {
             from = i + 1;
             if !self.may_begin(buf, i, buf[i]) {
                 continue;
@@ -324,7 +435,8 @@ impl ScrubSet {
     /// whichever is later; returns where copying stopped and the number of replacements.
     fn replace_before(&self, buf: &[u8], limit: usize, out: &mut Vec<u8>) -> (usize, u64) {
         let (mut pos, mut hits) = (0, 0);
-        while let Some((i, n, replacement)) = self.next_match(buf, pos, limit) {
+        let mut cur = Cursor::default();
+        while let Some((i, n, replacement)) = self.next_match(&mut cur, buf, pos, limit) {
             out.extend_from_slice(&buf[pos..i]);
             if self.mask {
                 out.resize(out.len() + n, b'*');
@@ -361,7 +473,7 @@ impl ScrubSet {
 impl crate::audit::Redact for ScrubSet {
     fn redact(&self, line: &[u8]) -> Option<Vec<u8>> {
         // Most lines hold no secret: looked through first, copied only when one is there.
-        self.next_match(line, 0, line.len())?;
+        self.next_match(&mut Cursor::default(), line, 0, line.len())?;
         let mut out = Vec::with_capacity(line.len());
         if self.replace_all(line, &mut out) == 0 {
             return None;
@@ -407,7 +519,10 @@ impl Scrubber {
         // could begin one. It goes on as it is, without a copy.
         if self.carry.is_empty()
             && self.set.hold_from(&chunk) == chunk.len()
-            && self.set.next_match(&chunk, 0, chunk.len()).is_none()
+            && self
+                .set
+                .next_match(&mut Cursor::default(), &chunk, 0, chunk.len())
+                .is_none()
         {
             return chunk;
         }

@@ -11,11 +11,12 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::task::Poll;
 
 use bytes::BytesMut;
 use http::HeaderValue;
 use hyper::client::conn::http1::SendRequest;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::oneshot;
 
 use super::authority::Authority;
@@ -180,7 +181,7 @@ where
                 None => break,
             },
         };
-        // Boxed: the request phase's state (about 10 KiB) exists only while a request is
+        // Boxed: the request phase's state (kilobytes) exists only while a request is
         // in flight, not while the connection waits idle for the next one.
         let step = Box::pin(one(&mut s, &mut upstreams, &head)).await;
         if !step.keep_alive {
@@ -209,21 +210,23 @@ where
         ..
     } = s;
     let deadline = tokio::time::Instant::now() + shared.limits.keepalive_timeout;
+    let limit = shared.limits.max_head_bytes;
     if buf.is_empty() {
-        // The last request's buffer goes; the first bytes of the next are read into a small
-        // one (`read_head` grows it as the head needs).
+        // The last request's buffer goes; the first bytes of the next are read into one of
+        // their size (`read_head` grows it if the head needs more).
         *buf = BytesMut::new();
-        let first = match tokio::time::timeout(lease::RELEASE_AFTER, rd.read_buf(buf)).await {
-            Ok(read) => read,
-            Err(_) => {
-                if let Route::Tunnel(t) = route {
-                    t.release(shared);
+        let first =
+            match tokio::time::timeout(lease::RELEASE_AFTER, read_first(rd, buf, limit)).await {
+                Ok(read) => read,
+                Err(_) => {
+                    if let Route::Tunnel(t) = route {
+                        t.release(shared);
+                    }
+                    tokio::time::timeout_at(deadline, read_first(rd, buf, limit))
+                        .await
+                        .ok()?
                 }
-                tokio::time::timeout_at(deadline, rd.read_buf(buf))
-                    .await
-                    .ok()?
-            }
-        };
+            };
         if !matches!(first, Ok(n) if n > 0) {
             return None;
         }
@@ -250,6 +253,31 @@ where
             None
         }
     }
+}
+
+/// Reads the first bytes of the next request into `buf` (empty) through a buffer on the
+/// stack: while the client idles the connection holds no buffer, and what arrives lands in
+/// one allocation of its size (not a small one grown, and copied, as the head comes in).
+/// At most `limit` bytes (the head limit), so that a head past it is still refused.
+async fn read_first<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    limit: usize,
+) -> std::io::Result<usize> {
+    std::future::poll_fn(|cx| {
+        let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let at_most = limit.clamp(1, stack.len());
+        let mut read = ReadBuf::uninit(&mut stack[..at_most]);
+        match std::pin::Pin::new(&mut *rd).poll_read(cx, &mut read) {
+            Poll::Ready(Ok(())) => {
+                buf.extend_from_slice(read.filled());
+                Poll::Ready(Ok(read.filled().len()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
 }
 
 /// Answers a request with a refusal (the connection closes after it) and audits it.
@@ -327,8 +355,9 @@ async fn upstream_for<'u>(
                 let Some(lease) = &mut t.lease else {
                     return Ok(None);
                 };
-                let sender = lease
-                    .acquire(x.shared, &t.admitted)
+                // Boxed, as the dials below: a handshake's state (kilobytes) would otherwise
+                // be part of every request's.
+                let sender = Box::pin(lease.acquire(x.shared, &t.admitted))
                     .await
                     .map_err(|e| x.upstream_failed(e))?;
                 t.upstream = Some(Upstream {
@@ -350,8 +379,8 @@ async fn upstream_for<'u>(
                 if upstreams.len() >= MAX_UPSTREAMS {
                     upstreams.clear();
                 }
-                let (stream, addr) = connection::dial(x.shared, x.admitted, verb).await?;
-                match upstream::http1(stream).await {
+                let (stream, addr) = Box::pin(connection::dial(x.shared, x.admitted, verb)).await?;
+                match Box::pin(upstream::http1(stream)).await {
                     Ok(sender) => {
                         upstreams.insert(
                             key.clone(),
@@ -481,7 +510,7 @@ where
         {
             return Step { keep_alive: false };
         }
-        let whole = match body::read_bounded(&mut *rd, buf, framing, max).await {
+        let whole = match Box::pin(body::read_bounded(&mut *rd, buf, framing, max)).await {
             Ok(b) => b,
             Err(body::ReadWhole::TooLarge) => {
                 return refuse(wr, rec, &x.too_large()).await;
@@ -546,7 +575,15 @@ where
             scrub: prepared.scrub,
         };
         let client = Client { rd, wr, buf };
-        websocket::relay(&x, known, rec, client, &mut upstream.sender, handshake).await;
+        Box::pin(websocket::relay(
+            &x,
+            known,
+            rec,
+            client,
+            &mut upstream.sender,
+            handshake,
+        ))
+        .await;
         return Step { keep_alive: false };
     }
     if expect_continue

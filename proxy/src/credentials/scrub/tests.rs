@@ -92,6 +92,39 @@ fn overlapping_secrets_leftmost_longest() {
 }
 
 #[test]
+fn every_way_of_finding_first_bytes_finds_the_same_secrets() {
+    // One secret's first byte with `\\` and `%` (`memchr3`), and two secrets' (the table).
+    let text = b"xx tok-1 y %74ok-1 z \\u0074ok-1 w sec-2 q sec-2 tok-1";
+    let one = set(&[("tok-1", "PH1")]);
+    assert!(one.find.few.groups().is_some());
+    let first = b"xx PH1 y PH1 z PH1 w sec-2 q sec-2 PH1".to_vec();
+    assert_eq!(stream(&one, &[text]), first);
+    let two = set(&[("tok-1", "PH1"), ("sec-2", "PH2")]);
+    assert!(two.find.few.groups().is_none());
+    let both = b"xx PH1 y PH1 z PH1 w PH2 q PH2 PH1".to_vec();
+    assert_eq!(stream(&two, &[text]), both);
+    // Split anywhere, each way agrees.
+    for cut in 1..text.len() {
+        let (a, b) = text.split_at(cut);
+        assert_eq!(stream(&one, &[a, b]), first, "cut {cut}");
+        assert_eq!(stream(&two, &[a, b]), both, "cut {cut}");
+    }
+    // Candidates close together (the table takes over the scan): every secret still found.
+    let dense = [
+        b"t%t\\t ".repeat(40),
+        b"tok-1".to_vec(),
+        b" t".repeat(40),
+        b"tok-1".to_vec(),
+    ]
+    .concat();
+    let mut cur = Cursor::default();
+    let mut out = Vec::new();
+    assert_eq!(one.replace_before(&dense, dense.len(), &mut out).1, 2);
+    assert!(one.next_match(&mut cur, &dense, 0, dense.len()).is_some());
+    assert!(cur.dense);
+}
+
+#[test]
 fn many_occurrences_stay_linear() {
     let s = set(&[("0123456789abcdef", "P"), ("never-there", "Q")]);
     let body = "0123456789abcdef".repeat(100_000);
