@@ -33,6 +33,7 @@ use super::record::Record;
 use super::request::{BodyPlan, Exchange, Head};
 use super::shared::Shared;
 use super::target::{host_matches, parse_absolute, tunnel_target};
+use super::unread;
 use super::upstream;
 use super::websocket::{self, Client, Handshake};
 use crate::audit::Engine;
@@ -185,6 +186,10 @@ where
         // in flight, not while the connection waits idle for the next one.
         let step = Box::pin(one(&mut s, &mut upstreams, &head)).await;
         if !step.keep_alive {
+            // The client may still be sending (a refused request's body): read it before
+            // closing, so that closing does not reset the answer away.
+            let _ = s.wr.shutdown().await;
+            unread::linger(&mut s.rd).await;
             break;
         }
     }

@@ -34,6 +34,7 @@ use super::record::Record;
 use super::request::{BodyPlan, Exchange, Head};
 use super::shared::Shared;
 use super::target::host_matches;
+use super::unread;
 use crate::audit::Engine;
 use crate::credentials;
 use crate::http::body;
@@ -272,27 +273,6 @@ fn refuse(mut rec: Record, d: &Denial) -> Response<Body> {
     resp
 }
 
-/// Reads and drops what is left of a refused request's body (at most 1 MiB, within 2 s)
-/// before the refusal is sent: a client still sending it would otherwise see its stream
-/// reset, and report that instead of the refusal.
-async fn drain<B>(body: &mut B)
-where
-    B: http_body::Body<Data = Bytes> + Unpin,
-{
-    const DRAIN_MAX: usize = 1 << 20;
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
-        let mut left = DRAIN_MAX;
-        while let Some(Ok(frame)) = body.frame().await {
-            let n = frame.data_ref().map_or(0, Bytes::len);
-            if n >= left {
-                break;
-            }
-            left -= n;
-        }
-    })
-    .await;
-}
-
 /// One stream: the request phase, the body, the upstream exchange, the audited answer.
 async fn handle(
     t: &H2Tunnel,
@@ -343,7 +323,7 @@ async fn handle(
     let (known, mut prepared) = match prepared {
         Ok(p) => p,
         Err(d) => {
-            drain(&mut req.into_body()).await;
+            unread::drain_body(&mut req.into_body()).await;
             return refuse(rec, &d);
         }
     };
@@ -354,7 +334,7 @@ async fn handle(
     } = match form::stream(&mut prepared, known) {
         Ok(s) => s,
         Err(d) => {
-            drain(&mut req.into_body()).await;
+            unread::drain_body(&mut req.into_body()).await;
             return refuse(rec, &d);
         }
     };
@@ -392,7 +372,7 @@ async fn handle(
                         Refusal::new(400, Code::BadRequest, format!("request body: {e}")),
                     ),
                 };
-                drain(&mut guarded).await;
+                unread::drain_body(&mut guarded).await;
                 return refuse(rec, &d);
             }
         };

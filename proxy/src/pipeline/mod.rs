@@ -35,6 +35,7 @@ mod seen;
 mod shared;
 mod stop;
 pub mod target;
+mod unread;
 mod upstream;
 mod websocket;
 pub(crate) mod ws_frame;
@@ -46,7 +47,7 @@ pub use shared::{Limits, Parts, Shared, TlsState};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
@@ -311,14 +312,7 @@ async fn refuse_limited(
             reason: Some(refusal.detail.clone()),
             status: refusal.status,
         }));
-    let mut sink = [0u8; 4096];
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        while matches!(
-            tokio::io::AsyncReadExt::read(&mut rd, &mut sink).await,
-            Ok(n) if n > 0
-        ) {}
-    })
-    .await;
+    unread::linger(&mut rd).await;
 }
 
 /// Answers a connection refused before a target was known, and audits it.

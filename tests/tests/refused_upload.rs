@@ -1,7 +1,10 @@
-//! End-to-end test of a refusal on an HTTP/2 stream whose client is still sending its body:
-//! sluice reads and drops what is left of the body (at most 1 MiB, within 2 s) before it
-//! answers, so the client reads the refusal rather than a reset stream (curl's exit 92).
-//! Real binary, real curl and an HTTP/2 client (node) that paces its body.
+//! End-to-end tests of a refusal sent while the client is still sending its body: sluice reads
+//! and drops what is left (at most 1 MiB, within 2 s), so the client reads the refusal
+//! rather than a reset: over HTTP/2 before it answers (else the stream is reset under the
+//! client, curl's exit 92), over HTTP/1.1 after it answers and before it closes (else the
+//! kernel resets the connection for the unread bytes, and the answer may be lost with it,
+//! curl's exit 55 or 56). Real binary, real curl and an HTTP/2 client (node) that paces its
+//! body.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::process::Command;
@@ -71,5 +74,37 @@ fn a_client_still_sending_its_body_reads_the_refusal_over_http2() {
     assert!(
         origin.all().is_empty(),
         "a refused stream reached the origin"
+    );
+}
+
+#[test]
+fn a_client_still_sending_its_body_reads_the_refusal_over_http1_1() {
+    let dir = TempDir::new("h1-refusal");
+    let origin = RecordingOrigin::start(dir.path());
+    let (sluice, ca) =
+        Sluice::intercepting(&dir, &policy(origin.port()), &[&origin.cert], None, &[]);
+    let file = dir.path().join("upload.bin");
+    std::fs::write(&file, vec![b'x'; 4 << 20]).unwrap();
+    for _ in 0..10 {
+        // The head is refused at once; the body is still coming.
+        let (code, out, err) = run(Command::new("curl")
+            .args(["-s", "--http1.1", "--max-time", "20", "-x"])
+            .arg(sluice.proxy_url())
+            .arg("--cacert")
+            .arg(&ca)
+            // No `Expect: 100-continue`: the body follows the head at once.
+            .args(["-H", "Expect:", "-w", "\n%{http_code}", "-X", "POST"])
+            .arg("--data-binary")
+            .arg(format!("@{}", file.display()))
+            .arg(format!("https://127.0.0.1:{}/other", origin.port())));
+        assert_eq!(code, 0, "curl: {err}\n{}", sluice.stderr());
+        let (answer, status) = out.rsplit_once('\n').unwrap();
+        assert_eq!(status, "403", "{answer}");
+        let json: Value = serde_json::from_str(answer).unwrap();
+        assert_eq!(json["error"], "policy_denied", "{json}");
+    }
+    assert!(
+        origin.all().is_empty(),
+        "a refused request reached the origin"
     );
 }
