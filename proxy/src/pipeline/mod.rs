@@ -372,7 +372,7 @@ mod tests {
             .write_all(b"CONNECT a.example:443 HTTP/1.1\r\n\r\n\x16\x03\x01")
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         read_ready(&server, &mut buf, 8192);
         assert_eq!(
             &buf[..],
@@ -389,7 +389,7 @@ mod tests {
     async fn never_past_the_head_limit() {
         let (server, mut client) = pair().await;
         client.write_all(&[b'a'; 100]).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         let mut buf = BytesMut::new();
         read_ready(&server, &mut buf, 10);
         assert_eq!(buf.len(), 10);
