@@ -31,6 +31,10 @@ const RECENT_CHILDREN_LIMIT: usize = 8;
 const RECENT_FD_BUDGET: usize = 256;
 /// The first window of the descending scan; each next window is four times larger.
 const FIRST_WINDOW: u32 = 8;
+/// Descriptors looked at around a hint before a whole table is read, at least and at most
+/// (see [`near`]).
+const NEAR_MIN: u32 = 3;
+const NEAR_MAX: u32 = 128;
 /// Ancestors climbed (the ancestor walk's bound; init ends it sooner).
 const MAX_CLIMB: usize = 64;
 
@@ -43,6 +47,9 @@ pub(crate) struct Found {
     pub(crate) stale: Vec<RecentPid>,
     /// The ancestors the climb opened that do not hold the socket, for reading identities.
     pub(crate) parents: Parents,
+    /// Descriptors looked at (each one `readlink`): what the tests measure a search by.
+    #[cfg(test)]
+    pub(crate) fds_read: usize,
 }
 
 /// One search for the holders of one socket.
@@ -101,6 +108,8 @@ impl<'a> OwnerSearch<'a> {
             fds: self.fds,
             stale,
             parents: self.parents,
+            #[cfg(test)]
+            fds_read: self.fds_read,
         }
     }
 
@@ -264,21 +273,23 @@ impl<'a> OwnerSearch<'a> {
         }
     }
 
-    /// Like [`Self::check_dir`], looking first at descriptor `fd` (one `readlink`): where a
-    /// recent client held its last socket, or where an identified one held this socket. Only
-    /// a process that holds the socket there now is an owner by it; else its whole table is
-    /// read as usual.
+    /// Like [`Self::check_dir`], looking first at descriptor `fd` and the ones next to it
+    /// (see [`near`]; one `readlink` each): where a recent client held its last socket, or
+    /// where an identified one held this socket. Only a process that holds the socket at one
+    /// of them now is an owner by it; else its whole table is read as usual.
     fn check_dir_at(&mut self, dir: ProcDir, fd: Option<u32>) -> Result<(), ProcDir> {
         let pid = dir.pid();
-        if let Some(fd) = fd
+        if let Some(hint) = fd
             && !self.checked.contains(&pid)
         {
-            self.fds_read += 1;
-            if dir.fd_is(fd, &self.link) {
-                self.checked.insert(pid);
-                self.fds.insert(pid, fd);
-                self.owners.insert(pid, dir);
-                return Ok(());
+            for fd in near(hint) {
+                self.fds_read += 1;
+                if dir.fd_is(fd, &self.link) {
+                    self.checked.insert(pid);
+                    self.fds.insert(pid, fd);
+                    self.owners.insert(pid, dir);
+                    return Ok(());
+                }
             }
         }
         self.check_dir(dir)
@@ -305,6 +316,26 @@ impl<'a> OwnerSearch<'a> {
             _ => Err(dir),
         }
     }
+}
+
+/// The descriptors looked at around `hint` before a whole fd table is read: `hint`, then
+/// alternately above and below it (`hint + 1`, `hint - 1`, `hint + 2`, ...). The kernel gives
+/// a new descriptor the lowest free number, so a client's next socket lands next to its last
+/// one when it keeps its connections open (above it), or in a gap it just closed (below it);
+/// and since the numbers in use are about as many as the highest one, a quarter of `hint`
+/// (at least [`NEAR_MIN`], at most [`NEAR_MAX`]) costs a small part of reading the table
+/// that a miss reads anyway. A client holding thousands of connections is then found in a
+/// few reads instead of one per connection it holds.
+pub(crate) fn near(hint: u32) -> impl Iterator<Item = u32> {
+    let probes = (hint / 4).clamp(NEAR_MIN, NEAR_MAX);
+    (0..probes).filter_map(move |i| {
+        let step = i.div_ceil(2);
+        if i % 2 == 1 {
+            hint.checked_add(step)
+        } else {
+            hint.checked_sub(step)
+        }
+    })
 }
 
 /// The pid ranges of the descending scan: growing windows from `last` down to 1, then
@@ -354,6 +385,117 @@ pub fn full_scan_owners(proc_root: &Path, inode: u64) -> Vec<u32> {
 mod tests {
     use super::*;
 
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Child, ChildStdin, Command, Stdio};
+
+    /// A python3 process that holds `sys.argv[1]` socket pairs (twice as many descriptors),
+    /// then opens one socket per line read and says `<fd> <inode>` for each. The sockets are
+    /// unix ones: the search only reads fd tables, any socket inode will do.
+    const HOARDER: &str = "import os, resource, socket, sys\n\
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n\
+        want = 2 * int(sys.argv[1]) + 64\n\
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), max(hard, want)))\n\
+        pairs = [socket.socketpair() for _ in range(int(sys.argv[1]))]\n\
+        kept = []\n\
+        for line in sys.stdin:\n\
+        \x20   words = line.split()\n\
+        \x20   s = socket.socket(socket.AF_UNIX)\n\
+        \x20   if words and words[0] == 'at':\n\
+        \x20       os.dup2(s.fileno(), int(words[1])); s.close(); s = socket.socket(fileno=int(words[1]))\n\
+        \x20   kept.append(s)\n\
+        \x20   os.write(1, b'%d %d\\n' % (s.fileno(), os.fstat(s.fileno()).st_ino))\n";
+
+    struct Hoarder {
+        child: Child,
+        stdin: ChildStdin,
+        stdout: BufReader<std::process::ChildStdout>,
+    }
+
+    impl Hoarder {
+        fn spawn(pairs: usize) -> Self {
+            let mut child = Command::new("/usr/bin/python3")
+                .args(["-c", HOARDER, &pairs.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdin = child.stdin.take().unwrap();
+            let stdout = BufReader::new(child.stdout.take().unwrap());
+            Self {
+                child,
+                stdin,
+                stdout,
+            }
+        }
+
+        /// A new socket (at descriptor `at` if given): its (fd, inode).
+        fn socket(&mut self, at: Option<u32>) -> (u32, u64) {
+            let line = at.map_or_else(|| "new\n".to_owned(), |fd| format!("at {fd}\n"));
+            self.stdin.write_all(line.as_bytes()).unwrap();
+            self.stdin.flush().unwrap();
+            let mut answer = String::new();
+            self.stdout.read_line(&mut answer).unwrap();
+            let mut words = answer.split_whitespace().map(|w| w.parse::<u64>().unwrap());
+            let fd = u32::try_from(words.next().unwrap()).unwrap();
+            (fd, words.next().unwrap())
+        }
+
+        fn recent(&self, proc: &ProcFs, fd: u32) -> RecentPid {
+            let pid = self.child.id();
+            let start_time = proc.pid_dir(pid).unwrap().stat().unwrap().start_time;
+            RecentPid {
+                pid,
+                start_time,
+                fd: Some(fd),
+            }
+        }
+    }
+
+    impl Drop for Hoarder {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn search(proc: &ProcFs, inode: u64, recent: RecentPid) -> Found {
+        let uid = rustix::process::getuid().as_raw();
+        OwnerSearch::new(proc, inode, std::process::id()).run(&[recent], uid)
+    }
+
+    /// A client holding thousands of sockets: its next one gets the lowest free descriptor,
+    /// next to the last one identified, and is found there without reading the whole table.
+    #[test]
+    fn a_new_socket_of_a_client_with_thousands_is_found_near_its_last_descriptor() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let mut client = Hoarder::spawn(1500);
+        let (last, _) = client.socket(None);
+        let (fd, inode) = client.socket(None);
+        assert!(fd > 3000, "{fd}");
+        let found = search(&proc, inode, client.recent(&proc, last));
+        let pids: Vec<u32> = found.owners.iter().map(ProcDir::pid).collect();
+        assert_eq!(pids, [client.child.id()]);
+        assert_eq!(found.fds.get(&client.child.id()), Some(&fd));
+        // The table holds over 3000 descriptors; the family completion reads this test's
+        // ancestors' tables (a few dozen at most).
+        assert!(found.fds_read < 300, "read {} descriptors", found.fds_read);
+    }
+
+    /// The same client holding the socket far from where it held the last: found by its
+    /// whole table, at the descriptor where it is.
+    #[test]
+    fn a_socket_far_from_the_hint_is_found_by_the_whole_table() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let mut client = Hoarder::spawn(1500);
+        let (last, _) = client.socket(None);
+        let (fd, inode) = client.socket(Some(20));
+        assert_eq!(fd, 20);
+        let found = search(&proc, inode, client.recent(&proc, last));
+        let pids: Vec<u32> = found.owners.iter().map(ProcDir::pid).collect();
+        assert_eq!(pids, [client.child.id()]);
+        assert_eq!(found.fds.get(&client.child.id()), Some(&20));
+    }
+
     #[test]
     fn windows_cover_every_pid_once_newest_first() {
         let windows = scan_windows(Some(1000));
@@ -367,6 +509,20 @@ mod tests {
             assert_eq!(pair[0].1 + 1, pair[1].0, "gap or overlap in {windows:?}");
         }
         assert_eq!(covered.last().map(|w| w.1), Some(u32::MAX));
+    }
+
+    #[test]
+    fn descriptors_near_a_hint_alternate_outwards() {
+        assert_eq!(near(5).collect::<Vec<_>>(), [5, 6, 4]);
+        assert_eq!(near(0).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(
+            near(40).collect::<Vec<_>>(),
+            [40, 41, 39, 42, 38, 43, 37, 44, 36, 45]
+        );
+        assert_eq!(near(10_000).count(), 128);
+        assert_eq!(near(10_000).max(), Some(10_064));
+        assert_eq!(near(10_000).min(), Some(9_937));
+        assert_eq!(near(u32::MAX).max(), Some(u32::MAX));
     }
 
     #[test]
