@@ -34,7 +34,7 @@ const FIRST_WINDOW: u32 = 8;
 /// Descriptors looked at around a hint before a whole table is read, at least and at most
 /// (see [`near`]).
 const NEAR_MIN: u32 = 3;
-const NEAR_MAX: u32 = 128;
+const NEAR_MAX: u32 = 512;
 /// Ancestors climbed (the ancestor walk's bound; init ends it sooner).
 const MAX_CLIMB: usize = 64;
 
@@ -519,9 +519,9 @@ mod tests {
             near(40).collect::<Vec<_>>(),
             [40, 41, 39, 42, 38, 43, 37, 44, 36, 45]
         );
-        assert_eq!(near(10_000).count(), 128);
-        assert_eq!(near(10_000).max(), Some(10_064));
-        assert_eq!(near(10_000).min(), Some(9_937));
+        assert_eq!(near(10_000).count(), 512);
+        assert_eq!(near(10_000).max(), Some(10_256));
+        assert_eq!(near(10_000).min(), Some(9_745));
         assert_eq!(near(u32::MAX).max(), Some(u32::MAX));
     }
 
