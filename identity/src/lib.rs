@@ -11,9 +11,11 @@
 //!    accepted socket's peer, destination = the proxy's address as the client saw it), in the
 //!    proxy's network namespace first, then in each registered one. IPv4, IPv6 and v4-mapped
 //!    addresses are handled. The reply also carries the socket's uid.
-//! 2. **Inode → owners.** Recently identified clients and their children first, then every
-//!    process newest first (preferring the socket's uid), stopping at the first process whose
-//!    fd table holds `socket:[<inode>]`. That owner's ancestors (every one below init, holding
+//! 2. **Inode → owners.** Recently identified clients and their children first (a recent
+//!    client's descriptors next to the one where it held its last socket before its whole
+//!    table: the kernel gives a new socket the lowest free number), then every process newest
+//!    first (preferring the socket's uid), stopping at the first process whose fd table holds
+//!    `socket:[<inode>]`. That owner's ancestors (every one below init, holding
 //!    the socket or not), each ancestor's children, and every holder's descendants complete
 //!    the owner set.
 //! 3. **Owners → identity.** For each owner: exe, real uid, argv, the ancestor chain (parent
