@@ -100,6 +100,13 @@ impl Holder {
     }
 }
 
+impl Holder {
+    /// The kept process, if any.
+    pub(crate) fn pinned(&self) -> Option<&Arc<Pinned>> {
+        self.0.as_ref().map(|state| &state.pinned)
+    }
+}
+
 impl PartialEq for Holder {
     fn eq(&self, _: &Self) -> bool {
         true

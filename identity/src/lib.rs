@@ -81,9 +81,10 @@ pub use error::IdentityError;
 
 /// The most file descriptors an [`IdentityResolver`] keeps open across lookups under an
 /// open-file limit of `open_file_limit`: the `/proc` files of the ancestors it keeps (a tenth
-/// of the limit at most, see the crate documentation) and its netlink sockets. Besides these,
-/// it keeps one per identified process while connections it identified last (its
-/// `/proc/<pid>`), and a lookup opens a few while it runs.
+/// of the limit at most, see the crate documentation), under a limit of 2048 or more the
+/// other `/proc` files of the 16 identified processes it keeps them for, and its netlink
+/// sockets. Besides these, it keeps one per identified process while connections it
+/// identified last (its `/proc/<pid>`), and a lookup opens a few while it runs.
 pub fn descriptors_kept(open_file_limit: u64) -> u64 {
     kept::most_descriptors(open_file_limit) + netns::POOL_SIZE as u64
 }

@@ -20,7 +20,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-use crate::procfs::{Parents, ProcDir, ProcFs, SocketLink};
+use std::sync::Arc;
+
+use crate::procfs::{Parents, Pinned, ProcDir, ProcFs, SocketLink};
 use crate::recent::RecentPid;
 
 /// Newest children of each recent client checked before the scan (the scan covers the rest).
@@ -65,6 +67,9 @@ pub(crate) struct OwnerSearch<'a> {
     /// Whether the children of ancestors that do not hold the socket are read.
     siblings: bool,
     parents: Parents,
+    /// Processes identified before and still kept for their connections: a recent client
+    /// among them is read through the files kept with it.
+    pinned: Vec<Arc<Pinned>>,
 }
 
 impl<'a> OwnerSearch<'a> {
@@ -81,7 +86,14 @@ impl<'a> OwnerSearch<'a> {
             fds_read: 0,
             siblings: true,
             parents: Parents::default(),
+            pinned: Vec::new(),
         }
+    }
+
+    /// Reads the recent clients among `pinned` through the files kept with them.
+    pub(crate) fn with_pinned(mut self, pinned: Vec<Arc<Pinned>>) -> Self {
+        self.pinned = pinned;
+        self
     }
 
     /// A search for a socket already identified, where only new holders matter. Every
@@ -118,7 +130,12 @@ impl<'a> OwnerSearch<'a> {
             if self.fds_read >= RECENT_FD_BUDGET {
                 break;
             }
-            let dir = match self.proc.pid_dir(entry.pid) {
+            let kept = self
+                .pinned
+                .iter()
+                .find(|pinned| pinned.pid() == entry.pid && pinned.start_time() == entry.start_time)
+                .and_then(|pinned| pinned.proc_dir());
+            let dir = match kept.map_or_else(|| self.proc.pid_dir(entry.pid), Ok) {
                 Ok(dir)
                     if dir
                         .stat()

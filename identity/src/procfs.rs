@@ -499,12 +499,35 @@ impl ProcDir {
         fd_is_in(self.files.dir(), fd, link)
     }
 
-    /// Keeps this handle for later checks of the same process (see [`Pinned`]).
+    /// Keeps this handle for later checks of the same process (see [`Pinned`]). While a
+    /// place is free (see `kept::pinned_files_slot`) the process's other files are kept with
+    /// it, as an ancestor's are: its `stat` now, its fd directory, `children` and threads
+    /// when first read, so that the re-checks and next lookups that start from it read them
+    /// with one `pread` or a rewind each.
     pub(crate) fn pin(self, start_time: u64) -> Pinned {
+        let (files, slot) = match self.files {
+            Files::Own(dir) => match crate::kept::pinned_files_slot() {
+                Some(slot) => match crate::exhaust::openat(
+                    &dir,
+                    "stat",
+                    OFlags::RDONLY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                ) {
+                    Ok(stat) => (
+                        Files::Kept(std::sync::Arc::new(KeptFiles::new(self.pid, dir, stat))),
+                        Some(slot),
+                    ),
+                    Err(_) => (Files::Own(dir), None),
+                },
+                None => (Files::Own(dir), None),
+            },
+            files => (files, None),
+        };
         Pinned {
             pid: self.pid,
             start_time,
-            files: self.files,
+            files,
+            _slot: slot,
         }
     }
 
@@ -702,6 +725,8 @@ pub(crate) struct Pinned {
     pid: u32,
     start_time: u64,
     files: Files,
+    /// Held while files of this process other than `/proc/<pid>` are kept with it.
+    _slot: Option<crate::kept::PinnedFilesSlot>,
 }
 
 impl Pinned {
@@ -727,6 +752,19 @@ impl Pinned {
     /// See [`ProcDir::exe_raw`].
     pub(crate) fn exe_raw(&self) -> io::Result<String> {
         exe_raw_in(self.files.dir())
+    }
+
+    /// A handle for a search that starts from this process, reading through the files kept
+    /// with it: `None` when none are kept, or when a read of its `stat` fails (it has exited:
+    /// the kernel fails every read through the handle then, whoever has the pid now).
+    pub(crate) fn proc_dir(&self) -> Option<ProcDir> {
+        let Files::Kept(kept) = &self.files else {
+            return None;
+        };
+        let read_at = order::next();
+        let stat = read_stat(kept.stat()).ok()?;
+        (stat.start_time == self.start_time)
+            .then(|| ProcDir::kept(std::sync::Arc::clone(kept), stat, read_at))
     }
 }
 
