@@ -25,7 +25,8 @@
 //!
 //! Only where to look is cached (one netlink socket per network namespace, a bounded list of
 //! recent client pids checked against their start time, each identified process's
-//! `/proc/<pid>` kept open while identities read from it last, and the `/proc` files of the
+//! `/proc/<pid>` kept open while identities read from it last (and, for 16 of them, the
+//! files its re-checks read), and the `/proc` files of the
 //! last 16 ancestors met, used only after a read through them succeeds); what a process is, is
 //! read again for every lookup because execve and reparenting change it under the same pid.
 //! [`IdentityResolver::confirm`] reads through the kept handle, which the kernel ties to the
