@@ -148,7 +148,7 @@ impl<'a> OwnerSearch<'a> {
                     continue;
                 }
             };
-            let Err(dir) = self.check_dir_at(dir, entry.fd) else {
+            let Err(dir) = self.check_dir_at(dir, entry.fd, entry.elsewhere) else {
                 return Some(entry.pid);
             };
             let children = dir.children().unwrap_or_default();
@@ -290,23 +290,38 @@ impl<'a> OwnerSearch<'a> {
         }
     }
 
-    /// Like [`Self::check_dir`], looking first at descriptor `fd` and the ones next to it
-    /// (see [`near`]; one `readlink` each): where a recent client held its last socket, or
-    /// where an identified one held this socket. Only a process that holds the socket at one
-    /// of them now is an owner by it; else its whole table is read as usual.
-    fn check_dir_at(&mut self, dir: ProcDir, fd: Option<u32>) -> Result<(), ProcDir> {
+    /// Like [`Self::check_dir`], looking first at descriptor `fd` and the ones next to it,
+    /// then next to `elsewhere` (see [`near`]; one `readlink` each): where a recent client
+    /// held its last socket (and an earlier one far from it), or where an identified one held
+    /// this socket. Only a process that holds the socket at one of them now is an owner by
+    /// it; else its whole table is read as usual.
+    fn check_dir_at(
+        &mut self,
+        dir: ProcDir,
+        fd: Option<u32>,
+        elsewhere: Option<u32>,
+    ) -> Result<(), ProcDir> {
         let pid = dir.pid();
-        if let Some(hint) = fd
-            && !self.checked.contains(&pid)
+        if self.checked.contains(&pid) {
+            return self.check_dir(dir);
+        }
+        // `near` covers one run of numbers: the second hint skips what the first read.
+        let first: Vec<u32> = fd.map(near).into_iter().flatten().collect();
+        let (lo, hi) = (first.iter().min().copied(), first.iter().max().copied());
+        let read_already =
+            |fd: &u32| lo.is_some_and(|lo| lo <= *fd) && hi.is_some_and(|hi| *fd <= hi);
+        let second = elsewhere.map(near).into_iter().flatten();
+        for fd in first
+            .iter()
+            .copied()
+            .chain(second.filter(|fd| !read_already(fd)))
         {
-            for fd in near(hint) {
-                self.fds_read += 1;
-                if dir.fd_is(fd, &self.link) {
-                    self.checked.insert(pid);
-                    self.fds.insert(pid, fd);
-                    self.owners.insert(pid, dir);
-                    return Ok(());
-                }
+            self.fds_read += 1;
+            if dir.fd_is(fd, &self.link) {
+                self.checked.insert(pid);
+                self.fds.insert(pid, fd);
+                self.owners.insert(pid, dir);
+                return Ok(());
             }
         }
         self.check_dir(dir)
@@ -464,6 +479,7 @@ mod tests {
                 pid,
                 start_time,
                 fd: Some(fd),
+                elsewhere: None,
             }
         }
     }
@@ -496,6 +512,23 @@ mod tests {
         // The table holds over 3000 descriptors; the family completion reads this test's
         // ancestors' tables (a few dozen at most).
         assert!(found.fds_read < 300, "read {} descriptors", found.fds_read);
+    }
+
+    /// A client whose new socket fills a gap far below its last one, next to where an
+    /// earlier one was found: found there, without reading the whole table.
+    #[test]
+    fn a_socket_in_a_gap_next_to_an_earlier_one_is_found_there() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let mut client = Hoarder::spawn(1500);
+        let (last, _) = client.socket(None);
+        let (fd, inode) = client.socket(Some(1500));
+        let recent = RecentPid {
+            elsewhere: Some(1498),
+            ..client.recent(&proc, last)
+        };
+        let found = search(&proc, inode, recent);
+        assert_eq!(found.fds.get(&client.child.id()), Some(&fd));
+        assert!(found.fds_read < 600, "read {} descriptors", found.fds_read);
     }
 
     /// The same client holding the socket far from where it held the last: found by its

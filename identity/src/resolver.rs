@@ -156,6 +156,7 @@ impl IdentityResolver {
             pid: first.pid,
             start_time: first.start_time,
             fd: first.socket.fd,
+            elsewhere: None,
         });
         Ok(first)
     }
@@ -195,6 +196,7 @@ impl IdentityResolver {
             pid: previous.pid,
             start_time: previous.start_time,
             fd: previous.socket.fd,
+            elsewhere: None,
         }];
         let found = OwnerSearch::new(proc, inode, self.own_pid)
             .without_siblings()
