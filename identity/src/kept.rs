@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
 use rustix::fs::{Dir, Mode, OFlags};
 
-/// Processes kept at most (each holds up to six descriptors, and a process with several
-/// threads up to [`THREADS_KEPT`] more: 224 in all); the least recently used one is closed to
+/// Processes kept at most (each holds up to five descriptors, and a process with several
+/// threads up to [`THREADS_KEPT`] more: 208 in all); the least recently used one is closed to
 /// make room. A client's ancestors below init are a handful.
 pub(crate) const CAPACITY: usize = 16;
 /// Open-file limit per process kept: the descriptors kept stay under a tenth of the limit, so
@@ -41,7 +41,6 @@ pub(crate) struct KeptFiles {
     dir: OwnedFd,
     stat: OwnedFd,
     cmdline: OnceLock<OwnedFd>,
-    status: OnceLock<OwnedFd>,
     /// `task/<pid>/children`: the children of the thread whose tid is the pid.
     children: OnceLock<OwnedFd>,
     fd_dir: KeptDir,
@@ -56,7 +55,6 @@ pub(crate) struct KeptFiles {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum KeptFile {
     Cmdline,
-    Status,
     Children,
 }
 
@@ -67,7 +65,6 @@ impl KeptFiles {
             dir,
             stat,
             cmdline: OnceLock::new(),
-            status: OnceLock::new(),
             children: OnceLock::new(),
             fd_dir: KeptDir::default(),
             threads: Mutex::new(Threads::default()),
@@ -97,7 +94,6 @@ impl KeptFiles {
     pub(crate) fn file(&self, file: KeptFile) -> rustix::io::Result<BorrowedFd<'_>> {
         let (cell, name) = match file {
             KeptFile::Cmdline => (&self.cmdline, String::from("cmdline")),
-            KeptFile::Status => (&self.status, String::from("status")),
             KeptFile::Children => (&self.children, format!("task/{}/children", self.pid)),
         };
         if let Some(fd) = cell.get() {
@@ -269,10 +265,10 @@ impl Drop for PinnedFilesSlot {
     }
 }
 
-/// Descriptors one kept process holds at most: `/proc/<pid>`, `stat`, `cmdline`, `status`,
+/// Descriptors one kept process holds at most: `/proc/<pid>`, `stat`, `cmdline`,
 /// `children`, the fd directory, and the `task/` listing with [`THREADS_KEPT`] threads'
 /// `children` files.
-const DESCRIPTORS_PER_PROCESS: usize = 6 + THREADS_KEPT;
+const DESCRIPTORS_PER_PROCESS: usize = 5 + THREADS_KEPT;
 
 /// The most descriptors kept processes hold under an open-file limit of `limit`: the
 /// ancestors kept, and the files kept with pinned processes beside their `/proc/<pid>` (see
@@ -339,8 +335,8 @@ mod tests {
     #[test]
     fn the_descriptors_kept_stay_within_a_tenth_of_the_limit() {
         assert_eq!(most_descriptors(100), 0);
-        assert_eq!(most_descriptors(1024), 8 * 14);
-        assert_eq!(most_descriptors(1 << 20), 224 + 16 * 13);
+        assert_eq!(most_descriptors(1024), 8 * 13);
+        assert_eq!(most_descriptors(1 << 20), 208 + 16 * 12);
         for limit in [128, 600, 1024, 4096, 65536] {
             assert!(most_descriptors(limit) <= limit / 9, "{limit}");
         }

@@ -431,23 +431,6 @@ impl Files {
         }
     }
 
-    /// `status`: through the kept descriptor, or opened and read now.
-    fn status(&self) -> io::Result<Vec<u8>> {
-        match self {
-            Files::Kept(kept) => read_limited(
-                kept.file(KeptFile::Status)?,
-                SMALL_FILE_LIMIT,
-                Complete::OnShortRead,
-            ),
-            Files::Own(fd) => read_at(
-                fd.as_fd(),
-                "status",
-                SMALL_FILE_LIMIT,
-                Complete::OnShortRead,
-            ),
-        }
-    }
-
     fn holding_fd(&self, link: &SocketLink, entries_read: &mut usize) -> io::Result<Option<u32>> {
         if let Files::Kept(kept) = self
             && let Some(found) = kept.with_fd_dir(|dir| holding_fd_in(dir, link, entries_read))
@@ -586,7 +569,12 @@ impl ProcDir {
     }
 
     fn read_status(&self) -> io::Result<Vec<u8>> {
-        self.files.status()
+        read_at(
+            self.files.dir(),
+            "status",
+            SMALL_FILE_LIMIT,
+            Complete::OnShortRead,
+        )
     }
 
     pub(crate) fn cmdline(&self) -> io::Result<Vec<String>> {
