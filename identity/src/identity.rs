@@ -100,6 +100,13 @@ impl Holder {
     }
 }
 
+impl Holder {
+    /// The kept process, if any.
+    pub(crate) fn pinned(&self) -> Option<&Arc<Pinned>> {
+        self.0.as_ref().map(|state| &state.pinned)
+    }
+}
+
 impl PartialEq for Holder {
     fn eq(&self, _: &Self) -> bool {
         true
@@ -273,7 +280,9 @@ impl Hop<'_> {
 ///
 /// The search's handle on the parent is used when it was opened for this child (same pid and
 /// start time) under the pid read here: it was opened after a read of this child's `stat`
-/// named that parent, as a handle opened now would be.
+/// named that parent, as a handle opened now would be. A handle kept from an earlier lookup
+/// whose process held the pid from before the child's first `stat` read until after it (see
+/// `ProcDir::held_its_pid_when_read`) needs no second read of the child's parent pid.
 fn next_ancestor<'a>(
     proc: &ProcFs,
     parents: &'a Parents,
@@ -305,7 +314,10 @@ fn next_ancestor<'a>(
             ppid = child.stat_fresh().map_err(child_gone)?.ppid;
             continue;
         };
-        if stat.start_time >= child_stat.start_time {
+        // A kept handle that named one process from before the child's first `stat` read to
+        // after it is the process the pid that read named: the parent, with no second read.
+        let named_by_first_read = ppid == child_stat.ppid && dir.held_its_pid_when_read(child);
+        if stat.start_time >= child_stat.start_time && !named_by_first_read {
             let now = child.stat_fresh().map_err(child_gone)?.ppid;
             if now != ppid {
                 ppid = now;

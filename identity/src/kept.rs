@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
 use rustix::fs::{Dir, Mode, OFlags};
@@ -47,6 +47,8 @@ pub(crate) struct KeptFiles {
     threads: Mutex<Threads>,
     namespace_init: OnceLock<bool>,
     last_used: AtomicU64,
+    /// When it was opened (see `procfs::order`): taken after its files were opened.
+    opened: u64,
 }
 
 /// One of the files [`KeptFiles`] opens on first use.
@@ -68,7 +70,12 @@ impl KeptFiles {
             threads: Mutex::new(Threads::default()),
             namespace_init: OnceLock::new(),
             last_used: AtomicU64::new(0),
+            opened: crate::procfs::order::next(),
         }
+    }
+
+    pub(crate) fn opened(&self) -> u64 {
+        self.opened
     }
 
     pub(crate) fn pid(&self) -> u32 {
@@ -228,14 +235,48 @@ fn capacity_under(limit: u64) -> usize {
     usize::try_from(limit / LIMIT_PER_PROCESS).map_or(CAPACITY, |room| room.min(CAPACITY))
 }
 
+/// Identified processes whose other files are kept with their pinned `/proc/<pid>` now.
+static PINNED_WITH_FILES: AtomicUsize = AtomicUsize::new(0);
+
+/// A place among the [`CAPACITY`] identified processes whose other files are kept with their
+/// pinned `/proc/<pid>` (see `ProcDir::pin`); given back when dropped with the pin. `None`
+/// under an open-file limit that does not keep [`CAPACITY`] ancestors, or when every place
+/// is taken: those files live as long as the process's connections, so their number is
+/// bounded however many processes have connections.
+pub(crate) fn pinned_files_slot() -> Option<PinnedFilesSlot> {
+    if capacity() < CAPACITY {
+        return None;
+    }
+    PINNED_WITH_FILES
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |taken| {
+            (taken < CAPACITY).then_some(taken + 1)
+        })
+        .ok()
+        .map(|_| PinnedFilesSlot(()))
+}
+
+/// See [`pinned_files_slot`].
+#[derive(Debug)]
+pub(crate) struct PinnedFilesSlot(());
+
+impl Drop for PinnedFilesSlot {
+    fn drop(&mut self) {
+        PINNED_WITH_FILES.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Descriptors one kept process holds at most: `/proc/<pid>`, `stat`, `cmdline`,
 /// `children`, the fd directory, and the `task/` listing with [`THREADS_KEPT`] threads'
 /// `children` files.
 const DESCRIPTORS_PER_PROCESS: usize = 5 + THREADS_KEPT;
 
-/// The most descriptors kept processes hold under an open-file limit of `limit`.
+/// The most descriptors kept processes hold under an open-file limit of `limit`: the
+/// ancestors kept, and the files kept with pinned processes beside their `/proc/<pid>` (see
+/// [`pinned_files_slot`]).
 pub(crate) fn most_descriptors(limit: u64) -> u64 {
-    (capacity_under(limit) * DESCRIPTORS_PER_PROCESS) as u64
+    let kept = capacity_under(limit);
+    let pinned = if kept >= CAPACITY { CAPACITY } else { 0 };
+    (kept * DESCRIPTORS_PER_PROCESS + pinned * (DESCRIPTORS_PER_PROCESS - 1)) as u64
 }
 
 /// A directory listing kept open: a directory's position belongs to its open file, so one
@@ -295,7 +336,7 @@ mod tests {
     fn the_descriptors_kept_stay_within_a_tenth_of_the_limit() {
         assert_eq!(most_descriptors(100), 0);
         assert_eq!(most_descriptors(1024), 8 * 13);
-        assert_eq!(most_descriptors(1 << 20), 208);
+        assert_eq!(most_descriptors(1 << 20), 208 + 16 * 12);
         for limit in [128, 600, 1024, 4096, 65536] {
             assert!(most_descriptors(limit) <= limit / 9, "{limit}");
         }

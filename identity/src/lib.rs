@@ -11,9 +11,11 @@
 //!    accepted socket's peer, destination = the proxy's address as the client saw it), in the
 //!    proxy's network namespace first, then in each registered one. IPv4, IPv6 and v4-mapped
 //!    addresses are handled. The reply also carries the socket's uid.
-//! 2. **Inode → owners.** Recently identified clients and their children first, then every
-//!    process newest first (preferring the socket's uid), stopping at the first process whose
-//!    fd table holds `socket:[<inode>]`. That owner's ancestors (every one below init, holding
+//! 2. **Inode → owners.** Recently identified clients and their children first (a recent
+//!    client's descriptors next to the one where it held its last socket before its whole
+//!    table: the kernel gives a new socket the lowest free number), then every process newest
+//!    first (preferring the socket's uid), stopping at the first process whose fd table holds
+//!    `socket:[<inode>]`. That owner's ancestors (every one below init, holding
 //!    the socket or not), each ancestor's children, and every holder's descendants complete
 //!    the owner set.
 //! 3. **Owners → identity.** For each owner: exe, real uid, argv, the ancestor chain (parent
@@ -23,7 +25,8 @@
 //!
 //! Only where to look is cached (one netlink socket per network namespace, a bounded list of
 //! recent client pids checked against their start time, each identified process's
-//! `/proc/<pid>` kept open while identities read from it last, and the `/proc` files of the
+//! `/proc/<pid>` kept open while identities read from it last (and, for 16 of them, the
+//! files its re-checks read), and the `/proc` files of the
 //! last 16 ancestors met, used only after a read through them succeeds); what a process is, is
 //! read again for every lookup because execve and reparenting change it under the same pid.
 //! [`IdentityResolver::confirm`] reads through the kept handle, which the kernel ties to the
@@ -79,9 +82,10 @@ pub use error::IdentityError;
 
 /// The most file descriptors an [`IdentityResolver`] keeps open across lookups under an
 /// open-file limit of `open_file_limit`: the `/proc` files of the ancestors it keeps (a tenth
-/// of the limit at most, see the crate documentation) and its netlink sockets. Besides these,
-/// it keeps one per identified process while connections it identified last (its
-/// `/proc/<pid>`), and a lookup opens a few while it runs.
+/// of the limit at most, see the crate documentation), under a limit of 2048 or more the
+/// other `/proc` files of the 16 identified processes it keeps them for, and its netlink
+/// sockets. Besides these, it keeps one per identified process while connections it
+/// identified last (its `/proc/<pid>`), and a lookup opens a few while it runs.
 pub fn descriptors_kept(open_file_limit: u64) -> u64 {
     kept::most_descriptors(open_file_limit) + netns::POOL_SIZE as u64
 }

@@ -20,7 +20,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-use crate::procfs::{Parents, ProcDir, ProcFs, SocketLink};
+use std::sync::Arc;
+
+use crate::procfs::{Parents, Pinned, ProcDir, ProcFs, SocketLink};
 use crate::recent::RecentPid;
 
 /// Newest children of each recent client checked before the scan (the scan covers the rest).
@@ -31,6 +33,10 @@ const RECENT_CHILDREN_LIMIT: usize = 8;
 const RECENT_FD_BUDGET: usize = 256;
 /// The first window of the descending scan; each next window is four times larger.
 const FIRST_WINDOW: u32 = 8;
+/// Descriptors looked at around a hint before a whole table is read, at least and at most
+/// (see [`near`]).
+const NEAR_MIN: u32 = 3;
+const NEAR_MAX: u32 = 512;
 /// Ancestors climbed (the ancestor walk's bound; init ends it sooner).
 const MAX_CLIMB: usize = 64;
 
@@ -43,6 +49,11 @@ pub(crate) struct Found {
     pub(crate) stale: Vec<RecentPid>,
     /// The ancestors the climb opened that do not hold the socket, for reading identities.
     pub(crate) parents: Parents,
+    /// Descriptors looked at (each one `readlink`) until the first owner was found: what the
+    /// tests measure the search order by (the family completion after it reads the tables
+    /// of whatever else runs beside the test).
+    #[cfg(test)]
+    pub(crate) fds_read: usize,
 }
 
 /// One search for the holders of one socket.
@@ -58,6 +69,9 @@ pub(crate) struct OwnerSearch<'a> {
     /// Whether the children of ancestors that do not hold the socket are read.
     siblings: bool,
     parents: Parents,
+    /// Processes identified before and still kept for their connections: a recent client
+    /// among them is read through the files kept with it.
+    pinned: Vec<Arc<Pinned>>,
 }
 
 impl<'a> OwnerSearch<'a> {
@@ -74,7 +88,14 @@ impl<'a> OwnerSearch<'a> {
             fds_read: 0,
             siblings: true,
             parents: Parents::default(),
+            pinned: Vec::new(),
         }
+    }
+
+    /// Reads the recent clients among `pinned` through the files kept with them.
+    pub(crate) fn with_pinned(mut self, pinned: Vec<Arc<Pinned>>) -> Self {
+        self.pinned = pinned;
+        self
     }
 
     /// A search for a socket already identified, where only new holders matter. Every
@@ -93,6 +114,8 @@ impl<'a> OwnerSearch<'a> {
         let first = self
             .search_recent(recent, &mut stale)
             .or_else(|| self.scan(socket_uid));
+        #[cfg(test)]
+        let fds_read = self.fds_read;
         if let Some(first) = first {
             self.complete(first);
         }
@@ -101,6 +124,8 @@ impl<'a> OwnerSearch<'a> {
             fds: self.fds,
             stale,
             parents: self.parents,
+            #[cfg(test)]
+            fds_read,
         }
     }
 
@@ -109,7 +134,12 @@ impl<'a> OwnerSearch<'a> {
             if self.fds_read >= RECENT_FD_BUDGET {
                 break;
             }
-            let dir = match self.proc.pid_dir(entry.pid) {
+            let kept = self
+                .pinned
+                .iter()
+                .find(|pinned| pinned.pid() == entry.pid && pinned.start_time() == entry.start_time)
+                .and_then(|pinned| pinned.proc_dir());
+            let dir = match kept.map_or_else(|| self.proc.pid_dir(entry.pid), Ok) {
                 Ok(dir)
                     if dir
                         .stat()
@@ -122,7 +152,7 @@ impl<'a> OwnerSearch<'a> {
                     continue;
                 }
             };
-            let Err(dir) = self.check_dir_at(dir, entry.fd) else {
+            let Err(dir) = self.check_dir_at(dir, entry.fd, entry.elsewhere) else {
                 return Some(entry.pid);
             };
             let children = dir.children().unwrap_or_default();
@@ -264,14 +294,31 @@ impl<'a> OwnerSearch<'a> {
         }
     }
 
-    /// Like [`Self::check_dir`], looking first at descriptor `fd` (one `readlink`): where a
-    /// recent client held its last socket, or where an identified one held this socket. Only
-    /// a process that holds the socket there now is an owner by it; else its whole table is
-    /// read as usual.
-    fn check_dir_at(&mut self, dir: ProcDir, fd: Option<u32>) -> Result<(), ProcDir> {
+    /// Like [`Self::check_dir`], looking first at descriptor `fd` and the ones next to it,
+    /// then next to `elsewhere` (see [`near`]; one `readlink` each): where a recent client
+    /// held its last socket (and an earlier one far from it), or where an identified one held
+    /// this socket. Only a process that holds the socket at one of them now is an owner by
+    /// it; else its whole table is read as usual.
+    fn check_dir_at(
+        &mut self,
+        dir: ProcDir,
+        fd: Option<u32>,
+        elsewhere: Option<u32>,
+    ) -> Result<(), ProcDir> {
         let pid = dir.pid();
-        if let Some(fd) = fd
-            && !self.checked.contains(&pid)
+        if self.checked.contains(&pid) {
+            return self.check_dir(dir);
+        }
+        // `near` covers one run of numbers: the second hint skips what the first read.
+        let first: Vec<u32> = fd.map(near).into_iter().flatten().collect();
+        let (lo, hi) = (first.iter().min().copied(), first.iter().max().copied());
+        let read_already =
+            |fd: &u32| lo.is_some_and(|lo| lo <= *fd) && hi.is_some_and(|hi| *fd <= hi);
+        let second = elsewhere.map(near).into_iter().flatten();
+        for fd in first
+            .iter()
+            .copied()
+            .chain(second.filter(|fd| !read_already(fd)))
         {
             self.fds_read += 1;
             if dir.fd_is(fd, &self.link) {
@@ -305,6 +352,26 @@ impl<'a> OwnerSearch<'a> {
             _ => Err(dir),
         }
     }
+}
+
+/// The descriptors looked at around `hint` before a whole fd table is read: `hint`, then
+/// alternately above and below it (`hint + 1`, `hint - 1`, `hint + 2`, ...). The kernel gives
+/// a new descriptor the lowest free number, so a client's next socket lands next to its last
+/// one when it keeps its connections open (above it), or in a gap it just closed (below it);
+/// and since the numbers in use are about as many as the highest one, a quarter of `hint`
+/// (at least [`NEAR_MIN`], at most [`NEAR_MAX`]) costs a small part of reading the table
+/// that a miss reads anyway. A client holding thousands of connections is then found in a
+/// few reads instead of one per connection it holds.
+pub(crate) fn near(hint: u32) -> impl Iterator<Item = u32> {
+    let probes = (hint / 4).clamp(NEAR_MIN, NEAR_MAX);
+    (0..probes).filter_map(move |i| {
+        let step = i.div_ceil(2);
+        if i % 2 == 1 {
+            hint.checked_add(step)
+        } else {
+            hint.checked_sub(step)
+        }
+    })
 }
 
 /// The pid ranges of the descending scan: growing windows from `last` down to 1, then
@@ -354,6 +421,134 @@ pub fn full_scan_owners(proc_root: &Path, inode: u64) -> Vec<u32> {
 mod tests {
     use super::*;
 
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Child, ChildStdin, Command, Stdio};
+
+    /// A python3 process that holds `sys.argv[1]` socket pairs (twice as many descriptors),
+    /// then opens one socket per line read and says `<fd> <inode>` for each. The sockets are
+    /// unix ones: the search only reads fd tables, any socket inode will do.
+    const HOARDER: &str = "import os, resource, socket, sys\n\
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n\
+        want = 2 * int(sys.argv[1]) + 64\n\
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), max(hard, want)))\n\
+        pairs = [socket.socketpair() for _ in range(int(sys.argv[1]))]\n\
+        kept = []\n\
+        for line in sys.stdin:\n\
+        \x20   words = line.split()\n\
+        \x20   s = socket.socket(socket.AF_UNIX)\n\
+        \x20   if words and words[0] == 'at':\n\
+        \x20       os.dup2(s.fileno(), int(words[1])); s.close(); s = socket.socket(fileno=int(words[1]))\n\
+        \x20   kept.append(s)\n\
+        \x20   os.write(1, b'%d %d\\n' % (s.fileno(), os.fstat(s.fileno()).st_ino))\n";
+
+    struct Hoarder {
+        child: Child,
+        stdin: ChildStdin,
+        stdout: BufReader<std::process::ChildStdout>,
+    }
+
+    impl Hoarder {
+        fn spawn(pairs: usize) -> Self {
+            let mut child = Command::new("/usr/bin/python3")
+                .args(["-c", HOARDER, &pairs.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdin = child.stdin.take().unwrap();
+            let stdout = BufReader::new(child.stdout.take().unwrap());
+            Self {
+                child,
+                stdin,
+                stdout,
+            }
+        }
+
+        /// A new socket (at descriptor `at` if given): its (fd, inode).
+        fn socket(&mut self, at: Option<u32>) -> (u32, u64) {
+            let line = at.map_or_else(|| "new\n".to_owned(), |fd| format!("at {fd}\n"));
+            self.stdin.write_all(line.as_bytes()).unwrap();
+            self.stdin.flush().unwrap();
+            let mut answer = String::new();
+            self.stdout.read_line(&mut answer).unwrap();
+            let mut words = answer.split_whitespace().map(|w| w.parse::<u64>().unwrap());
+            let fd = u32::try_from(words.next().unwrap()).unwrap();
+            (fd, words.next().unwrap())
+        }
+
+        fn recent(&self, proc: &ProcFs, fd: u32) -> RecentPid {
+            let pid = self.child.id();
+            let start_time = proc.pid_dir(pid).unwrap().stat().unwrap().start_time;
+            RecentPid {
+                pid,
+                start_time,
+                fd: Some(fd),
+                elsewhere: None,
+            }
+        }
+    }
+
+    impl Drop for Hoarder {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn search(proc: &ProcFs, inode: u64, recent: RecentPid) -> Found {
+        let uid = rustix::process::getuid().as_raw();
+        OwnerSearch::new(proc, inode, std::process::id()).run(&[recent], uid)
+    }
+
+    /// A client holding thousands of sockets: its next one gets the lowest free descriptor,
+    /// next to the last one identified, and is found there without reading the whole table.
+    #[test]
+    fn a_new_socket_of_a_client_with_thousands_is_found_near_its_last_descriptor() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let mut client = Hoarder::spawn(1500);
+        let (last, _) = client.socket(None);
+        let (fd, inode) = client.socket(None);
+        assert!(fd > 3000, "{fd}");
+        let found = search(&proc, inode, client.recent(&proc, last));
+        let pids: Vec<u32> = found.owners.iter().map(ProcDir::pid).collect();
+        assert_eq!(pids, [client.child.id()]);
+        assert_eq!(found.fds.get(&client.child.id()), Some(&fd));
+        // The table holds over 3000 descriptors.
+        assert!(found.fds_read < 100, "read {} descriptors", found.fds_read);
+    }
+
+    /// A client whose new socket fills a gap far below its last one, next to where an
+    /// earlier one was found: found there, without reading the whole table.
+    #[test]
+    fn a_socket_in_a_gap_next_to_an_earlier_one_is_found_there() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let mut client = Hoarder::spawn(1500);
+        let (last, _) = client.socket(None);
+        let (fd, inode) = client.socket(Some(1500));
+        let recent = RecentPid {
+            elsewhere: Some(1498),
+            ..client.recent(&proc, last)
+        };
+        let found = search(&proc, inode, recent);
+        assert_eq!(found.fds.get(&client.child.id()), Some(&fd));
+        assert!(found.fds_read < 560, "read {} descriptors", found.fds_read);
+    }
+
+    /// The same client holding the socket far from where it held the last: found by its
+    /// whole table, at the descriptor where it is.
+    #[test]
+    fn a_socket_far_from_the_hint_is_found_by_the_whole_table() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let mut client = Hoarder::spawn(1500);
+        let (last, _) = client.socket(None);
+        let (fd, inode) = client.socket(Some(20));
+        assert_eq!(fd, 20);
+        let found = search(&proc, inode, client.recent(&proc, last));
+        let pids: Vec<u32> = found.owners.iter().map(ProcDir::pid).collect();
+        assert_eq!(pids, [client.child.id()]);
+        assert_eq!(found.fds.get(&client.child.id()), Some(&20));
+    }
+
     #[test]
     fn windows_cover_every_pid_once_newest_first() {
         let windows = scan_windows(Some(1000));
@@ -367,6 +562,20 @@ mod tests {
             assert_eq!(pair[0].1 + 1, pair[1].0, "gap or overlap in {windows:?}");
         }
         assert_eq!(covered.last().map(|w| w.1), Some(u32::MAX));
+    }
+
+    #[test]
+    fn descriptors_near_a_hint_alternate_outwards() {
+        assert_eq!(near(5).collect::<Vec<_>>(), [5, 6, 4]);
+        assert_eq!(near(0).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(
+            near(40).collect::<Vec<_>>(),
+            [40, 41, 39, 42, 38, 43, 37, 44, 36, 45]
+        );
+        assert_eq!(near(10_000).count(), 512);
+        assert_eq!(near(10_000).max(), Some(10_256));
+        assert_eq!(near(10_000).min(), Some(9_745));
+        assert_eq!(near(u32::MAX).max(), Some(u32::MAX));
     }
 
     #[test]

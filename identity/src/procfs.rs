@@ -229,8 +229,9 @@ impl ProcFs {
             return self.pid_dir(pid);
         }
         if let Some(kept) = self.kept.get(pid) {
+            let read_at = order::next();
             match read_stat(kept.stat()) {
-                Ok(stat) => return Ok(ProcDir::kept(kept, stat)),
+                Ok(stat) => return Ok(ProcDir::kept(kept, stat, read_at)),
                 Err(_) => self.kept.forget(&kept),
             }
         }
@@ -256,6 +257,7 @@ impl ProcFs {
             // Gone or unreadable: the plain handle says which, as it would without keeping.
             return Ok(dir);
         };
+        let read_at = order::next();
         let Ok(stat) = read_stat(stat_fd.as_fd()) else {
             return Ok(dir);
         };
@@ -264,7 +266,7 @@ impl ProcFs {
         };
         let kept = std::sync::Arc::new(KeptFiles::new(pid, dir_fd, stat_fd));
         self.kept.insert(&kept);
-        Ok(ProcDir::kept(kept, stat))
+        Ok(ProcDir::kept(kept, stat, read_at))
     }
 
     /// The owner of `/proc/<pid>`: the process's effective uid (root for a non-dumpable one).
@@ -367,6 +369,20 @@ fn own_pid_ns_if_the_mounts(root: &OwnedFd) -> Option<Vec<u8>> {
         .map(|target| target.into_bytes())
 }
 
+/// A count that orders the opens and reads of `/proc` files across lookups on every thread:
+/// a number taken after one finished and another taken before a second started, the smaller
+/// first, says the first finished before the second started (the counter is one atomic
+/// sequence, so taking a larger number than another thread's synchronizes with it).
+pub(crate) mod order {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+
+    pub(crate) fn next() -> u64 {
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    }
+}
+
 fn numeric_name(name: &[u8]) -> Option<u32> {
     if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
         return None;
@@ -381,10 +397,10 @@ fn numeric_name(name: &[u8]) -> Option<u32> {
 pub(crate) struct ProcDir {
     pid: u32,
     files: Files,
-    /// The first `stat` read through this handle. Within one lookup an earlier read is as good
-    /// as a later one (see `identity::next_ancestor`), and it is read by the search, the owner
-    /// set completion and the identity alike.
-    stat: OnceCell<StatFields>,
+    /// The first `stat` read through this handle, and when (see [`order`]). Within one lookup
+    /// an earlier read is as good as a later one (see `identity::next_ancestor`), and it is
+    /// read by the search, the owner set completion and the identity alike.
+    stat: OnceCell<(StatFields, u64)>,
 }
 
 /// Where a [`ProcDir`] reads from: `/proc/<pid>` opened for this lookup, or a process's
@@ -432,11 +448,11 @@ impl Files {
 }
 
 impl ProcDir {
-    fn kept(kept: std::sync::Arc<KeptFiles>, stat: StatFields) -> Self {
+    fn kept(kept: std::sync::Arc<KeptFiles>, stat: StatFields, read_at: u64) -> Self {
         Self {
             pid: kept.pid(),
             files: Files::Kept(kept),
-            stat: OnceCell::from(stat),
+            stat: OnceCell::from((stat, read_at)),
         }
     }
 
@@ -466,22 +482,64 @@ impl ProcDir {
         fd_is_in(self.files.dir(), fd, link)
     }
 
-    /// Keeps this handle for later checks of the same process (see [`Pinned`]).
+    /// Keeps this handle for later checks of the same process (see [`Pinned`]). While a
+    /// place is free (see `kept::pinned_files_slot`) the process's other files are kept with
+    /// it, as an ancestor's are: its `stat` now, its fd directory, `children` and threads
+    /// when first read, so that the re-checks and next lookups that start from it read them
+    /// with one `pread` or a rewind each.
     pub(crate) fn pin(self, start_time: u64) -> Pinned {
+        let (files, slot) = match self.files {
+            Files::Own(dir) => match crate::kept::pinned_files_slot() {
+                Some(slot) => match crate::exhaust::openat(
+                    &dir,
+                    "stat",
+                    OFlags::RDONLY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                ) {
+                    Ok(stat) => (
+                        Files::Kept(std::sync::Arc::new(KeptFiles::new(self.pid, dir, stat))),
+                        Some(slot),
+                    ),
+                    Err(_) => (Files::Own(dir), None),
+                },
+                None => (Files::Own(dir), None),
+            },
+            files => (files, None),
+        };
         Pinned {
             pid: self.pid,
             start_time,
-            files: self.files,
+            files,
+            _slot: slot,
         }
     }
 
     /// `stat`, read once per handle.
     pub(crate) fn stat(&self) -> io::Result<StatFields> {
-        if let Some(stat) = self.stat.get() {
+        if let Some((stat, _)) = self.stat.get() {
             return Ok(*stat);
         }
+        let read_at = order::next();
         let stat = self.stat_fresh()?;
-        Ok(*self.stat.get_or_init(|| stat))
+        Ok(self.stat.get_or_init(|| (stat, read_at)).0)
+    }
+
+    /// Whether this handle has named one process since before `child`'s first `stat` was
+    /// read: it was opened before that read (a handle kept from an earlier lookup), and its
+    /// own first `stat` was read after it. The kernel fails every read through a handle
+    /// once its process has been reaped, and a pid is free for reuse only then, so that
+    /// process held this pid the whole time, and was the one that pid named when `child`'s
+    /// `stat` was read.
+    pub(crate) fn held_its_pid_when_read(&self, child: &ProcDir) -> bool {
+        let Files::Kept(kept) = &self.files else {
+            return false;
+        };
+        match (child.stat.get(), self.stat.get()) {
+            (Some((_, child_read)), Some((_, own_read))) => {
+                kept.opened() < *child_read && child_read < own_read
+            }
+            _ => false,
+        }
     }
 
     /// `stat`, read now.
@@ -655,6 +713,8 @@ pub(crate) struct Pinned {
     pid: u32,
     start_time: u64,
     files: Files,
+    /// Held while files of this process other than `/proc/<pid>` are kept with it.
+    _slot: Option<crate::kept::PinnedFilesSlot>,
 }
 
 impl Pinned {
@@ -680,6 +740,19 @@ impl Pinned {
     /// See [`ProcDir::exe_raw`].
     pub(crate) fn exe_raw(&self) -> io::Result<String> {
         exe_raw_in(self.files.dir())
+    }
+
+    /// A handle for a search that starts from this process, reading through the files kept
+    /// with it: `None` when none are kept, or when a read of its `stat` fails (it has exited:
+    /// the kernel fails every read through the handle then, whoever has the pid now).
+    pub(crate) fn proc_dir(&self) -> Option<ProcDir> {
+        let Files::Kept(kept) = &self.files else {
+            return None;
+        };
+        let read_at = order::next();
+        let stat = read_stat(kept.stat()).ok()?;
+        (stat.start_time == self.start_time)
+            .then(|| ProcDir::kept(std::sync::Arc::clone(kept), stat, read_at))
     }
 }
 

@@ -10,13 +10,20 @@ use std::collections::VecDeque;
 
 /// One process: a pid and the start time that tells its incarnations apart, and the
 /// descriptor under which it held its last identified socket (looked at first: a client
-/// that opens one connection after another mostly gets the same number again).
+/// that opens one connection after another mostly gets the same number again, or the next).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RecentPid {
     pub(crate) pid: u32,
     pub(crate) start_time: u64,
     pub(crate) fd: Option<u32>,
+    /// A descriptor far from `fd` under which it held an earlier socket, looked at next: a
+    /// client holding many connections gets new ones above them and, once some have closed,
+    /// in the gaps they left below.
+    pub(crate) elsewhere: Option<u32>,
 }
+
+/// How far from the last descriptor an earlier one is remembered as `elsewhere`.
+const FAR: u32 = 256;
 
 #[derive(Debug)]
 pub(crate) struct RecentPids {
@@ -33,7 +40,19 @@ impl RecentPids {
     }
 
     /// Moves (or adds) `entry` to the front, evicting the least recent beyond capacity.
-    pub(crate) fn touch(&mut self, entry: RecentPid) {
+    pub(crate) fn touch(&mut self, mut entry: RecentPid) {
+        if let Some(known) = self
+            .entries
+            .iter()
+            .find(|known| known.pid == entry.pid && known.start_time == entry.start_time)
+        {
+            entry.elsewhere = match (known.fd, entry.fd) {
+                (Some(old), Some(new)) if old.abs_diff(new) > FAR => Some(old),
+                _ => known
+                    .elsewhere
+                    .filter(|old| entry.fd.is_none_or(|new| old.abs_diff(new) > FAR)),
+            };
+        }
         self.entries.retain(|known| known.pid != entry.pid);
         if self.capacity == 0 {
             return;
@@ -62,7 +81,38 @@ mod tests {
             pid,
             start_time,
             fd: None,
+            elsewhere: None,
         }
+    }
+
+    fn at(pid: u32, fd: u32) -> RecentPid {
+        RecentPid {
+            fd: Some(fd),
+            ..entry(pid, 10)
+        }
+    }
+
+    #[test]
+    fn a_far_earlier_descriptor_is_remembered_beside_the_last() {
+        let mut recent = RecentPids::new(4);
+        recent.touch(at(1, 3000));
+        recent.touch(at(1, 3001));
+        assert_eq!(recent.snapshot()[0].elsewhere, None);
+        // A gap far below filled: the top is remembered.
+        recent.touch(at(1, 40));
+        assert_eq!(recent.snapshot()[0].elsewhere, Some(3001));
+        // Next to the gap again: the top is still remembered.
+        recent.touch(at(1, 41));
+        assert_eq!(recent.snapshot()[0].elsewhere, Some(3001));
+        // Back at the top: the gap is remembered instead.
+        recent.touch(at(1, 3002));
+        assert_eq!(recent.snapshot()[0].elsewhere, Some(41));
+        // Another incarnation of the pid starts afresh.
+        recent.touch(RecentPid {
+            start_time: 11,
+            ..at(1, 5)
+        });
+        assert_eq!(recent.snapshot()[0].elsewhere, None);
     }
 
     #[test]

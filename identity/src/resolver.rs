@@ -107,7 +107,10 @@ impl IdentityResolver {
         let proc = self.procfs()?;
 
         let recent = lock(&self.recent).snapshot();
-        let found = OwnerSearch::new(proc, socket.inode, self.own_pid).run(&recent, socket.uid);
+        let pinned = self.pinned(&recent);
+        let found = OwnerSearch::new(proc, socket.inode, self.own_pid)
+            .with_pinned(pinned)
+            .run(&recent, socket.uid);
         if !found.stale.is_empty() {
             let mut recent = lock(&self.recent);
             for entry in &found.stale {
@@ -153,6 +156,7 @@ impl IdentityResolver {
             pid: first.pid,
             start_time: first.start_time,
             fd: first.socket.fd,
+            elsewhere: None,
         });
         Ok(first)
     }
@@ -192,9 +196,11 @@ impl IdentityResolver {
             pid: previous.pid,
             start_time: previous.start_time,
             fd: previous.socket.fd,
+            elsewhere: None,
         }];
         let found = OwnerSearch::new(proc, inode, self.own_pid)
             .without_siblings()
+            .with_pinned(previous.holder.pinned().cloned().into_iter().collect())
             .run(&hint, previous.socket.uid);
         let mut same_holder = false;
         let mut others_agree = true;
@@ -250,6 +256,20 @@ impl IdentityResolver {
         }
         pins.by_pid.insert(pinned.pid(), Arc::downgrade(&pinned));
         pinned
+    }
+
+    /// The kept handles of the processes in `recent` that still have connections.
+    fn pinned(&self, recent: &[RecentPid]) -> Vec<Arc<Pinned>> {
+        let pins = lock(&self.pins);
+        recent
+            .iter()
+            .filter_map(|entry| {
+                pins.by_pid
+                    .get(&entry.pid)
+                    .and_then(Weak::upgrade)
+                    .filter(|pinned| pinned.start_time() == entry.start_time)
+            })
+            .collect()
     }
 
     fn procfs(&self) -> Result<&ProcFs, IdentityError> {

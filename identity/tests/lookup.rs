@@ -559,28 +559,6 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// A directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path =
-            std::env::temp_dir().join(format!("sluice-identity-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Connects, says `ready <fd>`, then on each `move N` line moves the socket to descriptor `N`
 /// (closing the one it had, and putting another socket at the old number) and says `moved N`;
 /// a line `exit` ends it.
