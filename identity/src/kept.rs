@@ -47,7 +47,7 @@ pub(crate) struct KeptFiles {
     threads: Mutex<Threads>,
     namespace_init: OnceLock<bool>,
     last_used: AtomicU64,
-    /// When it was opened (see `procfs::order`): taken after its files were opened.
+    /// When it was opened (see `order`): taken after its files were opened.
     opened: u64,
 }
 
@@ -70,7 +70,7 @@ impl KeptFiles {
             threads: Mutex::new(Threads::default()),
             namespace_init: OnceLock::new(),
             last_used: AtomicU64::new(0),
-            opened: crate::procfs::order::next(),
+            opened: crate::order::next(),
         }
     }
 

@@ -73,6 +73,7 @@ mod exhaust;
 mod identity;
 mod kept;
 mod netns;
+mod order;
 mod owners;
 mod procfs;
 mod recent;

@@ -22,6 +22,7 @@ use rustix::io::Errno;
 use rustix::path::DecInt;
 
 use crate::kept::{KeptFile, KeptFiles, KeptProcs, THREADS_KEPT, Threads};
+use crate::order;
 
 /// `/proc/<pid>/cmdline` can be as large as the argument area (ARG_MAX, usually 2 MiB); the
 /// identity needs the program's arguments, not a whole generated command line.
@@ -367,20 +368,6 @@ fn own_pid_ns_if_the_mounts(root: &OwnedFd) -> Option<Vec<u8>> {
     rustix::fs::readlinkat(root, "self/ns/pid", Vec::new())
         .ok()
         .map(|target| target.into_bytes())
-}
-
-/// A count that orders the opens and reads of `/proc` files across lookups on every thread:
-/// a number taken after one finished and another taken before a second started, the smaller
-/// first, says the first finished before the second started (the counter is one atomic
-/// sequence, so taking a larger number than another thread's synchronizes with it).
-pub(crate) mod order {
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-
-    pub(crate) fn next() -> u64 {
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    }
 }
 
 fn numeric_name(name: &[u8]) -> Option<u32> {
