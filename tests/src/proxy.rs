@@ -80,12 +80,19 @@ impl Sluice {
     /// Like `start`, under a small open-file limit (`ulimit -n`), to exhaust descriptors.
     pub fn start_with_fd_limit(policy: &str, extra: &[&str], nofile: u32) -> Sluice {
         let dir = TempDir::new("sluice");
-        let policy_path = dir.write("policy.yaml", policy);
-        let audit_path = dir.path().join("audit.jsonl");
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(format!("ulimit -n {nofile} && exec \"$@\""))
-            .arg("sh")
+            .arg("sh");
+        Sluice::start_under(cmd, dir, policy, extra)
+    }
+
+    /// `sluice run` with `policy`, its audit log in `dir`, listening on `127.0.0.1:0`, and
+    /// `extra` flags, as the arguments of `wrapper` (a command that ends by running them).
+    fn start_under(mut wrapper: Command, dir: TempDir, policy: &str, extra: &[&str]) -> Sluice {
+        let policy_path = dir.write("policy.yaml", policy);
+        let audit_path = dir.path().join("audit.jsonl");
+        wrapper
             .arg(sluice_bin())
             .arg("run")
             .arg("--policy")
@@ -94,7 +101,7 @@ impl Sluice {
             .arg(&audit_path)
             .args(["--listen", "127.0.0.1:0"])
             .args(extra);
-        Sluice::spawn(cmd, dir, audit_path, 1)
+        Sluice::spawn(wrapper, dir, audit_path, 1)
     }
 
     /// sluice terminating TLS for local origins: its CA written to `dir/ca`, the origins' CAs
@@ -149,22 +156,12 @@ impl Sluice {
     /// it lists. Needs root (see [`privileged`]).
     pub fn start_with_resolv_conf(policy: &str, extra: &[&str], resolv_conf: &str) -> Sluice {
         let dir = TempDir::new("sluice");
-        let policy_path = dir.write("policy.yaml", policy);
         let conf_path = dir.write("resolv.conf", resolv_conf);
-        let audit_path = dir.path().join("audit.jsonl");
         let mut cmd = Command::new("unshare");
         cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
             .arg("mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"")
-            .arg(&conf_path)
-            .arg(sluice_bin())
-            .arg("run")
-            .arg("--policy")
-            .arg(&policy_path)
-            .arg("--audit-log")
-            .arg(&audit_path)
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra);
-        Sluice::spawn(cmd, dir, audit_path, 1)
+            .arg(&conf_path);
+        Sluice::start_under(cmd, dir, policy, extra)
     }
 
     /// Like `start`, with the audit log at `audit_path` (a FIFO, a path elsewhere).
