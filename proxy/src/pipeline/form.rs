@@ -19,7 +19,7 @@ use super::record::Record;
 use super::request::{BodyPlan, FormCheck, Prepared};
 use crate::audit::Engine;
 use crate::http::body::{BodyError, Hold};
-use crate::http::form_scan::FormScan;
+use crate::http::body_override::BodyScan;
 use crate::http::method_override::InvalidOverride;
 use crate::http::respond::{Code, Refusal};
 
@@ -51,11 +51,9 @@ impl FormVerdict {
 pub struct FormJudge {
     check: Box<FormCheck>,
     known: Known,
-    scan: FormScan,
+    scan: BodyScan,
     /// The request's judgement, each method judged so far added.
     judged: Judged,
-    /// How many of the scan's methods are judged.
-    done: usize,
     verdict: FormVerdict,
 }
 
@@ -77,14 +75,13 @@ pub fn stream(prepared: &mut Prepared, known: &Known) -> Result<FormStream, Deni
     let Some(check) = prepared.form.take() else {
         return Ok(FormStream::default());
     };
-    let scan = FormScan::new(check.kind()).map_err(|e| unreadable(&e))?;
+    let scan = BodyScan::new(check.kind()).map_err(|e| unreadable(&e))?;
     let verdict = FormVerdict::default();
     let judge = FormJudge {
         judged: check.judged().clone(),
         check,
         known: known.clone(),
         scan,
-        done: 0,
         verdict: verdict.clone(),
     };
     Ok(FormStream {
@@ -105,12 +102,11 @@ impl FormJudge {
         let denied = match scanned {
             Err(e) => Some(unreadable(&e)),
             Ok(()) => {
-                let named = &self.scan.found()[self.done..];
-                self.done = self.scan.found().len();
+                let named = self.scan.take_new();
                 if named.is_empty() {
                     return Ok(());
                 }
-                match self.check.also(&self.known).judge(&mut self.judged, named) {
+                match self.check.also(&self.known).judge(&mut self.judged, &named) {
                     Ok(()) => None,
                     Err(boxed) => {
                         let (refusal, j) = *boxed;

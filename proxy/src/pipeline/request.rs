@@ -29,8 +29,7 @@ use super::shared::Shared;
 use crate::audit::Engine;
 use crate::credentials::{self, Bindings, ScrubSet};
 use crate::http::body::{self, BodyError};
-use crate::http::form_override::FormKind;
-use crate::http::form_scan;
+use crate::http::body_override::{self, BodyKind};
 use crate::http::respond::{Code, Refusal};
 use crate::policy::{Admission, Policy};
 
@@ -95,7 +94,7 @@ const MAX_WHOLE_BODY: usize = credentials::body::MAX_REWRITE_BODY_BYTES;
 /// name needs, the same as the request line's judgement had.
 #[derive(Debug)]
 pub struct FormCheck {
-    kind: FormKind,
+    kind: BodyKind,
     policy: Arc<Policy>,
     admission: Admission,
     judged: Judged,
@@ -106,7 +105,7 @@ pub struct FormCheck {
 }
 
 impl FormCheck {
-    pub(super) fn kind(&self) -> &FormKind {
+    pub(super) fn kind(&self) -> &BodyKind {
         &self.kind
     }
 
@@ -288,7 +287,8 @@ impl<'a> Exchange<'a> {
                 .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
                 .map(|(_, v)| v.as_slice())
         };
-        let Some(kind) = FormKind::of(head.method, of_kind("content-type")) else {
+        let content_types: Vec<&[u8]> = of_kind("content-type").collect();
+        let Some(kind) = BodyKind::of(head.method, &content_types) else {
             return Ok(None);
         };
         let check = FormCheck {
@@ -333,7 +333,7 @@ impl<'a> Exchange<'a> {
         body: Bytes,
     ) -> Result<Bytes, Denial> {
         if let Some(check) = prepared.form.take() {
-            let named = form_scan::from_body(&check.kind, &body).map_err(|e| {
+            let named = body_override::from_body(&check.kind, &body).map_err(|e| {
                 let refusal = Refusal::new(400, Code::InvalidMethodOverride, e.to_string());
                 Denial::new(Engine::HttpParser, refusal)
             })?;
