@@ -264,9 +264,12 @@ fn value() -> impl Strategy<Value = (String, Option<String>)> {
     ]
 }
 
+/// A generated object's text, and its reference verdict.
+type Generated = (Vec<u8>, Result<Vec<String>, ()>);
+
 /// A generated object: its text, and the reference verdict (each `_method` member's string
 /// value, in order; a refusal at the first one that is not a string or not a method).
-fn object() -> impl Strategy<Value = (Vec<u8>, Result<Vec<String>, ()>)> {
+fn object() -> impl Strategy<Value = Generated> {
     prop::collection::vec((key(), value(), 0usize..3), 0..6).prop_map(|members| {
         let ws = ["", " ", "\r\n\t "];
         let mut text = String::from("{");
@@ -297,7 +300,7 @@ fn object() -> impl Strategy<Value = (Vec<u8>, Result<Vec<String>, ()>)> {
     })
 }
 
-fn object_and_cuts() -> impl Strategy<Value = ((Vec<u8>, Result<Vec<String>, ()>), Vec<usize>)> {
+fn object_and_cuts() -> impl Strategy<Value = (Generated, Vec<usize>)> {
     object().prop_flat_map(|o| {
         let len = o.0.len();
         (Just(o), prop::collection::vec(0..=len, 0..8))

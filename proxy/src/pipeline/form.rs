@@ -2,7 +2,8 @@
 //!
 //! Owns [`FormJudge`], the [`Hold`] both transports run on a form body that may name another
 //! method (`request.rs` decides which: [`FormCheck`]): `form_scan` holds back each field that
-//! may be `_method` until it is read, each method it names is judged like the request line's,
+//! may be `_method` (`json_scan` each top-level member of a JSON body; `body_override` chains
+//! them) until it is read, each method it names is judged like the request line's,
 //! and only then does the field go upstream. A denied or unreadable one stops the body: the
 //! transport aborts the upstream request (it never receives the field, nor a complete body)
 //! and answers with the refusal [`FormVerdict`] keeps, audited as if the body had been read

@@ -90,7 +90,7 @@ impl Prepared {
 /// Largest body sluice reads whole: one to rewrite.
 const MAX_WHOLE_BODY: usize = credentials::body::MAX_REWRITE_BODY_BYTES;
 
-/// A form body to read for `_method` fields (Rack, Symfony): what judging the methods they
+/// A form or JSON body to read for `_method` fields (Rack, Symfony, Laravel): what judging the methods they
 /// name needs, the same as the request line's judgement had.
 #[derive(Debug)]
 pub struct FormCheck {
@@ -267,9 +267,10 @@ impl<'a> Exchange<'a> {
         ))
     }
 
-    /// Whether the request's body is a form that must be read for `_method` fields: an
-    /// inspected endpoint, a form body, and some other method refused on this target (else
-    /// no method it names could change the answer). Such a body must arrive uncompressed.
+    /// Whether the request's body is a form (or JSON) that must be read for `_method` fields
+    /// (or members): an inspected endpoint, such a body, and some other method refused on
+    /// this target (else no method it names could change the answer). Such a body must
+    /// arrive uncompressed.
     fn form_check(
         &self,
         judged: &Judged,
@@ -308,7 +309,7 @@ impl<'a> Exchange<'a> {
             (!c.is_empty() && c != "identity").then_some(c)
         }) {
             let detail = format!(
-                "a form body with Content-Encoding `{coding}` cannot be read for its {} field on an endpoint that refuses some methods; send it uncompressed",
+                "a form or JSON body with Content-Encoding `{coding}` cannot be read for its {} field on an endpoint that refuses some methods; send it uncompressed",
                 "_method"
             );
             let refusal = Refusal::new(415, Code::FormBodyEncoded, detail);
