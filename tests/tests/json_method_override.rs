@@ -50,13 +50,13 @@ fn post(
     (status.parse().unwrap(), body.to_owned())
 }
 
-const JSON: &str = "Content-Type: application/json";
+const JSON: &[&str] = &["-H", "Content-Type: application/json"];
 
-/// One case: name (the path's last segment), Content-Type header, body, and the refusal
-/// (status, error code) or `None` when it passes.
+/// One case: name (the path's last segment), curl arguments (its Content-Type), body, and
+/// the refusal (status, error code) or `None` when it passes.
 type Case = (
     &'static str,
-    &'static str,
+    &'static [&'static str],
     Vec<u8>,
     Option<(u16, &'static str)>,
 );
@@ -75,14 +75,17 @@ fn cases() -> Vec<Case> {
         ),
         (
             "vnd",
-            "Content-Type: application/vnd.api+json; charset=utf-8",
+            &[
+                "-H",
+                "Content-Type: application/vnd.api+json; charset=utf-8",
+            ],
             br#"{"_method":"PUT"}"#.to_vec(),
             denied,
         ),
         // A POST without a Content-Type: read as a form and as JSON.
         (
             "untyped",
-            "Content-Type:",
+            &["-H", "Content-Type:"],
             br#"{"_method":"DELETE"}"#.to_vec(),
             denied,
         ),
@@ -139,7 +142,7 @@ fn check(sluice: &Sluice, ca: Option<&Path>, dir: &TempDir, base: &str, tag: &st
     for (name, ct, body, refusal) in cases() {
         let file = dir.path().join(format!("{name}.json"));
         std::fs::write(&file, &body).unwrap();
-        let args: Vec<&str> = http.iter().copied().chain(["-H", ct]).collect();
+        let args: Vec<&str> = http.iter().chain(ct).copied().collect();
         let url = format!("{base}/items/{name}/{tag}");
         let (status, answer) = post(sluice, ca, &args, &file, &url);
         match refusal {
