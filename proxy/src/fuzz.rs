@@ -17,9 +17,11 @@ use crate::credentials::profile::{CredentialName, CredentialRef, Placement, Prof
 use crate::credentials::rewrite;
 use crate::credentials::secrets::Secret;
 use crate::http::body::{self, BodySink, ChannelBody};
+use crate::http::body_override::{BodyKind, BodyScan};
 use crate::http::form_override::FormKind;
 use crate::http::form_scan;
 use crate::http::head::{self, BodyFraming};
+use crate::http::json_scan;
 use crate::http::method_override;
 use crate::pipeline::authority::Authority;
 use crate::pipeline::target;
@@ -53,6 +55,36 @@ fn form_streamed(
     (found, out)
 }
 
+/// A body of `kind` fed to its streaming readers (form and JSON, chained) in pieces of
+/// `piece` bytes: what they found, and the bytes they handed back.
+fn body_streamed(
+    kind: &BodyKind,
+    body: &[u8],
+    piece: usize,
+) -> (
+    Result<Vec<method_override::Override>, method_override::InvalidOverride>,
+    Vec<u8>,
+) {
+    let mut out = Vec::new();
+    let mut scan = match BodyScan::new(kind) {
+        Ok(s) => s,
+        Err(e) => return (Err(e), out),
+    };
+    let mut found = Vec::new();
+    let mut released = Vec::new();
+    for chunk in body.chunks(piece) {
+        if let Err(e) = scan.feed(bytes::Bytes::copy_from_slice(chunk), &mut released) {
+            return (Err(e), out);
+        }
+        found.extend(scan.take_new());
+        out.extend(released.drain(..).flat_map(|b| b.to_vec()));
+    }
+    let ended = scan.finish(&mut released);
+    found.extend(scan.take_new());
+    out.extend(released.drain(..).flat_map(|b| b.to_vec()));
+    (ended.map(|()| found), out)
+}
+
 /// Longest head the proxy accepts by default (`--max-head-bytes`).
 const MAX_HEAD: usize = 8192;
 
@@ -84,7 +116,8 @@ pub fn http_head(data: &[u8]) {
 /// is the body as sent, decoded through the same pump as the proxy, guard on; the same bytes
 /// are also read as a form body for `_method` fields, urlencoded and multipart, whole and
 /// streamed in pieces of a size the first byte picks: the two must find the same, and the
-/// stream must hand every byte back, in order, when it finds no refusal.
+/// stream must hand every byte back, in order, when it finds no refusal. The same holds of
+/// the bytes read as a JSON body for `_method` members, alone and chained after the form.
 pub fn request_body(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
@@ -97,6 +130,23 @@ pub fn request_body(data: &[u8]) {
         let piece = usize::from(pick % 13) + 1;
         let (streamed, out) = form_streamed(&kind, rest, piece);
         assert_eq!(streamed, whole, "a form read in pieces of {piece} bytes");
+        if streamed.is_ok() {
+            assert!(out == rest, "the stream handed back other bytes");
+        }
+    }
+    let json = json_scan::from_body(rest);
+    for form in [None, Some(FormKind::Urlencoded)] {
+        let kind = BodyKind { form, json: true };
+        let whole = crate::http::body_override::from_body(&kind, rest);
+        if kind.form.is_none() {
+            assert_eq!(whole, json, "the JSON scan alone");
+        }
+        let piece = usize::from(pick % 13) + 1;
+        let (streamed, out) = body_streamed(&kind, rest, piece);
+        assert_eq!(
+            streamed, whole,
+            "a JSON body read in pieces of {piece} bytes"
+        );
         if streamed.is_ok() {
             assert!(out == rest, "the stream handed back other bytes");
         }

@@ -116,6 +116,8 @@ fn body_seeds() -> Vec<Vec<u8>> {
         "\x03exactly this body",
         "\x02short",
         "\x00\x34\r\nopenshell:resolve:env:KEY and more text here...........\r\n0\r\n\r\n",
+        "\x05{\"a\":[1,{\"_method\":\"x\"}],\"\\u005fmethod\" : \"delete\",\"b\":\"\\\"}\"}",
+        "\x0b{\"_method\":\"GET\",\"_METHOD[]\":[\"PUT\"],\"z\":null}",
     ])
 }
 

@@ -7,7 +7,8 @@
 //! `pipeline/judge.rs` judges every named method as well as the request line's and refuses
 //! when any is denied. A value that is not an HTTP method is refused rather than guessed at.
 //! The `_method` fields of form bodies are read by `form_scan` (which forms, and their part
-//! names, by `form_override`), through the same rules.
+//! names, by `form_override`), the top-level `_method` members of JSON bodies by `json_scan`,
+//! through the same rules.
 
 use std::fmt;
 
@@ -38,6 +39,8 @@ pub enum Source {
     Form,
     /// A `_method` part of a multipart form body.
     Multipart,
+    /// A top-level `_method` member of a JSON body.
+    Json,
 }
 
 impl fmt::Display for Source {
@@ -47,6 +50,7 @@ impl fmt::Display for Source {
             Self::Query => write!(f, "query parameter {QUERY_PARAM}"),
             Self::Form => write!(f, "form field {QUERY_PARAM}"),
             Self::Multipart => write!(f, "multipart field {QUERY_PARAM}"),
+            Self::Json => write!(f, "JSON member {QUERY_PARAM}"),
         }
     }
 }
@@ -71,6 +75,10 @@ pub enum InvalidOverride {
     /// A form body whose `_method` fields cannot be read (what made it unreadable).
     #[error("the form body's {QUERY_PARAM} fields cannot be read: {0}")]
     Unreadable(String),
+    /// A JSON body whose top-level `_method` member cannot be read (why: its value is not
+    /// a string, or it is too long).
+    #[error("the JSON body's {QUERY_PARAM} member cannot be read: {0}")]
+    JsonUnreadable(String),
 }
 
 /// The methods named by the override headers among `headers` (name, value), in order, each

@@ -2,7 +2,8 @@
 //!
 //! Owns [`FormJudge`], the [`Hold`] both transports run on a form body that may name another
 //! method (`request.rs` decides which: [`FormCheck`]): `form_scan` holds back each field that
-//! may be `_method` until it is read, each method it names is judged like the request line's,
+//! may be `_method` (`json_scan` each top-level member of a JSON body; `body_override` chains
+//! them) until it is read, each method it names is judged like the request line's,
 //! and only then does the field go upstream. A denied or unreadable one stops the body: the
 //! transport aborts the upstream request (it never receives the field, nor a complete body)
 //! and answers with the refusal [`FormVerdict`] keeps, audited as if the body had been read
@@ -19,7 +20,7 @@ use super::record::Record;
 use super::request::{BodyPlan, FormCheck, Prepared};
 use crate::audit::Engine;
 use crate::http::body::{BodyError, Hold};
-use crate::http::form_scan::FormScan;
+use crate::http::body_override::BodyScan;
 use crate::http::method_override::InvalidOverride;
 use crate::http::respond::{Code, Refusal};
 
@@ -51,11 +52,9 @@ impl FormVerdict {
 pub struct FormJudge {
     check: Box<FormCheck>,
     known: Known,
-    scan: FormScan,
+    scan: BodyScan,
     /// The request's judgement, each method judged so far added.
     judged: Judged,
-    /// How many of the scan's methods are judged.
-    done: usize,
     verdict: FormVerdict,
 }
 
@@ -77,14 +76,13 @@ pub fn stream(prepared: &mut Prepared, known: &Known) -> Result<FormStream, Deni
     let Some(check) = prepared.form.take() else {
         return Ok(FormStream::default());
     };
-    let scan = FormScan::new(check.kind()).map_err(|e| unreadable(&e))?;
+    let scan = BodyScan::new(check.kind()).map_err(|e| unreadable(&e))?;
     let verdict = FormVerdict::default();
     let judge = FormJudge {
         judged: check.judged().clone(),
         check,
         known: known.clone(),
         scan,
-        done: 0,
         verdict: verdict.clone(),
     };
     Ok(FormStream {
@@ -105,12 +103,11 @@ impl FormJudge {
         let denied = match scanned {
             Err(e) => Some(unreadable(&e)),
             Ok(()) => {
-                let named = &self.scan.found()[self.done..];
-                self.done = self.scan.found().len();
+                let named = self.scan.take_new();
                 if named.is_empty() {
                     return Ok(());
                 }
-                match self.check.also(&self.known).judge(&mut self.judged, named) {
+                match self.check.also(&self.known).judge(&mut self.judged, &named) {
                     Ok(()) => None,
                     Err(boxed) => {
                         let (refusal, j) = *boxed;

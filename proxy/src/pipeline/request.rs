@@ -29,8 +29,7 @@ use super::shared::Shared;
 use crate::audit::Engine;
 use crate::credentials::{self, Bindings, ScrubSet};
 use crate::http::body::{self, BodyError};
-use crate::http::form_override::FormKind;
-use crate::http::form_scan;
+use crate::http::body_override::{self, BodyKind};
 use crate::http::respond::{Code, Refusal};
 use crate::policy::{Admission, Policy};
 
@@ -91,11 +90,11 @@ impl Prepared {
 /// Largest body sluice reads whole: one to rewrite.
 const MAX_WHOLE_BODY: usize = credentials::body::MAX_REWRITE_BODY_BYTES;
 
-/// A form body to read for `_method` fields (Rack, Symfony): what judging the methods they
+/// A form or JSON body to read for `_method` fields (Rack, Symfony, Laravel): what judging the methods they
 /// name needs, the same as the request line's judgement had.
 #[derive(Debug)]
 pub struct FormCheck {
-    kind: FormKind,
+    kind: BodyKind,
     policy: Arc<Policy>,
     admission: Admission,
     judged: Judged,
@@ -106,7 +105,7 @@ pub struct FormCheck {
 }
 
 impl FormCheck {
-    pub(super) fn kind(&self) -> &FormKind {
+    pub(super) fn kind(&self) -> &BodyKind {
         &self.kind
     }
 
@@ -268,9 +267,10 @@ impl<'a> Exchange<'a> {
         ))
     }
 
-    /// Whether the request's body is a form that must be read for `_method` fields: an
-    /// inspected endpoint, a form body, and some other method refused on this target (else
-    /// no method it names could change the answer). Such a body must arrive uncompressed.
+    /// Whether the request's body is a form (or JSON) that must be read for `_method` fields
+    /// (or members): an inspected endpoint, such a body, and some other method refused on
+    /// this target (else no method it names could change the answer). Such a body must
+    /// arrive uncompressed.
     fn form_check(
         &self,
         judged: &Judged,
@@ -288,7 +288,8 @@ impl<'a> Exchange<'a> {
                 .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
                 .map(|(_, v)| v.as_slice())
         };
-        let Some(kind) = FormKind::of(head.method, of_kind("content-type")) else {
+        let content_types: Vec<&[u8]> = of_kind("content-type").collect();
+        let Some(kind) = BodyKind::of(head.method, &content_types) else {
             return Ok(None);
         };
         let check = FormCheck {
@@ -308,7 +309,7 @@ impl<'a> Exchange<'a> {
             (!c.is_empty() && c != "identity").then_some(c)
         }) {
             let detail = format!(
-                "a form body with Content-Encoding `{coding}` cannot be read for its {} field on an endpoint that refuses some methods; send it uncompressed",
+                "a form or JSON body with Content-Encoding `{coding}` cannot be read for its {} field on an endpoint that refuses some methods; send it uncompressed",
                 "_method"
             );
             let refusal = Refusal::new(415, Code::FormBodyEncoded, detail);
@@ -333,7 +334,7 @@ impl<'a> Exchange<'a> {
         body: Bytes,
     ) -> Result<Bytes, Denial> {
         if let Some(check) = prepared.form.take() {
-            let named = form_scan::from_body(&check.kind, &body).map_err(|e| {
+            let named = body_override::from_body(&check.kind, &body).map_err(|e| {
                 let refusal = Refusal::new(400, Code::InvalidMethodOverride, e.to_string());
                 Denial::new(Engine::HttpParser, refusal)
             })?;

@@ -1,0 +1,146 @@
+//! Which readers a request body goes through for the methods it names: owns [`BodyKind`]
+//! (a form, as `form_override` decides; JSON, as `json_scan` decides; or both, as a `POST`
+//! without a `Content-Type` is, or a type that names both) and [`BodyScan`], the form scan
+//! and the JSON scan chained (what the first hands back is fed to the second), so a body
+//! that both may read is held wherever either holds it. The caller judges
+//! [`BodyScan::take_new`] before what a call hands back goes upstream.
+
+use bytes::Bytes;
+
+use super::form_override::FormKind;
+use super::form_scan::FormScan;
+use super::json_scan::{self, JsonScan};
+use super::method_override::{InvalidOverride, Override};
+
+/// How a request body may name a method.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BodyKind {
+    pub form: Option<FormKind>,
+    pub json: bool,
+}
+
+impl BodyKind {
+    /// The kind of a request with `method` and `content_types` (every `Content-Type` value
+    /// it sent), or `None` when no framework reads a method from its body.
+    pub fn of(method: &str, content_types: &[&[u8]]) -> Option<BodyKind> {
+        let form = FormKind::of(method, content_types.iter().copied());
+        let json = json_scan::is_json(method, content_types.iter().copied());
+        (form.is_some() || json).then_some(BodyKind { form, json })
+    }
+}
+
+/// The streaming readers of one body.
+#[derive(Debug)]
+pub struct BodyScan {
+    form: Option<FormScan>,
+    json: Option<JsonScan>,
+    /// How many of each reader's methods [`BodyScan::take_new`] returned.
+    taken: (usize, usize),
+}
+
+impl BodyScan {
+    /// The readers of a body of `kind`; a form no parser would read alike is refused.
+    pub fn new(kind: &BodyKind) -> Result<BodyScan, InvalidOverride> {
+        Ok(BodyScan {
+            form: kind.form.as_ref().map(FormScan::new).transpose()?,
+            json: kind.json.then(JsonScan::default),
+            taken: (0, 0),
+        })
+    }
+
+    /// The next chunk: what may go upstream (once [`BodyScan::take_new`] is judged) is
+    /// pushed to `out`, in order.
+    pub fn feed(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), InvalidOverride> {
+        match (&mut self.form, &mut self.json) {
+            (Some(form), Some(json)) => {
+                let mut passed = Vec::new();
+                form.feed(chunk, &mut passed)?;
+                passed.into_iter().try_for_each(|b| json.feed(b, out))
+            }
+            (Some(form), None) => form.feed(chunk, out),
+            (None, Some(json)) => json.feed(chunk, out),
+            (None, None) => {
+                out.push(chunk);
+                Ok(())
+            }
+        }
+    }
+
+    /// The body ended: what is still held is pushed to `out`, if it may go.
+    pub fn finish(&mut self, out: &mut Vec<Bytes>) -> Result<(), InvalidOverride> {
+        match (&mut self.form, &mut self.json) {
+            (Some(form), Some(json)) => {
+                let mut passed = Vec::new();
+                form.finish(&mut passed)?;
+                passed.into_iter().try_for_each(|b| json.feed(b, out))?;
+                json.finish(out)
+            }
+            (Some(form), None) => form.finish(out),
+            (None, Some(json)) => json.finish(out),
+            (None, None) => Ok(()),
+        }
+    }
+
+    /// The methods found since the last call, form fields first.
+    pub fn take_new(&mut self) -> Vec<Override> {
+        let form = self.form.as_ref().map(FormScan::found).unwrap_or_default();
+        let json = self.json.as_ref().map(JsonScan::found).unwrap_or_default();
+        let new: Vec<Override> = form[self.taken.0..]
+            .iter()
+            .chain(&json[self.taken.1..])
+            .cloned()
+            .collect();
+        self.taken = (form.len(), json.len());
+        new
+    }
+}
+
+/// The methods a whole body of `kind` names, in order (form fields first).
+pub fn from_body(kind: &BodyKind, body: &[u8]) -> Result<Vec<Override>, InvalidOverride> {
+    let mut scan = BodyScan::new(kind)?;
+    let mut out = Vec::new();
+    scan.feed(Bytes::copy_from_slice(body), &mut out)?;
+    scan.finish(&mut out)?;
+    Ok(scan.take_new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn methods(kind: &BodyKind, body: &str) -> Vec<String> {
+        from_body(kind, body.as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(|o| o.method)
+            .collect()
+    }
+
+    #[test]
+    fn a_body_both_may_read_is_read_as_both() {
+        let untyped = BodyKind::of("POST", &[]).unwrap();
+        assert_eq!(untyped.form, Some(FormKind::Urlencoded));
+        assert!(untyped.json);
+        assert_eq!(methods(&untyped, r#"{"_method":"DELETE"}"#), ["DELETE"]);
+        assert_eq!(methods(&untyped, "_method=PUT"), ["PUT"]);
+        let both = BodyKind::of("POST", &[b"application/x-www-form-urlencoded; x=/json"]).unwrap();
+        assert_eq!(
+            methods(&both, r#"_method=PUT&{"_method":"DELETE"}"#),
+            ["PUT", "DELETE"]
+        );
+        assert_eq!(BodyKind::of("POST", &[b"text/plain"]), None);
+        // Cut anywhere, what the form scan holds is still read by the JSON scan.
+        let body = br#"a=1&{"_method":"DELETE"}"#;
+        for at in 0..=body.len() {
+            let mut scan = BodyScan::new(&untyped).unwrap();
+            let mut out = Vec::new();
+            scan.feed(Bytes::copy_from_slice(&body[..at]), &mut out)
+                .unwrap();
+            scan.feed(Bytes::copy_from_slice(&body[at..]), &mut out)
+                .unwrap();
+            scan.finish(&mut out).unwrap();
+            assert_eq!(scan.take_new()[0].method, "DELETE");
+            assert_eq!(out.concat(), body);
+        }
+    }
+}
