@@ -28,10 +28,14 @@ pub enum FormKind {
 
 impl FormKind {
     /// The form kind of a request with `method` and `content_types` (every `Content-Type`
-    /// value it sent), or `None` when no framework reads it as a form.
+    /// value it sent), or `None` when no framework reads it as a form. An empty value counts
+    /// as none (Rack reads a `POST` with an empty `Content-Type` as a form).
     pub fn of<'a>(method: &str, content_types: impl IntoIterator<Item = &'a [u8]>) -> Option<Self> {
         let mut any = false;
         for value in content_types {
+            if value.trim_ascii().is_empty() {
+                continue;
+            }
             any = true;
             if let Some(kind) = Self::of_one(value) {
                 return Some(kind);
@@ -57,18 +61,20 @@ impl FormKind {
         {
             return None;
         }
-        // Every boundary a parser may read: the `boundary` parameter, and what follows each
-        // `boundary=` as Rack's pattern reads it (which may be inside another parameter).
+        // Every boundary a parser may read: the `boundary` parameter, what follows each
+        // `boundary=` as Rack's pattern reads it (which may be inside another parameter), and
+        // PHP's; each as read (white space kept, as PHP, Rack and busboy keep it, and empty,
+        // as PHP and busboy accept it) and trimmed (as Python's parsers trim it).
         let mut read: Vec<Vec<u8>> = params_of(params)
             .into_iter()
             .filter(|(name, _)| name.eq_ignore_ascii_case(b"boundary"))
             .map(|(_, boundary)| boundary)
             .collect();
         read.extend(rack_boundaries(params));
+        read.extend(php_boundary(value));
         let read: Vec<&[u8]> = read
             .iter()
-            .map(|b| b.trim_ascii())
-            .filter(|b| !b.is_empty())
+            .flat_map(|b| [b.as_slice(), b.trim_ascii()])
             .collect();
         let shortest = read.iter().min_by_key(|b| b.len())?;
         // A delimiter of the shortest begins every delimiter of the others: splitting at its
@@ -103,6 +109,29 @@ fn rack_boundaries(params: &[u8]) -> Vec<Vec<u8>> {
             rest[..end].to_vec()
         })
         .collect()
+}
+
+/// The boundary PHP reads: after the first `boundary` in the value (any case only when no
+/// lower-case one is there), from the first `=` after it, to the next `"` when quoted, else
+/// to `,` or `;`. `None` where PHP finds none (or an unterminated quote).
+fn php_boundary(value: &[u8]) -> Option<Vec<u8>> {
+    const KEY: &[u8] = b"boundary";
+    let at = value
+        .windows(KEY.len())
+        .position(|w| w == KEY)
+        .or_else(|| find_ci(value, KEY))?;
+    let after = &value[at + KEY.len()..];
+    let rest = &after[after.iter().position(|&b| b == b'=')? + 1..];
+    let read = match rest.strip_prefix(b"\"") {
+        Some(quoted) => &quoted[..quoted.iter().position(|&b| b == b'"')?],
+        None => {
+            &rest[..rest
+                .iter()
+                .position(|&b| b == b',' || b == b';')
+                .unwrap_or(rest.len())]
+        }
+    };
+    Some(read.to_vec())
 }
 
 /// Whether a multipart part whose header lines are `headers` may be read as a `_method`
