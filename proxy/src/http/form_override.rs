@@ -139,8 +139,31 @@ fn php_boundary(value: &[u8]) -> Option<Vec<u8>> {
 /// as written or percent-decoded, its value read to the end of its line or to the next
 /// `:`; by a ` name=` anywhere after `Content-Disposition:`, and by a `Content-ID` (which
 /// Rack reads as the name of a part without one), wherever on a line they begin, as Rack's
-/// patterns find them.
+/// patterns find them; the lines as written and as PHP joins them.
 pub(super) fn part_is_method(headers: &[u8]) -> bool {
+    lines_name_method(headers) || lines_name_method(&php_unfolded(headers))
+}
+
+/// The header lines as PHP reads them: a line that begins with white space or has no `:`
+/// is joined to the one before it, with nothing between (its line break dropped).
+fn php_unfolded(headers: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(headers.len());
+    for (i, line) in headers.split(|&b| b == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let joined = line
+            .first()
+            .is_some_and(|&b| b.is_ascii_whitespace() || b == 0x0b)
+            || !line.contains(&b':');
+        if i > 0 && !joined {
+            out.push(b'\n');
+        }
+        out.extend_from_slice(line);
+    }
+    out
+}
+
+/// [`part_is_method`] of header lines read as they are.
+fn lines_name_method(headers: &[u8]) -> bool {
     let mut at = 0;
     for line in headers.split(|&b| b == b'\n') {
         let line_at = at;
@@ -238,10 +261,31 @@ fn params_names_method(value: &[u8]) -> bool {
 }
 
 /// A part name as written or percent-decoded (some parsers decode names the HTML form
-/// encoding escaped).
+/// encoding escaped), or in single quotes as PHP reads them.
 fn name_is_method(name: &[u8]) -> bool {
-    method_override::is_method_key(name)
-        || method_override::is_method_key(&method_override::percent_decode(name))
+    let read = |name: &[u8]| {
+        method_override::is_method_key(name)
+            || method_override::is_method_key(&method_override::percent_decode(name))
+    };
+    read(name) || single_quoted(name).is_some_and(|n| read(&n))
+}
+
+/// A value in single quotes as PHP reads it: to the next `'` (or the end), `\'` an escaped
+/// quote.
+fn single_quoted(value: &[u8]) -> Option<Vec<u8>> {
+    let mut rest = value.trim_ascii_start().strip_prefix(b"'")?.iter();
+    let mut out = Vec::new();
+    while let Some(&b) = rest.next() {
+        match b {
+            b'\'' => break,
+            b'\\' if rest.as_slice().first() == Some(&b'\'') => {
+                out.push(b'\'');
+                rest.next();
+            }
+            _ => out.push(b),
+        }
+    }
+    Some(out)
 }
 
 /// The `; name=value` parameters after a media type or disposition (values quoted or not;
