@@ -92,20 +92,41 @@ impl FormScan {
     /// The next chunk of the body: what may go upstream (once [`FormScan::found`] is judged)
     /// is pushed to `out`, in order; the rest is held.
     pub fn feed(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), InvalidOverride> {
-        match &mut self.inner {
+        let from = out.len();
+        let fed = match &mut self.inner {
             Inner::Url(u) => u.feed(&chunk, &mut Cut::new(&chunk, out), &mut self.found),
             Inner::Multipart(m) => m.feed(&chunk, &mut Cut::new(&chunk, out), &mut self.found),
-        }
+        };
+        coalesce(out, from);
+        fed
     }
 
     /// The body ended: a field still held is read as ended here (conservatively, even
     /// where a parser would find it unterminated), and what is left pushed to `out`.
     pub fn finish(&mut self, out: &mut Vec<Bytes>) -> Result<(), InvalidOverride> {
-        match &mut self.inner {
+        let from = out.len();
+        let finished = match &mut self.inner {
             Inner::Url(u) => u.finish(out, &mut self.found),
             Inner::Multipart(m) => m.finish(out, &mut self.found),
-        }
+        };
+        coalesce(out, from);
+        finished
     }
+}
+
+/// The pieces handed back from `from` on, as one when there are more than two: each piece
+/// goes upstream as a frame of its own, and a chunk of one-byte fields would otherwise be a
+/// frame per byte (an HTTP/2 DATA frame's 9-byte header each, a channel hand-off each).
+fn coalesce(out: &mut Vec<Bytes>, from: usize) {
+    if out.len().saturating_sub(from) <= 2 {
+        return;
+    }
+    let pieces = out.split_off(from);
+    let mut one = bytes::BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+    for piece in &pieces {
+        one.extend_from_slice(piece);
+    }
+    out.push(one.freeze());
 }
 
 /// Hands back slices of one chunk without copying: `chunk[from..]` not yet handed back.

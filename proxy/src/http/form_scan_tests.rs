@@ -561,3 +561,23 @@ fn part_heads_as_php_reads_them_name_method() {
         assert_eq!(methods(&multipart(), &part), ["DELETE"], "{head}");
     }
 }
+
+#[test]
+fn a_chunk_of_tiny_fields_is_handed_back_in_few_pieces() {
+    // Each piece handed back goes upstream as a frame of its own (an HTTP/2 DATA frame): a
+    // chunk of one-byte fields must not become a frame per byte.
+    for (kind, chunk) in [
+        (FormKind::Urlencoded, b"&".repeat(64 * 1024)),
+        (FormKind::Urlencoded, b"_method=post&a&".repeat(4 * 1024)),
+        (multipart(), b"--XyZ\r\n\r\n\r\n".repeat(6 * 1024)),
+    ] {
+        let mut scan = FormScan::new(&kind).unwrap();
+        let mut out = Vec::new();
+        scan.feed(Bytes::from(chunk.clone()), &mut out).unwrap();
+        assert!(out.len() <= 2, "{} pieces", out.len());
+        let mut last = Vec::new();
+        scan.finish(&mut last).unwrap();
+        assert!(last.len() <= 2, "{} pieces at the end", last.len());
+        assert_eq!([out, last].concat().concat(), chunk);
+    }
+}
