@@ -76,6 +76,16 @@ impl FormKind {
             .iter()
             .flat_map(|b| [b.as_slice(), b.trim_ascii()])
             .collect();
+        // An RFC 2231 boundary (`boundary*`, `boundary*0`...), which Go and Python decode and
+        // others ignore: no reading of it can be trusted.
+        if params_of(params).iter().any(|(name, _)| {
+            name.get(..b"boundary*".len())
+                .is_some_and(|k| k.eq_ignore_ascii_case(b"boundary*"))
+        }) {
+            return Some(FormKind::Unreadable(
+                "a multipart Content-Type with an RFC 2231 boundary parameter",
+            ));
+        }
         let shortest = read.iter().min_by_key(|b| b.len())?;
         // A delimiter of the shortest begins every delimiter of the others: splitting at its
         // delimiters splits wherever any of them would.
@@ -247,9 +257,10 @@ fn loose_names(value: &[u8]) -> Vec<Vec<u8>> {
 
 /// Whether a `Content-Disposition` value's `name` or `name*` parameter may be `_method`.
 fn params_names_method(value: &[u8]) -> bool {
-    params_of(value).into_iter().any(|(name, v)| {
+    let params = params_of(value);
+    let named = params.iter().any(|(name, v)| {
         if name.eq_ignore_ascii_case(b"name") {
-            name_is_method(&v)
+            name_is_method(v)
         } else if name.eq_ignore_ascii_case(b"name*") {
             // `charset'language'percent-encoded`.
             let encoded = v.rsplit(|&b| b == b'\'').next().unwrap_or_default();
@@ -257,7 +268,39 @@ fn params_names_method(value: &[u8]) -> bool {
         } else {
             false
         }
-    })
+    });
+    named || continued(&params, b"name").is_some_and(|v| name_is_method(&v))
+}
+
+/// The value RFC 2231 continuations of `key` (`key*0`, `key*1*`...) join to, sections in
+/// order (Go's `mime` joins them), as written: the first one's `charset'language'` dropped,
+/// escapes left for [`name_is_method`] to read both ways.
+fn continued(params: &[(Vec<u8>, Vec<u8>)], key: &[u8]) -> Option<Vec<u8>> {
+    let mut sections: Vec<(u32, &[u8])> = params
+        .iter()
+        .filter_map(|(name, v)| {
+            let rest = name
+                .get(..key.len())
+                .filter(|k| k.eq_ignore_ascii_case(key))
+                .and(name.get(key.len()..))?
+                .strip_prefix(b"*")?;
+            let digits = rest.strip_suffix(b"*").unwrap_or(rest);
+            let n = std::str::from_utf8(digits).ok()?.parse().ok()?;
+            Some((n, v.as_slice()))
+        })
+        .collect();
+    sections.sort_by_key(|&(n, _)| n);
+    let mut out = Vec::new();
+    for (i, &(_, v)) in sections.iter().enumerate() {
+        let v = match i {
+            0 if v.iter().filter(|&&b| b == b'\'').count() >= 2 => {
+                v.rsplit(|&b| b == b'\'').next().unwrap_or_default()
+            }
+            _ => v,
+        };
+        out.extend_from_slice(v);
+    }
+    (!sections.is_empty()).then_some(out)
 }
 
 /// A part name as written or percent-decoded (some parsers decode names the HTML form

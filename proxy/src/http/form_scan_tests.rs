@@ -581,3 +581,28 @@ fn a_chunk_of_tiny_fields_is_handed_back_in_few_pieces() {
         assert_eq!([out, last].concat().concat(), chunk);
     }
 }
+
+#[test]
+fn rfc_2231_names_and_boundaries_as_go_reads_them() {
+    // Go's `mime` (so `r.FormValue`, and gorilla's method override) joins `name*0`,
+    // `name*1`... and reads `boundary*`.
+    for head in [
+        "Content-Disposition: form-data; name*0=_me; name*1=thod",
+        "Content-Disposition: form-data; name*0*=utf-8''%5Fme; name*1*=thod",
+        "Content-Disposition: form-data; name*1=\"thod\"; name*0=\"_me\"",
+    ] {
+        let part = format!("--XyZ\r\n{head}\r\n\r\nDELETE\r\n--XyZ--\r\n");
+        assert_eq!(methods(&multipart(), &part), ["DELETE"], "{head}");
+    }
+    for ct in [
+        "multipart/form-data; boundary*=utf-8''evil",
+        "multipart/form-data; boundary=good; boundary*=utf-8''evil",
+        "multipart/form-data; boundary*0=ev; boundary*1=il",
+    ] {
+        let v = verdict(Some(ct), &method_part("evil"));
+        assert!(
+            matches!(&v, Some(Ok(m)) if m == &["DELETE"]) || matches!(v, Some(Err(()))),
+            "{ct}: {v:?}"
+        );
+    }
+}
