@@ -527,6 +527,12 @@ fn forms_as_php_rack_and_body_parser_read_them_never_reach_the_origin_whole() {
             "application/x-www-form-urlencoded".into(),
             b"\xef\xbb\xbf_method=DELETE".to_vec(),
         ),
+        // Rack 2: a delimiter line led by white space (each line is compared stripped).
+        (
+            "rack2 led delimiter",
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+            [b" \t".as_slice(), &part(BOUNDARY, named)].concat(),
+        ),
         // PHP: single quotes; a header line without a colon joined to the one before.
         (
             "php quotes",

@@ -37,7 +37,8 @@ fn whole(kind: &FormKind, body: &[u8]) -> Result<Vec<Override>, InvalidOverride>
             delimiter.extend_from_slice(boundary);
             let starts: Vec<usize> = (0..body.len())
                 .filter(|&at| {
-                    (at == 0 || body[at - 1] == b'\n') && body[at..].starts_with(&delimiter)
+                    let lead = body[..at].iter().rposition(|&b| !is_line_space(b));
+                    lead.is_none_or(|l| body[l] == b'\n') && body[at..].starts_with(&delimiter)
                 })
                 .chain([body.len()])
                 .collect();
@@ -400,6 +401,8 @@ fn token() -> impl Strategy<Value = &'static str> {
         "]",
         "\u{feff}",
         "%EF",
+        "\t",
+        "\0",
     ])
 }
 
@@ -604,5 +607,28 @@ fn rfc_2231_names_and_boundaries_as_go_reads_them() {
             matches!(&v, Some(Ok(m)) if m == &["DELETE"]) || matches!(v, Some(Err(()))),
             "{ct}: {v:?}"
         );
+    }
+}
+
+#[test]
+fn delimiter_lines_led_by_white_space_as_rack_2_reads_them_begin_parts() {
+    // Rack 2 compares each line stripped (white space and NUL) with the delimiter.
+    let named = "Content-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XyZ--\r\n";
+    let a = "--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n";
+    for lead in [
+        " --XyZ\r\n".to_string(),
+        "\t--XyZ\r\n".to_string(),
+        "\0--XyZ\r\n".to_string(),
+        "\r--XyZ\r\n".to_string(),
+        "\x0b\x0c --XyZ\r\n".to_string(),
+        format!("{a}x--XyZ\r\n --XyZ\r\n"),
+        format!("{a}x\r\n{}--XyZ\r\n", " ".repeat(3000)),
+    ] {
+        let body = format!("{lead}{named}").into_bytes();
+        for cuts in [vec![], (1..body.len()).collect::<Vec<_>>()] {
+            let s = stream(&multipart(), &body, &cuts);
+            let found: Vec<String> = s.verdict.unwrap().into_iter().map(|o| o.method).collect();
+            assert_eq!(found, ["DELETE"], "{lead:?} cut {}", cuts.len());
+        }
     }
 }
