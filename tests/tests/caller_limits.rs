@@ -259,3 +259,50 @@ fn connections_of_unidentifiable_callers_share_one_callers_share_of_slots() {
     assert!(denials >= refused, "{:#?}", sluice.events());
     assert_events_valid(&sluice);
 }
+
+/// A caller past its share cannot take the others' slots either: connections it keeps open
+/// after their 429 (silent, never closed) are not held for long in slots of the whole proxy,
+/// and another program still gets through while they stay open.
+#[test]
+fn refused_connections_kept_open_do_not_take_the_other_programs_slots() {
+    let origin = HttpOrigin::start();
+    let sluice = Sluice::start(
+        &policy(origin.port()),
+        &[
+            "--allow-loopback-upstream",
+            "--max-connections",
+            "20",
+            "--max-connections-per-caller",
+            "5",
+        ],
+    );
+    let idle: Vec<TcpStream> = (0..5)
+        .map(|_| {
+            let (s, answer) = open_tunnel(&sluice, origin.port());
+            assert_eq!(status_of(&answer), 200, "{answer}");
+            s
+        })
+        .collect();
+    // Fifteen more, each answered 429 and then kept open without a byte more.
+    let refused: Vec<TcpStream> = (0..15)
+        .map(|_| {
+            let mut s = TcpStream::connect(sluice.addr()).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let port = origin.port();
+            s.write_all(
+                format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n")
+                    .as_bytes(),
+            )
+            .unwrap();
+            assert!(read_until(&mut s, "caller_connection_limit"));
+            s
+        })
+        .collect();
+    let (code, out) = curl_through(&sluice, &origin);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "hello from origin\n"),
+        "another program was refused while one caller's refused connections stayed open"
+    );
+    drop((idle, refused));
+}

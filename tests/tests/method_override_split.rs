@@ -446,3 +446,133 @@ fn a_method_field_cut_across_http2_data_frames_never_reaches_the_origin() {
         }
     }
 }
+
+/// Sends `POST /items/...` with `content_type` (`None`: no such header) and `body` in one
+/// write through sluice. Returns the status and the answer's JSON (if any).
+fn send_typed(
+    sluice: &Sluice,
+    port: u16,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> (u16, Value) {
+    let mut s = TcpStream::connect(sluice.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut wire = format!(
+        "POST http://127.0.0.1:{port}{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    wire.extend_from_slice(body);
+    s.write_all(&wire).unwrap();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let json = text
+        .split_once("\r\n\r\n")
+        .and_then(|(_, b)| serde_json::from_str(b).ok())
+        .unwrap_or(Value::Null);
+    (status, json)
+}
+
+/// Forms that PHP (Laravel), Rack (Rails) or body-parser (Express) read as naming DELETE,
+/// each in a spelling found to differ from sluice's first reading: every one is refused and
+/// no origin receives it whole.
+#[test]
+fn forms_as_php_rack_and_body_parser_read_them_never_reach_the_origin_whole() {
+    let origin = RawOrigin::start();
+    let sluice = Sluice::start(&policy(origin.port), &["--allow-loopback-upstream"]);
+    let part = |boundary: &str, head: &str| {
+        format!("--{boundary}\r\n{head}\r\n\r\nDELETE\r\n--{boundary}--\r\n").into_bytes()
+    };
+    let named = "Content-Disposition: form-data; name=\"_method\"";
+    let cases: Vec<(&str, String, Vec<u8>)> = vec![
+        // Rack: a POST with an empty Content-Type is a form.
+        ("rack empty type", String::new(), b"_method=DELETE".to_vec()),
+        // PHP: the first `boundary`, then the first `=` after it.
+        (
+            "php boundaryx",
+            "multipart/form-data; boundaryx=evil; boundary=good".into(),
+            part("evil", named),
+        ),
+        (
+            "php boundary word",
+            "multipart/form-data; a=boundary; b=evil".into(),
+            part("evil", named),
+        ),
+        // PHP, Rack, busboy: white space is part of the boundary; an empty one is accepted.
+        (
+            "leading space",
+            "multipart/form-data; boundary=\" abc\"".into(),
+            part(" abc", named),
+        ),
+        (
+            "empty boundary",
+            "multipart/form-data; boundary=\"\"".into(),
+            part("", named),
+        ),
+        // Rack 2: brackets around the name; body-parser: a byte order mark before it.
+        (
+            "rack2 brackets",
+            "application/x-www-form-urlencoded".into(),
+            b"[_method]=DELETE".to_vec(),
+        ),
+        (
+            "bom",
+            "application/x-www-form-urlencoded".into(),
+            b"\xef\xbb\xbf_method=DELETE".to_vec(),
+        ),
+        // Rack 2: a delimiter line led by white space (each line is compared stripped).
+        (
+            "rack2 led delimiter",
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+            [b" \t".as_slice(), &part(BOUNDARY, named)].concat(),
+        ),
+        // PHP: single quotes; a header line without a colon joined to the one before.
+        (
+            "php quotes",
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+            part(BOUNDARY, "Content-Disposition: form-data; name='_method'"),
+        ),
+        (
+            "php joined",
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+            part(
+                BOUNDARY,
+                "Content-Disposition: form-data; na\r\nme=\"_method\"",
+            ),
+        ),
+    ];
+    for (i, (what, content_type, body)) in cases.iter().enumerate() {
+        let (status, json) = send_typed(
+            &sluice,
+            origin.port,
+            &format!("/items/d{i}"),
+            content_type,
+            body,
+        );
+        assert!(
+            status == 403 || status == 400,
+            "{what}: {status} {json}\n{}",
+            sluice.stderr()
+        );
+        assert_eq!(
+            json["error"],
+            if status == 403 {
+                "policy_denied"
+            } else {
+                "invalid_method_override"
+            },
+            "{what}: {json}"
+        );
+    }
+    for c in origin.seen() {
+        assert!(!c.complete, "a refused form reached the origin whole");
+        assert!(find(&c.bytes, b"DELETE").is_none(), "the origin saw DELETE");
+    }
+}

@@ -28,10 +28,14 @@ pub enum FormKind {
 
 impl FormKind {
     /// The form kind of a request with `method` and `content_types` (every `Content-Type`
-    /// value it sent), or `None` when no framework reads it as a form.
+    /// value it sent), or `None` when no framework reads it as a form. An empty value counts
+    /// as none (Rack reads a `POST` with an empty `Content-Type` as a form).
     pub fn of<'a>(method: &str, content_types: impl IntoIterator<Item = &'a [u8]>) -> Option<Self> {
         let mut any = false;
         for value in content_types {
+            if value.trim_ascii().is_empty() {
+                continue;
+            }
             any = true;
             if let Some(kind) = Self::of_one(value) {
                 return Some(kind);
@@ -57,19 +61,31 @@ impl FormKind {
         {
             return None;
         }
-        // Every boundary a parser may read: the `boundary` parameter, and what follows each
-        // `boundary=` as Rack's pattern reads it (which may be inside another parameter).
+        // Every boundary a parser may read: the `boundary` parameter, what follows each
+        // `boundary=` as Rack's pattern reads it (which may be inside another parameter), and
+        // PHP's; each as read (white space kept, as PHP, Rack and busboy keep it, and empty,
+        // as PHP and busboy accept it) and trimmed (as Python's parsers trim it).
         let mut read: Vec<Vec<u8>> = params_of(params)
             .into_iter()
             .filter(|(name, _)| name.eq_ignore_ascii_case(b"boundary"))
             .map(|(_, boundary)| boundary)
             .collect();
         read.extend(rack_boundaries(params));
+        read.extend(php_boundary(value));
         let read: Vec<&[u8]> = read
             .iter()
-            .map(|b| b.trim_ascii())
-            .filter(|b| !b.is_empty())
+            .flat_map(|b| [b.as_slice(), b.trim_ascii()])
             .collect();
+        // An RFC 2231 boundary (`boundary*`, `boundary*0`...), which Go and Python decode and
+        // others ignore: no reading of it can be trusted.
+        if params_of(params).iter().any(|(name, _)| {
+            name.get(..b"boundary*".len())
+                .is_some_and(|k| k.eq_ignore_ascii_case(b"boundary*"))
+        }) {
+            return Some(FormKind::Unreadable(
+                "a multipart Content-Type with an RFC 2231 boundary parameter",
+            ));
+        }
         let shortest = read.iter().min_by_key(|b| b.len())?;
         // A delimiter of the shortest begins every delimiter of the others: splitting at its
         // delimiters splits wherever any of them would.
@@ -105,13 +121,59 @@ fn rack_boundaries(params: &[u8]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The boundary PHP reads: after the first `boundary` in the value (any case only when no
+/// lower-case one is there), from the first `=` after it, to the next `"` when quoted, else
+/// to `,` or `;`. `None` where PHP finds none (or an unterminated quote).
+fn php_boundary(value: &[u8]) -> Option<Vec<u8>> {
+    const KEY: &[u8] = b"boundary";
+    let at = value
+        .windows(KEY.len())
+        .position(|w| w == KEY)
+        .or_else(|| find_ci(value, KEY))?;
+    let after = &value[at + KEY.len()..];
+    let rest = &after[after.iter().position(|&b| b == b'=')? + 1..];
+    let read = match rest.strip_prefix(b"\"") {
+        Some(quoted) => &quoted[..quoted.iter().position(|&b| b == b'"')?],
+        None => {
+            &rest[..rest
+                .iter()
+                .position(|&b| b == b',' || b == b';')
+                .unwrap_or(rest.len())]
+        }
+    };
+    Some(read.to_vec())
+}
+
 /// Whether a multipart part whose header lines are `headers` may be read as a `_method`
 /// field: by the `name` (or RFC 2231 `name*`) parameter of any `Content-Disposition` header,
 /// as written or percent-decoded, its value read to the end of its line or to the next
 /// `:`; by a ` name=` anywhere after `Content-Disposition:`, and by a `Content-ID` (which
 /// Rack reads as the name of a part without one), wherever on a line they begin, as Rack's
-/// patterns find them.
+/// patterns find them; the lines as written and as PHP joins them.
 pub(super) fn part_is_method(headers: &[u8]) -> bool {
+    lines_name_method(headers) || lines_name_method(&php_unfolded(headers))
+}
+
+/// The header lines as PHP reads them: a line that begins with white space or has no `:`
+/// is joined to the one before it, with nothing between (its line break dropped).
+fn php_unfolded(headers: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(headers.len());
+    for (i, line) in headers.split(|&b| b == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let joined = line
+            .first()
+            .is_some_and(|&b| b.is_ascii_whitespace() || b == 0x0b)
+            || !line.contains(&b':');
+        if i > 0 && !joined {
+            out.push(b'\n');
+        }
+        out.extend_from_slice(line);
+    }
+    out
+}
+
+/// [`part_is_method`] of header lines read as they are.
+fn lines_name_method(headers: &[u8]) -> bool {
     let mut at = 0;
     for line in headers.split(|&b| b == b'\n') {
         let line_at = at;
@@ -195,9 +257,10 @@ fn loose_names(value: &[u8]) -> Vec<Vec<u8>> {
 
 /// Whether a `Content-Disposition` value's `name` or `name*` parameter may be `_method`.
 fn params_names_method(value: &[u8]) -> bool {
-    params_of(value).into_iter().any(|(name, v)| {
+    let params = params_of(value);
+    let named = params.iter().any(|(name, v)| {
         if name.eq_ignore_ascii_case(b"name") {
-            name_is_method(&v)
+            name_is_method(v)
         } else if name.eq_ignore_ascii_case(b"name*") {
             // `charset'language'percent-encoded`.
             let encoded = v.rsplit(|&b| b == b'\'').next().unwrap_or_default();
@@ -205,14 +268,67 @@ fn params_names_method(value: &[u8]) -> bool {
         } else {
             false
         }
-    })
+    });
+    named || continued(&params, b"name").is_some_and(|v| name_is_method(&v))
+}
+
+/// The value RFC 2231 continuations of `key` (`key*0`, `key*1*`...) join to, sections in
+/// order (Go's `mime` joins them), as written: the first one's `charset'language'` dropped,
+/// escapes left for [`name_is_method`] to read both ways.
+fn continued(params: &[(Vec<u8>, Vec<u8>)], key: &[u8]) -> Option<Vec<u8>> {
+    let mut sections: Vec<(u32, &[u8])> = params
+        .iter()
+        .filter_map(|(name, v)| {
+            let rest = name
+                .get(..key.len())
+                .filter(|k| k.eq_ignore_ascii_case(key))
+                .and(name.get(key.len()..))?
+                .strip_prefix(b"*")?;
+            let digits = rest.strip_suffix(b"*").unwrap_or(rest);
+            let n = std::str::from_utf8(digits).ok()?.parse().ok()?;
+            Some((n, v.as_slice()))
+        })
+        .collect();
+    sections.sort_by_key(|&(n, _)| n);
+    let mut out = Vec::new();
+    for (i, &(_, v)) in sections.iter().enumerate() {
+        let v = match i {
+            0 if v.iter().filter(|&&b| b == b'\'').count() >= 2 => {
+                v.rsplit(|&b| b == b'\'').next().unwrap_or_default()
+            }
+            _ => v,
+        };
+        out.extend_from_slice(v);
+    }
+    (!sections.is_empty()).then_some(out)
 }
 
 /// A part name as written or percent-decoded (some parsers decode names the HTML form
-/// encoding escaped).
+/// encoding escaped), or in single quotes as PHP reads them.
 fn name_is_method(name: &[u8]) -> bool {
-    method_override::is_method_key(name)
-        || method_override::is_method_key(&method_override::percent_decode(name))
+    let read = |name: &[u8]| {
+        method_override::is_method_key(name)
+            || method_override::is_method_key(&method_override::percent_decode(name))
+    };
+    read(name) || single_quoted(name).is_some_and(|n| read(&n))
+}
+
+/// A value in single quotes as PHP reads it: to the next `'` (or the end), `\'` an escaped
+/// quote.
+fn single_quoted(value: &[u8]) -> Option<Vec<u8>> {
+    let mut rest = value.trim_ascii_start().strip_prefix(b"'")?.iter();
+    let mut out = Vec::new();
+    while let Some(&b) = rest.next() {
+        match b {
+            b'\'' => break,
+            b'\\' if rest.as_slice().first() == Some(&b'\'') => {
+                out.push(b'\'');
+                rest.next();
+            }
+            _ => out.push(b),
+        }
+    }
+    Some(out)
 }
 
 /// The `; name=value` parameters after a media type or disposition (values quoted or not;

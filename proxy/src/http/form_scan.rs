@@ -92,20 +92,41 @@ impl FormScan {
     /// The next chunk of the body: what may go upstream (once [`FormScan::found`] is judged)
     /// is pushed to `out`, in order; the rest is held.
     pub fn feed(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), InvalidOverride> {
-        match &mut self.inner {
+        let from = out.len();
+        let fed = match &mut self.inner {
             Inner::Url(u) => u.feed(&chunk, &mut Cut::new(&chunk, out), &mut self.found),
             Inner::Multipart(m) => m.feed(&chunk, &mut Cut::new(&chunk, out), &mut self.found),
-        }
+        };
+        coalesce(out, from);
+        fed
     }
 
     /// The body ended: a field still held is read as ended here (conservatively, even
     /// where a parser would find it unterminated), and what is left pushed to `out`.
     pub fn finish(&mut self, out: &mut Vec<Bytes>) -> Result<(), InvalidOverride> {
-        match &mut self.inner {
+        let from = out.len();
+        let finished = match &mut self.inner {
             Inner::Url(u) => u.finish(out, &mut self.found),
             Inner::Multipart(m) => m.finish(out, &mut self.found),
-        }
+        };
+        coalesce(out, from);
+        finished
     }
+}
+
+/// The pieces handed back from `from` on, as one when there are more than two: each piece
+/// goes upstream as a frame of its own, and a chunk of one-byte fields would otherwise be a
+/// frame per byte (an HTTP/2 DATA frame's 9-byte header each, a channel hand-off each).
+fn coalesce(out: &mut Vec<Bytes>, from: usize) {
+    if out.len().saturating_sub(from) <= 2 {
+        return;
+    }
+    let pieces = out.split_off(from);
+    let mut one = bytes::BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+    for piece in &pieces {
+        one.extend_from_slice(piece);
+    }
+    out.push(one.freeze());
 }
 
 /// Hands back slices of one chunk without copying: `chunk[from..]` not yet handed back.
@@ -311,7 +332,7 @@ fn value_too_long() -> InvalidOverride {
 // === multipart ===
 
 /// A multipart body: parts begin at a delimiter (`--` and the boundary at the start of a
-/// line, whatever follows on it; the closing one too, since some parsers read on after it).
+/// line, after any white space or NUL as Rack 2 strips lines, whatever follows on it; the closing one too, since some parsers read on after it).
 /// Each part's head is held until it ends (a blank line); a part whose head may name
 /// `_method` is held until the next delimiter, others pass. A delimiter's first bytes at a
 /// line's start are held until it is known whether they are one.
@@ -353,6 +374,9 @@ impl PartScan {
                     let mut j = i;
                     loop {
                         if at <= chunk.len() {
+                            while at < chunk.len() && is_line_space(chunk[at]) {
+                                at += 1;
+                            }
                             let n = (chunk.len() - at).min(self.delimiter.len());
                             if n > 0 && chunk[at..at + n] == self.delimiter[..n] {
                                 candidate = Some((at, n));
@@ -369,8 +393,13 @@ impl PartScan {
                         at = j;
                     }
                     let Some((at, n)) = candidate else {
+                        // A line start, and any line space after it, carries over.
+                        let last = chunk[i..].iter().rposition(|&b| !is_line_space(b));
                         self.state = PartState::Open {
-                            line_start: chunk.last() == Some(&b'\n'),
+                            line_start: match last {
+                                Some(l) => chunk[i + l] == b'\n',
+                                None => line_start,
+                            },
                         };
                         i = chunk.len();
                         continue;
@@ -413,7 +442,10 @@ impl PartScan {
                     // begun) nothing changes but the head's length. Not reading the head
                     // again then keeps a head sent a byte at a time from costing its square.
                     let window = from.saturating_sub(self.delimiter.len());
-                    if self.state == PartState::Head && !self.held[window..].contains(&b'\n') {
+                    if self.state == PartState::Head
+                        && !self.held[window..].contains(&b'\n')
+                        && !ends_line(&self.held[..window], window)
+                    {
                         if self.held.len() > MAX_PART_HEAD {
                             return Err(head_too_long());
                         }
@@ -548,7 +580,7 @@ impl PartScan {
                 };
             }
             None => {
-                let line_start = rest.last().is_none_or(|&b| b == b'\n');
+                let line_start = ends_line(&rest, rest.len());
                 if !rest.is_empty() {
                     cut.out.push(Bytes::from(rest));
                 }
@@ -566,21 +598,23 @@ impl PartScan {
             .filter(|&(at, _)| at >= min)
     }
 
-    /// The first delimiter in `bytes` at a line start at or after `from` (`from` itself
-    /// counts as one when it is 0 or follows a line break).
+    /// The first delimiter in `bytes` at a line start (after any line space) at or after
+    /// `from` (`from` itself counts as one when only line space lies between it and the
+    /// start or a line break).
     fn next_delimiter_in(&self, bytes: &[u8], from: usize) -> Option<(usize, bool)> {
-        let starts = (from == 0 || bytes.get(from.wrapping_sub(1)) == Some(&b'\n'))
-            .then_some(from)
-            .into_iter()
-            .chain(
-                bytes
-                    .get(from..)
-                    .unwrap_or_default()
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(at, &b)| (b == b'\n').then_some(from + at + 1)),
-            );
-        for at in starts {
+        let from = from.min(bytes.len());
+        let starts = ends_line(bytes, from).then_some(from).into_iter().chain(
+            bytes
+                .get(from..)
+                .unwrap_or_default()
+                .iter()
+                .enumerate()
+                .filter_map(|(at, &b)| (b == b'\n').then_some(from + at + 1)),
+        );
+        for mut at in starts {
+            while at < bytes.len() && is_line_space(bytes[at]) {
+                at += 1;
+            }
             let n = (bytes.len() - at).min(self.delimiter.len());
             if n > 0 && bytes[at..at + n] == self.delimiter[..n] {
                 return Some((at, n == self.delimiter.len()));
@@ -673,6 +707,21 @@ fn head_end(part: &[u8]) -> Option<(usize, usize, bool)> {
     };
     let strict = len == 3 && i > 0 && after[i - 1] == b'\r';
     Some((eol + 1 + i, eol + 1 + i + len, strict))
+}
+
+/// White space and NUL before a delimiter on its line: Rack 2 strips them from each line
+/// before comparing it with the delimiter.
+pub(super) fn is_line_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | 0x0b | 0x0c | b'\r' | 0)
+}
+
+/// Whether `bytes[..at]` ends a line: it is empty, or ends with a line break and any line
+/// space after it.
+fn ends_line(bytes: &[u8], at: usize) -> bool {
+    bytes[..at]
+        .iter()
+        .rposition(|&b| !is_line_space(b))
+        .is_none_or(|l| bytes[l] == b'\n')
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

@@ -37,7 +37,8 @@ fn whole(kind: &FormKind, body: &[u8]) -> Result<Vec<Override>, InvalidOverride>
             delimiter.extend_from_slice(boundary);
             let starts: Vec<usize> = (0..body.len())
                 .filter(|&at| {
-                    (at == 0 || body[at - 1] == b'\n') && body[at..].starts_with(&delimiter)
+                    let lead = body[..at].iter().rposition(|&b| !is_line_space(b));
+                    lead.is_none_or(|l| body[l] == b'\n') && body[at..].starts_with(&delimiter)
                 })
                 .chain([body.len()])
                 .collect();
@@ -397,6 +398,11 @@ fn token() -> impl Strategy<Value = &'static str> {
         "_method=",
         "%5Fmethod=delete",
         "x=1",
+        "]",
+        "\u{feff}",
+        "%EF",
+        "\t",
+        "\0",
     ])
 }
 
@@ -438,6 +444,191 @@ proptest! {
             KeyPrefix::No => prop_assert!(!is_method_key(&name)),
             KeyPrefix::Yes => prop_assert!(is_method_key(&name)),
             KeyPrefix::Maybe => {}
+        }
+    }
+}
+
+/// A form of `content_type` (`None`: no Content-Type at all) read whole: the methods its
+/// `_method` fields name, or the refusal (`Err`), or `None` when it is not read as a form.
+fn verdict(content_type: Option<&str>, body: &[u8]) -> Option<Result<Vec<String>, ()>> {
+    let kind = FormKind::of("POST", content_type.map(str::as_bytes))?;
+    Some(
+        from_body(&kind, body)
+            .map(|f| f.into_iter().map(|o| o.method).collect())
+            .map_err(|_| ()),
+    )
+}
+
+/// A `_method` part of a body split at `--` and `boundary`.
+fn method_part(boundary: &str) -> Vec<u8> {
+    format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--{boundary}--\r\n"
+    )
+    .into_bytes()
+}
+
+#[test]
+fn boundaries_as_php_rack_and_busboy_read_them_are_split_at_or_refused() {
+    // Each Content-Type, with a body split at the boundary the named parser reads: DELETE
+    // must be found, or the form refused; never passed as holding no `_method`.
+    for (ct, read_by, boundary) in [
+        // PHP: the first `boundary` anywhere, then the first `=` after it.
+        (
+            "multipart/form-data; boundaryx=evil; boundary=good",
+            "PHP",
+            "evil",
+        ),
+        ("multipart/form-data; boundaryy=evil", "PHP", "evil"),
+        ("multipart/form-data; boundary; a=evil", "PHP", "evil"),
+        ("multipart/form-data; a=boundary; b=evil", "PHP", "evil"),
+        (
+            "multipart/form-data; charset=boundary; x=evil; boundary=good",
+            "PHP",
+            "evil",
+        ),
+        (
+            "multipart/form-data; BOUNDARY=good; x=\"boundary\"=evil",
+            "PHP",
+            "evil",
+        ),
+        // White space kept: PHP, Rack and busboy read it as part of the boundary.
+        (
+            "multipart/form-data; boundary=\" abc\"",
+            "PHP, Rack, busboy",
+            " abc",
+        ),
+        ("multipart/form-data; boundary= abc", "PHP, Rack", " abc"),
+        ("multipart/form-data; boundary=\" \"", "PHP, busboy", " "),
+        // An empty boundary: every line that begins with `--` is a delimiter.
+        ("multipart/form-data; boundary=\"\"", "PHP, busboy", ""),
+    ] {
+        let v = verdict(Some(ct), &method_part(boundary));
+        assert!(
+            matches!(&v, Some(Ok(m)) if m == &["DELETE"]) || matches!(v, Some(Err(()))),
+            "{ct} (read by {read_by}): {v:?}"
+        );
+    }
+}
+
+#[test]
+fn an_empty_content_type_on_a_post_is_a_form_as_rack_reads_it() {
+    for ct in ["", " "] {
+        assert_eq!(
+            verdict(Some(ct), b"_method=DELETE"),
+            Some(Ok(vec!["DELETE".to_string()])),
+            "{ct:?}"
+        );
+    }
+    assert_eq!(verdict(Some("text/plain"), b"_method=DELETE"), None);
+}
+
+#[test]
+fn names_as_rack_2_and_body_parser_read_them_are_method_fields() {
+    // Rack 2.2 drops leading `[`/`]` and trailing `]`; body-parser drops a UTF-8 BOM.
+    for name in [
+        "[_method",
+        "]_method",
+        "_method]",
+        "[[_method]]",
+        "%5B_method",
+        "[]_method",
+        "\u{feff}_method",
+    ] {
+        let body = format!("{name}=DELETE");
+        assert_eq!(methods(&FormKind::Urlencoded, &body), ["DELETE"], "{name}");
+        let part = format!(
+            "--XyZ\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\nDELETE\r\n--XyZ--\r\n"
+        );
+        assert_eq!(methods(&multipart(), &part), ["DELETE"], "part {name}");
+    }
+    for name in ["x[_method", "_method]x", "x_method"] {
+        let body = format!("{name}=DELETE");
+        assert!(methods(&FormKind::Urlencoded, &body).is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn part_heads_as_php_reads_them_name_method() {
+    // PHP quotes with `'` as well as `"`, and joins a header line without a colon to the
+    // one before it, with nothing between.
+    for head in [
+        "Content-Disposition: form-data; name='_method'",
+        "Content-Disposition: form-data; name='_method",
+        "Content-Disposition: form-data; x='a;b'; name='_method'",
+        "Content-Disposition: form-data; na\r\nme=\"_method\"",
+        "Content-Disposition: form-data; name=\"_met\r\nhod\"",
+        "Content-Disposition: form-data; x=\":\"; name=\"_met\r\nhod\"",
+        "Content-Disposition: form-data; x=1\r\n a:b; name=_method",
+    ] {
+        let part = format!("--XyZ\r\n{head}\r\n\r\nDELETE\r\n--XyZ--\r\n");
+        assert_eq!(methods(&multipart(), &part), ["DELETE"], "{head}");
+    }
+}
+
+#[test]
+fn a_chunk_of_tiny_fields_is_handed_back_in_few_pieces() {
+    // Each piece handed back goes upstream as a frame of its own (an HTTP/2 DATA frame): a
+    // chunk of one-byte fields must not become a frame per byte.
+    for (kind, chunk) in [
+        (FormKind::Urlencoded, b"&".repeat(64 * 1024)),
+        (FormKind::Urlencoded, b"_method=post&a&".repeat(4 * 1024)),
+        (multipart(), b"--XyZ\r\n\r\n\r\n".repeat(6 * 1024)),
+    ] {
+        let mut scan = FormScan::new(&kind).unwrap();
+        let mut out = Vec::new();
+        scan.feed(Bytes::from(chunk.clone()), &mut out).unwrap();
+        assert!(out.len() <= 2, "{} pieces", out.len());
+        let mut last = Vec::new();
+        scan.finish(&mut last).unwrap();
+        assert!(last.len() <= 2, "{} pieces at the end", last.len());
+        assert_eq!([out, last].concat().concat(), chunk);
+    }
+}
+
+#[test]
+fn rfc_2231_names_and_boundaries_as_go_reads_them() {
+    // Go's `mime` (so `r.FormValue`, and gorilla's method override) joins `name*0`,
+    // `name*1`... and reads `boundary*`.
+    for head in [
+        "Content-Disposition: form-data; name*0=_me; name*1=thod",
+        "Content-Disposition: form-data; name*0*=utf-8''%5Fme; name*1*=thod",
+        "Content-Disposition: form-data; name*1=\"thod\"; name*0=\"_me\"",
+    ] {
+        let part = format!("--XyZ\r\n{head}\r\n\r\nDELETE\r\n--XyZ--\r\n");
+        assert_eq!(methods(&multipart(), &part), ["DELETE"], "{head}");
+    }
+    for ct in [
+        "multipart/form-data; boundary*=utf-8''evil",
+        "multipart/form-data; boundary=good; boundary*=utf-8''evil",
+        "multipart/form-data; boundary*0=ev; boundary*1=il",
+    ] {
+        let v = verdict(Some(ct), &method_part("evil"));
+        assert!(
+            matches!(&v, Some(Ok(m)) if m == &["DELETE"]) || matches!(v, Some(Err(()))),
+            "{ct}: {v:?}"
+        );
+    }
+}
+
+#[test]
+fn delimiter_lines_led_by_white_space_as_rack_2_reads_them_begin_parts() {
+    // Rack 2 compares each line stripped (white space and NUL) with the delimiter.
+    let named = "Content-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XyZ--\r\n";
+    let a = "--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n";
+    for lead in [
+        " --XyZ\r\n".to_string(),
+        "\t--XyZ\r\n".to_string(),
+        "\0--XyZ\r\n".to_string(),
+        "\r--XyZ\r\n".to_string(),
+        "\x0b\x0c --XyZ\r\n".to_string(),
+        format!("{a}x--XyZ\r\n --XyZ\r\n"),
+        format!("{a}x\r\n{}--XyZ\r\n", " ".repeat(3000)),
+    ] {
+        let body = format!("{lead}{named}").into_bytes();
+        for cuts in [vec![], (1..body.len()).collect::<Vec<_>>()] {
+            let s = stream(&multipart(), &body, &cuts);
+            let found: Vec<String> = s.verdict.unwrap().into_iter().map(|o| o.method).collect();
+            assert_eq!(found, ["DELETE"], "{lead:?} cut {}", cuts.len());
         }
     }
 }

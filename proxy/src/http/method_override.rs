@@ -123,10 +123,16 @@ pub(crate) fn from_query(path_and_query: &str) -> Result<Vec<Override>, InvalidO
 
 /// Whether a parameter or field name (percent-decoded) is one some framework reads as
 /// `_method`: compared without regard to case, after PHP's mangling of names (cut at a NUL,
-/// leading spaces dropped, ` `, `.` and `[` read as `_`), and with an array suffix
-/// (`_method[]`).
+/// leading spaces dropped, ` `, `.` and `[` read as `_`), with an array suffix
+/// (`_method[]`), as Rack 2 reads names (leading `[` and `]`, trailing `]` dropped), and
+/// after a UTF-8 byte order mark (body-parser drops one).
 pub(super) fn is_method_key(key: &[u8]) -> bool {
-    let key = cut_at_nul(key).trim_ascii_start();
+    let key = name_start(cut_at_nul(key));
+    php_reads_method(key) || rack2_reads_method(key)
+}
+
+/// PHP's reading of a name (its leading spaces dropped).
+fn php_reads_method(key: &[u8]) -> bool {
     let key = match key.iter().skip(1).position(|&b| b == b'[') {
         Some(i) => &key[..=i],
         None => key,
@@ -136,6 +142,28 @@ pub(super) fn is_method_key(key: &[u8]) -> bool {
             .iter()
             .zip(QUERY_PARAM.bytes())
             .all(|(&k, m)| key_byte_matches(k, m))
+}
+
+/// Rack 2's reading of a name: `[\[\]]*_method\]*`.
+fn rack2_reads_method(key: &[u8]) -> bool {
+    let start = key.iter().position(|&b| b != b'[' && b != b']');
+    let key = &key[start.unwrap_or(key.len())..];
+    let end = key.iter().rposition(|&b| b != b']').map_or(0, |i| i + 1);
+    key[..end].eq_ignore_ascii_case(QUERY_PARAM.as_bytes())
+}
+
+/// UTF-8's byte order mark.
+const BOM: &[u8] = "\u{feff}".as_bytes();
+
+/// A name without the white space and byte order marks it begins with.
+fn name_start(mut key: &[u8]) -> &[u8] {
+    loop {
+        key = key.trim_ascii_start();
+        match key.strip_prefix(BOM) {
+            Some(rest) => key = rest,
+            None => return key,
+        }
+    }
 }
 
 /// What the first bytes of a name (percent-decoded) say about the whole name.
@@ -160,7 +188,20 @@ pub(super) fn method_key_prefix(prefix: &[u8]) -> KeyPrefix {
             KeyPrefix::No
         };
     }
-    let key = prefix.trim_ascii_start();
+    let key = name_start(prefix);
+    if !key.is_empty() && BOM.starts_with(key) {
+        // A byte order mark cut short.
+        return KeyPrefix::Maybe;
+    }
+    match (php_prefix(key), rack2_prefix(key)) {
+        (KeyPrefix::Yes, _) => KeyPrefix::Yes,
+        (KeyPrefix::No, KeyPrefix::No) => KeyPrefix::No,
+        _ => KeyPrefix::Maybe,
+    }
+}
+
+/// [`php_reads_method`] of every name that begins with `key`.
+fn php_prefix(key: &[u8]) -> KeyPrefix {
     for (i, &k) in key.iter().enumerate() {
         let Some(&m) = QUERY_PARAM.as_bytes().get(i) else {
             // An array suffix, or a longer name.
@@ -176,6 +217,23 @@ pub(super) fn method_key_prefix(prefix: &[u8]) -> KeyPrefix {
         }
     }
     KeyPrefix::Maybe
+}
+
+/// [`rack2_reads_method`] of every name that begins with `key` (never all of them: one
+/// more byte other than `]` makes it another name).
+fn rack2_prefix(key: &[u8]) -> KeyPrefix {
+    let start = key.iter().position(|&b| b != b'[' && b != b']');
+    let key = &key[start.unwrap_or(key.len())..];
+    let method = QUERY_PARAM.as_bytes();
+    let fits = key.iter().enumerate().all(|(i, &k)| match method.get(i) {
+        Some(m) => k.eq_ignore_ascii_case(m),
+        None => k == b']',
+    });
+    if fits {
+        KeyPrefix::Maybe
+    } else {
+        KeyPrefix::No
+    }
 }
 
 /// One byte of a name against `_method`'s: any case; `_` also as ` `, `.` or `[`.

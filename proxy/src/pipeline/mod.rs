@@ -312,7 +312,9 @@ async fn refuse_limited(
             reason: Some(refusal.detail.clone()),
             status: refusal.status,
         }));
-    unread::linger(&mut rd).await;
+    // At most an eighth of the proxy's slots linger this way, all callers together.
+    let cap = shared.limits.max_connections / 8;
+    unread::linger_refused(&mut rd, cap).await;
 }
 
 /// Answers a connection refused before a target was known, and audits it.

@@ -4,6 +4,7 @@
 //! HTTP/1.1 connection would be reset by the kernel when more bytes arrive, which can make
 //! the client fail on its next write before it reads the answer (curl's exit 55 or 92).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -53,4 +54,26 @@ pub async fn linger<R: AsyncRead + Unpin>(rd: &mut R) {
         }
     })
     .await;
+}
+
+/// Connections refused past their caller's limits lingering now (they hold a slot of the
+/// whole proxy each, but none of their caller's).
+static LINGERING_REFUSED: AtomicUsize = AtomicUsize::new(0);
+
+/// [`linger`] for a connection refused past its caller's limits, when fewer than `cap` such
+/// connections linger already; else nothing (the connection is closed at once). A caller past
+/// its limits could otherwise hold the proxy's other slots with refused connections it keeps
+/// open, a lingering close each.
+pub async fn linger_refused<R: AsyncRead + Unpin>(rd: &mut R, cap: usize) {
+    struct Counted;
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            LINGERING_REFUSED.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    let before = LINGERING_REFUSED.fetch_add(1, Ordering::Relaxed);
+    let _counted = Counted;
+    if before < cap {
+        linger(rd).await;
+    }
 }
