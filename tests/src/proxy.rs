@@ -452,3 +452,25 @@ pub fn assert_sse_streams(proxy: &str, ca: &Path, url: &str, extra: &str) {
         assert!(l[1] - l[0] < 600, "{extra}: event delayed: {out}");
     }
 }
+
+/// `curl -X POST` through `sluice` (trusting `ca` when given) with `extra` arguments, to
+/// `url`; returns (status, body). curl itself must succeed.
+pub fn curl_post(sluice: &Sluice, ca: Option<&Path>, extra: &[&str], url: &str) -> (u16, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-s",
+        "--max-time",
+        "20",
+        "-X",
+        "POST",
+        "-x",
+        &sluice.proxy_url(),
+    ]);
+    if let Some(ca) = ca {
+        cmd.arg("--cacert").arg(ca);
+    }
+    let (code, out, err) = run(cmd.args(["-w", "\n%{http_code}"]).args(extra).arg(url));
+    assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
+    let (body, status) = out.rsplit_once('\n').expect("curl wrote the status last");
+    (status.parse().expect("an HTTP status"), body.to_owned())
+}

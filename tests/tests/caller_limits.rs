@@ -67,8 +67,9 @@ fn curl_through(sluice: &Sluice, origin: &HttpOrigin) -> (i32, String) {
     (code, format!("{out}{err}"))
 }
 
-#[test]
-fn one_caller_holding_its_share_of_idle_tunnels_gets_429_and_another_program_gets_through() {
+/// sluice allowing 20 connections, 5 per caller, and this test's 5 idle tunnels through it
+/// (its whole share).
+fn holding_its_share() -> (HttpOrigin, Sluice, Vec<TcpStream>) {
     let origin = HttpOrigin::start();
     let sluice = Sluice::start(
         &policy(origin.port()),
@@ -87,6 +88,12 @@ fn one_caller_holding_its_share_of_idle_tunnels_gets_429_and_another_program_get
             s
         })
         .collect();
+    (origin, sluice, idle)
+}
+
+#[test]
+fn one_caller_holding_its_share_of_idle_tunnels_gets_429_and_another_program_gets_through() {
+    let (origin, sluice, idle) = holding_its_share();
     let (_, answer) = open_tunnel(&sluice, origin.port());
     assert_eq!(status_of(&answer), 429, "{answer}");
     let body = json_body(&answer);
@@ -265,24 +272,7 @@ fn connections_of_unidentifiable_callers_share_one_callers_share_of_slots() {
 /// and another program still gets through while they stay open.
 #[test]
 fn refused_connections_kept_open_do_not_take_the_other_programs_slots() {
-    let origin = HttpOrigin::start();
-    let sluice = Sluice::start(
-        &policy(origin.port()),
-        &[
-            "--allow-loopback-upstream",
-            "--max-connections",
-            "20",
-            "--max-connections-per-caller",
-            "5",
-        ],
-    );
-    let idle: Vec<TcpStream> = (0..5)
-        .map(|_| {
-            let (s, answer) = open_tunnel(&sluice, origin.port());
-            assert_eq!(status_of(&answer), 200, "{answer}");
-            s
-        })
-        .collect();
+    let (origin, sluice, idle) = holding_its_share();
     // Fifteen more, each answered 429 and then kept open without a byte more.
     let refused: Vec<TcpStream> = (0..15)
         .map(|_| {

@@ -6,12 +6,11 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 use sluice_e2e::ocsf::{action, class};
 use sluice_e2e::origin::{HttpOrigin, RecordingOrigin};
-use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, run};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, curl_post};
 
 /// A policy for curl on `127.0.0.1:port`: GET anywhere, POST only under /items.
 fn policy(port: u16) -> String {
@@ -28,26 +27,10 @@ fn post(
     body: &Path,
     url: &str,
 ) -> (u16, String) {
-    let mut cmd = Command::new("curl");
-    cmd.args([
-        "-s",
-        "--max-time",
-        "20",
-        "-X",
-        "POST",
-        "-x",
-        &sluice.proxy_url(),
-    ]);
-    if let Some(ca) = ca {
-        cmd.arg("--cacert").arg(ca);
-    }
     let data = format!("@{}", body.display());
-    cmd.args(args)
-        .args(["--data-binary", &data, "-w", "\n%{http_code}", url]);
-    let (code, out, err) = run(&mut cmd);
-    assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
-    let (body, status) = out.rsplit_once('\n').unwrap();
-    (status.parse().unwrap(), body.to_owned())
+    let mut extra = args.to_vec();
+    extra.extend(["--data-binary", &data]);
+    curl_post(sluice, ca, &extra, url)
 }
 
 const JSON: &[&str] = &["-H", "Content-Type: application/json"];

@@ -5,39 +5,17 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 use sluice_e2e::ocsf::{action, class};
 use sluice_e2e::origin::{H2Origin, HttpOrigin, RecordingOrigin};
-use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, run};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, curl_post as post};
 
 /// A policy for curl on `127.0.0.1:port`: GET anywhere, POST only under /items.
 fn policy(port: u16) -> String {
     format!(
         "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {port}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: /**}}\n          - allow: {{method: POST, path: /items/**}}\n    binaries:\n      - path: /usr/bin/curl\n"
     )
-}
-
-/// `curl -X POST` with `extra` arguments; returns (status, body).
-fn post(sluice: &Sluice, ca: Option<&Path>, extra: &[&str], url: &str) -> (u16, String) {
-    let mut cmd = Command::new("curl");
-    cmd.args([
-        "-s",
-        "--max-time",
-        "20",
-        "-X",
-        "POST",
-        "-x",
-        &sluice.proxy_url(),
-    ]);
-    if let Some(ca) = ca {
-        cmd.arg("--cacert").arg(ca);
-    }
-    let (code, out, err) = run(cmd.args(["-w", "\n%{http_code}"]).args(extra).arg(url));
-    assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
-    let (body, status) = out.rsplit_once('\n').unwrap();
-    (status.parse().unwrap(), body.to_owned())
 }
 
 /// The overrides every transport must judge: (curl arguments, path, status, error code).
