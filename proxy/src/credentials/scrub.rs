@@ -29,6 +29,10 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use zeroize::Zeroizing;
 
+mod spelling;
+
+use spelling::{Cursor, MAX_SPELLING, Match, Tables, match_at, may_start};
+
 /// Detection Finding type for a secret found (and scrubbed) in a response.
 pub(crate) const FINDING_REFLECTED: &str = "sluice.provider_credential.reflected";
 
@@ -36,7 +40,7 @@ pub(crate) const FINDING_REFLECTED: &str = "sluice.provider_credential.reflected
 
 /// Secret spellings injected into one request, each with its replacement: the placeholder
 /// (or the encoded token) the client sent there.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct ScrubSet {
     pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
     /// Boxed: a set moves with its request through several futures, its tables (about
@@ -45,240 +49,6 @@ pub struct ScrubSet {
     /// Each secret is replaced by as many `*` as the bytes that spelled it.
     mask: bool,
 }
-
-/// What finds where a secret's spelling may begin.
-#[derive(Clone, PartialEq, Eq)]
-struct Tables {
-    /// Which bytes begin a secret (in any spelling `step` knows).
-    first: [bool; 256],
-    /// The bytes marked in `first`, while there are at most three (the common case: one
-    /// secret, or several with one first byte, plus the backslash and `%` that begin escaped
-    /// spellings): `memchr3` then finds the next.
-    few: Few,
-    /// Which two bytes may begin a secret, hashed ([`Starts`]): a byte of the text is tried
-    /// only when it and the next are marked.
-    starts: Starts,
-}
-
-impl Default for ScrubSet {
-    fn default() -> Self {
-        ScrubSet {
-            pairs: Vec::new(),
-            find: Box::new(Tables {
-                first: [false; 256],
-                few: Few::default(),
-                starts: Starts::default(),
-            }),
-            mask: false,
-        }
-    }
-}
-
-/// Groups of three bytes [`Few`] holds at most (one `memchr3` each). One: with more, as
-/// for the audit redactor's base64 spellings, candidates come often enough in text that a
-/// search per group per candidate costs more than the table (measured under callgrind).
-const FEW_GROUPS: usize = 1;
-
-/// The distinct bytes that may begin a secret's spelling, in the order added, while there
-/// are at most `3 * FEW_GROUPS`; once there are more, `len` is one past that and the table
-/// is used instead.
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
-struct Few {
-    bytes: [u8; 3 * FEW_GROUPS],
-    len: usize,
-}
-
-impl Few {
-    /// Adds `b` (not yet in the set).
-    fn add(&mut self, b: u8) {
-        if let Some(slot) = self.bytes.get_mut(self.len) {
-            *slot = b;
-        }
-        self.len = (self.len + 1).min(self.bytes.len() + 1);
-    }
-
-    /// The number of groups to search, or `None`: too many bytes (use the table).
-    fn groups(&self) -> Option<usize> {
-        (self.len <= self.bytes.len()).then(|| self.len.div_ceil(3))
-    }
-
-    /// Where a byte of group `g` first occurs in `hay`.
-    fn find(&self, g: usize, hay: &[u8]) -> Option<usize> {
-        match *self.bytes.get(3 * g..(3 * g + 3).min(self.len))? {
-            [a] => memchr::memchr(a, hay),
-            [a, b] => memchr::memchr2(a, b, hay),
-            [a, b, c] => memchr::memchr3(a, b, c, hay),
-            _ => None,
-        }
-    }
-}
-
-/// Where each group of [`Few`] bytes occurs next in one text up to one stop, so that
-/// looking for candidate after candidate reads each byte once per group. Valid for one text
-/// and stop, with `from` never going back.
-#[derive(Default)]
-struct Cursor {
-    /// Per group: `None` not looked for (or passed), `Some(None)` no more before the stop.
-    next: [Option<Option<usize>>; FEW_GROUPS],
-    /// Where the scan began, and the candidates found since.
-    start: Option<usize>,
-    found: usize,
-    /// Candidates come so close together that the table is cheaper for the rest.
-    dense: bool,
-}
-
-/// A set of byte pairs, hashed into 4,096 bits: never says no to a pair that was added; a
-/// pair never added may collide with one that was (then the full test runs).
-#[derive(Clone, PartialEq, Eq)]
-struct Starts([u64; 64]);
-
-impl Default for Starts {
-    fn default() -> Self {
-        Starts([0; 64])
-    }
-}
-
-impl Starts {
-    fn bit(x: u8, y: u8) -> (usize, u64) {
-        let h = (usize::from(x) * 61 + usize::from(y)) & 4095;
-        (h >> 6, 1 << (h & 63))
-    }
-
-    fn add(&mut self, x: u8, y: u8) {
-        let (word, bit) = Starts::bit(x, y);
-        self.0[word] |= bit;
-    }
-
-    fn has(&self, x: u8, y: u8) -> bool {
-        let (word, bit) = Starts::bit(x, y);
-        self.0[word] & bit != 0
-    }
-
-    /// Every pair of bytes a spelling of `secret` (not empty) can begin with.
-    fn add_secret(&mut self, secret: &[u8]) {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let s0 = secret[0];
-        // The byte itself: then the first byte of the next one's spelling, or, for a secret
-        // of one byte, anything.
-        match secret.get(1) {
-            Some(&s1) => {
-                for y in [s1, b'\\', b'%'] {
-                    self.add(s0, y);
-                }
-            }
-            None => {
-                for y in 0..=u8::MAX {
-                    self.add(s0, y);
-                }
-            }
-        }
-        // `%XX`, the hex digits in either case.
-        let high = HEX[usize::from(s0 >> 4)];
-        self.add(b'%', high);
-        self.add(b'%', high.to_ascii_uppercase());
-        // `\u00XX`, and the short escapes `\/`, `\\`, `\"`.
-        if s0 < 0x80 {
-            self.add(b'\\', b'u');
-        }
-        if matches!(s0, b'/' | b'\\' | b'"') {
-            self.add(b'\\', s0);
-        }
-    }
-}
-
-/// How the bytes at the start of `buf` spell one secret byte.
-enum Step {
-    /// In this many bytes.
-    Took(usize),
-    /// `buf` ends inside a spelling of it.
-    Short,
-    /// Not at all.
-    No,
-}
-
-/// Matches one secret byte `b` at the start of `buf`: the byte itself, or an escape an
-/// encoder may have written for it: JSON `\/`, `\\`, `\"` and `\u00XX`, or URL `%XX`
-/// (hex digits in either case).
-fn step(buf: &[u8], b: u8) -> Step {
-    let Some(&c) = buf.first() else {
-        return Step::Short;
-    };
-    if c != b'\\' && c != b'%' {
-        return if c == b { Step::Took(1) } else { Step::No };
-    }
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let hex = [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]];
-    let u = [b'\\', b'u', b'0', b'0', hex[0], hex[1]];
-    let pct = [b'%', hex[0], hex[1]];
-    let short_esc = [b'\\', b];
-    let mut forms: [&[u8]; 3] = [&pct, &[], &[]];
-    if c == b'\\' {
-        forms[0] = if b < 0x80 { &u } else { &[] };
-        if matches!(b, b'/' | b'\\' | b'"') {
-            forms[1] = &short_esc;
-        }
-    }
-    let mut short = false;
-    for form in forms.iter().filter(|f| !f.is_empty()) {
-        let n = form.len().min(buf.len());
-        // The leading `\u` or `%` exactly, the hex digits in either case.
-        let same = buf[..n]
-            .iter()
-            .zip(form.iter())
-            .all(|(x, y)| x == y || (y.is_ascii_hexdigit() && x.to_ascii_lowercase() == *y));
-        if same && n == form.len() {
-            return Step::Took(n);
-        }
-        short |= same;
-    }
-    if short {
-        Step::Short
-    } else if c == b {
-        Step::Took(1)
-    } else {
-        Step::No
-    }
-}
-
-/// What `secret` matches at the start of `buf`.
-enum Match {
-    /// Spelled by this many bytes.
-    Full(usize),
-    /// `buf` ends inside it: the next bytes decide.
-    Partial,
-    No,
-}
-
-fn match_at(buf: &[u8], secret: &[u8]) -> Match {
-    let mut i = 0;
-    for &b in secret {
-        match step(&buf[i..], b) {
-            Step::Took(n) => i += n,
-            Step::Short => return Match::Partial,
-            Step::No => return Match::No,
-        }
-    }
-    Match::Full(i)
-}
-
-/// Whether a spelling of the secret byte `first` can start `buf` (not empty): a cheap test
-/// that says no only where `step` does (the byte itself, `%XX`, or a backslash that begins
-/// `\u00XX` or the short escape of `/`, `\\` or `"`).
-#[inline]
-fn may_start(buf: &[u8], first: u8) -> bool {
-    match buf[0] {
-        c if c == first => true,
-        b'%' => true,
-        b'\\' => match buf.get(1) {
-            None | Some(b'u') => true,
-            Some(&next) => next == first && matches!(first, b'/' | b'\\' | b'"'),
-        },
-        _ => false,
-    }
-}
-
-/// The longest spelling of a byte (`\u00XX`).
-const MAX_SPELLING: usize = 6;
 
 // Holds secrets: never printed.
 impl fmt::Debug for ScrubSet {
@@ -333,66 +103,6 @@ impl ScrubSet {
         self.replace_before(text, text.len(), out).1
     }
 
-    /// Whether a spelling of a secret may begin at `buf[i]` (which is `c`): its first byte,
-    /// and the pair it makes with the next, if there is one, are marked.
-    #[inline]
-    fn may_begin(&self, buf: &[u8], i: usize, c: u8) -> bool {
-        self.find.first[usize::from(c)]
-            && buf
-                .get(i + 1)
-                .is_none_or(|&next| self.find.starts.has(c, next))
-    }
-
-    /// The first byte at or after `from` and before `stop` that begins a secret's spelling
-    /// (by the first-byte table). Most bytes do not: with at most three such bytes, `memchr3`
-    /// finds the next (remembered in `cur`), until candidates turn out to be dense; else
-    /// eight are looked up at a time, with one branch for all eight.
-    fn next_first(&self, cur: &mut Cursor, buf: &[u8], from: usize, stop: usize) -> Option<usize> {
-        let hay = buf.get(from..stop)?;
-        if let Some(groups) = self.find.few.groups()
-            && !cur.dense
-        {
-            let start = *cur.start.get_or_insert(from);
-            let mut best: Option<usize> = None;
-            for (g, next) in cur.next.iter_mut().enumerate().take(groups) {
-                let at = match *next {
-                    Some(Some(p)) if p >= from => Some(p),
-                    Some(None) => None,
-                    _ => {
-                        let p = self.find.few.find(g, hay).map(|k| from + k);
-                        *next = Some(p);
-                        p
-                    }
-                };
-                best = match (best, at) {
-                    (Some(b), Some(a)) => Some(b.min(a)),
-                    (b, a) => b.or(a),
-                };
-            }
-            if let Some(b) = best {
-                cur.found += 1;
-                // More than one candidate in 32 bytes: each search would cost more than
-                // looking every byte up.
-                cur.dense = cur.found >= 8 && cur.found * 32 > b - start;
-            }
-            return best;
-        }
-        let mut skipped = 0;
-        for eight in hay.chunks_exact(8) {
-            if eight
-                .iter()
-                .fold(false, |any, &c| any | self.find.first[usize::from(c)])
-            {
-                break;
-            }
-            skipped += 8;
-        }
-        hay[skipped..]
-            .iter()
-            .position(|&c| self.find.first[usize::from(c)])
-            .map(|k| from + skipped + k)
-    }
-
     /// The leftmost secret (the longest on a tie) that starts at or after `from` and before
     /// `stop`: where it starts, how many bytes spell it, and its replacement.
     /// `cur` is the scan's state over `buf` up to `stop` (a fresh one for another text or
@@ -406,9 +116,9 @@ impl ScrubSet {
     ) -> Option<(usize, usize, &[u8])> {
         let stop = stop.min(buf.len());
         let mut from = from;
-        while let Some(i) = self.next_first(cur, buf, from, stop) {
+        while let Some(i) = self.find.next_first(cur, buf, from, stop) {
             from = i + 1;
-            if !self.may_begin(buf, i, buf[i]) {
+            if !self.find.may_begin(buf, i, buf[i]) {
                 continue;
             }
             let at = &buf[i..];
@@ -458,7 +168,7 @@ impl ScrubSet {
         let longest = self.pairs.iter().map(|(s, _)| s.len()).max().unwrap_or(1);
         let n = buf.len();
         (n.saturating_sub(longest * MAX_SPELLING - 1)..n)
-            .filter(|&p| self.may_begin(buf, p, buf[p]))
+            .filter(|&p| self.find.may_begin(buf, p, buf[p]))
             .find(|&p| {
                 self.pairs.iter().any(|(s, _)| {
                     may_start(&buf[p..], s[0]) && matches!(match_at(&buf[p..], s), Match::Partial)
