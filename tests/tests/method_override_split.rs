@@ -184,19 +184,7 @@ fn send(
         from = to;
         thread::sleep(Duration::from_millis(50));
     }
-    let mut answer = Vec::new();
-    let _ = s.read_to_end(&mut answer);
-    let text = String::from_utf8_lossy(&answer);
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let json = text
-        .split_once("\r\n\r\n")
-        .and_then(|(_, b)| serde_json::from_str(b).ok())
-        .unwrap_or(Value::Null);
-    (status, json)
+    answer_of(&mut s)
 }
 
 /// A chunked body's payload.
@@ -465,19 +453,7 @@ fn send_typed(
     .into_bytes();
     wire.extend_from_slice(body);
     s.write_all(&wire).unwrap();
-    let mut answer = Vec::new();
-    let _ = s.read_to_end(&mut answer);
-    let text = String::from_utf8_lossy(&answer);
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let json = text
-        .split_once("\r\n\r\n")
-        .and_then(|(_, b)| serde_json::from_str(b).ok())
-        .unwrap_or(Value::Null);
-    (status, json)
+    answer_of(&mut s)
 }
 
 /// Forms that PHP (Laravel), Rack (Rails) or body-parser (Express) read as naming DELETE,
@@ -575,4 +551,22 @@ fn forms_as_php_rack_and_body_parser_read_them_never_reach_the_origin_whole() {
         assert!(!c.complete, "a refused form reached the origin whole");
         assert!(find(&c.bytes, b"DELETE").is_none(), "the origin saw DELETE");
     }
+}
+
+/// The status and JSON body of what `s` answers until it closes (0 and null when there is
+/// none).
+fn answer_of(s: &mut TcpStream) -> (u16, Value) {
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let json = text
+        .split_once("\r\n\r\n")
+        .and_then(|(_, b)| serde_json::from_str(b).ok())
+        .unwrap_or(Value::Null);
+    (status, json)
 }
