@@ -1,8 +1,8 @@
 //! What a client is still sending when a refusal ends its exchange: read and dropped, within
-//! bounds ([`MAX_TIME`], and a number of bytes), so that the client reads the refusal. Left unread,
-//! an HTTP/2 stream would be reset under a client still sending its body, and a closed
-//! HTTP/1.1 connection would be reset by the kernel when more bytes arrive, which can make
-//! the client fail on its next write before it reads the answer (curl's exit 55 or 92).
+//! bounds ([`MAX_TIME`], and a number of bytes), so that the client reads the refusal. Left
+//! unread, an HTTP/2 stream would be reset under a client still sending its body, and a
+//! closed HTTP/1.1 connection would be reset by the kernel when more bytes arrive, which can
+//! make the client fail on its next write before it reads the answer (curl's exit 55 or 92).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
