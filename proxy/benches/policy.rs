@@ -199,6 +199,7 @@ fn benches(c: &mut Criterion) {
         exe: "/usr/bin/wget",
         ancestors: &ancestors,
         cmdline: &cmdline,
+        tenant: None,
     };
     let stranger_ancestors = vec![
         "/bin/bash".to_string(),
@@ -209,6 +210,7 @@ fn benches(c: &mut Criterion) {
         exe: "/usr/local/bin/evil",
         ancestors: &stranger_ancestors,
         cmdline: &cmdline,
+        tenant: None,
     };
 
     let exact_host = format!("rest{TARGET}.example.io");

@@ -26,5 +26,6 @@ pub mod policy;
 pub mod refusal_code;
 pub mod relay;
 pub mod slots;
+pub mod tenants;
 pub mod tls;
 pub mod transparent;

@@ -36,6 +36,7 @@ pub enum Code {
     CredentialScanEncodedBody,
     CredentialInBody,
     CredentialInTrailers,
+    ProxyAuthRequired,
 }
 
 impl Code {
@@ -71,6 +72,7 @@ impl Code {
             Code::CredentialScanEncodedBody => "credential_scan_encoded_body",
             Code::CredentialInBody => "credential_in_body",
             Code::CredentialInTrailers => "credential_in_trailers",
+            Code::ProxyAuthRequired => "proxy_auth_required",
         }
     }
 }

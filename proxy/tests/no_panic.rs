@@ -68,7 +68,7 @@ proptest! {
         let loaded = load(&[Source { name: "p.yaml".into(), text: VALID.to_string() }], Compat::Strict).unwrap();
         let p = &loaded.policy;
         if let Ok(h) = normalize_host(&host) {
-            let caller = Caller { exe: "/usr/bin/git", ancestors: &[], cmdline: &[] };
+            let caller = Caller { exe: "/usr/bin/git", ancestors: &[], cmdline: &[], tenant: None };
             if let L4Decision::Allow(a) = p.decide_l4(&caller, &h, port) {
                 let _ = p.decide_request(&a, &Request { method: &method, target: &target, websocket_upgrade: false });
             }

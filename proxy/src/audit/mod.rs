@@ -51,6 +51,9 @@ pub struct Process {
 pub struct Caller {
     pub process: Process,
     pub ancestors: Vec<Process>,
+    /// A gateway tenant (`--tenants`): the caller is known by its tenant's name only, and
+    /// `process` is empty (OCSF `actor.user` instead of `actor.process`).
+    pub tenant: Option<Arc<str>>,
     /// The OCSF JSON of `process` and its ancestors, once written (not part of what the
     /// caller is: it compares equal whatever it holds, and a clone starts without it).
     pub json: ocsf::CallerJson,

@@ -188,9 +188,16 @@ fn dns(e: &super::DnsQuery, sev: &str) -> String {
 
 // === Pieces ===
 
-/// `<exe>(<pid>) -> `, or nothing for an unknown caller.
+/// `<exe>(<pid>) -> `, `tenant:<name> -> ` for a gateway tenant, or nothing for an unknown
+/// caller.
 fn push_actor(s: &mut String, caller: Option<&Caller>) {
     let Some(caller) = caller else { return };
+    if let Some(tenant) = &caller.tenant {
+        s.push_str("tenant:");
+        push_clean(s, tenant);
+        s.push_str(" -> ");
+        return;
+    }
     let p = &caller.process;
     if p.exe.is_empty() {
         s.push('?');

@@ -8,8 +8,9 @@ use std::time::SystemTime;
 
 use super::CompatArg;
 use crate::audit;
-use crate::credentials::Bindings;
+use crate::credentials::{Bindings, ScrubSet};
 use crate::policy::{self, Diagnostic, Loaded, Policy};
+use crate::tenants::Table;
 
 /// Where the configuration comes from (the `run` flags that name files).
 #[derive(Clone, Debug)]
@@ -18,29 +19,41 @@ pub struct Sources {
     pub providers: Vec<String>,
     pub secrets_file: Option<PathBuf>,
     pub compat: CompatArg,
+    /// `--tenants`: the gateway's tenants file (then the three above are empty).
+    pub tenants: Option<String>,
 }
 
 impl Sources {
     /// The names an audit event lists: the policy files (or the embedded default's name),
     /// then the provider profile files.
     pub fn names(&self) -> Vec<String> {
+        if let Some(t) = &self.tenants {
+            // A gateway: the tenants file names everything else.
+            return vec![t.clone()];
+        }
         let mut names = if self.policies.is_empty() {
             vec![policy::DEFAULT_POLICY_NAME.to_string()]
         } else {
             self.policies.clone()
         };
         names.extend(self.providers.iter().cloned());
+        names.extend(self.tenants.iter().cloned());
         names
     }
 
     /// Every file a change of which is a reason to reload.
     pub fn files(&self) -> Vec<PathBuf> {
-        self.policies
+        let mut files: Vec<PathBuf> = self
+            .policies
             .iter()
             .chain(&self.providers)
             .map(PathBuf::from)
             .chain(self.secrets_file.clone())
-            .collect()
+            .collect();
+        if let Some(t) = &self.tenants {
+            files.extend(super::tenants::files(t));
+        }
+        files
     }
 }
 
@@ -51,8 +64,13 @@ pub struct Config {
     pub bindings: Bindings,
     /// Policy diagnostics of warning severity.
     pub policy_warnings: Vec<Diagnostic>,
-    /// Warnings of the profiles and secrets.
+    /// Warnings of the profiles and secrets (and of the tenants' files).
     pub credential_warnings: Vec<String>,
+    /// A gateway's tenants (`--tenants`); empty otherwise.
+    pub tenants: Table,
+    /// Every secret value loaded (the tenants' and their proxy passwords too), for the audit
+    /// redactor.
+    pub redactor: ScrubSet,
 }
 
 /// Why a configuration was refused; each line names the file, line and field where known.
@@ -62,6 +80,8 @@ pub enum ConfigError {
     Credentials(Vec<String>),
     #[error("cannot load the policy: {} error(s)", errors(.0).len())]
     Policy(Vec<Diagnostic>),
+    #[error("cannot load the tenants")]
+    Tenants(Vec<String>),
 }
 
 fn errors(diags: &[Diagnostic]) -> Vec<String> {
@@ -76,7 +96,7 @@ impl ConfigError {
     /// Every error, one a line (what the audit event carries).
     pub fn errors(&self) -> Vec<String> {
         match self {
-            ConfigError::Credentials(lines) => lines.clone(),
+            ConfigError::Credentials(lines) | ConfigError::Tenants(lines) => lines.clone(),
             ConfigError::Policy(diags) => errors(diags),
         }
     }
@@ -84,7 +104,7 @@ impl ConfigError {
     /// Every line to print: for the policy, warnings too.
     pub fn lines(&self) -> Vec<String> {
         match self {
-            ConfigError::Credentials(lines) => lines.clone(),
+            ConfigError::Credentials(lines) | ConfigError::Tenants(lines) => lines.clone(),
             ConfigError::Policy(diags) => diags.iter().map(ToString::to_string).collect(),
         }
     }
@@ -104,11 +124,25 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
         sources.secrets_file.as_deref(),
     )
     .map_err(|e| ConfigError::Credentials(e.lines()))?;
+    let mut redactor = credentials.bindings.redactor();
+    let mut credential_warnings = credentials.warnings;
+    let tenants = match &sources.tenants {
+        None => Table::default(),
+        Some(path) => {
+            let loaded =
+                super::tenants::load(path, sources.compat).map_err(ConfigError::Tenants)?;
+            redactor.merge(&loaded.redactor);
+            credential_warnings.extend(loaded.warnings);
+            loaded.table
+        }
+    };
     Ok(Config {
         policy: loaded.policy,
         bindings: credentials.bindings,
         policy_warnings: loaded.warnings,
-        credential_warnings: credentials.warnings,
+        credential_warnings,
+        tenants,
+        redactor,
     })
 }
 
@@ -118,6 +152,11 @@ pub fn change_event(sources: &Sources, result: &Result<Config, ConfigError>) -> 
         time: SystemTime::now(),
         sources: sources.names(),
         result: match result {
+            Ok(c) if c.tenants.is_gateway() => {
+                Ok(c.tenants.tenants().iter().fold((0, 0), |(e, p), t| {
+                    (e + t.policy.entries().len(), p + t.policy.endpoint_count())
+                }))
+            }
             Ok(c) => Ok((c.policy.entries().len(), c.policy.endpoint_count())),
             Err(e) => Err(e.errors()),
         },

@@ -346,6 +346,7 @@ async fn tour(dir: &Path) -> Result<(), String> {
         compat: Compat::Strict,
         tls: Some(tls),
         credentials: Arc::new(creds.bindings),
+        tenants: crate::tenants::Table::default(),
     }));
     let listener =
         listen::bind(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(|e| e.to_string())?;

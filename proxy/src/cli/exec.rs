@@ -218,6 +218,12 @@ fn default_audit_log() -> String {
 }
 
 pub fn exec(args: ExecArgs) -> ExitCode {
+    if args.run.tenants.is_some() {
+        eprintln!(
+            "sluice: --tenants is for `sluice run` (a shared gateway); `sluice exec` serves the one command it runs: give it --policy"
+        );
+        return ExitCode::from(2);
+    }
     let runtime = match super::run::runtime() {
         Ok(r) => r,
         Err(e) => {

@@ -13,6 +13,7 @@ mod netfence;
 mod policy;
 mod reload;
 mod run;
+mod tenants;
 
 use std::process::ExitCode;
 

@@ -95,12 +95,14 @@ impl Reloader {
                 // The redactor learns the new values before any request can use them.
                 {
                     let mut known = self.redactor.lock().unwrap_or_else(PoisonError::into_inner);
-                    known.merge(&config.bindings.redactor());
+                    known.merge(&config.redactor);
                     self.audit.set_redactor(Arc::new(known.clone()));
                 }
                 self.shared.credentials.store(Arc::new(config.bindings));
                 crate::metrics::policy_loaded(&config.policy);
                 self.shared.policy.store(Arc::new(config.policy));
+                // Each tenant's policy and credentials at once.
+                self.shared.tenants.store(Arc::new(config.tenants));
                 // Every live connection is re-judged under the new policy; each it no longer
                 // allows is closed, and its close event says why.
                 let revoked = crate::pipeline::revoke_disallowed(&self.shared);
@@ -173,7 +175,7 @@ pub async fn watch(
     mut hup: Option<tokio::signal::unix::Signal>,
     interval: Duration,
 ) {
-    let files = reloader.sources.files();
+    let mut files = reloader.sources.files();
     let mut seen = fingerprint(&files);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -192,6 +194,8 @@ pub async fn watch(
         };
         // What is loaded is what is seen from now on (a refused file is not retried until it
         // changes again).
+        // A tenants file may name other files now.
+        files = reloader.sources.files();
         seen = fingerprint(&files);
         let r = Arc::clone(&reloader);
         // Loading reads files and compiles the policy: off the async workers.

@@ -149,6 +149,16 @@ pub(super) struct RunArgs {
     /// `OTEL_EXPORTER_OTLP_*ENDPOINT` variables are read; none set: no export.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// Serve as a shared gateway: callers are the tenants this YAML file lists, identified by
+    /// client address (`sources`) or proxy credentials (`proxy_auth`), each judged by its own
+    /// policy files, provider profiles and secrets (named in the file, not by --policy,
+    /// --providers or --secrets-file). Reloaded like the policy.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["policies", "providers", "secrets_file", "dns_listen"]
+    )]
+    pub tenants: Option<String>,
 }
 
 impl RunArgs {
@@ -313,8 +323,17 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         eprintln!("{w}");
     }
     // No known secret value reaches the audit log or stderr, whichever field holds it.
-    let redactor = config.bindings.redactor();
+    let redactor = config.redactor;
     audit.set_redactor(Arc::new(redactor.clone()));
+    let tenants = config.tenants;
+    if tenants.is_gateway() {
+        let names: Vec<&str> = tenants.tenants().iter().map(|t| &*t.name).collect();
+        eprintln!(
+            "sluice: gateway for {} tenant(s): {}",
+            names.len(),
+            names.join(", ")
+        );
+    }
     let credentials = Arc::new(config.bindings);
     let loaded_policy = config.policy;
     let overrides = match Overrides::from_args(&args.resolve) {
@@ -385,6 +404,7 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         compat: args.compat.into(),
         tls,
         credentials,
+        tenants,
     }));
     Ok(Prepared {
         shared,
@@ -773,6 +793,7 @@ pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
         providers: args.providers.clone(),
         secrets_file: args.secrets_file.clone(),
         compat: args.compat,
+        tenants: args.tenants.clone(),
     }
 }
 

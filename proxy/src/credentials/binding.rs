@@ -386,6 +386,7 @@ endpoints: [{host: docs.example.com, port: 443}]
                 exe,
                 ancestors: NO_ANCESTORS,
                 cmdline: &[],
+                tenant: None,
             },
             transport: Transport::VerifiedTls,
         }
@@ -550,6 +551,7 @@ endpoints: [{host: docs.example.com, port: 443}]
                 exe: "/usr/bin/python3",
                 ancestors: &ancestors,
                 cmdline: &[],
+                tenant: None,
             },
             ..py
         };

@@ -297,11 +297,7 @@ pub struct ProviderProfile {
 impl ProviderProfile {
     /// Whether this profile's secrets may be swapped in for `caller`.
     pub(super) fn admits(&self, caller: &Caller<'_>) -> bool {
-        self.binaries.is_empty()
-            || self.binaries.iter().any(|b| {
-                b.matcher.is_match(caller.exe)
-                    || caller.ancestors.iter().any(|a| b.matcher.is_match(a))
-            })
+        self.binaries.is_empty() || self.binaries.iter().any(|b| b.admits(caller))
     }
 
     /// Whether a request to `host:port` and `path` is inside this profile's endpoints.

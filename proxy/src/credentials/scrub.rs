@@ -61,7 +61,7 @@ impl fmt::Debug for ScrubSet {
 
 impl ScrubSet {
     /// Adds `secret` → `replacement`; an empty secret, or one already there, is ignored.
-    pub(super) fn add(&mut self, secret: &[u8], replacement: &[u8]) {
+    pub(crate) fn add(&mut self, secret: &[u8], replacement: &[u8]) {
         if secret.is_empty()
             || secret == replacement
             || self.pairs.iter().any(|(s, _)| **s == *secret)

@@ -91,8 +91,14 @@ impl Refusal {
             .ok()
             .and_then(|s| s.canonical_reason())
             .unwrap_or("Error");
+        // A gateway tenant's credentials are asked for (RFC 9110 §11.7.1).
+        let challenge = if self.error == Code::ProxyAuthRequired {
+            "Proxy-Authenticate: Basic realm=\"sluice\", charset=\"UTF-8\"\r\n"
+        } else {
+            ""
+        };
         format!(
-            "HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\n{challenge}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
             self.status,
             body.len()
         )

@@ -128,6 +128,8 @@ impl Metrics {
         // Audited traffic was let through: it counts as allowed here.
         let allowed = decision != "denied";
         let binary = match caller {
+            // Tenants are few and named by the operator: each its own series.
+            Some(c) if let Some(tenant) = &c.tenant => format!("tenant:{tenant}"),
             Some(c) => self
                 .named
                 .binary_label(&self.binaries, &c.process.exe, allowed),

@@ -1,13 +1,15 @@
 //! The caller of a connection, found from its socket, in the two shapes sluice needs: what
 //! policy matches on (exe, ancestor exes, cmdline paths) and what audit records (pids,
-//! cmdlines).
+//! cmdlines); or, on a gateway (`--tenants`), the tenant it connects as.
 //!
 //! Owns the calls into `sluice-identity` (on a blocking thread: they read /proc and talk
 //! netlink) and the conversion of their answers: the lookup when a connection is accepted, and
 //! the confirmation that the same process (pid, start time, executable) still holds the socket
 //! when its request arrives, at every later request on an inspected or kept-alive connection,
-//! and periodically on tunnels (`holder.rs`). A failed lookup or confirmation is an error the
-//! pipeline turns into a denial: sluice never guesses who is calling (fail closed).
+//! and periodically on tunnels (`holder.rs`). On a gateway it owns the choice of tenant: by
+//! the client's address when the connection is accepted, and by the proxy credentials of its
+//! first request head (`tenants::Table::identify`). A failed lookup or confirmation is an
+//! error the pipeline turns into a denial: sluice never guesses who is calling (fail closed).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,19 +20,26 @@ use super::denial::Denial;
 use super::seen::Seen;
 use super::shared::Shared;
 use crate::audit;
+use crate::http::head::RequestHead;
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 use crate::policy;
+use crate::tenants::{NoTenant, Tenant};
 
 /// Why a connection's caller is not known, or no longer holds its socket: the identity
-/// crate's answer, shared (every later request of the connection is refused with it).
+/// crate's answer, shared (every later request of the connection is refused with it); or,
+/// on a gateway, why the connection is no tenant's.
 #[derive(Clone, Debug, thiserror::Error)]
-#[error(transparent)]
-pub struct CallerError(Arc<IdentityError>);
+pub enum CallerError {
+    #[error(transparent)]
+    Identity(Arc<IdentityError>),
+    #[error(transparent)]
+    Tenant(NoTenant),
+}
 
 impl From<IdentityError> for CallerError {
     fn from(e: IdentityError) -> Self {
-        CallerError(Arc::new(e))
+        CallerError::Identity(Arc::new(e))
     }
 }
 
@@ -49,27 +58,65 @@ pub type CallerState = Result<Known, CallerError>;
 /// A caller as policy and audit see it.
 #[derive(Clone, Debug)]
 pub struct Known {
+    /// The executable; for a gateway tenant, `tenant:<name>` (what limits, pooling and
+    /// refusals name it by).
     pub exe: String,
     pub ancestors: Vec<String>,
     pub cmdline_paths: Vec<String>,
     /// Shared by every event of the connection, never copied per event.
     pub audit: Arc<audit::Caller>,
-    /// What the lookup found, for confirming it later.
-    pub identity: Arc<Identity>,
+    /// What the lookup found, for confirming it later; `None` for a gateway tenant (no
+    /// process to confirm).
+    pub identity: Option<Arc<Identity>>,
+    /// The gateway tenant, judged under its own policy and credentials.
+    pub tenant: Option<Arc<str>>,
 }
 
 impl Known {
     pub fn policy_caller(&self) -> policy::Caller<'_> {
-        policy::Caller {
-            exe: &self.exe,
-            ancestors: &self.ancestors,
-            cmdline: &self.cmdline_paths,
+        match &self.tenant {
+            Some(name) => policy::Caller::tenant(name),
+            None => policy::Caller {
+                exe: &self.exe,
+                ancestors: &self.ancestors,
+                cmdline: &self.cmdline_paths,
+                tenant: None,
+            },
         }
+    }
+
+    /// The tenant's name, if the caller is one.
+    pub fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
     }
 }
 
-/// Identifies the process at the other end of a connection, as soon as it is accepted.
+/// A gateway tenant as a caller.
+fn tenant_known(tenant: &Tenant) -> Known {
+    Known {
+        exe: format!("tenant:{}", tenant.name),
+        ancestors: Vec::new(),
+        cmdline_paths: Vec::new(),
+        audit: Arc::new(audit::Caller {
+            tenant: Some(Arc::clone(&tenant.name)),
+            ..audit::Caller::default()
+        }),
+        identity: None,
+        tenant: Some(Arc::clone(&tenant.name)),
+    }
+}
+
+/// Identifies the process at the other end of a connection, as soon as it is accepted; on a
+/// gateway, the tenant that connects from its address without credentials (one that
+/// presents credentials is known at its first request head, [`by_credentials`]).
 pub async fn identify(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> CallerState {
+    let tenants = shared.tenants.load();
+    if tenants.is_gateway() {
+        return tenants
+            .identify(peer.ip(), None)
+            .map(|t| tenant_known(&t))
+            .map_err(CallerError::Tenant);
+    }
     let resolver = &shared.identity;
     match crate::metrics::identity_lookup(|| blocking(|| resolver.lookup(peer, local))) {
         Ok(identity) => Ok(known(&shared.seen, identity)),
@@ -82,17 +129,67 @@ pub async fn identify(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> C
 /// and before a tunnel's first bytes go upstream. A socket handed over between the lookup and
 /// the request (or between two requests) is refused.
 pub async fn confirm(shared: &Shared, known: &Known) -> Result<(), CallerError> {
+    let Some(identity) = &known.identity else {
+        return Ok(());
+    };
     // A few microseconds of /proc reads when the caller is unchanged: run in place, as
     // `block_in_place` (handing this worker's other tasks to another thread) costs more than
     // the check. When it fails, finding who holds the socket now is rare and may be slower.
-    shared.identity.confirm(&known.identity).map_err(failed)
+    shared.identity.confirm(identity).map_err(failed)
 }
 
 /// Like [`confirm`], and no process of another identity in the caller's fork family holds the
 /// socket as well: made when the first request head arrives and at each periodic re-check.
 pub async fn recheck(shared: &Shared, known: &Known) -> Result<(), CallerError> {
+    let Some(identity) = &known.identity else {
+        return Ok(());
+    };
     let resolver = &shared.identity;
-    blocking(|| resolver.recheck(&known.identity)).map_err(failed)
+    blocking(|| resolver.recheck(identity)).map_err(failed)
+}
+
+/// Whether a gateway client's tenant waits for the credentials of its first head.
+pub fn awaits_credentials(caller: &CallerState) -> bool {
+    matches!(
+        caller,
+        Err(CallerError::Tenant(NoTenant::CredentialsRequired(_)))
+    )
+}
+
+/// On a gateway, the tenant a request head's proxy credentials (`Proxy-Authorization`)
+/// name. Presented on the connection's `first` head, they decide its tenant (a client at a
+/// tenant's address may still be another tenant by its credentials); on a later head of a
+/// kept-alive connection they must name the same tenant, or every later request is refused.
+/// Without credentials the caller stays as it is. Returns whether the tenant changed.
+pub fn by_credentials(
+    shared: &Shared,
+    caller: &mut CallerState,
+    peer: SocketAddr,
+    head: &RequestHead,
+    first: bool,
+) -> bool {
+    let tenants = shared.tenants.load();
+    if !tenants.is_gateway() {
+        return false;
+    }
+    let Some((_, value)) = head
+        .headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("proxy-authorization"))
+    else {
+        return false;
+    };
+    let found = tenants.identify(peer.ip(), Some(value));
+    let same = matches!((&found, &*caller), (Ok(t), Ok(k)) if k.tenant() == Some(&*t.name));
+    if same {
+        return false;
+    }
+    *caller = match found {
+        Ok(t) if first => Ok(tenant_known(&t)),
+        Ok(_) => Err(CallerError::Tenant(NoTenant::Switched)),
+        Err(e) => Err(CallerError::Tenant(e)),
+    };
+    true
 }
 
 /// [`confirm`] for a connection's caller as the request loop carries it: a caller that no
@@ -108,6 +205,23 @@ pub async fn reconfirm(shared: &Shared, caller: &mut CallerState) {
 /// The refusal of a request whose caller could not be identified or confirmed: `what` is the
 /// refused request (`CONNECT host:port`, `GET host:port/path`), `e` why.
 pub fn denial(what: &str, e: &CallerError) -> Denial {
+    if let CallerError::Tenant(no) = e {
+        let refusal = if no.asks_credentials() {
+            Refusal::new(
+                407,
+                Code::ProxyAuthRequired,
+                format!("{what} needs a tenant's proxy credentials"),
+            )
+        } else {
+            Refusal::new(
+                403,
+                Code::PolicyDenied,
+                format!("{what} not permitted: no tenant"),
+            )
+        };
+        let refusal = refusal.with_reason(no.to_string()).with("stage", "tenant");
+        return Denial::new(audit::Engine::Identity, refusal);
+    }
     let refusal = Refusal::new(
         403,
         Code::PolicyDenied,
@@ -166,6 +280,7 @@ fn known(seen: &Seen, identity: Identity) -> Known {
         audit,
         // The raw command lines live on in `audit` (in the form audit records them); the
         // later checks never read them.
-        identity: Arc::new(identity.without_cmdlines()),
+        identity: Some(Arc::new(identity.without_cmdlines())),
+        tenant: None,
     }
 }

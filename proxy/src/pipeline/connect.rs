@@ -26,6 +26,7 @@ use super::connection::{Admitted, Dialled, Scheme};
 use super::counted::Traffic;
 use super::denial::Denial;
 use super::inspect::{self, Inspected};
+use super::live::InForce;
 use super::shared::Shared;
 use crate::audit::{self, Engine, Outcome, Via};
 use crate::http::head::RequestHead;
@@ -376,7 +377,8 @@ fn tunnel_checks(
     inspect: bool,
 ) -> Result<(), Denial> {
     let (dst, admission) = (&admitted.dst, &admitted.admission);
-    if !inspect && connection::uninspected_credentials(&shared.credentials.load(), admitted) {
+    let credentials = shared.credentials(admitted.tenant.as_deref());
+    if !inspect && connection::uninspected_credentials(&credentials, admitted) {
         shared.audit.emit(&audit::Event::Finding(audit::Finding {
             time: SystemTime::now(),
             id: conn.id,

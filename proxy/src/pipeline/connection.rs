@@ -27,7 +27,7 @@ use super::caller::{self, CallerError, Known};
 use super::conn::Conn;
 use super::denial::Denial;
 use super::destination;
-use super::live::{Judge, Registration};
+use super::live::{InForce, Judge, Registration};
 use super::pool::{Epoch, Key, Wanted};
 use super::shared::Shared;
 use super::stop::StopReason;
@@ -65,7 +65,7 @@ pub fn admit<'k>(
     what: &str,
 ) -> Result<(&'k Known, Admitted), Denial> {
     let known = caller.map_err(|e| caller::denial(what, e))?;
-    let admitted = admit_under(shared.policy.load_full(), known, dst, scheme, what)?;
+    let admitted = admit_under(shared.policy(known.tenant()), known, dst, scheme, what)?;
     Ok((known, admitted))
 }
 
@@ -84,6 +84,7 @@ fn admit_under(
             scheme,
             policy,
             admission,
+            tenant: known.tenant.clone(),
         }),
         L4Decision::Deny(d) => {
             let refusal = Refusal::new(
@@ -91,12 +92,17 @@ fn admit_under(
                 Code::PolicyDenied,
                 format!("{what} not permitted by policy"),
             )
-            .with_reason(d.reason)
-            .with("binary", known.exe.clone())
-            .with("ancestors", known.ancestors.clone())
-            .with("host", dst.host().to_string())
-            .with("port", dst.port())
-            .with("stage", "l4");
+            .with_reason(d.reason);
+            let refusal = match known.tenant() {
+                Some(tenant) => refusal.with("tenant", tenant),
+                None => refusal
+                    .with("binary", known.exe.clone())
+                    .with("ancestors", known.ancestors.clone()),
+            };
+            let refusal = refusal
+                .with("host", dst.host().to_string())
+                .with("port", dst.port())
+                .with("stage", "l4");
             Err(Denial::new(Engine::L4, refusal))
         }
     }
@@ -124,12 +130,12 @@ pub fn hold<'s>(
     // Inserted before the policy is read: a sweep holds the registry while it runs, so either
     // it sees this connection or this sees the policy its reload stored.
     let registration = shared.live.insert(conn.id, judge, conn.raise.clone());
-    let now = shared.policy.load_full();
+    let now = shared.policy(known.tenant());
     // A reload swaps the policy (a new snapshot each time) after the credentials.
     if !Arc::ptr_eq(&now, &admitted.policy)
         && let Some(reason) = rejudge(
             &now,
-            &shared.credentials.load(),
+            &shared.credentials(known.tenant()),
             known,
             admitted,
             kind,
@@ -147,10 +153,8 @@ pub fn hold<'s>(
 /// touched. Idle pooled upstream connections are closed. Returns how many were stopped.
 pub fn revoke_disallowed(shared: &Shared) -> usize {
     // Idle pooled upstream connections were made under the old configuration: closed now.
-    shared.pool.retire(current_epoch(shared));
-    let revoked = shared
-        .live
-        .sweep(&shared.policy.load_full(), &shared.credentials.load());
+    shared.pool.retire(current_epochs(shared));
+    let revoked = shared.live.sweep(shared);
     crate::metrics::connections_revoked(revoked);
     revoked
 }
@@ -178,10 +182,10 @@ pub struct DialledAt {
 }
 
 fn judge(known: Known, admitted: Admitted, kind: Kind, dialled: Option<DialledAt>) -> Judge {
-    Box::new(move |policy, credentials| {
+    Box::new(move |now| {
         rejudge(
-            policy,
-            credentials,
+            &now.policy(known.tenant()),
+            &now.credentials(known.tenant()),
             &known,
             &admitted,
             kind,
@@ -350,7 +354,8 @@ pub async fn dial_vetted(
 /// Whose upstream connection to where, for the pool.
 pub fn pool_key(known: &Known, dst: &Authority) -> Key {
     Key::new(
-        known.identity.uid,
+        // A gateway tenant has no process: its `exe` (`tenant:<name>`) tells it apart.
+        known.identity.as_ref().map_or(u32::MAX, |i| i.uid),
         &known.exe,
         &known.ancestors,
         &known.cmdline_paths,
@@ -359,20 +364,40 @@ pub fn pool_key(known: &Known, dst: &Authority) -> Key {
 }
 
 /// The configuration an admitted connection's upstream is made under: its pinned policy
-/// snapshot and the credentials in force now.
+/// snapshot and the credentials in force now (its tenant's, on a gateway).
 pub fn epoch(shared: &Shared, admitted: &Admitted) -> Epoch {
     Epoch {
         policy: Arc::clone(&admitted.policy),
-        credentials: shared.credentials.load_full(),
+        credentials: shared.credentials(admitted.tenant.as_deref()),
     }
 }
 
-/// The configuration in force now (a connection made under another is not pooled).
-pub fn current_epoch(shared: &Shared) -> Epoch {
+/// The configuration in force now for an admitted connection's caller (a connection made
+/// under another is not pooled).
+pub fn current_epoch(shared: &Shared, admitted: &Admitted) -> Epoch {
+    current_epoch_of(shared, admitted.tenant.as_deref())
+}
+
+/// The configuration in force now for a local caller (`None`) or a gateway tenant.
+pub fn current_epoch_of(shared: &Shared, tenant: Option<&str>) -> Epoch {
     Epoch {
+        policy: shared.policy(tenant),
+        credentials: shared.credentials(tenant),
+    }
+}
+
+/// Every configuration in force now: the local one, and each gateway tenant's.
+fn current_epochs(shared: &Shared) -> Vec<Epoch> {
+    let local = Epoch {
         policy: shared.policy.load_full(),
         credentials: shared.credentials.load_full(),
-    }
+    };
+    let tenants = shared.tenants.load();
+    let each = tenants.tenants().iter().map(|t| Epoch {
+        policy: Arc::clone(&t.policy),
+        credentials: Arc::clone(&t.credentials),
+    });
+    std::iter::once(local).chain(each).collect()
 }
 
 /// Whether an admitted connection's requests travel over TLS sluice verified upstream.
@@ -416,4 +441,7 @@ pub struct Admitted {
     pub scheme: Scheme,
     pub policy: Arc<Policy>,
     pub admission: Admission,
+    /// The gateway tenant it was admitted for, whose configuration judges it (`None`: a
+    /// local caller).
+    pub tenant: Option<Arc<str>>,
 }

@@ -124,7 +124,7 @@ impl Tunnel {
         if let Some(lease) = &self.lease
             && let Some(u) = self.upstream.take()
         {
-            let current = connection::current_epoch(shared);
+            let current = connection::current_epoch(shared, &self.admitted);
             lease.release(&shared.pool, current, u.sender, u.reusable);
         }
     }
@@ -175,8 +175,11 @@ where
             Some(h) => h,
             None => match read_next(&mut s).await {
                 Some(h) => {
-                    // Each later request is the caller's only if it still holds the socket.
+                    // Each later request is the caller's only if it still holds the socket
+                    // (on a gateway: if its proxy credentials, when sent, are still its
+                    // tenant's).
                     caller::reconfirm(s.shared, &mut s.caller).await;
+                    caller::by_credentials(s.shared, &mut s.caller, s.conn.peer, &h, false);
                     h
                 }
                 None => break,

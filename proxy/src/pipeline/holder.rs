@@ -32,10 +32,11 @@ impl Drop for Watcher {
 /// Starts re-checking, every `--caller-recheck-interval`, that `known`'s process still holds
 /// the socket, and raises the signal (once) when it does not. The watcher keeps only what the
 /// re-check reads (the identity, shared with the connection), not a copy of the caller.
-pub fn watch(shared: Arc<Shared>, known: &Known, raise: Raise) -> Watcher {
+pub fn watch(shared: Arc<Shared>, known: &Known, raise: Raise) -> Option<Watcher> {
+    // A gateway tenant has no process to re-check.
+    let identity = Arc::clone(known.identity.as_ref()?);
     let interval = shared.limits.caller_recheck_interval;
-    let identity = Arc::clone(&known.identity);
-    Watcher(tokio::spawn(async move {
+    Some(Watcher(tokio::spawn(async move {
         loop {
             tokio::time::sleep(interval).await;
             if let Err(e) = shared.rechecks.run(&shared.identity, &identity).await {
@@ -44,5 +45,5 @@ pub fn watch(shared: Arc<Shared>, known: &Known, raise: Raise) -> Watcher {
                 return;
             }
         }
-    }))
+    })))
 }

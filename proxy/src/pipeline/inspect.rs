@@ -258,6 +258,7 @@ pub async fn run(
                         return;
                     }
                 };
+                let tenant = admitted.tenant.clone();
                 let tunnel = super::h2::H2Tunnel {
                     shared: Arc::clone(shared),
                     conn_id: conn.id,
@@ -272,7 +273,7 @@ pub async fn run(
                 match Box::pin(super::h2::serve(tunnel, client_tls, sender.clone())).await {
                     Ok(()) => shared.pool.check_in(
                         returned(Client::H2(sender)),
-                        connection::current_epoch(shared),
+                        connection::current_epoch_of(shared, tenant.as_deref()),
                     ),
                     Err(e) => fail(e),
                 }

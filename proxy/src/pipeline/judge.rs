@@ -447,6 +447,7 @@ mod tests {
             exe: "/usr/bin/curl",
             ancestors: &[],
             cmdline: &[],
+            tenant: None,
         };
         let L4Decision::Allow(admission) = policy.decide_l4(&caller, "h.test", 443) else {
             panic!("not admitted");

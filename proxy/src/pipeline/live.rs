@@ -21,9 +21,15 @@ use super::stop::{Raise, StopReason};
 use crate::credentials::Bindings;
 use crate::policy::Policy;
 
-/// Why `policy` and the credential bindings `credentials` no longer allow a connection;
-/// `None` while they do.
-pub type Judge = Box<dyn Fn(&Arc<Policy>, &Bindings) -> Option<StopReason> + Send + Sync>;
+/// The configuration in force now for a caller: the local one (`None`), or a gateway
+/// tenant's.
+pub trait InForce {
+    fn policy(&self, tenant: Option<&str>) -> Arc<Policy>;
+    fn credentials(&self, tenant: Option<&str>) -> Arc<Bindings>;
+}
+
+/// Why the configuration in force no longer allows a connection; `None` while it does.
+pub type Judge = Box<dyn Fn(&dyn InForce) -> Option<StopReason> + Send + Sync>;
 
 /// One live connection.
 struct Held {
@@ -90,19 +96,17 @@ impl Live {
         }
     }
 
-    /// Stops every registered connection `policy` and `credentials` no longer allow (each
+    /// Stops every registered connection the configuration in force no longer allows (each
     /// with its reason); returns how many this sweep stopped (not those stopped before, for
     /// another reason).
-    pub fn sweep(&self, policy: &Arc<Policy>, credentials: &Bindings) -> usize {
+    pub fn sweep(&self, now: &dyn InForce) -> usize {
         // A judgement is a policy lookup (no I/O). The lock is held for the sweep, so that a
         // registration made meanwhile waits and then sees the new policy (see
         // `connection::hold`).
         let conns = self.lock();
         conns
             .values()
-            .filter(|held| {
-                (held.judge)(policy, credentials).is_some_and(|reason| held.raise.raise(reason))
-            })
+            .filter(|held| (held.judge)(now).is_some_and(|reason| held.raise.raise(reason)))
             .count()
     }
 }
@@ -112,16 +116,25 @@ mod tests {
     use super::*;
     use crate::pipeline::stop::signal;
 
-    fn policy() -> Arc<Policy> {
-        Arc::new(
-            crate::policy::load_default()
-                .expect("the default policy")
-                .policy,
-        )
+    /// The default policy for everyone.
+    struct Default;
+
+    impl InForce for Default {
+        fn policy(&self, _: Option<&str>) -> Arc<Policy> {
+            Arc::new(
+                crate::policy::load_default()
+                    .expect("the default policy")
+                    .policy,
+            )
+        }
+
+        fn credentials(&self, _: Option<&str>) -> Arc<Bindings> {
+            Arc::default()
+        }
     }
 
     fn revoking(why: &'static str) -> Judge {
-        Box::new(move |_, _| {
+        Box::new(move |_| {
             Some(StopReason::PolicyRevoked {
                 entry: "api".into(),
                 dst: crate::pipeline::authority::Authority::new("example.com", 443),
@@ -136,8 +149,8 @@ mod tests {
         let (raise_a, stop_a) = signal();
         let (raise_b, stop_b) = signal();
         let _a = live.insert(1, revoking("gone"), raise_a);
-        let _b = live.insert(2, Box::new(|_, _| None), raise_b);
-        assert_eq!(live.sweep(&policy(), &Bindings::default()), 1);
+        let _b = live.insert(2, Box::new(|_| None), raise_b);
+        assert_eq!(live.sweep(&Default), 1);
         assert_eq!(
             stop_a.wait().await.to_string(),
             "policy revoked by reload (gone)"
@@ -146,7 +159,7 @@ mod tests {
             tokio::time::timeout(std::time::Duration::from_millis(50), stop_b.wait()).await;
         assert!(waited.is_err(), "an allowed connection was stopped");
         // A second sweep stops nothing new: the first reason stands.
-        assert_eq!(live.sweep(&policy(), &Bindings::default()), 0);
+        assert_eq!(live.sweep(&Default), 0);
     }
 
     #[test]

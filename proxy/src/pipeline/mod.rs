@@ -43,6 +43,7 @@ pub(crate) mod ws_scrub;
 
 pub use conn::Conn;
 pub use connection::revoke_disallowed;
+pub use live::InForce;
 pub use shared::{Limits, Parts, Shared, TlsState};
 
 use std::net::SocketAddr;
@@ -69,7 +70,8 @@ use denial::head_refusal;
 pub(crate) struct Arrival {
     pub(crate) conn: Conn,
     pub(crate) caller: CallerState,
-    slot: admission::CallerSlot,
+    /// `None` while a gateway client's tenant waits for its first head's credentials.
+    slot: Option<admission::CallerSlot>,
 }
 
 /// A connection past its caller's limits (or all of sluice's): refused with 429 by the
@@ -87,7 +89,7 @@ pub(crate) struct Limited {
 pub(crate) struct Settled {
     pub(crate) conn: Conn,
     pub(crate) caller: CallerState,
-    _slot: admission::CallerSlot,
+    _slot: Option<admission::CallerSlot>,
     _watcher: Option<holder::Watcher>,
 }
 
@@ -108,21 +110,67 @@ pub(crate) async fn arrive(
     };
     // The caller, looked up at once: before it could hand the socket to another program.
     let caller = caller::identify(shared, peer, local).await;
+    if caller::awaits_credentials(&caller) {
+        // Its tenant, and so its slot, comes with its first head ([`by_credentials`]).
+        return Ok(Arrival {
+            conn,
+            caller,
+            slot: None,
+        });
+    }
+    match take_slot(shared, &caller) {
+        Ok(slot) => Ok(Arrival {
+            conn,
+            caller,
+            slot: Some(slot),
+        }),
+        Err(refusal) => Err(Limited {
+            conn,
+            caller,
+            refusal,
+        }),
+    }
+}
+
+/// The caller's per-caller slot, or the 429 refusal of one past its limits.
+fn take_slot(shared: &Shared, caller: &CallerState) -> Result<admission::CallerSlot, Refusal> {
     // Connections whose caller cannot be identified (refused later at the identity stage)
     // share one slot table entry, so that a flood of them cannot fill --max-connections.
-    let exe = match &caller {
+    let exe = match caller {
         Ok(known) => known.exe.as_str(),
         Err(_) => admission::UNIDENTIFIED,
     };
-    match shared.callers.admit(exe, std::time::Instant::now()) {
-        Ok(slot) => Ok(Arrival { conn, caller, slot }),
-        Err(refused) => {
-            let refusal = refused.refusal(exe);
-            Err(Limited {
-                conn,
-                caller,
-                refusal,
-            })
+    shared
+        .callers
+        .admit(exe, std::time::Instant::now())
+        .map_err(|refused| refused.refusal(exe))
+}
+
+/// A gateway client's first head: its proxy credentials name its tenant (or why none), which
+/// then takes its own slot. `None` when the connection is past its tenant's limits (refused
+/// and audited here).
+async fn by_credentials(
+    shared: &Shared,
+    mut arrival: Arrival,
+    head: &head::RequestHead,
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+) -> Option<Arrival> {
+    let changed =
+        caller::by_credentials(shared, &mut arrival.caller, arrival.conn.peer, head, true);
+    if !changed && arrival.slot.is_some() {
+        return Some(arrival);
+    }
+    // The slot of the caller it was taken for goes first.
+    arrival.slot = None;
+    match take_slot(shared, &arrival.caller) {
+        Ok(slot) => {
+            arrival.slot = Some(slot);
+            Some(arrival)
+        }
+        Err(refusal) => {
+            let known = arrival.caller.as_ref().ok();
+            refuse_early(shared, &arrival.conn, wr, refusal, known).await;
+            None
         }
     }
 }
@@ -139,7 +187,7 @@ pub(crate) async fn settle(shared: &Arc<Shared>, arrival: Arrival) -> Settled {
     let watcher = caller
         .as_ref()
         .ok()
-        .map(|known| holder::watch(Arc::clone(shared), known, conn.raise.clone()));
+        .and_then(|known| holder::watch(Arc::clone(shared), known, conn.raise.clone()));
     Settled {
         conn,
         caller,
@@ -213,6 +261,9 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
             refuse_early(&shared, &arrival.conn, &mut wr, refusal, known).await;
             return;
         }
+    };
+    let Some(arrival) = Box::pin(by_credentials(&shared, arrival, &head, &mut wr)).await else {
+        return;
     };
     let Settled {
         conn,

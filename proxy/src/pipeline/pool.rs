@@ -183,9 +183,10 @@ impl Wanted<'_> {
 #[derive(Debug, Default)]
 pub struct Pool {
     idle: Mutex<HashMap<Key, Vec<Idle>>>,
-    /// The configuration of the last reload ([`Pool::retire`]): a connection made under
-    /// another never goes in. Locked before `idle` wherever both are.
-    reloaded: Mutex<Option<Epoch>>,
+    /// The configurations of the last reload ([`Pool::retire`]: the local one and each
+    /// gateway tenant's): a connection made under another never goes in. Locked before
+    /// `idle` wherever both are.
+    reloaded: Mutex<Option<Vec<Epoch>>>,
 }
 
 impl Pool {
@@ -278,7 +279,7 @@ impl Pool {
     /// Closes every idle connection at a reload to `current`, and keeps out any made before
     /// it that is still on its way back: none could be taken again (a taker's configuration
     /// is `current` from now on), and an origin should not hold them open until they time out.
-    pub(crate) fn retire(&self, current: Epoch) {
+    pub(crate) fn retire(&self, current: Vec<Epoch>) {
         let mut reloaded = self.reloaded.lock().unwrap_or_else(PoisonError::into_inner);
         *reloaded = Some(current);
         // Dropping each client closes its connection.
@@ -288,7 +289,10 @@ impl Pool {
     fn insert(&self, key: Key, entry: Idle) {
         let now = Instant::now();
         let reloaded = self.reloaded.lock().unwrap_or_else(PoisonError::into_inner);
-        if reloaded.as_ref().is_some_and(|e| !e.same(&entry.epoch)) {
+        if reloaded
+            .as_ref()
+            .is_some_and(|now| !now.iter().any(|e| e.same(&entry.epoch)))
+        {
             return;
         }
         let mut idle = self.lock();
@@ -444,7 +448,7 @@ mod tests {
             policy: policy(),
             credentials: Arc::clone(&old.credentials),
         };
-        pool.retire(new.clone());
+        pool.retire(vec![new.clone()]);
         // The origin's end sees the connection closed.
         let mut byte = [0u8; 1];
         let n = tokio::time::timeout(

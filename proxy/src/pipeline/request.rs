@@ -24,6 +24,7 @@ use super::connection::{self, Admitted};
 use super::denial::Denial;
 use super::inject;
 use super::judge::{self, Judged};
+use super::live::InForce;
 use super::record::Record;
 use super::shared::Shared;
 use crate::audit::Engine;
@@ -170,7 +171,7 @@ impl<'a> Exchange<'a> {
         let current;
         let Admitted {
             policy, admission, ..
-        } = if Arc::ptr_eq(&self.shared.policy.load(), &self.admitted.policy) {
+        } = if Arc::ptr_eq(&self.shared.policy(known.tenant()), &self.admitted.policy) {
             self.admitted
         } else {
             let what = format!("{} {dst}{}", rec.method, rec.path);
@@ -217,7 +218,7 @@ impl<'a> Exchange<'a> {
         let mut origin_form = origin_form;
         let dest = rec.dest(self.shared, known);
         // One credentials snapshot for the whole request (a reload applies from the next).
-        let creds = self.shared.credentials.load_full();
+        let creds = self.shared.credentials(known.tenant());
         let injected = inject::inject_head(
             &dest,
             &creds,

@@ -11,9 +11,11 @@ use sluice_identity::IdentityResolver;
 use sluice_resolver::Resolver;
 
 use super::admission;
-use super::live::Live;
+use super::live::{InForce, Live};
 use crate::audit::AuditSink;
+use crate::credentials::Bindings;
 use crate::policy::{Compat, Policy};
+use crate::tenants::Table;
 
 /// Timeouts and sizes; every wait on a peer has one (invariant 9).
 #[derive(Clone, Debug)]
@@ -83,7 +85,11 @@ pub struct Shared {
     pub allow_loopback: bool,
     /// Provider profiles and their secrets: which placeholder may become which secret where.
     /// Swapped whole on reload; a request loads it once.
-    pub credentials: ArcSwap<crate::credentials::Bindings>,
+    pub credentials: ArcSwap<Bindings>,
+    /// On a gateway (`--tenants`), the tenants, each with its own policy and credentials
+    /// (then `policy` and `credentials` above serve no caller); empty otherwise. Swapped
+    /// whole on reload.
+    pub tenants: ArcSwap<Table>,
     /// TLS termination (the CA's leaves and the verified upstream side); `None` when the CA
     /// could not be made, and then inspected endpoints are refused with 503.
     pub tls: Option<TlsState>,
@@ -115,7 +121,8 @@ pub struct Parts {
     pub allow_loopback: bool,
     pub compat: Compat,
     pub tls: Option<TlsState>,
-    pub credentials: Arc<crate::credentials::Bindings>,
+    pub credentials: Arc<Bindings>,
+    pub tenants: Table,
 }
 
 impl Shared {
@@ -130,6 +137,7 @@ impl Shared {
             compat,
             tls,
             credentials,
+            tenants,
         } = parts;
         let callers = Arc::new(admission::CallerLimits::new(
             limits.max_connections_per_caller,
@@ -150,6 +158,7 @@ impl Shared {
             compat,
             tls,
             credentials: ArcSwap::new(credentials),
+            tenants: ArcSwap::from_pointee(tenants),
             live: Live::default(),
             next_id: AtomicU64::new(1),
         }
@@ -157,5 +166,28 @@ impl Shared {
 
     pub fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl InForce for Shared {
+    /// A tenant's policy now; a tenant a reload removed has none (everything is denied).
+    fn policy(&self, tenant: Option<&str>) -> Arc<Policy> {
+        match tenant {
+            None => self.policy.load_full(),
+            Some(name) => match self.tenants.load().get(name) {
+                Some(t) => Arc::clone(&t.policy),
+                None => Arc::new(Policy::empty()),
+            },
+        }
+    }
+
+    fn credentials(&self, tenant: Option<&str>) -> Arc<Bindings> {
+        match tenant {
+            None => self.credentials.load_full(),
+            Some(name) => match self.tenants.load().get(name) {
+                Some(t) => Arc::clone(&t.credentials),
+                None => Arc::new(Bindings::default()),
+            },
+        }
     }
 }

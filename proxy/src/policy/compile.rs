@@ -36,6 +36,11 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// A policy with no entries: everything is denied.
+    pub fn empty() -> Policy {
+        Policy::compile(Vec::new(), Sandbox::default(), Vec::new())
+    }
+
     /// `entries` must be validated and free of ambiguities; they are sorted by key here so
     /// that "the smallest matching key" is the first match (spec §2.7).
     pub(super) fn compile(

@@ -15,12 +15,28 @@ use super::compile::{EndpointRef, Policy};
 use super::model::{Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule};
 
 /// Who is asking: the kernel-resolved executable, its ancestors' executables (nearest first)
-/// and the absolute paths from their command lines (shown in reasons, never used to grant).
+/// and the absolute paths from their command lines (shown in reasons, never used to grant);
+/// or, through a shared gateway, a tenant whose program sluice cannot see.
 #[derive(Clone, Copy, Debug)]
 pub struct Caller<'a> {
     pub exe: &'a str,
     pub ancestors: &'a [String],
     pub cmdline: &'a [String],
+    /// A gateway tenant's name: the program is unknown, so only an entry (or a profile)
+    /// whose `binaries` match every program applies (see `Entry::admits`).
+    pub tenant: Option<&'a str>,
+}
+
+impl<'a> Caller<'a> {
+    /// A gateway tenant, known by name only.
+    pub fn tenant(name: &'a str) -> Caller<'a> {
+        Caller {
+            exe: "",
+            ancestors: &[],
+            cmdline: &[],
+            tenant: Some(name),
+        }
+    }
 }
 
 /// The L4 answer.
@@ -196,7 +212,7 @@ impl Policy {
                 Some((e, admits)) if e == r.entry => admits,
                 _ => {
                     let entry = self.entry_of(r);
-                    let admits = entry.admits(caller.exe, caller.ancestors);
+                    let admits = entry.admits(caller);
                     if !admits {
                         refused.push(entry.key.clone());
                     }
@@ -424,6 +440,18 @@ fn bounded_paths(paths: &[String]) -> String {
 /// `binary '<exe>' not allowed in policy '<key>' (ancestors: [...], cmdline: [...]). SYMLINK
 /// HINT: ...`, one clause per policy whose endpoint matched, joined with `; ` (spec §2.8).
 fn binary_reason(caller: &Caller<'_>, entries: &[PolicyKey]) -> String {
+    if let Some(tenant) = caller.tenant {
+        return entries
+            .iter()
+            .map(|key| {
+                format!(
+                    "policy '{key}' does not apply to tenant '{tenant}': the gateway cannot see a tenant's program, \
+                     so only entries whose binaries include a pattern matching every program (`/**`) apply to tenants"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
     let ancestors = caller.ancestors.join(" -> ");
     let cmdline = bounded_paths(caller.cmdline);
     entries

@@ -91,6 +91,7 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         exe: &q.binary,
         ancestors: &q.ancestors,
         cmdline: &[],
+        tenant: None,
     };
     let admission = match policy.decide_l4(&caller, &host, q.port) {
         L4Decision::Deny(d) => {

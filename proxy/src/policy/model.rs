@@ -407,6 +407,23 @@ pub struct Binary {
     pub location: Location,
 }
 
+impl Binary {
+    /// Whether this pattern matches every program: `*`, `**` or `/**`.
+    pub fn matches_every_program(&self) -> bool {
+        matches!(self.matcher, BinaryMatcher::Any) || matches!(self.source.as_str(), "**" | "/**")
+    }
+
+    /// Whether `caller` is this binary: its executable or an ancestor's matches; a gateway
+    /// tenant (whose program is unknown) only where the pattern matches every program.
+    pub fn admits(&self, caller: &super::decide::Caller<'_>) -> bool {
+        if caller.tenant.is_some() {
+            return self.matches_every_program();
+        }
+        self.matcher.is_match(caller.exe)
+            || caller.ancestors.iter().any(|a| self.matcher.is_match(a))
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     pub key: PolicyKey,
@@ -418,10 +435,8 @@ pub struct Entry {
 
 impl Entry {
     /// Whether the caller's exe or any ancestor is one of this entry's binaries (spec §2.3).
-    pub(super) fn admits(&self, exe: &str, ancestors: &[String]) -> bool {
-        self.binaries
-            .iter()
-            .any(|b| b.matcher.is_match(exe) || ancestors.iter().any(|a| b.matcher.is_match(a)))
+    pub(super) fn admits(&self, caller: &super::decide::Caller<'_>) -> bool {
+        self.binaries.iter().any(|b| b.admits(caller))
     }
 }
 

@@ -166,6 +166,7 @@ pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outc
             exe: &q.binary,
             ancestors: &q.ancestors,
             cmdline: &q.cmdline_paths,
+            tenant: None,
         };
         match policy.decide_l4(&caller, &host, q.port) {
             L4Decision::Allow(a) => Some(a),

@@ -140,6 +140,7 @@ fn check(
             exe: req.exe,
             ancestors: &ancestors,
             cmdline: &[],
+            tenant: None,
         };
         let context = || {
             format!(

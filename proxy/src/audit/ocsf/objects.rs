@@ -152,15 +152,28 @@ pub(super) fn device(ctx: &Context) -> Device<'_> {
 #[derive(Serialize)]
 pub(super) struct Network<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) actor: Option<Actor<'a>>,
+    pub(super) actor: Option<&'a RawValue>,
     pub(super) src_endpoint: SrcEndpoint,
     pub(super) dst_endpoint: DstEndpoint<'a>,
     pub(super) connection_info: ConnectionInfo<'a>,
 }
 
+/// `actor`: the calling process (and its ancestors), or a gateway tenant as `user`.
 #[derive(Serialize)]
-pub(super) struct Actor<'a> {
-    pub(super) process: &'a RawValue,
+struct Actor<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    process: Option<ProcessObject<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<TenantUser<'a>>,
+}
+
+/// OCSF `user` for a gateway tenant: its name, type Other ("Tenant").
+#[derive(Serialize)]
+struct TenantUser<'a> {
+    name: &'a str,
+    type_id: u8,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
 #[derive(Serialize)]
@@ -188,11 +201,7 @@ pub(super) fn network<'a>(
     dst: &'a Destination,
 ) -> Network<'a> {
     Network {
-        actor: caller.and_then(|c| {
-            Some(Actor {
-                process: c.json.get_or_write(c)?,
-            })
-        }),
+        actor: caller.and_then(|c| c.json.get_or_write(c)),
         src_endpoint: SrcEndpoint {
             ip: src.ip(),
             port: src.port(),
@@ -239,8 +248,8 @@ pub(super) fn bare_host(host: &str) -> &str {
         .unwrap_or(host)
 }
 
-/// The OCSF JSON of a caller (`actor.process`: the process and, nested as `parent_process`,
-/// its ancestors), written at the first event that carries the caller and reused by every
+/// The OCSF JSON of a caller (`actor`: `process`, the process and, nested as
+/// `parent_process`, its ancestors; or a gateway tenant's `user`), written at the first event that carries the caller and reused by every
 /// later one: a caller's command lines (often kilobytes) are escaped once, not per event.
 /// It holds exactly what writing the caller then would produce; the caller is read-only
 /// once an event carries it (see [`Caller`]).
@@ -256,10 +265,23 @@ impl CallerJson {
     }
 }
 
-/// `caller`'s `actor.process` object, compact, as serde_json writes it.
+/// `caller`'s `actor` object, compact, as serde_json writes it.
 fn write_caller(caller: &Caller) -> Option<Box<RawValue>> {
-    let process = ProcessObject::caller(&caller.process, &caller.ancestors);
-    let json = serde_json::to_string(&process).ok()?;
+    let actor = match &caller.tenant {
+        Some(name) => Actor {
+            process: None,
+            user: Some(TenantUser {
+                name,
+                type_id: 99,
+                kind: "Tenant",
+            }),
+        },
+        None => Actor {
+            process: Some(ProcessObject::caller(&caller.process, &caller.ancestors)),
+            user: None,
+        },
+    };
+    let json = serde_json::to_string(&actor).ok()?;
     RawValue::from_string(json).ok()
 }
 

@@ -78,6 +78,7 @@ fn caller(exe: &str) -> Caller<'_> {
         exe,
         ancestors: &[],
         cmdline: &[],
+        tenant: None,
     }
 }
 

@@ -97,12 +97,15 @@ fn binaries_admit_caller_or_ancestor() {
         exe,
         ancestors,
         cmdline: &[],
+        tenant: None,
     };
     assert!(p.admits(&caller("/usr/bin/gh", &none)));
     assert!(p.admits(&caller("/opt/x/bin/git", &none)));
     assert!(!p.admits(&caller("/usr/bin/python3", &none)));
     let shell = vec!["/bin/bash".to_string(), "/usr/bin/git".to_string()];
     assert!(p.admits(&caller("/usr/bin/ssh", &shell)));
+    // A gateway tenant's program is unknown: a profile naming programs does not admit it.
+    assert!(!p.admits(&Caller::tenant("alpha")));
 }
 
 #[test]

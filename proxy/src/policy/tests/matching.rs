@@ -139,6 +139,7 @@ fn binary_exact_glob_and_ancestors() {
             exe: CURL,
             ancestors: &[],
             cmdline: &cmd,
+            tenant: None,
         },
         "h.example.com",
         443,
@@ -225,6 +226,7 @@ fn deny_reasons_have_the_reference_wording() {
             exe: "/usr/bin/python3",
             ancestors: &ancestors,
             cmdline: &cmdline,
+            tenant: None,
         },
         "h.example.com",
         443,
@@ -628,4 +630,28 @@ fn glob_characters_before_a_trailing_double_star_select_the_literal_prefix_in_co
         verdict(&p, "api.example.com", "GET", "/v*/x"),
         Verdict::Allow
     );
+}
+
+#[test]
+fn a_gateway_tenant_gets_only_entries_that_admit_every_program() {
+    // The gateway cannot see a tenant's program: an entry naming programs does not apply,
+    // one whose binaries match every program (`/**`, `**`) does.
+    let text = "version: 1\nnetwork_policies:\n  any:\n    endpoints:\n      - {host: a.example.com, port: 443}\n    binaries:\n      - path: /usr/bin/curl\n      - path: \"/**\"\n  named:\n    endpoints:\n      - {host: n.example.com, port: 443}\n    binaries:\n      - path: /usr/bin/curl\n      - path: /usr/**\n";
+    let p = policy(text);
+    let tenant = Caller::tenant("alpha");
+    assert!(matches!(
+        p.decide_l4(&tenant, "a.example.com", 443),
+        L4Decision::Allow(_)
+    ));
+    match p.decide_l4(&tenant, "n.example.com", 443) {
+        L4Decision::Deny(d) => assert!(
+            d.reason
+                .contains("policy 'named' does not apply to tenant 'alpha'"),
+            "{}",
+            d.reason
+        ),
+        L4Decision::Allow(_) => panic!("a tenant was granted an entry naming programs"),
+    }
+    // The same entry still grants the program it names to a local caller.
+    assert!(allowed(&p, CURL, "n.example.com", 443));
 }

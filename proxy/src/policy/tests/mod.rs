@@ -61,6 +61,7 @@ fn l4(p: &Policy, exe: &str, ancestors: &[&str], host: &str, port: u16) -> L4Dec
             exe,
             ancestors: &ancestors,
             cmdline: &[],
+            tenant: None,
         },
         host,
         port,

@@ -1,0 +1,537 @@
+//! The tenants file (`sluice run --tenants FILE`): a positioned YAML document in, one
+//! [`TenantSpec`] per tenant out, with every problem reported as `FILE:LINE:COL: field:
+//! message` (never only the first).
+//!
+//! Owns the file's schema and the checks across tenants: unique names and usernames, each
+//! tenant identifiable (source addresses, proxy credentials or both), and no address that two
+//! tenants could both claim without credentials to tell them apart. Loading each tenant's
+//! policy, profiles and secrets is `cli/tenants.rs`'s.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ipnet::IpNet;
+
+use crate::policy::diag::{Diagnostic, Diagnostics, Location};
+use crate::policy::yaml::{self, Kind, Node, Pos};
+
+const TOP_FIELDS: &[&str] = &["tenants"];
+const TENANT_FIELDS: &[&str] = &[
+    "name",
+    "sources",
+    "proxy_auth",
+    "policy",
+    "providers",
+    "secrets_file",
+];
+const AUTH_FIELDS: &[&str] = &["username", "password_env"];
+/// Longest tenant name: it is shown in audit events, metrics and refusals.
+const MAX_NAME: usize = 64;
+
+/// One tenant as the file describes it.
+#[derive(Clone, Debug)]
+pub struct TenantSpec {
+    pub name: Arc<str>,
+    pub location: Location,
+    /// Client addresses the tenant connects from (empty: any, then `auth` is required).
+    pub sources: Vec<IpNet>,
+    pub auth: Option<AuthSpec>,
+    /// Policy files, provider profile files and the secrets file, relative paths resolved
+    /// against the tenants file's directory.
+    pub policies: Vec<String>,
+    pub providers: Vec<String>,
+    pub secrets_file: Option<PathBuf>,
+}
+
+/// `proxy_auth`: Basic credentials in `Proxy-Authorization`; the password is read from
+/// sluice's environment (`password_env`), never from the file.
+#[derive(Clone, Debug)]
+pub struct AuthSpec {
+    pub username: String,
+    pub password_env: String,
+    pub password_location: Location,
+}
+
+/// Reads and checks the tenants file at `path`: every tenant, or every problem found.
+pub fn read(path: &str) -> Result<Vec<TenantSpec>, Vec<Diagnostic>> {
+    let file: Arc<str> = Arc::from(path);
+    let mut diags = Diagnostics::default();
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            diags.error(&file, Pos::new(0, 0), "", format!("cannot read: {e}"));
+            return Err(diags.into_sorted());
+        }
+    };
+    let base = Path::new(path).parent().unwrap_or(Path::new(""));
+    let specs = match yaml::parse(&text) {
+        Ok(Some(root)) => Reader {
+            file: &file,
+            base,
+            diags: &mut diags,
+        }
+        .document(&root),
+        Ok(None) => {
+            diags.error(
+                &file,
+                Pos::new(1, 1),
+                "tenants",
+                "the file is empty; it must list `tenants:`",
+            );
+            Vec::new()
+        }
+        Err(e) => {
+            diags.error(&file, e.pos, "", e.message);
+            Vec::new()
+        }
+    };
+    if diags.has_errors() {
+        return Err(diags.into_sorted());
+    }
+    Ok(specs)
+}
+
+struct Reader<'a> {
+    file: &'a Arc<str>,
+    base: &'a Path,
+    diags: &'a mut Diagnostics,
+}
+
+impl Reader<'_> {
+    fn error(&mut self, pos: Pos, field: &str, message: impl Into<String>) {
+        self.diags.error(self.file, pos, field, message);
+    }
+
+    fn location(&self, pos: Pos) -> Location {
+        Location::new(self.file, pos)
+    }
+
+    /// The fields of a mapping, checked against `known`; unknown and duplicate keys are
+    /// errors, the rest come back in order.
+    fn fields<'n, 'a>(
+        &mut self,
+        node: &'n Node<'a>,
+        path: &str,
+        known: &[&str],
+    ) -> Option<Vec<(&'n str, &'n Node<'a>)>> {
+        let Kind::Map(pairs) = &node.kind else {
+            let found = node.type_name();
+            self.error(node.pos, path, format!("expected a mapping, found {found}"));
+            return None;
+        };
+        let mut seen: HashMap<&str, Pos> = HashMap::new();
+        let mut out = Vec::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            let Kind::Scalar(key, _) = &k.kind else {
+                self.error(k.pos, path, "mapping keys must be plain strings");
+                continue;
+            };
+            let field = join(path, key);
+            if !known.contains(&key.as_ref()) {
+                let expected = known.join(", ");
+                self.error(
+                    k.pos,
+                    &field,
+                    format!("unknown field `{key}`; expected one of: {expected}"),
+                );
+            } else if let Some(first) = seen.insert(key, k.pos) {
+                let line = first.line;
+                self.error(
+                    k.pos,
+                    &field,
+                    format!("duplicate field `{key}` (first defined at line {line})"),
+                );
+            } else {
+                out.push((key.as_ref(), v));
+            }
+        }
+        Some(out)
+    }
+
+    fn string(&mut self, node: &Node<'_>, field: &str) -> Option<String> {
+        match &node.kind {
+            Kind::Scalar(s, _) if !node.is_null() && !s.is_empty() => Some(s.to_string()),
+            _ => {
+                let found = node.type_name();
+                self.error(
+                    node.pos,
+                    field,
+                    format!("expected a non-empty string, found {found}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A list of strings; a single string is read as a list of one.
+    fn strings(&mut self, node: &Node<'_>, field: &str) -> Vec<(String, Pos)> {
+        match &node.kind {
+            Kind::Seq(items) => items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, n)| {
+                    let f = format!("{field}[{i}]");
+                    self.string(n, &f).map(|s| (s, n.pos))
+                })
+                .collect(),
+            _ => self
+                .string(node, field)
+                .map(|s| vec![(s, node.pos)])
+                .unwrap_or_default(),
+        }
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        let p = Path::new(relative);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base.join(p)
+        }
+    }
+
+    fn document(&mut self, root: &Node<'_>) -> Vec<TenantSpec> {
+        let Some(fields) = self.fields(root, "", TOP_FIELDS) else {
+            return Vec::new();
+        };
+        let Some((_, list)) = fields.into_iter().find(|(k, _)| *k == "tenants") else {
+            self.error(
+                root.pos,
+                "tenants",
+                "missing field `tenants` (a list of tenants)",
+            );
+            return Vec::new();
+        };
+        let Kind::Seq(items) = &list.kind else {
+            let found = list.type_name();
+            self.error(
+                list.pos,
+                "tenants",
+                format!("expected a list of tenants, found {found}"),
+            );
+            return Vec::new();
+        };
+        if items.is_empty() {
+            self.error(list.pos, "tenants", "no tenants: list at least one");
+        }
+        let specs: Vec<TenantSpec> = items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| self.tenant(n, &format!("tenants[{i}]")))
+            .collect();
+        self.across(&specs);
+        specs
+    }
+
+    fn tenant(&mut self, node: &Node<'_>, path: &str) -> Option<TenantSpec> {
+        let fields = self.fields(node, path, TENANT_FIELDS)?;
+        let errors = self.diags.error_count();
+        let mut name = None;
+        let mut sources = Vec::new();
+        let mut auth = None;
+        let mut policies = Vec::new();
+        let mut providers = Vec::new();
+        let mut secrets_file = None;
+        for (key, value) in fields {
+            let field = join(path, key);
+            match key {
+                "name" => name = self.name(value, &field),
+                "sources" => sources = self.sources(value, &field),
+                "proxy_auth" => auth = self.auth(value, &field),
+                "policy" => policies = self.files(value, &field),
+                "providers" => providers = self.files(value, &field),
+                _ => {
+                    secrets_file = self.string(value, &field).map(|s| self.path(&s));
+                }
+            }
+        }
+        let Some(name) = name else {
+            self.error(node.pos, &join(path, "name"), "missing field `name`");
+            return None;
+        };
+        if policies.is_empty() {
+            self.error(
+                node.pos,
+                &join(path, "policy"),
+                format!("tenant `{name}` names no policy file; add `policy: [FILE]`"),
+            );
+        }
+        if sources.is_empty() && auth.is_none() {
+            self.error(
+                node.pos,
+                path,
+                format!(
+                    "tenant `{name}` cannot be identified: give it `sources` (client addresses), `proxy_auth` (proxy credentials), or both"
+                ),
+            );
+        }
+        if self.diags.error_count() > errors {
+            return None;
+        }
+        Some(TenantSpec {
+            name: Arc::from(name.as_str()),
+            location: self.location(node.pos),
+            sources,
+            auth,
+            policies,
+            providers,
+            secrets_file,
+        })
+    }
+
+    fn name(&mut self, node: &Node<'_>, field: &str) -> Option<String> {
+        let name = self.string(node, field)?;
+        let valid = name.len() <= MAX_NAME
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !valid {
+            self.error(
+                node.pos,
+                field,
+                format!(
+                    "invalid tenant name `{}`: use at most {MAX_NAME} letters, digits, `.`, `_` or `-`",
+                    name.escape_debug()
+                ),
+            );
+            return None;
+        }
+        Some(name)
+    }
+
+    fn sources(&mut self, node: &Node<'_>, field: &str) -> Vec<IpNet> {
+        let mut out = Vec::new();
+        for (text, pos) in self.strings(node, field) {
+            let parsed = text
+                .parse::<IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from));
+            match parsed {
+                Ok(net) => out.push(net.trunc()),
+                Err(_) => self.error(
+                    pos,
+                    field,
+                    format!(
+                        "`{}` is not an address or a CIDR block (e.g. 10.0.0.0/8, 192.0.2.7, fd00::/64)",
+                        text.escape_debug()
+                    ),
+                ),
+            }
+        }
+        out
+    }
+
+    fn auth(&mut self, node: &Node<'_>, path: &str) -> Option<AuthSpec> {
+        let fields = self.fields(node, path, AUTH_FIELDS)?;
+        let mut username = None;
+        let mut password = None;
+        for (key, value) in fields {
+            let field = join(path, key);
+            if key == "username" {
+                username = self.string(value, &field);
+                if let Some(u) = &username
+                    && (u.contains(':') || u.chars().any(char::is_control))
+                {
+                    self.error(
+                        value.pos,
+                        &field,
+                        "a username may not contain `:` or control characters (Basic credentials are `username:password`)",
+                    );
+                    username = None;
+                }
+            } else {
+                password = self.string(value, &field).map(|s| (s, value.pos));
+            }
+        }
+        match (username, password) {
+            (Some(username), Some((password_env, pos))) => Some(AuthSpec {
+                username,
+                password_env,
+                password_location: self.location(pos),
+            }),
+            (None, _) => {
+                self.error(
+                    node.pos,
+                    &join(path, "username"),
+                    "missing field `username`",
+                );
+                None
+            }
+            (_, None) => {
+                self.error(
+                    node.pos,
+                    &join(path, "password_env"),
+                    "missing field `password_env` (the environment variable of sluice that holds the password)",
+                );
+                None
+            }
+        }
+    }
+
+    fn files(&mut self, node: &Node<'_>, field: &str) -> Vec<String> {
+        self.strings(node, field)
+            .into_iter()
+            .map(|(f, _)| self.path(&f).to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// The checks across tenants: names and usernames unique, and no client address that two
+    /// tenants could both claim when neither needs credentials to be told apart.
+    fn across(&mut self, specs: &[TenantSpec]) {
+        let mut names: HashMap<&str, &Location> = HashMap::new();
+        let mut users: HashMap<&str, (&str, &Location)> = HashMap::new();
+        for (i, t) in specs.iter().enumerate() {
+            let pos = t.location.pos;
+            if let Some(first) = names.insert(&t.name, &t.location) {
+                let line = first.pos.line;
+                let message = format!("duplicate tenant name `{}` (first at line {line})", t.name);
+                self.error(pos, &format!("tenants[{i}].name"), message);
+            }
+            if let Some(a) = &t.auth
+                && let Some((other, first)) = users.insert(&a.username, (&t.name, &t.location))
+            {
+                let line = first.pos.line;
+                let message = format!(
+                    "username `{}` is also tenant `{other}`'s (line {line}); each tenant needs its own",
+                    a.username
+                );
+                self.error(pos, &format!("tenants[{i}].proxy_auth.username"), message);
+            }
+            for earlier in &specs[..i] {
+                // Credentials tell two tenants apart; addresses alone must not overlap.
+                if t.auth.is_some() && earlier.auth.is_some() {
+                    continue;
+                }
+                let clash = t.sources.iter().find_map(|a| {
+                    earlier
+                        .sources
+                        .iter()
+                        .find(|b| a.contains(&b.network()) || b.contains(&a.network()))
+                        .map(|b| (a, b))
+                });
+                if let Some((a, b)) = clash {
+                    let line = earlier.location.pos.line;
+                    let message = format!(
+                        "source {a} overlaps {b} of tenant `{}` (line {line}): a client there could be either; make the ranges disjoint or give both tenants `proxy_auth`",
+                        earlier.name
+                    );
+                    self.error(pos, &format!("tenants[{i}].sources"), message);
+                }
+            }
+        }
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_text(text: &str) -> Result<Vec<TenantSpec>, Vec<String>> {
+        let dir = std::env::temp_dir().join(format!("sluice-tenants-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("t{}.yaml", rand_suffix()));
+        std::fs::write(&path, text).unwrap();
+        let out =
+            read(path.to_str().unwrap()).map_err(|d| d.iter().map(ToString::to_string).collect());
+        let _ = std::fs::remove_file(&path);
+        out
+    }
+
+    fn rand_suffix() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        N.fetch_add(1, Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_good_file_reads_with_paths_next_to_it() {
+        let specs = read_text(
+            "tenants:\n  - name: alpha\n    sources: [10.0.0.0/8, 192.0.2.7]\n    policy: a.yaml\n    secrets_file: a.env\n  - name: beta\n    proxy_auth: {username: beta, password_env: B}\n    policy: [/etc/b.yaml]\n    providers: [p.yaml]\n",
+        )
+        .unwrap();
+        assert_eq!(specs.len(), 2);
+        assert_eq!(&*specs[0].name, "alpha");
+        assert_eq!(specs[0].sources.len(), 2);
+        assert!(specs[0].policies[0].ends_with("/a.yaml"));
+        assert!(specs[0].policies[0].starts_with('/'));
+        assert!(specs[0].secrets_file.as_ref().unwrap().ends_with("a.env"));
+        assert_eq!(specs[1].policies, vec!["/etc/b.yaml".to_string()]);
+        assert_eq!(specs[1].auth.as_ref().unwrap().password_env, "B");
+    }
+
+    #[test]
+    fn every_problem_is_named_with_its_line_and_field() {
+        let errors = read_text(
+            "tenants:\n  - name: alpha\n    sources: [10.0.0.0/8]\n    policy: a.yaml\n    colour: red\n  - name: alpha\n    sources: [10.1.0.0/16]\n    policy: b.yaml\n  - name: 'bad name'\n    policy: c.yaml\n  - name: nobody\n    policy: d.yaml\n  - name: e\n    sources: [not-an-ip]\n    proxy_auth: {username: 'a:b'}\n",
+        )
+        .unwrap_err();
+        let all = errors.join("\n");
+        assert!(
+            all.contains(":5:5: tenants[0].colour: unknown field `colour`"),
+            "{all}"
+        );
+        assert!(
+            all.contains(":6:5: tenants[1].name: duplicate tenant name `alpha`"),
+            "{all}"
+        );
+        assert!(
+            all.contains("tenants[1].sources: source 10.1.0.0/16 overlaps 10.0.0.0/8"),
+            "{all}"
+        );
+        assert!(
+            all.contains("tenants[2].name: invalid tenant name"),
+            "{all}"
+        );
+        assert!(
+            all.contains("tenant `nobody` cannot be identified"),
+            "{all}"
+        );
+        assert!(
+            all.contains("tenants[4].sources: `not-an-ip` is not an address"),
+            "{all}"
+        );
+        assert!(
+            all.contains("tenants[4].proxy_auth.username: a username may not contain"),
+            "{all}"
+        );
+        assert!(
+            all.contains("tenants[4].policy: tenant `e` names no policy file"),
+            "{all}"
+        );
+    }
+
+    #[test]
+    fn credentials_tell_overlapping_tenants_apart_and_usernames_are_unique() {
+        let ok = read_text(
+            "tenants:\n  - name: a\n    sources: [10.0.0.0/8]\n    proxy_auth: {username: a, password_env: A}\n    policy: a.yaml\n  - name: b\n    sources: [10.0.0.0/8]\n    proxy_auth: {username: b, password_env: B}\n    policy: b.yaml\n",
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+        let errors = read_text(
+            "tenants:\n  - name: a\n    proxy_auth: {username: x, password_env: A}\n    policy: a.yaml\n  - name: b\n    proxy_auth: {username: x, password_env: B}\n    policy: b.yaml\n",
+        )
+        .unwrap_err();
+        assert!(
+            errors
+                .join("\n")
+                .contains("username `x` is also tenant `a`'s"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn an_empty_or_malformed_file_is_an_error_not_a_panic() {
+        assert!(read_text("").is_err());
+        assert!(read_text("tenants: []\n").is_err());
+        assert!(read_text("tenants: {a: 1}\n").is_err());
+        assert!(read_text("[1, 2\n").is_err());
+        assert!(read_text("tenants:\n  - 7\n").is_err());
+    }
+}

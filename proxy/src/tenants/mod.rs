@@ -1,0 +1,334 @@
+//! Gateway tenants (`sluice run --tenants FILE`): on a shared egress gateway the caller is a
+//! tenant, known by the address it connects from or by the proxy credentials it presents,
+//! not by a process sluice can see through `/proc`.
+//!
+//! Owns the table of tenants a running gateway serves (each with its own compiled policy and
+//! credential bindings, swapped whole on reload) and the rule that picks a connection's
+//! tenant ([`Table::identify`]). The file's schema is `file.rs`; loading each tenant's policy,
+//! profiles and secrets is `cli/tenants.rs`'s.
+
+pub mod file;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use ipnet::IpNet;
+
+use crate::credentials::Bindings;
+use crate::policy::Policy;
+
+/// A tenant of a running gateway: who it is and what it is judged under.
+#[derive(Debug)]
+pub struct Tenant {
+    pub name: Arc<str>,
+    sources: Vec<IpNet>,
+    auth: Option<ProxyAuth>,
+    pub policy: Arc<Policy>,
+    pub credentials: Arc<Bindings>,
+}
+
+/// Basic proxy credentials: the username and a SHA-256 digest of the password (the password
+/// itself is not kept).
+pub struct ProxyAuth {
+    username: String,
+    digest: [u8; 32],
+}
+
+impl std::fmt::Debug for ProxyAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyAuth")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProxyAuth {
+    pub fn new(username: String, password: &[u8]) -> ProxyAuth {
+        ProxyAuth {
+            username,
+            digest: digest(password),
+        }
+    }
+
+    /// Whether `username` and `password` are these credentials. The passwords are compared
+    /// as digests, every byte examined whatever the first difference.
+    fn accepts(&self, username: &[u8], password: &[u8]) -> bool {
+        let presented = digest(password);
+        let differ = presented
+            .iter()
+            .zip(&self.digest)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        (differ == 0) & (username == self.username.as_bytes())
+    }
+}
+
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+impl Tenant {
+    pub fn new(
+        name: Arc<str>,
+        sources: Vec<IpNet>,
+        auth: Option<ProxyAuth>,
+        policy: Arc<Policy>,
+        credentials: Arc<Bindings>,
+    ) -> Tenant {
+        Tenant {
+            name,
+            sources,
+            auth,
+            policy,
+            credentials,
+        }
+    }
+
+    /// Whether a client at `peer` may be this tenant (a tenant without `sources` may connect
+    /// from anywhere, with its credentials).
+    fn admits_source(&self, peer: IpAddr) -> bool {
+        self.sources.is_empty() || self.sources.iter().any(|n| n.contains(&peer))
+    }
+}
+
+/// The tenants a gateway serves; empty when sluice is not a gateway (callers are then
+/// identified by process).
+#[derive(Debug, Default)]
+pub struct Table {
+    tenants: Vec<Arc<Tenant>>,
+}
+
+/// Why a connection is no tenant's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoTenant {
+    #[error(
+        "no tenant connects from {0} without proxy credentials; send the tenant's credentials (Proxy-Authorization: Basic)"
+    )]
+    CredentialsRequired(IpAddr),
+    #[error("no tenant of this gateway connects from {0}")]
+    UnknownSource(IpAddr),
+    #[error("the proxy credentials are not a tenant's (or not from this address)")]
+    BadCredentials,
+    #[error("the Proxy-Authorization header is not Basic credentials: {0}")]
+    MalformedCredentials(&'static str),
+    #[error("a connection serves one tenant; this request presents another's credentials")]
+    Switched,
+}
+
+impl NoTenant {
+    /// Whether the client should be asked for credentials (407) rather than refused (403).
+    pub fn asks_credentials(&self) -> bool {
+        !matches!(self, NoTenant::UnknownSource(_))
+    }
+}
+
+impl Table {
+    pub fn new(tenants: Vec<Tenant>) -> Table {
+        Table {
+            tenants: tenants.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    /// Whether sluice is a gateway (callers are tenants).
+    pub fn is_gateway(&self) -> bool {
+        !self.tenants.is_empty()
+    }
+
+    pub fn tenants(&self) -> &[Arc<Tenant>] {
+        &self.tenants
+    }
+
+    /// The tenant named `name` in this table (after a reload, the tenant's new
+    /// configuration; `None` if the reload removed it).
+    pub fn get(&self, name: &str) -> Option<&Arc<Tenant>> {
+        self.tenants.iter().find(|t| &*t.name == name)
+    }
+
+    /// The tenant of a client at `peer` that presented `proxy_authorization` (the header's
+    /// value) or nothing. Credentials, when presented, decide: they must be a tenant's, and
+    /// that tenant's `sources` (if any) must contain `peer`. Without them, the tenant is the
+    /// one that connects from `peer` and needs no credentials (the file allows at most one).
+    pub fn identify(
+        &self,
+        peer: IpAddr,
+        proxy_authorization: Option<&[u8]>,
+    ) -> Result<Arc<Tenant>, NoTenant> {
+        let peer = peer.to_canonical();
+        if let Some(value) = proxy_authorization {
+            let (user, password) = basic(value)?;
+            return self
+                .tenants
+                .iter()
+                .find(|t| {
+                    t.auth.as_ref().is_some_and(|a| a.accepts(&user, &password))
+                        && t.admits_source(peer)
+                })
+                .cloned()
+                .ok_or(NoTenant::BadCredentials);
+        }
+        if let Some(t) = self
+            .tenants
+            .iter()
+            .find(|t| t.auth.is_none() && t.admits_source(peer))
+        {
+            return Ok(Arc::clone(t));
+        }
+        if self.tenants.iter().any(|t| t.auth.is_some()) {
+            Err(NoTenant::CredentialsRequired(peer))
+        } else {
+            Err(NoTenant::UnknownSource(peer))
+        }
+    }
+
+    /// Whether some tenant is identified by proxy credentials (then a connection no tenant
+    /// claims by its address waits for its first request head's credentials).
+    pub fn has_credentials(&self) -> bool {
+        self.tenants.iter().any(|t| t.auth.is_some())
+    }
+}
+
+/// `Basic <base64(user:password)>` (RFC 7617): the user and the password.
+fn basic(value: &[u8]) -> Result<(Vec<u8>, zeroize::Zeroizing<Vec<u8>>), NoTenant> {
+    let value = value.trim_ascii();
+    let split = value
+        .iter()
+        .position(u8::is_ascii_whitespace)
+        .ok_or(NoTenant::MalformedCredentials("no scheme"))?;
+    let (scheme, token) = value.split_at(split);
+    if !scheme.eq_ignore_ascii_case(b"basic") {
+        return Err(NoTenant::MalformedCredentials("the scheme is not Basic"));
+    }
+    let decoded = zeroize::Zeroizing::new(
+        base64::engine::general_purpose::STANDARD
+            .decode(token.trim_ascii())
+            .map_err(|_| NoTenant::MalformedCredentials("the token is not base64"))?,
+    );
+    let colon = decoded
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or(NoTenant::MalformedCredentials(
+            "no `:` between user and password",
+        ))?;
+    let user = decoded[..colon].to_vec();
+    let password = zeroize::Zeroizing::new(decoded[colon + 1..].to_vec());
+    Ok((user, password))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant(name: &str, sources: &[&str], auth: Option<(&str, &str)>) -> Tenant {
+        let policy = crate::policy::load_default().unwrap().policy;
+        Tenant::new(
+            Arc::from(name),
+            sources.iter().map(|s| s.parse().unwrap()).collect(),
+            auth.map(|(u, p)| ProxyAuth::new(u.to_string(), p.as_bytes())),
+            Arc::new(policy),
+            Arc::new(Bindings::default()),
+        )
+    }
+
+    fn basic_of(user_pass: &str) -> Vec<u8> {
+        let b = base64::engine::general_purpose::STANDARD.encode(user_pass);
+        format!("Basic {b}").into_bytes()
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_tenant_is_its_address_or_its_credentials() {
+        let table = Table::new(vec![
+            tenant("alpha", &["10.1.0.0/16"], None),
+            tenant("beta", &["10.2.0.0/16"], None),
+            tenant("gamma", &[], Some(("gamma", "s3cret"))),
+            tenant("delta", &["10.9.0.0/16"], Some(("delta", "pw"))),
+        ]);
+        let name = |r: Result<Arc<Tenant>, NoTenant>| r.map(|t| t.name.to_string());
+        assert_eq!(
+            name(table.identify(ip("10.1.2.3"), None)),
+            Ok("alpha".into())
+        );
+        assert_eq!(
+            name(table.identify(ip("10.2.0.1"), None)),
+            Ok("beta".into())
+        );
+        // An IPv4 client of a dual-stack listener.
+        assert_eq!(
+            name(table.identify(ip("::ffff:10.1.2.3"), None)),
+            Ok("alpha".into())
+        );
+        let gamma = basic_of("gamma:s3cret");
+        assert_eq!(
+            name(table.identify(ip("192.0.2.1"), Some(&gamma))),
+            Ok("gamma".into())
+        );
+        // Credentials decide even from another tenant's address.
+        assert_eq!(
+            name(table.identify(ip("10.1.2.3"), Some(&gamma))),
+            Ok("gamma".into())
+        );
+        // Wrong password, unknown user, right credentials from the wrong address.
+        let wrong = basic_of("gamma:s3cre");
+        assert_eq!(
+            name(table.identify(ip("192.0.2.1"), Some(&wrong))),
+            Err(NoTenant::BadCredentials)
+        );
+        let delta = basic_of("delta:pw");
+        assert_eq!(
+            name(table.identify(ip("10.9.0.1"), Some(&delta))),
+            Ok("delta".into())
+        );
+        assert_eq!(
+            name(table.identify(ip("10.1.0.1"), Some(&delta))),
+            Err(NoTenant::BadCredentials)
+        );
+        // delta needs its credentials even from its own addresses.
+        assert_eq!(
+            name(table.identify(ip("10.9.0.1"), None)),
+            Err(NoTenant::CredentialsRequired(ip("10.9.0.1")))
+        );
+    }
+
+    #[test]
+    fn without_credential_tenants_an_unknown_address_is_refused_not_asked() {
+        let table = Table::new(vec![tenant("alpha", &["127.0.0.2/32"], None)]);
+        let e = table.identify(ip("127.0.0.3"), None).unwrap_err();
+        assert_eq!(e, NoTenant::UnknownSource(ip("127.0.0.3")));
+        assert!(!e.asks_credentials());
+    }
+
+    #[test]
+    fn malformed_credentials_are_named_and_never_panic() {
+        let table = Table::new(vec![tenant("g", &[], Some(("g", "p")))]);
+        for bad in [
+            &b"Basic"[..],
+            b"Bearer abc",
+            b"Basic !!!",
+            b"Basic Zw==",
+            b"",
+            b"Basic \xff\xfe",
+        ] {
+            let e = table.identify(ip("192.0.2.1"), Some(bad)).unwrap_err();
+            assert!(
+                matches!(e, NoTenant::MalformedCredentials(_)),
+                "{bad:?}: {e:?}"
+            );
+        }
+        // A password with a colon keeps it (only the first colon splits).
+        let t = Table::new(vec![tenant("g", &[], Some(("g", "a:b")))]);
+        assert!(
+            t.identify(ip("192.0.2.1"), Some(&basic_of("g:a:b")))
+                .is_ok()
+        );
+        assert!(
+            t.identify(ip("192.0.2.1"), Some(b"basic   Zzph OmI="))
+                .is_err()
+        );
+    }
+}
