@@ -11,7 +11,7 @@
 //! first request head (`tenants::Table::identify`). A failed lookup or confirmation is an
 //! error the pipeline turns into a denial: sluice never guesses who is calling (fail closed).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use sluice_identity::{Identity, IdentityError};
@@ -24,7 +24,7 @@ use crate::http::head::RequestHead;
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 use crate::policy;
-use crate::tenants::{NoTenant, Tenant};
+use crate::tenants::{Claim, NoTenant, Tenant};
 
 /// Why a connection's caller is not known, or no longer holds its socket: the identity
 /// crate's answer, shared (every later request of the connection is refused with it); or,
@@ -69,13 +69,13 @@ pub struct Known {
     /// process to confirm).
     pub identity: Option<Arc<Identity>>,
     /// The gateway tenant, judged under its own policy and credentials.
-    pub tenant: Option<Arc<str>>,
+    pub tenant: Option<Arc<Claim>>,
 }
 
 impl Known {
     pub fn policy_caller(&self) -> policy::Caller<'_> {
         match &self.tenant {
-            Some(name) => policy::Caller::tenant(name),
+            Some(claim) => policy::Caller::tenant(&claim.tenant.name),
             None => policy::Caller {
                 exe: &self.exe,
                 ancestors: &self.ancestors,
@@ -87,12 +87,18 @@ impl Known {
 
     /// The tenant's name, if the caller is one.
     pub fn tenant(&self) -> Option<&str> {
+        self.tenant.as_ref().map(|c| &*c.tenant.name)
+    }
+
+    /// The caller's claim to be a tenant, if it is one: what its configuration is looked up
+    /// by.
+    pub fn claim(&self) -> Option<&Claim> {
         self.tenant.as_deref()
     }
 }
 
-/// A gateway tenant as a caller.
-fn tenant_known(tenant: &Tenant) -> Known {
+/// A gateway tenant, connected from `peer`, as a caller.
+fn tenant_known(tenant: &Arc<Tenant>, peer: IpAddr) -> Known {
     Known {
         exe: format!("tenant:{}", tenant.name),
         ancestors: Vec::new(),
@@ -102,7 +108,10 @@ fn tenant_known(tenant: &Tenant) -> Known {
             ..audit::Caller::default()
         }),
         identity: None,
-        tenant: Some(Arc::clone(&tenant.name)),
+        tenant: Some(Arc::new(Claim {
+            tenant: Arc::clone(tenant),
+            peer,
+        })),
     }
 }
 
@@ -114,7 +123,7 @@ pub async fn identify(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> C
     if tenants.is_gateway() {
         return tenants
             .identify(peer.ip(), None)
-            .map(|t| tenant_known(&t))
+            .map(|t| tenant_known(&t, peer.ip()))
             .map_err(CallerError::Tenant);
     }
     let resolver = &shared.identity;
@@ -185,7 +194,7 @@ pub fn by_credentials(
         return false;
     }
     *caller = match found {
-        Ok(t) if first => Ok(tenant_known(&t)),
+        Ok(t) if first => Ok(tenant_known(&t, peer.ip())),
         Ok(_) => Err(CallerError::Tenant(NoTenant::Switched)),
         Err(e) => Err(CallerError::Tenant(e)),
     };

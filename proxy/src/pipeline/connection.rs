@@ -37,6 +37,7 @@ use crate::http::respond::{Code, Refusal};
 use crate::policy::canon;
 use crate::policy::decide::Admission;
 use crate::policy::{L4Decision, Policy};
+use crate::tenants::Claim;
 
 /// The target with its host in canonical form (lower case, IDNA, no trailing dot); `verb`
 /// names the refused request in the refusal (`CONNECT`, `GET`).
@@ -65,7 +66,7 @@ pub fn admit<'k>(
     what: &str,
 ) -> Result<(&'k Known, Admitted), Denial> {
     let known = caller.map_err(|e| caller::denial(what, e))?;
-    let admitted = admit_under(shared.policy(known.tenant()), known, dst, scheme, what)?;
+    let admitted = admit_under(shared.policy(known.claim()), known, dst, scheme, what)?;
     Ok((known, admitted))
 }
 
@@ -130,12 +131,12 @@ pub fn hold<'s>(
     // Inserted before the policy is read: a sweep holds the registry while it runs, so either
     // it sees this connection or this sees the policy its reload stored.
     let registration = shared.live.insert(conn.id, judge, conn.raise.clone());
-    let now = shared.policy(known.tenant());
+    let now = shared.policy(known.claim());
     // A reload swaps the policy (a new snapshot each time) after the credentials.
     if !Arc::ptr_eq(&now, &admitted.policy)
         && let Some(reason) = rejudge(
             &now,
-            &shared.credentials(known.tenant()),
+            &shared.credentials(known.claim()),
             known,
             admitted,
             kind,
@@ -184,8 +185,8 @@ pub struct DialledAt {
 fn judge(known: Known, admitted: Admitted, kind: Kind, dialled: Option<DialledAt>) -> Judge {
     Box::new(move |now| {
         rejudge(
-            &now.policy(known.tenant()),
-            &now.credentials(known.tenant()),
+            &now.policy(known.claim()),
+            &now.credentials(known.claim()),
             &known,
             &admitted,
             kind,
@@ -379,7 +380,7 @@ pub fn current_epoch(shared: &Shared, admitted: &Admitted) -> Epoch {
 }
 
 /// The configuration in force now for a local caller (`None`) or a gateway tenant.
-pub fn current_epoch_of(shared: &Shared, tenant: Option<&str>) -> Epoch {
+pub fn current_epoch_of(shared: &Shared, tenant: Option<&Claim>) -> Epoch {
     Epoch {
         policy: shared.policy(tenant),
         credentials: shared.credentials(tenant),
@@ -443,5 +444,5 @@ pub struct Admitted {
     pub admission: Admission,
     /// The gateway tenant it was admitted for, whose configuration judges it (`None`: a
     /// local caller).
-    pub tenant: Option<Arc<str>>,
+    pub tenant: Option<Arc<Claim>>,
 }

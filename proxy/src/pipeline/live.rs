@@ -20,12 +20,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use super::stop::{Raise, StopReason};
 use crate::credentials::Bindings;
 use crate::policy::Policy;
+use crate::tenants::Claim;
 
 /// The configuration in force now for a caller: the local one (`None`), or a gateway
 /// tenant's.
 pub trait InForce {
-    fn policy(&self, tenant: Option<&str>) -> Arc<Policy>;
-    fn credentials(&self, tenant: Option<&str>) -> Arc<Bindings>;
+    fn policy(&self, tenant: Option<&Claim>) -> Arc<Policy>;
+    fn credentials(&self, tenant: Option<&Claim>) -> Arc<Bindings>;
 }
 
 /// Why the configuration in force no longer allows a connection; `None` while it does.
@@ -120,7 +121,7 @@ mod tests {
     struct Default;
 
     impl InForce for Default {
-        fn policy(&self, _: Option<&str>) -> Arc<Policy> {
+        fn policy(&self, _: Option<&Claim>) -> Arc<Policy> {
             Arc::new(
                 crate::policy::load_default()
                     .expect("the default policy")
@@ -128,7 +129,7 @@ mod tests {
             )
         }
 
-        fn credentials(&self, _: Option<&str>) -> Arc<Bindings> {
+        fn credentials(&self, _: Option<&Claim>) -> Arc<Bindings> {
             Arc::default()
         }
     }

@@ -171,7 +171,7 @@ impl<'a> Exchange<'a> {
         let current;
         let Admitted {
             policy, admission, ..
-        } = if Arc::ptr_eq(&self.shared.policy(known.tenant()), &self.admitted.policy) {
+        } = if Arc::ptr_eq(&self.shared.policy(known.claim()), &self.admitted.policy) {
             self.admitted
         } else {
             let what = format!("{} {dst}{}", rec.method, rec.path);
@@ -218,7 +218,7 @@ impl<'a> Exchange<'a> {
         let mut origin_form = origin_form;
         let dest = rec.dest(self.shared, known);
         // One credentials snapshot for the whole request (a reload applies from the next).
-        let creds = self.shared.credentials(known.tenant());
+        let creds = self.shared.credentials(known.claim());
         let injected = inject::inject_head(
             &dest,
             &creds,

@@ -15,7 +15,7 @@ use super::live::{InForce, Live};
 use crate::audit::AuditSink;
 use crate::credentials::Bindings;
 use crate::policy::{Compat, Policy};
-use crate::tenants::Table;
+use crate::tenants::{Claim, Table};
 
 /// Timeouts and sizes; every wait on a peer has one (invariant 9).
 #[derive(Clone, Debug)]
@@ -170,21 +170,22 @@ impl Shared {
 }
 
 impl InForce for Shared {
-    /// A tenant's policy now; a tenant a reload removed has none (everything is denied).
-    fn policy(&self, tenant: Option<&str>) -> Arc<Policy> {
+    /// A tenant's policy now; a tenant a reload removed (or that no longer claims the
+    /// connection) has none: everything is denied.
+    fn policy(&self, tenant: Option<&Claim>) -> Arc<Policy> {
         match tenant {
             None => self.policy.load_full(),
-            Some(name) => match self.tenants.load().get(name) {
+            Some(claim) => match self.tenants.load().current(claim) {
                 Some(t) => Arc::clone(&t.policy),
                 None => Arc::new(Policy::empty()),
             },
         }
     }
 
-    fn credentials(&self, tenant: Option<&str>) -> Arc<Bindings> {
+    fn credentials(&self, tenant: Option<&Claim>) -> Arc<Bindings> {
         match tenant {
             None => self.credentials.load_full(),
-            Some(name) => match self.tenants.load().get(name) {
+            Some(claim) => match self.tenants.load().current(claim) {
                 Some(t) => Arc::clone(&t.credentials),
                 None => Arc::new(Bindings::default()),
             },

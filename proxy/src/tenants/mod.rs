@@ -30,6 +30,7 @@ pub struct Tenant {
 
 /// Basic proxy credentials: the username and a SHA-256 digest of the password (the password
 /// itself is not kept).
+#[derive(PartialEq, Eq)]
 pub struct ProxyAuth {
     username: String,
     digest: [u8; 32],
@@ -94,6 +95,14 @@ impl Tenant {
     }
 }
 
+/// A connection's claim to be a tenant: the tenant as identified, and the address the
+/// connection comes from.
+#[derive(Debug)]
+pub struct Claim {
+    pub tenant: Arc<Tenant>,
+    pub peer: IpAddr,
+}
+
 /// The tenants a gateway serves; empty when sluice is not a gateway (callers are then
 /// identified by process).
 #[derive(Debug, Default)]
@@ -145,6 +154,24 @@ impl Table {
     /// configuration; `None` if the reload removed it).
     pub fn get(&self, name: &str) -> Option<&Arc<Tenant>> {
         self.tenants.iter().find(|t| &*t.name == name)
+    }
+
+    /// The tenant `claim` is in this table (after a reload, with its new policy and
+    /// credentials): the same name, still claiming the connection's address, with the same
+    /// credentials. `None` when a reload removed the tenant or changed who may be it (a
+    /// rotated password, narrowed `sources`): its live connections are then revoked.
+    pub fn current(&self, claim: &Claim) -> Option<&Arc<Tenant>> {
+        let now = self.get(&claim.tenant.name)?;
+        let peer = claim.peer.to_canonical();
+        let still = match (&now.auth, &claim.tenant.auth) {
+            (Some(a), Some(b)) => a == b && now.admits_source(peer),
+            // A source tenant: still the one tenant without credentials at that address.
+            (None, None) => self
+                .identify(peer, None)
+                .is_ok_and(|t| Arc::ptr_eq(&t, now)),
+            _ => false,
+        };
+        still.then_some(now)
     }
 
     /// The tenant of a client at `peer` that presented `proxy_authorization` (the header's
@@ -293,6 +320,42 @@ mod tests {
             name(table.identify(ip("10.9.0.1"), None)),
             Err(NoTenant::CredentialsRequired(ip("10.9.0.1")))
         );
+    }
+
+    #[test]
+    fn after_a_reload_a_claim_stands_only_while_the_tenant_still_is_who_it_was() {
+        let before = Table::new(vec![
+            tenant("alpha", &["10.1.0.0/16"], None),
+            tenant("gamma", &[], Some(("gamma", "old"))),
+        ]);
+        let claim = |table: &Table, peer: &str, auth: Option<&[u8]>| Claim {
+            tenant: table.identify(ip(peer), auth).unwrap(),
+            peer: ip(peer),
+        };
+        let alpha = claim(&before, "10.1.0.9", None);
+        let gamma = claim(&before, "192.0.2.1", Some(&basic_of("gamma:old")));
+        // Reloaded unchanged: both stand, with the new table's records.
+        let same = Table::new(vec![
+            tenant("alpha", &["10.1.0.0/16"], None),
+            tenant("gamma", &[], Some(("gamma", "old"))),
+        ]);
+        assert!(same.current(&alpha).is_some_and(|t| Arc::ptr_eq(t, &same.tenants()[0])));
+        assert!(same.current(&gamma).is_some());
+        // A rotated password, narrowed sources, a removed tenant: none stands.
+        let changed = Table::new(vec![
+            tenant("alpha", &["10.1.1.0/24"], None),
+            tenant("gamma", &[], Some(("gamma", "new"))),
+        ]);
+        assert!(changed.current(&alpha).is_none());
+        assert!(changed.current(&gamma).is_none());
+        let removed = Table::new(vec![tenant("other", &["10.9.0.0/16"], None)]);
+        assert!(removed.current(&alpha).is_none());
+        // The address now another tenant's: alpha's claim no longer stands.
+        let moved = Table::new(vec![
+            tenant("beta", &["10.1.0.0/16"], None),
+            tenant("alpha", &["10.1.0.0/16"], None),
+        ]);
+        assert!(moved.current(&alpha).is_none());
     }
 
     #[test]

@@ -159,7 +159,7 @@ pub async fn serve(
     // The first bytes are the caller's only if the process that connected still holds the
     // socket: rechecked here, then watched while the connection lasts.
     let settled = pipeline::settle(&shared, arrival).await;
-    let tenant = settled.caller.as_ref().ok().and_then(|k| k.tenant());
+    let tenant = settled.caller.as_ref().ok().and_then(|k| k.claim());
     let policy = pipeline::InForce::policy(&*shared, tenant);
     // A name no policy endpoint allows at this port is refused before it is looked up: a
     // client must not make sluice resolve names of its choosing (a DNS side channel).
