@@ -124,9 +124,13 @@ pub fn parse(line: &str) -> Result<Record, ParseError> {
         label,
         severity: severity(u64_at(&v, &["severity_id"])),
         decision,
+        // A gateway tenant (`actor.user`) reads as `tenant:<name>`, as the shorthand shows it.
         binary: str_at(&v, &["actor", "process", "path"])
             .filter(|p| !p.is_empty())
-            .map(str::to_string),
+            .map(str::to_string)
+            .or_else(|| {
+                str_at(&v, &["actor", "user", "name"]).map(|name| format!("tenant:{name}"))
+            }),
         pid: u64_at(&v, &["actor", "process", "pid"]),
         host,
         port,
@@ -204,6 +208,37 @@ mod tests {
         assert_eq!(r.policy.as_deref(), Some("api"));
         assert_eq!(r.engine.as_deref(), Some("l7"));
         assert_eq!(r.time_ms, 1_700_000_000_123);
+    }
+
+    #[test]
+    fn a_gateway_tenant_reads_back_as_tenant_colon_name() {
+        let event = Event::ConnectionOpen(crate::audit::ConnectionOpen {
+            time: SystemTime::UNIX_EPOCH,
+            id: 1,
+            via: crate::audit::Via::Connect,
+            caller: Some(std::sync::Arc::new(Caller {
+                tenant: Some("alpha".into()),
+                ..Caller::default()
+            })),
+            src: SocketAddr::from(([10, 1, 0, 9], 5000)),
+            dst: Destination {
+                host: "api.example.com".into(),
+                port: 443,
+                ip: None,
+            },
+            outcome: Outcome::Allowed,
+            policy: Some("api".into()),
+            engine: Engine::L4,
+            reason: None,
+            status: 200,
+        });
+        let json = ocsf::to_json(&event, &ctx());
+        assert_eq!(json["actor"]["user"]["name"], "alpha");
+        assert_eq!(json["actor"]["user"]["type"], "Tenant");
+        assert!(json["actor"].get("process").is_none(), "{json}");
+        let r = parse(&json.to_string()).unwrap();
+        assert_eq!(r.binary.as_deref(), Some("tenant:alpha"));
+        assert_eq!(r.pid, None);
     }
 
     #[test]
