@@ -146,6 +146,35 @@ fn take_slot(shared: &Shared, caller: &CallerState) -> Result<admission::CallerS
         .map_err(|refused| refused.refusal(exe))
 }
 
+/// `GET /ca.pem` sent to the proxy itself (origin-form): a client fetching the CA to trust
+/// (on a gateway, from the replica it reaches).
+fn is_ca_request(head: &head::RequestHead) -> bool {
+    head.method == "GET" && head.target == CA_PATH
+}
+
+/// Where the explicit listener serves sluice's CA certificate.
+pub const CA_PATH: &str = "/ca.pem";
+
+/// The CA certificate as an HTTP/1.1 response, or 404 when TLS termination is off.
+fn ca_response(shared: &Shared) -> Vec<u8> {
+    match &shared.tls {
+        Some(tls) => {
+            let pem = tls.terminator.ca_pem();
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/x-pem-file\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{pem}",
+                pem.len()
+            )
+            .into_bytes()
+        }
+        None => Refusal::new(
+            404,
+            Code::TlsTerminationUnavailable,
+            "TLS termination is unavailable: sluice has no CA to serve",
+        )
+        .to_bytes(),
+    }
+}
+
 /// A gateway client's first head: its proxy credentials name its tenant (or why none), which
 /// then takes its own slot. `None` when the connection is past its tenant's limits (refused
 /// and audited here).
@@ -262,6 +291,13 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
             return;
         }
     };
+    if is_ca_request(&head) {
+        // Public, and needed before a client can trust anything sluice terminates: served to
+        // any client, no tenant or caller needed.
+        let _ = wr.write_all(&ca_response(&shared)).await;
+        let _ = wr.shutdown().await;
+        return;
+    }
     let Some(arrival) = Box::pin(by_credentials(&shared, arrival, &head, &mut wr)).await else {
         return;
     };

@@ -194,6 +194,11 @@ impl Terminator {
         &self.leaves
     }
 
+    /// The CA certificate (PEM) clients must trust: public, the key stays in memory.
+    pub fn ca_pem(&self) -> &str {
+        self.leaves.ca.cert_pem()
+    }
+
     /// The configuration for a handshake: by SNI when the client sent one, else with the
     /// leaf of `fallback_host` (the CONNECT target); ALPN mirrors the upstream's choice.
     pub(crate) fn config_for(
