@@ -290,3 +290,92 @@ fn the_compose_sidecar_has_the_fields_that_matter() {
         "the agent starts only after the fence is up"
     );
 }
+
+/// The gateway example (`configs/kubernetes/gateway.yaml` with `configs/gateway/`): sluice's
+/// flags exist, it runs as its fixed non-root uid with no capability at all (a gateway reads
+/// no other process's /proc), its probes are on the metrics listener, the Service pins a
+/// client to one replica, and the tenants file it names loads: started for real with the
+/// example's tenants (the secrets file and password stood in for), sluice serves both.
+#[test]
+fn the_kubernetes_gateway_has_the_fields_that_matter_and_its_tenants_load() {
+    let text_of = read(&configs().join("kubernetes/gateway.yaml"));
+    let doc = yaml::parse(&text_of).unwrap().unwrap();
+    assert_eq!(text(at(&doc, &["kind"])), "List");
+    let list = items(at(&doc, &["items"]));
+    let deployment = list
+        .iter()
+        .find(|i| text(at(i, &["kind"])) == "Deployment")
+        .unwrap();
+    let pod = at(deployment, &["spec", "template", "spec"]);
+    assert_eq!(text(at(pod, &["automountServiceAccountToken"])), "false");
+    let sluice = named(at(pod, &["containers"]), "sluice");
+    let mut args = strings(at(sluice, &["command"]));
+    args.extend(strings(at(sluice, &["args"])));
+    assert_eq!(&args[..2], ["sluice", "run"]);
+    assert_flags_exist(&args[2..], &["run", "--help"], "the gateway container");
+    let sc = at(sluice, &["securityContext"]);
+    assert_eq!(int(at(sc, &["runAsUser"])), SLUICE_UID);
+    assert_eq!(text(at(sc, &["runAsNonRoot"])), "true");
+    assert_eq!(text(at(sc, &["readOnlyRootFilesystem"])), "true");
+    assert_eq!(strings(at(sc, &["capabilities", "drop"])), ["ALL"]);
+    assert!(get(at(sc, &["capabilities"]), "add").is_none());
+    let metrics = values(&args, "--metrics-listen");
+    for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+        assert_eq!(text(at(sluice, &[probe, "httpGet", "path"])), path);
+        assert_eq!(
+            int(at(sluice, &[probe, "httpGet", "port"])).to_string(),
+            port_of(&metrics[0])
+        );
+    }
+    let service = list
+        .iter()
+        .find(|i| text(at(i, &["kind"])) == "Service")
+        .unwrap();
+    assert_eq!(text(at(service, &["spec", "sessionAffinity"])), "ClientIP");
+    let tenants = values(&args, "--tenants");
+    assert_eq!(tenants, ["/etc/sluice/tenants.yaml"]);
+
+    // The tenants file as the ConfigMap carries it (configs/gateway/), with its absolute
+    // secrets path and the password variable stood in for.
+    let dir = TempDir::new("gateway-example");
+    for entry in std::fs::read_dir(configs().join("gateway")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        let body = read(&path);
+        let secrets = dir.path().join("team-a.env");
+        let body = body.replace("/etc/sluice-secrets/team-a.env", secrets.to_str().unwrap());
+        dir.write(&name, &body);
+    }
+    let secrets = dir.write("team-a.env", "ANTHROPIC_API_KEY=sk-example-not-a-key\n");
+    std::fs::set_permissions(
+        &secrets,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let password = "a-long-random-example-password";
+    let mut child = Command::new(sluice_bin())
+        .args(["run", "--listen", "127.0.0.1:0", "--audit-log", "/dev/null"])
+        .arg("--tenants")
+        .arg(dir.path().join("tenants.yaml"))
+        .env("SLUICE_TEAM_A_PROXY_PASSWORD", password)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut seen = String::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("listening on") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.contains("gateway for 2 tenant(s): team-a, ci-runners"),
+        "{seen}"
+    );
+    assert!(!seen.contains(password), "{seen}");
+}
