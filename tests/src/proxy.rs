@@ -164,6 +164,25 @@ impl Sluice {
         Sluice::start_under(cmd, dir, policy, extra)
     }
 
+    /// sluice as a gateway: `sluice run --tenants FILE` (no `--policy`: each tenant names its
+    /// own), listening on `127.0.0.1:0`, with `extra` flags and `env` in its environment.
+    pub fn start_tenants(tenants: &Path, extra: &[&str], env: &[(&str, &str)]) -> Sluice {
+        let dir = TempDir::new("sluice");
+        let audit_path = dir.path().join("audit.jsonl");
+        let mut cmd = Command::new(sluice_bin());
+        cmd.arg("run")
+            .arg("--tenants")
+            .arg(tenants)
+            .arg("--audit-log")
+            .arg(&audit_path)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Sluice::spawn(cmd, dir, audit_path, 1)
+    }
+
     /// Like `start`, with the audit log at `audit_path` (a FIFO, a path elsewhere).
     pub fn start_with_audit_log(policy: &str, extra: &[&str], audit_path: &Path) -> Sluice {
         let dir = TempDir::new("sluice");

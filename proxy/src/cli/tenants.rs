@@ -25,8 +25,8 @@ pub struct Loaded {
 /// Reads the tenants file at `path` and everything each tenant names; every error, each
 /// naming its file, line and field, when any is wrong.
 pub fn load(path: &str, compat: CompatArg) -> Result<Loaded, Vec<String>> {
-    let specs =
-        file::read(path).map_err(|d| d.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+    let specs = file::read(path, &has_password)
+        .map_err(|d| d.iter().map(ToString::to_string).collect::<Vec<_>>())?;
     let mut errors = Vec::new();
     let mut tenants = Vec::new();
     let mut redactor = ScrubSet::default();
@@ -82,12 +82,17 @@ pub fn load(path: &str, compat: CompatArg) -> Result<Loaded, Vec<String>> {
 /// can be read now, each tenant's files.
 pub fn files(path: &str) -> Vec<PathBuf> {
     let mut out = vec![PathBuf::from(path)];
-    if let Ok(specs) = file::read(path) {
+    if let Ok(specs) = file::read(path, &|_| true) {
         for spec in &specs {
             out.extend(tenant_sources(&spec.clone(), CompatArg::Strict).files());
         }
     }
     out
+}
+
+/// Whether sluice's environment holds a non-empty `var` (a tenant's proxy password).
+fn has_password(var: &str) -> bool {
+    std::env::var_os(var).is_some_and(|v| !v.is_empty())
 }
 
 /// A tenant's files, in the shape `--policy`, `--providers` and `--secrets-file` give them.

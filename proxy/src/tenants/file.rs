@@ -36,6 +36,8 @@ pub struct TenantSpec {
     pub location: Location,
     /// Client addresses the tenant connects from (empty: any, then `auth` is required).
     pub sources: Vec<IpNet>,
+    /// Where `sources` is written (for the checks across tenants).
+    sources_pos: Pos,
     pub auth: Option<AuthSpec>,
     /// Policy files, provider profile files and the secrets file, relative paths resolved
     /// against the tenants file's directory.
@@ -49,12 +51,18 @@ pub struct TenantSpec {
 #[derive(Clone, Debug)]
 pub struct AuthSpec {
     pub username: String,
+    username_pos: Pos,
     pub password_env: String,
     pub password_location: Location,
 }
 
 /// Reads and checks the tenants file at `path`: every tenant, or every problem found.
-pub fn read(path: &str) -> Result<Vec<TenantSpec>, Vec<Diagnostic>> {
+/// `has_env` says whether sluice's environment holds a (non-empty) variable, so that an
+/// unset `password_env` is reported with the file's other problems.
+pub fn read(
+    path: &str,
+    has_env: &dyn Fn(&str) -> bool,
+) -> Result<Vec<TenantSpec>, Vec<Diagnostic>> {
     let file: Arc<str> = Arc::from(path);
     let mut diags = Diagnostics::default();
     let text = match std::fs::read_to_string(path) {
@@ -70,6 +78,7 @@ pub fn read(path: &str) -> Result<Vec<TenantSpec>, Vec<Diagnostic>> {
             file: &file,
             base,
             diags: &mut diags,
+            has_env,
         }
         .document(&root),
         Ok(None) => {
@@ -96,6 +105,7 @@ struct Reader<'a> {
     file: &'a Arc<str>,
     base: &'a Path,
     diags: &'a mut Diagnostics,
+    has_env: &'a dyn Fn(&str) -> bool,
 }
 
 impl Reader<'_> {
@@ -229,6 +239,7 @@ impl Reader<'_> {
         let errors = self.diags.error_count();
         let mut name = None;
         let mut sources = Vec::new();
+        let mut sources_pos = node.pos;
         let mut auth = None;
         let mut policies = Vec::new();
         let mut providers = Vec::new();
@@ -237,7 +248,10 @@ impl Reader<'_> {
             let field = join(path, key);
             match key {
                 "name" => name = self.name(value, &field),
-                "sources" => sources = self.sources(value, &field),
+                "sources" => {
+                    sources_pos = value.pos;
+                    sources = self.sources(value, &field);
+                }
                 "proxy_auth" => auth = self.auth(value, &field),
                 "policy" => policies = self.files(value, &field),
                 "providers" => providers = self.files(value, &field),
@@ -273,6 +287,7 @@ impl Reader<'_> {
             name: Arc::from(name.as_str()),
             location: self.location(node.pos),
             sources,
+            sources_pos,
             auth,
             policies,
             providers,
@@ -324,10 +339,12 @@ impl Reader<'_> {
     fn auth(&mut self, node: &Node<'_>, path: &str) -> Option<AuthSpec> {
         let fields = self.fields(node, path, AUTH_FIELDS)?;
         let mut username = None;
+        let mut username_pos = node.pos;
         let mut password = None;
         for (key, value) in fields {
             let field = join(path, key);
             if key == "username" {
+                username_pos = value.pos;
                 username = self.string(value, &field);
                 if let Some(u) = &username
                     && (u.contains(':') || u.chars().any(char::is_control))
@@ -341,11 +358,20 @@ impl Reader<'_> {
                 }
             } else {
                 password = self.string(value, &field).map(|s| (s, value.pos));
+                if let Some((var, pos)) = &password
+                    && !(self.has_env)(var)
+                {
+                    let message = format!(
+                        "the environment variable `{var}` is not set or is empty; export the tenant's proxy password in it"
+                    );
+                    self.error(*pos, &field, message);
+                }
             }
         }
         match (username, password) {
             (Some(username), Some((password_env, pos))) => Some(AuthSpec {
                 username,
+                username_pos,
                 password_env,
                 password_location: self.location(pos),
             }),
@@ -381,8 +407,8 @@ impl Reader<'_> {
         let mut names: HashMap<&str, &Location> = HashMap::new();
         let mut users: HashMap<&str, (&str, &Location)> = HashMap::new();
         for (i, t) in specs.iter().enumerate() {
-            let pos = t.location.pos;
             if let Some(first) = names.insert(&t.name, &t.location) {
+                let pos = t.location.pos;
                 let line = first.pos.line;
                 let message = format!("duplicate tenant name `{}` (first at line {line})", t.name);
                 self.error(pos, &format!("tenants[{i}].name"), message);
@@ -395,7 +421,8 @@ impl Reader<'_> {
                     "username `{}` is also tenant `{other}`'s (line {line}); each tenant needs its own",
                     a.username
                 );
-                self.error(pos, &format!("tenants[{i}].proxy_auth.username"), message);
+                let field = format!("tenants[{i}].proxy_auth.username");
+                self.error(a.username_pos, &field, message);
             }
             for earlier in &specs[..i] {
                 // Credentials tell two tenants apart; addresses alone must not overlap.
@@ -410,12 +437,12 @@ impl Reader<'_> {
                         .map(|b| (a, b))
                 });
                 if let Some((a, b)) = clash {
-                    let line = earlier.location.pos.line;
+                    let line = earlier.sources_pos.line;
                     let message = format!(
                         "source {a} overlaps {b} of tenant `{}` (line {line}): a client there could be either; make the ranges disjoint or give both tenants `proxy_auth`",
                         earlier.name
                     );
-                    self.error(pos, &format!("tenants[{i}].sources"), message);
+                    self.error(t.sources_pos, &format!("tenants[{i}].sources"), message);
                 }
             }
         }
@@ -439,8 +466,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("t{}.yaml", rand_suffix()));
         std::fs::write(&path, text).unwrap();
-        let out =
-            read(path.to_str().unwrap()).map_err(|d| d.iter().map(ToString::to_string).collect());
+        let out = read(path.to_str().unwrap(), &|v| v != "UNSET")
+            .map_err(|d| d.iter().map(ToString::to_string).collect());
         let _ = std::fs::remove_file(&path);
         out
     }
@@ -470,7 +497,7 @@ mod tests {
     #[test]
     fn every_problem_is_named_with_its_line_and_field() {
         let errors = read_text(
-            "tenants:\n  - name: alpha\n    sources: [10.0.0.0/8]\n    policy: a.yaml\n    colour: red\n  - name: alpha\n    sources: [10.1.0.0/16]\n    policy: b.yaml\n  - name: 'bad name'\n    policy: c.yaml\n  - name: nobody\n    policy: d.yaml\n  - name: e\n    sources: [not-an-ip]\n    proxy_auth: {username: 'a:b'}\n",
+            "tenants:\n  - name: alpha\n    sources: [10.0.0.0/8]\n    policy: a.yaml\n    colour: red\n  - name: alpha\n    sources: [10.1.0.0/16]\n    policy: b.yaml\n  - name: 'bad name'\n    policy: c.yaml\n  - name: nobody\n    policy: d.yaml\n  - name: e\n    sources: [not-an-ip]\n    proxy_auth: {username: 'a:b'}\n  - name: f\n    proxy_auth:\n      username: f\n      password_env: UNSET\n    policy: f.yaml\n",
         )
         .unwrap_err();
         let all = errors.join("\n");
@@ -482,8 +509,13 @@ mod tests {
             all.contains(":6:5: tenants[1].name: duplicate tenant name `alpha`"),
             "{all}"
         );
+        // At the `sources` it names, not at the tenant.
         assert!(
-            all.contains("tenants[1].sources: source 10.1.0.0/16 overlaps 10.0.0.0/8"),
+            all.contains(":7:14: tenants[1].sources: source 10.1.0.0/16 overlaps 10.0.0.0/8 of tenant `alpha` (line 3)"),
+            "{all}"
+        );
+        assert!(
+            all.contains(":19:21: tenants[5].proxy_auth.password_env: the environment variable `UNSET` is not set"),
             "{all}"
         );
         assert!(

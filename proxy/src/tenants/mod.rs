@@ -339,7 +339,10 @@ mod tests {
             tenant("alpha", &["10.1.0.0/16"], None),
             tenant("gamma", &[], Some(("gamma", "old"))),
         ]);
-        assert!(same.current(&alpha).is_some_and(|t| Arc::ptr_eq(t, &same.tenants()[0])));
+        assert!(
+            same.current(&alpha)
+                .is_some_and(|t| Arc::ptr_eq(t, &same.tenants()[0]))
+        );
         assert!(same.current(&gamma).is_some());
         // A rotated password, narrowed sources, a removed tenant: none stands.
         let changed = Table::new(vec![
