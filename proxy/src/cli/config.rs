@@ -1,16 +1,19 @@
 //! The configuration `sluice run` loads at start and on every reload: the policy files, the
-//! provider profiles (composed into `_provider_<id>` entries) and their secrets, read and
-//! validated whole before anything uses them (all or nothing), and the Device Config State
-//! Change event that reports each load.
+//! provider profiles (composed into `_provider_<id>` entries) and their secrets, or a
+//! gateway's tenants file and each tenant's own such files, read and validated whole before
+//! anything uses them (all or nothing), and the Device Config State Change event that
+//! reports each load.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::CompatArg;
 use crate::audit;
 use crate::credentials::{Bindings, ScrubSet};
 use crate::policy::{self, Diagnostic, Loaded, Policy};
-use crate::tenants::Table;
+use crate::tenants::file::{self, TenantSpec};
+use crate::tenants::{ProxyAuth, Table, Tenant};
 
 /// Where the configuration comes from (the `run` flags that name files).
 #[derive(Clone, Debug)]
@@ -51,7 +54,7 @@ impl Sources {
             .chain(self.secrets_file.clone())
             .collect();
         if let Some(t) = &self.tenants {
-            files.extend(super::tenants::files(t));
+            files.extend(tenant_files(t));
         }
         files
     }
@@ -129,8 +132,7 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
     let tenants = match &sources.tenants {
         None => Table::default(),
         Some(path) => {
-            let loaded =
-                super::tenants::load(path, sources.compat).map_err(ConfigError::Tenants)?;
+            let loaded = load_tenants(path, sources.compat).map_err(ConfigError::Tenants)?;
             redactor.merge(&loaded.redactor);
             credential_warnings.extend(loaded.warnings);
             loaded.table
@@ -184,5 +186,103 @@ pub fn load_policy(
             Ok(l)
         }
         Err(e) => Err(e.diagnostics),
+    }
+}
+
+// === Tenants ===
+
+/// A loaded tenants file, ready to be swapped in.
+#[derive(Debug)]
+pub struct LoadedTenants {
+    pub table: Table,
+    /// Every tenant's secret values, for the audit redactor.
+    pub redactor: ScrubSet,
+    /// Warnings of the tenants' policies, profiles and secrets, each line naming its file.
+    pub warnings: Vec<String>,
+}
+
+/// A gateway's tenants (`--tenants`): reads the tenants file at `path` (`tenants::file`)
+/// and everything each tenant names, the way `--policy`, `--providers` and
+/// `--secrets-file` are read ([`load`]), all or nothing; every error, each
+/// naming its file, line and field, when any is wrong.
+pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<String>> {
+    let specs = file::read(path, &has_password)
+        .map_err(|d| d.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+    let mut errors = Vec::new();
+    let mut tenants = Vec::new();
+    let mut redactor = ScrubSet::default();
+    let mut warnings = Vec::new();
+    for spec in specs {
+        let auth = match &spec.auth {
+            None => None,
+            Some(a) => match std::env::var(&a.password_env) {
+                Ok(password) if !password.is_empty() => {
+                    // Known to the redactor: a password never reaches a log line either.
+                    redactor.add(password.as_bytes(), b"[redacted:proxy password]");
+                    Some(ProxyAuth::new(a.username.clone(), password.as_bytes()))
+                }
+                _ => {
+                    errors.push(format!(
+                        "{}: tenant `{}`: proxy_auth.password_env: the environment variable `{}` is not set or is empty; export the tenant's proxy password in it",
+                        a.password_location, spec.name, a.password_env
+                    ));
+                    None
+                }
+            },
+        };
+        match load(&tenant_sources(&spec, compat)) {
+            Ok(c) => {
+                redactor.merge(&c.bindings.redactor());
+                warnings.extend(c.policy_warnings.iter().map(ToString::to_string));
+                warnings.extend(c.credential_warnings);
+                tenants.push(Tenant::new(
+                    Arc::clone(&spec.name),
+                    spec.sources.clone(),
+                    auth,
+                    Arc::new(c.policy),
+                    Arc::new(c.bindings),
+                ));
+            }
+            Err(e) => {
+                errors.push(format!("{}: tenant `{}`: {e}:", spec.location, spec.name));
+                errors.extend(e.lines().into_iter().map(|l| format!("  {l}")));
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(LoadedTenants {
+        table: Table::new(tenants),
+        redactor,
+        warnings,
+    })
+}
+
+/// Every file a change of which is a reason to reload: the tenants file and, as far as it
+/// can be read now, each tenant's files.
+pub fn tenant_files(path: &str) -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::from(path)];
+    if let Ok(specs) = file::read(path, &|_| true) {
+        for spec in &specs {
+            out.extend(tenant_sources(&spec.clone(), CompatArg::Strict).files());
+        }
+    }
+    out
+}
+
+/// Whether sluice's environment holds a non-empty `var` (a tenant's proxy password).
+fn has_password(var: &str) -> bool {
+    std::env::var_os(var).is_some_and(|v| !v.is_empty())
+}
+
+/// A tenant's files, in the shape `--policy`, `--providers` and `--secrets-file` give them.
+fn tenant_sources(spec: &TenantSpec, compat: CompatArg) -> Sources {
+    Sources {
+        policies: spec.policies.clone(),
+        providers: spec.providers.clone(),
+        secrets_file: spec.secrets_file.clone(),
+        compat,
+        tenants: None,
     }
 }

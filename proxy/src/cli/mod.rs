@@ -13,7 +13,6 @@ mod netfence;
 mod policy;
 mod reload;
 mod run;
-mod tenants;
 
 use std::process::ExitCode;
 

@@ -14,30 +14,7 @@ use super::canon::{self, CanonError, Target};
 use super::compile::{EndpointRef, Policy};
 use super::model::{Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule};
 
-/// Who is asking: the kernel-resolved executable, its ancestors' executables (nearest first)
-/// and the absolute paths from their command lines (shown in reasons, never used to grant);
-/// or, through a shared gateway, a tenant whose program sluice cannot see.
-#[derive(Clone, Copy, Debug)]
-pub struct Caller<'a> {
-    pub exe: &'a str,
-    pub ancestors: &'a [String],
-    pub cmdline: &'a [String],
-    /// A gateway tenant's name: the program is unknown, so only an entry (or a profile)
-    /// whose `binaries` match every program applies (see `Entry::admits`).
-    pub tenant: Option<&'a str>,
-}
-
-impl<'a> Caller<'a> {
-    /// A gateway tenant, known by name only.
-    pub fn tenant(name: &'a str) -> Caller<'a> {
-        Caller {
-            exe: "",
-            ancestors: &[],
-            cmdline: &[],
-            tenant: Some(name),
-        }
-    }
-}
+pub use super::model::Caller;
 
 /// The L4 answer.
 #[derive(Clone, Debug)]

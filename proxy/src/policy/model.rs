@@ -400,6 +400,31 @@ impl BinaryMatcher {
     }
 }
 
+/// Who is asking: the kernel-resolved executable, its ancestors' executables (nearest first)
+/// and the absolute paths from their command lines (shown in reasons, never used to grant);
+/// or, through a shared gateway, a tenant whose program sluice cannot see.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller<'a> {
+    pub exe: &'a str,
+    pub ancestors: &'a [String],
+    pub cmdline: &'a [String],
+    /// A gateway tenant's name: the program is unknown, so only an entry (or a profile)
+    /// whose `binaries` match every program applies (see `Entry::admits`).
+    pub tenant: Option<&'a str>,
+}
+
+impl<'a> Caller<'a> {
+    /// A gateway tenant, known by name only.
+    pub fn tenant(name: &'a str) -> Caller<'a> {
+        Caller {
+            exe: "",
+            ancestors: &[],
+            cmdline: &[],
+            tenant: Some(name),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Binary {
     pub source: String,
@@ -415,7 +440,7 @@ impl Binary {
 
     /// Whether `caller` is this binary: its executable or an ancestor's matches; a gateway
     /// tenant (whose program is unknown) only where the pattern matches every program.
-    pub fn admits(&self, caller: &super::decide::Caller<'_>) -> bool {
+    pub fn admits(&self, caller: &Caller<'_>) -> bool {
         if caller.tenant.is_some() {
             return self.matches_every_program();
         }
@@ -435,7 +460,7 @@ pub struct Entry {
 
 impl Entry {
     /// Whether the caller's exe or any ancestor is one of this entry's binaries (spec §2.3).
-    pub(super) fn admits(&self, caller: &super::decide::Caller<'_>) -> bool {
+    pub(super) fn admits(&self, caller: &Caller<'_>) -> bool {
         self.binaries.iter().any(|b| b.admits(caller))
     }
 }
