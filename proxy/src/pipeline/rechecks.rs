@@ -20,9 +20,9 @@ struct Job {
 }
 
 /// The thread that runs every periodic re-check of a running proxy, started at the first one
-/// and ended when the proxy's shared state is dropped. A re-check is never skipped: when they
-/// take longer than the interval allows, they run back to back, and a connection waits for
-/// its own.
+/// and ended when the proxy's shared state is dropped. A re-check is never skipped while its
+/// connection lasts: when they take longer than the interval allows, they run back to back,
+/// and a connection waits for its own.
 #[derive(Debug, Default)]
 pub struct Rechecks {
     /// `None` when the thread could not be started (then each re-check runs on the blocking
@@ -69,6 +69,12 @@ fn start(resolver: Arc<IdentityResolver>) -> Option<mpsc::Sender<Job>> {
         .spawn(move || {
             // Ends when every sender is gone (the proxy's shared state was dropped).
             for job in queue {
+                // Its connection ended while it waited (the watcher was dropped): nobody
+                // needs the answer, and a re-check of a closed socket reads the client's
+                // whole table and then scans every process.
+                if job.answer.is_closed() {
+                    continue;
+                }
                 let answer = resolver.recheck(&job.identity);
                 let _ = job.answer.send(answer);
             }
