@@ -65,6 +65,44 @@ fn source_tenants_reach_only_their_own_hosts_and_an_unknown_source_is_refused() 
     assert_events_valid(&gw);
 }
 
+/// Metrics name each tenant (`tenant:<name>`, few and named by the operator) and the hosts
+/// the tenants' policies name, even for denied traffic (the label rules read every tenant's
+/// policy, not only the gateway's own empty one).
+#[test]
+fn metrics_label_tenants_and_the_hosts_their_policies_name() {
+    use sluice_e2e::scrape;
+    let dir = TempDir::new("tenants-metrics");
+    let a = HttpOrigin::start();
+    let b = HttpOrigin::start();
+    let tenants = two_source_tenants(&dir, &[a.port()], &[b.port()]);
+    let gw = gateway::start(&tenants, &["--metrics-listen", "127.0.0.1:0"], &[]);
+    assert_eq!(get(&gw, Some(ALPHA), &[], a.port()).status, 200);
+    assert_eq!(get(&gw, Some(BETA), &[], a.port()).status, 403);
+    let addr = scrape::metrics_addr(&gw);
+    let (_, text) = scrape::get(addr, "/metrics");
+    let samples = scrape::parse(&text);
+    let v = |name: &str, labels: &[(&str, &str)]| scrape::value(&samples, name, labels);
+    let by_binary = "sluice_decisions_by_binary_total";
+    let alpha = [
+        ("kind", "request"),
+        ("decision", "allowed"),
+        ("binary", "tenant:alpha"),
+    ];
+    assert_eq!(v(by_binary, &alpha), 1.0, "{text}");
+    let beta = [
+        ("kind", "request"),
+        ("decision", "denied"),
+        ("binary", "tenant:beta"),
+    ];
+    assert_eq!(v(by_binary, &beta), 1.0, "{text}");
+    let denied = [
+        ("kind", "request"),
+        ("decision", "denied"),
+        ("host", "127.0.0.1"),
+    ];
+    assert_eq!(v("sluice_decisions_by_host_total", &denied), 1.0, "{text}");
+}
+
 #[test]
 fn an_entry_naming_a_binary_does_not_apply_to_a_tenant() {
     // The gateway cannot see the remote program: only `binaries: [{path: "/**"}]` (or `**`)

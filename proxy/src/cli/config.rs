@@ -95,6 +95,14 @@ fn errors(diags: &[Diagnostic]) -> Vec<String> {
         .collect()
 }
 
+impl Config {
+    /// Every policy loaded: the local one and each gateway tenant's.
+    pub fn policies(&self) -> impl Iterator<Item = &Policy> {
+        let tenants = self.tenants.tenants().iter().map(|t| &*t.policy);
+        std::iter::once(&self.policy).chain(tenants)
+    }
+}
+
 impl ConfigError {
     /// Every error, one a line (what the audit event carries).
     pub fn errors(&self) -> Vec<String> {

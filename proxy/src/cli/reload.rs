@@ -98,8 +98,8 @@ impl Reloader {
                     known.merge(&config.redactor);
                     self.audit.set_redactor(Arc::new(known.clone()));
                 }
+                crate::metrics::policy_loaded(config.policies());
                 self.shared.credentials.store(Arc::new(config.bindings));
-                crate::metrics::policy_loaded(&config.policy);
                 self.shared.policy.store(Arc::new(config.policy));
                 // Each tenant's policy and credentials at once.
                 self.shared.tenants.store(Arc::new(config.tenants));

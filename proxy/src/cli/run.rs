@@ -317,7 +317,7 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             return Err(ExitCode::from(1));
         }
     };
-    crate::metrics::policy_loaded(&config.policy);
+    crate::metrics::policy_loaded(config.policies());
     print_diagnostics(&config.policy_warnings);
     for w in &config.credential_warnings {
         eprintln!("{w}");
@@ -501,16 +501,25 @@ async fn serve(args: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     if ca_files.is_none() {
-        let policy = shared.policy.load();
-        let inspected = policy
-            .entries()
-            .iter()
-            .flat_map(|e| e.endpoints.iter())
-            .filter(|ep| ep.inspects_requests())
-            .count();
+        let inspected_in = |policy: &crate::policy::Policy| {
+            policy
+                .entries()
+                .iter()
+                .flat_map(|e| e.endpoints.iter())
+                .filter(|ep| ep.inspects_requests())
+                .count()
+        };
+        // A gateway's tenants each have their own policy.
+        let tenants = shared.tenants.load();
+        let inspected = inspected_in(&shared.policy.load())
+            + tenants
+                .tenants()
+                .iter()
+                .map(|t| inspected_in(&t.policy))
+                .sum::<usize>();
         if inspected > 0 {
             eprintln!(
-                "sluice: note: {inspected} endpoint(s) are inspected, so sluice terminates their TLS with its own CA, which exists only in memory; clients will refuse it until they trust it: pass --ca-dir DIR to have DIR/ca.pem and DIR/ca-bundle.pem (the system roots plus sluice's CA) written, then point clients at the bundle (SSL_CERT_FILE, CURL_CA_BUNDLE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS=DIR/ca.pem, GIT_SSL_CAINFO)"
+                "sluice: note: {inspected} endpoint(s) are inspected, so sluice terminates their TLS with its own CA, which exists only in memory; clients will refuse it until they trust it: pass --ca-dir DIR to have DIR/ca.pem and DIR/ca-bundle.pem (the system roots plus sluice's CA) written, then point clients at the bundle (SSL_CERT_FILE, CURL_CA_BUNDLE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS=DIR/ca.pem, GIT_SSL_CAINFO); a client elsewhere can fetch the CA with GET /ca.pem sent to the proxy (curl http://PROXY/ca.pem)"
             );
         }
     }

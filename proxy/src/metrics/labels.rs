@@ -36,8 +36,13 @@ pub struct Named {
 
 impl Named {
     pub fn of(policy: &Policy) -> Named {
+        Named::of_all([policy])
+    }
+
+    /// What any of `policies` names (a gateway's tenants each have their own).
+    pub fn of_all<'p>(policies: impl IntoIterator<Item = &'p Policy>) -> Named {
         let mut named = Named::default();
-        for entry in policy.entries() {
+        for entry in policies.into_iter().flat_map(|p| p.entries()) {
             for ep in &entry.endpoints {
                 if let HostPattern::Exact(h) = &ep.host {
                     named.hosts.insert(h.clone());

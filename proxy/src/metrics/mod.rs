@@ -351,9 +351,11 @@ pub fn global() -> Option<&'static Metrics> {
 
 /// A policy was loaded (at start or by a reload): the hosts and executables it names
 /// literally get their own labels from now on.
-pub fn policy_loaded(policy: &crate::policy::Policy) {
+/// The policies now in force (the local one and a gateway's tenants', each naming its own
+/// hosts and binaries), for the label rules.
+pub fn policy_loaded<'p>(policies: impl IntoIterator<Item = &'p crate::policy::Policy>) {
     if let Some(m) = global() {
-        m.named.set(labels::Named::of(policy));
+        m.named.set(labels::Named::of_all(policies));
     }
 }
 
