@@ -99,7 +99,10 @@ fn a_client_that_never_sends_credentials_cannot_take_every_tenants_connection_sl
         .map(|mut s| answer_within(&mut s, Duration::from_millis(200)))
         .filter(|a| a.starts_with("HTTP/1.1 429"))
         .count();
-    assert_eq!(refused, 8, "connections past one caller's share were not refused");
+    assert_eq!(
+        refused, 8,
+        "connections past one caller's share were not refused"
+    );
 
     let right = format!("gamma:{GAMMA_PASSWORD}");
     let ok = get(&gw, None, &["--proxy-user", &right], origin.port());
@@ -191,19 +194,67 @@ fn odd_spellings_of_credentials_identify_nobody_and_never_reach_a_log() {
     let b64 = |s: &[u8]| base64(s);
     let right = format!("gamma:{GAMMA_PASSWORD}");
     let near: Vec<(String, Vec<u8>)> = vec![
-        ("the username's case".into(), format!("Basic {}", b64(format!("Gamma:{GAMMA_PASSWORD}").as_bytes())).into_bytes()),
-        ("a space after the username".into(), format!("Basic {}", b64(format!("gamma :{GAMMA_PASSWORD}").as_bytes())).into_bytes()),
-        ("a space after the password".into(), format!("Basic {}", b64(format!("{right} ").as_bytes())).into_bytes()),
-        ("a NUL after the password".into(), format!("Basic {}", b64(format!("{right}\0").as_bytes())).into_bytes()),
-        ("a non-UTF-8 username".into(), format!("Basic {}", b64(&[b"\xffgamma:", GAMMA_PASSWORD.as_bytes()].concat())).into_bytes()),
-        ("no padding".into(), format!("Basic {}", b64(right.as_bytes()).trim_end_matches('=')).into_bytes()),
-        ("a trailing token".into(), format!("Basic {} x", b64(right.as_bytes())).into_bytes()),
-        ("a no-break space after the scheme".into(), [&b"Basic\xa0"[..], b64(right.as_bytes()).as_bytes()].concat()),
+        (
+            "the username's case".into(),
+            format!(
+                "Basic {}",
+                b64(format!("Gamma:{GAMMA_PASSWORD}").as_bytes())
+            )
+            .into_bytes(),
+        ),
+        (
+            "a space after the username".into(),
+            format!(
+                "Basic {}",
+                b64(format!("gamma :{GAMMA_PASSWORD}").as_bytes())
+            )
+            .into_bytes(),
+        ),
+        (
+            "a space after the password".into(),
+            format!("Basic {}", b64(format!("{right} ").as_bytes())).into_bytes(),
+        ),
+        (
+            "a NUL after the password".into(),
+            format!("Basic {}", b64(format!("{right}\0").as_bytes())).into_bytes(),
+        ),
+        (
+            "a non-UTF-8 username".into(),
+            format!(
+                "Basic {}",
+                b64(&[b"\xffgamma:", GAMMA_PASSWORD.as_bytes()].concat())
+            )
+            .into_bytes(),
+        ),
+        (
+            "no padding".into(),
+            format!("Basic {}", b64(right.as_bytes()).trim_end_matches('=')).into_bytes(),
+        ),
+        (
+            "a trailing token".into(),
+            format!("Basic {} x", b64(right.as_bytes())).into_bytes(),
+        ),
+        (
+            "a no-break space after the scheme".into(),
+            [&b"Basic\xa0"[..], b64(right.as_bytes()).as_bytes()].concat(),
+        ),
         ("obs-text".into(), b"Basic \xff\xfe\xfd\xfc".to_vec()),
-        ("the password alone".into(), format!("Basic {}", b64(GAMMA_PASSWORD.as_bytes())).into_bytes()),
-        ("the password in clear".into(), format!("Basic {right}").into_bytes()),
-        ("another scheme".into(), format!("Bearer {GAMMA_PASSWORD}").into_bytes()),
-        ("a long value".into(), format!("Basic {}", "QUFB".repeat(1500)).into_bytes()),
+        (
+            "the password alone".into(),
+            format!("Basic {}", b64(GAMMA_PASSWORD.as_bytes())).into_bytes(),
+        ),
+        (
+            "the password in clear".into(),
+            format!("Basic {right}").into_bytes(),
+        ),
+        (
+            "another scheme".into(),
+            format!("Bearer {GAMMA_PASSWORD}").into_bytes(),
+        ),
+        (
+            "a long value".into(),
+            format!("Basic {}", "QUFB".repeat(1500)).into_bytes(),
+        ),
     ];
     for (what, value) in &near {
         let mut req = format!("GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Authorization: ").into_bytes();
@@ -257,9 +308,18 @@ fn an_ipv4_mapped_source_is_the_ipv4_address_it_maps() {
         "tenants:\n  - name: alpha\n    sources: [\"127.0.0.0/24\"]\n    policy: [open.yaml]\n  - name: beta\n    sources: [\"::ffff:127.0.0.3/128\"]\n    policy: [open.yaml]\n",
     );
     let (code, err) = gateway::exit_of(
-        &["run", "--tenants", file.to_str().unwrap(), "--listen", "127.0.0.1:0"],
+        &[
+            "run",
+            "--tenants",
+            file.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
         &[],
     );
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("tenants[1].sources") && err.contains("overlaps"), "{err}");
+    assert!(
+        err.contains("tenants[1].sources") && err.contains("overlaps"),
+        "{err}"
+    );
 }

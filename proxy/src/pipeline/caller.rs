@@ -181,14 +181,15 @@ pub fn by_credentials(
     if !tenants.is_gateway() {
         return false;
     }
-    let Some((_, value)) = head
-        .headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("proxy-authorization"))
-    else {
+    let mut values = head.header_values("proxy-authorization");
+    let Some(value) = values.next() else {
         return false;
     };
-    let found = tenants.identify(peer.ip(), Some(value));
+    // Two credentials are no tenant's: which one counts is not for sluice to guess.
+    let found = match values.next() {
+        Some(_) => Err(NoTenant::TwoCredentials),
+        None => tenants.identify(peer.ip(), Some(value)),
+    };
     let same = matches!((&found, &*caller), (Ok(t), Ok(k)) if k.tenant() == Some(&*t.name));
     if same {
         return false;
