@@ -798,3 +798,99 @@ fn narrowed_sources_revoke_the_tunnels_of_the_addresses_left_out() {
     wait_stderr(&gw, "tenant:alpha");
     assert_events_valid(&gw);
 }
+
+// === Entries and profiles that name programs ===
+
+#[test]
+fn entries_and_profiles_that_name_programs_give_a_tenant_nothing() {
+    let dir = TempDir::new("tatk-programs");
+    let origin = Counting::start(&dir);
+    let port = origin.port;
+    let other = HttpOrigin::start();
+    // The inspected origin: allowed to every program, its credential bound only for curl.
+    // The other origin: allowed only by patterns that name programs (however wide).
+    dir.write(
+        "api.yaml",
+        &format!(
+            "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: \"/**\"\n  \
+               wide:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}}}\n    binaries:\n      - path: \"/usr/bin/*\"\n      - path: \"/**/curl\"\n      - path: \"/*/*/*\"\n      - path: /usr/bin/curl\n",
+            other.port()
+        ),
+    );
+    dir.write(
+        "providers.yaml",
+        &format!(
+            "id: test-api\ncredentials:\n  - name: token\n    env_vars: [TOKEN]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {port}}}\nbinaries: [{{path: /usr/bin/curl}}, {{path: \"/usr/**\"}}]\n"
+        ),
+    );
+    write_secrets(&dir, "alpha.env", "TOKEN=alpha-prog-tok-5d1e\n");
+    let tenants = dir.write(
+        "tenants.yaml",
+        &format!(
+            "tenants:\n  - name: alpha\n    sources: [\"{ALPHA}\"]\n    policy: [api.yaml]\n    providers: [providers.yaml]\n    secrets_file: alpha.env\n"
+        ),
+    );
+    let ca_dir = dir.path().join("ca");
+    let gw = gateway::start(
+        &tenants,
+        &[
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+            "--upstream-ca",
+            origin.ca.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let no = get(&gw, Some(ALPHA), &[], other.port());
+    assert_eq!(no.status, 403, "{no:?}\n{}", gw.stderr());
+    assert!(other.received().is_empty());
+    let ca = ca_dir.join("ca.pem");
+    let (status, answer) = inspected(&gw, &ca, port, Some(ALPHA), "--http1.1", "/tok", &[]);
+    assert_ne!(status, "200", "{answer}");
+    assert!(!answer.contains("alpha-prog-tok-5d1e"), "{answer}");
+    for l in origin.lines() {
+        assert!(!l.to_string().contains("alpha-prog-tok-5d1e"), "{l}");
+    }
+    assert_never_logged(&gw, "alpha-prog-tok-5d1e", "alpha's secret");
+    assert_events_valid(&gw);
+}
+
+// === /ca.pem ===
+
+#[test]
+fn the_ca_request_carries_nothing_after_it() {
+    let dir = TempDir::new("tatk-ca");
+    let origin = HttpOrigin::start();
+    let tenants = mixed_tenants(&dir, &[origin.port()]);
+    let ca_dir = dir.path().join("ca");
+    let gw = gateway::start(
+        &tenants,
+        &["--ca-dir", ca_dir.to_str().unwrap()],
+        &passwords(),
+    );
+    let port = origin.port();
+    // A client that is no tenant asks for the CA, and pipelines a forward request (and a
+    // CONNECT) behind it: only the CA comes back.
+    let mut s = connect_from(&gw, [127, 0, 0, 9]);
+    let batch = format!(
+        "GET /ca.pem HTTP/1.1\r\nHost: x\r\n\r\n{}CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n",
+        forward(port, "/smuggled", None)
+    );
+    s.write_all(batch.as_bytes()).unwrap();
+    let mut all = String::new();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.read_to_string(&mut all);
+    assert!(all.starts_with("HTTP/1.1 200 "), "{all}");
+    assert_eq!(all.matches("HTTP/1.1").count(), 1, "{all}");
+    assert!(all.contains("BEGIN CERTIFICATE"), "{all}");
+    assert!(origin.received().is_empty(), "{:?}", origin.received());
+    // Only that exact path is the CA: anything else from a non-tenant is refused.
+    for target in ["/ca.pem?x=1", "/ca.pem/", "//ca.pem", "/CA.PEM"] {
+        let (head, body) = exchange(
+            &gw,
+            format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        );
+        assert_ne!(status_line(&head), 200, "{target}: {head}{body}");
+        assert!(!body.contains("BEGIN CERTIFICATE"), "{target}");
+    }
+}
