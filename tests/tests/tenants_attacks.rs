@@ -894,3 +894,176 @@ fn the_ca_request_carries_nothing_after_it() {
         assert!(!body.contains("BEGIN CERTIFICATE"), "{target}");
     }
 }
+
+// === Reload: a WebSocket and an HTTP/2 stream do not outlive a rotated password ===
+
+/// An origin (node; HTTP/2 and HTTP/1.1) whose `/stream` sends a line every 200 ms.
+const STREAMING_ORIGIN: &str = r#"
+const http2 = require('http2'); const fs = require('fs');
+const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
+  (req, res) => {
+    res.setHeader('content-type', 'text/plain');
+    let i = 0; const t = setInterval(() => { res.write(`line ${i++}\n`); }, 200);
+    res.on('close', () => clearInterval(t));
+  });
+server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
+"#;
+
+/// An httpx HTTP/2 client streaming `/stream` through a proxy URL that carries the
+/// credentials: prints each line as it arrives, then `END` and what ended the stream.
+const STREAMER: &str = r#"
+import sys, httpx
+proxy, ca, base = sys.argv[1:4]
+with httpx.Client(proxy=proxy, verify=ca, http1=False, http2=True, timeout=30) as c:
+    try:
+        with c.stream('GET', base + '/stream') as r:
+            print('STATUS', r.status_code, r.http_version, flush=True)
+            for line in r.iter_lines():
+                print(line, flush=True)
+        print('END complete', flush=True)
+    except Exception as e:
+        print('END', type(e).__name__, flush=True)
+"#;
+
+/// A WebSocket server (Python, raw sockets): answers the handshake with `101`, then echoes
+/// every byte back until the client closes.
+const WS_ECHO: &str = r#"
+import base64, hashlib, socket, threading
+s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(5)
+print(s.getsockname()[1], flush=True)
+def serve(c):
+    data = b''
+    while b'\r\n\r\n' not in data:
+        data += c.recv(4096)
+    head, rest = data.split(b'\r\n\r\n', 1)
+    key = [l.split(b':', 1)[1].strip() for l in head.split(b'\r\n') if l.lower().startswith(b'sec-websocket-key')][0]
+    accept = base64.b64encode(hashlib.sha1(key + b'258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest())
+    c.sendall(b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ' + accept + b'\r\n\r\n' + rest)
+    while True:
+        d = c.recv(4096)
+        if not d:
+            break
+        c.sendall(d)
+    c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+/// A forwarded WebSocket to `port` with proxy credentials `auth`, echoing once.
+fn websocket(gw: &Sluice, port: u16, auth: &str) -> TcpStream {
+    let mut s = connect_from(gw, [127, 0, 0, 1]);
+    write!(
+        s,
+        "GET http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Authorization: {auth}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_head(&mut s);
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}\n{}", gw.stderr());
+    echoes(&mut s);
+    s
+}
+
+fn echoes(s: &mut TcpStream) {
+    s.write_all(b"ping").unwrap();
+    let mut back = [0u8; 4];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"ping");
+}
+
+#[test]
+fn a_rotated_proxy_password_closes_its_websockets_and_http2_streams() {
+    let dir = TempDir::new("tatk-rotate-streams");
+    let ws = OriginProcess::spawn(
+        Command::new("python3").args(["-c", WS_ECHO]),
+        "the WebSocket echo (python)",
+    );
+    let (ca_cert, cert, key) = make_cert(dir.path());
+    let streaming = OriginProcess::spawn(
+        Command::new("node")
+            .arg("-e")
+            .arg(STREAMING_ORIGIN)
+            .arg(&cert)
+            .arg(&key),
+        "the streaming origin (node)",
+    );
+    dir.write(
+        "open.yaml",
+        &format!(
+            "version: 1\nnetwork_policies:\n  ws:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: \"/**\"\n  \
+               api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: \"/**\"\n",
+            ws.port, streaming.port
+        ),
+    );
+    let tenants = dir.write(
+        "tenants.yaml",
+        "tenants:\n  \
+           - name: gamma\n    proxy_auth:\n      username: gamma\n      password_env: GAMMA_PW\n    policy: [open.yaml]\n  \
+           - name: delta\n    proxy_auth:\n      username: delta\n      password_env: DELTA_PW\n    policy: [open.yaml]\n",
+    );
+    let ca_dir = dir.path().join("ca");
+    let gw = gateway::start(
+        &tenants,
+        &[
+            "--watch-interval",
+            "1h",
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+            "--upstream-ca",
+            ca_cert.to_str().unwrap(),
+        ],
+        &[
+            ("GAMMA_PW", GAMMA_PASSWORD),
+            ("DELTA_PW", DELTA_PASSWORD),
+            ("GAMMA_PW_NEW", "gamma-new-pw-7d20"),
+        ],
+    );
+    let mut gamma_ws = websocket(&gw, ws.port, &basic("gamma", GAMMA_PASSWORD));
+    let mut delta_ws = websocket(&gw, ws.port, &basic("delta", DELTA_PASSWORD));
+    let addr = gw.addr();
+    let mut client = Command::new("python3")
+        .arg("-c")
+        .arg(STREAMER)
+        .arg(format!("http://gamma:{GAMMA_PASSWORD}@{addr}"))
+        .arg(ca_dir.join("ca.pem"))
+        .arg(format!("https://127.0.0.1:{}", streaming.port))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let lines = sluice_e2e::reload::lines_of(client.stdout.take().unwrap());
+    let next = || {
+        lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("no line")
+    };
+    assert_eq!(next(), "STATUS 200 HTTP/2", "{}", gw.stderr());
+    assert_eq!(next(), "line 0");
+
+    let text = std::fs::read_to_string(&tenants).unwrap();
+    reload(&gw, &tenants, &text.replace("GAMMA_PW\n", "GAMMA_PW_NEW\n"));
+    assert!(
+        closed_within(&mut gamma_ws).is_some(),
+        "gamma's WebSocket outlived its password\n{}",
+        gw.stderr()
+    );
+    let started = Instant::now();
+    let end = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("gamma's HTTP/2 stream did not end after the rotation");
+        if line.starts_with("END") {
+            break line;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "still streaming"
+        );
+    };
+    assert_ne!(end, "END complete", "{end}");
+    // delta's WebSocket is untouched.
+    echoes(&mut delta_ws);
+    let _ = client.kill();
+    let _ = client.wait();
+    assert_never_logged(&gw, GAMMA_PASSWORD, "gamma's old password");
+    assert_events_valid(&gw);
+}
