@@ -1067,3 +1067,202 @@ fn a_rotated_proxy_password_closes_its_websockets_and_http2_streams() {
     assert_never_logged(&gw, GAMMA_PASSWORD, "gamma's old password");
     assert_events_valid(&gw);
 }
+
+// === The transparent listener: tenants by address only ===
+
+/// A network namespace of its own (loopback only) where local connections from any 127/8
+/// address but 127.0.0.1 to 127.0.0.1:`origin` are redirected to sluice's transparent
+/// listener at 127.0.0.1:`listener`; the processes started in it; removed on drop.
+struct Redirected {
+    ns: String,
+    children: Vec<std::process::Child>,
+}
+
+impl Redirected {
+    fn new(origin: u16, listener: u16) -> Redirected {
+        let ns = format!("sl-tatk-{}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        sluice_e2e::netns::sh(&["ip", "netns", "add", &ns]);
+        let r = Redirected {
+            ns,
+            children: Vec::new(),
+        };
+        sluice_e2e::netns::sh(&["ip", "-n", &r.ns, "link", "set", "lo", "up"]);
+        let rules = format!(
+            "table ip tatk {{\n chain out {{\n  type nat hook output priority -100;\n  ip daddr 127.0.0.1 ip saddr != 127.0.0.1 tcp dport {origin} redirect to :{listener};\n }}\n}}\n"
+        );
+        let mut nft = Command::new("ip")
+            .args(["netns", "exec", &r.ns, "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        nft.stdin
+            .take()
+            .unwrap()
+            .write_all(rules.as_bytes())
+            .unwrap();
+        assert!(nft.wait().unwrap().success(), "nft refused the redirect");
+        r
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns, program]);
+        cmd
+    }
+
+    /// curl (no proxy) from `source` to `url` with `extra` arguments: (status, body).
+    fn curl(&self, source: &str, extra: &[&str], url: &str) -> (String, String) {
+        let out = self
+            .command("curl")
+            .args(["-s", "--max-time", "10", "--interface", source])
+            .args(["-w", "\n%{http_code}"])
+            .args(extra)
+            .arg(url)
+            .env_remove("http_proxy")
+            .env_remove("HTTP_PROXY")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (status.trim().to_string(), body.to_string())
+    }
+}
+
+impl Drop for Redirected {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
+    }
+}
+
+#[test]
+fn a_transparent_listener_knows_tenants_by_address_and_takes_no_credentials() {
+    if !sluice_e2e::proxy::privileged("tenants transparent") {
+        return;
+    }
+    let dir = TempDir::new("tatk-transparent");
+    // Ports of a namespace of the test's own: free.
+    let (origin, listener) = (18081, 15001);
+    let mut pod = Redirected::new(origin, listener);
+    std::fs::write(dir.path().join("hello.txt"), "hello from origin\n").unwrap();
+    let origin_log = dir.path().join("origin.log");
+    pod.children.push(
+        pod.command("python3")
+            .args([
+                "-m",
+                "http.server",
+                &origin.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .arg("--directory")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&origin_log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    dir.write("open.yaml", &allow_ports(&[origin]));
+    let tenants = dir.write(
+        "tenants.yaml",
+        &format!(
+            "tenants:\n  \
+               - name: alpha\n    sources: [\"{ALPHA}\"]\n    policy: [open.yaml]\n  \
+               - name: epsilon\n    sources: [\"127.0.0.5\"]\n    proxy_auth:\n      username: eps\n      password_env: EPS_PW\n    policy: [open.yaml]\n  \
+               - name: gamma\n    proxy_auth:\n      username: gamma\n      password_env: GAMMA_PW\n    policy: [open.yaml]\n"
+        ),
+    );
+    let audit = dir.path().join("audit.jsonl");
+    let mut sluice = pod.command(sluice_e2e::sluice_bin().to_str().unwrap());
+    sluice
+        .arg("run")
+        .arg("--tenants")
+        .arg(&tenants)
+        .args(["--listen", "127.0.0.1:3128"])
+        .args(["--transparent-listen", &format!("127.0.0.1:{listener}")])
+        .arg("--allow-loopback-upstream")
+        .arg("--audit-log")
+        .arg(&audit)
+        .env("GAMMA_PW", GAMMA_PASSWORD)
+        .env("EPS_PW", "eps-pw-2f6b")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = sluice.spawn().unwrap();
+    let lines = sluice_e2e::reload::lines_of(child.stderr.take().unwrap());
+    pod.children.push(child);
+    let mut stderr = String::new();
+    while stderr.matches("listening on").count() < 2 {
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("sluice did not start:\n{stderr}"));
+        stderr.push_str(&line);
+        stderr.push('\n');
+    }
+    let url = format!("http://127.0.0.1:{origin}/hello.txt");
+    // The origin is up (from 127.0.0.1, not redirected).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pod.curl("127.0.0.1", &[], &url).0 != "200" {
+        assert!(Instant::now() < deadline, "the origin did not start");
+        thread::sleep(Duration::from_millis(100));
+    }
+    let served = || {
+        std::fs::read_to_string(&origin_log)
+            .unwrap_or_default()
+            .matches("GET /hello.txt")
+            .count()
+    };
+    let before = served();
+
+    // alpha, by its address, through the transparent listener.
+    let (status, body) = pod.curl(ALPHA, &[], &url);
+    assert_eq!(status, "200", "alpha: {body}");
+    assert_eq!(body, "hello from origin\n");
+    // No address of a tenant without credentials: closed, whatever credentials it sends
+    // (a transparent client has no proxy to send them to).
+    let gamma = format!("Proxy-Authorization: {}", basic("gamma", GAMMA_PASSWORD));
+    let eps = format!("Proxy-Authorization: {}", basic("eps", "eps-pw-2f6b"));
+    for (source, extra) in [
+        ("127.0.0.9", vec![]),
+        ("127.0.0.9", vec!["-H", gamma.as_str()]),
+        ("127.0.0.5", vec!["-H", eps.as_str()]),
+    ] {
+        let (status, body) = pod.curl(source, &extra, &url);
+        assert_eq!(status, "000", "{source} {extra:?}: {body}");
+    }
+    assert_eq!(served(), before + 1, "a refused client reached the origin");
+
+    // Audited: alpha's connection as alpha's; the others denied, as nobody's.
+    let denied = |events: &[Value]| {
+        events
+            .iter()
+            .filter(|e| e["action_id"] == 2 && e["actor"].get("user").is_none())
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let events = loop {
+        let events: Vec<Value> = std::fs::read_to_string(&audit)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if denied(&events) >= 3 || Instant::now() > deadline {
+            break events;
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    let alpha: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["actor"]["user"]["name"] == "alpha")
+        .collect();
+    assert!(!alpha.is_empty(), "{events:#?}");
+    assert!(alpha.iter().all(|e| e["action_id"] != 2), "{alpha:#?}");
+    assert_eq!(denied(&events), 3, "{events:#?}");
+    let text = std::fs::read_to_string(&audit).unwrap_or_default();
+    for secret in [GAMMA_PASSWORD, "eps-pw-2f6b"] {
+        assert!(!text.contains(secret), "the audit log holds a password");
+    }
+}
