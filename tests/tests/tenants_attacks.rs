@@ -327,7 +327,8 @@ fn an_ipv4_mapped_source_is_the_ipv4_address_it_maps() {
 // === Inspected tunnels: pooled upstream connections, credentials inside the tunnel ===
 
 /// An HTTPS origin (node; HTTP/2 and HTTP/1.1) logging, one JSON line per request, the TCP
-/// connection it came on, its path, and its `authorization` and `proxy-authorization`.
+/// connection it came on, its path, and its `authorization` and `proxy-authorization`; it
+/// answers `hello` with the `authorization` and any `x-guess` it got.
 const COUNTING_ORIGIN: &str = r#"
 const http2 = require('http2'); const fs = require('fs');
 const [cert, key, log] = process.argv.slice(1);
@@ -336,7 +337,8 @@ const server = http2.createSecureServer({ key: fs.readFileSync(key), cert: fs.re
   const sock = req.httpVersion === '2.0' ? req.stream.session.socket : req.socket;
   fs.appendFileSync(log, JSON.stringify({ conn: sock.connId || 0, path: req.url,
     authorization: req.headers['authorization'] || null, proxy: req.headers['proxy-authorization'] || null }) + '\n');
-  res.end('hello ' + (req.headers['authorization'] || '') + '\n');
+  const guess = req.headers['x-guess'];
+  res.end('hello ' + (req.headers['authorization'] || '') + (guess ? ' guess ' + guess : '') + '\n');
 });
 server.on('secureConnection', (s) => { n += 1; s.connId = n; });
 server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
@@ -1265,4 +1267,44 @@ fn a_transparent_listener_knows_tenants_by_address_and_takes_no_credentials() {
     for secret in [GAMMA_PASSWORD, "eps-pw-2f6b"] {
         assert!(!text.contains(secret), "the audit log holds a password");
     }
+}
+
+// === No oracle: another tenant's secret is nothing special in a tenant's traffic ===
+
+#[test]
+fn a_tenant_cannot_test_a_guess_of_another_tenants_secret_or_password() {
+    let dir = TempDir::new("tatk-oracle");
+    let origin = Counting::start(&dir);
+    let (gw, ca) = inspected_gateway(&dir, &origin);
+    let port = origin.port;
+    // alpha sends literal values and the origin echoes them back: its own secret is
+    // scrubbed (the control), another tenant's secret or proxy password, right or wrong,
+    // comes back as it was sent, the same way a wrong guess does (nothing to tell them apart).
+    let echo = |path: &str, value: &str| {
+        let (status, answer) = inspected(
+            &gw,
+            &ca,
+            port,
+            Some(ALPHA),
+            "--http1.1",
+            path,
+            &["-H", &format!("X-Guess: {value}")],
+        );
+        assert_eq!(status, "200", "{path}: {answer}\n{}", gw.stderr());
+        answer.split("\r\n\r\n").last().unwrap().trim().to_string()
+    };
+    let hello = format!("hello Bearer {PLACEHOLDER} guess");
+    assert_eq!(
+        echo("/own", secret_of("alpha")),
+        format!("{hello} {PLACEHOLDER}")
+    );
+    for (path, value) in [
+        ("/beta-secret", secret_of("beta")),
+        ("/wrong-secret", "beta-tok-000000"),
+        ("/gamma-password", GAMMA_PASSWORD),
+        ("/wrong-password", "gamma-pw-00000000"),
+    ] {
+        assert_eq!(echo(path, value), format!("{hello} {value}"), "{path}");
+    }
+    assert_events_valid(&gw);
 }
