@@ -1308,3 +1308,128 @@ fn a_tenant_cannot_test_a_guess_of_another_tenants_secret_or_password() {
     }
     assert_events_valid(&gw);
 }
+
+// === Where a proxy password could surface: the audit log, stderr, metrics, OTLP ===
+
+/// An OTLP/HTTP sink on loopback keeping every byte of every body POSTed to it.
+fn otlp_sink() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    use std::io::{BufRead, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let shared = std::sync::Arc::clone(&got);
+    thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let got = std::sync::Arc::clone(&shared);
+            thread::spawn(move || {
+                let mut rd = BufReader::new(stream.try_clone().unwrap());
+                let mut wr = stream;
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    if rd.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    loop {
+                        let mut h = String::new();
+                        if rd.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let h = h.trim_end();
+                        if h.is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = h.split_once(':')
+                            && k.eq_ignore_ascii_case("content-length")
+                        {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0u8; length];
+                    if rd.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    got.lock().unwrap().extend_from_slice(&body);
+                    let _ = wr.write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n",
+                    );
+                }
+            });
+        }
+    });
+    (port, got)
+}
+
+#[test]
+fn a_proxy_password_reaches_no_log_metric_or_collector_even_in_a_url() {
+    let dir = TempDir::new("tatk-sweep");
+    let origin = HttpOrigin::start();
+    let port = origin.port();
+    let tenants = mixed_tenants(&dir, &[port]);
+    let (otlp, received) = otlp_sink();
+    let mut gw = gateway::start(
+        &tenants,
+        &[
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--otlp-endpoint",
+            &format!("http://127.0.0.1:{otlp}"),
+        ],
+        &passwords(),
+    );
+    let right = format!("gamma:{GAMMA_PASSWORD}");
+    // gamma (carelessly) puts its own password and delta's in a URL; another client guesses
+    // with delta's password under gamma's name; a CONNECT carries them too.
+    let path = format!("/v1/{GAMMA_PASSWORD}/{DELTA_PASSWORD}");
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let ok = gateway::curl(&gw, None, &["--proxy-user", &right], &url);
+    assert_eq!(ok.status, 200, "{ok:?}\n{}", gw.stderr());
+    let no = get(
+        &gw,
+        None,
+        &["--proxy-user", &format!("gamma:{DELTA_PASSWORD}")],
+        port,
+    );
+    assert_eq!(no.status, 407, "{no:?}");
+    let no = gateway::curl(&gw, Some(ALPHA), &[], &format!("http://127.0.0.1:9{path}"));
+    assert_eq!(no.status, 403, "{no:?}");
+    let (head, _) = exchange(
+        &gw,
+        format!(
+            "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Authorization: {}\r\n\r\n",
+            basic("delta", GAMMA_PASSWORD)
+        )
+        .as_bytes(),
+    );
+    assert_eq!(status_line(&head), 407, "{head}");
+    gw.wait_event("the refused CONNECT", |e| e["status_code"] == "407");
+
+    let metrics = sluice_e2e::scrape::get(sluice_e2e::scrape::metrics_addr(&gw), "/metrics").1;
+    assert!(metrics.contains("tenant:gamma"), "{metrics}");
+    // Stopped: every record flushed to the collector.
+    gw.stop();
+    let otlp_bytes = received.lock().unwrap().clone();
+    assert!(
+        otlp_bytes.windows(b"tenant".len()).any(|w| w == b"tenant"),
+        "nothing of the tenants reached the collector"
+    );
+    let audit = gateway::audit_text(&gw);
+    assert!(audit.contains("[redacted:proxy password]"), "{audit}");
+    for value in [
+        GAMMA_PASSWORD.to_string(),
+        DELTA_PASSWORD.to_string(),
+        base64(right.as_bytes()),
+        base64(format!("gamma:{DELTA_PASSWORD}").as_bytes()),
+        base64(format!("delta:{GAMMA_PASSWORD}").as_bytes()),
+    ] {
+        assert!(!audit.contains(&value), "the audit log holds {value}");
+        assert!(!gw.stderr().contains(&value), "stderr holds {value}");
+        assert!(!metrics.contains(&value), "the metrics hold {value}");
+        assert!(
+            !otlp_bytes
+                .windows(value.len())
+                .any(|w| w == value.as_bytes()),
+            "the collector got {value}"
+        );
+    }
+}
