@@ -2,13 +2,14 @@
 //! may open per second, so that one caller cannot take every slot of `--max-connections`.
 //!
 //! Owns the per-caller table (keyed by the caller's executable path, the identity policy
-//! matches on) and the slot a connection holds while it lasts. The table is bounded: a caller
+//! matches on; on a gateway, by tenant, or by client address until the tenant is known) and the slot a connection holds while it lasts. The table is bounded: a caller
 //! with open connections keeps its entry (at most `--max-connections` of them), and entries of
 //! callers with none are dropped first when the table is full, those that carry no state
 //! (a full bucket) before the others. It does not identify callers (`caller.rs`) nor answer
 //! them (the pipeline turns a [`Refused`] into a 429).
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -19,6 +20,19 @@ use crate::http::respond::Refusal;
 /// connection is refused at the identity stage, but holds a connection slot until then).
 /// Executable paths are absolute, so no caller's key is this.
 pub const UNIDENTIFIED: &str = "(unidentified caller)";
+
+/// The table key of a gateway client whose tenant is known only at its first head (by the
+/// credentials it sends): its address (an IPv6 client's /64, which one host commonly
+/// holds whole), so that one client waiting cannot hold every connection slot.
+pub fn awaiting_credentials(peer: IpAddr) -> String {
+    match peer.to_canonical() {
+        IpAddr::V4(a) => format!("(awaiting credentials) {a}"),
+        IpAddr::V6(a) => {
+            let net = Ipv6Addr::from_bits(a.to_bits() & (u128::MAX << 64));
+            format!("(awaiting credentials) {net}/64")
+        }
+    }
+}
 
 /// Why a caller was refused a new connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,6 +187,19 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn a_client_awaiting_its_credentials_is_counted_by_its_address() {
+        let key = |s: &str| awaiting_credentials(s.parse().unwrap());
+        assert_eq!(key("192.0.2.7"), "(awaiting credentials) 192.0.2.7");
+        assert_eq!(key("::ffff:192.0.2.7"), key("192.0.2.7"));
+        assert_eq!(
+            key("2001:db8:1:2:3:4:5:6"),
+            "(awaiting credentials) 2001:db8:1:2::/64"
+        );
+        assert_eq!(key("2001:db8:1:2::9"), key("2001:db8:1:2:ffff::1"));
+        assert_ne!(key("2001:db8:1:3::1"), key("2001:db8:1:2::1"));
+    }
 
     #[test]
     fn concurrent_connections_are_limited_per_caller() {

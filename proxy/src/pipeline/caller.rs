@@ -177,18 +177,52 @@ pub fn by_credentials(
     head: &RequestHead,
     first: bool,
 ) -> bool {
+    by_values(
+        shared,
+        caller,
+        peer,
+        head.header_values("proxy-authorization"),
+        first,
+    )
+}
+
+/// [`by_credentials`] for a later request of a connection whose caller is `known` (an
+/// HTTP/2 stream): refused unless its proxy credentials, if it sends any, are its tenant's.
+pub fn same_tenant<'v>(
+    shared: &Shared,
+    known: &Known,
+    peer: SocketAddr,
+    values: impl Iterator<Item = &'v [u8]>,
+) -> Result<(), CallerError> {
+    let mut values = values.peekable();
+    if values.peek().is_none() {
+        return Ok(());
+    }
+    let mut caller = Ok(known.clone());
+    by_values(shared, &mut caller, peer, values, false);
+    caller.map(|_| ())
+}
+
+/// [`by_credentials`], given the values of the request's `Proxy-Authorization` headers.
+fn by_values<'v>(
+    shared: &Shared,
+    caller: &mut CallerState,
+    peer: SocketAddr,
+    mut values: impl Iterator<Item = &'v [u8]>,
+    first: bool,
+) -> bool {
     let tenants = shared.tenants.load();
     if !tenants.is_gateway() {
         return false;
     }
-    let Some((_, value)) = head
-        .headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("proxy-authorization"))
-    else {
+    let Some(value) = values.next() else {
         return false;
     };
-    let found = tenants.identify(peer.ip(), Some(value));
+    // Two credentials are no tenant's: which one counts is not for sluice to guess.
+    let found = match values.next() {
+        Some(_) => Err(NoTenant::TwoCredentials),
+        None => tenants.identify(peer.ip(), Some(value)),
+    };
     let same = matches!((&found, &*caller), (Ok(t), Ok(k)) if k.tenant() == Some(&*t.name));
     if same {
         return false;

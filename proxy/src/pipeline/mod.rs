@@ -70,7 +70,9 @@ use denial::head_refusal;
 pub(crate) struct Arrival {
     pub(crate) conn: Conn,
     pub(crate) caller: CallerState,
-    /// `None` while a gateway client's tenant waits for its first head's credentials.
+    /// A gateway client whose tenant waits for its first head's credentials holds one of
+    /// its address's slots until then ([`admission::awaiting_credentials`]); `None` only
+    /// while [`by_credentials`] swaps it for its tenant's.
     slot: Option<admission::CallerSlot>,
 }
 
@@ -110,15 +112,15 @@ pub(crate) async fn arrive(
     };
     // The caller, looked up at once: before it could hand the socket to another program.
     let caller = caller::identify(shared, peer, local).await;
-    if caller::awaits_credentials(&caller) {
-        // Its tenant, and so its slot, comes with its first head ([`by_credentials`]).
-        return Ok(Arrival {
-            conn,
-            caller,
-            slot: None,
-        });
-    }
-    match take_slot(shared, &caller) {
+    let slot = if caller::awaits_credentials(&caller) {
+        // Its tenant, and so its own slot, comes with its first head ([`by_credentials`]);
+        // until then it is counted by its address, so that one client sending nothing
+        // cannot hold every connection the gateway has.
+        admit(shared, &admission::awaiting_credentials(peer.ip()))
+    } else {
+        take_slot(shared, &caller)
+    };
+    match slot {
         Ok(slot) => Ok(Arrival {
             conn,
             caller,
@@ -140,10 +142,15 @@ fn take_slot(shared: &Shared, caller: &CallerState) -> Result<admission::CallerS
         Ok(known) => known.exe.as_str(),
         Err(_) => admission::UNIDENTIFIED,
     };
+    admit(shared, exe)
+}
+
+/// A slot counted under `key`, or the 429 refusal of one past its limits.
+fn admit(shared: &Shared, key: &str) -> Result<admission::CallerSlot, Refusal> {
     shared
         .callers
-        .admit(exe, std::time::Instant::now())
-        .map_err(|refused| refused.refusal(exe))
+        .admit(key, std::time::Instant::now())
+        .map_err(|refused| refused.refusal(key))
 }
 
 /// `GET /ca.pem` sent to the proxy itself (origin-form): a client fetching the CA to trust
@@ -186,7 +193,9 @@ async fn by_credentials(
 ) -> Option<Arrival> {
     let changed =
         caller::by_credentials(shared, &mut arrival.caller, arrival.conn.peer, head, true);
-    if !changed && arrival.slot.is_some() {
+    // Unchanged, or credentials that name no tenant (refused next): the slot it was admitted
+    // with stays (a failed guess is not counted in a bucket other clients share).
+    if arrival.slot.is_some() && (!changed || arrival.caller.is_err()) {
         return Some(arrival);
     }
     // The slot of the caller it was taken for goes first.

@@ -322,7 +322,7 @@ impl Reader<'_> {
                 .parse::<IpNet>()
                 .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from));
             match parsed {
-                Ok(net) => out.push(net.trunc()),
+                Ok(net) => out.push(canonical(net.trunc())),
                 Err(_) => self.error(
                     pos,
                     field,
@@ -449,6 +449,20 @@ impl Reader<'_> {
     }
 }
 
+/// An IPv4-mapped IPv6 block (`::ffff:10.0.0.0/104`) as the IPv4 block it maps
+/// (`10.0.0.0/8`): a client's address is compared in its IPv4 form, and two tenants must not
+/// claim one address written two ways.
+fn canonical(net: IpNet) -> IpNet {
+    if let IpNet::V6(v6) = net
+        && let Some(v4) = v6.network().to_ipv4_mapped()
+        && let Some(prefix) = v6.prefix_len().checked_sub(96)
+        && let Ok(mapped) = ipnet::Ipv4Net::new(v4, prefix)
+    {
+        return IpNet::V4(mapped);
+    }
+    net
+}
+
 fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
@@ -556,6 +570,16 @@ mod tests {
                 .contains("username `x` is also tenant `a`'s"),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn an_ipv4_mapped_source_reads_as_the_ipv4_block_it_maps() {
+        let specs = read_text(
+            "tenants:\n  - name: a\n    sources: [\"::ffff:10.0.0.0/104\", \"::ffff:192.0.2.7\", \"fd00::/64\", \"::/0\"]\n    policy: a.yaml\n",
+        )
+        .unwrap();
+        let got: Vec<String> = specs[0].sources.iter().map(ToString::to_string).collect();
+        assert_eq!(got, ["10.0.0.0/8", "192.0.2.7/32", "fd00::/64", "::/0"]);
     }
 
     #[test]

@@ -125,6 +125,8 @@ pub enum NoTenant {
     MalformedCredentials(&'static str),
     #[error("a connection serves one tenant; this request presents another's credentials")]
     Switched,
+    #[error("more than one Proxy-Authorization header: send one")]
+    TwoCredentials,
 }
 
 impl NoTenant {
