@@ -306,3 +306,42 @@ pub fn tunnel_from(gw: &Sluice, source: [u8; 4], port: u16) -> (TcpStream, Strin
     let body = read_body(&mut s, &head);
     (s, format!("{head}{body}"))
 }
+
+// === The adversarial tests' tenants ===
+
+/// Proxy passwords of the adversarial tests' credential tenants.
+pub const GAMMA_PASSWORD: &str = "gamma-pw-8c1f0e77";
+pub const DELTA_PASSWORD: &str = "delta-pw-3b9d2a64";
+
+/// alpha by address (127.0.0.2), gamma and delta by proxy credentials; all allowed to each
+/// of `ports` at L4.
+pub fn mixed_tenants(dir: &TempDir, ports: &[u16]) -> PathBuf {
+    dir.write("open.yaml", &allow_ports(ports));
+    dir.write(
+        "tenants.yaml",
+        &format!(
+            "tenants:\n  \
+               - name: alpha\n    sources: [\"{ALPHA}\"]\n    policy: [open.yaml]\n  \
+               - name: gamma\n    proxy_auth:\n      username: gamma\n      password_env: GAMMA_PW\n    policy: [open.yaml]\n  \
+               - name: delta\n    proxy_auth:\n      username: delta\n      password_env: DELTA_PW\n    policy: [open.yaml]\n"
+        ),
+    )
+}
+
+/// The environment that holds gamma's and delta's passwords for [`mixed_tenants`].
+pub fn passwords() -> [(&'static str, &'static str); 2] {
+    [("GAMMA_PW", GAMMA_PASSWORD), ("DELTA_PW", DELTA_PASSWORD)]
+}
+
+/// An absolute-form GET to 127.0.0.1:`port``path`, with `Proxy-Authorization: auth` when given.
+pub fn forward(port: u16, path: &str, auth: Option<&str>) -> String {
+    let auth = auth.map_or(String::new(), |a| format!("Proxy-Authorization: {a}\r\n"));
+    format!("GET http://127.0.0.1:{port}{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}\r\n")
+}
+
+/// Sends `bytes` on a new connection from 127.0.0.1 and reads one response.
+pub fn exchange(gw: &Sluice, bytes: &[u8]) -> (String, String) {
+    let mut s = connect_from(gw, [127, 0, 0, 1]);
+    s.write_all(bytes).unwrap();
+    read_response(&mut s)
+}

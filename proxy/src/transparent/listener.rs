@@ -159,6 +159,21 @@ pub async fn serve(
     // The first bytes are the caller's only if the process that connected still holds the
     // socket: rechecked here, then watched while the connection lasts.
     let settled = pipeline::settle(&shared, arrival).await;
+    // On a gateway, a client that is no tenant is refused for that, before any name it
+    // claims is judged (by the empty policy of nobody).
+    if let Err(e) = &settled.caller
+        && shared.tenants.load().is_gateway()
+    {
+        let early = Early {
+            shared: &shared,
+            conn: &settled.conn,
+            caller: None,
+            original: Some(original),
+        };
+        early.audit(Engine::Identity, "policy_denied", &e.to_string(), 403);
+        let _ = wr.shutdown().await;
+        return;
+    }
     let tenant = settled.caller.as_ref().ok().and_then(|k| k.claim());
     let policy = pipeline::InForce::policy(&*shared, tenant);
     // A name no policy endpoint allows at this port is refused before it is looked up: a
