@@ -192,6 +192,64 @@ impl Diagnostics {
     }
 }
 
+/// The fields of a YAML mapping, checked against a schema: unknown keys, keys sluice does not
+/// support yet (each with its message) and duplicates are errors in `diags`; the rest come
+/// back in order. `path` is the mapping's field path (empty at the root, where `root` names
+/// the document in the error for a node that is no mapping).
+pub fn map_fields<'n, 'a>(
+    diags: &mut Diagnostics,
+    file: &Arc<str>,
+    node: &'n super::yaml::Node<'a>,
+    (path, root): (&str, &str),
+    known: &[&str],
+    unsupported: &[(&str, &str)],
+) -> Option<Vec<(&'n str, &'n super::yaml::Node<'a>)>> {
+    use super::yaml::Kind;
+    let Kind::Map(pairs) = &node.kind else {
+        let what = if path.is_empty() { root } else { path };
+        let found = node.type_name();
+        diags.error(
+            file,
+            node.pos,
+            path,
+            format!("expected a mapping for {what}, found {found}"),
+        );
+        return None;
+    };
+    let mut seen: std::collections::HashMap<&str, Pos> = std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(pairs.len());
+    for (k, v) in pairs {
+        let Kind::Scalar(key, _) = &k.kind else {
+            diags.error(file, k.pos, path, "mapping keys must be plain strings");
+            continue;
+        };
+        let field = join_field(path, key);
+        if let Some((_, message)) = unsupported.iter().find(|(name, _)| name == key) {
+            diags.error(file, k.pos, &field, *message);
+        } else if !known.contains(&key.as_ref()) {
+            let expected = known.join(", ");
+            let message = format!("unknown field `{key}`; expected one of: {expected}");
+            diags.error(file, k.pos, &field, message);
+        } else if let Some(first) = seen.insert(key, k.pos) {
+            let line = first.line;
+            let message = format!("duplicate field `{key}` (first defined at line {line})");
+            diags.error(file, k.pos, &field, message);
+        } else {
+            out.push((key.as_ref(), v));
+        }
+    }
+    Some(out)
+}
+
+/// `path.key`, or `key` at the root.
+pub fn join_field(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use crate::policy::diag::{Diagnostic, Diagnostics, Location};
+use crate::policy::diag::{Diagnostic, Diagnostics, Location, join_field, map_fields};
 use crate::policy::yaml::{self, Kind, Node, Pos};
 
 const TOP_FIELDS: &[&str] = &["tenants"];
@@ -117,46 +117,21 @@ impl Reader<'_> {
         Location::new(self.file, pos)
     }
 
-    /// The fields of a mapping, checked against `known`; unknown and duplicate keys are
-    /// errors, the rest come back in order.
+    /// The fields of a mapping, checked against `known` (`diag::map_fields`).
     fn fields<'n, 'a>(
         &mut self,
         node: &'n Node<'a>,
         path: &str,
         known: &[&str],
     ) -> Option<Vec<(&'n str, &'n Node<'a>)>> {
-        let Kind::Map(pairs) = &node.kind else {
-            let found = node.type_name();
-            self.error(node.pos, path, format!("expected a mapping, found {found}"));
-            return None;
-        };
-        let mut seen: HashMap<&str, Pos> = HashMap::new();
-        let mut out = Vec::with_capacity(pairs.len());
-        for (k, v) in pairs {
-            let Kind::Scalar(key, _) = &k.kind else {
-                self.error(k.pos, path, "mapping keys must be plain strings");
-                continue;
-            };
-            let field = join(path, key);
-            if !known.contains(&key.as_ref()) {
-                let expected = known.join(", ");
-                self.error(
-                    k.pos,
-                    &field,
-                    format!("unknown field `{key}`; expected one of: {expected}"),
-                );
-            } else if let Some(first) = seen.insert(key, k.pos) {
-                let line = first.line;
-                self.error(
-                    k.pos,
-                    &field,
-                    format!("duplicate field `{key}` (first defined at line {line})"),
-                );
-            } else {
-                out.push((key.as_ref(), v));
-            }
-        }
-        Some(out)
+        map_fields(
+            self.diags,
+            self.file,
+            node,
+            (path, "the tenants file"),
+            known,
+            &[],
+        )
     }
 
     fn string(&mut self, node: &Node<'_>, field: &str) -> Option<String> {
@@ -245,7 +220,7 @@ impl Reader<'_> {
         let mut providers = Vec::new();
         let mut secrets_file = None;
         for (key, value) in fields {
-            let field = join(path, key);
+            let field = join_field(path, key);
             match key {
                 "name" => name = self.name(value, &field),
                 "sources" => {
@@ -261,13 +236,13 @@ impl Reader<'_> {
             }
         }
         let Some(name) = name else {
-            self.error(node.pos, &join(path, "name"), "missing field `name`");
+            self.error(node.pos, &join_field(path, "name"), "missing field `name`");
             return None;
         };
         if policies.is_empty() {
             self.error(
                 node.pos,
-                &join(path, "policy"),
+                &join_field(path, "policy"),
                 format!("tenant `{name}` names no policy file; add `policy: [FILE]`"),
             );
         }
@@ -342,7 +317,7 @@ impl Reader<'_> {
         let mut username_pos = node.pos;
         let mut password = None;
         for (key, value) in fields {
-            let field = join(path, key);
+            let field = join_field(path, key);
             if key == "username" {
                 username_pos = value.pos;
                 username = self.string(value, &field);
@@ -378,7 +353,7 @@ impl Reader<'_> {
             (None, _) => {
                 self.error(
                     node.pos,
-                    &join(path, "username"),
+                    &join_field(path, "username"),
                     "missing field `username`",
                 );
                 None
@@ -386,7 +361,7 @@ impl Reader<'_> {
             (_, None) => {
                 self.error(
                     node.pos,
-                    &join(path, "password_env"),
+                    &join_field(path, "password_env"),
                     "missing field `password_env` (the environment variable of sluice that holds the password)",
                 );
                 None
@@ -461,14 +436,6 @@ fn canonical(net: IpNet) -> IpNet {
         return IpNet::V4(mapped);
     }
     net
-}
-
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
 }
 
 #[cfg(test)]

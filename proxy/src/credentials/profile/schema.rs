@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::policy::Compat;
-use crate::policy::diag::{Diagnostics, Location};
+use crate::policy::diag::{Diagnostics, Location, join_field, map_fields};
 use crate::policy::glob::{Glob, HostPattern};
 use crate::policy::model::{Binary, BinaryMatcher, PathSelector};
 use crate::policy::raw::{RawEndpoint, read_endpoint};
@@ -101,8 +101,7 @@ impl Reader<'_> {
         self.error(node.pos, field, format!("expected {what}, found {found}"));
     }
 
-    /// The fields of a mapping, checked against the schema; unknown, unsupported and
-    /// duplicate keys are errors, the rest come back in order.
+    /// The fields of a mapping, checked against the schema (`diag::map_fields`).
     fn fields<'n, 'a>(
         &mut self,
         node: &'n Node<'a>,
@@ -110,52 +109,8 @@ impl Reader<'_> {
         known: &[&str],
         unsupported: &[(&str, &str)],
     ) -> Option<Vec<(&'n str, &'n Node<'a>)>> {
-        let Kind::Map(pairs) = &node.kind else {
-            let what = if path.is_empty() {
-                "a provider profile"
-            } else {
-                path
-            };
-            self.expected(node, path, &format!("a mapping for {what}"));
-            return None;
-        };
-        let mut seen: HashMap<&str, Pos> = HashMap::new();
-        let mut out = Vec::with_capacity(pairs.len());
-        for (k, v) in pairs {
-            let Kind::Scalar(key, _) = &k.kind else {
-                self.error(k.pos, path, "mapping keys must be plain strings");
-                continue;
-            };
-            let field = join(path, key);
-            if let Some((_, message)) = unsupported.iter().find(|(name, _)| name == key) {
-                self.error(k.pos, &field, *message);
-                continue;
-            }
-            if !known.contains(&key.as_ref()) {
-                self.error(
-                    k.pos,
-                    &field,
-                    format!(
-                        "unknown field `{key}`; expected one of: {}",
-                        known.join(", ")
-                    ),
-                );
-                continue;
-            }
-            if let Some(first) = seen.insert(key, k.pos) {
-                self.error(
-                    k.pos,
-                    &field,
-                    format!(
-                        "duplicate field `{key}` (first defined at line {})",
-                        first.line
-                    ),
-                );
-                continue;
-            }
-            out.push((key.as_ref(), v));
-        }
-        Some(out)
+        let at = (path, "a provider profile");
+        map_fields(self.diags, self.file, node, at, known, unsupported)
     }
 
     fn string(&mut self, node: &Node<'_>, field: &str) -> Option<String> {
@@ -361,7 +316,7 @@ impl Reader<'_> {
         let mut ok = true;
         for (k, v) in pairs {
             let key = self.string(k, "annotations");
-            let field = join("annotations", key.as_deref().unwrap_or(""));
+            let field = join_field("annotations", key.as_deref().unwrap_or(""));
             let value = self.string(v, &field);
             match (key, value) {
                 (Some(key), Some(value)) => {
@@ -391,7 +346,7 @@ impl Reader<'_> {
                         "credential `{name}` is already defined at line {}",
                         first.line
                     );
-                    self.error(item.pos, &join(&field, "name"), message);
+                    self.error(item.pos, &join_field(&field, "name"), message);
                     ok = false;
                     continue;
                 }
@@ -424,7 +379,7 @@ impl Reader<'_> {
             location: self.location(node.pos),
         };
         for (key, value) in fields {
-            let field = join(path, key);
+            let field = join_field(path, key);
             match key {
                 "name" => {
                     name_seen = true;
@@ -530,7 +485,7 @@ impl Reader<'_> {
             Kind::Scalar(key, _) if key == "strategy" => Some(v),
             _ => None,
         });
-        let field = join(path, "strategy");
+        let field = join_field(path, "strategy");
         match strategy.map(|v| (v, self.string(v, &field))) {
             Some((v, Some(text))) if text == "static" => {
                 self.warning(
@@ -627,7 +582,7 @@ impl Reader<'_> {
         let mut allow_plaintext = false;
         for (k, v) in pairs {
             if matches!(&k.kind, Kind::Scalar(key, _) if key == "allow_plaintext_credentials") {
-                let field = join(path, "allow_plaintext_credentials");
+                let field = join_field(path, "allow_plaintext_credentials");
                 match self.bool(v, &field) {
                     Some(b) => allow_plaintext = b,
                     None => ok = false,
@@ -639,13 +594,13 @@ impl Reader<'_> {
         let mut host = None;
         match &raw.host {
             Some(h) if h.value.is_empty() => {
-                self.error(h.pos, &join(path, "host"), "`host` must not be empty");
+                self.error(h.pos, &join_field(path, "host"), "`host` must not be empty");
                 ok = false;
             }
             Some(h) => match HostPattern::new(&h.value) {
                 Ok(p) => host = Some(p),
                 Err(e) => {
-                    self.error(h.pos, &join(path, "host"), e.to_string());
+                    self.error(h.pos, &join_field(path, "host"), e.to_string());
                     ok = false;
                 }
             },
@@ -656,18 +611,18 @@ impl Reader<'_> {
             (Some(p), Some(_)) => {
                 self.error(
                     p.pos,
-                    &join(path, "port"),
+                    &join_field(path, "port"),
                     "`port` and `ports` are both given; write one",
                 );
                 return None;
             }
             (Some(p), None) => {
-                ok &= self.port(p.value, p.pos, &join(path, "port"), &mut all_ports);
+                ok &= self.port(p.value, p.pos, &join_field(path, "port"), &mut all_ports);
             }
             (None, Some(list)) if list.value.is_empty() => {
                 self.error(
                     list.pos,
-                    &join(path, "ports"),
+                    &join_field(path, "ports"),
                     "`ports` must list at least one port",
                 );
                 ok = false;
@@ -694,7 +649,7 @@ impl Reader<'_> {
             match selector_for(&p.value) {
                 Ok(s) => selector = s,
                 Err(msg) => {
-                    self.error(p.pos, &join(path, "path"), msg);
+                    self.error(p.pos, &join_field(path, "path"), msg);
                     ok = false;
                 }
             }
@@ -763,7 +718,7 @@ impl Reader<'_> {
         let fields = self.fields(node, path, BINARY_FIELDS, &[])?;
         let mut out = None;
         for (key, value) in fields {
-            let field = join(path, key);
+            let field = join_field(path, key);
             match key {
                 "path" => out = self.string(value, &field).map(|s| (s, value.pos)),
                 "harness" if self.bool(value, &field).is_some() => {
@@ -832,14 +787,6 @@ fn written_name(node: &Node<'_>) -> Option<String> {
         (Kind::Scalar(key, _), Kind::Scalar(name, _)) if key == "name" => Some(name.to_string()),
         _ => None,
     })
-}
-
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
 }
 
 /// RFC 9110 `token`: what a header name may be.
