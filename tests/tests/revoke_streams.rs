@@ -8,44 +8,12 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sluice_e2e::origin::{OriginProcess, make_cert};
+use sluice_e2e::origin::{OriginProcess, STREAMER, STREAMING_ORIGIN, WS_ECHO, make_cert};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, python};
 use sluice_e2e::reload::{
     PROMPTLY, closed_within, inspected_entry, l4_entry, lines_of, policy, read_head, reload_to,
     revoked_close,
 };
-
-const STREAMING_ORIGIN: &str = r#"
-const http2 = require('http2'); const fs = require('fs');
-const closed = process.argv[3];
-const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
-  (req, res) => {
-    if (req.url.startsWith('/stream')) {
-      res.setHeader('content-type', 'text/plain');
-      let i = 0; const t = setInterval(() => { res.write(`line ${i++}\n`); }, 200);
-      res.on('close', () => { clearInterval(t); fs.appendFileSync(closed, 'closed\n'); });
-      return;
-    }
-    res.setHeader('content-type', 'text/plain'); res.end('ok\n');
-  });
-server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
-"#;
-
-/// An httpx HTTP/2 client streaming `/stream`: prints each line as it arrives, then `END`
-/// and what ended the stream.
-const STREAMER: &str = r#"
-import sys, httpx
-proxy, ca, base = sys.argv[1:4]
-with httpx.Client(proxy=proxy, verify=ca, http1=False, http2=True, timeout=30) as c:
-    try:
-        with c.stream('GET', base + '/stream') as r:
-            print('STATUS', r.status_code, r.http_version, flush=True)
-            for line in r.iter_lines():
-                print(line, flush=True)
-        print('END complete', flush=True)
-    except Exception as e:
-        print('END', type(e).__name__, flush=True)
-"#;
 
 #[test]
 fn an_http2_connection_with_a_streaming_response_is_closed_when_revoked() {
@@ -120,31 +88,6 @@ fn an_http2_connection_with_a_streaming_response_is_closed_when_revoked() {
     let _ = client.wait();
     assert_events_valid(&sluice);
 }
-
-/// A WebSocket server (Python, raw sockets): answers the handshake with `101`, then echoes
-/// every byte back until the client closes.
-const WS_ECHO: &str = r#"
-import base64, hashlib, socket, threading
-s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(5)
-print(s.getsockname()[1], flush=True)
-def serve(c):
-    data = b''
-    while b'\r\n\r\n' not in data:
-        data += c.recv(4096)
-    head, rest = data.split(b'\r\n\r\n', 1)
-    key = [l.split(b':', 1)[1].strip() for l in head.split(b'\r\n') if l.lower().startswith(b'sec-websocket-key')][0]
-    accept = base64.b64encode(hashlib.sha1(key + b'258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest())
-    c.sendall(b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ' + accept + b'\r\n\r\n' + rest)
-    while True:
-        d = c.recv(4096)
-        if not d:
-            break
-        c.sendall(d)
-    c.close()
-while True:
-    c, _ = s.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-"#;
 
 #[test]
 fn a_forwarded_websocket_is_closed_when_revoked() {

@@ -18,7 +18,9 @@ use sluice_e2e::gateway::{
     connect_from, forward, get, mixed_tenants, passwords, read_response, status_line, tunnel_from,
     write_secrets,
 };
-use sluice_e2e::origin::{HttpOrigin, OriginProcess, make_cert};
+use sluice_e2e::origin::{
+    HttpOrigin, OriginProcess, STREAMER, STREAMING_ORIGIN, WS_ECHO, make_cert,
+};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid};
 use sluice_e2e::reload::{closed_within, read_head, replace};
 
@@ -501,59 +503,6 @@ fn narrowed_sources_revoke_the_tunnels_of_the_addresses_left_out() {
 
 // === Reload: a WebSocket and an HTTP/2 stream do not outlive a rotated password ===
 
-/// An origin (node; HTTP/2 and HTTP/1.1) whose `/stream` sends a line every 200 ms.
-const STREAMING_ORIGIN: &str = r#"
-const http2 = require('http2'); const fs = require('fs');
-const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[1]), allowHTTP1: true },
-  (req, res) => {
-    res.setHeader('content-type', 'text/plain');
-    let i = 0; const t = setInterval(() => { res.write(`line ${i++}\n`); }, 200);
-    res.on('close', () => clearInterval(t));
-  });
-server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
-"#;
-
-/// An httpx HTTP/2 client streaming `/stream` through a proxy URL that carries the
-/// credentials: prints each line as it arrives, then `END` and what ended the stream.
-const STREAMER: &str = r#"
-import sys, httpx
-proxy, ca, base = sys.argv[1:4]
-with httpx.Client(proxy=proxy, verify=ca, http1=False, http2=True, timeout=30) as c:
-    try:
-        with c.stream('GET', base + '/stream') as r:
-            print('STATUS', r.status_code, r.http_version, flush=True)
-            for line in r.iter_lines():
-                print(line, flush=True)
-        print('END complete', flush=True)
-    except Exception as e:
-        print('END', type(e).__name__, flush=True)
-"#;
-
-/// A WebSocket server (Python, raw sockets): answers the handshake with `101`, then echoes
-/// every byte back until the client closes.
-const WS_ECHO: &str = r#"
-import base64, hashlib, socket, threading
-s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(5)
-print(s.getsockname()[1], flush=True)
-def serve(c):
-    data = b''
-    while b'\r\n\r\n' not in data:
-        data += c.recv(4096)
-    head, rest = data.split(b'\r\n\r\n', 1)
-    key = [l.split(b':', 1)[1].strip() for l in head.split(b'\r\n') if l.lower().startswith(b'sec-websocket-key')][0]
-    accept = base64.b64encode(hashlib.sha1(key + b'258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest())
-    c.sendall(b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ' + accept + b'\r\n\r\n' + rest)
-    while True:
-        d = c.recv(4096)
-        if not d:
-            break
-        c.sendall(d)
-    c.close()
-while True:
-    c, _ = s.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-"#;
-
 /// A forwarded WebSocket to `port` with proxy credentials `auth`, echoing once.
 fn websocket(gw: &Sluice, port: u16, auth: &str) -> TcpStream {
     let mut s = connect_from(gw, [127, 0, 0, 1]);
@@ -588,7 +537,8 @@ fn a_rotated_proxy_password_closes_its_websockets_and_http2_streams() {
             .arg("-e")
             .arg(STREAMING_ORIGIN)
             .arg(&cert)
-            .arg(&key),
+            .arg(&key)
+            .arg(dir.path().join("closed.txt")),
         "the streaming origin (node)",
     );
     dir.write(
