@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::origin::HttpOrigin;
 use crate::proxy::{Sluice, TempDir, run};
 use crate::reload::read_head;
 use crate::sluice_bin;
@@ -312,6 +313,16 @@ pub fn tunnel_from(gw: &Sluice, source: [u8; 4], port: u16) -> (TcpStream, Strin
 /// Proxy passwords of the adversarial tests' credential tenants.
 pub const GAMMA_PASSWORD: &str = "gamma-pw-8c1f0e77";
 pub const DELTA_PASSWORD: &str = "delta-pw-3b9d2a64";
+
+/// A gateway for [`mixed_tenants`] allowed to one plain-HTTP origin, with `extra` flags and
+/// the passwords in its environment: its directory, the origin and sluice.
+pub fn mixed_gateway(tag: &str, extra: &[&str]) -> (TempDir, HttpOrigin, Sluice) {
+    let dir = TempDir::new(tag);
+    let origin = HttpOrigin::start();
+    let tenants = mixed_tenants(&dir, &[origin.port()]);
+    let gw = start(&tenants, extra, &passwords());
+    (dir, origin, gw)
+}
 
 /// alpha by address (127.0.0.2), gamma and delta by proxy credentials; all allowed to each
 /// of `ports` at L4.

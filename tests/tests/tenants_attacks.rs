@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sluice_e2e::gateway::{
     self, ALPHA, BETA, DELTA_PASSWORD, GAMMA_PASSWORD, allow_ports, assert_never_logged, base64,
-    basic, connect_from, exchange, forward, get, mixed_tenants, passwords, read_response,
-    status_line,
+    basic, connect_from, exchange, forward, get, mixed_gateway, mixed_tenants, passwords,
+    read_response, status_line,
 };
 use sluice_e2e::origin::HttpOrigin;
 use sluice_e2e::proxy::{TempDir, assert_events_valid};
@@ -109,10 +109,7 @@ fn failed_credentials_do_not_drain_a_bucket_other_clients_share() {
 
 #[test]
 fn two_proxy_authorization_headers_are_refused_whichever_comes_first() {
-    let dir = TempDir::new("tatk-dup");
-    let origin = HttpOrigin::start();
-    let tenants = mixed_tenants(&dir, &[origin.port()]);
-    let gw = gateway::start(&tenants, &[], &passwords());
+    let (_dir, origin, gw) = mixed_gateway("tatk-dup", &[]);
     let port = origin.port();
     let gamma = basic("gamma", GAMMA_PASSWORD);
     let delta = basic("delta", DELTA_PASSWORD);
@@ -151,10 +148,7 @@ fn two_proxy_authorization_headers_are_refused_whichever_comes_first() {
 
 #[test]
 fn odd_spellings_of_credentials_identify_nobody_and_never_reach_a_log() {
-    let dir = TempDir::new("tatk-odd");
-    let origin = HttpOrigin::start();
-    let tenants = mixed_tenants(&dir, &[origin.port()]);
-    let gw = gateway::start(&tenants, &[], &passwords());
+    let (_dir, origin, gw) = mixed_gateway("tatk-odd", &[]);
     let port = origin.port();
     let b64 = |s: &[u8]| base64(s);
     let right = format!("gamma:{GAMMA_PASSWORD}");

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sluice_e2e::gateway::{
     self, ALPHA, BETA, DELTA_PASSWORD, GAMMA_PASSWORD, allow_ports, assert_never_logged, basic,
-    connect_from, forward, get, mixed_tenants, passwords, read_response, status_line, tunnel_from,
-    write_secrets,
+    connect_from, forward, get, mixed_gateway, mixed_tenants, passwords, read_response,
+    status_line, tunnel_from, write_secrets,
 };
 use sluice_e2e::origin::{
     HttpOrigin, OriginProcess, STREAMER, STREAMING_ORIGIN, WS_ECHO, make_cert,
@@ -299,10 +299,7 @@ fn another_tenants_credentials_inside_an_http2_tunnel_are_refused() {
 
 #[test]
 fn pipelined_requests_cannot_switch_tenant() {
-    let dir = TempDir::new("tatk-pipe");
-    let origin = HttpOrigin::start();
-    let tenants = mixed_tenants(&dir, &[origin.port()]);
-    let gw = gateway::start(&tenants, &[], &passwords());
+    let (_dir, origin, gw) = mixed_gateway("tatk-pipe", &[]);
     let port = origin.port();
     let gamma = basic("gamma", GAMMA_PASSWORD);
     let delta = basic("delta", DELTA_PASSWORD);
