@@ -75,6 +75,7 @@ impl FormScan {
                     delimiter,
                     held: Vec::new(),
                     state: PartState::Open { line_start: true },
+                    search: HeadSearch::default(),
                 })
             }
         };
@@ -343,6 +344,8 @@ struct PartScan {
     /// Held bytes: a possible delimiter's start, a part's head, or a `_method` part.
     held: Vec<u8>,
     state: PartState,
+    /// How far the held part's head has been searched for its end (reset with each part).
+    search: HeadSearch,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -357,6 +360,12 @@ enum PartState {
 }
 
 impl PartScan {
+    /// A part's head begins in `held` (after its delimiter): searched from its start.
+    fn enter_head(&mut self) {
+        self.state = PartState::Head;
+        self.search = HeadSearch::default();
+    }
+
     fn feed(
         &mut self,
         chunk: &[u8],
@@ -409,7 +418,7 @@ impl PartScan {
                     i = at + n;
                     cut.skip_to(i);
                     if n == self.delimiter.len() {
-                        self.state = PartState::Head;
+                        self.enter_head();
                     } else {
                         self.state = PartState::Open { line_start: false };
                     }
@@ -423,7 +432,7 @@ impl PartScan {
                         i += n;
                         cut.skip_to(i);
                         if self.held.len() == self.delimiter.len() {
-                            self.state = PartState::Head;
+                            self.enter_head();
                         }
                     } else {
                         // Not a delimiter (it holds no line break: the boundary has none).
@@ -482,7 +491,8 @@ impl PartScan {
                         Some((at, false)) => (at, false),
                         None => (self.held.len(), false),
                     };
-                    match read_head(&self.held[dlen..limit], dlen, complete) {
+                    let part = &self.held[dlen..limit];
+                    match read_head(part, dlen, complete, &mut self.search) {
                         HeadRead::Wait => {
                             // However the body is cut, the same heads are too long.
                             if limit > MAX_PART_HEAD {
@@ -517,6 +527,7 @@ impl PartScan {
                                 self.state = PartState::Open { line_start: false };
                                 return Ok(());
                             }
+                            self.enter_head();
                             scan_from = dlen;
                         }
                     }
@@ -551,7 +562,7 @@ impl PartScan {
                     let rest = self.held.split_off(at);
                     cut.release(&mut self.held);
                     self.held = rest;
-                    self.state = PartState::Head;
+                    self.enter_head();
                     if end && self.held.len() < self.delimiter.len() {
                         self.state = PartState::Open { line_start: false };
                         return Ok(());
@@ -573,11 +584,11 @@ impl PartScan {
                     cut.out.push(Bytes::copy_from_slice(&rest[..at]));
                 }
                 self.held = rest[at..].to_vec();
-                self.state = if whole {
-                    PartState::Head
+                if whole {
+                    self.enter_head();
                 } else {
-                    PartState::Open { line_start: false }
-                };
+                    self.state = PartState::Open { line_start: false };
+                }
             }
             None => {
                 let line_start = ends_line(&rest, rest.len());
@@ -656,13 +667,41 @@ enum HeadRead {
     Part { content: usize, method: bool },
 }
 
+/// How far a part's head has been searched without finding where it ends, so that the next
+/// search of the same part (grown, or cut shorter at a delimiter's start) begins there: a
+/// head sent a byte at a time costs its length, not its square. Positions are in the part's
+/// bytes after its delimiter; no match begins before them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct HeadSearch {
+    /// Bytes searched for the first line break (none found in them).
+    eol: usize,
+    /// Where a blank line (`\n\n` or `\n\r\n`) may begin, at the earliest.
+    blank: usize,
+    /// Where the CRLF CRLF a strict parser waits for may begin, at the earliest.
+    crlf: usize,
+}
+
+/// The first `needle` in `haystack` at or after `from` (clamped to its length); `None`
+/// records in `from` where the next search may begin (a match may straddle the end).
+fn find_from(haystack: &[u8], needle: &[u8], from: &mut usize) -> Option<usize> {
+    let start = (*from).min(haystack.len());
+    match find(&haystack[start..], needle) {
+        Some(i) => Some(start + i),
+        None => {
+            *from = haystack.len().saturating_sub(needle.len() - 1).max(start);
+            None
+        }
+    }
+}
+
 /// Reads the head of a part: `part` is its bytes after its delimiter (of `dlen` bytes), so
 /// far, or all of them when `complete`. The delimiter line's rest comes first, then the
 /// header lines up to the first blank line (CRLF or LF alone), where the content begins. A
 /// parser that wants CRLF CRLF reads header lines on to the first one (or the part's end):
-/// where the blank line is not one, the names are read up to there too.
-fn read_head(part: &[u8], dlen: usize, complete: bool) -> HeadRead {
-    let Some((headers_end, content, strict)) = head_end(part) else {
+/// where the blank line is not one, the names are read up to there too. `search` carries
+/// what earlier reads of the same part found.
+fn read_head(part: &[u8], dlen: usize, complete: bool, search: &mut HeadSearch) -> HeadRead {
+    let Some((headers_end, content, strict)) = head_end(part, search) else {
         return match complete {
             false => HeadRead::Wait,
             true if dlen + part.len() > MAX_PART_HEAD => HeadRead::TooLong,
@@ -674,8 +713,9 @@ fn read_head(part: &[u8], dlen: usize, complete: bool) -> HeadRead {
     let (names_end, head_len) = if strict {
         (headers_end, content)
     } else {
-        match find(&part[headers_end..], b"\r\n\r\n") {
-            Some(i) => (headers_end + i, headers_end + i + 4),
+        search.crlf = search.crlf.max(headers_end);
+        match find_from(part, b"\r\n\r\n", &mut search.crlf) {
+            Some(i) => (i, i + 4),
             None if complete => (part.len(), part.len()),
             None => return HeadRead::Wait,
         }
@@ -694,11 +734,18 @@ fn read_head(part: &[u8], dlen: usize, complete: bool) -> HeadRead {
 /// header lines, the start of its content, and whether the blank line ended a CRLF line
 /// with a CRLF. The delimiter line's rest comes first, then the headers up to the first
 /// blank line (CRLF or LF alone).
-fn head_end(part: &[u8]) -> Option<(usize, usize, bool)> {
-    let eol = part.iter().position(|&b| b == b'\n')?;
+fn head_end(part: &[u8], search: &mut HeadSearch) -> Option<(usize, usize, bool)> {
+    let eol = find_from(part, b"\n", &mut search.eol)?;
     let after = &part[eol + 1..];
-    let crlf = find(after, b"\n\r\n");
-    let lf = find(after, b"\n\n");
+    // Both searches start where neither was found before (`blank`, in `after`); a CRLF
+    // blank line counts only where it begins no later than the first LF one.
+    let mut from = (search.blank, search.blank);
+    let lf = find_from(after, b"\n\n", &mut from.1);
+    let before_lf = &after[..lf.map_or(after.len(), |j| (j + 3).min(after.len()))];
+    let crlf = find_from(before_lf, b"\n\r\n", &mut from.0);
+    if crlf.is_none() && lf.is_none() {
+        search.blank = from.0.min(from.1);
+    }
     let (i, len) = match (crlf, lf) {
         (Some(i), Some(j)) if j < i => (j, 2),
         (Some(i), _) => (i, 3),
@@ -725,7 +772,19 @@ fn ends_line(bytes: &[u8], at: usize) -> bool {
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    let at = haystack.windows(needle.len()).position(|w| w == needle);
+    #[cfg(test)]
+    SEARCHED.with(|n| {
+        let looked = at.map_or(haystack.len(), |i| i + needle.len());
+        n.set(n.get() + looked);
+    });
+    at
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Bytes `find` has looked at on this thread: the work of reading part heads.
+    static SEARCHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 #[cfg(test)]

@@ -48,7 +48,8 @@ fn whole(kind: &FormKind, body: &[u8]) -> Result<Vec<Override>, InvalidOverride>
                     continue;
                 }
                 let part = &body[start..next];
-                let content = match read_head(part, delimiter.len(), true) {
+                let search = &mut HeadSearch::default();
+                let content = match read_head(part, delimiter.len(), true, search) {
                     HeadRead::Part {
                         content,
                         method: true,
@@ -279,6 +280,31 @@ fn a_method_part_after_five_mib_is_read_with_bounded_memory() {
     let s = stream(&FormKind::Urlencoded, &form, &cuts);
     assert_eq!(s.verdict.unwrap()[0].method, "DELETE");
     assert!(s.held_max <= 64, "held {}", s.held_max);
+}
+
+/// A head held byte after byte costs its length, not its square: one whose LF-only blank
+/// line a strict parser does not end (it waits for CRLF CRLF) is looked at again at every
+/// line break, and each look used to search it from its start.
+#[test]
+fn a_head_sent_a_byte_at_a_time_is_searched_in_linear_work() {
+    for lines in [b"a\n".as_slice(), b"\n", b"a\r\n"] {
+        let mut body = b"--XyZ\r\nContent-Disposition: form-data; name=\"x\"\n\n".to_vec();
+        while body.len() < MAX_PART_HEAD - 1000 {
+            body.extend_from_slice(lines);
+        }
+        body.extend_from_slice(b"\r\n\r\nvalue\r\n--XyZ--\r\n");
+        let cuts: Vec<usize> = (1..body.len()).collect();
+        SEARCHED.with(|n| n.set(0));
+        let streamed = stream(&multipart(), &body, &cuts);
+        let work = SEARCHED.with(std::cell::Cell::get);
+        assert_eq!(streamed.out, body, "{lines:?}");
+        assert!(streamed.verdict.is_ok(), "{lines:?}");
+        assert!(
+            work < 16 * body.len(),
+            "{lines:?}: {work} bytes searched for a {}-byte body",
+            body.len()
+        );
+    }
 }
 
 #[test]
