@@ -68,3 +68,63 @@ fn a_non_utf8_line_gets_an_error_line_and_the_batch_goes_on() {
     );
     assert!(stderr.contains("2 malformed query line(s)"), "{stderr}");
 }
+
+/// `--tenant NAME`: asked as a gateway tenant, with the tenant's own files (the example
+/// gateway's): an entry for every program (`/**`) applies, one naming programs does not,
+/// and the answer says what to add.
+#[test]
+fn a_tenant_is_asked_about_with_its_own_files() {
+    let gateway = workspace_dir().join("configs/gateway");
+    let explain = |policy: &std::path::Path, url: &str| {
+        let out = Command::new(sluice_bin())
+            .args([
+                "policy", "explain", "--json", "--tenant", "team-a", "--policy",
+            ])
+            .arg(policy)
+            .arg("--providers")
+            .arg(gateway.join("anthropic.yaml"))
+            .arg(url)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let team_a = gateway.join("team-a.yaml");
+    let allowed = explain(&team_a, "https://pypi.org/simple/requests/");
+    assert_eq!(allowed["decision"], "allow", "{allowed}");
+    assert_eq!(allowed["binary"], "tenant:team-a", "{allowed}");
+    let messages = explain(&team_a, "https://api.anthropic.com/v1/messages");
+    assert_eq!(
+        messages["decision"], "deny",
+        "GET is not among the rules: {messages}"
+    );
+    assert_eq!(messages["stage"], "l7", "{messages}");
+    // A policy whose entry names programs gives a tenant nothing, and says what to add.
+    let named = workspace_dir().join("configs/policies/package-registries.yaml");
+    let refused = explain(&named, "https://pypi.org/simple/requests/");
+    assert_eq!(refused["decision"], "deny", "{refused}");
+    assert_eq!(refused["stage"], "l4", "{refused}");
+    let reason = refused["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("does not apply to tenant 'team-a'"),
+        "{refused}"
+    );
+    let hints = refused["suggestions"].to_string();
+    assert!(hints.contains(r#"{path: \"/**\"}"#), "{refused}");
+    // A tenant is asked about as a tenant only: with --binary it is a usage error.
+    let both = Command::new(sluice_bin())
+        .args([
+            "policy",
+            "explain",
+            "--tenant",
+            "x",
+            "--binary",
+            "/usr/bin/curl",
+        ])
+        .arg("--policy")
+        .arg(&team_a)
+        .arg("https://pypi.org/")
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2), "{both:?}");
+}

@@ -61,8 +61,12 @@ pub struct ExplainArgs {
     #[arg(long = "providers", value_name = "FILE")]
     providers: Vec<String>,
     /// Executable of the calling program, as the kernel reports it.
-    #[arg(long, value_name = "PATH", required_unless_present = "batch")]
+    #[arg(long, value_name = "PATH", required_unless_present_any = ["batch", "tenant"])]
     binary: Option<String>,
+    /// Ask as a gateway tenant of this name (`run --tenants`) instead of a program: give the
+    /// tenant's own policy and provider files.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["binary", "ancestors", "batch"])]
+    tenant: Option<String>,
     /// Executable of an ancestor process (repeat, nearest first).
     #[arg(long = "ancestor", value_name = "PATH")]
     ancestors: Vec<String>,
@@ -250,11 +254,19 @@ fn explain_cmd(args: &ExplainArgs) -> ExitCode {
     if args.batch {
         return batch(&loaded);
     }
-    let (Some(binary), Some(url)) = (&args.binary, &args.url) else {
-        eprintln!("sluice: --binary and URL are required without --batch");
+    let Some(url) = &args.url else {
+        eprintln!("sluice: URL is required without --batch");
         return ExitCode::from(2);
     };
-    if !binary.starts_with('/') {
+    let binary = match (&args.binary, &args.tenant) {
+        (Some(b), _) => b,
+        (None, Some(_)) => "",
+        (None, None) => {
+            eprintln!("sluice: --binary (or --tenant) is required without --batch");
+            return ExitCode::from(2);
+        }
+    };
+    if args.tenant.is_none() && !binary.starts_with('/') {
         // Policies match the executable the kernel reports: an absolute path, symlinks
         // resolved. A bare name matches nothing; say which path was meant.
         let hint = match absolute_binary(binary) {
@@ -274,8 +286,9 @@ fn explain_cmd(args: &ExplainArgs) -> ExitCode {
         }
     };
     let question = Question {
-        binary: binary.clone(),
+        binary: binary.to_string(),
         ancestors: args.ancestors.clone(),
+        tenant: args.tenant.clone(),
         host: target.host,
         port: target.port,
         request: target.target.map(|t| QuestionRequest {
@@ -382,6 +395,7 @@ fn answer_query(loaded: &Loaded, line: &str) -> Result<String, String> {
     let question = Question {
         binary: q.binary,
         ancestors: q.ancestors,
+        tenant: None,
         host: q.host,
         port: q.port,
         request: q.path.map(|p| QuestionRequest {

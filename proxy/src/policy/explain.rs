@@ -18,6 +18,8 @@ use super::decide::{Caller, L4Decision, L4DenyKind, Request, RequestBasis, Verdi
 pub struct Question {
     pub binary: String,
     pub ancestors: Vec<String>,
+    /// A gateway tenant asking (`binary` is then ignored: its program is unknown).
+    pub tenant: Option<String>,
     pub host: String,
     pub port: u16,
     pub request: Option<QuestionRequest>,
@@ -68,7 +70,10 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         reason: String::new(),
         canonical: None,
         stage: None,
-        binary: q.binary.clone(),
+        binary: match &q.tenant {
+            Some(t) => format!("tenant:{t}"),
+            None => q.binary.clone(),
+        },
         host: q.host.clone(),
         port: q.port,
         method: q.request.as_ref().map(|r| r.method.to_ascii_uppercase()),
@@ -87,11 +92,19 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         }
     };
     out.host.clone_from(&host);
-    let caller = Caller {
-        exe: &q.binary,
-        ancestors: &q.ancestors,
-        cmdline: &[],
-        tenant: None,
+    let caller = match &q.tenant {
+        Some(t) => Caller::tenant(t),
+        None => Caller {
+            exe: &q.binary,
+            ancestors: &q.ancestors,
+            cmdline: &[],
+            tenant: None,
+        },
+    };
+    // What a binaries list must hold for this caller: a tenant's program is unknown.
+    let binary = match &q.tenant {
+        Some(_) => "/**",
+        None => q.binary.as_str(),
     };
     let admission = match policy.decide_l4(&caller, &host, q.port) {
         L4Decision::Deny(d) => {
@@ -104,8 +117,8 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
                 .map(|t| t.path);
             match d.kind {
                 L4DenyKind::NoPolicies | L4DenyKind::NoEndpoint => out.suggestions.push(format!(
-                    "add an endpoint {{host: {host}, port: {}}} to a policy whose binaries include '{}' (or one of its ancestors)",
-                    q.port, q.binary
+                    "add an endpoint {{host: {host}, port: {}}} to a policy whose binaries include '{binary}' (or one of its ancestors)",
+                    q.port
                 )),
                 L4DenyKind::Binary { entries } => {
                     for key in entries {
@@ -116,8 +129,7 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
                             .map(|e| format!(" ({})", e.location))
                             .unwrap_or_default();
                         out.suggestions.push(format!(
-                            "add {{path: {}}} to the binaries of policy '{key}'{at}",
-                            q.binary
+                            "add {{path: \"{binary}\"}} to the binaries of policy '{key}'{at}"
                         ));
                     }
                 }

@@ -150,6 +150,7 @@ pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outc
     let question = Question {
         binary: q.binary.clone(),
         ancestors: q.ancestors.clone(),
+        tenant: None,
         host: q.host.clone(),
         port: q.port,
         request: q.method.as_ref().map(|m| QuestionRequest {
