@@ -557,4 +557,29 @@ mod tests {
         assert!(read_text("[1, 2\n").is_err());
         assert!(read_text("tenants:\n  - 7\n").is_err());
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+        /// Whatever the file holds (a good one cut and spliced anywhere, or arbitrary
+        /// bytes), reading it answers: tenants or errors, never a panic.
+        #[test]
+        fn any_file_is_read_or_refused_never_a_panic(
+            cut in 0usize..400,
+            splice in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..24),
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        ) {
+            let good = "tenants:\n  - name: a\n    sources: [10.0.0.0/8, \"::ffff:10.1.0.0/112\"]\n    proxy_auth: {username: a, password_env: A}\n    policy: [a.yaml]\n    providers: p.yaml\n    secrets_file: s.env\n  - name: b\n    sources: 192.0.2.7\n    policy: b.yaml\n";
+            let mut bytes = good.as_bytes().to_vec();
+            let at = cut.min(bytes.len());
+            bytes.splice(at..at, splice);
+            for text in [bytes, junk] {
+                let dir = std::env::temp_dir().join(format!("sluice-tenants-{}", std::process::id()));
+                std::fs::create_dir_all(&dir).unwrap();
+                let path = dir.join(format!("p{}.yaml", rand_suffix()));
+                std::fs::write(&path, &text).unwrap();
+                let _ = read(path.to_str().unwrap(), &|v| v == "A");
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
 }
