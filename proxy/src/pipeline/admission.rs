@@ -2,7 +2,8 @@
 //! may open per second, so that one caller cannot take every slot of `--max-connections`.
 //!
 //! Owns the per-caller table (keyed by the caller's executable path, the identity policy
-//! matches on; on a gateway, by tenant, or by client address until the tenant is known) and the slot a connection holds while it lasts. The table is bounded: a caller
+//! matches on; on a gateway, by tenant, or by client address until the tenant is known) and
+//! the slot a connection holds while it lasts. The table is bounded: a caller
 //! with open connections keeps its entry (at most `--max-connections` of them), and entries of
 //! callers with none are dropped first when the table is full, those that carry no state
 //! (a full bucket) before the others. It does not identify callers (`caller.rs`) nor answer

@@ -249,8 +249,9 @@ pub(super) fn bare_host(host: &str) -> &str {
 }
 
 /// The OCSF JSON of a caller (`actor`: `process`, the process and, nested as
-/// `parent_process`, its ancestors; or a gateway tenant's `user`), written at the first event that carries the caller and reused by every
-/// later one: a caller's command lines (often kilobytes) are escaped once, not per event.
+/// `parent_process`, its ancestors; or a gateway tenant's `user`), written at the first
+/// event that carries the caller and reused by every later one: a caller's command lines
+/// (often kilobytes) are escaped once, not per event.
 /// It holds exactly what writing the caller then would produce; the caller is read-only
 /// once an event carries it (see [`Caller`]).
 #[derive(Default)]
