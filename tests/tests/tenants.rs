@@ -514,3 +514,91 @@ fn connection_limits_count_per_tenant_not_per_address() {
     assert_eq!(refused["actor"]["user"]["name"], "alpha", "{refused:#}");
     assert_events_valid(&gw);
 }
+
+/// A tenant's profile cannot name what is not the tenant's: another tenant's proxy password
+/// (in sluice's environment, as every `password_env` is) never resolves for it, and a tenant
+/// with its own secrets file gets nothing from sluice's environment.
+#[test]
+fn a_tenants_profile_cannot_read_a_proxy_password_or_the_environment_past_its_file() {
+    let dir = TempDir::new("tenants-env");
+    let origin = EchoOrigin::start(dir.path());
+    let port = origin.port();
+    dir.write(
+        "api.yaml",
+        &format!(
+            "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: \"/**\"\n"
+        ),
+    );
+    // One profile reaching for gamma's proxy password, one for a value in sluice's
+    // environment; both bound to the origin.
+    dir.write(
+        "providers.yaml",
+        &format!(
+            "id: grab\ncredentials:\n  - name: pw\n    env_vars: [GAMMA_PROXY_PASSWORD]\n    auth_style: bearer\n  - name: env\n    env_vars: [ENV_TOKEN]\n    auth_style: header\n    header_name: x-env\nendpoints:\n  - {{host: 127.0.0.1, port: {port}}}\n"
+        ),
+    );
+    write_secrets(&dir, "beta.env", "UNRELATED=1\n");
+    let tenants = dir.write(
+        "tenants.yaml",
+        &format!(
+            "tenants:\n  \
+               - name: alpha\n    sources: [\"{ALPHA}\"]\n    policy: [api.yaml]\n    providers: [providers.yaml]\n  \
+               - name: beta\n    sources: [\"{BETA}\"]\n    policy: [api.yaml]\n    providers: [providers.yaml]\n    secrets_file: beta.env\n  \
+               - name: gamma\n    proxy_auth: {{username: gamma, password_env: GAMMA_PROXY_PASSWORD}}\n    policy: [api.yaml]\n"
+        ),
+    );
+    let ca_dir = dir.path().join("ca");
+    let password = "gamma-pw-never-a-secret-9d1";
+    let env_value = "env-token-for-local-callers-4c2";
+    let gw = gateway::start(
+        &tenants,
+        &[
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+            "--upstream-ca",
+            origin.cert.to_str().unwrap(),
+        ],
+        &[("GAMMA_PROXY_PASSWORD", password), ("ENV_TOKEN", env_value)],
+    );
+    let ca = ca_dir.join("ca.pem");
+    let placeholders = [
+        (
+            "pw",
+            "Authorization: Bearer openshell:resolve:env:GAMMA_PROXY_PASSWORD",
+        ),
+        ("env", "x-env: openshell:resolve:env:ENV_TOKEN"),
+    ];
+    for (who, src) in [("alpha", ALPHA), ("beta", BETA)] {
+        for (what, header) in placeholders {
+            let a = curl(
+                &gw,
+                Some(src),
+                &["--cacert", ca.to_str().unwrap(), "-H", header],
+                &format!("https://127.0.0.1:{port}/v1/{who}/{what}"),
+            );
+            for value in [password, env_value] {
+                assert!(
+                    !a.head.contains(value) && !a.body.contains(value),
+                    "{who}: {a:?}"
+                );
+            }
+        }
+    }
+    let text = origin.log_text();
+    assert!(
+        !text.contains(password),
+        "a tenant's request carried a proxy password: {text}"
+    );
+    // alpha (no secrets file) still gets sluice's environment, only not a proxy password;
+    // beta (its own file) gets nothing from it.
+    let env_of = |who: &str| {
+        origin
+            .received()
+            .iter()
+            .find(|r| r["url"] == format!("/v1/{who}/env"))
+            .and_then(|r| r["headers"]["x-env"].as_str().map(str::to_string))
+    };
+    assert_eq!(env_of("alpha").as_deref(), Some(env_value), "{text}");
+    assert_ne!(env_of("beta").as_deref(), Some(env_value), "{text}");
+    assert_never_logged(&gw, password, "a proxy password");
+}

@@ -16,7 +16,7 @@ use serde_json::Value;
 use sluice_e2e::gateway::{
     self, ALPHA, BETA, DELTA_PASSWORD, GAMMA_PASSWORD, allow_ports, assert_never_logged, base64,
     basic, connect_from, exchange, forward, get, mixed_gateway, mixed_tenants, passwords,
-    read_response, status_line,
+    read_response, status_line, tunnel_from,
 };
 use sluice_e2e::origin::HttpOrigin;
 use sluice_e2e::proxy::{TempDir, assert_events_valid};
@@ -103,6 +103,44 @@ fn failed_credentials_do_not_drain_a_bucket_other_clients_share() {
     let (head, body) = read_response(&mut s);
     assert_eq!(status_line(&head), 407, "{head}{body}");
     assert_eq!(origin.received().len(), 0);
+}
+
+/// A client at an address of a tenant known by address, sending another tenant's
+/// credentials, is that other tenant's from its first head on: it is not counted against
+/// the address tenant's limits (nor refused in its name) before its credentials are read.
+#[test]
+fn credentials_from_another_tenants_address_are_not_charged_to_that_tenant() {
+    let dir = TempDir::new("tatk-charged");
+    let origin = HttpOrigin::start();
+    dir.write("open.yaml", &allow_ports(&[origin.port()]));
+    let tenants = dir.write(
+        "tenants.yaml",
+        "tenants:\n  - name: ci\n    sources: [127.0.0.0/24]\n    policy: [open.yaml]\n  \
+           - name: gamma\n    proxy_auth: {username: gamma, password_env: GAMMA_PW}\n    policy: [open.yaml]\n",
+    );
+    let gw = gateway::start(
+        &tenants,
+        &["--max-connections-per-caller", "1"],
+        &passwords(),
+    );
+    let port = origin.port();
+    // ci holds its one connection.
+    let (_held, head) = tunnel_from(&gw, [127, 0, 0, 7], port);
+    assert_eq!(status_line(&head), 200, "{head}\n{}", gw.stderr());
+    // gamma, from an address in ci's range, with its credentials: its own share.
+    let mut s = connect_from(&gw, [127, 0, 0, 8]);
+    let auth = basic("gamma", GAMMA_PASSWORD);
+    write!(
+        s,
+        "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Authorization: {auth}\r\n\r\n"
+    )
+    .unwrap();
+    let (head, body) = read_response(&mut s);
+    assert_eq!(status_line(&head), 200, "{head}{body}\n{}", gw.stderr());
+    // And ci is still at its limit: its next connection is refused, naming only itself.
+    let (_s, answer) = tunnel_from(&gw, [127, 0, 0, 9], port);
+    assert_eq!(status_line(&answer), 429, "{answer}");
+    assert!(!answer.contains("gamma"), "{answer}");
 }
 
 // === Identification ===

@@ -124,17 +124,22 @@ impl ConfigError {
 /// Reads and validates everything `sources` names. Secrets come from `--secrets-file`, else
 /// from sluice's own environment.
 pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
+    load_with_env(sources, &|k| std::env::var(k).ok())
+}
+
+/// [`load`], with the values of sluice's environment as `env` gives them.
+fn load_with_env(
+    sources: &Sources,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
     let profiles =
         crate::credentials::profile::load_files_compat(&sources.providers, sources.compat.into())
             .map_err(|e| ConfigError::Credentials(e.errors().map(ToString::to_string).collect()))?;
     let loaded = load_policy(&sources.policies, sources.compat, &profiles.composed)
         .map_err(ConfigError::Policy)?;
-    let credentials = crate::credentials::with_profiles(
-        profiles,
-        |k| std::env::var(k).ok(),
-        sources.secrets_file.as_deref(),
-    )
-    .map_err(|e| ConfigError::Credentials(e.lines()))?;
+    let credentials =
+        crate::credentials::with_profiles(profiles, env, sources.secrets_file.as_deref())
+            .map_err(|e| ConfigError::Credentials(e.lines()))?;
     let mut redactor = credentials.bindings.redactor();
     let mut credential_warnings = credentials.warnings;
     let tenants = match &sources.tenants {
@@ -220,6 +225,11 @@ pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<
     let mut tenants = Vec::new();
     let mut redactor = ScrubSet::default();
     let mut warnings = Vec::new();
+    // The proxy passwords are in sluice's environment: no tenant's profile may read them.
+    let passwords: Vec<String> = specs
+        .iter()
+        .filter_map(|t| t.auth.as_ref().map(|a| a.password_env.clone()))
+        .collect();
     for spec in specs {
         let auth = match &spec.auth {
             None => None,
@@ -238,7 +248,15 @@ pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<
                 }
             },
         };
-        match load(&tenant_sources(&spec, compat)) {
+        // A tenant with a secrets file has its secrets from it alone; one without has them
+        // from sluice's environment, but never a proxy password.
+        let own_file = spec.secrets_file.is_some();
+        let env = |k: &str| {
+            (!own_file && !passwords.iter().any(|p| p == k))
+                .then(|| std::env::var(k).ok())
+                .flatten()
+        };
+        match load_with_env(&tenant_sources(&spec, compat), &env) {
             Ok(c) => {
                 redactor.merge(&c.bindings.redactor());
                 warnings.extend(c.policy_warnings.iter().map(ToString::to_string));

@@ -186,23 +186,6 @@ pub fn by_credentials(
     )
 }
 
-/// [`by_credentials`] for a later request of a connection whose caller is `known` (an
-/// HTTP/2 stream): refused unless its proxy credentials, if it sends any, are its tenant's.
-pub fn same_tenant<'v>(
-    shared: &Shared,
-    known: &Known,
-    peer: SocketAddr,
-    values: impl Iterator<Item = &'v [u8]>,
-) -> Result<(), CallerError> {
-    let mut values = values.peekable();
-    if values.peek().is_none() {
-        return Ok(());
-    }
-    let mut caller = Ok(known.clone());
-    by_values(shared, &mut caller, peer, values, false);
-    caller.map(|_| ())
-}
-
 /// [`by_credentials`], given the values of the request's `Proxy-Authorization` headers.
 fn by_values<'v>(
     shared: &Shared,
@@ -229,8 +212,10 @@ fn by_values<'v>(
     }
     *caller = match found {
         Ok(t) if first => Ok(tenant_known(&t, peer.ip())),
-        Ok(_) => Err(CallerError::Tenant(NoTenant::Switched)),
-        Err(e) => Err(CallerError::Tenant(e)),
+        Err(e) if first => Err(CallerError::Tenant(e)),
+        // A later request: any credentials but its tenant's end the connection alike, so
+        // that it cannot tell another tenant's real password from a wrong guess.
+        _ => Err(CallerError::Tenant(NoTenant::Switched)),
     };
     true
 }

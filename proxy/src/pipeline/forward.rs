@@ -177,9 +177,13 @@ where
                 Some(h) => {
                     // Each later request is the caller's only if it still holds the socket
                     // (on a gateway: if its proxy credentials, when sent, are still its
-                    // tenant's).
+                    // tenant's; they are the proxy hop's, so only absolute-form requests
+                    // carry them: inside a tunnel, `Proxy-Authorization` is not sluice's and
+                    // is dropped like every `Proxy-*` header).
                     caller::reconfirm(s.shared, &mut s.caller).await;
-                    caller::by_credentials(s.shared, &mut s.caller, s.conn.peer, &h, false);
+                    if matches!(s.route, Route::Forward) {
+                        caller::by_credentials(s.shared, &mut s.caller, s.conn.peer, &h, false);
+                    }
                     h
                 }
                 None => break,

@@ -305,17 +305,9 @@ async fn handle(
     let authority_ok = authority
         .as_deref()
         .is_some_and(|a| host_matches(a.as_bytes(), dst.host(), dst.port(), 443));
-    // Each stream is the caller's only if it still holds the socket (on a gateway: if its
-    // proxy credentials, when sent, are still its tenant's).
-    let confirmed = caller::confirm(&t.shared, &t.known).await.and_then(|()| {
-        let values = req.headers().get_all(http::header::PROXY_AUTHORIZATION);
-        caller::same_tenant(
-            &t.shared,
-            &t.known,
-            t.peer,
-            values.iter().map(|v| v.as_bytes()),
-        )
-    });
+    // Each stream is the caller's only if it still holds the socket. (A gateway tenant is
+    // its tunnel's: a stream's `Proxy-Authorization` is not sluice's, and is dropped.)
+    let confirmed = caller::confirm(&t.shared, &t.known).await;
     let head = Head {
         method: req.method().as_str(),
         target: &path_and_query,

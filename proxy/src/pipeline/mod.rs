@@ -74,6 +74,8 @@ pub(crate) struct Arrival {
     /// its address's slots until then ([`admission::awaiting_credentials`]); `None` only
     /// while [`by_credentials`] swaps it for its tenant's.
     slot: Option<admission::CallerSlot>,
+    /// The slot is its address's, held until the first head says whose connection it is.
+    provisional: bool,
 }
 
 /// A connection past its caller's limits (or all of sluice's): refused with 429 by the
@@ -83,6 +85,14 @@ pub(crate) struct Limited {
     pub(crate) conn: Conn,
     pub(crate) caller: CallerState,
     pub(crate) refusal: Refusal,
+}
+
+/// Whether an entry's first bytes are a request head that may name its caller (proxy
+/// credentials): the explicit proxy's are; a transparent client's are not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FirstHead {
+    MayName,
+    Never,
 }
 
 /// An arrived connection whose client has sent its first bytes: its caller rechecked, and
@@ -100,6 +110,7 @@ pub(crate) async fn arrive(
     shared: &Shared,
     peer: SocketAddr,
     local: SocketAddr,
+    heads: FirstHead,
 ) -> Result<Arrival, Limited> {
     let (raise, stop) = stop::signal();
     let conn = Conn {
@@ -112,10 +123,13 @@ pub(crate) async fn arrive(
     };
     // The caller, looked up at once: before it could hand the socket to another program.
     let caller = caller::identify(shared, peer, local).await;
-    let slot = if caller::awaits_credentials(&caller) {
-        // Its tenant, and so its own slot, comes with its first head ([`by_credentials`]);
-        // until then it is counted by its address, so that one client sending nothing
-        // cannot hold every connection the gateway has.
+    // On a gateway whose tenants may send credentials, the first head of an explicit-proxy
+    // connection says whose it is (an address of one tenant may carry another's
+    // credentials): until then it is counted by its address, so that one client sending
+    // nothing cannot hold every connection the gateway has, nor take another tenant's.
+    let provisional = caller::awaits_credentials(&caller)
+        || (heads == FirstHead::MayName && shared.tenants.load().has_credentials());
+    let slot = if provisional {
         admit(shared, &admission::awaiting_credentials(peer.ip()))
     } else {
         take_slot(shared, &caller)
@@ -125,6 +139,7 @@ pub(crate) async fn arrive(
             conn,
             caller,
             slot: Some(slot),
+            provisional,
         }),
         Err(refusal) => Err(Limited {
             conn,
@@ -193,13 +208,16 @@ async fn by_credentials(
 ) -> Option<Arrival> {
     let changed =
         caller::by_credentials(shared, &mut arrival.caller, arrival.conn.peer, head, true);
-    // Unchanged, or credentials that name no tenant (refused next): the slot it was admitted
-    // with stays (a failed guess is not counted in a bucket other clients share).
-    if arrival.slot.is_some() && (!changed || arrival.caller.is_err()) {
+    // Its own caller's slot already, or credentials that name no tenant (refused next): the
+    // slot it was admitted with stays (a failed guess is not counted in a bucket other
+    // clients share).
+    let settled = !changed && !arrival.provisional;
+    if arrival.slot.is_some() && (settled || arrival.caller.is_err()) {
         return Some(arrival);
     }
-    // The slot of the caller it was taken for goes first.
+    // The slot it holds goes first.
     arrival.slot = None;
+    arrival.provisional = false;
     match take_slot(shared, &arrival.caller) {
         Ok(slot) => {
             arrival.slot = Some(slot);
@@ -217,7 +235,9 @@ async fn by_credentials(
 /// connected still holds the socket (a full re-check); from here on it is re-checked
 /// periodically, and the connection stopped when it no longer holds it.
 pub(crate) async fn settle(shared: &Arc<Shared>, arrival: Arrival) -> Settled {
-    let Arrival { conn, caller, slot } = arrival;
+    let Arrival {
+        conn, caller, slot, ..
+    } = arrival;
     let caller = match caller {
         Ok(known) => caller::recheck(shared, &known).await.map(|()| known),
         Err(e) => Err(e),
@@ -258,7 +278,7 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
     let (mut rd, mut wr) = stream.into_split();
     // The one-off phases are boxed: the connection's future keeps only the size of the
     // state it idles in.
-    let arrival = match Box::pin(arrive(&shared, peer, local)).await {
+    let arrival = match Box::pin(arrive(&shared, peer, local, FirstHead::MayName)).await {
         Ok(a) => a,
         Err(limited) => {
             // Boxed: its 4 KiB drain buffer would otherwise be part of every connection's

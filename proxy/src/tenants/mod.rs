@@ -52,10 +52,9 @@ impl ProxyAuth {
         }
     }
 
-    /// Whether `username` and `password` are these credentials. The passwords are compared
-    /// as digests, every byte examined whatever the first difference.
-    fn accepts(&self, username: &[u8], password: &[u8]) -> bool {
-        let presented = digest(password);
+    /// Whether `username` and the password whose digest is `presented` are these
+    /// credentials. The digests are compared every byte, whatever the first difference.
+    fn accepts(&self, username: &[u8], presented: &[u8; 32]) -> bool {
         let differ = presented
             .iter()
             .zip(&self.digest)
@@ -188,11 +187,15 @@ impl Table {
         let peer = peer.to_canonical();
         if let Some(value) = proxy_authorization {
             let (user, password) = basic(value)?;
+            // Hashed once, whatever the number of tenants.
+            let presented = digest(&password);
             return self
                 .tenants
                 .iter()
                 .find(|t| {
-                    t.auth.as_ref().is_some_and(|a| a.accepts(&user, &password))
+                    t.auth
+                        .as_ref()
+                        .is_some_and(|a| a.accepts(&user, &presented))
                         && t.admits_source(peer)
                 })
                 .cloned()

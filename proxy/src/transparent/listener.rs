@@ -97,7 +97,7 @@ pub async fn serve(
     // The client's socket is keyed by the destination it dialled, not sluice's address.
     let (mut rd, mut wr) = stream.into_split();
     let keyed = *original.as_ref().unwrap_or(&local);
-    let arrival = match pipeline::arrive(&shared, peer, keyed).await {
+    let arrival = match pipeline::arrive(&shared, peer, keyed, pipeline::FirstHead::Never).await {
         Ok(a) => a,
         Err(limited) => {
             let early = Early {
