@@ -25,6 +25,28 @@ pub fn start(tenants: &Path, extra: &[&str], env: &[(&str, &str)]) -> Sluice {
     Sluice::start_tenants(tenants, &args, env)
 }
 
+/// [`start`] terminating TLS: its CA written under `dir` (returned: the file clients
+/// trust), the origin's CA `origin_ca` trusted upstream.
+pub fn intercepting(
+    dir: &TempDir,
+    tenants: &Path,
+    origin_ca: &Path,
+    env: &[(&str, &str)],
+) -> (Sluice, PathBuf) {
+    let ca_dir = dir.path().join("ca");
+    let (ca_dir_s, origin_s) = (
+        ca_dir.display().to_string(),
+        origin_ca.display().to_string(),
+    );
+    let extra = [
+        "--ca-dir",
+        ca_dir_s.as_str(),
+        "--upstream-ca",
+        origin_s.as_str(),
+    ];
+    (start(tenants, &extra, env), ca_dir.join("ca.pem"))
+}
+
 /// Sends SIGHUP (reload).
 pub fn hup(gw: &Sluice) {
     let (code, _, err) = run(Command::new("kill").args(["-HUP", &gw.pid().to_string()]));

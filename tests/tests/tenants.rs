@@ -176,18 +176,7 @@ fn each_tenant_gets_its_own_secret_values() {
                - name: delta\n    sources: [\"127.0.0.4\"]\n    policy: [api.yaml]\n    providers: [providers.yaml]\n"
         ),
     );
-    let ca_dir = dir.path().join("ca");
-    let gw = gateway::start(
-        &tenants,
-        &[
-            "--ca-dir",
-            ca_dir.to_str().unwrap(),
-            "--upstream-ca",
-            origin.cert.to_str().unwrap(),
-        ],
-        &[("TOKEN", ENV_SECRET)],
-    );
-    let ca = ca_dir.join("ca.pem");
+    let (gw, ca) = gateway::intercepting(&dir, &tenants, &origin.cert, &[("TOKEN", ENV_SECRET)]);
     // A remote client learns what to trust from the proxy itself: `GET /ca.pem`, from any
     // address, tenant or not, is the CA that signs what this sluice terminates.
     let fetched = std::process::Command::new("curl")
@@ -547,20 +536,14 @@ fn a_tenants_profile_cannot_read_a_proxy_password_or_the_environment_past_its_fi
                - name: gamma\n    proxy_auth: {{username: gamma, password_env: GAMMA_PROXY_PASSWORD}}\n    policy: [api.yaml]\n"
         ),
     );
-    let ca_dir = dir.path().join("ca");
     let password = "gamma-pw-never-a-secret-9d1";
     let env_value = "env-token-for-local-callers-4c2";
-    let gw = gateway::start(
+    let (gw, ca) = gateway::intercepting(
+        &dir,
         &tenants,
-        &[
-            "--ca-dir",
-            ca_dir.to_str().unwrap(),
-            "--upstream-ca",
-            origin.cert.to_str().unwrap(),
-        ],
+        &origin.cert,
         &[("GAMMA_PROXY_PASSWORD", password), ("ENV_TOKEN", env_value)],
     );
-    let ca = ca_dir.join("ca.pem");
     let placeholders = [
         (
             "pw",

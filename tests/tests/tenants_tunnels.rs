@@ -143,18 +143,7 @@ fn inspected_gateway(dir: &TempDir, origin: &Counting) -> (Sluice, PathBuf) {
         ));
     }
     let tenants = dir.write("tenants.yaml", &text);
-    let ca_dir = dir.path().join("ca");
-    let gw = gateway::start(
-        &tenants,
-        &[
-            "--ca-dir",
-            ca_dir.to_str().unwrap(),
-            "--upstream-ca",
-            origin.ca.to_str().unwrap(),
-        ],
-        &passwords(),
-    );
-    (gw, ca_dir.join("ca.pem"))
+    gateway::intercepting(dir, &tenants, &origin.ca, &passwords())
 }
 
 /// curl to the inspected origin's `path` over `http` (`--http1.1`, `--http2`) from
@@ -693,21 +682,10 @@ fn entries_and_profiles_that_name_programs_give_a_tenant_nothing() {
             "tenants:\n  - name: alpha\n    sources: [\"{ALPHA}\"]\n    policy: [api.yaml]\n    providers: [providers.yaml]\n    secrets_file: alpha.env\n"
         ),
     );
-    let ca_dir = dir.path().join("ca");
-    let gw = gateway::start(
-        &tenants,
-        &[
-            "--ca-dir",
-            ca_dir.to_str().unwrap(),
-            "--upstream-ca",
-            origin.ca.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let (gw, ca) = gateway::intercepting(&dir, &tenants, &origin.ca, &[]);
     let no = get(&gw, Some(ALPHA), &[], other.port());
     assert_eq!(no.status, 403, "{no:?}\n{}", gw.stderr());
     assert!(other.received().is_empty());
-    let ca = ca_dir.join("ca.pem");
     let (status, answer) = inspected(&gw, &ca, port, Some(ALPHA), "--http1.1", "/tok", &[]);
     assert_ne!(status, "200", "{answer}");
     assert!(!answer.contains("alpha-prog-tok-5d1e"), "{answer}");
