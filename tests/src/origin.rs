@@ -727,6 +727,22 @@ impl RecordingOrigin {
     }
 }
 
+/// [`STREAMING_ORIGIN`] started with a certificate made in `dir` (its `closed.txt` the file
+/// it appends to): the process and the CA that signs its certificate.
+pub fn streaming_origin(dir: &Path) -> (OriginProcess, PathBuf) {
+    let (ca, cert, key) = make_cert(dir);
+    let process = OriginProcess::spawn(
+        Command::new("node")
+            .arg("-e")
+            .arg(STREAMING_ORIGIN)
+            .arg(&cert)
+            .arg(&key)
+            .arg(dir.join("closed.txt")),
+        "the streaming origin (node)",
+    );
+    (process, ca)
+}
+
 /// An origin (node; HTTP/2 and HTTP/1.1) whose `/stream` sends a line every 200 ms and
 /// appends `closed` to the file named by its third argument when the stream closes; other
 /// paths answer `ok`. Arguments: certificate, key, that file.

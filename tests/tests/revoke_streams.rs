@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sluice_e2e::origin::{OriginProcess, STREAMER, STREAMING_ORIGIN, WS_ECHO, make_cert};
+use sluice_e2e::origin::{OriginProcess, STREAMER, WS_ECHO, streaming_origin};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, python};
 use sluice_e2e::reload::{
     PROMPTLY, closed_within, inspected_entry, l4_entry, lines_of, policy, read_head, reload_to,
@@ -18,16 +18,7 @@ use sluice_e2e::reload::{
 #[test]
 fn an_http2_connection_with_a_streaming_response_is_closed_when_revoked() {
     let dir = TempDir::new("revoke-h2");
-    let (ca_cert, cert, key) = make_cert(dir.path());
-    let origin = OriginProcess::spawn(
-        Command::new("node")
-            .arg("-e")
-            .arg(STREAMING_ORIGIN)
-            .arg(&cert)
-            .arg(&key)
-            .arg(dir.path().join("closed.txt")),
-        "the streaming origin (node)",
-    );
+    let (origin, ca_cert) = streaming_origin(dir.path());
     let port = origin.port;
     let py = python();
     let ca_dir = dir.path().join("ca");

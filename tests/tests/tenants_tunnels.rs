@@ -19,7 +19,7 @@ use sluice_e2e::gateway::{
     status_line, tunnel_from, write_secrets,
 };
 use sluice_e2e::origin::{
-    HttpOrigin, OriginProcess, STREAMER, STREAMING_ORIGIN, WS_ECHO, make_cert,
+    HttpOrigin, OriginProcess, STREAMER, WS_ECHO, make_cert, streaming_origin,
 };
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid};
 use sluice_e2e::reload::{closed_within, read_head, replace};
@@ -520,16 +520,7 @@ fn a_rotated_proxy_password_closes_its_websockets_and_http2_streams() {
         Command::new("python3").args(["-c", WS_ECHO]),
         "the WebSocket echo (python)",
     );
-    let (ca_cert, cert, key) = make_cert(dir.path());
-    let streaming = OriginProcess::spawn(
-        Command::new("node")
-            .arg("-e")
-            .arg(STREAMING_ORIGIN)
-            .arg(&cert)
-            .arg(&key)
-            .arg(dir.path().join("closed.txt")),
-        "the streaming origin (node)",
-    );
+    let (streaming, ca_cert) = streaming_origin(dir.path());
     dir.write(
         "open.yaml",
         &format!(
