@@ -104,6 +104,78 @@ pub fn from_body(kind: &BodyKind, body: &[u8]) -> Result<Vec<Override>, InvalidO
     Ok(scan.take_new())
 }
 
+/// One streaming loop for the readers' tests: a body fed to [`BodyScan`] cut at chosen
+/// places, and what came out.
+#[cfg(test)]
+pub(super) mod streamed {
+    use super::*;
+
+    /// What the stream makes of a body: the methods found (or the refusal), the bytes
+    /// handed back in order, the most bytes held at once, and whether bytes of the body
+    /// from `watch` on were handed back while no method was found (`early`).
+    pub struct Streamed {
+        pub verdict: Result<Vec<Override>, InvalidOverride>,
+        pub out: Vec<u8>,
+        pub held_max: usize,
+        pub early: bool,
+    }
+
+    /// `body` of `kind`, fed in pieces cut at `cuts` (in any order, past the end ignored).
+    pub fn stream(kind: &BodyKind, body: &[u8], cuts: &[usize], watch: usize) -> Streamed {
+        let mut found = Vec::new();
+        let mut out = Vec::new();
+        let (mut held_max, mut early) = (0, false);
+        let mut scan = match BodyScan::new(kind) {
+            Ok(s) => s,
+            Err(e) => {
+                let verdict = Err(e);
+                return Streamed {
+                    verdict,
+                    out,
+                    held_max,
+                    early,
+                };
+            }
+        };
+        let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(body.len())).collect();
+        bounds.sort_unstable();
+        bounds.push(body.len());
+        let mut from = 0;
+        for to in bounds {
+            if to <= from {
+                continue;
+            }
+            let mut got = Vec::new();
+            if let Err(e) = scan.feed(Bytes::copy_from_slice(&body[from..to]), &mut got) {
+                let verdict = Err(e);
+                return Streamed {
+                    verdict,
+                    out,
+                    held_max,
+                    early,
+                };
+            }
+            found.extend(scan.take_new());
+            out.extend(got.iter().flat_map(|b| b.iter().copied()));
+            early |= found.is_empty() && out.len() > watch;
+            held_max = held_max.max(to - out.len());
+            from = to;
+        }
+        let mut last = Vec::new();
+        let verdict = scan.finish(&mut last).map(|()| {
+            found.extend(scan.take_new());
+            found
+        });
+        out.extend(last.iter().flat_map(|b| b.iter().copied()));
+        Streamed {
+            verdict,
+            out,
+            held_max,
+            early,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

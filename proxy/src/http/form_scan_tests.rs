@@ -5,6 +5,8 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::http::body_override::BodyKind;
+use crate::http::body_override::streamed::{self, Streamed};
 use crate::http::method_override::{is_method_key, method_key_prefix, percent_decode, push};
 
 fn methods(kind: &FormKind, body: &str) -> Vec<String> {
@@ -71,54 +73,13 @@ fn whole(kind: &FormKind, body: &[u8]) -> Result<Vec<Override>, InvalidOverride>
     Ok(found)
 }
 
-/// What the stream makes of `body` cut at `cuts`: the methods found (or the refusal), the
-/// bytes handed back in order, and whether any was handed back before a method it follows
-/// was found (`early`: the `_method` field's bytes while `found` lacked its method).
-struct Streamed {
-    verdict: Result<Vec<Override>, InvalidOverride>,
-    out: Vec<u8>,
-    /// The most bytes held at once.
-    held_max: usize,
-}
-
+/// What the stream makes of a form `body` of `kind` cut at `cuts`.
 fn stream(kind: &FormKind, body: &[u8], cuts: &[usize]) -> Streamed {
-    let mut scan = FormScan::new(kind).unwrap();
-    let mut out = Vec::new();
-    let mut given = 0;
-    let mut held_max = 0;
-    let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(body.len())).collect();
-    bounds.sort_unstable();
-    bounds.push(body.len());
-    let mut from = 0;
-    for to in bounds {
-        if to <= from {
-            continue;
-        }
-        let mut chunk_out = Vec::new();
-        if let Err(e) = scan.feed(Bytes::copy_from_slice(&body[from..to]), &mut chunk_out) {
-            return Streamed {
-                verdict: Err(e),
-                out,
-                held_max,
-            };
-        }
-        for b in chunk_out {
-            out.extend_from_slice(&b);
-        }
-        given += to - from;
-        held_max = held_max.max(given - out.len());
-        from = to;
-    }
-    let mut last = Vec::new();
-    let verdict = scan.finish(&mut last).map(|()| scan.found().to_vec());
-    for b in last {
-        out.extend_from_slice(&b);
-    }
-    Streamed {
-        verdict,
-        out,
-        held_max,
-    }
+    let kind = BodyKind {
+        form: Some(kind.clone()),
+        json: false,
+    };
+    streamed::stream(&kind, body, cuts, usize::MAX)
 }
 
 const BOUNDARY: &[u8] = b"XyZ";

@@ -5,6 +5,8 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::http::body_override::BodyKind;
+use crate::http::body_override::streamed::{self, Streamed};
 use crate::http::method_override::is_method_key;
 
 fn methods(body: &str) -> Vec<String> {
@@ -15,56 +17,13 @@ fn methods(body: &str) -> Vec<String> {
         .collect()
 }
 
-/// What the stream makes of `body` cut at `cuts`.
-struct Streamed {
-    verdict: Result<Vec<Override>, InvalidOverride>,
-    out: Vec<u8>,
-    /// The most bytes held at once.
-    held_max: usize,
-    /// Whether bytes of the body from `watch` on were handed back while no method was found.
-    early: bool,
-}
-
+/// What the stream makes of a JSON `body` cut at `cuts` (`watch`: see [`Streamed`]).
 fn stream(body: &[u8], cuts: &[usize], watch: usize) -> Streamed {
-    let mut scan = JsonScan::default();
-    let mut out = Vec::new();
-    let mut held_max = 0;
-    let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(body.len())).collect();
-    bounds.sort_unstable();
-    bounds.push(body.len());
-    let mut from = 0;
-    let mut early = false;
-    for to in bounds {
-        if to <= from {
-            continue;
-        }
-        let mut got = Vec::new();
-        if let Err(e) = scan.feed(Bytes::copy_from_slice(&body[from..to]), &mut got) {
-            return Streamed {
-                verdict: Err(e),
-                out,
-                held_max,
-                early,
-            };
-        }
-        for b in got {
-            out.extend_from_slice(&b);
-        }
-        early |= scan.found().is_empty() && out.len() > watch;
-        held_max = held_max.max(to - out.len());
-        from = to;
-    }
-    let mut last = Vec::new();
-    let verdict = scan.finish(&mut last).map(|()| scan.found().to_vec());
-    for b in last {
-        out.extend_from_slice(&b);
-    }
-    Streamed {
-        verdict,
-        out,
-        held_max,
-        early,
-    }
+    let kind = BodyKind {
+        form: None,
+        json: true,
+    };
+    streamed::stream(&kind, body, cuts, watch)
 }
 
 #[test]
