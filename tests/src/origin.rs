@@ -802,3 +802,60 @@ while True:
     c, _ = s.accept()
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 "#;
+
+/// An HTTP/1.1 receiver on loopback (an OTLP/HTTP collector, as sluice's export sees one):
+/// each request's path and `Content-Length` body go to `on_body`, and each is answered
+/// `200` with an empty protobuf body, on kept-alive connections. Returns its port.
+pub fn serve_posts(on_body: impl Fn(&str, Vec<u8>) + Send + Sync + 'static) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let on_body = Arc::new(on_body);
+    thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let on_body = Arc::clone(&on_body);
+            thread::spawn(move || {
+                let mut rd = BufReader::new(stream.try_clone().unwrap());
+                let mut wr = stream;
+                while let Some((path, body)) = read_post(&mut rd) {
+                    on_body(&path, body);
+                    let _ = wr.write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n",
+                    );
+                }
+            });
+        }
+    });
+    port
+}
+
+/// One request from `rd`: its path and its `Content-Length` body; `None` at the end.
+fn read_post(rd: &mut impl BufRead) -> Option<(String, Vec<u8>)> {
+    let mut request_line = String::new();
+    if rd.read_line(&mut request_line).ok()? == 0 {
+        return None;
+    }
+    let path = request_line
+        .split(' ')
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    let mut length = 0usize;
+    loop {
+        let mut h = String::new();
+        if rd.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse().ok()?;
+        }
+    }
+    let mut body = vec![0u8; length];
+    rd.read_exact(&mut body).ok()?;
+    Some((path, body))
+}

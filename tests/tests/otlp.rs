@@ -7,8 +7,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -20,6 +19,7 @@ use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use sluice_e2e::ocsf::class;
+use sluice_e2e::origin::serve_posts;
 use sluice_e2e::scrape::{SECRET, get, known_traffic_with, parse, value};
 
 /// What the receiver got: log records and spans, with their resources' attributes.
@@ -40,16 +40,9 @@ struct Receiver {
 
 impl Receiver {
     fn start() -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
         let got = Arc::new(Mutex::new(Received::default()));
         let shared = Arc::clone(&got);
-        thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let got = Arc::clone(&shared);
-                thread::spawn(move || serve(stream, &got));
-            }
-        });
+        let port = serve_posts(move |path, body| record(&shared, path, &body));
         Receiver { port, got }
     }
 
@@ -58,65 +51,30 @@ impl Receiver {
     }
 }
 
-fn serve(stream: TcpStream, got: &Mutex<Received>) {
-    let mut rd = BufReader::new(stream.try_clone().unwrap());
-    let mut wr = stream;
-    loop {
-        let mut request_line = String::new();
-        if rd.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        let path = request_line
-            .split(' ')
-            .nth(1)
-            .unwrap_or_default()
-            .to_string();
-        let mut length = 0usize;
-        loop {
-            let mut h = String::new();
-            if rd.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':')
-                && k.eq_ignore_ascii_case("content-length")
-            {
-                length = v.trim().parse().unwrap();
-            }
-        }
-        let mut body = vec![0u8; length];
-        rd.read_exact(&mut body).unwrap();
-        {
-            let mut g = got.lock().unwrap();
-            g.bodies.extend_from_slice(&body);
-            match path.as_str() {
-                "/v1/logs" => {
-                    let req = ExportLogsServiceRequest::decode(body.as_slice()).unwrap();
-                    for rl in req.resource_logs {
-                        g.resources
-                            .push(rl.resource.map(|r| r.attributes).unwrap_or_default());
-                        for sl in rl.scope_logs {
-                            g.logs.extend(sl.log_records);
-                        }
-                    }
+/// One OTLP export: every body's bytes, and the records it decodes to.
+fn record(got: &Mutex<Received>, path: &str, body: &[u8]) {
+    let mut g = got.lock().unwrap();
+    g.bodies.extend_from_slice(body);
+    match path {
+        "/v1/logs" => {
+            let req = ExportLogsServiceRequest::decode(body).unwrap();
+            for rl in req.resource_logs {
+                g.resources
+                    .push(rl.resource.map(|r| r.attributes).unwrap_or_default());
+                for sl in rl.scope_logs {
+                    g.logs.extend(sl.log_records);
                 }
-                "/v1/traces" => {
-                    let req = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
-                    for rs in req.resource_spans {
-                        for ss in rs.scope_spans {
-                            g.spans.extend(ss.spans);
-                        }
-                    }
-                }
-                other => panic!("unexpected OTLP path {other}"),
             }
         }
-        let _ = wr.write_all(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n",
-        );
+        "/v1/traces" => {
+            let req = ExportTraceServiceRequest::decode(body).unwrap();
+            for rs in req.resource_spans {
+                for ss in rs.scope_spans {
+                    g.spans.extend(ss.spans);
+                }
+            }
+        }
+        other => panic!("unexpected OTLP path {other}"),
     }
 }
 

@@ -570,49 +570,10 @@ fn a_transparent_listener_knows_tenants_by_address_and_takes_no_credentials() {
 
 /// An OTLP/HTTP sink on loopback keeping every byte of every body POSTed to it.
 fn otlp_sink() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
-    use std::io::{BufRead, BufReader};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let shared = std::sync::Arc::clone(&got);
-    thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let got = std::sync::Arc::clone(&shared);
-            thread::spawn(move || {
-                let mut rd = BufReader::new(stream.try_clone().unwrap());
-                let mut wr = stream;
-                loop {
-                    let mut length = 0usize;
-                    let mut line = String::new();
-                    if rd.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    loop {
-                        let mut h = String::new();
-                        if rd.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let h = h.trim_end();
-                        if h.is_empty() {
-                            break;
-                        }
-                        if let Some((k, v)) = h.split_once(':')
-                            && k.eq_ignore_ascii_case("content-length")
-                        {
-                            length = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0u8; length];
-                    if rd.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    got.lock().unwrap().extend_from_slice(&body);
-                    let _ = wr.write_all(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n",
-                    );
-                }
-            });
-        }
+    let port = sluice_e2e::origin::serve_posts(move |_, body| {
+        shared.lock().unwrap().extend_from_slice(&body);
     });
     (port, got)
 }
