@@ -122,57 +122,46 @@ pub(super) mod streamed {
 
     /// `body` of `kind`, fed in pieces cut at `cuts` (in any order, past the end ignored).
     pub fn stream(kind: &BodyKind, body: &[u8], cuts: &[usize], watch: usize) -> Streamed {
-        let mut found = Vec::new();
-        let mut out = Vec::new();
-        let (mut held_max, mut early) = (0, false);
-        let mut scan = match BodyScan::new(kind) {
-            Ok(s) => s,
-            Err(e) => {
-                let verdict = Err(e);
-                return Streamed {
-                    verdict,
-                    out,
-                    held_max,
-                    early,
-                };
-            }
-        };
         let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(body.len())).collect();
         bounds.sort_unstable();
+        bounds.dedup();
+        bounds.retain(|&b| b > 0 && b < body.len());
         bounds.push(body.len());
+        let mut s = Streamed {
+            verdict: Ok(Vec::new()),
+            out: Vec::new(),
+            held_max: 0,
+            early: false,
+        };
+        s.verdict = feed_all(kind, body, &bounds, watch, &mut s);
+        s
+    }
+
+    /// [`stream`]'s loop: `body` fed up to each of `bounds`, what came out recorded in `s`.
+    fn feed_all(
+        kind: &BodyKind,
+        body: &[u8],
+        bounds: &[usize],
+        watch: usize,
+        s: &mut Streamed,
+    ) -> Result<Vec<Override>, InvalidOverride> {
+        let mut scan = BodyScan::new(kind)?;
+        let mut found = Vec::new();
         let mut from = 0;
-        for to in bounds {
-            if to <= from {
-                continue;
-            }
+        for &to in bounds {
             let mut got = Vec::new();
-            if let Err(e) = scan.feed(Bytes::copy_from_slice(&body[from..to]), &mut got) {
-                let verdict = Err(e);
-                return Streamed {
-                    verdict,
-                    out,
-                    held_max,
-                    early,
-                };
-            }
+            scan.feed(Bytes::copy_from_slice(&body[from..to]), &mut got)?;
             found.extend(scan.take_new());
-            out.extend(got.iter().flat_map(|b| b.iter().copied()));
-            early |= found.is_empty() && out.len() > watch;
-            held_max = held_max.max(to - out.len());
+            s.out.extend(got.iter().flat_map(|b| b.iter().copied()));
+            s.early |= found.is_empty() && s.out.len() > watch;
+            s.held_max = s.held_max.max(to - s.out.len());
             from = to;
         }
         let mut last = Vec::new();
-        let verdict = scan.finish(&mut last).map(|()| {
-            found.extend(scan.take_new());
-            found
-        });
-        out.extend(last.iter().flat_map(|b| b.iter().copied()));
-        Streamed {
-            verdict,
-            out,
-            held_max,
-            early,
-        }
+        scan.finish(&mut last)?;
+        found.extend(scan.take_new());
+        s.out.extend(last.iter().flat_map(|b| b.iter().copied()));
+        Ok(found)
     }
 }
 
