@@ -163,6 +163,10 @@ impl Table {
     /// rotated password, narrowed `sources`): its live connections are then revoked.
     pub fn current(&self, claim: &Claim) -> Option<&Arc<Tenant>> {
         let now = self.get(&claim.tenant.name)?;
+        // The table it was identified by (each reload builds new records): it stands.
+        if Arc::ptr_eq(now, &claim.tenant) {
+            return Some(now);
+        }
         let peer = claim.peer.to_canonical();
         let still = match (&now.auth, &claim.tenant.auth) {
             (Some(a), Some(b)) => a == b && now.admits_source(peer),
@@ -339,6 +343,8 @@ mod tests {
         };
         let alpha = claim(&before, "10.1.0.9", None);
         let gamma = claim(&before, "192.0.2.1", Some(&basic_of("gamma:old")));
+        // The table they were identified by: they stand at once.
+        assert!(before.current(&alpha).is_some() && before.current(&gamma).is_some());
         // Reloaded unchanged: both stand, with the new table's records.
         let same = Table::new(vec![
             tenant("alpha", &["10.1.0.0/16"], None),
