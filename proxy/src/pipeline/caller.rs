@@ -194,13 +194,14 @@ fn by_values<'v>(
     mut values: impl Iterator<Item = &'v [u8]>,
     first: bool,
 ) -> bool {
+    // Most requests carry no credentials: the table is not even loaded for them.
+    let Some(value) = values.next() else {
+        return false;
+    };
     let tenants = shared.tenants.load();
     if !tenants.is_gateway() {
         return false;
     }
-    let Some(value) = values.next() else {
-        return false;
-    };
     // Two credentials are no tenant's: which one counts is not for sluice to guess.
     let found = match values.next() {
         Some(_) => Err(NoTenant::TwoCredentials),
