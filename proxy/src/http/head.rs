@@ -133,6 +133,11 @@ pub(crate) async fn read_head<R: AsyncRead + Unpin>(
     }
 }
 
+/// Whether `buf` starts with a whole head (a malformed one is not: its reader says why).
+pub(crate) fn is_whole(buf: &[u8]) -> bool {
+    matches!(find_head_end(buf, &mut 0), Ok(Some(_)))
+}
+
 /// The end of the head (after the blank line), if complete. A bare LF is refused as soon as
 /// it is seen (spec §5.1).
 fn find_head_end(buf: &[u8], scanned: &mut usize) -> Result<Option<usize>, HeadError> {
@@ -398,5 +403,17 @@ mod tests {
             read_head(&mut r, &mut buf, 8192).await,
             Err(HeadError::Malformed(_))
         ));
+    }
+
+    /// Only a head whose blank line has arrived is whole: what `settle` relies on to skip
+    /// the re-check (a partial or malformed head takes the usual path).
+    #[test]
+    fn a_head_is_whole_only_with_its_blank_line() {
+        assert!(is_whole(b"CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n"));
+        assert!(is_whole(b"CONNECT h:443 HTTP/1.1\r\n\r\nbody"));
+        assert!(!is_whole(b"CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n"));
+        assert!(!is_whole(b"CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r"));
+        assert!(!is_whole(b"CONNECT h:443 HTTP/1.1\nHost: h\r\n\r\n"));
+        assert!(!is_whole(b""));
     }
 }

@@ -76,6 +76,8 @@ pub(crate) struct Arrival {
     slot: Option<admission::CallerSlot>,
     /// The slot is its address's, held until the first head says whose connection it is.
     provisional: bool,
+    /// The client's first head had arrived whole before its caller was looked up.
+    head_before_lookup: bool,
 }
 
 /// A connection past its caller's limits (or all of sluice's): refused with 429 by the
@@ -106,11 +108,14 @@ pub(crate) struct Settled {
 }
 
 /// The first step of every client connection: identify its caller, take its slot.
+/// `head_before_lookup` says that the client's first head has arrived whole already (so
+/// whoever wrote it did so before this lookup).
 pub(crate) async fn arrive(
     shared: &Shared,
     peer: SocketAddr,
     local: SocketAddr,
     heads: FirstHead,
+    head_before_lookup: bool,
 ) -> Result<Arrival, Limited> {
     let (raise, stop) = stop::signal();
     let conn = Conn {
@@ -140,6 +145,7 @@ pub(crate) async fn arrive(
             caller,
             slot: Some(slot),
             provisional,
+            head_before_lookup,
         }),
         Err(refusal) => Err(Limited {
             conn,
@@ -234,11 +240,23 @@ async fn by_credentials(
 /// The client sent its first bytes: they are the caller's only if the process that
 /// connected still holds the socket (a full re-check); from here on it is re-checked
 /// periodically, and the connection stopped when it no longer holds it.
+///
+/// A head that had arrived whole before the lookup needs no re-check: it was written
+/// before the lookup read the socket's holders (the whole owner set, fork family and
+/// siblings, a superset of what a re-check reads), so a re-check now would only repeat
+/// that look at a later moment, which says nothing more about who wrote the head. (Who
+/// uses the connection later is what the per-request confirmations and the periodic
+/// re-checks are for.)
 pub(crate) async fn settle(shared: &Arc<Shared>, arrival: Arrival) -> Settled {
     let Arrival {
-        conn, caller, slot, ..
+        conn,
+        caller,
+        slot,
+        head_before_lookup,
+        ..
     } = arrival;
     let caller = match caller {
+        Ok(known) if head_before_lookup => Ok(known),
         Ok(known) => caller::recheck(shared, &known).await.map(|()| known),
         Err(e) => Err(e),
     };
@@ -276,9 +294,17 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
     // A proxy that delays small writes stalls TLS handshakes by 40 ms (Nagle + delayed ACK).
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
+    let mut buf = BytesMut::with_capacity(4096);
+    let limits = &shared.limits;
+    // The head is most likely here by now (the client sent it as it connected): read without
+    // waiting for the runtime to learn that the socket is readable, a wake-up of its own;
+    // and before the lookup, so that a head already whole needs no re-check (`settle`).
+    read_ready(rd.as_ref(), &mut buf, limits.max_head_bytes);
+    let head_before_lookup = head::is_whole(&buf);
     // The one-off phases are boxed: the connection's future keeps only the size of the
     // state it idles in.
-    let arrival = match Box::pin(arrive(&shared, peer, local, FirstHead::MayName)).await {
+    let arriving = arrive(&shared, peer, local, FirstHead::MayName, head_before_lookup);
+    let arrival = match Box::pin(arriving).await {
         Ok(a) => a,
         Err(limited) => {
             // Boxed: its 4 KiB drain buffer would otherwise be part of every connection's
@@ -287,11 +313,6 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
             return;
         }
     };
-    let mut buf = BytesMut::with_capacity(4096);
-    let limits = &shared.limits;
-    // The head is most likely here by now (the client sent it as it connected): read without
-    // waiting for the runtime to learn that the socket is readable, a wake-up of its own.
-    read_ready(rd.as_ref(), &mut buf, limits.max_head_bytes);
     let head = match Box::pin(tokio::time::timeout(
         limits.head_timeout,
         head::read_head(&mut rd, &mut buf, limits.max_head_bytes),

@@ -89,10 +89,6 @@ mod tests {
     fn a_lingering_close_adds_no_buffer_to_the_connections_future() {
         let mut rd: &[u8] = b"";
         let fut = linger(&mut rd);
-        assert!(
-            std::mem::size_of_val(&fut) < 512,
-            "{} bytes",
-            std::mem::size_of_val(&fut)
-        );
+        assert!(size_of_val(&fut) < 512, "{} bytes", size_of_val(&fut));
     }
 }

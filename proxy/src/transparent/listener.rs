@@ -97,21 +97,22 @@ pub async fn serve(
     // The client's socket is keyed by the destination it dialled, not sluice's address.
     let (mut rd, mut wr) = stream.into_split();
     let keyed = *original.as_ref().unwrap_or(&local);
-    let arrival = match pipeline::arrive(&shared, peer, keyed, pipeline::FirstHead::Never).await {
-        Ok(a) => a,
-        Err(limited) => {
-            let early = Early {
-                shared: &shared,
-                conn: &limited.conn,
-                caller: limited.caller.as_ref().ok().map(|k| Arc::clone(&k.audit)),
-                original: original.as_ref().ok().copied(),
-            };
-            let r = &limited.refusal;
-            early.audit(Engine::Proxy, r.error.as_str(), &r.detail, r.status);
-            let _ = wr.shutdown().await;
-            return;
-        }
-    };
+    let arrival =
+        match pipeline::arrive(&shared, peer, keyed, pipeline::FirstHead::Never, false).await {
+            Ok(a) => a,
+            Err(limited) => {
+                let early = Early {
+                    shared: &shared,
+                    conn: &limited.conn,
+                    caller: limited.caller.as_ref().ok().map(|k| Arc::clone(&k.audit)),
+                    original: original.as_ref().ok().copied(),
+                };
+                let r = &limited.refusal;
+                early.audit(Engine::Proxy, r.error.as_str(), &r.detail, r.status);
+                let _ = wr.shutdown().await;
+                return;
+            }
+        };
     let early = Early {
         shared: &shared,
         conn: &arrival.conn,
