@@ -64,8 +64,9 @@ pub(crate) struct Bounds {
 }
 
 /// What a relay checks besides its bounds: `stop` ends it (with the reason) whenever it
-/// resolves; `first_use` is awaited before the client's first bytes go upstream, and an
-/// `Err` (its reason) ends the relay instead.
+/// resolves; `first_use` is awaited before the first bytes read from the client go upstream
+/// (those that came with the CONNECT head, `initial`, were checked with it), and an `Err`
+/// (its reason) ends the relay instead.
 #[derive(Debug)]
 pub(crate) struct Checks<S, G> {
     pub stop: S,
@@ -127,8 +128,10 @@ where
     let idle = bounds.idle;
     let Checks { stop, first_use } = checks;
     tokio::pin!(stop);
-    // Bytes that came with the CONNECT head were checked with it.
-    let mut first_use = initial.is_empty().then_some(Box::pin(first_use));
+    // Bytes that came with the CONNECT head were checked with it; the check still runs
+    // before the first bytes read here, which may come from another program the socket was
+    // handed to after the `200`.
+    let mut first_use = Some(Box::pin(first_use));
     let mut stats = RelayStats {
         client_to_upstream: 0,
         upstream_to_client: 0,
@@ -314,6 +317,35 @@ mod tests {
         let mut got = Vec::new();
         upstream_peer.read_to_end(&mut got).await.unwrap();
         assert!(got.is_empty(), "{got:?}");
+    }
+
+    /// Bytes that came with the CONNECT head go upstream at once (checked with it); the
+    /// next bytes the client sends still wait for the first-use check, and go nowhere when
+    /// it fails (the socket may have been handed over after the `200`).
+    #[tokio::test]
+    async fn bytes_after_those_sent_with_the_head_still_wait_for_their_check() {
+        let (client, mut client_peer) = duplex(64);
+        let (upstream, mut upstream_peer) = duplex(64);
+        let (cr, cw) = tokio::io::split(client);
+        let (ur, uw) = tokio::io::split(upstream);
+        client_peer.write_all(b"later").await.unwrap();
+        let bounds = Bounds {
+            idle: Duration::from_secs(3600),
+            unused: None,
+        };
+        let checks = Checks {
+            stop: std::future::pending(),
+            first_use: async { Err("caller changed".to_string()) },
+        };
+        let relayed = relay_until(cr, cw, ur, uw, b"with-head", bounds, checks);
+        let stats = tokio::time::timeout(Duration::from_secs(10), relayed)
+            .await
+            .expect("the relay stops at the check");
+        assert_eq!(stats.end, RelayEnd::Stopped("caller changed".into()));
+        assert_eq!(stats.client_to_upstream, 9);
+        let mut got = Vec::new();
+        upstream_peer.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"with-head");
     }
 
     fn unchecked() -> Checks<std::future::Pending<String>, std::future::Ready<Result<(), String>>> {

@@ -18,6 +18,9 @@ Modes (one JSON line per attempt on stdout):
                               send the second request inside the tunnel.
   steal ORIGIN_PORT WAIT_MS   the helper opens an L4 CONNECT tunnel and hands it over; we wait
                               WAIT_MS, then try to use the tunnel.
+  steal-pipelined ORIGIN_PORT WAIT_MS
+                              the same, with the helper's first request sent in the same
+                              write as its CONNECT head (bytes that arrive with the head).
   borrow N TARGET             no SCM_RIGHTS: we create an inheritable socket, fork a child that
                               forks LISTED_PYTHON (blocked on a pipe, holding the socket) and
                               closes its own copy; then we connect and CONNECT to TARGET
@@ -95,6 +98,16 @@ def helper(channel_fd, proxy_port):
             socket.send_fds(channel, [b"back"], [held])
             os.close(held)
             held = None
+        elif op == b"pipelined":
+            # A CONNECT with a first request right behind its head, in one write: read the
+            # CONNECT's answer, then the first request's.
+            sock = socket.create_connection(("127.0.0.1", proxy_port))
+            sock.sendall(arg)
+            answer = read_response(sock)
+            if status(answer) == 200:
+                answer += "\n" + read_response(sock)
+            socket.send_fds(channel, [answer.encode()], [sock.fileno()])
+            sock.close()
         elif op in (b"first", b"open"):
             # Connect, send `arg` (a first request, or a CONNECT), read the answer; for `open`
             # (a CONNECT) then send what follows the blank line as the first request in it.
@@ -202,9 +215,13 @@ def keep_alive(helper, origin_port, inside_tunnel):
     say(port=local_port, first=first[:2000], second=second[:2000], status=status(second))
 
 
-def steal(helper, origin_port, wait_ms):
+def steal(helper, origin_port, wait_ms, pipelined=False):
     target = f"127.0.0.1:{origin_port}"
-    answer, sock = helper.request(b"open", f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    connect = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode()
+    if pipelined:
+        answer, sock = helper.request(b"pipelined", connect + get(target, False))
+    else:
+        answer, sock = helper.request(b"open", connect)
     local_port = sock.getsockname()[1]
     time.sleep(wait_ms / 1000)
     try:
@@ -273,6 +290,8 @@ def main():
             keep_alive(h, int(args[0]), inside_tunnel=True)
         elif mode == "steal":
             steal(h, int(args[0]), int(args[1]))
+        elif mode == "steal-pipelined":
+            steal(h, int(args[0]), int(args[1]), pipelined=True)
         else:
             sys.exit(f"unknown mode {mode}")
     finally:

@@ -296,6 +296,51 @@ fn a_tunnel_handed_over_after_it_opened_is_closed_by_the_recheck() {
     assert_events_valid(&sluice);
 }
 
+/// The listed program's first request rides in the same write as its CONNECT head (checked
+/// with the head); the attacker that takes the tunnel over afterwards is still cut at its
+/// first bytes, not let through until the periodic re-check.
+#[test]
+fn a_tunnel_opened_with_pipelined_bytes_then_handed_over_is_closed_at_first_use() {
+    let dir = TempDir::new("borrowed-steal-pipelined");
+    let listed = listed_python(&dir);
+    let (l4, inspected) = (HttpOrigin::start(), HttpOrigin::start());
+    // A periodic re-check too rare to be what stops the attacker here.
+    let sluice = Sluice::start(
+        &policy(&listed, l4.port(), inspected.port()),
+        &[
+            "--allow-loopback-upstream",
+            "--caller-recheck-interval",
+            "60s",
+        ],
+    );
+    let out = attack(
+        &listed,
+        &sluice,
+        "steal-pipelined",
+        &[l4.port().to_string(), "300".into()],
+    );
+    let a = &out[0];
+    assert_eq!(
+        a["status"], 200,
+        "the listed program's tunnel opened: {a:#}"
+    );
+    assert_ne!(
+        a["later_status"], 200,
+        "the attacker used the tunnel: {a:#}"
+    );
+    assert_eq!(l4.received().len(), 1, "only the listed program's request");
+    let port = a["port"].as_u64().unwrap();
+    let close = sluice.wait_event("close of the handed-over tunnel", |e| {
+        is_close(e) && src_port(e) == port
+    });
+    let reason = close["status_detail"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("caller changed: ") && reason.contains(&python()),
+        "{close:#}"
+    );
+    assert_events_valid(&sluice);
+}
+
 #[test]
 fn inside_sluice_exec_the_hand_over_is_refused_too() {
     if !privileged("inside_sluice_exec_the_hand_over_is_refused_too") {

@@ -133,7 +133,8 @@ pub(crate) async fn read_head<R: AsyncRead + Unpin>(
     }
 }
 
-/// Whether `buf` starts with a whole head (a malformed one is not: its reader says why).
+/// Whether `buf` holds a whole head: its blank line has arrived (whether it parses is for
+/// [`read_head`] to say; a bare LF before it makes it not whole).
 pub(crate) fn is_whole(buf: &[u8]) -> bool {
     matches!(find_head_end(buf, &mut 0), Ok(Some(_)))
 }

@@ -97,8 +97,8 @@ pub(crate) enum FirstHead {
     Never,
 }
 
-/// An arrived connection whose client has sent its first bytes: its caller rechecked, and
-/// held (slot, periodic re-check) while it lasts.
+/// An arrived connection whose client has sent its first bytes: its caller rechecked (or
+/// looked up after them), and held (slot, periodic re-check) while it lasts.
 #[derive(Debug)]
 pub(crate) struct Settled {
     pub(crate) conn: Conn,
@@ -242,11 +242,11 @@ async fn by_credentials(
 /// periodically, and the connection stopped when it no longer holds it.
 ///
 /// A head that had arrived whole before the lookup needs no re-check: it was written
-/// before the lookup read the socket's holders (the whole owner set, fork family and
-/// siblings, a superset of what a re-check reads), so a re-check now would only repeat
-/// that look at a later moment, which says nothing more about who wrote the head. (Who
-/// uses the connection later is what the per-request confirmations and the periodic
-/// re-checks are for.)
+/// before the lookup read the socket's holders (the holder's fork family and the
+/// ancestors' other children, a superset of what a re-check reads), so a re-check now
+/// would only repeat that look at a later moment, which says nothing more about who wrote
+/// the head. (Who uses the connection later is what the per-request confirmations, a
+/// tunnel's first-use re-check and the periodic re-checks are for.)
 pub(crate) async fn settle(shared: &Arc<Shared>, arrival: Arrival) -> Settled {
     let Arrival {
         conn,
