@@ -562,7 +562,18 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
     req.on('end', () => {
       fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('latin1'), trailers: req.trailers }) + '\n');
       if (req.url.startsWith('/store')) stored = req.headers.authorization || '';
-      if (req.url.startsWith('/fetch')) { res.setHeader('content-type', 'text/plain'); res.end(stored); return; }
+      if (req.url.startsWith('/fetch')) {
+        res.setHeader('content-type', 'text/plain');
+        // Byte ranges, as any file server answers them (`bytes=A-B`).
+        const range = /^bytes=(\d+)-(\d+)$/.exec(req.headers.range || '');
+        if (range) {
+          const [a, b] = [Number(range[1]), Math.min(Number(range[2]), stored.length - 1)];
+          res.statusCode = 206;
+          res.setHeader('content-range', `bytes ${a}-${b}/${stored.length}`);
+          res.end(stored.slice(a, b + 1)); return;
+        }
+        res.end(stored); return;
+      }
       let echo = Buffer.from(JSON.stringify({ url: req.url, headers: req.headers }));
       if (req.url.startsWith('/gzip')) {
         res.setHeader('content-encoding', 'gzip'); res.end(zlib.gzipSync(echo)); return;

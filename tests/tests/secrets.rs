@@ -326,6 +326,50 @@ fn a_bound_api_that_echoes_the_request_never_hands_the_secret_back() {
     assert_events_valid(&sluice);
 }
 
+/// A secret stored upstream, fetched back in byte ranges too short for the scrub to
+/// recognise any one of them: sluice sends no `Range` (nor `If-Range`) to a credentialed
+/// endpoint, so every answer is whole, and scrubbed whole.
+#[test]
+fn a_stored_secret_cannot_be_fetched_back_in_pieces() {
+    let dir = TempDir::new("ranges");
+    let origin = EchoOrigin::start(dir.path());
+    let (sluice, ca) = echo_setup(&dir, &origin);
+    let base = format!("https://127.0.0.1:{}", origin.port());
+    let auth = format!("Authorization: Bearer {PLACEHOLDER}");
+    for http in ["--http1.1", "--http2"] {
+        let out = curl(&sluice, &ca, http, &["-H", &auth], &format!("{base}/store"));
+        assert!(out.ends_with("200"), "{http}: {out}");
+        let stored = format!("Bearer {SECRET}").len();
+        let mut pieces = String::new();
+        for start in (0..stored).step_by(4) {
+            let range = format!("Range: bytes={start}-{}", start + 3);
+            let if_range = "If-Range: Wed, 21 Oct 2015 07:28:00 GMT";
+            let out = curl(
+                &sluice,
+                &ca,
+                http,
+                &["-H", &range, "-H", if_range],
+                &format!("{base}/fetch"),
+            );
+            assert!(out.ends_with("200"), "{http} {range}: {out}");
+            assert!(!out.contains("206"), "{http} {range}: {out}");
+            assert!(
+                out.contains(&format!("Bearer {PLACEHOLDER}")),
+                "{http}: {out}"
+            );
+            let body = out.rsplit("\r\n\r\n").next().unwrap_or("");
+            pieces.push_str(body.trim_end_matches("\n200"));
+        }
+        assert!(!pieces.contains(SECRET), "{http}: {pieces}");
+    }
+    for r in origin.received() {
+        assert!(r["headers"]["range"].is_null(), "{r}");
+        assert!(r["headers"]["if-range"].is_null(), "{r}");
+    }
+    assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), ca.parent().unwrap()]);
+    assert_events_valid(&sluice);
+}
+
 #[test]
 fn a_placeholder_goes_only_where_the_profile_places_it() {
     let dir = TempDir::new("placement");

@@ -27,7 +27,7 @@ pub use binding::{Bindings, Mismatch, RequestScope, Resolution, Resolve, Scoped,
 pub use body::{BodyError, BodyGuard, RewrittenBody, rewrite_body, set_content_length};
 pub use profile::{CredentialName, CredentialRef, EnvKey, ProfileId, ProviderProfile};
 pub use rewrite::{CredentialError, Injected, Site, head_has_marker, rewrite_request};
-pub use scrub::{ScrubError, ScrubSet, Scrubbed, ask_identity_encoding, scrub_response};
+pub use scrub::{ScrubError, ScrubSet, Scrubbed, ask_whole_plain_response, scrub_response};
 pub use secrets::{Secret, SecretStore, SecretsWarning};
 
 /// Profiles and secrets, ready for requests, and what the operator should be told.

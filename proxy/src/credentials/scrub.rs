@@ -11,7 +11,7 @@
 //! back to the placeholder, a text body (`text/*`, JSON, XML, forms, none declared) likewise,
 //! any other body (gRPC, protobuf: binary framing that counts bytes) masked with as many `*`,
 //! `Content-Length` dropped (a scrubbed body changes length), and an encoded body refused
-//! (sluice asks for `Accept-Encoding: identity`, see `ask_identity_encoding`; a compressed
+//! (sluice asks for `Accept-Encoding: identity`, see `ask_whole_plain_response`; a compressed
 //! body could hide the secret from the scan), declared or recognised by its magic bytes.
 //! The caller decides which responses come here (those from an endpoint with secrets bound,
 //! see `Bindings::endpoint_secrets`). It knows nothing of sockets or audit: the caller says
@@ -290,10 +290,18 @@ impl ScrubError {
 /// What to do at the first secret found in a response (audit it).
 type OnHit = Box<dyn FnOnce() + Send + Sync>;
 
-/// Asks the upstream for an unencoded response (`Accept-Encoding: identity`), replacing what
-/// the client asked for: the response to a request that carried a secret must be scanned.
-pub fn ask_identity_encoding(headers: &mut Vec<(String, Vec<u8>)>) {
-    headers.retain(|(n, _)| !n.eq_ignore_ascii_case("accept-encoding"));
+/// Asks the upstream for a whole, unencoded response, replacing what the client asked for:
+/// the response must be scanned. `Accept-Encoding: identity`, so that the secret is not
+/// hidden by compression; no `Range` (nor `If-Range`), so that a secret stored upstream
+/// cannot be fetched back a few bytes at a time, each piece too short to be recognised (the
+/// server then answers the whole representation, which HTTP lets it do for any range
+/// request).
+pub fn ask_whole_plain_response(headers: &mut Vec<(String, Vec<u8>)>) {
+    headers.retain(|(n, _)| {
+        !["accept-encoding", "range", "if-range"]
+            .iter()
+            .any(|h| n.eq_ignore_ascii_case(h))
+    });
     headers.push(("accept-encoding".to_string(), b"identity".to_vec()));
 }
 

@@ -86,7 +86,7 @@ pub(super) fn inject_head(
     let bound = creds.endpoint_secrets(d.host, d.port);
     if !credentials::head_has_marker(target, headers) {
         if !bound.is_empty() {
-            credentials::ask_identity_encoding(headers);
+            credentials::ask_whole_plain_response(headers);
         }
         return Ok(Injected {
             credentials: Vec::new(),
@@ -105,7 +105,7 @@ pub(super) fn inject_head(
         Ok(mut injected) => {
             injected.scrub.merge(&bound);
             if !injected.scrub.is_empty() {
-                credentials::ask_identity_encoding(headers);
+                credentials::ask_whole_plain_response(headers);
             }
             Ok(injected)
         }

@@ -392,7 +392,7 @@ impl<'a> Exchange<'a> {
                     rec.credentials.dedup();
                     if !done.injected.scrub.is_empty() {
                         if prepared.scrub.is_empty() {
-                            credentials::ask_identity_encoding(&mut prepared.headers);
+                            credentials::ask_whole_plain_response(&mut prepared.headers);
                         }
                         prepared.scrub.merge(&done.injected.scrub);
                     }
