@@ -78,6 +78,14 @@ fn cases() -> Vec<Case> {
             format!(r#"{{"pad":"{pad}","_method":"DELETE"}}"#).into_bytes(),
             denied,
         ),
+        // Refused at its first member, with megabytes still to come: the client, still
+        // sending, must read the refusal all the same (HTTP/1.1 and HTTP/2).
+        (
+            "early-delete",
+            JSON,
+            format!(r#"{{"_method":"DELETE","pad":"{pad}"}}"#).into_bytes(),
+            denied,
+        ),
         // Duplicates: each is judged.
         (
             "twice",
