@@ -37,6 +37,7 @@ pub enum Code {
     CredentialInBody,
     CredentialInTrailers,
     ProxyAuthRequired,
+    TooManyFailedLogins,
 }
 
 impl Code {
@@ -73,6 +74,7 @@ impl Code {
             Code::CredentialInBody => "credential_in_body",
             Code::CredentialInTrailers => "credential_in_trailers",
             Code::ProxyAuthRequired => "proxy_auth_required",
+            Code::TooManyFailedLogins => "too_many_failed_logins",
         }
     }
 }

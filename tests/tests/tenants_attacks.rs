@@ -105,6 +105,63 @@ fn failed_credentials_do_not_drain_a_bucket_other_clients_share() {
     assert_eq!(origin.received().len(), 0);
 }
 
+/// A password guesser: after 20 wrong credentials from one address, its next attempts are
+/// refused unchecked (`429 too_many_failed_logins`, `Retry-After`), the right password
+/// included (so the refusals say nothing about a guess), and audited; a client at another
+/// address is not affected.
+#[test]
+fn a_password_guesser_is_throttled_and_learns_nothing_more() {
+    let (_dir, origin, gw) = mixed_gateway("tatk-guesser", &[]);
+    let port = origin.port();
+    let attempt = |source: [u8; 4], password: &str| {
+        let mut s = connect_from(&gw, source);
+        let auth = basic("gamma", password);
+        s.write_all(forward(port, "/", Some(&auth)).as_bytes())
+            .unwrap();
+        read_response(&mut s)
+    };
+    let guesser = [127, 0, 0, 23];
+    for i in 0..20 {
+        let (head, body) = attempt(guesser, &format!("guess-{i}"));
+        assert_eq!(status_line(&head), 407, "guess {i}: {head}{body}");
+    }
+    for password in ["guess-20", GAMMA_PASSWORD] {
+        let (head, body) = attempt(guesser, password);
+        assert_eq!(status_line(&head), 429, "{password}: {head}{body}");
+        let retry: u64 = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Retry-After: "))
+            .unwrap_or_else(|| panic!("no Retry-After: {head}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!((1..=3).contains(&retry), "{head}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"], "too_many_failed_logins", "{body}");
+        assert_eq!(body["stage"], "tenant", "{body}");
+        assert_eq!(body["retry_after"], retry, "{body}");
+        assert!(!head.contains("Proxy-Authenticate"), "{head}");
+    }
+    // Another address: its wrong guess is a plain 407, the right password passes.
+    let (head, _) = attempt([127, 0, 0, 24], "guess-x");
+    assert_eq!(status_line(&head), 407, "{head}");
+    let (head, body) = attempt([127, 0, 0, 24], GAMMA_PASSWORD);
+    assert_eq!(status_line(&head), 200, "{head}{body}");
+    // The guesser earns one attempt back within a refill: the right password then passes.
+    thread::sleep(Duration::from_millis(3100));
+    let (head, body) = attempt(guesser, GAMMA_PASSWORD);
+    assert_eq!(status_line(&head), 200, "{head}{body}");
+    assert_eq!(origin.received().len(), 2);
+    gw.wait_event("the throttled attempt", |e| {
+        e["status_code"] == "429"
+            && e["status_detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("too many wrong proxy credentials"))
+    });
+    assert_never_logged(&gw, GAMMA_PASSWORD, "gamma's proxy password");
+    assert_events_valid(&gw);
+}
+
 /// A client at an address of a tenant known by address, sending another tenant's
 /// credentials, is that other tenant's from its first head on: it is not counted against
 /// the address tenant's limits (nor refused in its name) before its credentials are read.

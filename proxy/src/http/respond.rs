@@ -91,12 +91,15 @@ impl Refusal {
             .ok()
             .and_then(|s| s.canonical_reason())
             .unwrap_or("Error");
-        // A gateway tenant's credentials are asked for (RFC 9110 §11.7.1).
-        let challenge = if self.error == Code::ProxyAuthRequired {
-            "Proxy-Authenticate: Basic realm=\"sluice\", charset=\"UTF-8\"\r\n"
-        } else {
-            ""
-        };
+        // A gateway tenant's credentials are asked for (RFC 9110 §11.7.1); a refusal that
+        // says when to come back says it in `Retry-After` too (RFC 9110 §10.2.3).
+        let mut challenge = String::new();
+        if self.error == Code::ProxyAuthRequired {
+            challenge.push_str("Proxy-Authenticate: Basic realm=\"sluice\", charset=\"UTF-8\"\r\n");
+        }
+        if let Some((_, secs)) = self.extra.iter().find(|(k, _)| *k == "retry_after") {
+            challenge.push_str(&format!("Retry-After: {secs}\r\n"));
+        }
         format!(
             "HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\n{challenge}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
             self.status,

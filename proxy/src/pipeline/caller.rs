@@ -24,7 +24,7 @@ use crate::http::head::RequestHead;
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 use crate::policy;
-use crate::tenants::{Claim, NoTenant, Tenant};
+use crate::tenants::{Claim, NoTenant, Table, Tenant};
 
 /// Why a connection's caller is not known, or no longer holds its socket: the identity
 /// crate's answer, shared (every later request of the connection is refused with it); or,
@@ -205,7 +205,7 @@ fn by_values<'v>(
     // Two credentials are no tenant's: which one counts is not for sluice to guess.
     let found = match values.next() {
         Some(_) => Err(NoTenant::TwoCredentials),
-        None => tenants.identify(peer.ip(), Some(value)),
+        None => identify_counted(shared, &tenants, peer.ip(), value, first),
     };
     let same = matches!((&found, &*caller), (Ok(t), Ok(k)) if k.tenant() == Some(&*t.name));
     if same {
@@ -219,6 +219,33 @@ fn by_values<'v>(
         _ => Err(CallerError::Tenant(NoTenant::Switched)),
     };
     true
+}
+
+/// The tenant whose credentials `value` are, from `peer`. A connection's first credentials
+/// are counted: an address that has sent too many wrong ones has its next attempts refused
+/// unchecked for a while (`tenants::guesses`). A later request's are not (they cannot tell
+/// a right password from a wrong one: every answer to them is the same refusal).
+fn identify_counted(
+    shared: &Shared,
+    tenants: &Table,
+    peer: IpAddr,
+    value: &[u8],
+    first: bool,
+) -> Result<Arc<Tenant>, NoTenant> {
+    if !first {
+        return tenants.identify(peer, Some(value));
+    }
+    let now = std::time::Instant::now();
+    if let Some(wait) = shared.failed_logins.throttled(peer, now) {
+        return Err(NoTenant::Throttled(wait));
+    }
+    let found = tenants.identify(peer, Some(value));
+    if let Err(e) = &found
+        && e.is_wrong_credentials()
+    {
+        shared.failed_logins.failed(peer, now);
+    }
+    found
 }
 
 /// [`confirm`] for a connection's caller as the request loop carries it: a caller that no
@@ -235,7 +262,14 @@ pub async fn reconfirm(shared: &Shared, caller: &mut CallerState) {
 /// refused request (`CONNECT host:port`, `GET host:port/path`), `e` why.
 pub fn denial(what: &str, e: &CallerError) -> Denial {
     if let CallerError::Tenant(no) = e {
-        let refusal = if no.asks_credentials() {
+        let refusal = if let NoTenant::Throttled(wait) = no {
+            Refusal::new(
+                429,
+                Code::TooManyFailedLogins,
+                format!("{what} refused: too many wrong proxy credentials from this address"),
+            )
+            .with("retry_after", wait.as_secs().max(1))
+        } else if no.asks_credentials() {
             Refusal::new(
                 407,
                 Code::ProxyAuthRequired,

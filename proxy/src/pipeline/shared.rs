@@ -90,6 +90,9 @@ pub struct Shared {
     /// (then `policy` and `credentials` above serve no caller); empty otherwise. Swapped
     /// whole on reload.
     pub tenants: ArcSwap<Table>,
+    /// Wrong proxy credentials per client address, which throttle its next attempts (kept
+    /// across reloads).
+    pub(super) failed_logins: crate::tenants::guesses::FailedLogins,
     /// TLS termination (the CA's leaves and the verified upstream side); `None` when the CA
     /// could not be made, and then inspected endpoints are refused with 503.
     pub tls: Option<TlsState>,
@@ -149,6 +152,7 @@ impl Shared {
             pool: Arc::default(),
             seen: super::seen::Seen::default(),
             rechecks: super::rechecks::Rechecks::default(),
+            failed_logins: crate::tenants::guesses::FailedLogins::default(),
             policy: ArcSwap::from_pointee(policy),
             resolver,
             identity,

@@ -8,6 +8,7 @@
 //! profiles and secrets is `cli/tenants.rs`'s.
 
 pub mod file;
+pub mod guesses;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -126,12 +127,26 @@ pub enum NoTenant {
     Switched,
     #[error("more than one Proxy-Authorization header: send one")]
     TwoCredentials,
+    /// Too many wrong credentials from this address (`guesses.rs`): not checked.
+    #[error(
+        "too many wrong proxy credentials from this address; the next attempt is checked in {} s",
+        .0.as_secs().max(1)
+    )]
+    Throttled(std::time::Duration),
 }
 
 impl NoTenant {
     /// Whether the client should be asked for credentials (407) rather than refused (403).
     pub fn asks_credentials(&self) -> bool {
-        !matches!(self, NoTenant::UnknownSource(_))
+        !matches!(self, NoTenant::UnknownSource(_) | NoTenant::Throttled(_))
+    }
+
+    /// Whether this is a wrong guess of credentials (counted against the address).
+    pub fn is_wrong_credentials(&self) -> bool {
+        matches!(
+            self,
+            NoTenant::BadCredentials | NoTenant::MalformedCredentials(_)
+        )
     }
 }
 
