@@ -565,7 +565,9 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
       if (req.url.startsWith('/fetch')) {
         res.setHeader('content-type', 'text/plain');
         // Byte ranges, as any file server answers them (`bytes=A-B`).
-        const range = /^bytes=(\d+)-(\d+)$/.exec(req.headers.range || '');
+        // Apache's `Request-Range` and Azure's `x-ms-range` too.
+        const asked = req.headers.range || req.headers['request-range'] || req.headers['x-ms-range'] || '';
+        const range = /^bytes=(\d+)-(\d+)$/.exec(asked);
         if (range) {
           const [a, b] = [Number(range[1]), Math.min(Number(range[2]), stored.length - 1)];
           res.statusCode = 206;

@@ -105,21 +105,23 @@ fn failed_credentials_do_not_drain_a_bucket_other_clients_share() {
     assert_eq!(origin.received().len(), 0);
 }
 
-/// A password guesser: after 20 wrong credentials from one address, its next attempts are
-/// refused unchecked (`429 too_many_failed_logins`, `Retry-After`), the right password
-/// included (so the refusals say nothing about a guess), and audited; a client at another
-/// address is not affected.
+/// A password guesser: after 20 wrong passwords for one username from one address, its
+/// next attempts at that username are refused unchecked (`429 too_many_failed_logins`,
+/// `Retry-After`), the right password included (so the refusals say nothing about a guess),
+/// and audited; another tenant behind the same address, and a client at another address,
+/// are not affected; nor is a right login followed by wrong ones counted twice.
 #[test]
 fn a_password_guesser_is_throttled_and_learns_nothing_more() {
     let (_dir, origin, gw) = mixed_gateway("tatk-guesser", &[]);
     let port = origin.port();
-    let attempt = |source: [u8; 4], password: &str| {
+    let as_user = |source: [u8; 4], user: &str, password: &str| {
         let mut s = connect_from(&gw, source);
-        let auth = basic("gamma", password);
+        let auth = basic(user, password);
         s.write_all(forward(port, "/", Some(&auth)).as_bytes())
             .unwrap();
         read_response(&mut s)
     };
+    let attempt = |source: [u8; 4], password: &str| as_user(source, "gamma", password);
     let guesser = [127, 0, 0, 23];
     for i in 0..20 {
         let (head, body) = attempt(guesser, &format!("guess-{i}"));
@@ -142,6 +144,9 @@ fn a_password_guesser_is_throttled_and_learns_nothing_more() {
         assert_eq!(body["retry_after"], retry, "{body}");
         assert!(!head.contains("Proxy-Authenticate"), "{head}");
     }
+    // Delta, behind the guesser's address: its own count, its login passes.
+    let (head, body) = as_user(guesser, "delta", DELTA_PASSWORD);
+    assert_eq!(status_line(&head), 200, "{head}{body}");
     // Another address: its wrong guess is a plain 407, the right password passes.
     let (head, _) = attempt([127, 0, 0, 24], "guess-x");
     assert_eq!(status_line(&head), 407, "{head}");
@@ -151,7 +156,7 @@ fn a_password_guesser_is_throttled_and_learns_nothing_more() {
     thread::sleep(Duration::from_millis(3100));
     let (head, body) = attempt(guesser, GAMMA_PASSWORD);
     assert_eq!(status_line(&head), 200, "{head}{body}");
-    assert_eq!(origin.received().len(), 2);
+    assert_eq!(origin.received().len(), 3);
     gw.wait_event("the throttled attempt", |e| {
         e["status_code"] == "429"
             && e["status_detail"]

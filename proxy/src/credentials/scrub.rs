@@ -290,17 +290,21 @@ impl ScrubError {
 /// What to do at the first secret found in a response (audit it).
 type OnHit = Box<dyn FnOnce() + Send + Sync>;
 
+/// Request headers that ask for part of a representation: `Range` and its condition, and
+/// the spellings servers also honour (Apache's `Request-Range`, Azure Storage's
+/// `x-ms-range`).
+const RANGE_HEADERS: [&str; 4] = ["range", "if-range", "request-range", "x-ms-range"];
+
 /// Asks the upstream for a whole, unencoded response, replacing what the client asked for:
 /// the response must be scanned. `Accept-Encoding: identity`, so that the secret is not
-/// hidden by compression; no `Range` (nor `If-Range`), so that a secret stored upstream
-/// cannot be fetched back a few bytes at a time, each piece too short to be recognised (the
-/// server then answers the whole representation, which HTTP lets it do for any range
-/// request).
+/// hidden by compression; no range header ([`RANGE_HEADERS`]), so that a secret stored
+/// upstream cannot be fetched back a few bytes at a time, each piece too short to be
+/// recognised (the server then answers the whole representation, which HTTP lets it do for
+/// any range request).
 pub fn ask_whole_plain_response(headers: &mut Vec<(String, Vec<u8>)>) {
     headers.retain(|(n, _)| {
-        !["accept-encoding", "range", "if-range"]
-            .iter()
-            .any(|h| n.eq_ignore_ascii_case(h))
+        !n.eq_ignore_ascii_case("accept-encoding")
+            && !RANGE_HEADERS.iter().any(|h| n.eq_ignore_ascii_case(h))
     });
     headers.push(("accept-encoding".to_string(), b"identity".to_vec()));
 }

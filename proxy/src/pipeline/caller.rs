@@ -235,15 +235,14 @@ fn identify_counted(
     if !first {
         return tenants.identify(peer, Some(value));
     }
-    let now = std::time::Instant::now();
-    if let Some(wait) = shared.failed_logins.throttled(peer, now) {
-        return Err(NoTenant::Throttled(wait));
-    }
+    let user = tenants.presented_username(value);
+    let attempt = shared
+        .failed_logins
+        .attempt(peer, user, std::time::Instant::now())
+        .map_err(NoTenant::Throttled)?;
     let found = tenants.identify(peer, Some(value));
-    if let Err(e) = &found
-        && e.is_wrong_credentials()
-    {
-        shared.failed_logins.failed(peer, now);
+    if found.is_ok() {
+        attempt.succeeded();
     }
     found
 }
@@ -268,7 +267,10 @@ pub fn denial(what: &str, e: &CallerError) -> Denial {
                 Code::TooManyFailedLogins,
                 format!("{what} refused: too many wrong proxy credentials from this address"),
             )
-            .with("retry_after", wait.as_secs().max(1))
+            .with(
+                "retry_after",
+                crate::tenants::guesses::retry_after_secs(*wait),
+            )
         } else if no.asks_credentials() {
             Refusal::new(
                 407,

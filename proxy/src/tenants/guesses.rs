@@ -1,35 +1,45 @@
-//! Failed proxy logins on a gateway, counted per client address: once an address has sent
-//! [`BURST`] wrong credentials in a row (a password guesser), its next attempts are refused
-//! without being checked (`429 too_many_failed_logins`, with `Retry-After`), and it earns one
-//! more attempt every [`REFILL`]. Without this, the only bound on guessing was the address's
-//! connection rate (hundreds a second).
+//! Failed proxy logins on a gateway, counted per client address and username: once an
+//! address has sent [`BURST`] wrong passwords for one username (a password guesser), its next
+//! attempts at that username are refused without being checked (`429
+//! too_many_failed_logins`, with `Retry-After`), and it earns one more attempt every
+//! [`REFILL`]. Without this, the only bound on guessing was the address's connection rate
+//! (hundreds a second).
 //!
-//! An IPv6 client counts under its /64 (one host commonly holds all of it), an IPv4-mapped
-//! one under its IPv4 address. A correct login does not spend the budget. The table survives
-//! reloads (it is not the tenants table's) and is bounded: past [`MAX_ADDRESSES`], the
-//! addresses that have earned their whole budget back are forgotten, then, if still full, the
-//! attempt is counted nowhere and refused alike (a flood of addresses cannot reset the
-//! guessers among them).
+//! - An IPv6 client counts under its /64 (one host commonly holds all of it), an IPv4-mapped
+//!   one under its IPv4 address.
+//! - The username is the one presented when it is a tenant's, else one shared entry for
+//!   every other (unknown users, malformed credentials): a guesser at one username does not
+//!   lock out another tenant behind the same address, and made-up usernames do not multiply
+//!   the entries.
+//! - An attempt is counted when it starts and refunded when it succeeds, under one lock, so
+//!   that concurrent attempts cannot all pass the check before any is counted.
+//! - The table survives reloads (it is not the tenants table's) and is bounded: a new entry
+//!   in a full table first drops the entries that have earned their whole budget back, then
+//!   the one that has spent least; an address never seen is never refused for the table
+//!   being full.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Wrong credentials an address may send before it is throttled.
+/// Wrong passwords an address may send for one username before it is throttled.
 pub const BURST: u32 = 20;
 /// The time in which an address earns one attempt back.
 pub const REFILL: Duration = Duration::from_secs(3);
-/// Addresses remembered at most.
-pub const MAX_ADDRESSES: usize = 65_536;
+/// Entries (address and username) remembered at most.
+pub const MAX_ENTRIES: usize = 65_536;
 
 /// The failed logins of every client address (see the module).
 #[derive(Debug, Default)]
 pub struct FailedLogins {
-    table: Mutex<HashMap<IpAddr, Spent>>,
+    table: Mutex<HashMap<Key, Spent>>,
 }
 
-/// How much of its budget an address has spent, as of `at`.
+/// An address (IPv4, or an IPv6 /64) and the username tried from it (empty: not a tenant's).
+type Key = (IpAddr, Box<str>);
+
+/// How much of its budget an entry has spent, as of `at`.
 #[derive(Clone, Copy, Debug)]
 struct Spent {
     failures: f64,
@@ -44,49 +54,90 @@ impl Spent {
     }
 }
 
-/// The key an address counts under.
-fn key(peer: IpAddr) -> IpAddr {
+/// The address part of a key.
+fn prefix(peer: IpAddr) -> IpAddr {
     match peer.to_canonical() {
         IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from_bits(a.to_bits() & (u128::MAX << 64))),
         v4 => v4,
     }
 }
 
-impl FailedLogins {
-    /// `Some(wait)` when `peer` may not try credentials now: its budget is spent, and it
-    /// earns its next attempt after `wait`.
-    pub fn throttled(&self, peer: IpAddr, now: Instant) -> Option<Duration> {
-        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(spent) = table.get(&key(peer)) else {
-            // A table full of addresses still spending is no place for a new one: refused
-            // as if spent, so that a flood of addresses cannot push the guessers out.
-            return (table.len() >= MAX_ADDRESSES).then_some(REFILL);
-        };
-        let left = spent.at(now) - f64::from(BURST - 1);
-        (left > 0.0).then(|| REFILL.mul_f64(left))
-    }
+/// An attempt allowed and counted ([`FailedLogins::attempt`]): [`Attempt::succeeded`] refunds
+/// it; dropped otherwise, it stays counted as a failure.
+#[derive(Debug)]
+#[must_use]
+pub struct Attempt<'a> {
+    logins: &'a FailedLogins,
+    key: Key,
+}
 
-    /// Counts a wrong login from `peer`.
-    pub fn failed(&self, peer: IpAddr, now: Instant) {
-        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        let key = key(peer);
-        if !table.contains_key(&key) && table.len() >= MAX_ADDRESSES {
-            table.retain(|_, spent| spent.at(now) > 0.0);
-            if table.len() >= MAX_ADDRESSES {
-                return;
-            }
+impl Attempt<'_> {
+    /// The credentials were right: the attempt is not a failure.
+    pub fn succeeded(self) {
+        let mut table = self.logins.lock();
+        if let Some(spent) = table.get_mut(&self.key) {
+            let now = Instant::now();
+            spent.failures = (spent.at(now) - 1.0).max(0.0);
+            spent.at = now;
         }
-        let failures = table.get(&key).map_or(0.0, |s| s.at(now)) + 1.0;
-        table.insert(key, Spent { failures, at: now });
+    }
+}
+
+impl FailedLogins {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Spent>> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Addresses remembered now.
-    pub fn remembered(&self) -> usize {
-        self.table
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+    /// Starts an attempt by `peer` at `user` (empty when not a tenant's username): counted as
+    /// a failure until [`Attempt::succeeded`], or `Err(wait)` when the budget is spent and the
+    /// next attempt is allowed after `wait` (not counted).
+    pub fn attempt(&self, peer: IpAddr, user: &str, now: Instant) -> Result<Attempt<'_>, Duration> {
+        let key: Key = (prefix(peer), user.into());
+        let mut table = self.lock();
+        let spent = table.get(&key).map_or(0.0, |s| s.at(now));
+        let over = spent - f64::from(BURST - 1);
+        if over > 0.0 {
+            return Err(REFILL.mul_f64(over));
+        }
+        if !table.contains_key(&key) && table.len() >= MAX_ENTRIES {
+            make_room(&mut table, now);
+        }
+        table.insert(
+            key.clone(),
+            Spent {
+                failures: spent + 1.0,
+                at: now,
+            },
+        );
+        Ok(Attempt { logins: self, key })
     }
+
+    /// Entries remembered now.
+    pub fn remembered(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// Room for one more entry: the entries that have earned their budget back go; if none
+/// has, the one that has spent least.
+fn make_room(table: &mut HashMap<Key, Spent>, now: Instant) {
+    table.retain(|_, spent| spent.at(now) > 0.0);
+    if table.len() < MAX_ENTRIES {
+        return;
+    }
+    let least = table
+        .iter()
+        .min_by(|a, b| a.1.at(now).total_cmp(&b.1.at(now)))
+        .map(|(k, _)| k.clone());
+    if let Some(k) = least {
+        table.remove(&k);
+    }
+}
+
+/// The `Retry-After` seconds for `wait`: rounded up (a client that waits that long is
+/// checked again), at least 1.
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
 #[cfg(test)]
@@ -97,28 +148,47 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn fail(logins: &FailedLogins, peer: &str, user: &str, now: Instant) {
+        drop(logins.attempt(ip(peer), user, now).expect("allowed"));
+    }
+
     #[test]
     fn an_address_is_throttled_after_its_burst_and_earns_attempts_back() {
         let logins = FailedLogins::default();
         let t0 = Instant::now();
-        let guesser = ip("192.0.2.7");
-        for _ in 0..BURST - 1 {
-            logins.failed(guesser, t0);
-            assert_eq!(logins.throttled(guesser, t0), None);
+        for _ in 0..BURST {
+            fail(&logins, "192.0.2.7", "gamma", t0);
         }
-        logins.failed(guesser, t0);
-        let wait = logins.throttled(guesser, t0).expect("throttled");
+        let wait = logins
+            .attempt(ip("192.0.2.7"), "gamma", t0)
+            .expect_err("throttled");
         assert!(wait <= REFILL && wait > REFILL / 2, "{wait:?}");
-        // Others are not.
-        assert_eq!(logins.throttled(ip("192.0.2.8"), t0), None);
+        // Another address, and another username from the same address, are not.
+        assert!(logins.attempt(ip("192.0.2.8"), "gamma", t0).is_ok());
+        assert!(logins.attempt(ip("192.0.2.7"), "delta", t0).is_ok());
         // One attempt back after the wait, and only one.
         let later = t0 + wait;
-        assert_eq!(logins.throttled(guesser, later), None);
-        logins.failed(guesser, later);
-        assert!(logins.throttled(guesser, later).is_some());
+        fail(&logins, "192.0.2.7", "gamma", later);
+        assert!(logins.attempt(ip("192.0.2.7"), "gamma", later).is_err());
         // The whole budget back in time.
         let much_later = later + REFILL * BURST;
-        assert_eq!(logins.throttled(guesser, much_later), None);
+        assert!(logins.attempt(ip("192.0.2.7"), "gamma", much_later).is_ok());
+    }
+
+    #[test]
+    fn a_right_password_spends_nothing() {
+        let logins = FailedLogins::default();
+        let t0 = Instant::now();
+        for _ in 0..BURST * 3 {
+            logins
+                .attempt(ip("192.0.2.7"), "gamma", t0)
+                .expect("allowed")
+                .succeeded();
+        }
+        for _ in 0..BURST {
+            fail(&logins, "192.0.2.7", "gamma", t0);
+        }
+        assert!(logins.attempt(ip("192.0.2.7"), "gamma", t0).is_err());
     }
 
     #[test]
@@ -126,42 +196,67 @@ mod tests {
         let logins = FailedLogins::default();
         let t0 = Instant::now();
         for i in 0..BURST {
-            logins.failed(ip(&format!("2001:db8:1:2::{:x}", i + 1)), t0);
+            fail(&logins, &format!("2001:db8:1:2::{:x}", i + 1), "", t0);
         }
-        assert!(logins.throttled(ip("2001:db8:1:2:ffff::1"), t0).is_some());
-        assert_eq!(logins.throttled(ip("2001:db8:1:3::1"), t0), None);
+        assert!(logins.attempt(ip("2001:db8:1:2:ffff::1"), "", t0).is_err());
+        assert!(logins.attempt(ip("2001:db8:1:3::1"), "", t0).is_ok());
         for _ in 0..BURST {
-            logins.failed(ip("::ffff:192.0.2.9"), t0);
+            fail(&logins, "::ffff:192.0.2.9", "", t0);
         }
-        assert!(logins.throttled(ip("192.0.2.9"), t0).is_some());
+        assert!(logins.attempt(ip("192.0.2.9"), "", t0).is_err());
     }
 
     #[test]
-    fn a_full_table_forgets_the_recovered_and_never_the_guessers() {
+    fn a_full_table_refuses_no_newcomer_and_keeps_the_guessers() {
         let logins = FailedLogins::default();
         let t0 = Instant::now();
-        let guesser = ip("198.51.100.1");
-        for _ in 0..BURST + 2 {
-            logins.failed(guesser, t0);
+        for _ in 0..BURST {
+            fail(&logins, "198.51.100.1", "gamma", t0);
         }
         let mut n: u32 = 0;
-        while logins.remembered() < MAX_ADDRESSES {
-            logins.failed(IpAddr::V4((0x0a00_0000 + n).into()), t0);
+        while logins.remembered() < MAX_ENTRIES {
+            drop(logins.attempt(IpAddr::V4((0x0a00_0000 + n).into()), "", t0));
             n += 1;
         }
-        // Full of addresses still spending: a new one is refused as if spent, and counted
-        // nowhere; the guesser stays throttled.
-        let newcomer = ip("203.0.113.5");
-        assert!(logins.throttled(newcomer, t0).is_some());
-        logins.failed(newcomer, t0);
-        assert_eq!(logins.remembered(), MAX_ADDRESSES);
-        assert!(logins.throttled(guesser, t0).is_some());
-        // Once the one-off failures are earned back, they make room; the guesser is still
-        // remembered (its budget is not whole again yet).
+        // Full of entries that all still count: a newcomer is checked (not refused for the
+        // table being full), taking the place of one that spent least; the guesser stays.
+        assert!(logins.attempt(ip("203.0.113.5"), "gamma", t0).is_ok());
+        assert_eq!(logins.remembered(), MAX_ENTRIES);
+        assert!(logins.attempt(ip("198.51.100.1"), "gamma", t0).is_err());
+        // Later, the one-off failures are forgotten at the next newcomer; the guesser is
+        // remembered with what it has still spent (two attempts earned back, no more).
         let later = t0 + REFILL * 2;
-        logins.failed(newcomer, later);
-        assert!(logins.remembered() < 10, "{}", logins.remembered());
-        assert!(logins.throttled(guesser, later).is_some());
-        assert_eq!(logins.throttled(newcomer, later), None);
+        assert!(logins.attempt(ip("203.0.113.6"), "gamma", later).is_ok());
+        assert_eq!(logins.remembered(), 2);
+        fail(&logins, "198.51.100.1", "gamma", later);
+        fail(&logins, "198.51.100.1", "gamma", later);
+        assert!(logins.attempt(ip("198.51.100.1"), "gamma", later).is_err());
+    }
+
+    #[test]
+    fn concurrent_attempts_are_counted_before_any_is_checked() {
+        let logins = std::sync::Arc::new(FailedLogins::default());
+        let t0 = Instant::now();
+        let allowed = std::sync::atomic::AtomicU32::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..BURST {
+                        if let Ok(a) = logins.attempt(ip("192.0.2.7"), "gamma", t0) {
+                            drop(a);
+                            allowed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(allowed.into_inner(), BURST);
+    }
+
+    #[test]
+    fn retry_after_rounds_up() {
+        assert_eq!(retry_after_secs(Duration::from_millis(2500)), 3);
+        assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
+        assert_eq!(retry_after_secs(Duration::from_millis(10)), 1);
     }
 }

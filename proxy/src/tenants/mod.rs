@@ -140,14 +140,6 @@ impl NoTenant {
     pub fn asks_credentials(&self) -> bool {
         !matches!(self, NoTenant::UnknownSource(_) | NoTenant::Throttled(_))
     }
-
-    /// Whether this is a wrong guess of credentials (counted against the address).
-    pub fn is_wrong_credentials(&self) -> bool {
-        matches!(
-            self,
-            NoTenant::BadCredentials | NoTenant::MalformedCredentials(_)
-        )
-    }
 }
 
 impl Table {
@@ -232,6 +224,20 @@ impl Table {
         } else {
             Err(NoTenant::UnknownSource(peer))
         }
+    }
+
+    /// The username `proxy_authorization` presents when it is a tenant's, else `""` (unknown
+    /// users and malformed credentials alike): what failed logins are counted under
+    /// (`guesses.rs`).
+    pub fn presented_username(&self, proxy_authorization: &[u8]) -> &str {
+        let Ok((user, _)) = basic(proxy_authorization) else {
+            return "";
+        };
+        self.tenants
+            .iter()
+            .filter_map(|t| t.auth.as_ref())
+            .find(|a| a.username.as_bytes() == user.as_slice())
+            .map_or("", |a| a.username.as_str())
     }
 
     /// Whether some tenant is identified by proxy credentials (then a connection no tenant
