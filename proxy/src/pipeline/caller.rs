@@ -265,7 +265,9 @@ pub fn denial(what: &str, e: &CallerError) -> Denial {
             Refusal::new(
                 429,
                 Code::TooManyFailedLogins,
-                format!("{what} refused: too many wrong proxy credentials from this address"),
+                format!(
+                    "{what} refused: too many wrong proxy credentials for this username from this address"
+                ),
             )
             .with(
                 "retry_after",

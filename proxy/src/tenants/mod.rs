@@ -127,10 +127,11 @@ pub enum NoTenant {
     Switched,
     #[error("more than one Proxy-Authorization header: send one")]
     TwoCredentials,
-    /// Too many wrong credentials from this address (`guesses.rs`): not checked.
+    /// Too many wrong passwords for this username from this address (`guesses.rs`): not
+    /// checked; the next attempt is, after the wait.
     #[error(
-        "too many wrong proxy credentials from this address; the next attempt is checked in {} s",
-        .0.as_secs().max(1)
+        "too many wrong proxy credentials for this username from this address; the next attempt is checked in {} s",
+        guesses::retry_after_secs(*.0)
     )]
     Throttled(std::time::Duration),
 }
