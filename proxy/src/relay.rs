@@ -296,13 +296,15 @@ mod tests {
         assert_eq!(stats.end, RelayEnd::Stopped("caller changed".into()));
     }
 
-    #[tokio::test]
-    async fn first_bytes_wait_for_their_check_and_go_nowhere_when_it_fails() {
+    /// Relays with a first-use check that fails, the client having sent `later` (after
+    /// `initial`, the bytes that came with its CONNECT head): what the relay reports, and
+    /// what reached the upstream.
+    async fn failing_first_use(initial: &[u8], later: &[u8]) -> (RelayStats, Vec<u8>) {
         let (client, mut client_peer) = duplex(64);
         let (upstream, mut upstream_peer) = duplex(64);
         let (cr, cw) = tokio::io::split(client);
         let (ur, uw) = tokio::io::split(upstream);
-        client_peer.write_all(b"secret").await.unwrap();
+        client_peer.write_all(later).await.unwrap();
         let bounds = Bounds {
             idle: Duration::from_secs(3600),
             unused: None,
@@ -311,11 +313,20 @@ mod tests {
             stop: std::future::pending(),
             first_use: async { Err("caller changed".to_string()) },
         };
-        let stats = relay_until(cr, cw, ur, uw, b"", bounds, checks).await;
-        assert_eq!(stats.end, RelayEnd::Stopped("caller changed".into()));
-        assert_eq!(stats.client_to_upstream, 0);
+        let relayed = relay_until(cr, cw, ur, uw, initial, bounds, checks);
+        let stats = tokio::time::timeout(Duration::from_secs(10), relayed)
+            .await
+            .expect("the relay stops at the check");
         let mut got = Vec::new();
         upstream_peer.read_to_end(&mut got).await.unwrap();
+        (stats, got)
+    }
+
+    #[tokio::test]
+    async fn first_bytes_wait_for_their_check_and_go_nowhere_when_it_fails() {
+        let (stats, got) = failing_first_use(b"", b"secret").await;
+        assert_eq!(stats.end, RelayEnd::Stopped("caller changed".into()));
+        assert_eq!(stats.client_to_upstream, 0);
         assert!(got.is_empty(), "{got:?}");
     }
 
@@ -324,27 +335,9 @@ mod tests {
     /// it fails (the socket may have been handed over after the `200`).
     #[tokio::test]
     async fn bytes_after_those_sent_with_the_head_still_wait_for_their_check() {
-        let (client, mut client_peer) = duplex(64);
-        let (upstream, mut upstream_peer) = duplex(64);
-        let (cr, cw) = tokio::io::split(client);
-        let (ur, uw) = tokio::io::split(upstream);
-        client_peer.write_all(b"later").await.unwrap();
-        let bounds = Bounds {
-            idle: Duration::from_secs(3600),
-            unused: None,
-        };
-        let checks = Checks {
-            stop: std::future::pending(),
-            first_use: async { Err("caller changed".to_string()) },
-        };
-        let relayed = relay_until(cr, cw, ur, uw, b"with-head", bounds, checks);
-        let stats = tokio::time::timeout(Duration::from_secs(10), relayed)
-            .await
-            .expect("the relay stops at the check");
+        let (stats, got) = failing_first_use(b"with-head", b"later").await;
         assert_eq!(stats.end, RelayEnd::Stopped("caller changed".into()));
         assert_eq!(stats.client_to_upstream, 9);
-        let mut got = Vec::new();
-        upstream_peer.read_to_end(&mut got).await.unwrap();
         assert_eq!(got, b"with-head");
     }
 
