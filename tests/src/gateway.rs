@@ -116,6 +116,26 @@ pub fn l4_policy(entries: &[(&str, u16, &str)]) -> String {
     s
 }
 
+/// A policy with one inspected `protocol: rest` entry per `(name, port)`, to
+/// 127.0.0.1:`port`, for every program (`/**`: the only entries a tenant gets).
+pub fn rest_policy(entries: &[(&str, u16)]) -> String {
+    let mut s = String::from("version: 1\nnetwork_policies:\n");
+    for (name, port) in entries {
+        s.push_str(&format!(
+            "  {name}:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: \"/**\"\n"
+        ));
+    }
+    s
+}
+
+/// A provider profile (`test-api`) binding the bearer credential `token` (from `TOKEN`) to
+/// 127.0.0.1:`port`.
+pub fn token_provider(port: u16) -> String {
+    format!(
+        "id: test-api\ncredentials:\n  - name: token\n    env_vars: [TOKEN]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {port}}}\n"
+    )
+}
+
 /// An L4 policy allowing every binary to 127.0.0.1 on each of `ports`.
 pub fn allow_ports(ports: &[u16]) -> String {
     let entries: Vec<(String, u16)> = ports.iter().map(|p| (format!("local_{p}"), *p)).collect();

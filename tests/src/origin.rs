@@ -3,6 +3,7 @@
 //! HTTPS server run by Python's `ssl` module with a certificate made by `openssl` on the
 //! spot. Both listen on loopback only and record what they received.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -256,6 +257,43 @@ impl Drop for OriginProcess {
     }
 }
 
+/// An origin script and what runs it.
+#[derive(Clone, Copy, Debug)]
+pub enum Script<'a> {
+    /// `node -e SCRIPT`.
+    Node(&'a str),
+    /// `python3 -c SCRIPT`.
+    Python(&'a str),
+}
+
+/// Starts `script` with a certificate made in `dir` ([`make_cert`]): its arguments are the
+/// certificate, its key, then `args`. The process (its port the first line it prints) and
+/// the CA that signs the certificate.
+pub fn spawn_tls(
+    dir: &Path,
+    script: Script<'_>,
+    args: &[&dyn AsRef<OsStr>],
+    what: &str,
+) -> (OriginProcess, PathBuf) {
+    let (ca, cert, key) = make_cert(dir);
+    let mut cmd = match script {
+        Script::Node(text) => {
+            let mut c = Command::new("node");
+            c.arg("-e").arg(text);
+            c
+        }
+        Script::Python(text) => {
+            let mut c = Command::new("python3");
+            c.arg("-c").arg(text);
+            c
+        }
+    };
+    cmd.arg(&cert)
+        .arg(&key)
+        .args(args.iter().map(|a| a.as_ref()));
+    (OriginProcess::spawn(&mut cmd, what), ca)
+}
+
 /// A test CA and a server certificate it signed, for `localhost`, `127.0.0.1`, `::1` and
 /// `*.local.test`, made by `openssl` in `dir`: (CA certificate, server certificate, server key).
 /// (A self-signed certificate is a CA, which verifiers refuse as a server certificate.)
@@ -367,14 +405,10 @@ srv.serve_forever()
 
 impl HttpsOrigin {
     pub fn start(dir: &Path) -> HttpsOrigin {
-        let (ca, cert, key) = make_cert(dir);
-        let process = OriginProcess::spawn(
-            Command::new("python3")
-                .arg("-c")
-                .arg(HTTPS_ORIGIN)
-                .arg(&cert)
-                .arg(&key)
-                .arg("127.0.0.1"),
+        let (process, ca) = spawn_tls(
+            dir,
+            Script::Python(HTTPS_ORIGIN),
+            &[&"127.0.0.1"],
             "the https origin",
         );
         let port = process.port;
@@ -450,16 +484,11 @@ impl H2Origin {
 
     /// Like [`H2Origin::start`], listening on `ip` (`::1` for an IPv6-literal origin).
     pub fn start_on(dir: &Path, ip: IpAddr) -> H2Origin {
-        let (ca, cert, key) = make_cert(dir);
         let log = dir.join(format!("h2-origin-{}.jsonl", std::process::id()));
-        let process = OriginProcess::spawn(
-            Command::new("node")
-                .arg("-e")
-                .arg(H2_ORIGIN)
-                .arg(&cert)
-                .arg(&key)
-                .arg(&log)
-                .arg(ip.to_string()),
+        let (process, ca) = spawn_tls(
+            dir,
+            Script::Node(H2_ORIGIN),
+            &[&log, &ip.to_string()],
             "the h2 origin (node)",
         );
         let port = process.port;
@@ -508,14 +537,10 @@ srv.serve_forever()
 
 impl StaticHttpsOrigin {
     pub fn start(cert_dir: &Path, root: &Path) -> StaticHttpsOrigin {
-        let (ca, cert, key) = make_cert(cert_dir);
-        let process = OriginProcess::spawn(
-            Command::new("python3")
-                .arg("-c")
-                .arg(STATIC_ORIGIN)
-                .arg(&cert)
-                .arg(&key)
-                .arg(root),
+        let (process, ca) = spawn_tls(
+            cert_dir,
+            Script::Python(STATIC_ORIGIN),
+            &[&root],
             "the static origin",
         );
         let port = process.port;
@@ -604,15 +629,11 @@ server.listen(0, '127.0.0.1', () => { console.log(server.address().port); });
 
 impl EchoOrigin {
     pub fn start(dir: &Path) -> EchoOrigin {
-        let (ca, cert, key) = make_cert(dir);
         let log = dir.join(format!("echo-origin-{}.jsonl", std::process::id()));
-        let process = OriginProcess::spawn(
-            Command::new("node")
-                .arg("-e")
-                .arg(ECHO_ORIGIN)
-                .arg(&cert)
-                .arg(&key)
-                .arg(&log),
+        let (process, ca) = spawn_tls(
+            dir,
+            Script::Node(ECHO_ORIGIN),
+            &[&log],
             "the echo origin (node)",
         );
         let port = process.port;
@@ -685,16 +706,12 @@ pub struct RecordingOrigin {
 
 impl RecordingOrigin {
     pub fn start(dir: &Path) -> RecordingOrigin {
-        let (ca, cert, key) = make_cert(dir);
         let store = dir.join("received");
         std::fs::create_dir_all(&store).expect("origin store");
-        let process = OriginProcess::spawn(
-            Command::new("node")
-                .arg("-e")
-                .arg(RECORDING_ORIGIN)
-                .arg(&cert)
-                .arg(&key)
-                .arg(&store),
+        let (process, ca) = spawn_tls(
+            dir,
+            Script::Node(RECORDING_ORIGIN),
+            &[&store],
             "the recording origin (node)",
         );
         RecordingOrigin {
@@ -743,17 +760,12 @@ impl RecordingOrigin {
 /// [`STREAMING_ORIGIN`] started with a certificate made in `dir` (its `closed.txt` the file
 /// it appends to): the process and the CA that signs its certificate.
 pub fn streaming_origin(dir: &Path) -> (OriginProcess, PathBuf) {
-    let (ca, cert, key) = make_cert(dir);
-    let process = OriginProcess::spawn(
-        Command::new("node")
-            .arg("-e")
-            .arg(STREAMING_ORIGIN)
-            .arg(&cert)
-            .arg(&key)
-            .arg(dir.join("closed.txt")),
+    spawn_tls(
+        dir,
+        Script::Node(STREAMING_ORIGIN),
+        &[&dir.join("closed.txt")],
         "the streaming origin (node)",
-    );
-    (process, ca)
+    )
 }
 
 /// An origin (node; HTTP/2 and HTTP/1.1) whose `/stream` sends a line every 200 ms and

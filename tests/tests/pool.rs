@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sluice_e2e::ocsf::class;
-use sluice_e2e::origin::{OriginProcess, make_cert};
+use sluice_e2e::origin::{OriginProcess, Script, spawn_tls};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
 
 const SECRET: &str = "pooled-s3cr3t-4b1d";
@@ -102,16 +102,11 @@ struct Origin {
 
 impl Origin {
     fn start(dir: &TempDir, idle: f64) -> Origin {
-        let (ca, cert, key) = make_cert(dir.path());
         let log = dir.path().join("origin.jsonl");
-        let process = OriginProcess::spawn(
-            Command::new("python3")
-                .arg("-c")
-                .arg(ORIGIN)
-                .arg(&cert)
-                .arg(&key)
-                .arg(&log)
-                .arg(idle.to_string()),
+        let (process, ca) = spawn_tls(
+            dir.path(),
+            Script::Python(ORIGIN),
+            &[&log, &idle.to_string()],
             "the counting https origin",
         );
         Origin {
@@ -123,15 +118,11 @@ impl Origin {
     }
 
     fn start_h2(dir: &TempDir) -> Origin {
-        let (ca, cert, key) = make_cert(dir.path());
         let log = dir.path().join("origin.jsonl");
-        let process = OriginProcess::spawn(
-            Command::new("node")
-                .arg("-e")
-                .arg(H2_ORIGIN)
-                .arg(&cert)
-                .arg(&key)
-                .arg(&log),
+        let (process, ca) = spawn_tls(
+            dir.path(),
+            Script::Node(H2_ORIGIN),
+            &[&log],
             "the counting h2 origin (node)",
         );
         Origin {

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use sluice_e2e::gateway::{
     self, ALPHA, BETA, allow_ports, assert_never_logged, base64, basic, connect_from, curl, get,
-    l4_policy, read_response, status_line, tunnel_from, two_source_tenants, write_secrets,
+    l4_policy, read_response, rest_policy, status_line, token_provider, tunnel_from,
+    two_source_tenants, write_secrets,
 };
 use sluice_e2e::ocsf::class;
 use sluice_e2e::origin::{EchoOrigin, HttpOrigin};
@@ -154,16 +155,8 @@ fn each_tenant_gets_its_own_secret_values() {
     let dir = TempDir::new("tenants-secrets");
     let origin = EchoOrigin::start(dir.path());
     let port = origin.port();
-    let policy = format!(
-        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: \"/**\"\n"
-    );
-    dir.write("api.yaml", &policy);
-    dir.write(
-        "providers.yaml",
-        &format!(
-            "id: test-api\ncredentials:\n  - name: token\n    env_vars: [TOKEN]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {port}}}\n"
-        ),
-    );
+    dir.write("api.yaml", &rest_policy(&[("api", port)]));
+    dir.write("providers.yaml", &token_provider(port));
     write_secrets(&dir, "alpha.env", &format!("TOKEN={ALPHA_SECRET}\n"));
     write_secrets(&dir, "beta.env", &format!("TOKEN={BETA_SECRET}\n"));
     // delta has no secrets file: its values come from sluice's environment.
@@ -512,12 +505,7 @@ fn a_tenants_profile_cannot_read_a_proxy_password_or_the_environment_past_its_fi
     let dir = TempDir::new("tenants-env");
     let origin = EchoOrigin::start(dir.path());
     let port = origin.port();
-    dir.write(
-        "api.yaml",
-        &format!(
-            "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: \"/**\"\n"
-        ),
-    );
+    dir.write("api.yaml", &rest_policy(&[("api", port)]));
     // One profile reaching for gamma's proxy password, one for a value in sluice's
     // environment; both bound to the origin.
     dir.write(

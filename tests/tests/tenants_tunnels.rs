@@ -16,10 +16,10 @@ use serde_json::Value;
 use sluice_e2e::gateway::{
     self, ALPHA, BETA, DELTA_PASSWORD, GAMMA_PASSWORD, allow_ports, assert_never_logged, basic,
     connect_from, forward, get, mixed_gateway, mixed_tenants, passwords, read_response,
-    status_line, tunnel_from, write_secrets,
+    rest_policy, status_line, token_provider, tunnel_from, write_secrets,
 };
 use sluice_e2e::origin::{
-    HttpOrigin, OriginProcess, STREAMER, WS_ECHO, make_cert, streaming_origin,
+    HttpOrigin, OriginProcess, STREAMER, Script, WS_ECHO, spawn_tls, streaming_origin,
 };
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid};
 use sluice_e2e::reload::{closed_within, read_head, replace};
@@ -53,15 +53,11 @@ struct Counting {
 
 impl Counting {
     fn start(dir: &TempDir) -> Counting {
-        let (ca, cert, key) = make_cert(dir.path());
         let log = dir.path().join("origin.jsonl");
-        let process = OriginProcess::spawn(
-            Command::new("node")
-                .arg("-e")
-                .arg(COUNTING_ORIGIN)
-                .arg(&cert)
-                .arg(&key)
-                .arg(&log),
+        let (process, ca) = spawn_tls(
+            dir.path(),
+            Script::Node(COUNTING_ORIGIN),
+            &[&log],
             "the counting origin (node)",
         );
         Counting {
@@ -115,18 +111,8 @@ fn secret_of(tenant: &str) -> &'static str {
 /// may all use the inspected origin, each with its own `TOKEN`; and the CA to trust.
 fn inspected_gateway(dir: &TempDir, origin: &Counting) -> (Sluice, PathBuf) {
     let port = origin.port;
-    dir.write(
-        "api.yaml",
-        &format!(
-            "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: \"/**\"\n"
-        ),
-    );
-    dir.write(
-        "providers.yaml",
-        &format!(
-            "id: test-api\ncredentials:\n  - name: token\n    env_vars: [TOKEN]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {port}}}\n"
-        ),
-    );
+    dir.write("api.yaml", &rest_policy(&[("api", port)]));
+    dir.write("providers.yaml", &token_provider(port));
     let mut text = String::from("tenants:\n");
     for (name, secret) in SECRETS {
         write_secrets(dir, &format!("{name}.env"), &format!("TOKEN={secret}\n"));
@@ -523,11 +509,7 @@ fn a_rotated_proxy_password_closes_its_websockets_and_http2_streams() {
     let (streaming, ca_cert) = streaming_origin(dir.path());
     dir.write(
         "open.yaml",
-        &format!(
-            "version: 1\nnetwork_policies:\n  ws:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: \"/**\"\n  \
-               api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: \"/**\"\n",
-            ws.port, streaming.port
-        ),
+        &rest_policy(&[("ws", ws.port), ("api", streaming.port)]),
     );
     let tenants = dir.write(
         "tenants.yaml",
@@ -652,20 +634,14 @@ fn entries_and_profiles_that_name_programs_give_a_tenant_nothing() {
     let other = HttpOrigin::start();
     // The inspected origin: allowed to every program, its credential bound only for curl.
     // The other origin: allowed only by patterns that name programs (however wide).
-    dir.write(
-        "api.yaml",
-        &format!(
-            "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: \"/**\"\n  \
-               wide:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}}}\n    binaries:\n      - path: \"/usr/bin/*\"\n      - path: \"/**/curl\"\n      - path: \"/*/*/*\"\n      - path: /usr/bin/curl\n",
-            other.port()
-        ),
+    let wide = format!(
+        "  wide:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}}}\n    binaries:\n      - path: \"/usr/bin/*\"\n      - path: \"/**/curl\"\n      - path: \"/*/*/*\"\n      - path: /usr/bin/curl\n",
+        other.port()
     );
-    dir.write(
-        "providers.yaml",
-        &format!(
-            "id: test-api\ncredentials:\n  - name: token\n    env_vars: [TOKEN]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {port}}}\nbinaries: [{{path: /usr/bin/curl}}, {{path: \"/usr/**\"}}]\n"
-        ),
-    );
+    dir.write("api.yaml", &(rest_policy(&[("api", port)]) + &wide));
+    // Bound only for programs it names.
+    let profile = token_provider(port) + "binaries: [{path: /usr/bin/curl}, {path: \"/usr/**\"}]\n";
+    dir.write("providers.yaml", &profile);
     write_secrets(&dir, "alpha.env", "TOKEN=alpha-prog-tok-5d1e\n");
     let tenants = dir.write(
         "tenants.yaml",

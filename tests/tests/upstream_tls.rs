@@ -7,7 +7,7 @@
 
 use std::process::Command;
 
-use sluice_e2e::origin::{OriginProcess, make_cert};
+use sluice_e2e::origin::{Script, spawn_tls};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, realpath};
 
 /// Answers every GET with `reused=True` or `reused=False`: whether this connection's TLS
@@ -58,13 +58,10 @@ fn fetch(sluice: &Sluice, ca: &std::path::Path, port: u16, path: &str) -> String
 #[test]
 fn a_second_client_connection_resumes_the_upstream_tls_session() {
     let dir = TempDir::new("resume");
-    let (origin_ca, cert, key) = make_cert(dir.path());
-    let origin = OriginProcess::spawn(
-        Command::new("python3")
-            .arg("-c")
-            .arg(RESUMPTION_ORIGIN)
-            .arg(&cert)
-            .arg(&key),
+    let (origin, origin_ca) = spawn_tls(
+        dir.path(),
+        Script::Python(RESUMPTION_ORIGIN),
+        &[],
         "the resumption origin",
     );
     let policy = format!(

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use serde_json::Value;
 use sluice_e2e::ocsf::action;
-use sluice_e2e::origin::{OriginProcess, make_cert};
+use sluice_e2e::origin::{OriginProcess, Script, spawn_tls};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
 
 const SECRET: &str = "s3cr3t-VALUE-7f3a9c";
@@ -149,13 +149,10 @@ struct Setup {
 
 fn setup(tag: &str) -> Setup {
     let dir = TempDir::new(tag);
-    let (origin_ca, cert, key) = make_cert(dir.path());
-    let origin = OriginProcess::spawn(
-        Command::new("python3")
-            .arg("-c")
-            .arg(WS_ORIGIN)
-            .arg(&cert)
-            .arg(&key),
+    let (origin, origin_ca) = spawn_tls(
+        dir.path(),
+        Script::Python(WS_ORIGIN),
+        &[],
         "the TLS WebSocket origin (python)",
     );
     let port = origin.port;

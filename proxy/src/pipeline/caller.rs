@@ -24,7 +24,7 @@ use crate::http::head::RequestHead;
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 use crate::policy;
-use crate::tenants::{Claim, NoTenant, Table, Tenant};
+use crate::tenants::{Claim, Credentials, NoTenant, Table, Tenant};
 
 /// Why a connection's caller is not known, or no longer holds its socket: the identity
 /// crate's answer, shared (every later request of the connection is refused with it); or,
@@ -235,12 +235,13 @@ fn identify_counted(
     if !first {
         return tenants.identify(peer, Some(value));
     }
-    let user = tenants.presented_username(value);
+    let credentials = Credentials::parse(value);
+    let user = credentials.as_ref().map_or("", |c| tenants.username_of(c));
     let attempt = shared
         .failed_logins
         .attempt(peer, user, std::time::Instant::now())
         .map_err(NoTenant::Throttled)?;
-    let found = tenants.identify(peer, Some(value));
+    let found = credentials.and_then(|c| tenants.by_credentials(peer, &c));
     if found.is_ok() {
         attempt.succeeded();
     }

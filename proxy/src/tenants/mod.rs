@@ -196,23 +196,10 @@ impl Table {
         peer: IpAddr,
         proxy_authorization: Option<&[u8]>,
     ) -> Result<Arc<Tenant>, NoTenant> {
-        let peer = peer.to_canonical();
         if let Some(value) = proxy_authorization {
-            let (user, password) = basic(value)?;
-            // Hashed once, whatever the number of tenants.
-            let presented = digest(&password);
-            return self
-                .tenants
-                .iter()
-                .find(|t| {
-                    t.auth
-                        .as_ref()
-                        .is_some_and(|a| a.accepts(&user, &presented))
-                        && t.admits_source(peer)
-                })
-                .cloned()
-                .ok_or(NoTenant::BadCredentials);
+            return self.by_credentials(peer, &Credentials::parse(value)?);
         }
+        let peer = peer.to_canonical();
         if let Some(t) = self
             .tenants
             .iter()
@@ -227,17 +214,33 @@ impl Table {
         }
     }
 
-    /// The username `proxy_authorization` presents when it is a tenant's, else `""` (unknown
-    /// users and malformed credentials alike): what failed logins are counted under
-    /// (`guesses.rs`).
-    pub fn presented_username(&self, proxy_authorization: &[u8]) -> &str {
-        let Ok((user, _)) = basic(proxy_authorization) else {
-            return "";
-        };
+    /// The tenant whose `credentials` they are, when that tenant's `sources` (if any)
+    /// contain `peer`.
+    pub fn by_credentials(
+        &self,
+        peer: IpAddr,
+        credentials: &Credentials,
+    ) -> Result<Arc<Tenant>, NoTenant> {
+        let peer = peer.to_canonical();
+        self.tenants
+            .iter()
+            .find(|t| {
+                t.auth
+                    .as_ref()
+                    .is_some_and(|a| a.accepts(&credentials.user, &credentials.digest))
+                    && t.admits_source(peer)
+            })
+            .cloned()
+            .ok_or(NoTenant::BadCredentials)
+    }
+
+    /// The username `credentials` present when it is a tenant's, else `""`: what failed
+    /// logins are counted under (`guesses.rs`; malformed credentials count under `""` too).
+    pub fn username_of(&self, credentials: &Credentials) -> &str {
         self.tenants
             .iter()
             .filter_map(|t| t.auth.as_ref())
-            .find(|a| a.username.as_bytes() == user.as_slice())
+            .find(|a| a.username.as_bytes() == credentials.user.as_slice())
             .map_or("", |a| a.username.as_str())
     }
 
@@ -245,6 +248,25 @@ impl Table {
     /// claims by its address waits for its first request head's credentials).
     pub fn has_credentials(&self) -> bool {
         self.tenants.iter().any(|t| t.auth.is_some())
+    }
+}
+
+/// Proxy credentials as presented, read once: the username, and the password's SHA-256
+/// (the password itself is zeroized as soon as it is hashed).
+#[derive(Debug)]
+pub struct Credentials {
+    user: Vec<u8>,
+    digest: [u8; 32],
+}
+
+impl Credentials {
+    /// Reads a `Proxy-Authorization` value (`Basic`, RFC 7617).
+    pub fn parse(value: &[u8]) -> Result<Credentials, NoTenant> {
+        let (user, password) = basic(value)?;
+        Ok(Credentials {
+            user,
+            digest: digest(&password),
+        })
     }
 }
 
