@@ -8,7 +8,6 @@
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use sluice_identity::{IdentityError, full_scan_owners};
 
@@ -530,20 +529,6 @@ fn an_unlinked_executable_is_reported_as_deleted() {
     assert_eq!(identity.pid, client.pid());
     assert_eq!(PathBuf::from(&identity.exe), bash);
     assert!(identity.exe_deleted);
-}
-
-fn wait_for_exe(pid: u32, exe: &str) {
-    let want = real_path(exe);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if std::fs::read_link(format!("/proc/{pid}/exe"))
-            .is_ok_and(|path| path.to_string_lossy() == want)
-        {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    panic!("pid {pid} never became {exe}");
 }
 
 /// Kills a process the test did not spawn itself (a grandchild) when the test ends.

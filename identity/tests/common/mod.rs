@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -91,9 +92,16 @@ impl Drop for Client {
 pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
+    /// A new directory for each call: tests run in parallel threads of one process, and one
+    /// test's drop must not remove another's files (a program whose file is removed while it
+    /// runs reads as a deleted executable, which a recheck rightly refuses).
     pub(crate) fn new(name: &str) -> Self {
-        let path =
-            std::env::temp_dir().join(format!("sluice-identity-{name}-{}", std::process::id()));
+        static MADE: AtomicU32 = AtomicU32::new(0);
+        let nth = MADE.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "sluice-identity-{name}-{}-{nth}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&path).unwrap();
         Self(path)
     }
@@ -193,3 +201,23 @@ pub(crate) fn connect_script(host: &str) -> String {
 }
 
 // === tests ===
+
+/// Waits until `pid` has finished an `execve` of `exe` (as written or its real path). The
+/// `exe` link switches before the new program's arguments are in place (the kernel maps the
+/// new image, then writes argv), and meanwhile `cmdline` reads empty: a lookup in that window
+/// sees the new program with no command line, so the wait is for both.
+pub(crate) fn wait_for_exe(pid: u32, exe: &str) {
+    let want = real_path(exe);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let switched = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .is_ok_and(|path| path.to_string_lossy() == want);
+        let argued =
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|argv| !argv.is_empty());
+        if switched && argued {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("pid {pid} never became {exe}");
+}
