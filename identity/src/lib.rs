@@ -3,7 +3,9 @@
 //! It owns the walk socket → inode (NETLINK_SOCK_DIAG) → owning processes → real exe path,
 //! ancestor chain and cmdline. It does not judge the identity against policy; the `sluice`
 //! crate does that. The library is synchronous and reads `/proc`: the proxy calls
-//! [`IdentityResolver::lookup`] from a blocking thread.
+//! [`IdentityResolver::lookup_within`] on its async workers, which stops unfinished once the
+//! search has read a given amount, and then [`IdentityResolver::lookup`] from a thread where
+//! blocking holds up nothing else.
 //!
 //! # How a lookup works
 //!
@@ -76,6 +78,7 @@ mod netns;
 mod order;
 mod owners;
 mod procfs;
+mod reads;
 mod recent;
 mod resolver;
 

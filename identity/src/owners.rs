@@ -23,6 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::procfs::{Parents, Pinned, ProcDir, ProcFs, SocketLink};
+use crate::reads::Reads;
 use crate::recent::RecentPid;
 
 /// Newest children of each recent client checked before the scan (the scan covers the rest).
@@ -64,8 +65,8 @@ pub(crate) struct OwnerSearch<'a> {
     checked: HashSet<u32>,
     owners: BTreeMap<u32, ProcDir>,
     fds: BTreeMap<u32, u32>,
-    /// Descriptors read so far.
-    fds_read: usize,
+    /// What it has read so far, and how much it may.
+    reads: Reads,
     /// Whether the children of ancestors that do not hold the socket are read.
     siblings: bool,
     parents: Parents,
@@ -85,7 +86,7 @@ impl<'a> OwnerSearch<'a> {
             checked: HashSet::from([skip]),
             owners: BTreeMap::new(),
             fds: BTreeMap::new(),
-            fds_read: 0,
+            reads: Reads::unlimited(),
             siblings: true,
             parents: Parents::default(),
             pinned: Vec::new(),
@@ -95,6 +96,15 @@ impl<'a> OwnerSearch<'a> {
     /// Reads the recent clients among `pinned` through the files kept with them.
     pub(crate) fn with_pinned(mut self, pinned: Vec<Arc<Pinned>>) -> Self {
         self.pinned = pinned;
+        self
+    }
+
+    /// A search that stops, unfinished, once it has read `limit` descriptors' worth of
+    /// `/proc` (see [`Reads`]): for running where a long search would hold up other work, and
+    /// again unbounded elsewhere when it does not finish. An unfinished search answers
+    /// nothing (see [`Self::run`]).
+    pub(crate) fn within(mut self, limit: usize) -> Self {
+        self.reads = Reads::within(limit);
         self
     }
 
@@ -109,29 +119,34 @@ impl<'a> OwnerSearch<'a> {
         self
     }
 
-    pub(crate) fn run(mut self, recent: &[RecentPid], socket_uid: u32) -> Found {
+    /// The owners of the socket, or `None` when the search reached its limit (see
+    /// [`Self::within`]) before it could say.
+    pub(crate) fn run(mut self, recent: &[RecentPid], socket_uid: u32) -> Option<Found> {
         let mut stale = Vec::new();
         let first = self
             .search_recent(recent, &mut stale)
             .or_else(|| self.scan(socket_uid));
         #[cfg(test)]
-        let fds_read = self.fds_read;
+        let fds_read = self.reads.descriptors;
         if let Some(first) = first {
             self.complete(first);
         }
-        Found {
+        if self.reads.spent() {
+            return None;
+        }
+        Some(Found {
             owners: self.owners.into_values().collect(),
             fds: self.fds,
             stale,
             parents: self.parents,
             #[cfg(test)]
             fds_read,
-        }
+        })
     }
 
     fn search_recent(&mut self, recent: &[RecentPid], stale: &mut Vec<RecentPid>) -> Option<u32> {
         for entry in recent {
-            if self.fds_read >= RECENT_FD_BUDGET {
+            if self.reads.descriptors >= RECENT_FD_BUDGET {
                 break;
             }
             let kept = self
@@ -157,7 +172,7 @@ impl<'a> OwnerSearch<'a> {
             };
             let children = dir.children().unwrap_or_default();
             for child in children.into_iter().rev().take(RECENT_CHILDREN_LIMIT) {
-                if self.fds_read >= RECENT_FD_BUDGET {
+                if self.reads.descriptors >= RECENT_FD_BUDGET {
                     return None;
                 }
                 if self.check(child) {
@@ -179,6 +194,10 @@ impl<'a> OwnerSearch<'a> {
                 if self.checked.contains(&pid) {
                     continue;
                 }
+                if self.reads.spent() {
+                    return None;
+                }
+                self.reads.process();
                 match self.proc.dir_uid(pid) {
                     Ok(uid) if uid == socket_uid => {
                         if self.check(pid) {
@@ -285,6 +304,9 @@ impl<'a> OwnerSearch<'a> {
         if self.checked.contains(&pid) {
             return self.owners.contains_key(&pid);
         }
+        if self.reads.spent() {
+            return false;
+        }
         match self.proc.pid_dir(pid) {
             Ok(dir) => self.check_dir(dir).is_ok(),
             Err(_) => {
@@ -320,7 +342,10 @@ impl<'a> OwnerSearch<'a> {
             .copied()
             .chain(second.filter(|fd| !read_already(fd)))
         {
-            self.fds_read += 1;
+            if self.reads.spent() {
+                return Err(dir);
+            }
+            self.reads.descriptor();
             if dir.fd_is(fd, &self.link) {
                 self.checked.insert(pid);
                 self.fds.insert(pid, fd);
@@ -335,15 +360,22 @@ impl<'a> OwnerSearch<'a> {
     /// handle is kept as an owner), else the handle back.
     fn check_dir(&mut self, dir: ProcDir) -> Result<(), ProcDir> {
         let pid = dir.pid();
-        if !self.checked.insert(pid) {
+        if self.checked.contains(&pid) {
             return if self.owners.contains_key(&pid) {
                 Ok(())
             } else {
                 Err(dir)
             };
         }
-        // Permission errors and vanished processes are "not an owner", never fatal.
-        match dir.holding_fd(&self.link, &mut self.fds_read) {
+        if self.reads.spent() {
+            return Err(dir);
+        }
+        self.checked.insert(pid);
+        self.reads.process();
+        // Permission errors and vanished processes are "not an owner", never fatal. A table
+        // read only in part (the search's limit reached) says nothing either way: the search
+        // is then unfinished and answers nothing.
+        match dir.holding_fd(&self.link, &mut self.reads) {
             Ok(Some(fd)) => {
                 self.fds.insert(pid, fd);
                 self.owners.insert(pid, dir);
@@ -411,7 +443,7 @@ pub fn full_scan_owners(proc_root: &Path, inode: u64) -> Vec<u32> {
         .into_iter()
         .filter(|pid| {
             proc.pid_dir(*pid)
-                .and_then(|dir| dir.holds(&link, &mut 0))
+                .and_then(|dir| dir.holds(&link))
                 .unwrap_or(false)
         })
         .collect()
@@ -496,8 +528,14 @@ mod tests {
     }
 
     fn search(proc: &ProcFs, inode: u64, recent: RecentPid) -> Found {
+        search_within(proc, inode, recent, usize::MAX).unwrap()
+    }
+
+    fn search_within(proc: &ProcFs, inode: u64, recent: RecentPid, limit: usize) -> Option<Found> {
         let uid = rustix::process::getuid().as_raw();
-        OwnerSearch::new(proc, inode, std::process::id()).run(&[recent], uid)
+        OwnerSearch::new(proc, inode, std::process::id())
+            .within(limit)
+            .run(&[recent], uid)
     }
 
     /// A client holding thousands of sockets: its next one gets the lowest free descriptor,
@@ -547,6 +585,26 @@ mod tests {
         let pids: Vec<u32> = found.owners.iter().map(ProcDir::pid).collect();
         assert_eq!(pids, [client.child.id()]);
         assert_eq!(found.fds.get(&client.child.id()), Some(&20));
+    }
+
+    /// A search with a limit stops unfinished in the middle of one large table, and answers
+    /// nothing: not the owner it had not reached, and no "nobody" either. The same search
+    /// finishes under a limit above what the table costs, and then answers what the
+    /// unbounded one does.
+    #[test]
+    fn a_search_that_reaches_its_limit_answers_nothing() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let mut client = Hoarder::spawn(1500);
+        let (last, _) = client.socket(None);
+        let (fd, inode) = client.socket(Some(20));
+        let recent = client.recent(&proc, last);
+        // The descriptors around the hint (512 of them) alone cost more than 300 reads: the
+        // search stops before it reads the whole table, where the socket is.
+        assert!(search_within(&proc, inode, recent, 300).is_none());
+        let found = search_within(&proc, inode, recent, 100_000).unwrap();
+        assert_eq!(found.fds.get(&client.child.id()), Some(&fd));
+        let unbounded = search(&proc, inode, recent);
+        assert_eq!(found.fds, unbounded.fds);
     }
 
     #[test]

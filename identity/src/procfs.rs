@@ -23,6 +23,7 @@ use rustix::path::DecInt;
 
 use crate::kept::{KeptFile, KeptFiles, KeptProcs, THREADS_KEPT, Threads};
 use crate::order;
+use crate::reads::Reads;
 
 /// `/proc/<pid>/cmdline` can be as large as the argument area (ARG_MAX, usually 2 MiB); the
 /// identity needs the program's arguments, not a whole generated command line.
@@ -418,9 +419,9 @@ impl Files {
         }
     }
 
-    fn holding_fd(&self, link: &SocketLink, entries_read: &mut usize) -> io::Result<Option<u32>> {
+    fn holding_fd(&self, link: &SocketLink, reads: &mut Reads) -> io::Result<Option<u32>> {
         if let Files::Kept(kept) = self
-            && let Some(found) = kept.with_fd_dir(|dir| holding_fd_in(dir, link, entries_read))
+            && let Some(found) = kept.with_fd_dir(|dir| holding_fd_in(dir, link, reads))
         {
             return Ok(found?);
         }
@@ -430,7 +431,7 @@ impl Files {
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        Ok(holding_fd_in(&mut Dir::new(fd_dir)?, link, entries_read)?)
+        Ok(holding_fd_in(&mut Dir::new(fd_dir)?, link, reads)?)
     }
 }
 
@@ -449,18 +450,19 @@ impl ProcDir {
 
     /// Whether any of the process's descriptors is the socket. A descriptor closed while the
     /// table is read is skipped; an unreadable table (exited, not permitted) is an error.
-    /// `entries_read` counts the descriptors looked at.
-    pub(crate) fn holds(&self, link: &SocketLink, entries_read: &mut usize) -> io::Result<bool> {
-        Ok(self.holding_fd(link, entries_read)?.is_some())
+    pub(crate) fn holds(&self, link: &SocketLink) -> io::Result<bool> {
+        Ok(self.holding_fd(link, &mut Reads::unlimited())?.is_some())
     }
 
     /// Like [`Self::holds`], with the descriptor number under which it holds the socket.
+    /// `reads` counts the descriptors looked at; once it is spent, the rest of the table is
+    /// not read and the answer is `None` (the caller must look at `reads`).
     pub(crate) fn holding_fd(
         &self,
         link: &SocketLink,
-        entries_read: &mut usize,
+        reads: &mut Reads,
     ) -> io::Result<Option<u32>> {
-        self.files.holding_fd(link, entries_read)
+        self.files.holding_fd(link, reads)
     }
 
     /// Whether descriptor `fd` is the socket now (one `readlink`; false when it is closed, is
@@ -721,7 +723,7 @@ impl Pinned {
 
     /// See [`ProcDir::holding_fd`].
     pub(crate) fn holding_fd(&self, link: &SocketLink) -> io::Result<Option<u32>> {
-        self.files.holding_fd(link, &mut 0)
+        self.files.holding_fd(link, &mut Reads::unlimited())
     }
 
     /// See [`ProcDir::exe_raw`].
@@ -749,7 +751,7 @@ impl Pinned {
 fn holding_fd_in(
     dir: &mut Dir,
     link: &SocketLink,
-    entries_read: &mut usize,
+    reads: &mut Reads,
 ) -> rustix::io::Result<Option<u32>> {
     let mut buffer = Vec::with_capacity(64);
     while let Some(entry) = dir.read() {
@@ -758,7 +760,10 @@ fn holding_fd_in(
         if name.to_bytes().first() == Some(&b'.') {
             continue;
         }
-        *entries_read += 1;
+        if reads.spent() {
+            return Ok(None);
+        }
+        reads.descriptor();
         match rustix::fs::readlinkat(dir.fd()?, name, std::mem::take(&mut buffer)) {
             Ok(target) => {
                 if link.matches(target.as_bytes()) {

@@ -96,10 +96,35 @@ impl IdentityResolver {
     /// Fails with [`IdentityError::DescriptorsExhausted`] when sluice ran out of file
     /// descriptors on the way, whatever else it found.
     pub fn lookup(&self, peer: SocketAddr, local: SocketAddr) -> Result<Identity, IdentityError> {
-        exhaust::guarded(|| self.lookup_now(peer, local))
+        match self.lookup_within(peer, local, usize::MAX)? {
+            Some(identity) => Ok(identity),
+            // No search reads usize::MAX descriptors' worth; were one to, it found nobody.
+            None => Err(IdentityError::SocketNotFound { peer, local }),
+        }
     }
 
-    fn lookup_now(&self, peer: SocketAddr, local: SocketAddr) -> Result<Identity, IdentityError> {
+    /// Like [`Self::lookup`], but stops once the search for the socket's holders has read
+    /// `limit` descriptors' worth of `/proc` (one `readlink` each; opening and listing a
+    /// process counts four), and then answers `Ok(None)`: not an identity, not a failure,
+    /// only "this would take longer". A caller that runs lookups where a long one would hold
+    /// up other work runs this there, and [`Self::lookup`] elsewhere when it answers `None`.
+    /// What the unfinished search found is discarded; only processes it proved gone are
+    /// forgotten from the recent list.
+    pub fn lookup_within(
+        &self,
+        peer: SocketAddr,
+        local: SocketAddr,
+        limit: usize,
+    ) -> Result<Option<Identity>, IdentityError> {
+        exhaust::guarded(|| self.lookup_now(peer, local, limit))
+    }
+
+    fn lookup_now(
+        &self,
+        peer: SocketAddr,
+        local: SocketAddr,
+        limit: usize,
+    ) -> Result<Option<Identity>, IdentityError> {
         let socket = self
             .namespaces
             .find(peer, local)?
@@ -108,9 +133,13 @@ impl IdentityResolver {
 
         let recent = lock(&self.recent).snapshot();
         let pinned = self.pinned(&recent);
-        let found = OwnerSearch::new(proc, socket.inode, self.own_pid)
+        let Some(found) = OwnerSearch::new(proc, socket.inode, self.own_pid)
             .with_pinned(pinned)
-            .run(&recent, socket.uid);
+            .within(limit)
+            .run(&recent, socket.uid)
+        else {
+            return Ok(None);
+        };
         if !found.stale.is_empty() {
             let mut recent = lock(&self.recent);
             for entry in &found.stale {
@@ -158,7 +187,7 @@ impl IdentityResolver {
             fd: first.socket.fd,
             elsewhere: None,
         });
-        Ok(first)
+        Ok(Some(first))
     }
 
     /// Checks that the process `previous` names (pid and start time) still holds its socket
@@ -171,7 +200,7 @@ impl IdentityResolver {
             if still_held(proc, previous) {
                 return Ok(());
             }
-            self.recheck_now(previous)
+            self.recheck_unbounded(previous)
         })
     }
 
@@ -186,10 +215,34 @@ impl IdentityResolver {
     /// Cheaper than a lookup: no netlink query (the connection's socket is known), no reading
     /// of the siblings' fd tables, and the identified process is where the search starts.
     pub fn recheck(&self, previous: &Identity) -> Result<(), IdentityError> {
-        exhaust::guarded(|| self.recheck_now(previous))
+        exhaust::guarded(|| self.recheck_unbounded(previous))
     }
 
-    fn recheck_now(&self, previous: &Identity) -> Result<(), IdentityError> {
+    /// Like [`Self::recheck`], but answers `Ok(None)` once its search has read `limit`
+    /// descriptors' worth of `/proc`, as [`Self::lookup_within`] does; `Ok(Some(()))` is a
+    /// passed check.
+    pub fn recheck_within(
+        &self,
+        previous: &Identity,
+        limit: usize,
+    ) -> Result<Option<()>, IdentityError> {
+        exhaust::guarded(|| self.recheck_now(previous, limit))
+    }
+
+    fn recheck_unbounded(&self, previous: &Identity) -> Result<(), IdentityError> {
+        match self.recheck_now(previous, usize::MAX)? {
+            Some(()) => Ok(()),
+            // No search reads usize::MAX descriptors' worth; were one to, it saw no holder.
+            None => Err(IdentityError::HolderChanged {
+                inode: previous.socket.inode,
+                pid: previous.pid,
+                exe: previous.exe.clone(),
+                now: Vec::new(),
+            }),
+        }
+    }
+
+    fn recheck_now(&self, previous: &Identity, limit: usize) -> Result<Option<()>, IdentityError> {
         let proc = self.procfs()?;
         let inode = previous.socket.inode;
         let hint = [RecentPid {
@@ -198,10 +251,14 @@ impl IdentityResolver {
             fd: previous.socket.fd,
             elsewhere: None,
         }];
-        let found = OwnerSearch::new(proc, inode, self.own_pid)
+        let Some(found) = OwnerSearch::new(proc, inode, self.own_pid)
             .without_siblings()
             .with_pinned(previous.holder.pinned().cloned().into_iter().collect())
-            .run(&hint, previous.socket.uid);
+            .within(limit)
+            .run(&hint, previous.socket.uid)
+        else {
+            return Ok(None);
+        };
         let mut same_holder = false;
         let mut others_agree = true;
         for owner in &found.owners {
@@ -220,7 +277,7 @@ impl IdentityResolver {
             }
         }
         if same_holder && others_agree {
-            return Ok(());
+            return Ok(Some(()));
         }
         let now = found
             .owners
@@ -301,7 +358,7 @@ fn still_held(proc: &ProcFs, previous: &Identity) -> bool {
     dir.stat()
         .is_ok_and(|stat| stat.start_time == previous.start_time)
         && (previous.socket.fd.is_some_and(|fd| dir.fd_is(fd, &link))
-            || dir.holds(&link, &mut 0).unwrap_or(false))
+            || dir.holds(&link).unwrap_or(false))
         && read_exe(&dir)
             .is_ok_and(|(exe, deleted)| exe == previous.exe && deleted == previous.exe_deleted)
 }

@@ -782,3 +782,34 @@ fn a_repeat_client_is_found_at_its_last_descriptor_or_by_its_whole_table() {
     let _ = lookup(&swapped[1]);
     client.send_line("exit");
 }
+
+/// A lookup or recheck given a limit answers what the unbounded one does, or nothing when
+/// the search would read more: here the client has 200 children (each one's fd table is read,
+/// as a holder's descendants are), which cost far more than 500 reads.
+#[test]
+fn a_bounded_lookup_answers_as_the_full_one_does_or_not_at_all() {
+    let (listener, _) = listener("127.0.0.1:0");
+    let script = "import os, socket, sys\n\
+                  c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+                  for _ in range(200):\n\
+                  \x20   if os.fork() == 0:\n\
+                  \x20       c.close(); sys.stdin.read(); os._exit(0)\n\
+                  os.write(1, b'ready\\n')\n\
+                  sys.stdin.read()\n";
+    let mut client = Client::python(script, listener.local_addr().unwrap().port());
+    let (_stream, peer, local) = accept(&listener);
+    assert_eq!(client.line()[0], "ready");
+
+    let resolver = resolver();
+    assert!(resolver.lookup_within(peer, local, 500).unwrap().is_none());
+    let full = resolver.lookup(peer, local).unwrap();
+    assert_eq!(full.pid, client.pid());
+    let bounded = resolver
+        .lookup_within(peer, local, 1_000_000)
+        .unwrap()
+        .unwrap();
+    assert_eq!(bounded, full);
+
+    assert!(resolver.recheck_within(&full, 500).unwrap().is_none());
+    assert_eq!(resolver.recheck_within(&full, 1_000_000).unwrap(), Some(()));
+}

@@ -129,11 +129,8 @@ fn own_process_reads_back() {
     ))
     .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
     .unwrap();
-    assert!(me.holds(&SocketLink::new(inode), &mut 0).unwrap());
-    assert!(
-        !me.holds(&SocketLink::new(inode + 1_000_000), &mut 0)
-            .unwrap()
-    );
+    assert!(me.holds(&SocketLink::new(inode)).unwrap());
+    assert!(!me.holds(&SocketLink::new(inode + 1_000_000)).unwrap());
 }
 
 /// Children of `pid` (one thread), waiting up to 10 s for at least one.

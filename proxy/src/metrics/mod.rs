@@ -112,6 +112,7 @@ pub struct Metrics {
     pub(crate) reloads: Family<ResultLabel, Counter>,
     pub(crate) connections_revoked: Counter,
     pub(crate) identity_descriptors_exhausted: Counter,
+    pub(crate) identity_off_worker: Counter,
     pub(crate) dns: Family<ResultLabel, Counter>,
     pub(crate) otlp_dropped: Counter,
     pub(crate) hosts: bounded::Bounded,
@@ -171,6 +172,7 @@ impl Metrics {
         let reloads = Family::<ResultLabel, Counter>::default();
         let connections_revoked = Counter::default();
         let identity_descriptors_exhausted = Counter::default();
+        let identity_off_worker = Counter::default();
         let dns = Family::<ResultLabel, Counter>::default();
         let otlp_dropped = Counter::default();
         registry.register(
@@ -264,6 +266,11 @@ impl Metrics {
             identity_descriptors_exhausted.clone(),
         );
         registry.register(
+            "identity_lookups_off_worker",
+            "Caller lookups and re-checks too large to run in place on a worker (more than 512 descriptors' worth of /proc, a caller whose family has hundreds of processes or thousands of descriptors), run again in full on a thread of their own",
+            identity_off_worker.clone(),
+        );
+        registry.register(
             "dns_queries",
             "DNS queries answered by sluice's responder, by result (answered; refused, each audited; rate_limited, refused past a client's rate limit without an audit event each; dropped, UDP questions not read while 256 were being answered)",
             dns.clone(),
@@ -312,6 +319,7 @@ impl Metrics {
             reloads,
             connections_revoked,
             identity_descriptors_exhausted,
+            identity_off_worker,
             dns,
             otlp_dropped,
             hosts: bounded::Bounded::new(MAX_HOSTS),
@@ -442,6 +450,14 @@ pub fn connections_revoked(n: usize) {
 pub fn identity_descriptors_exhausted() {
     if let Some(m) = global() {
         m.identity_descriptors_exhausted.inc();
+    }
+}
+
+/// A caller lookup or re-check that stopped at its in-place limit and runs again in full
+/// where it blocks no worker.
+pub fn identity_off_worker() {
+    if let Some(m) = global() {
+        m.identity_off_worker.inc();
     }
 }
 

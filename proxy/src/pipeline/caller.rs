@@ -127,7 +127,13 @@ pub async fn identify(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> C
             .map_err(CallerError::Tenant);
     }
     let resolver = &shared.identity;
-    match crate::metrics::identity_lookup(|| blocking(|| resolver.lookup(peer, local))) {
+    let lookup = || {
+        in_place_or_blocking(
+            || resolver.lookup_within(peer, local, IN_PLACE_READS),
+            || resolver.lookup(peer, local),
+        )
+    };
+    match crate::metrics::identity_lookup(lookup) {
         Ok(identity) => Ok(known(&shared.seen, identity)),
         Err(e) => Err(failed(e)),
     }
@@ -154,7 +160,11 @@ pub async fn recheck(shared: &Shared, known: &Known) -> Result<(), CallerError> 
         return Ok(());
     };
     let resolver = &shared.identity;
-    blocking(|| resolver.recheck(identity)).map_err(failed)
+    in_place_or_blocking(
+        || resolver.recheck_within(identity, IN_PLACE_READS),
+        || resolver.recheck(identity),
+    )
+    .map_err(failed)
 }
 
 /// Whether a gateway client's tenant waits for the credentials of its first head.
@@ -300,9 +310,34 @@ pub fn denial(what: &str, e: &CallerError) -> Denial {
     Denial::new(audit::Engine::Identity, refusal)
 }
 
-/// Runs a lookup (about 100 µs of /proc and netlink reads) on this worker: `block_in_place`
-/// makes the runtime move other tasks away instead of handing the work to another thread and
-/// back, which costs two wake-ups per connection on a busy machine.
+/// How much of `/proc` a lookup or recheck may read in place on a worker, in descriptors'
+/// worth (one `readlink` each; a process opened and listed counts sixteen; see
+/// `IdentityResolver::lookup_within`). A client a few processes below init with a few dozen
+/// descriptors costs 100 to 300 (`tls_bench`'s client: 115 to 200); 512 took 450 µs where
+/// measured, about what a TLS handshake takes. A lookup that would read more (a client whose ancestors have hundreds of children, or
+/// tables of thousands of descriptors) stops there and runs again in full under
+/// `block_in_place`, so that no worker is held for long by one caller's family.
+const IN_PLACE_READS: usize = 512;
+
+/// Runs `in_place` on this worker; when it answers "this would take longer" (`Ok(None)`),
+/// runs `full` where it blocks no other task.
+fn in_place_or_blocking<T>(
+    in_place: impl FnOnce() -> Result<Option<T>, IdentityError>,
+    full: impl FnOnce() -> Result<T, IdentityError>,
+) -> Result<T, IdentityError> {
+    match in_place() {
+        Ok(Some(done)) => Ok(done),
+        Ok(None) => {
+            crate::metrics::identity_off_worker();
+            blocking(full)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs a lookup on this worker: `block_in_place` makes the runtime move other tasks away
+/// instead of handing the work to another thread and back, which costs two wake-ups per
+/// connection on a busy machine.
 fn blocking<T>(lookup: impl FnOnce() -> T) -> T {
     if tokio::runtime::Handle::current().runtime_flavor()
         == tokio::runtime::RuntimeFlavor::MultiThread
