@@ -146,7 +146,7 @@ impl<'a> OwnerSearch<'a> {
 
     fn search_recent(&mut self, recent: &[RecentPid], stale: &mut Vec<RecentPid>) -> Option<u32> {
         for entry in recent {
-            if self.reads.descriptors >= RECENT_FD_BUDGET {
+            if self.reads.descriptors >= RECENT_FD_BUDGET || self.reads.spent() {
                 break;
             }
             let kept = self
@@ -170,6 +170,9 @@ impl<'a> OwnerSearch<'a> {
             let Err(dir) = self.check_dir_at(dir, entry.fd, entry.elsewhere) else {
                 return Some(entry.pid);
             };
+            if !self.may_list_children(&dir) {
+                return None;
+            }
             let children = dir.children().unwrap_or_default();
             for child in children.into_iter().rev().take(RECENT_CHILDREN_LIMIT) {
                 if self.reads.descriptors >= RECENT_FD_BUDGET {
@@ -184,6 +187,9 @@ impl<'a> OwnerSearch<'a> {
     }
 
     fn scan(&mut self, socket_uid: u32) -> Option<u32> {
+        if self.reads.spent() {
+            return None;
+        }
         let mut other_uids = Vec::new();
         let last = self.proc.last_pid().ok();
         for (lo, hi) in scan_windows(last) {
@@ -197,7 +203,7 @@ impl<'a> OwnerSearch<'a> {
                 if self.reads.spent() {
                     return None;
                 }
-                self.reads.process();
+                self.reads.small(1);
                 match self.proc.dir_uid(pid) {
                     Ok(uid) if uid == socket_uid => {
                         if self.check(pid) {
@@ -211,6 +217,9 @@ impl<'a> OwnerSearch<'a> {
         }
         if let Some(pid) = other_uids.into_iter().find(|pid| self.check(*pid)) {
             return Some(pid);
+        }
+        if self.reads.spent() {
+            return None;
         }
         let all = self.proc.all_pids().unwrap_or_default();
         all.into_iter().rev().find(|pid| self.check(*pid))
@@ -235,6 +244,9 @@ impl<'a> OwnerSearch<'a> {
             let Some(parent) = ppid.filter(|parent| *parent > 1) else {
                 break;
             };
+            if self.reads.spent() {
+                return;
+            }
             let Ok(dir) = self.proc.pid_dir_kept(parent) else {
                 break;
             };
@@ -247,6 +259,9 @@ impl<'a> OwnerSearch<'a> {
                 Ok(()) => {}
                 Err(dir) => {
                     if !init && self.siblings {
+                        if !self.may_list_children(&dir) {
+                            return;
+                        }
                         match dir.children() {
                             Ok(children) => {
                                 for child in children.into_iter().rev() {
@@ -274,6 +289,11 @@ impl<'a> OwnerSearch<'a> {
             if !expanded.insert(pid) {
                 continue;
             }
+            let threads = self.owners.get(&pid).map_or(0, thread_count);
+            self.reads.small(threads);
+            if self.reads.spent() {
+                return;
+            }
             let Some(dir) = self.owners.get(&pid) else {
                 continue;
             };
@@ -292,11 +312,18 @@ impl<'a> OwnerSearch<'a> {
             }
         }
 
-        if children_unreadable {
+        if children_unreadable && !self.reads.spent() {
             for pid in self.proc.all_pids().unwrap_or_default() {
                 self.check(pid);
             }
         }
+    }
+
+    /// Charges the reads of `dir`'s children (one `children` file per thread) and says
+    /// whether the search may still make them.
+    fn may_list_children(&mut self, dir: &ProcDir) -> bool {
+        self.reads.small(thread_count(dir));
+        !self.reads.spent()
     }
 
     /// Whether `pid` holds the socket; each pid is read at most once per search.
@@ -384,6 +411,16 @@ impl<'a> OwnerSearch<'a> {
             _ => Err(dir),
         }
     }
+}
+
+/// The threads whose `children` files listing `dir`'s children reads (one when its `stat`
+/// cannot be read: the read then fails on its own).
+fn thread_count(dir: &ProcDir) -> usize {
+    dir.stat().map_or(1, |stat| {
+        usize::try_from(stat.num_threads)
+            .unwrap_or(usize::MAX)
+            .max(1)
+    })
 }
 
 /// The descriptors looked at around `hint` before a whole fd table is read: `hint`, then

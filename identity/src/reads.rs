@@ -13,6 +13,8 @@ pub(crate) struct Reads {
     /// Descriptors looked at.
     pub(crate) descriptors: usize,
     processes: usize,
+    /// Other small reads: a thread's `children`, a `stat` of a `/proc/<pid>` directory.
+    small: usize,
     limit: usize,
 }
 
@@ -27,6 +29,7 @@ impl Reads {
         Self {
             descriptors: 0,
             processes: 0,
+            small: 0,
             limit,
         }
     }
@@ -34,6 +37,7 @@ impl Reads {
     /// Whether the limit is reached: nothing more may be read.
     pub(crate) fn spent(&self) -> bool {
         self.descriptors
+            .saturating_add(self.small)
             .saturating_add(self.processes.saturating_mul(PROCESS_COST))
             >= self.limit
     }
@@ -44,6 +48,12 @@ impl Reads {
 
     pub(crate) fn process(&mut self) {
         self.processes += 1;
+    }
+
+    /// `n` small reads, each as much as a descriptor: the `children` files of a process's
+    /// `n` threads, or `n` `stat`s of `/proc/<pid>`.
+    pub(crate) fn small(&mut self, n: usize) {
+        self.small = self.small.saturating_add(n);
     }
 }
 
@@ -60,6 +70,11 @@ mod tests {
         assert!(!reads.spent());
         reads.descriptor();
         assert!(reads.spent());
+        let mut threads = Reads::within(100);
+        threads.small(99);
+        assert!(!threads.spent());
+        threads.small(usize::MAX);
+        assert!(threads.spent());
         let mut unlimited = Reads::unlimited();
         for _ in 0..1_000 {
             unlimited.process();

@@ -104,12 +104,12 @@ impl IdentityResolver {
     }
 
     /// Like [`Self::lookup`], but stops once the search for the socket's holders has read
-    /// `limit` descriptors' worth of `/proc` (one `readlink` each; opening and listing a
-    /// process counts four), and then answers `Ok(None)`: not an identity, not a failure,
-    /// only "this would take longer". A caller that runs lookups where a long one would hold
-    /// up other work runs this there, and [`Self::lookup`] elsewhere when it answers `None`.
-    /// What the unfinished search found is discarded; only processes it proved gone are
-    /// forgotten from the recent list.
+    /// `limit` descriptors' worth of `/proc` (one `readlink` each; a thread's `children` file
+    /// or a `stat` of a `/proc/<pid>` counts one, opening and listing a process sixteen), and
+    /// then answers `Ok(None)`: not an identity, not a failure, only "this would take
+    /// longer". A caller that runs lookups where a long one would hold up other work runs
+    /// this there, and [`Self::lookup`] elsewhere when it answers `None`. Everything the
+    /// unfinished search found is discarded, the processes it saw gone included.
     pub fn lookup_within(
         &self,
         peer: SocketAddr,
@@ -201,6 +201,22 @@ impl IdentityResolver {
                 return Ok(());
             }
             self.recheck_unbounded(previous)
+        })
+    }
+
+    /// Like [`Self::confirm`], but when the socket is not where it was, the recheck that
+    /// follows stops at `limit` as [`Self::recheck_within`] does (`Ok(None)`).
+    pub fn confirm_within(
+        &self,
+        previous: &Identity,
+        limit: usize,
+    ) -> Result<Option<()>, IdentityError> {
+        exhaust::guarded(|| {
+            let proc = self.procfs()?;
+            if still_held(proc, previous) {
+                return Ok(Some(()));
+            }
+            self.recheck_now(previous, limit)
         })
     }
 

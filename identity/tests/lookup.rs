@@ -813,3 +813,32 @@ fn a_bounded_lookup_answers_as_the_full_one_does_or_not_at_all() {
     assert!(resolver.recheck_within(&full, 500).unwrap().is_none());
     assert_eq!(resolver.recheck_within(&full, 1_000_000).unwrap(), Some(()));
 }
+
+/// A client with hundreds of threads and a handful of descriptors: listing its children reads
+/// one file per thread, which the limit counts, so the bounded lookup stops rather than read
+/// them all in place.
+#[test]
+fn a_client_with_many_threads_is_not_looked_up_within_a_small_limit() {
+    let (listener, _) = listener("127.0.0.1:0");
+    let script = "import os, socket, sys, threading\n\
+                  gate = threading.Event()\n\
+                  threads = [threading.Thread(target=gate.wait, daemon=True) for _ in range(600)]\n\
+                  for t in threads: t.start()\n\
+                  c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+                  os.write(1, b'ready\\n')\n\
+                  sys.stdin.read()\n";
+    let mut client = Client::python(script, listener.local_addr().unwrap().port());
+    let (_stream, peer, local) = accept(&listener);
+    assert_eq!(client.line()[0], "ready");
+
+    let resolver = resolver();
+    assert!(resolver.lookup_within(peer, local, 512).unwrap().is_none());
+    let full = resolver.lookup(peer, local).unwrap();
+    assert_eq!(full.pid, client.pid());
+    assert!(resolver.recheck_within(&full, 512).unwrap().is_none());
+    assert_eq!(resolver.confirm_within(&full, 512).unwrap(), Some(()));
+    assert_eq!(
+        resolver.lookup_within(peer, local, 100_000).unwrap(),
+        Some(full)
+    );
+}

@@ -92,14 +92,28 @@ fn a_caller_with_a_large_family_is_identified_in_full() {
         )
     };
 
-    // A client with a few children is looked up in place.
-    let small = ask(&sluice, port, "alone", 3);
-    assert_eq!(status_of(&small), 200, "{small}\n{}", sluice.stderr());
-    assert_eq!(off_worker(), 0.0);
+    // A client with a few children is looked up in place. (Processes that other tests start
+    // meanwhile are read too, newest first, until the client is found: of three tries, one
+    // must stay in place.)
+    let mut in_place = false;
+    for _ in 0..3 {
+        let before = off_worker();
+        let small = ask(&sluice, port, "alone", 3);
+        assert_eq!(status_of(&small), 200, "{small}\n{}", sluice.stderr());
+        if off_worker() == before {
+            in_place = true;
+            break;
+        }
+    }
+    assert!(
+        in_place,
+        "every lookup of a small client went off the worker"
+    );
 
+    let before = off_worker();
     let alone = ask(&sluice, port, "alone", 300);
     assert_eq!(status_of(&alone), 200, "{alone}\n{}", sluice.stderr());
-    assert!(off_worker() >= 1.0);
+    assert!(off_worker() > before);
 
     let shared = ask(&sluice, port, "share", 300);
     assert_eq!(status_of(&shared), 403, "{shared}");

@@ -150,7 +150,12 @@ pub async fn confirm(shared: &Shared, known: &Known) -> Result<(), CallerError> 
     // A few microseconds of /proc reads when the caller is unchanged: run in place, as
     // `block_in_place` (handing this worker's other tasks to another thread) costs more than
     // the check. When it fails, finding who holds the socket now is rare and may be slower.
-    shared.identity.confirm(identity).map_err(failed)
+    let resolver = &shared.identity;
+    in_place_or_blocking(
+        || resolver.confirm_within(identity, IN_PLACE_READS),
+        || resolver.confirm(identity),
+    )
+    .map_err(failed)
 }
 
 /// Like [`confirm`], and no process of another identity in the caller's fork family holds the
@@ -311,7 +316,8 @@ pub fn denial(what: &str, e: &CallerError) -> Denial {
 }
 
 /// How much of `/proc` a lookup or recheck may read in place on a worker, in descriptors'
-/// worth (one `readlink` each; a process opened and listed counts sixteen; see
+/// worth (one `readlink` each; a process opened and listed counts sixteen, a thread's
+/// `children` file one; see
 /// `IdentityResolver::lookup_within`). A client a few processes below init with a few dozen
 /// descriptors costs 100 to 300 (`tls_bench`'s client: 115 to 200); 512 took 450 µs where
 /// measured, about what a TLS handshake takes. A lookup that would read more (a client whose ancestors have hundreds of children, or
