@@ -159,19 +159,17 @@ pub struct Terminator {
     no_sni: Mutex<Lru<Arc<ServerConfig>>>,
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
 fn server_config(
     resolver: Arc<dyn ResolvesServerCert>,
     alpn: Alpn,
 ) -> Result<ServerConfig, rustls::Error> {
-    let mut c = ServerConfig::builder_with_provider(provider())
+    let mut c = ServerConfig::builder_with_provider(super::provider())
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_cert_resolver(resolver);
     c.alpn_protocols = alpn.protocols();
+    // Our order (see `super::provider`), not the client's.
+    c.ignore_client_order = true;
     Ok(c)
 }
 

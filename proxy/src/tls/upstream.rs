@@ -117,7 +117,7 @@ impl UpstreamTls {
                 return Err(UpstreamTlsError::Empty { path: shown });
             }
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = super::provider();
         let roots = Arc::new(roots);
         let mut configs = Vec::with_capacity(Offer::ALL.len());
         for offer in Offer::ALL {
