@@ -67,6 +67,10 @@ pub(crate) struct OwnerSearch<'a> {
     fds: BTreeMap<u32, u32>,
     /// What it has read so far, and how much it may.
     reads: Reads,
+    /// Whether the recent phase reads a recent process's whole fd table only when it fits in
+    /// what remains of [`RECENT_FD_BUDGET`] (a lookup, where recent clients are guesses);
+    /// else always (a recheck, whose one hint is the process identified before).
+    capped_recent_tables: bool,
     /// Whether the children of ancestors that do not hold the socket are read.
     siblings: bool,
     parents: Parents,
@@ -87,6 +91,7 @@ impl<'a> OwnerSearch<'a> {
             owners: BTreeMap::new(),
             fds: BTreeMap::new(),
             reads: Reads::unlimited(),
+            capped_recent_tables: false,
             siblings: true,
             parents: Parents::default(),
             pinned: Vec::new(),
@@ -105,6 +110,16 @@ impl<'a> OwnerSearch<'a> {
     /// nothing (see [`Self::run`]).
     pub(crate) fn within(mut self, limit: usize) -> Self {
         self.reads = Reads::within(limit);
+        self
+    }
+
+    /// A lookup's search: a recent process (or a recent client's child) whose fd table is
+    /// larger than what remains of [`RECENT_FD_BUDGET`] is not read whole in the recent phase,
+    /// only around its hints, and is left for the scan. A client holding thousands of
+    /// connections then costs other callers' lookups a few hundred reads, not all of its
+    /// table. Where the kernel does not give the table's size, the table is read whole.
+    pub(crate) fn capping_recent_tables(mut self) -> Self {
+        self.capped_recent_tables = true;
         self
     }
 
@@ -167,7 +182,10 @@ impl<'a> OwnerSearch<'a> {
                     continue;
                 }
             };
-            let Err(dir) = self.check_dir_at(dir, entry.fd, entry.elsewhere) else {
+            let Err(dir) = self.check_dir_near(dir, entry.fd, entry.elsewhere) else {
+                return Some(entry.pid);
+            };
+            let Err(dir) = self.check_dir_if_it_fits(dir) else {
                 return Some(entry.pid);
             };
             if !self.may_list_children(&dir) {
@@ -178,7 +196,13 @@ impl<'a> OwnerSearch<'a> {
                 if self.reads.descriptors >= RECENT_FD_BUDGET {
                     return None;
                 }
-                if self.check(child) {
+                if self.checked.contains(&child) || self.reads.spent() {
+                    continue;
+                }
+                let Ok(child_dir) = self.proc.pid_dir(child) else {
+                    continue;
+                };
+                if self.check_dir_if_it_fits(child_dir).is_ok() {
                     return Some(child);
                 }
             }
@@ -343,12 +367,30 @@ impl<'a> OwnerSearch<'a> {
         }
     }
 
-    /// Like [`Self::check_dir`], looking first at descriptor `fd` and the ones next to it,
-    /// then next to `elsewhere` (see [`near`]; one `readlink` each): where a recent client
-    /// held its last socket (and an earlier one far from it), or where an identified one held
-    /// this socket. Only a process that holds the socket at one of them now is an owner by
-    /// it; else its whole table is read as usual.
-    fn check_dir_at(
+    /// [`Self::check_dir`], unless this is a lookup (see [`Self::capping_recent_tables`])
+    /// and the process's table is larger than what remains of [`RECENT_FD_BUDGET`]: then it
+    /// is not read, nor marked as checked (the scan reads it in its turn).
+    fn check_dir_if_it_fits(&mut self, dir: ProcDir) -> Result<(), ProcDir> {
+        if self.capped_recent_tables && !self.checked.contains(&dir.pid()) {
+            self.reads.small(1);
+            let left = RECENT_FD_BUDGET.saturating_sub(self.reads.descriptors);
+            if dir
+                .fd_count()
+                .is_some_and(|n| n > u64::try_from(left).unwrap_or(u64::MAX))
+            {
+                return Err(dir);
+            }
+        }
+        self.check_dir(dir)
+    }
+
+    /// Looks at descriptor `fd` and the ones next to it, then next to `elsewhere` (see
+    /// [`near`]; one `readlink` each): where a recent client held its last socket (and an
+    /// earlier one far from it), or where an identified one held this socket. Only a process
+    /// that holds the socket at one of them now is an owner by it; else (`Err`) the caller
+    /// reads its whole table or leaves it for later. A process already checked is answered
+    /// from that check.
+    fn check_dir_near(
         &mut self,
         dir: ProcDir,
         fd: Option<u32>,
@@ -380,7 +422,7 @@ impl<'a> OwnerSearch<'a> {
                 return Ok(());
             }
         }
-        self.check_dir(dir)
+        Err(dir)
     }
 
     /// Like [`Self::check`] for an already opened process: `Ok` if it holds the socket (the
@@ -573,6 +615,42 @@ mod tests {
         OwnerSearch::new(proc, inode, std::process::id())
             .within(limit)
             .run(&[recent], uid)
+    }
+
+    /// A lookup's search (recent tables capped).
+    fn lookup_search(proc: &ProcFs, inode: u64, recent: RecentPid) -> Found {
+        let uid = rustix::process::getuid().as_raw();
+        OwnerSearch::new(proc, inode, std::process::id())
+            .capping_recent_tables()
+            .run(&[recent], uid)
+            .unwrap()
+    }
+
+    /// A recent client holding thousands of descriptors, and a new socket of another
+    /// process: a lookup reads the recent client's table around its hint only, not whole,
+    /// and finds the other process by the scan. A recheck (uncapped) reads it whole.
+    #[test]
+    fn a_lookup_does_not_read_a_large_recent_table_whole() {
+        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let mut hoarder = Hoarder::spawn(1500);
+        let (last, _) = hoarder.socket(None);
+        let recent = hoarder.recent(&proc, last);
+        let mut other = Hoarder::spawn(1);
+        let (fd, inode) = other.socket(None);
+
+        let found = lookup_search(&proc, inode, recent);
+        let pids: Vec<u32> = found.owners.iter().map(ProcDir::pid).collect();
+        assert_eq!(pids, [other.child.id()]);
+        assert_eq!(found.fds.get(&other.child.id()), Some(&fd));
+        assert!(
+            found.fds_read < 1_000,
+            "read {} descriptors",
+            found.fds_read
+        );
+
+        let uncapped = search(&proc, inode, recent);
+        assert_eq!(uncapped.fds, found.fds);
+        assert!(uncapped.fds_read > 3_000, "read {}", uncapped.fds_read);
     }
 
     /// A client holding thousands of sockets: its next one gets the lowest free descriptor,

@@ -531,6 +531,13 @@ impl ProcDir {
         }
     }
 
+    /// How many descriptors the process has open, from the size the kernel gives its fd
+    /// directory (Linux 6.2 and later); `None` where that size is not given (it reads 0).
+    pub(crate) fn fd_count(&self) -> Option<u64> {
+        let stat = rustix::fs::statat(self.files.dir(), "fd", AtFlags::empty()).ok()?;
+        u64::try_from(stat.st_size).ok().filter(|n| *n > 0)
+    }
+
     /// `stat`, read now.
     pub(crate) fn stat_fresh(&self) -> io::Result<StatFields> {
         match &self.files {

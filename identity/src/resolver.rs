@@ -135,6 +135,7 @@ impl IdentityResolver {
         let pinned = self.pinned(&recent);
         let Some(found) = OwnerSearch::new(proc, socket.inode, self.own_pid)
             .with_pinned(pinned)
+            .capping_recent_tables()
             .within(limit)
             .run(&recent, socket.uid)
         else {

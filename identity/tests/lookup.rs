@@ -789,11 +789,12 @@ fn a_repeat_client_is_found_at_its_last_descriptor_or_by_its_whole_table() {
 #[test]
 fn a_bounded_lookup_answers_as_the_full_one_does_or_not_at_all() {
     let (listener, _) = listener("127.0.0.1:0");
+    // The children are forked before the connection is made: none ever holds the socket.
     let script = "import os, socket, sys\n\
-                  c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
                   for _ in range(200):\n\
                   \x20   if os.fork() == 0:\n\
-                  \x20       c.close(); sys.stdin.read(); os._exit(0)\n\
+                  \x20       sys.stdin.read(); os._exit(0)\n\
+                  c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
                   os.write(1, b'ready\\n')\n\
                   sys.stdin.read()\n";
     let mut client = Client::python(script, listener.local_addr().unwrap().port());
