@@ -15,11 +15,12 @@
 //!    addresses are handled. The reply also carries the socket's uid.
 //! 2. **Inode → owners.** Recently identified clients and their children first (a recent
 //!    client's descriptors next to the one where it held its last socket before its whole
-//!    table: the kernel gives a new socket the lowest free number), then every process newest
-//!    first (preferring the socket's uid), stopping at the first process whose fd table holds
-//!    `socket:[<inode>]`. That owner's ancestors (every one below init, holding
-//!    the socket or not), each ancestor's children, and every holder's descendants complete
-//!    the owner set.
+//!    table: the kernel gives a new socket the lowest free number; a lookup reads the whole
+//!    table there only if it is small enough, else the scan reads it in its turn), then every
+//!    process newest first (preferring the socket's uid), stopping at the first process whose
+//!    fd table holds `socket:[<inode>]`. That owner's ancestors (every one below init,
+//!    holding the socket or not), each ancestor's children, and the descendants of every
+//!    holder found (through children that hold it too) complete the owner set.
 //! 3. **Owners → identity.** For each owner: exe, real uid, argv, the ancestor chain (parent
 //!    first, to pid 1, at most 64 hops) and the absolute paths in the chain's argv. Owners that
 //!    differ in exe, ancestor exes or cmdline paths make the lookup fail as ambiguous; owners
