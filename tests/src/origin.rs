@@ -564,7 +564,8 @@ impl StaticHttpsOrigin {
 /// echo gzip-encoded whatever the request accepts; `/rawgzip...` gzipped without saying so;
 /// `/escape...` with `/` JSON-escaped as `\/` and letters, digits, `+`, `=`, `-` as `\u00xx`
 /// (upper-case hex for `/escape-upper`). `/store...` keeps the request's `Authorization`,
-/// `/fetch...` answers it as text. Every request is logged like
+/// `/fetch...` answers it as text (a byte range of it, `206`, to `Range`, `Request-Range`,
+/// `X-Ms-Range` or the origin's own `X-Object-Range`). Every request is logged like
 /// [`H2Origin`]'s, with its trailers.
 #[derive(Debug)]
 pub struct EchoOrigin {
@@ -590,8 +591,9 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
       if (req.url.startsWith('/fetch')) {
         res.setHeader('content-type', 'text/plain');
         // Byte ranges, as any file server answers them (`bytes=A-B`).
-        // Apache's `Request-Range` and Azure's `x-ms-range` too.
-        const asked = req.headers.range || req.headers['request-range'] || req.headers['x-ms-range'] || '';
+        // Apache's `Request-Range` and Azure's `x-ms-range` too, and `x-object-range`, a
+        // spelling of this API's own that no proxy could know.
+        const asked = req.headers.range || req.headers['request-range'] || req.headers['x-ms-range'] || req.headers['x-object-range'] || '';
         const range = /^bytes=(\d+)-(\d+)$/.exec(asked);
         if (range) {
           const [a, b] = [Number(range[1]), Math.min(Number(range[2]), stored.length - 1)];

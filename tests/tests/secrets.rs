@@ -374,6 +374,40 @@ fn a_stored_secret_cannot_be_fetched_back_in_pieces() {
     assert_events_valid(&sluice);
 }
 
+/// The same, by a range header of the origin's own that sluice cannot know to remove
+/// (`X-Object-Range`): the origin answers `206` with a piece, and sluice refuses to pass a
+/// part of a response it scrubs (`502 credential_response_partial`).
+#[test]
+fn a_partial_answer_sluice_did_not_ask_for_is_refused() {
+    let dir = TempDir::new("own-range");
+    let origin = EchoOrigin::start(dir.path());
+    let (sluice, ca) = echo_setup(&dir, &origin);
+    let base = format!("https://127.0.0.1:{}", origin.port());
+    let auth = format!("Authorization: Bearer {PLACEHOLDER}");
+    for http in ["--http1.1", "--http2"] {
+        let out = curl(&sluice, &ca, http, &["-H", &auth], &format!("{base}/store"));
+        assert!(out.ends_with("200"), "{http}: {out}");
+        // Four bytes from inside the secret ("Bearer " is 7).
+        let piece = &SECRET[2..6];
+        let out = curl(
+            &sluice,
+            &ca,
+            http,
+            &["-H", "X-Object-Range: bytes=9-12"],
+            &format!("{base}/fetch"),
+        );
+        assert!(out.ends_with("502"), "{http}: {out}");
+        assert!(
+            out.contains("\"error\":\"credential_response_partial\""),
+            "{http}: {out}"
+        );
+        let body = out.rsplit("\r\n\r\n").next().unwrap_or("");
+        assert!(!body.contains(piece), "{http}: {out}");
+    }
+    assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), ca.parent().unwrap()]);
+    assert_events_valid(&sluice);
+}
+
 #[test]
 fn a_placeholder_goes_only_where_the_profile_places_it() {
     let dir = TempDir::new("placement");

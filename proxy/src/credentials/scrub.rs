@@ -275,6 +275,10 @@ pub enum ScrubError {
         "the upstream answered a request to a credentialed endpoint with a body that starts like {0} data although it declares no Content-Encoding; sluice does not forward a body it cannot scan for the secret"
     )]
     Undeclared(&'static str),
+    #[error(
+        "the upstream answered a request to a credentialed endpoint with 206 Partial Content although sluice asked for no range; sluice does not forward part of a response, where a secret split across parts could not be recognised"
+    )]
+    Partial,
 }
 
 impl ScrubError {
@@ -283,7 +287,12 @@ impl ScrubError {
     }
 
     pub fn code(&self) -> crate::refusal_code::Code {
-        crate::refusal_code::Code::CredentialResponseEncoded
+        match self {
+            ScrubError::Encoded(_) | ScrubError::Undeclared(_) => {
+                crate::refusal_code::Code::CredentialResponseEncoded
+            }
+            ScrubError::Partial => crate::refusal_code::Code::CredentialResponsePartial,
+        }
     }
 }
 
@@ -312,8 +321,11 @@ pub fn ask_whole_plain_response(headers: &mut Vec<(String, Vec<u8>)>) {
 /// Scrubs a response of the secrets in `set`: header values now, the
 /// body as it streams. `Content-Length` is dropped (the client gets chunked or HTTP/2 DATA
 /// framing). An encoded body is refused, declared or not: the first bytes are read before the
-/// head goes out, and a body that starts like compressed data is refused too. `on_hit` runs
-/// once, at the first secret found.
+/// head goes out, and a body that starts like compressed data is refused too. So is a `206`:
+/// sluice asked for the whole response (see [`ask_whole_plain_response`]), and a server that
+/// answers a piece anyway (to a range header of its own) could hand a secret out a few bytes
+/// at a time, each piece too short to recognise. `on_hit` runs once, at the first secret
+/// found.
 pub async fn scrub_response<B>(
     response: Response<B>,
     set: Arc<ScrubSet>,
@@ -323,6 +335,9 @@ where
     B: Body<Data = Bytes> + Unpin,
 {
     let (mut parts, mut body) = response.into_parts();
+    if parts.status == http::StatusCode::PARTIAL_CONTENT {
+        return Err(ScrubError::Partial);
+    }
     let mut early = Early::default();
     if !body.is_end_stream() {
         // A transfer coding other than chunked (which the HTTP/1 client removes) would

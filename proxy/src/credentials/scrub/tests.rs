@@ -455,3 +455,24 @@ impl Body for Frames {
         Poll::Ready(self.0.pop_front().map(Ok))
     }
 }
+
+/// A `206` from a credentialed endpoint is refused: sluice asked for no range, and a piece
+/// of a stored secret could be too short to recognise.
+#[tokio::test]
+async fn a_partial_response_is_refused() {
+    let s = set(&[("tok", "PH")]);
+    let response = Response::builder()
+        .status(206)
+        .header("content-range", "bytes 0-1/3")
+        .header("content-type", "text/plain")
+        .body(http_body_util::Full::new(Bytes::from_static(b"to")))
+        .unwrap();
+    let err = scrub_response(response, Arc::clone(&s), Box::new(|| {}))
+        .await
+        .unwrap_err();
+    assert_eq!(err, ScrubError::Partial);
+    assert_eq!(
+        (err.status(), err.code().as_str()),
+        (502, "credential_response_partial")
+    );
+}
