@@ -556,6 +556,14 @@ mod tests {
     /// newer than another test's client, would be read by that test's scan.
     static HOARDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+    /// The hoarders' lock, held for the test, and `/proc`.
+    fn hoarding() -> (std::sync::MutexGuard<'static, ()>, ProcFs) {
+        let guard = HOARDING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (guard, ProcFs::open(Path::new("/proc")).unwrap())
+    }
+
     struct Hoarder {
         child: Child,
         stdin: ChildStdin,
@@ -635,10 +643,7 @@ mod tests {
     /// and finds the other process by the scan. A recheck (uncapped) reads it whole.
     #[test]
     fn a_lookup_does_not_read_a_large_recent_table_whole() {
-        let _hoarding = HOARDING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let (_hoarding, proc) = hoarding();
         if proc
             .pid_dir(std::process::id())
             .unwrap()
@@ -673,10 +678,7 @@ mod tests {
     /// next to the last one identified, and is found there without reading the whole table.
     #[test]
     fn a_new_socket_of_a_client_with_thousands_is_found_near_its_last_descriptor() {
-        let _hoarding = HOARDING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let (_hoarding, proc) = hoarding();
         let mut client = Hoarder::spawn(1500);
         let (last, _) = client.socket(None);
         let (fd, inode) = client.socket(None);
@@ -693,10 +695,7 @@ mod tests {
     /// earlier one was found: found there, without reading the whole table.
     #[test]
     fn a_socket_in_a_gap_next_to_an_earlier_one_is_found_there() {
-        let _hoarding = HOARDING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let (_hoarding, proc) = hoarding();
         let mut client = Hoarder::spawn(1500);
         let (last, _) = client.socket(None);
         let (fd, inode) = client.socket(Some(1500));
@@ -713,10 +712,7 @@ mod tests {
     /// whole table, at the descriptor where it is.
     #[test]
     fn a_socket_far_from_the_hint_is_found_by_the_whole_table() {
-        let _hoarding = HOARDING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let (_hoarding, proc) = hoarding();
         let mut client = Hoarder::spawn(1500);
         let (last, _) = client.socket(None);
         let (fd, inode) = client.socket(Some(20));
@@ -733,10 +729,7 @@ mod tests {
     /// unbounded one does.
     #[test]
     fn a_search_that_reaches_its_limit_answers_nothing() {
-        let _hoarding = HOARDING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let proc = ProcFs::open(Path::new("/proc")).unwrap();
+        let (_hoarding, proc) = hoarding();
         let mut client = Hoarder::spawn(1500);
         let (last, _) = client.socket(None);
         let (fd, inode) = client.socket(Some(20));

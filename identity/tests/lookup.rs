@@ -783,23 +783,33 @@ fn a_repeat_client_is_found_at_its_last_descriptor_or_by_its_whole_table() {
     client.send_line("exit");
 }
 
+/// A python3 client that runs `setup` (Python, at top level), then connects, says `ready`
+/// and waits for stdin to close; and the accepted end: (client, stream, peer, local).
+fn connected_after(setup: &str) -> (Client, TcpStream, SocketAddr, SocketAddr) {
+    let (listener, _) = listener("127.0.0.1:0");
+    let script = format!(
+        "import os, socket, sys\n{setup}\
+         c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
+         os.write(1, b'ready\\n')\n\
+         sys.stdin.read()\n"
+    );
+    let mut client = Client::python(&script, listener.local_addr().unwrap().port());
+    let (stream, peer, local) = accept(&listener);
+    assert_eq!(client.line()[0], "ready");
+    (client, stream, peer, local)
+}
+
 /// A lookup or recheck given a limit answers what the unbounded one does, or nothing when
 /// the search would read more: here the client has 200 children (each one's fd table is read,
 /// as a holder's descendants are), which cost far more than 500 reads.
 #[test]
 fn a_bounded_lookup_answers_as_the_full_one_does_or_not_at_all() {
-    let (listener, _) = listener("127.0.0.1:0");
     // The children are forked before the connection is made: none ever holds the socket.
-    let script = "import os, socket, sys\n\
-                  for _ in range(200):\n\
-                  \x20   if os.fork() == 0:\n\
-                  \x20       sys.stdin.read(); os._exit(0)\n\
-                  c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
-                  os.write(1, b'ready\\n')\n\
-                  sys.stdin.read()\n";
-    let mut client = Client::python(script, listener.local_addr().unwrap().port());
-    let (_stream, peer, local) = accept(&listener);
-    assert_eq!(client.line()[0], "ready");
+    let (client, _stream, peer, local) = connected_after(
+        "for _ in range(200):\n\
+         \x20   if os.fork() == 0:\n\
+         \x20       sys.stdin.read(); os._exit(0)\n",
+    );
 
     let resolver = resolver();
     assert!(resolver.lookup_within(peer, local, 500).unwrap().is_none());
@@ -820,17 +830,12 @@ fn a_bounded_lookup_answers_as_the_full_one_does_or_not_at_all() {
 /// them all in place.
 #[test]
 fn a_client_with_many_threads_is_not_looked_up_within_a_small_limit() {
-    let (listener, _) = listener("127.0.0.1:0");
-    let script = "import os, socket, sys, threading\n\
-                  gate = threading.Event()\n\
-                  threads = [threading.Thread(target=gate.wait, daemon=True) for _ in range(600)]\n\
-                  for t in threads: t.start()\n\
-                  c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n\
-                  os.write(1, b'ready\\n')\n\
-                  sys.stdin.read()\n";
-    let mut client = Client::python(script, listener.local_addr().unwrap().port());
-    let (_stream, peer, local) = accept(&listener);
-    assert_eq!(client.line()[0], "ready");
+    let (client, _stream, peer, local) = connected_after(
+        "import threading\n\
+         gate = threading.Event()\n\
+         threads = [threading.Thread(target=gate.wait, daemon=True) for _ in range(600)]\n\
+         for t in threads: t.start()\n",
+    );
 
     let resolver = resolver();
     assert!(resolver.lookup_within(peer, local, 512).unwrap().is_none());

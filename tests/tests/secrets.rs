@@ -326,6 +326,13 @@ fn a_bound_api_that_echoes_the_request_never_hands_the_secret_back() {
     assert_events_valid(&sluice);
 }
 
+/// Stores `Bearer <secret>` at the echo origin `base` (its `/store`), through sluice.
+fn store_secret(sluice: &Sluice, ca: &Path, http: &str, base: &str) {
+    let auth = format!("Authorization: Bearer {PLACEHOLDER}");
+    let out = curl(sluice, ca, http, &["-H", &auth], &format!("{base}/store"));
+    assert!(out.ends_with("200"), "{http}: {out}");
+}
+
 /// A secret stored upstream, fetched back in byte ranges too short for the scrub to
 /// recognise any one of them: sluice sends no range header (`Range`, Apache's
 /// `Request-Range`, Azure's `x-ms-range`, nor `If-Range`) to a credentialed endpoint, so
@@ -336,10 +343,8 @@ fn a_stored_secret_cannot_be_fetched_back_in_pieces() {
     let origin = EchoOrigin::start(dir.path());
     let (sluice, ca) = echo_setup(&dir, &origin);
     let base = format!("https://127.0.0.1:{}", origin.port());
-    let auth = format!("Authorization: Bearer {PLACEHOLDER}");
     for http in ["--http1.1", "--http2"] {
-        let out = curl(&sluice, &ca, http, &["-H", &auth], &format!("{base}/store"));
-        assert!(out.ends_with("200"), "{http}: {out}");
+        store_secret(&sluice, &ca, http, &base);
         let stored = format!("Bearer {SECRET}").len();
         let mut pieces = String::new();
         let spellings = ["Range", "Request-Range", "X-Ms-Range"];
@@ -383,10 +388,8 @@ fn a_partial_answer_sluice_did_not_ask_for_is_refused() {
     let origin = EchoOrigin::start(dir.path());
     let (sluice, ca) = echo_setup(&dir, &origin);
     let base = format!("https://127.0.0.1:{}", origin.port());
-    let auth = format!("Authorization: Bearer {PLACEHOLDER}");
     for http in ["--http1.1", "--http2"] {
-        let out = curl(&sluice, &ca, http, &["-H", &auth], &format!("{base}/store"));
-        assert!(out.ends_with("200"), "{http}: {out}");
+        store_secret(&sluice, &ca, http, &base);
         // Four bytes from inside the secret ("Bearer " is 7).
         let piece = &SECRET[2..6];
         let out = curl(
