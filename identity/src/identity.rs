@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::IdentityError;
 use crate::procfs::{Parents, Pinned, ProcDir, ProcFs, SocketLink, is_gone, strip_deleted};
+use crate::reads::Reads;
 
 /// Ancestor hops walked at most (the reference's bound).
 pub(crate) const MAX_ANCESTORS: usize = 64;
@@ -77,13 +78,19 @@ impl Holder {
     /// Whether the kept process still holds the socket and runs `exe` (`None` when no process
     /// is kept). One `readlink` of the descriptor it last held the socket under and one of its
     /// `exe`; a socket moved to another descriptor of the same process costs a read of its fd
-    /// table, and is then looked for under the new number.
-    pub(crate) fn still_holds(&self, exe: &str, exe_deleted: bool) -> Option<bool> {
+    /// table, counted in `reads` (and cut short when they are spent: then a `false` says
+    /// nothing), and is then looked for under the new number.
+    pub(crate) fn still_holds(
+        &self,
+        exe: &str,
+        exe_deleted: bool,
+        reads: &mut Reads,
+    ) -> Option<bool> {
         let state = self.0.as_ref()?;
         let pinned = &state.pinned;
         let last = state.fd.load(Ordering::Relaxed);
         let holds = (last != NO_FD && pinned.fd_is(last, &state.link))
-            || match pinned.holding_fd(&state.link) {
+            || match pinned.holding_fd(&state.link, reads) {
                 Ok(Some(fd)) => {
                     state.fd.store(fd, Ordering::Relaxed);
                     true

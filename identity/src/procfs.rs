@@ -729,8 +729,12 @@ impl Pinned {
     }
 
     /// See [`ProcDir::holding_fd`].
-    pub(crate) fn holding_fd(&self, link: &SocketLink) -> io::Result<Option<u32>> {
-        self.files.holding_fd(link, &mut Reads::unlimited())
+    pub(crate) fn holding_fd(
+        &self,
+        link: &SocketLink,
+        reads: &mut Reads,
+    ) -> io::Result<Option<u32>> {
+        self.files.holding_fd(link, reads)
     }
 
     /// See [`ProcDir::exe_raw`].

@@ -21,6 +21,7 @@ use crate::identity::{ClientSocket, Holder, Identity, read_exe, read_identity};
 use crate::netns::Namespaces;
 use crate::owners::OwnerSearch;
 use crate::procfs::{Pinned, ProcDir, ProcFs, SocketLink};
+use crate::reads::Reads;
 use crate::recent::{RecentPid, RecentPids};
 
 /// How the resolver finds processes and sockets.
@@ -196,17 +197,14 @@ impl IdentityResolver {
     /// per request. It does not look for other holders; [`Self::recheck`] does. When the check
     /// fails, the recheck says who holds the socket now ([`IdentityError::HolderChanged`]).
     pub fn confirm(&self, previous: &Identity) -> Result<(), IdentityError> {
-        exhaust::guarded(|| {
-            let proc = self.procfs()?;
-            if still_held(proc, previous) {
-                return Ok(());
-            }
-            self.recheck_unbounded(previous)
-        })
+        self.confirm_within(previous, usize::MAX)?
+            .ok_or_else(|| never_spent(previous))
     }
 
-    /// Like [`Self::confirm`], but when the socket is not where it was, the recheck that
-    /// follows stops at `limit` as [`Self::recheck_within`] does (`Ok(None)`).
+    /// Like [`Self::confirm`], but answers `Ok(None)` once it has read `limit` descriptors'
+    /// worth of `/proc`, as [`Self::recheck_within`] does: looking for a socket moved to
+    /// another descriptor reads the process's table, and the recheck after a failed
+    /// confirmation reads its family.
     pub fn confirm_within(
         &self,
         previous: &Identity,
@@ -214,8 +212,12 @@ impl IdentityResolver {
     ) -> Result<Option<()>, IdentityError> {
         exhaust::guarded(|| {
             let proc = self.procfs()?;
-            if still_held(proc, previous) {
+            let mut reads = Reads::within(limit);
+            if still_held(proc, previous, &mut reads) {
                 return Ok(Some(()));
+            }
+            if reads.spent() {
+                return Ok(None);
             }
             self.recheck_now(previous, limit)
         })
@@ -247,16 +249,8 @@ impl IdentityResolver {
     }
 
     fn recheck_unbounded(&self, previous: &Identity) -> Result<(), IdentityError> {
-        match self.recheck_now(previous, usize::MAX)? {
-            Some(()) => Ok(()),
-            // No search reads usize::MAX descriptors' worth; were one to, it saw no holder.
-            None => Err(IdentityError::HolderChanged {
-                inode: previous.socket.inode,
-                pid: previous.pid,
-                exe: previous.exe.clone(),
-                now: Vec::new(),
-            }),
-        }
+        self.recheck_now(previous, usize::MAX)?
+            .ok_or_else(|| never_spent(previous))
     }
 
     fn recheck_now(&self, previous: &Identity, limit: usize) -> Result<Option<()>, IdentityError> {
@@ -361,10 +355,24 @@ impl IdentityResolver {
 /// Whether the process `previous` names still holds its socket (at the descriptor it had, or
 /// any other) and runs the same executable. The handle pins the process: a pid reused since
 /// is another `/proc` entry, and its start time differs too.
-fn still_held(proc: &ProcFs, previous: &Identity) -> bool {
+/// What a check of `previous` answers should it ever read `usize::MAX` descriptors' worth of
+/// `/proc` (none does): that it saw no holder.
+fn never_spent(previous: &Identity) -> IdentityError {
+    IdentityError::HolderChanged {
+        inode: previous.socket.inode,
+        pid: previous.pid,
+        exe: previous.exe.clone(),
+        now: Vec::new(),
+    }
+}
+
+/// Whether the process `previous` names still holds its socket and runs its executable; a
+/// read of its fd table (the socket moved) counts in `reads`, and a `false` after they are
+/// spent says nothing.
+fn still_held(proc: &ProcFs, previous: &Identity, reads: &mut Reads) -> bool {
     if let Some(held) = previous
         .holder
-        .still_holds(&previous.exe, previous.exe_deleted)
+        .still_holds(&previous.exe, previous.exe_deleted, reads)
     {
         return held;
     }
@@ -375,7 +383,7 @@ fn still_held(proc: &ProcFs, previous: &Identity) -> bool {
     dir.stat()
         .is_ok_and(|stat| stat.start_time == previous.start_time)
         && (previous.socket.fd.is_some_and(|fd| dir.fd_is(fd, &link))
-            || dir.holds(&link).unwrap_or(false))
+            || dir.holding_fd(&link, reads).is_ok_and(|fd| fd.is_some()))
         && read_exe(&dir)
             .is_ok_and(|(exe, deleted)| exe == previous.exe && deleted == previous.exe_deleted)
 }

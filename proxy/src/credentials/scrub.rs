@@ -267,14 +267,18 @@ impl Scrubber {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScrubError {
+    /// A `Content-Encoding` (or transfer coding) other than identity and chunked.
     #[error(
         "the upstream answered a request to a credentialed endpoint with Content-Encoding `{0}` although sluice asked for identity; sluice does not forward a body it cannot scan for the secret"
     )]
     Encoded(String),
+    /// No encoding declared, but the body starts like compressed data (gzip, zstd, ...).
     #[error(
         "the upstream answered a request to a credentialed endpoint with a body that starts like {0} data although it declares no Content-Encoding; sluice does not forward a body it cannot scan for the secret"
     )]
     Undeclared(&'static str),
+    /// A `206 Partial Content`: part of a response, where a secret could be split across
+    /// answers too short to recognise it in.
     #[error(
         "the upstream answered a request to a credentialed endpoint with 206 Partial Content although sluice asked for no range; sluice does not forward part of a response, where a secret split across parts could not be recognised"
     )]

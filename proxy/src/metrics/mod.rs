@@ -267,7 +267,7 @@ impl Metrics {
         );
         registry.register(
             "identity_lookups_off_worker",
-            "Caller lookups, confirmations and re-checks too large to run in place on a worker (more than 512 descriptors' worth of /proc: a caller whose family has hundreds of processes or threads, or thousands of descriptors), run again in full on a thread of their own",
+            "Caller lookups, confirmations and re-checks too large to run in place on a worker (512 descriptors' worth of /proc or more: a caller whose family has hundreds of processes or threads, or thousands of descriptors), run again in full under block_in_place",
             identity_off_worker.clone(),
         );
         registry.register(

@@ -315,13 +315,13 @@ pub fn denial(what: &str, e: &CallerError) -> Denial {
     Denial::new(audit::Engine::Identity, refusal)
 }
 
-/// How much of `/proc` a lookup or recheck may read in place on a worker, in descriptors'
-/// worth (one `readlink` each; a process opened and listed counts sixteen, a thread's
-/// `children` file one; see
-/// `IdentityResolver::lookup_within`). A client a few processes below init with a few dozen
-/// descriptors costs 100 to 300 (`tls_bench`'s client: 115 to 200); 512 took 450 µs where
-/// measured, about what a TLS handshake takes. A lookup that would read more (a client whose ancestors have hundreds of children, or
-/// tables of thousands of descriptors) stops there and runs again in full under
+/// How much of `/proc` a lookup, recheck or confirmation may read in place on a worker, in
+/// descriptors' worth (one `readlink` each; a thread's `children` file or a `/proc/<pid>`
+/// `stat` one; a process opened and listed sixteen; see `IdentityResolver::lookup_within`).
+/// A client a few processes below init with a few dozen descriptors costs 100 to 300
+/// (`tls_bench`'s client: 115 to 200); 512 took 450 µs where measured, about what a TLS
+/// handshake takes. One that reaches it (a client whose family has hundreds of processes or
+/// threads, or tables of thousands of descriptors) stops there and runs again in full under
 /// `block_in_place`, so that no worker is held for long by one caller's family.
 const IN_PLACE_READS: usize = 512;
 

@@ -168,8 +168,8 @@ fn server_config(
         .with_no_client_auth()
         .with_cert_resolver(resolver);
     c.alpn_protocols = alpn.protocols();
-    // Our order (see `super::provider`), not the client's.
-    c.ignore_client_order = true;
+    // Our order (see `super::provider`), not the client's, where it puts AES-128-GCM first.
+    c.ignore_client_order = super::prefers_aes_128();
     Ok(c)
 }
 
