@@ -194,7 +194,7 @@ impl<'a> OwnerSearch<'a> {
             let Err(dir) = self.check_dir_if_it_fits(dir) else {
                 return Some(entry.pid);
             };
-            if !self.may_list_children(&dir) {
+            if !self.may_list_children(thread_count(&dir)) {
                 return None;
             }
             let children = dir.children().unwrap_or_default();
@@ -202,13 +202,7 @@ impl<'a> OwnerSearch<'a> {
                 if self.reads.descriptors >= RECENT_FD_BUDGET {
                     return None;
                 }
-                if self.checked.contains(&child) || self.reads.spent() {
-                    continue;
-                }
-                let Ok(child_dir) = self.proc.pid_dir(child) else {
-                    continue;
-                };
-                if self.check_dir_if_it_fits(child_dir).is_ok() {
+                if self.check_by(child, Self::check_dir_if_it_fits) {
                     return Some(child);
                 }
             }
@@ -289,7 +283,7 @@ impl<'a> OwnerSearch<'a> {
                 Ok(()) => {}
                 Err(dir) => {
                     if !init && self.siblings {
-                        if !self.may_list_children(&dir) {
+                        if !self.may_list_children(thread_count(&dir)) {
                             return;
                         }
                         match dir.children() {
@@ -319,9 +313,10 @@ impl<'a> OwnerSearch<'a> {
             if !expanded.insert(pid) {
                 continue;
             }
-            let threads = self.owners.get(&pid).map_or(0, thread_count);
-            self.reads.small(threads);
-            if self.reads.spent() {
+            let Some(threads) = self.owners.get(&pid).map(thread_count) else {
+                continue;
+            };
+            if !self.may_list_children(threads) {
                 return;
             }
             let Some(dir) = self.owners.get(&pid) else {
@@ -349,15 +344,21 @@ impl<'a> OwnerSearch<'a> {
         }
     }
 
-    /// Charges the reads of `dir`'s children (one `children` file per thread) and says
-    /// whether the search may still make them.
-    fn may_list_children(&mut self, dir: &ProcDir) -> bool {
-        self.reads.small(thread_count(dir));
+    /// Charges the reads of a process's children (one `children` file for each of its
+    /// `threads`) and says whether the search may still make them.
+    fn may_list_children(&mut self, threads: usize) -> bool {
+        self.reads.small(threads);
         !self.reads.spent()
     }
 
     /// Whether `pid` holds the socket; each pid is read at most once per search.
     fn check(&mut self, pid: u32) -> bool {
+        self.check_by(pid, Self::check_dir)
+    }
+
+    /// [`Self::check`], reading the process opened with `how` ([`Self::check_dir`] or
+    /// [`Self::check_dir_if_it_fits`]).
+    fn check_by(&mut self, pid: u32, how: fn(&mut Self, ProcDir) -> Result<(), ProcDir>) -> bool {
         if self.checked.contains(&pid) {
             return self.owners.contains_key(&pid);
         }
@@ -365,7 +366,7 @@ impl<'a> OwnerSearch<'a> {
             return false;
         }
         match self.proc.pid_dir(pid) {
-            Ok(dir) => self.check_dir(dir).is_ok(),
+            Ok(dir) => how(self, dir).is_ok(),
             Err(_) => {
                 self.checked.insert(pid);
                 false

@@ -93,15 +93,15 @@ impl Refusal {
             .unwrap_or("Error");
         // A gateway tenant's credentials are asked for (RFC 9110 §11.7.1); a refusal that
         // says when to come back says it in `Retry-After` too (RFC 9110 §10.2.3).
-        let mut challenge = String::new();
+        let mut extra = String::new();
         if self.error == Code::ProxyAuthRequired {
-            challenge.push_str("Proxy-Authenticate: Basic realm=\"sluice\", charset=\"UTF-8\"\r\n");
+            extra.push_str("Proxy-Authenticate: Basic realm=\"sluice\", charset=\"UTF-8\"\r\n");
         }
         if let Some((_, secs)) = self.extra.iter().find(|(k, _)| *k == "retry_after") {
-            challenge.push_str(&format!("Retry-After: {secs}\r\n"));
+            extra.push_str(&format!("Retry-After: {secs}\r\n"));
         }
         format!(
-            "HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\n{challenge}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
             self.status,
             body.len()
         )

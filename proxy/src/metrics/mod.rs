@@ -453,8 +453,8 @@ pub fn identity_descriptors_exhausted() {
     }
 }
 
-/// A caller lookup or re-check that stopped at its in-place limit and runs again in full
-/// where it blocks no worker.
+/// A caller lookup, confirmation or re-check that stopped at its in-place limit and runs
+/// again in full where it blocks no worker.
 pub fn identity_off_worker() {
     if let Some(m) = global() {
         m.identity_off_worker.inc();
