@@ -128,3 +128,82 @@ fn a_tenant_is_asked_about_with_its_own_files() {
         .unwrap();
     assert_eq!(both.status.code(), Some(2), "{both:?}");
 }
+
+/// The conformance corpus's own `query` objects, fed verbatim (`cmdline_paths` included), are
+/// all answered, and where both engines deny a program at L4, sluice's reason names the
+/// caller's command-line paths as the reference's does.
+#[test]
+fn the_corpus_queries_are_answered_verbatim_with_their_cmdline_paths() {
+    let corpus = workspace_dir().join("proxy/tests/conformance/corpus");
+    let out = Command::new("gzip")
+        .arg("-dc")
+        .arg(corpus.join("decisions.jsonl.gz"))
+        .output()
+        .expect("gzip runs");
+    assert!(out.status.success());
+    let mut by_policy: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
+        std::collections::BTreeMap::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let case: serde_json::Value = serde_json::from_str(line).unwrap();
+        if case["query"].get("cmdline_paths").is_some() {
+            let policy = case["policy"].as_str().unwrap().to_string();
+            by_policy.entry(policy).or_default().push(case);
+        }
+    }
+    let (mut answered, mut reasons_compared) = (0usize, 0usize);
+    for (policy, cases) in &by_policy {
+        let mut child = Command::new(sluice_bin())
+            .args([
+                "policy",
+                "explain",
+                "--compat",
+                "openshell",
+                "--batch",
+                "--policy",
+            ])
+            .arg(corpus.join(policy))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        for case in cases {
+            writeln!(stdin, "{}", case["query"]).unwrap();
+        }
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let answers: Vec<serde_json::Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            answers.len(),
+            cases.len(),
+            "{policy}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "{policy}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for (case, answer) in cases.iter().zip(&answers) {
+            assert!(answer.get("error").is_none(), "{policy}: {answer}");
+            answered += 1;
+            let want = case["expect"]["reason"].as_str().unwrap_or_default();
+            let got = answer["reason"].as_str().unwrap_or_default();
+            if want.starts_with("binary '") && got.starts_with("binary '") {
+                let named = |r: &str| r.split("). ").next().unwrap_or_default().to_string();
+                assert_eq!(named(got), named(want), "{policy}: {}", case["query"]);
+                reasons_compared += 1;
+            }
+        }
+    }
+    assert!(answered > 3_000, "{answered} queries with cmdline_paths");
+    assert!(
+        reasons_compared > 100,
+        "{reasons_compared} L4 reasons compared"
+    );
+}

@@ -70,6 +70,10 @@ pub struct ExplainArgs {
     /// Executable of an ancestor process (repeat, nearest first).
     #[arg(long = "ancestor", value_name = "PATH")]
     ancestors: Vec<String>,
+    /// An absolute path on the caller's command line (repeat): named in an L4 denial's
+    /// reason, as the proxy does; it never grants anything.
+    #[arg(long = "cmdline-path", value_name = "PATH", conflicts_with = "tenant")]
+    cmdline_paths: Vec<String>,
     /// Request method (default GET); ignored for a host:port question.
     #[arg(long, value_name = "M")]
     method: Option<String>,
@@ -288,6 +292,7 @@ fn explain_cmd(args: &ExplainArgs) -> ExitCode {
     let question = Question {
         binary: binary.to_string(),
         ancestors: args.ancestors.clone(),
+        cmdline_paths: args.cmdline_paths.clone(),
         tenant: args.tenant.clone(),
         host: target.host,
         port: target.port,
@@ -327,6 +332,9 @@ struct BatchQuery {
     binary: String,
     #[serde(default)]
     ancestors: Vec<String>,
+    /// The absolute paths on the caller's command line (the conformance corpus's field).
+    #[serde(default)]
+    cmdline_paths: Vec<String>,
     host: String,
     port: u16,
     #[serde(default)]
@@ -395,6 +403,7 @@ fn answer_query(loaded: &Loaded, line: &str) -> Result<String, String> {
     let question = Question {
         binary: q.binary,
         ancestors: q.ancestors,
+        cmdline_paths: q.cmdline_paths,
         tenant: None,
         host: q.host,
         port: q.port,

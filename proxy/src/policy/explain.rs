@@ -18,6 +18,9 @@ use super::decide::{Caller, L4Decision, L4DenyKind, Request, RequestBasis, Verdi
 pub struct Question {
     pub binary: String,
     pub ancestors: Vec<String>,
+    /// The absolute paths on the caller's command line (logged in an L4 denial's reason,
+    /// never granting anything).
+    pub cmdline_paths: Vec<String>,
     /// A gateway tenant asking (`binary` is then ignored: its program is unknown).
     pub tenant: Option<String>,
     pub host: String,
@@ -97,7 +100,7 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         None => Caller {
             exe: &q.binary,
             ancestors: &q.ancestors,
-            cmdline: &[],
+            cmdline: &q.cmdline_paths,
             tenant: None,
         },
     };

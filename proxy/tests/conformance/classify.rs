@@ -150,6 +150,7 @@ pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outc
     let question = Question {
         binary: q.binary.clone(),
         ancestors: q.ancestors.clone(),
+        cmdline_paths: q.cmdline_paths.clone(),
         tenant: None,
         host: q.host.clone(),
         port: q.port,

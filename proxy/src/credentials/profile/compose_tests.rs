@@ -104,6 +104,7 @@ fn a_profile_becomes_a_provider_entry_with_its_endpoints_and_binaries() {
         let question = policy::explain::Question {
             binary: exe.to_string(),
             ancestors: Vec::new(),
+            cmdline_paths: Vec::new(),
             tenant: None,
             host: host.to_string(),
             port: 443,
