@@ -565,7 +565,9 @@ impl StaticHttpsOrigin {
 /// `/escape...` with `/` JSON-escaped as `\/` and letters, digits, `+`, `=`, `-` as `\u00xx`
 /// (upper-case hex for `/escape-upper`). `/store...` keeps the request's `Authorization`,
 /// `/fetch...` answers it as text (a byte range of it, `206`, to `Range`, `Request-Range`,
-/// `X-Ms-Range` or the origin's own `X-Object-Range`). Every request is logged like
+/// `X-Ms-Range` or the origin's own `X-Object-Range`), `/fetch-split?at=N` in two parts
+/// (cut at N, 600 ms apart). `/reflect...` answers the request body as text
+/// (`/reflect-slow...` ends it 1.5 s after). Every request is logged like
 /// [`H2Origin`]'s, with its trailers.
 #[derive(Debug)]
 pub struct EchoOrigin {
@@ -588,6 +590,23 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
     req.on('end', () => {
       fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('latin1'), trailers: req.trailers }) + '\n');
       if (req.url.startsWith('/store')) stored = req.headers.authorization || '';
+      if (req.url.startsWith('/reflect')) {
+        // The request body back as text, ending where the client chose; `-slow` pauses
+        // 1.5 s before it ends the body.
+        res.setHeader('content-type', 'text/plain');
+        const body = Buffer.concat(chunks);
+        if (req.url.startsWith('/reflect-slow')) {
+          res.write(body); setTimeout(() => res.end(), 1500); return;
+        }
+        res.end(body); return;
+      }
+      if (req.url.startsWith('/fetch-split')) {
+        // The stored value cut at `at`, with a pause of 600 ms between the two parts.
+        res.setHeader('content-type', 'text/plain');
+        const at = Number(new URL(req.url, 'https://x').searchParams.get('at') || '0');
+        res.write(stored.slice(0, at));
+        setTimeout(() => res.end(stored.slice(at) + ' (end)'), 600); return;
+      }
       if (req.url.startsWith('/fetch')) {
         res.setHeader('content-type', 'text/plain');
         // Byte ranges, as any file server answers them (`bytes=A-B`).

@@ -411,6 +411,138 @@ fn a_partial_answer_sluice_did_not_ask_for_is_refused() {
     assert_events_valid(&sluice);
 }
 
+/// What a client sees of a response through sluice, by `tests/clients/frames_probe.py`: its
+/// status, each chunk's (HTTP/1.1) or DATA frame's (HTTP/2) size and arrival (ms), when it
+/// ended, and the body.
+struct Framed {
+    status: u64,
+    pieces: Vec<(u64, u64)>,
+    end_ms: u64,
+    body: String,
+}
+
+fn probe(
+    sluice: &Sluice,
+    ca: &Path,
+    origin: &EchoOrigin,
+    path: &str,
+    body: &str,
+    version: &str,
+) -> Framed {
+    let (code, out, err) = run(Command::new("python3")
+        .current_dir(sluice_e2e::workspace_dir().join("tests/clients"))
+        .arg("frames_probe.py")
+        .arg(sluice.addrs[0].to_string())
+        .arg(ca)
+        .arg(format!("127.0.0.1:{}", origin.port()))
+        .arg(path)
+        .arg(body)
+        .arg(version));
+    assert_eq!(code, 0, "{out}\n{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    Framed {
+        status: v["status"].as_u64().unwrap_or_default(),
+        pieces: v["pieces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap()))
+            .collect(),
+        end_ms: v["end_ms"].as_u64().unwrap_or_default(),
+        body: v["body"].as_str().unwrap_or_default().to_string(),
+    }
+}
+
+/// An echo of the client's own bytes from a credentialed endpoint: where sluice cuts the
+/// answer, and when each piece comes, must not say whether the echo's tail begins the secret
+/// (else the secret could be guessed a byte at a time, each guess confirmed by the cut).
+/// Over HTTP/1.1 (chunks) and HTTP/2 (DATA frames), for an answer sent whole and for one whose
+/// end comes 1.5 s after its bytes.
+#[test]
+fn where_and_when_an_answer_is_cut_says_nothing_of_the_secret() {
+    let dir = TempDir::new("cut-oracle");
+    let origin = EchoOrigin::start(dir.path());
+    let (sluice, ca) = echo_setup(&dir, &origin);
+    for version in ["1.1", "2"] {
+        for n in [1, 3, 7, SECRET.len() - 1] {
+            let guessed = format!("hello {}", &SECRET[..n]);
+            let wrong = format!("hello {}", "q".repeat(n));
+            let right = probe(&sluice, &ca, &origin, "/reflect", &guessed, version);
+            let other = probe(&sluice, &ca, &origin, "/reflect", &wrong, version);
+            assert_eq!(
+                (right.status, &right.body),
+                (200, &guessed),
+                "HTTP/{version}"
+            );
+            assert_eq!((other.status, &other.body), (200, &wrong), "HTTP/{version}");
+            let sizes = |f: &Framed| f.pieces.iter().map(|p| p.0).collect::<Vec<_>>();
+            assert_eq!(
+                sizes(&right),
+                sizes(&other),
+                "HTTP/{version}, {n} bytes of the secret"
+            );
+            if n != 3 {
+                continue;
+            }
+            // The slow answer: its bytes come long before its end, guess or not (sluice lets
+            // a held tail go after a short pause, whatever it is).
+            for (body, f) in [
+                (
+                    &guessed,
+                    probe(&sluice, &ca, &origin, "/reflect-slow", &guessed, version),
+                ),
+                (
+                    &wrong,
+                    probe(&sluice, &ca, &origin, "/reflect-slow", &wrong, version),
+                ),
+            ] {
+                assert_eq!((f.status, &f.body), (200, body), "HTTP/{version}");
+                let last = f.pieces.last().map_or(u64::MAX, |p| p.1);
+                assert!(
+                    last + 700 < f.end_ms,
+                    "HTTP/{version} {body:?}: the last bytes came at {last} ms, the end at {} ms",
+                    f.end_ms
+                );
+            }
+        }
+    }
+    assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), ca.parent().unwrap()]);
+    assert_events_valid(&sluice);
+}
+
+/// A stored secret the upstream sends in two parts with a pause between: what came before
+/// the pause has gone out, but the rest never does (it becomes the placeholder, and a
+/// Detection Finding says the secret came back).
+#[test]
+fn a_secret_cut_by_an_upstream_pause_is_not_completed() {
+    let dir = TempDir::new("pause-cut");
+    let origin = EchoOrigin::start(dir.path());
+    let (sluice, ca) = echo_setup(&dir, &origin);
+    for http in ["--http1.1", "--http2"] {
+        store_secret(&sluice, &ca, http, &origin_base(&origin));
+        // "Bearer " and 5 bytes of the secret before the pause.
+        let out = curl(
+            &sluice,
+            &ca,
+            http,
+            &[],
+            &format!("{}/fetch-split?at=12", origin_base(&origin)),
+        );
+        assert!(out.ends_with("200"), "{http}: {out}");
+        assert!(!out.contains(SECRET), "{http}: {out}");
+        assert!(!out.contains(&SECRET[5..]), "{http}: {out}");
+        assert!(out.contains(PLACEHOLDER), "{http}: {out}");
+        assert!(out.contains(" (end)"), "{http}: {out}");
+    }
+    finding(&sluice, "sluice.provider_credential.reflected");
+    assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), ca.parent().unwrap()]);
+    assert_events_valid(&sluice);
+}
+
+fn origin_base(origin: &EchoOrigin) -> String {
+    format!("https://127.0.0.1:{}", origin.port())
+}
+
 #[test]
 fn a_placeholder_goes_only_where_the_profile_places_it() {
     let dir = TempDir::new("placement");

@@ -3,9 +3,11 @@
 //!
 //! Owns `ScrubSet` (the secret spellings injected into one request, each with the text the
 //! client wrote in its place; each byte is also matched as an encoder may have escaped it:
-//! `%XX`, JSON `\u00XX`, `\/`), the streaming `Scrubber` (constant memory: it holds back only
-//! a tail that could be the start of a secret, so split secrets are caught across chunk and
-//! frame boundaries and a stream that pauses loses nothing), the `Scrubbed` response body both
+//! `%XX`, JSON `\u00XX`, `\/`), the streaming `Scrubber` (constant memory: it holds back the
+//! body's last bytes, as many as a secret's longest spelling less one, whatever they are, so
+//! that split secrets are caught across chunk and frame boundaries and what goes out when
+//! says nothing of what a tail begins; a stream that pauses gets them after
+//! `RELEASE_AFTER`), the `Scrubbed` response body both
 //! HTTP/1.1 and HTTP/2 wrap around an upstream body, and `scrub_response`, the one step both
 //! call on a response to a request that carried an injected secret: header values scrubbed
 //! back to the placeholder, a text body (`text/*`, JSON, XML, forms, none declared) likewise,
@@ -68,7 +70,8 @@ impl ScrubSet {
         {
             return;
         }
-        for b in [secret[0], b'\\', b'%'] {
+        let entity = (!spelling::entities(secret[0]).is_empty()).then_some(b'&');
+        for b in [secret[0], b'\\', b'%'].into_iter().chain(entity) {
             if !self.find.first[usize::from(b)] {
                 self.find.first[usize::from(b)] = true;
                 self.find.few.add(b);
@@ -140,6 +143,22 @@ impl ScrubSet {
         None
     }
 
+    /// The same secrets in lower case: what a header name (which reaches sluice lower-cased)
+    /// holds of one.
+    fn lowercase(&self) -> ScrubSet {
+        let mut lower = ScrubSet::default();
+        for (secret, replacement) in &self.pairs {
+            lower.add(&Zeroizing::new(secret.to_ascii_lowercase()), replacement);
+        }
+        lower
+    }
+
+    /// Whether `text` holds a secret (any spelling).
+    fn is_in(&self, text: &[u8]) -> bool {
+        self.next_match(&mut Cursor::default(), text, 0, text.len())
+            .is_some()
+    }
+
     /// Copies `buf` to `out` with every secret that starts before `limit` replaced, leftmost
     /// first (the longest on a tie), up to `limit` or the end of the last replacement,
     /// whichever is later; returns where copying stopped and the number of replacements.
@@ -161,20 +180,12 @@ impl ScrubSet {
         (end, hits)
     }
 
-    /// Where the earliest suffix of `buf` that is a proper prefix of a secret starts (else
-    /// the end): bytes from there may yet become (a longer) secret with the next chunk.
-    /// A secret found before it is final, as in a pass over the whole body.
-    fn hold_from(&self, buf: &[u8]) -> usize {
-        let longest = self.pairs.iter().map(|(s, _)| s.len()).max().unwrap_or(1);
-        let n = buf.len();
-        (n.saturating_sub(longest * MAX_SPELLING - 1)..n)
-            .filter(|&p| self.find.may_begin(buf, p, buf[p]))
-            .find(|&p| {
-                self.pairs.iter().any(|(s, _)| {
-                    may_start(&buf[p..], s[0]) && matches!(match_at(&buf[p..], s), Match::Partial)
-                })
-            })
-            .unwrap_or(n)
+    /// How many bytes at the end of a body so far a scrubber keeps back, whatever they are:
+    /// one less than the longest spelling of a secret, so that a secret that starts before
+    /// them lies whole in what the scrubber has seen.
+    fn window(&self) -> usize {
+        let longest = self.pairs.iter().map(|(s, _)| s.len()).max().unwrap_or(0);
+        (longest * MAX_SPELLING).saturating_sub(1)
     }
 }
 
@@ -195,12 +206,21 @@ impl crate::audit::Redact for ScrubSet {
 // === Scrubber ===
 
 /// The streaming state of one response body.
+///
+/// What goes out, and when, never depends on whether the body's bytes begin a secret: after
+/// each chunk the scrubber keeps back the body's last [`ScrubSet::window`] bytes, whatever they
+/// are, and lets them go with the next chunk or at the end (or, through [`Scrubber::release`],
+/// when the upstream pauses). Holding back only a tail that could begin a secret would tell a
+/// client that chooses the tail (an echo) whether its guess is the start of the secret: a
+/// secret could be read a byte at a time from where the body is cut.
 #[derive(Default)]
 pub(crate) struct Scrubber {
     set: Arc<ScrubSet>,
-    /// Bytes held back: a proper prefix of some spelling of a secret (bounded by the longest
-    /// secret times `MAX_SPELLING`).
+    /// The body's last bytes, not yet gone out (at most `window` after each chunk).
     carry: Zeroizing<Vec<u8>>,
+    /// The last bytes let go by `release` (at most `window`): a secret that began there is
+    /// not completed by what follows, which is replaced instead.
+    sent: Zeroizing<Vec<u8>>,
     hits: u64,
 }
 
@@ -219,37 +239,96 @@ impl Scrubber {
         Scrubber {
             set,
             carry: Zeroizing::new(Vec::new()),
+            sent: Zeroizing::new(Vec::new()),
             hits: 0,
         }
     }
 
     /// The next chunk: what may go to the client now (possibly nothing).
     pub(crate) fn feed(&mut self, chunk: Bytes) -> Bytes {
-        // The usual chunk: nothing held back before it, no secret in it and no tail that
-        // could begin one. It goes on as it is, without a copy.
-        if self.carry.is_empty()
-            && self.set.hold_from(&chunk) == chunk.len()
-            && self
+        let window = self.set.window();
+        // The usual chunk: nothing held before it and no secret before its last `window`
+        // bytes. Its start goes on without a copy.
+        if self.carry.is_empty() && self.sent.is_empty() {
+            let limit = chunk.len().saturating_sub(window);
+            let found = self
                 .set
-                .next_match(&mut Cursor::default(), &chunk, 0, chunk.len())
-                .is_none()
-        {
-            return chunk;
+                .next_match(&mut Cursor::default(), &chunk, 0, limit);
+            if found.is_none() {
+                self.carry.extend_from_slice(&chunk[limit..]);
+                return chunk.slice(..limit);
+            }
         }
-        let mut buf = Zeroizing::new(std::mem::take(&mut *self.carry));
+        // What went out at a pause, then what is held, then the chunk.
+        let sent = self.sent.len();
+        let mut buf = Zeroizing::new(std::mem::take(&mut *self.sent));
+        buf.extend_from_slice(&self.carry);
         buf.extend_from_slice(&chunk);
-        let limit = self.set.hold_from(&buf);
+        self.carry.clear();
         let mut out = Vec::with_capacity(buf.len());
-        let (end, hits) = self.set.replace_before(&buf, limit, &mut out);
+        let from = self.rest_of_a_secret_begun_in_what_went_out(&buf, sent, &mut out);
+        let limit = buf.len().saturating_sub(window).max(from);
+        let (end, hits) = self
+            .set
+            .replace_before(&buf[from..], limit - from, &mut out);
         self.hits += hits;
-        // The client's bytes from `end` on could still be (part of) a secret: they wait.
+        let end = from + end;
+        if limit == sent {
+            // Too little after what went out to complete a secret begun there: it stays.
+            self.sent.extend_from_slice(&buf[..sent]);
+        }
         self.carry.extend_from_slice(&buf[end..]);
         Bytes::from(out)
+    }
+
+    /// Where the bytes after those that went out at a pause (`buf[..sent]`) may be read
+    /// from: past the end of a secret begun in them and completed after (whose beginning the
+    /// client has; its rest becomes the replacement, and counts as a hit), else `sent`.
+    fn rest_of_a_secret_begun_in_what_went_out(
+        &mut self,
+        buf: &[u8],
+        sent: usize,
+        out: &mut Vec<u8>,
+    ) -> usize {
+        let mut cur = Cursor::default();
+        let mut from = 0;
+        while let Some((i, n, replacement)) = self.set.next_match(&mut cur, buf, from, sent) {
+            if i + n > sent {
+                self.hits += 1;
+                if self.set.mask {
+                    out.resize(out.len() + (i + n - sent), b'*');
+                } else {
+                    out.extend_from_slice(replacement);
+                }
+                return i + n;
+            }
+            from = i + 1;
+        }
+        sent
+    }
+
+    /// The upstream paused: every byte held goes out now (scrubbed of the secrets it holds
+    /// whole), whatever it is. A secret it begins is caught when its rest arrives (see
+    /// [`Scrubber::feed`]): only its beginning will have reached the client.
+    pub(crate) fn release(&mut self) -> Bytes {
+        let held = Zeroizing::new(std::mem::take(&mut *self.carry));
+        let mut out = Vec::with_capacity(held.len());
+        self.hits += self.set.replace_all(&held, &mut out);
+        self.sent.extend_from_slice(&held);
+        let keep = self.sent.len().saturating_sub(self.set.window());
+        self.sent.drain(..keep);
+        Bytes::from(out)
+    }
+
+    /// Whether bytes are held back (`release` would let some go).
+    pub(crate) fn holds(&self) -> bool {
+        !self.carry.is_empty()
     }
 
     /// The end of the body: the bytes held back, scrubbed.
     pub(crate) fn finish(&mut self) -> Bytes {
         let held = Zeroizing::new(std::mem::take(&mut *self.carry));
+        self.sent.clear();
         let mut out = Vec::with_capacity(held.len());
         self.hits += self.set.replace_all(&held, &mut out);
         Bytes::from(out)
@@ -390,6 +469,7 @@ where
             early_end: early.end,
             scrubber: Scrubber::new(body_set),
             trailers: None,
+            pause: None,
             done: false,
             on_hit,
         },
@@ -488,9 +568,26 @@ fn is_text(content_type: Option<&HeaderValue>) -> bool {
 }
 
 /// Replaces secrets in every header value; a value that would no longer be a valid header
-/// value is dropped. The number of replacements.
+/// value is dropped, and so is a header whose name holds a secret (names reach sluice
+/// lower-cased, so they are compared in lower case). The number of replacements.
 pub(crate) fn scrub_headers(headers: &mut HeaderMap, set: &ScrubSet) -> u64 {
     let mut hits = 0;
+    let lowered;
+    let lower = if set.pairs.iter().any(|(s, _)| s.iter().any(u8::is_ascii_uppercase)) {
+        lowered = set.lowercase();
+        &lowered
+    } else {
+        set
+    };
+    let named: Vec<http::HeaderName> = headers
+        .keys()
+        .filter(|n| lower.is_in(n.as_str().as_bytes()))
+        .cloned()
+        .collect();
+    for name in named {
+        headers.remove(&name);
+        hits += 1;
+    }
     let mut changed: Vec<(http::HeaderName, Vec<Option<HeaderValue>>)> = Vec::new();
     for name in headers.keys() {
         let mut any = false;
@@ -521,6 +618,11 @@ pub(crate) fn scrub_headers(headers: &mut HeaderMap, set: &ScrubSet) -> u64 {
     hits
 }
 
+/// How long an upstream may pause before the bytes a body holds back go out anyway (so that
+/// a stream's last event is not kept waiting for the next): the same for any bytes, so when
+/// they go out says nothing of what they are.
+const RELEASE_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// An upstream response body with every injected secret replaced as it streams.
 pub struct Scrubbed<B: Body> {
     inner: B,
@@ -531,6 +633,8 @@ pub struct Scrubbed<B: Body> {
     scrubber: Scrubber,
     /// Trailers waiting while the held-back bytes go out first.
     trailers: Option<HeaderMap>,
+    /// Running while the upstream pauses with bytes held back: when it fires they go out.
+    pause: Option<Pin<Box<tokio::time::Sleep>>>,
     done: bool,
     on_hit: Option<OnHit>,
 }
@@ -593,10 +697,27 @@ where
                 return Poll::Ready(None);
             }
             match this.next_frame(cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    if !this.scrubber.holds() {
+                        return Poll::Pending;
+                    }
+                    let pause = this
+                        .pause
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(RELEASE_AFTER)));
+                    if pause.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    this.pause = None;
+                    let out = this.scrubber.release();
+                    this.report();
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(out))));
+                    }
+                }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
+                        this.pause = None;
                         let out = this.scrubber.feed(data);
                         this.report();
                         if !out.is_empty() {

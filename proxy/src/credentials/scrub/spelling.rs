@@ -109,6 +109,9 @@ impl Starts {
                 for y in [s1, b'\\', b'%'] {
                     self.add(s0, y);
                 }
+                if !entities(s1).is_empty() {
+                    self.add(s0, b'&');
+                }
             }
             None => {
                 for y in 0..=u8::MAX {
@@ -127,6 +130,23 @@ impl Starts {
         if matches!(s0, b'/' | b'\\' | b'"') {
             self.add(b'\\', s0);
         }
+        // HTML's `&name;`, `&#NN;`, `&#xHH;` (the name's hex letters in either case).
+        for form in entities(s0) {
+            self.add(b'&', form[1]);
+            self.add(b'&', form[1].to_ascii_uppercase());
+        }
+    }
+}
+
+/// The HTML escapes of `b` (one of `& < > " '`, else none): named, decimal, hexadecimal.
+pub(super) fn entities(b: u8) -> &'static [&'static [u8]] {
+    match b {
+        b'&' => &[b"&amp;", b"&#38;", b"&#x26;"],
+        b'<' => &[b"&lt;", b"&#60;", b"&#x3c;"],
+        b'>' => &[b"&gt;", b"&#62;", b"&#x3e;"],
+        b'"' => &[b"&quot;", b"&#34;", b"&#x22;"],
+        b'\'' => &[b"&#39;", b"&#x27;", b"&apos;"],
+        _ => &[],
     }
 }
 
@@ -141,12 +161,17 @@ pub(super) enum Step {
 }
 
 /// Matches one secret byte `b` at the start of `buf`: the byte itself, or an escape an
-/// encoder may have written for it: JSON `\/`, `\\`, `\"` and `\u00XX`, or URL `%XX`
-/// (hex digits in either case).
+/// encoder may have written for it: JSON `\/`, `\\`, `\"` and `\u00XX`, URL `%XX` (hex
+/// digits in either case), or HTML's entities for `& < > " '` ([`entities`]).
 pub(super) fn step(buf: &[u8], b: u8) -> Step {
     let Some(&c) = buf.first() else {
         return Step::Short;
     };
+    if c == b'&'
+        && let Some(step) = forms_step(buf, entities(b))
+    {
+        return step;
+    }
     if c != b'\\' && c != b'%' {
         return if c == b { Step::Took(1) } else { Step::No };
     }
@@ -162,26 +187,30 @@ pub(super) fn step(buf: &[u8], b: u8) -> Step {
             forms[1] = &short_esc;
         }
     }
+    match forms_step(buf, &forms) {
+        Some(step) => step,
+        None if c == b => Step::Took(1),
+        None => Step::No,
+    }
+}
+
+/// Which of `forms` (the empty ones ignored) spells a byte at the start of `buf`: `Took` its
+/// length, `Short` when `buf` ends inside one, else `None`. The hex digits (and letters that
+/// are hex digits) match in either case, every other byte exactly.
+fn forms_step(buf: &[u8], forms: &[&[u8]]) -> Option<Step> {
     let mut short = false;
     for form in forms.iter().filter(|f| !f.is_empty()) {
         let n = form.len().min(buf.len());
-        // The leading `\u` or `%` exactly, the hex digits in either case.
         let same = buf[..n]
             .iter()
             .zip(form.iter())
             .all(|(x, y)| x == y || (y.is_ascii_hexdigit() && x.to_ascii_lowercase() == *y));
         if same && n == form.len() {
-            return Step::Took(n);
+            return Some(Step::Took(n));
         }
         short |= same;
     }
-    if short {
-        Step::Short
-    } else if c == b {
-        Step::Took(1)
-    } else {
-        Step::No
-    }
+    short.then_some(Step::Short)
 }
 
 /// What `secret` matches at the start of `buf`.
@@ -206,13 +235,14 @@ pub(super) fn match_at(buf: &[u8], secret: &[u8]) -> Match {
 }
 
 /// Whether a spelling of the secret byte `first` can start `buf` (not empty): a cheap test
-/// that says no only where `step` does (the byte itself, `%XX`, or a backslash that begins
-/// `\u00XX` or the short escape of `/`, `\\` or `"`).
+/// that says no only where `step` does (the byte itself, `%XX`, an HTML entity of one of
+/// `& < > " '`, or a backslash that begins `\u00XX` or the short escape of `/`, `\\` or `"`).
 #[inline]
 pub(super) fn may_start(buf: &[u8], first: u8) -> bool {
     match buf[0] {
         c if c == first => true,
         b'%' => true,
+        b'&' => !entities(first).is_empty(),
         b'\\' => match buf.get(1) {
             None | Some(b'u') => true,
             Some(&next) => next == first && matches!(first, b'/' | b'\\' | b'"'),

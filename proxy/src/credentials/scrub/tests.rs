@@ -39,18 +39,110 @@ fn whole_and_split_secrets_are_replaced() {
 }
 
 #[test]
-fn only_a_possible_secret_prefix_is_held_back() {
+fn the_last_window_is_held_back_whatever_it_is() {
     let s = set(&[("SECRET", "PH")]);
+    // Six bytes, each spelled in at most six: 35 bytes kept back.
+    assert_eq!(s.window(), 35);
     let mut sc = Scrubber::new(Arc::clone(&s));
-    assert_eq!(
-        &sc.feed(Bytes::from_static(b"data: 1\n\n"))[..],
-        b"data: 1\n\n"
-    );
-    assert_eq!(&sc.feed(Bytes::from_static(b"x SEC"))[..], b"x ");
-    assert_eq!(&sc.feed(Bytes::from_static(b"RET y"))[..], b"PH y");
-    assert_eq!(&sc.feed(Bytes::from_static(b"SE"))[..], b"");
-    assert_eq!(&sc.finish()[..], b"SE");
+    assert_eq!(&sc.feed(Bytes::from_static(b"data: 1\n\n"))[..], b"");
+    assert!(sc.holds());
+    let text = [b'a'; 50];
+    let out = sc.feed(Bytes::copy_from_slice(&text));
+    assert_eq!(out.len(), 9 + 50 - 35);
+    assert_eq!(&out[..9], b"data: 1\n\n");
+    assert_eq!(sc.finish().len(), 35);
+    assert!(!sc.holds());
+    let mut sc = Scrubber::new(Arc::clone(&s));
+    assert_eq!(&sc.feed(Bytes::from_static(b"x SEC"))[..], b"");
+    assert_eq!(&sc.feed(Bytes::from_static(b"RET y"))[..], b"");
+    assert_eq!(&sc.release()[..], b"x PH y");
     assert_eq!(sc.hits(), 1);
+}
+
+/// The sizes of what a scrubber lets go, chunk by chunk, pause by pause, for a body
+/// `hello <tail>` cut into `pieces` (a pause after each) and more after.
+fn sizes_out(set: &Arc<ScrubSet>, tail: &[u8], pieces: usize) -> Vec<usize> {
+    let mut body = b"hello ".to_vec();
+    body.extend_from_slice(tail);
+    let mut sc = Scrubber::new(Arc::clone(set));
+    let mut sizes = Vec::new();
+    for piece in body.chunks(body.len().div_ceil(pieces)) {
+        sizes.push(sc.feed(Bytes::copy_from_slice(piece)).len());
+        sizes.push(sc.release().len());
+    }
+    sizes.push(sc.feed(Bytes::from_static(b" and more")).len());
+    sizes.push(sc.finish().len());
+    sizes
+}
+
+/// A client that chooses a body's tail (an echo) must not learn from where sluice cuts it,
+/// nor from when it lets it go, whether the tail begins a secret: the same sizes go out
+/// for every tail of a length, the secret's beginnings included.
+#[test]
+fn what_goes_out_when_does_not_say_whether_a_tail_begins_a_secret() {
+    let secret = "s3cr3t-VALUE-7f3a9c";
+    let s = set(&[(secret, "openshell:resolve:env:KEY")]);
+    for n in 1..secret.len() {
+        let guessed = &secret.as_bytes()[..n];
+        let wrong = vec![b'x'; n];
+        let spelled = secret[..n].replace('-', "%2D");
+        let wrong_spelled = "x".repeat(spelled.len());
+        for pieces in [1, 2, 3] {
+            assert_eq!(
+                sizes_out(&s, guessed, pieces),
+                sizes_out(&s, &wrong, pieces),
+                "{n} bytes of the secret, {pieces} pieces"
+            );
+            assert_eq!(
+                sizes_out(&s, spelled.as_bytes(), pieces),
+                sizes_out(&s, wrong_spelled.as_bytes(), pieces),
+                "{spelled}, {pieces} pieces"
+            );
+        }
+    }
+}
+
+/// A secret whose beginning went out at a pause (the upstream stopped in its middle for
+/// longer than `RELEASE_AFTER`) is not completed after it: its rest becomes the
+/// replacement, and counts as found.
+#[test]
+fn a_secret_begun_before_a_pause_is_not_completed_after_it() {
+    let s = set(&[("s3cr3t-VALUE", "PH")]);
+    let mut sc = Scrubber::new(Arc::clone(&s));
+    let mut out = Vec::new();
+    out.extend_from_slice(&sc.feed(Bytes::from_static(b"x s3cr3")));
+    out.extend_from_slice(&sc.release());
+    out.extend_from_slice(&sc.feed(Bytes::from_static(b"t-VA")));
+    out.extend_from_slice(&sc.release());
+    out.extend_from_slice(&sc.feed(Bytes::from_static(b"LUE y")));
+    out.extend_from_slice(&sc.finish());
+    assert_eq!(out, b"x s3cr3t-VAPH y");
+    assert_eq!(sc.hits(), 1);
+    // Binary bodies keep their length: the rest becomes as many `*`.
+    let masked = Arc::new(s.masked());
+    let mut sc = Scrubber::new(masked);
+    let mut out = Vec::new();
+    out.extend_from_slice(&sc.feed(Bytes::from_static(b"x s3cr3")));
+    out.extend_from_slice(&sc.release());
+    let mut rest = b"t-VALUE".to_vec();
+    rest.extend_from_slice(&[b'a'; 100]);
+    out.extend_from_slice(&sc.feed(Bytes::from(rest)));
+    out.extend_from_slice(&sc.finish());
+    assert_eq!(&out[..7], b"x s3cr3");
+    assert_eq!(&out[7..14], b"*******");
+    assert_eq!(&out[14..], &[b'a'; 100]);
+    // Far enough after a pause, what went out is forgotten: a later secret is whole.
+    let mut sc = Scrubber::new(Arc::clone(&s));
+    let mut out = Vec::new();
+    out.extend_from_slice(&sc.feed(Bytes::from_static(b"s3cr3")));
+    out.extend_from_slice(&sc.release());
+    out.extend_from_slice(&sc.feed(Bytes::copy_from_slice(&[b'.'; 80])));
+    out.extend_from_slice(&sc.feed(Bytes::from_static(b"s3cr3t-VALUE!")));
+    out.extend_from_slice(&sc.finish());
+    let mut want = b"s3cr3".to_vec();
+    want.extend_from_slice(&[b'.'; 80]);
+    want.extend_from_slice(b"PH!");
+    assert_eq!(out, want);
 }
 
 #[test]
@@ -64,6 +156,10 @@ fn escaped_spellings_are_replaced() {
         r#"Sk%2FAb%2Bc%3Cd%3E%26e%27f%3Dg%22h%5Ci"#,
         r#"Sk%2fAb%2bc%3cd%3e%26e%27f%3dg%22h%5ci"#,
         r#"\u0053k%2fAb\u002bc<d>&e'f%3d\u0067\"h\\%69"#,
+        // HTML's escapes (an error page quoting the request), named and numeric.
+        r#"Sk/Ab+c&lt;d&gt;&amp;e&#39;f=g&quot;h\i"#,
+        r#"Sk/Ab+c&#60;d&#62;&#38;e&#x27;f=g&#34;h\i"#,
+        r#"Sk/Ab+c&#x3C;d&#x3e;&#x26;e&apos;f=g&#x22;h\i"#,
     ] {
         let text = format!(r#"{{"k": "{spelled}"}} tail"#);
         let want = br#"{"k": "PH"} tail"#.to_vec();
@@ -81,6 +177,13 @@ fn escaped_spellings_are_replaced() {
     // Near misses stay as they are.
     let s = set(&[("a/b", "PH")]);
     for kept in [r"a\u002gb", "a%2gb", r"a\/c", r"a\U002Fb", "a%2", r"a\"] {
+        assert_eq!(stream(&s, &[kept.as_bytes()]), kept.as_bytes(), "{kept}");
+    }
+    // A secret that begins with an escaped byte; an entity for a byte that is not there.
+    let s = set(&[("<tok", "PH")]);
+    assert_eq!(stream(&s, &[b"x &lt;tok y"]), b"x PH y");
+    assert_eq!(stream(&s, &[b"x &", b"#60;tok y"]), b"x PH y");
+    for kept in ["&lt;toc", "&gt;tok", "&lt tok", "&#61;tok", "&amp;tok"] {
         assert_eq!(stream(&s, &[kept.as_bytes()]), kept.as_bytes(), "{kept}");
     }
 }
@@ -132,6 +235,20 @@ fn many_occurrences_stay_linear() {
     let out = stream(&s, &[body.as_bytes()]);
     assert_eq!(out.len(), 100_000);
     assert!(t.elapsed() < std::time::Duration::from_secs(5));
+}
+
+/// A header whose name holds the secret (an origin that reflects request values as names)
+/// is dropped: names arrive lower-cased, so a secret in mixed case is matched in lower case.
+#[test]
+fn a_header_named_by_a_secret_is_dropped() {
+    let s = set(&[("Tok-Secret-9", "PH")]);
+    let mut h = HeaderMap::new();
+    h.insert("x-tok-secret-9", HeaderValue::from_static("1"));
+    h.insert("tok%2dsecret-9-x", HeaderValue::from_static("1"));
+    h.insert("x-other", HeaderValue::from_static("v"));
+    assert_eq!(scrub_headers(&mut h, &s), 2);
+    assert_eq!(h.len(), 1);
+    assert_eq!(h["x-other"], "v");
 }
 
 #[test]
@@ -331,35 +448,41 @@ mod prop {
         /// one that tries every secret at every byte, whole and streamed.
         #[test]
         fn the_quick_skips_miss_no_spelling(
-            secrets in proptest::collection::vec("[ab/\"\\\\u%é]{1,4}", 1..4),
-            tokens in proptest::collection::vec((0usize..14, 0usize..5), 0..40),
+            secrets in proptest::collection::vec("[ab/\"\\\\u%é&<']{1,4}", 1..4),
+            tokens in proptest::collection::vec((0usize..16, 0usize..8), 0..40),
             mut cuts in proptest::collection::vec(0usize..400, 0..6),
         ) {
             // Each token one character, plain or spelled as an encoder may (`\u00XX`, `%XX`
-            // in either case, a short escape), a lone `\\`, `%`, `\\u` or `\\u00`, or a whole
-            // secret, each of its bytes spelled one of those ways.
+            // in either case, a short escape, an HTML entity), a lone `\\`, `%`, `\\u`, `\\u00`,
+            // `&`, `&l`, `&#` or `&#x`, or a whole secret, each of its bytes spelled one of
+            // those ways.
             fn spell(text: &mut Vec<u8>, b: u8, form: usize) {
                 match form {
                     1 if b < 0x80 => text.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
                     2 => text.extend_from_slice(format!("%{b:02X}").as_bytes()),
                     3 => text.extend_from_slice(format!("%{b:02x}").as_bytes()),
                     4 if matches!(b, b'/' | b'\\' | b'"') => text.extend_from_slice(&[b'\\', b]),
+                    5..=7 if !spelling::entities(b).is_empty() => {
+                        text.extend_from_slice(spelling::entities(b)[form - 5]);
+                    }
                     _ => text.push(b),
                 }
             }
             let mut text = Vec::new();
             for (c, form) in tokens {
-                if c >= 10 {
-                    let secret = secrets[(c - 10) % secrets.len()].as_bytes();
+                if c >= 12 {
+                    let secret = secrets[(c - 12) % secrets.len()].as_bytes();
                     for (k, &b) in secret.iter().enumerate() {
-                        spell(&mut text, b, (form + k) % 5);
+                        spell(&mut text, b, (form + k) % 8);
                     }
                     continue;
                 }
                 // `é` is two bytes whose hex digits are letters (`%C3%A9` or `%c3%a9`).
-                let b = [b'a', b'b', b'/', b'"', b'\\', b'u', b'%', b'x', 0xc3, 0xa9][c];
+                let b = [b'a', b'b', b'/', b'"', b'\\', b'u', b'%', b'x', 0xc3, 0xa9, b'&', b'<'][c];
                 match form {
-                    4 => text.extend_from_slice([&b"\\"[..], b"%", b"\\u", b"\\u00"][c % 4]),
+                    4 => text.extend_from_slice(
+                        [&b"\\"[..], b"%", b"\\u", b"\\u00", b"&", b"&l", b"&#", b"&#x"][c % 8],
+                    ),
                     _ => spell(&mut text, b, form),
                 }
             }
@@ -475,4 +598,58 @@ async fn a_partial_response_is_refused() {
         (err.status(), err.code().as_str()),
         (502, "credential_response_partial")
     );
+}
+
+/// A body whose frames come from a channel, as an upstream's arrive.
+struct Channel(tokio::sync::mpsc::Receiver<Frame<Bytes>>);
+
+impl Body for Channel {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|f| f.map(Ok))
+    }
+}
+
+/// What a client receives of `hello <tail>` sent by an upstream that then pauses a second
+/// before it ends the body: each frame's size and when it came (ms, on tokio's paused clock).
+async fn frames_through_a_pause(tail: &str) -> Vec<(usize, u128)> {
+    let s = set(&[("s3cr3t-VALUE-7f3a9c", "PH")]);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let response = Response::builder()
+        .header("content-type", "text/plain")
+        .body(Channel(rx))
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let tail = tail.to_string();
+    tokio::spawn(async move {
+        tx.send(Frame::data(Bytes::from(format!("hello {tail}"))))
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    });
+    let mut body = scrub_response(response, s, Box::new(|| {}))
+        .await
+        .unwrap()
+        .into_body();
+    let mut got = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let data = frame.unwrap().into_data().unwrap();
+        got.push((data.len(), start.elapsed().as_millis()));
+    }
+    got
+}
+
+/// An upstream that pauses after a tail: the tail goes out `RELEASE_AFTER` later, whether or
+/// not it begins a secret, not when the body ends.
+#[tokio::test(start_paused = true)]
+async fn a_paused_body_lets_its_tail_go_at_the_same_time_whatever_it_is() {
+    let guessed = frames_through_a_pause("s3cr3t-VAL").await;
+    let wrong = frames_through_a_pause("xxxxxxxxxx").await;
+    assert_eq!(guessed, wrong);
+    assert_eq!(guessed, [(16, RELEASE_AFTER.as_millis())]);
 }
