@@ -567,7 +567,9 @@ impl StaticHttpsOrigin {
 /// `/fetch...` answers it as text (a byte range of it, `206`, to `Range`, `Request-Range`,
 /// `X-Ms-Range` or the origin's own `X-Object-Range`), `/fetch-split?at=N` in two parts
 /// (cut at N, 600 ms apart). `/reflect...` answers the request body as text
-/// (`/reflect-slow...` ends it 1.5 s after). Every request is logged like
+/// (`/reflect-slow...` ends it 1.5 s after). `/html...` answers the echo as HTML, its
+/// special characters escaped as entities; `/named...` names a response header after each
+/// request header's value. Every request is logged like
 /// [`H2Origin`]'s, with its trailers.
 #[derive(Debug)]
 pub struct EchoOrigin {
@@ -628,6 +630,20 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
       }
       if (req.url.startsWith('/rawgzip')) {
         res.setHeader('content-type', 'application/octet-stream'); res.end(zlib.gzipSync(echo)); return;
+      }
+      if (req.url.startsWith('/html')) {
+        // As an HTML error page quotes a request: every special character an entity.
+        const ent = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+        res.setHeader('content-type', 'text/html');
+        res.end(`<p>${echo.toString().replace(/[&<>"']/g, (c) => ent[c])}</p>`); return;
+      }
+      if (req.url.startsWith('/named')) {
+        // Each request header's value (its last word, as a token) as a response header's name.
+        for (const v of Object.values(req.headers)) {
+          const word = String(v).split(' ').pop().replace(/[^A-Za-z0-9!#$%&'*+.^_`|~-]/g, '');
+          if (word) { try { res.setHeader('x-named-' + word, '1'); } catch (e) {} }
+        }
+        res.end('named'); return;
       }
       if (req.url.startsWith('/escape')) {
         const hex = (c) => c.charCodeAt(0).toString(16).padStart(2, '0');

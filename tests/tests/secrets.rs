@@ -539,6 +539,71 @@ fn a_secret_cut_by_an_upstream_pause_is_not_completed() {
     assert_events_valid(&sluice);
 }
 
+/// An echo in another shape than JSON: an HTML page that escapes the secret's `& < > " '`
+/// as entities, and response header names made of request values (which arrive
+/// lower-cased). Neither hands the secret back.
+#[test]
+fn an_echo_as_html_or_as_header_names_never_hands_the_secret_back() {
+    const SPECIAL: &str = "sk+Ab/Cd=Ef&G<h>\"i'Jk";
+    let dir = TempDir::new("echo-shapes");
+    let origin = EchoOrigin::start(dir.path());
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n",
+        origin.port()
+    );
+    let providers = dir.write(
+        "providers.yaml",
+        &format!(
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\n  - name: special-key\n    env_vars: [TEST_SPECIAL_KEY]\n    auth_style: header\n    header_name: x-special\nendpoints:\n  - {{host: 127.0.0.1, port: {}}}\n",
+            origin.port()
+        ),
+    );
+    let (sluice, ca) = Sluice::intercepting(
+        &dir,
+        &p,
+        &[&origin.cert],
+        Some(&providers),
+        &[("TEST_API_KEY", SECRET), ("TEST_SPECIAL_KEY", SPECIAL)],
+    );
+    let base = origin_base(&origin);
+    let auth = format!("Authorization: Bearer {PLACEHOLDER}");
+    let special = "X-Special: openshell:resolve:env:TEST_SPECIAL_KEY";
+    let escaped = SPECIAL
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;");
+    for http in ["--http1.1", "--http2"] {
+        let out = curl(
+            &sluice,
+            &ca,
+            http,
+            &["-H", &auth, "-H", special],
+            &format!("{base}/html"),
+        );
+        assert!(out.ends_with("200"), "{http}: {out}");
+        assert!(
+            out.contains("openshell:resolve:env:TEST_SPECIAL_KEY"),
+            "{http}: {out}"
+        );
+        assert!(!out.contains(&escaped), "{http}: {out}");
+        assert!(!out.contains("Ef&amp;G&lt;h"), "{http}: {out}");
+        let out = curl(&sluice, &ca, http, &["-H", &auth], &format!("{base}/named"));
+        assert!(out.ends_with("200"), "{http}: {out}");
+        assert!(
+            !out.to_lowercase().contains(&SECRET.to_lowercase()),
+            "{http}: {out}"
+        );
+    }
+    // The origin did name a header after the secret, and wrote the escaped secret.
+    assert!(origin.received().iter().any(|r| r["url"] == "/named"));
+    finding(&sluice, "sluice.provider_credential.reflected");
+    assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), ca.parent().unwrap()]);
+    assert_nowhere(&sluice, SPECIAL, &[sluice.dir.path(), ca.parent().unwrap()]);
+    assert_events_valid(&sluice);
+}
+
 fn origin_base(origin: &EchoOrigin) -> String {
     format!("https://127.0.0.1:{}", origin.port())
 }

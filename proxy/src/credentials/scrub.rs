@@ -573,7 +573,11 @@ fn is_text(content_type: Option<&HeaderValue>) -> bool {
 pub(crate) fn scrub_headers(headers: &mut HeaderMap, set: &ScrubSet) -> u64 {
     let mut hits = 0;
     let lowered;
-    let lower = if set.pairs.iter().any(|(s, _)| s.iter().any(u8::is_ascii_uppercase)) {
+    let lower = if set
+        .pairs
+        .iter()
+        .any(|(s, _)| s.iter().any(u8::is_ascii_uppercase))
+    {
         lowered = set.lowercase();
         &lowered
     } else {

@@ -130,6 +130,9 @@ impl Starts {
         if matches!(s0, b'/' | b'\\' | b'"') {
             self.add(b'\\', s0);
         }
+        if s0 == b'"' {
+            self.add(b'\\', b'&');
+        }
         // HTML's `&name;`, `&#NN;`, `&#xHH;` (the name's hex letters in either case).
         for form in entities(s0) {
             self.add(b'&', form[1]);
@@ -162,7 +165,8 @@ pub(super) enum Step {
 
 /// Matches one secret byte `b` at the start of `buf`: the byte itself, or an escape an
 /// encoder may have written for it: JSON `\/`, `\\`, `\"` and `\u00XX`, URL `%XX` (hex
-/// digits in either case), or HTML's entities for `& < > " '` ([`entities`]).
+/// digits in either case), HTML's entities for `& < > " '` ([`entities`]), or JSON's `\"`
+/// with the quote an entity.
 pub(super) fn step(buf: &[u8], b: u8) -> Step {
     let Some(&c) = buf.first() else {
         return Step::Short;
@@ -174,6 +178,17 @@ pub(super) fn step(buf: &[u8], b: u8) -> Step {
     }
     if c != b'\\' && c != b'%' {
         return if c == b { Step::Took(1) } else { Step::No };
+    }
+    // JSON's `\"` with its quote escaped again by HTML (a JSON error quoted in a page).
+    if c == b'\\'
+        && b == b'"'
+        && buf.get(1) == Some(&b'&')
+        && let Some(step) = forms_step(&buf[1..], entities(b))
+    {
+        return match step {
+            Step::Took(n) => Step::Took(n + 1),
+            other => other,
+        };
     }
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let hex = [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]];
@@ -236,7 +251,8 @@ pub(super) fn match_at(buf: &[u8], secret: &[u8]) -> Match {
 
 /// Whether a spelling of the secret byte `first` can start `buf` (not empty): a cheap test
 /// that says no only where `step` does (the byte itself, `%XX`, an HTML entity of one of
-/// `& < > " '`, or a backslash that begins `\u00XX` or the short escape of `/`, `\\` or `"`).
+/// `& < > " '`, or a backslash that begins `\u00XX`, the short escape of `/`, `\\` or `"`, or
+/// `\&` before a quote's entity).
 #[inline]
 pub(super) fn may_start(buf: &[u8], first: u8) -> bool {
     match buf[0] {
@@ -245,14 +261,15 @@ pub(super) fn may_start(buf: &[u8], first: u8) -> bool {
         b'&' => !entities(first).is_empty(),
         b'\\' => match buf.get(1) {
             None | Some(b'u') => true,
+            Some(b'&') => first == b'"',
             Some(&next) => next == first && matches!(first, b'/' | b'\\' | b'"'),
         },
         _ => false,
     }
 }
 
-/// The longest spelling of a byte (`\u00XX`).
-pub(super) const MAX_SPELLING: usize = 6;
+/// The longest spelling of a byte (`\&quot;`, `\&#x22;`).
+pub(super) const MAX_SPELLING: usize = 7;
 
 impl Default for Tables {
     fn default() -> Self {
