@@ -420,6 +420,95 @@ fn malformed_and_oversized_requests_are_refused_and_others_still_served() {
     sluice.stop();
 }
 
+/// Framing two parsers could read differently (CL+TE, two Content-Lengths even if equal,
+/// obs-fold, a bare LF) is refused with 400 wherever the request comes: as the first on a
+/// proxy connection, as a later one on a kept-alive connection, and inside a CONNECT tunnel;
+/// and each is reported as a request smuggling attempt (a Detection Finding naming the
+/// tunnel's destination), which a merely malformed request is not.
+#[test]
+fn ambiguous_framing_is_refused_and_reported_as_smuggling() {
+    let origin = HttpOrigin::start();
+    let port = origin.port();
+    let p = policy(&[(
+        "local",
+        &format!("{{host: 127.0.0.1, port: {port}, protocol: rest, access: full}}"),
+        &["/usr/bin/curl", &me()],
+    )]);
+    let sluice = Sluice::start(&p, &["--allow-loopback-upstream"]);
+    let url = format!("http://127.0.0.1:{port}/");
+    let smuggles = [
+        format!(
+            "POST {url} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+        ),
+        format!(
+            "POST {url} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx"
+        ),
+        format!("GET {url} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-A: 1\r\n folded\r\n\r\n"),
+        format!("GET {url} HTTP/1.1\nHost: 127.0.0.1:{port}\n\n"),
+    ];
+    let good = format!("GET {url} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    let findings = || {
+        sluice
+            .events()
+            .into_iter()
+            .filter(|e| {
+                class(e) == 2004 && e["finding_info"]["types"][0] == "sluice.http.request_smuggling"
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut want = 0;
+    for smuggle in &smuggles {
+        // The first request of a connection.
+        let out = sluice.raw(smuggle.as_bytes());
+        assert_eq!(status_of(&out), 400, "{smuggle:?} → {out}");
+        // A later one on a kept-alive connection.
+        let mut both = good.clone().into_bytes();
+        both.extend_from_slice(smuggle.as_bytes());
+        let out = sluice.raw(&both);
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert_eq!(
+            out.matches("HTTP/1.1 400").count(),
+            1,
+            "{smuggle:?} → {out}"
+        );
+        // Inside a tunnel (plaintext HTTP to an L7 endpoint, inspected).
+        let mut tunnelled = connect_request("127.0.0.1", port).into_bytes();
+        tunnelled.extend_from_slice(good.replace(&url, "/").as_bytes());
+        tunnelled.extend_from_slice(smuggle.replace(&url, "/").as_bytes());
+        let out = sluice.raw(&tunnelled);
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert_eq!(
+            out.matches("HTTP/1.1 400").count(),
+            1,
+            "{smuggle:?} → {out}"
+        );
+        want += 3;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while findings().len() < want && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(findings().len(), want, "{smuggle:?}");
+    }
+    let named = format!("127.0.0.1:{port}");
+    let tunnel = findings()
+        .into_iter()
+        .find(|f| f["unmapped"]["destination"] == named.as_str())
+        .expect("a finding names the tunnel's destination");
+    assert_eq!(tunnel["firewall_rule"]["type"], "http", "{tunnel:#}");
+    assert!(
+        tunnel["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("ambiguous framing")),
+        "{tunnel:#}"
+    );
+    // Malformed without ambiguity: refused, not reported as smuggling.
+    let out = sluice.raw(b"GARBAGE\r\n\r\n");
+    assert_eq!(status_of(&out), 400, "{out}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(findings().len(), want);
+    assert_events_valid(&sluice);
+}
+
 #[test]
 fn forward_proxy_strips_hop_by_hop_headers_and_keeps_connections_alive() {
     let origin = HttpOrigin::start();

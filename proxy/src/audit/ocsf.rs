@@ -591,7 +591,12 @@ fn finding<'a>(e: &'a Finding, ctx: &'a Context) -> Record<'a> {
     r.decision = Some(decision(Outcome::Denied));
     r.firewall_rule = Some(FirewallRule {
         name: e.policy.as_deref().unwrap_or("-"),
-        kind: "credentials",
+        // What guards against it: the credential rules, or HTTP's framing (smuggling).
+        kind: if e.kind.contains("credential") {
+            "credentials"
+        } else {
+            "http"
+        },
         desc: None,
     });
     r.unmapped = Some(Unmapped {

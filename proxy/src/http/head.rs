@@ -36,6 +36,10 @@ pub enum HeadError {
     TooLarge(usize),
     #[error("malformed request: {0}")]
     Malformed(String),
+    /// Framing two parsers could read differently (CL+TE, duplicate Content-Length, obs-fold,
+    /// bare LF or CR, another Transfer-Encoding, two Hosts): a request smuggling attempt.
+    #[error("malformed request: {0}")]
+    Ambiguous(String),
     /// The peer closed before sending a complete head.
     #[error("connection closed before a complete request head")]
     Closed,
@@ -45,6 +49,10 @@ pub enum HeadError {
 
 fn malformed(msg: impl Into<String>) -> HeadError {
     HeadError::Malformed(msg.into())
+}
+
+fn ambiguous(msg: impl Into<String>) -> HeadError {
+    HeadError::Ambiguous(msg.into())
 }
 
 impl RequestHead {
@@ -147,7 +155,7 @@ fn find_head_end(buf: &[u8], scanned: &mut usize) -> Result<Option<usize>, HeadE
     while i < buf.len() {
         if buf[i] == b'\n' {
             if i == 0 || buf[i - 1] != b'\r' {
-                return Err(malformed("bare LF in request head"));
+                return Err(ambiguous("bare LF in request head"));
             }
             if i >= 3 && &buf[i - 3..=i] == b"\r\n\r\n" {
                 return Ok(Some(i + 1));
@@ -175,7 +183,7 @@ pub fn parse(raw: &[u8]) -> Result<RequestHead, HeadError> {
         .enumerate()
         .any(|(i, &b)| b == b'\n' && (i == 0 || raw[i - 1] != b'\r'))
     {
-        return Err(malformed("bare LF in request head"));
+        return Err(ambiguous("bare LF in request head"));
     }
     let body = raw
         .strip_suffix(b"\r\n\r\n")
@@ -189,10 +197,10 @@ pub fn parse(raw: &[u8]) -> Result<RequestHead, HeadError> {
     let mut headers: Vec<(String, Vec<u8>)> = Vec::new();
     for line in lines {
         if line.contains(&b'\r') {
-            return Err(malformed("bare CR in request head"));
+            return Err(ambiguous("bare CR in request head"));
         }
         if line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
-            return Err(malformed("obsolete line folding in header"));
+            return Err(ambiguous("obsolete line folding in header"));
         }
         let colon = line
             .iter()
@@ -266,23 +274,26 @@ fn parse_request_line(line: &[u8]) -> Result<(String, String, u8), HeadError> {
 
 fn check_framing(head: &RequestHead) -> Result<(), HeadError> {
     if head.header_values("host").count() > 1 {
-        return Err(malformed("more than one Host header"));
+        return Err(ambiguous("more than one Host header"));
     }
     let lengths: Vec<&[u8]> = head.header_values("content-length").collect();
     let te: Vec<&[u8]> = head.header_values("transfer-encoding").collect();
     if !lengths.is_empty() && !te.is_empty() {
-        return Err(malformed("both Content-Length and Transfer-Encoding"));
+        return Err(ambiguous("both Content-Length and Transfer-Encoding"));
     }
     if let Some(first) = lengths.first() {
         if !first.iter().all(u8::is_ascii_digit) || first.is_empty() || first.len() > 19 {
             return Err(malformed("invalid Content-Length"));
         }
         if lengths.iter().any(|l| l != first) {
-            return Err(malformed("conflicting Content-Length headers"));
+            return Err(ambiguous("conflicting Content-Length headers"));
+        }
+        if lengths.len() > 1 {
+            return Err(ambiguous("more than one Content-Length header"));
         }
     }
     if !te.is_empty() && (te.len() != 1 || !te[0].eq_ignore_ascii_case(b"chunked")) {
-        return Err(malformed(
+        return Err(ambiguous(
             "unsupported Transfer-Encoding (only a single `chunked` is accepted)",
         ));
     }
@@ -291,7 +302,7 @@ fn check_framing(head: &RequestHead) -> Result<(), HeadError> {
             token.as_str(),
             "host" | "content-length" | "transfer-encoding"
         ) {
-            return Err(malformed(format!("Connection header nominates `{token}`")));
+            return Err(ambiguous(format!("Connection header nominates `{token}`")));
         }
     }
     Ok(())
@@ -319,8 +330,7 @@ mod tests {
 
     #[test]
     fn framing() {
-        let h = p("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n")
-            .unwrap();
+        let h = p("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n").unwrap();
         assert_eq!(h.framing(), BodyFraming::Length(5));
         let h = p("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n").unwrap();
         assert_eq!(h.framing(), BodyFraming::Chunked);
@@ -331,7 +341,7 @@ mod tests {
         let bad = [
             ("GET / HTTP/1.1\nHost: h\r\n\r\n", "bare LF"),
             ("GET / HTTP/1.1\r\nHost: h\r\n folded\r\n\r\n", "folding"),
-            ("GET / HTTP/1.1\r\nHost : h\r\n\r\n", "invalid header name"),
+            ("GET / HTTP/1.1\r\nHost: h\r\nX: a\rb\r\n\r\n", "bare CR"),
             (
                 "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
                 "more than one Host",
@@ -345,8 +355,8 @@ mod tests {
                 "conflicting",
             ),
             (
-                "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +3\r\n\r\n",
-                "invalid Content-Length",
+                "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+                "more than one Content-Length",
             ),
             (
                 "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
@@ -360,6 +370,20 @@ mod tests {
                 "GET / HTTP/1.1\r\nHost: h\r\nConnection: content-length\r\n\r\n",
                 "nominates",
             ),
+        ];
+        for (input, want) in bad {
+            match p(input) {
+                Err(HeadError::Ambiguous(m)) => assert!(m.contains(want), "{input:?}: {m}"),
+                other => panic!("{input:?}: {other:?}"),
+            }
+        }
+        // Malformed, but not framing two parsers could read differently.
+        let bad = [
+            (
+                "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +3\r\n\r\n",
+                "invalid Content-Length",
+            ),
+            ("GET / HTTP/1.1\r\nHost : h\r\n\r\n", "invalid header name"),
             ("GET /a b HTTP/1.1\r\nHost: h\r\n\r\n", "request line"),
             ("GET /\u{a0} HTTP/1.1\r\nHost: h\r\n\r\n", "byte 0xc2"),
             ("GET / HTTP/2.0\r\nHost: h\r\n\r\n", "version"),
@@ -402,7 +426,7 @@ mod tests {
         let mut r: &[u8] = b"GET / HTTP/1.1\nHost: x\n\n";
         assert!(matches!(
             read_head(&mut r, &mut buf, 8192).await,
-            Err(HeadError::Malformed(_))
+            Err(HeadError::Ambiguous(_))
         ));
     }
 

@@ -3,7 +3,12 @@
 //! which audit records. Every refusal site in the pipeline builds one `Denial`; the
 //! transports only write it (an HTTP/1 response, an HTTP/2 stream's answer) and audit it.
 
-use crate::audit::Engine;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::conn::Conn;
+use super::shared::Shared;
+use crate::audit::{self, Engine};
 use crate::http::head::HeadError;
 use crate::http::respond::{Code, Refusal};
 
@@ -38,4 +43,33 @@ pub fn head_refusal(e: &HeadError) -> Refusal {
         ),
         other => Refusal::new(400, Code::BadRequest, other.to_string()),
     }
+}
+
+/// The Detection Finding type of a request head refused for its framing.
+pub const FINDING_SMUGGLING: &str = "sluice.http.request_smuggling";
+
+/// Audits, besides its refusal, a request head whose framing two parsers could read
+/// differently ([`HeadError::Ambiguous`]: CL+TE, two Content-Lengths, obs-fold, a bare LF or
+/// CR, another Transfer-Encoding, two Hosts): a request smuggling attempt, as a Detection
+/// Finding. Any other head error is only refused.
+pub fn smuggling_finding(
+    shared: &Shared,
+    conn: &Conn,
+    caller: Option<Arc<audit::Caller>>,
+    dst: audit::Destination,
+    e: &HeadError,
+) {
+    let HeadError::Ambiguous(why) = e else { return };
+    shared.audit.emit(&audit::Event::Finding(audit::Finding {
+        time: SystemTime::now(),
+        id: conn.id,
+        caller,
+        src: conn.peer,
+        dst,
+        kind: FINDING_SMUGGLING.to_string(),
+        title: format!("request with ambiguous framing refused (request smuggling?): {why}"),
+        credential: None,
+        policy: None,
+        severity: audit::Severity::High,
+    }));
 }

@@ -25,7 +25,7 @@ use super::conn::Conn;
 use super::connection;
 use super::connection::{Admitted, Scheme};
 use super::denial::Denial;
-use super::denial::head_refusal;
+use super::denial::{head_refusal, smuggling_finding};
 use super::form;
 use super::inject;
 use super::lease::{self, Lease};
@@ -36,7 +36,7 @@ use super::target::{host_matches, parse_absolute, tunnel_target};
 use super::unread;
 use super::upstream;
 use super::websocket::{self, Client, Handshake};
-use crate::audit::Engine;
+use crate::audit::{self, Engine};
 use crate::http::body::{self, ChannelBody};
 use crate::http::head::{self, BodyFraming, HeadError, RequestHead};
 use crate::http::respond::{self, Code, Refusal};
@@ -215,11 +215,12 @@ where
 {
     let Session {
         shared,
+        conn,
+        caller,
         route,
         rd,
         wr,
         buf,
-        ..
     } = s;
     let deadline = tokio::time::Instant::now() + shared.limits.keepalive_timeout;
     let limit = shared.limits.max_head_bytes;
@@ -261,6 +262,23 @@ where
         Ok(Ok(h)) => Some(h),
         Ok(Err(HeadError::Closed)) | Err(_) => None,
         Ok(Err(e)) => {
+            let dst = match route {
+                Route::Tunnel(t) => audit::Destination {
+                    host: t.admitted.dst.host().to_string(),
+                    port: t.admitted.dst.port(),
+                    ip: None,
+                },
+                Route::Forward => audit::Destination {
+                    host: String::new(),
+                    port: 0,
+                    ip: None,
+                },
+            };
+            let known = caller
+                .as_ref()
+                .ok()
+                .map(|k| std::sync::Arc::clone(&k.audit));
+            smuggling_finding(shared, conn, known, dst, &e);
             let _ = wr.write_all(&head_refusal(&e).to_bytes()).await;
             None
         }

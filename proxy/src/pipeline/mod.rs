@@ -324,6 +324,13 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
         Ok(Err(e)) => {
             let refusal = head_refusal(&e);
             let known = arrival.caller.as_ref().ok();
+            let nowhere = audit::Destination {
+                host: String::new(),
+                port: 0,
+                ip: None,
+            };
+            let audited = known.map(|k| Arc::clone(&k.audit));
+            denial::smuggling_finding(&shared, &arrival.conn, audited, nowhere, &e);
             refuse_early(&shared, &arrival.conn, &mut wr, refusal, known).await;
             return;
         }
