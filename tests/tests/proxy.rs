@@ -509,6 +509,44 @@ fn ambiguous_framing_is_refused_and_reported_as_smuggling() {
     assert_events_valid(&sluice);
 }
 
+/// A tunnel to an L7 endpoint that carries neither TLS nor HTTP/1 (HTTP/2 with prior
+/// knowledge, or another protocol) is answered `403 unsupported_l7_protocol`, saying which,
+/// not closed without a word.
+#[test]
+fn a_tunnel_that_is_not_http_1_to_an_l7_endpoint_is_told_why() {
+    let origin = HttpOrigin::start();
+    let port = origin.port();
+    let p = policy(&[(
+        "local",
+        &format!("{{host: 127.0.0.1, port: {port}, protocol: rest, access: full}}"),
+        &["/usr/bin/curl", &me()],
+    )]);
+    let sluice = Sluice::start(&p, &["--allow-loopback-upstream"]);
+    for (sent, detail) in [
+        (
+            &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..],
+            "HTTP/2 prior-knowledge (h2c) is not supported",
+        ),
+        (
+            &b"SSH-2.0-OpenSSH_9.2\r\n"[..],
+            "Unsupported tunnel protocol",
+        ),
+    ] {
+        let mut bytes = connect_request("127.0.0.1", port).into_bytes();
+        bytes.extend_from_slice(sent);
+        let out = sluice.raw(&bytes);
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        let answer = &out[out.find("\r\n\r\n").unwrap() + 4..];
+        assert_eq!(status_of(answer), 403, "{out}");
+        assert!(
+            answer.contains("\"error\":\"unsupported_l7_protocol\""),
+            "{out}"
+        );
+        assert!(answer.contains(detail), "{out}");
+    }
+    assert_events_valid(&sluice);
+}
+
 #[test]
 fn forward_proxy_strips_hop_by_hop_headers_and_keeps_connections_alive() {
     let origin = HttpOrigin::start();

@@ -38,6 +38,7 @@ use super::pool::{self, Client, Returned, Wanted};
 use super::shared::{Shared, TlsState};
 use super::upstream;
 use crate::audit::{self, Engine, Outcome, Via};
+use crate::http::respond::{Code, Refusal};
 use crate::tls::server::Alpn;
 use crate::tls::upstream::Offer;
 
@@ -49,6 +50,8 @@ const DETECT_TIMEOUT: Duration = Duration::from_secs(10);
 enum Detected {
     Tls,
     Http,
+    /// HTTP/2 with prior knowledge, in cleartext (`PRI * HTTP/2.0`).
+    H2c,
     Other,
 }
 
@@ -69,6 +72,9 @@ fn detect(first: &[u8]) -> Detected {
     ];
     if METHODS.iter().any(|m| first.starts_with(m)) {
         return Detected::Http;
+    }
+    if first.starts_with(b"PRI ") {
+        return Detected::H2c;
     }
     Detected::Other
 }
@@ -129,7 +135,7 @@ pub async fn run(
     .unwrap_or(Detected::Other);
     // What the client sent after its CONNECT head so far; from here on, `Counted` counts.
     traffic.add_in(buf.len() as u64);
-    let fail = |reason: String| {
+    let fail = |reason: String, status: u16| {
         shared
             .audit
             .emit(&audit::Event::ConnectionOpen(audit::ConnectionOpen {
@@ -147,19 +153,29 @@ pub async fn run(
                 policy: Some(entry.clone()),
                 engine: Engine::L7,
                 reason: Some(reason),
-                status: 0,
+                status,
             }));
     };
     match detected {
-        Detected::Other => {
-            fail("Unsupported tunnel protocol for L7-inspected endpoint".to_string());
+        Detected::Other | Detected::H2c => {
+            // Told, not dropped: a 403 in HTTP/1.1, which an HTTP client reads.
+            let detail = if detected == Detected::H2c {
+                "HTTP/2 prior-knowledge (h2c) is not supported for L7-inspected endpoints"
+            } else {
+                "Unsupported tunnel protocol for L7-inspected endpoint"
+            };
+            let refusal = Refusal::new(403, Code::UnsupportedL7Protocol, detail);
+            let mut wr = wr;
+            let _ = wr.write_all(&refusal.to_bytes()).await;
+            let _ = wr.shutdown().await;
+            fail(detail.to_string(), 403);
         }
         Detected::Http => {
             // Plaintext HTTP in a tunnel is never pooled: a deferred dial is made now.
             let (upstream, addr) = match Box::pin(socket(shared, upstream, addr)).await {
                 Ok(x) => x,
                 Err(e) => {
-                    fail(e);
+                    fail(e, 0);
                     return;
                 }
             };
@@ -174,7 +190,7 @@ pub async fn run(
             let sender = match Box::pin(upstream::http1(upstream)).await {
                 Ok(sender) => sender,
                 Err(e) => {
-                    fail(format!("upstream HTTP handshake failed: {e}"));
+                    fail(format!("upstream HTTP handshake failed: {e}"), 0);
                     return;
                 }
             };
@@ -195,7 +211,7 @@ pub async fn run(
         }
         Detected::Tls => {
             let Some(tls) = &shared.tls else {
-                fail("TLS termination unavailable".to_string());
+                fail("TLS termination unavailable".to_string(), 0);
                 return;
             };
             let Ok(client) = rd.reunite(wr) else {
@@ -223,7 +239,7 @@ pub async fn run(
             } = match Box::pin(handshakes(phase, stream)).await {
                 Ok(h) => h,
                 Err(e) => {
-                    fail(e);
+                    fail(e, 0);
                     return;
                 }
             };
@@ -249,12 +265,12 @@ pub async fn run(
                     Up::Fresh(s) => match Box::pin(super::h2::connect(*s)).await {
                         Ok(s) => s,
                         Err(e) => {
-                            fail(e);
+                            fail(e, 0);
                             return;
                         }
                     },
                     Up::Pooled(Client::H1(_)) => {
-                        fail("pooled upstream speaks HTTP/1.1, not h2".to_string());
+                        fail("pooled upstream speaks HTTP/1.1, not h2".to_string(), 0);
                         return;
                     }
                 };
@@ -275,7 +291,7 @@ pub async fn run(
                         returned(Client::H2(sender)),
                         connection::current_epoch_of(shared, tenant.as_deref()),
                     ),
-                    Err(e) => fail(e),
+                    Err(e) => fail(e, 0),
                 }
                 return;
             }
@@ -284,12 +300,12 @@ pub async fn run(
                 Up::Fresh(s) => match Box::pin(upstream::http1(*s)).await {
                     Ok(sender) => sender,
                     Err(e) => {
-                        fail(format!("upstream HTTP handshake failed: {e}"));
+                        fail(format!("upstream HTTP handshake failed: {e}"), 0);
                         return;
                     }
                 },
                 Up::Pooled(Client::H2(_)) => {
-                    fail("pooled upstream speaks h2, not HTTP/1.1".to_string());
+                    fail("pooled upstream speaks h2, not HTTP/1.1".to_string(), 0);
                     return;
                 }
             };
@@ -467,7 +483,7 @@ mod tests {
     fn detection() {
         assert_eq!(detect(&[0x16, 0x03, 0x01]), Detected::Tls);
         assert_eq!(detect(b"GET / HTTP/1.1"), Detected::Http);
-        assert_eq!(detect(b"PRI * HTTP/2.0"), Detected::Other);
+        assert_eq!(detect(b"PRI * HTTP/2.0"), Detected::H2c);
         assert_eq!(detect(b"SSH-2.0"), Detected::Other);
     }
 }
