@@ -350,6 +350,26 @@ fn same_policy_key_in_two_files_names_both() {
     }
 }
 
+/// A file that cannot be read, or is not UTF-8, is reported like every other problem:
+/// `FILE:LINE:COL: message` (at its start), so that tools reading the output need one pattern.
+#[test]
+fn an_unreadable_or_non_utf8_file_is_named_with_a_position() {
+    let dir = scratch("unreadable");
+    let missing = dir.join("missing.yaml");
+    let binary = dir.join("binary.yaml");
+    std::fs::write(&binary, b"version: 1\n\xff\xfe\n").unwrap();
+    for (file, message) in [(&missing, "cannot read"), (&binary, "not valid UTF-8")] {
+        let out = policy_check(&[file], &[]);
+        assert_eq!(out.code, Some(1), "{}", describe(&out));
+        let want = format!("{}:1:1: {message}", path_str(file));
+        assert!(
+            out.stderr.lines().any(|l| l.starts_with(&want)),
+            "{}",
+            describe(&out)
+        );
+    }
+}
+
 // Loader problems found while writing the fixtures above, now fixed; these keep them fixed.
 
 #[test]

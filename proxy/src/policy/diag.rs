@@ -34,9 +34,10 @@ impl Location {
 
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Line 0: the problem is the file itself (unreadable), not a place in it.
+        // Line 0: the problem is the file itself (unreadable, not UTF-8), not a place in
+        // it; still `FILE:LINE:COL`, as every diagnostic, at its start.
         if self.pos.line == 0 {
-            write!(f, "{}", self.file)
+            write!(f, "{}:1:1", self.file)
         } else {
             write!(f, "{}:{}", self.file, self.pos)
         }
