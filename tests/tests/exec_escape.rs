@@ -440,3 +440,39 @@ fn the_command_runs_as_the_invoking_user_with_their_path() {
     assert!(stdout.contains("PermissionError"), "{stdout}\n{stderr}");
     assert!(stderr.contains("WARNING: no network fence"), "{stderr}");
 }
+
+/// Whatever keeps the proxy from starting (a policy that does not load, a secrets file
+/// others may read), `sluice exec` exits 125 without starting the command: its status is
+/// never one the command could have returned.
+#[test]
+fn exec_exits_125_when_it_cannot_start_the_command() {
+    let (dir, work) = setup("exec-125");
+    let ran = work.join("ran");
+    let touch = format!("touch {}", ran.display());
+    let cmd = ["/bin/sh", "-c", touch.as_str()];
+    let out = exec_in(
+        &sluice_bin(),
+        &dir,
+        &work,
+        &[],
+        &[],
+        &cmd,
+        Some("version: 1\nnetwork_policies: [\n"),
+    );
+    assert_eq!(out.code, 125, "{}", out.stderr);
+    assert!(out.stderr.contains("policy.yaml"), "{}", out.stderr);
+    // A secrets file others may read is refused (kept outside the command's reach, so that
+    // this refusal is the one that counts).
+    let secrets = dir.path().join("secrets.env");
+    std::fs::write(&secrets, "TEST_API_KEY=x\n").unwrap();
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = exec(
+        &dir,
+        &work,
+        &["--secrets-file", secrets.to_str().unwrap()],
+        &cmd,
+    );
+    assert_eq!(out.code, 125, "{}", out.stderr);
+    assert!(out.stderr.contains("secrets.env"), "{}", out.stderr);
+    assert!(!ran.exists(), "the command ran");
+}

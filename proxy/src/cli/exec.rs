@@ -228,7 +228,7 @@ pub fn exec(args: ExecArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sluice: cannot start the runtime: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(EXIT_REFUSED);
         }
     };
     runtime.block_on(exec_async(args))
@@ -276,7 +276,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => {
             eprintln!("sluice: cannot create the command's private directory: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(EXIT_REFUSED);
         }
     };
     let ca_dir = args
@@ -297,13 +297,15 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         ..
     } = match prepare(&args.run).await {
         Ok(p) => p,
-        Err(code) => return code,
+        // Whatever stopped the proxy from starting (its own message is out), the command was
+        // not started.
+        Err(_) => return ExitCode::from(EXIT_REFUSED),
     };
     let Some((ca_cert, ca_bundle)) = ca_files else {
         eprintln!(
             "sluice: TLS is unavailable, so the command could not trust sluice; refusing to run it"
         );
-        return ExitCode::from(1);
+        return ExitCode::from(EXIT_REFUSED);
     };
     let policy = shared.policy.load_full();
     let (uid, gid) = invoker::child_ids(policy.sandbox(), &invoker::Invocation::current());
@@ -311,7 +313,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         Ok(t) => t,
         Err(e) => {
             eprintln!("sluice: cannot prepare the command's private directory: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(EXIT_REFUSED);
         }
     };
     let path = toolchain::command_path(std::env::var_os("PATH").as_deref(), uid, gid);
@@ -355,7 +357,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         Ok(n) => n,
         Err(e) => {
             eprintln!("sluice: --netns: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(EXIT_REFUSED);
         }
     };
     if args.allow_udp && network.netns.is_none() {
@@ -371,7 +373,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         Ok(l) => l,
         Err(e) => {
             eprintln!("sluice: listener: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(EXIT_REFUSED);
         }
     };
     let netns = network.netns;
@@ -384,7 +386,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         },
     );
     let Ok(proxy_addr) = listener.local_addr() else {
-        return ExitCode::from(1);
+        return ExitCode::from(EXIT_REFUSED);
     };
     if let Some(n) = &netns {
         shared.identity.add_namespace_pid(n.pid());
@@ -396,7 +398,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         Some(Ok(ports)) => Some(ports),
         Some(Err(e)) => {
             eprintln!("sluice: --netns: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(EXIT_REFUSED);
         }
         None => None,
     };
