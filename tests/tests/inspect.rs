@@ -552,6 +552,16 @@ fn an_l7_refusal_names_the_rule_missing_and_the_next_steps_over_http1_and_http2(
             !body.to_string().contains("token=abc"),
             "query echoed: {body}"
         );
+        // The entry is named in a header too, as the reference does.
+        let (_, head, _) = curl(
+            &[http, "-X", "POST", "-o", "/dev/null", "-D", "-"],
+            &format!("https://127.0.0.1:{port}/ok/a"),
+        );
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("x-openshell-policy: api\r\n"),
+            "{head}"
+        );
         // A deny rule is named as what blocks it.
         let (_, out, _) = curl(&[http], &format!("https://127.0.0.1:{port}/ok/private/x"));
         let (body, status) = out.rsplit_once('\n').unwrap();

@@ -85,20 +85,42 @@ impl Refusal {
     }
 
     /// The complete HTTP/1.1 response; the connection is closed after it.
+    /// The refusal's header fields besides its framing, for HTTP/1.1 and HTTP/2 alike: a
+    /// gateway tenant's credentials are asked for (RFC 9110 §11.7.1); a refusal that says
+    /// when to come back says it in `Retry-After` too (RFC 9110 §10.2.3); an L7 policy denial
+    /// names its policy entry in `X-OpenShell-Policy`, as the reference does (when the name
+    /// is a valid field value).
+    pub(crate) fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if self.error == Code::ProxyAuthRequired {
+            out.push((
+                "Proxy-Authenticate",
+                "Basic realm=\"sluice\", charset=\"UTF-8\"".to_string(),
+            ));
+        }
+        let field = |key: &str| self.extra.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
+        if let Some(secs) = field("retry_after") {
+            out.push(("Retry-After", secs.to_string()));
+        }
+        if field("layer").and_then(Value::as_str) == Some("l7")
+            && let Some(policy) = field("policy").and_then(Value::as_str)
+            && !policy.is_empty()
+            && policy.bytes().all(|b| (0x20..0x7f).contains(&b))
+        {
+            out.push(("X-OpenShell-Policy", policy.to_string()));
+        }
+        out
+    }
+
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let body = self.body();
         let reason = StatusCode::from_u16(self.status)
             .ok()
             .and_then(|s| s.canonical_reason())
             .unwrap_or("Error");
-        // A gateway tenant's credentials are asked for (RFC 9110 §11.7.1); a refusal that
-        // says when to come back says it in `Retry-After` too (RFC 9110 §10.2.3).
         let mut extra = String::new();
-        if self.error == Code::ProxyAuthRequired {
-            extra.push_str("Proxy-Authenticate: Basic realm=\"sluice\", charset=\"UTF-8\"\r\n");
-        }
-        if let Some((_, secs)) = self.extra.iter().find(|(k, _)| *k == "retry_after") {
-            extra.push_str(&format!("Retry-After: {secs}\r\n"));
+        for (name, value) in self.headers() {
+            extra.push_str(&format!("{name}: {value}\r\n"));
         }
         format!(
             "HTTP/1.1 {} {reason}\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",

@@ -270,6 +270,15 @@ fn refuse(mut rec: Record, d: &Denial) -> Response<Body> {
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    for (name, value) in d.refusal.headers() {
+        // (`from_bytes` writes the name in lower case, as HTTP/2 needs.)
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            resp.headers_mut().append(name, value);
+        }
+    }
     resp
 }
 
