@@ -349,7 +349,7 @@ fn unreadable_file_is_a_diagnostic() {
     let got: Vec<String> = err.errors().map(ToString::to_string).collect();
     assert_eq!(got.len(), 1);
     assert!(
-        got[0].starts_with("/nonexistent/sluice-profile.yaml: cannot read: "),
+        got[0].starts_with("/nonexistent/sluice-profile.yaml:1:1: cannot read: "),
         "{got:?}"
     );
 }
