@@ -591,11 +591,11 @@ fn finding<'a>(e: &'a Finding, ctx: &'a Context) -> Record<'a> {
     r.decision = Some(decision(Outcome::Denied));
     r.firewall_rule = Some(FirewallRule {
         name: e.policy.as_deref().unwrap_or("-"),
-        // What guards against it: the credential rules, or HTTP's framing (smuggling).
-        kind: if e.kind.contains("credential") {
-            "credentials"
-        } else {
+        // What guards against it: HTTP's framing (smuggling), else the credential rules.
+        kind: if e.kind.starts_with("sluice.http.") {
             "http"
+        } else {
+            "credentials"
         },
         desc: None,
     });

@@ -622,9 +622,11 @@ pub(crate) fn scrub_headers(headers: &mut HeaderMap, set: &ScrubSet) -> u64 {
     hits
 }
 
-/// How long an upstream may pause before the bytes a body holds back go out anyway (so that
-/// a stream's last event is not kept waiting for the next): the same for any bytes, so when
-/// they go out says nothing of what they are.
+/// How long bytes a body holds back may wait for more from the upstream before they go out
+/// anyway (so that a stream's last event is not kept waiting for the next): counted from the
+/// first moment the upstream had nothing more while bytes were held, not reset by data that
+/// trickles in after; the same for any bytes, so when they go out says nothing of what
+/// they are.
 const RELEASE_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// An upstream response body with every injected secret replaced as it streams.
@@ -721,7 +723,8 @@ where
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
-                        this.pause = None;
+                        // The pause clock is not reset by data: held bytes wait at most
+                        // about `RELEASE_AFTER`, even behind an upstream that trickles.
                         let out = this.scrubber.feed(data);
                         this.report();
                         if !out.is_empty() {

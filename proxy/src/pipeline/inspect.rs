@@ -169,6 +169,9 @@ pub async fn run(
             let _ = wr.write_all(&refusal.to_bytes()).await;
             let _ = wr.shutdown().await;
             fail(detail.to_string(), 403);
+            // What the client still sends is read (briefly) first, so that closing does not
+            // reset the answer away.
+            super::unread::linger(&mut rd).await;
         }
         Detected::Http => {
             // Plaintext HTTP in a tunnel is never pooled: a deferred dial is made now.

@@ -141,14 +141,20 @@ impl Starts {
     }
 }
 
-/// The HTML escapes of `b` (one of `& < > " '`, else none): named, decimal, hexadecimal.
+/// The HTML escapes of `b` (one of `& < > " '`, else none): named (and HTML's upper-case
+/// legacy names), decimal (also zero-padded to three digits, as PHP and JSTL write them),
+/// hexadecimal (`&#x` or `&#X`, the digits in either case).
 pub(super) fn entities(b: u8) -> &'static [&'static [u8]] {
     match b {
-        b'&' => &[b"&amp;", b"&#38;", b"&#x26;"],
-        b'<' => &[b"&lt;", b"&#60;", b"&#x3c;"],
-        b'>' => &[b"&gt;", b"&#62;", b"&#x3e;"],
-        b'"' => &[b"&quot;", b"&#34;", b"&#x22;"],
-        b'\'' => &[b"&#39;", b"&#x27;", b"&apos;"],
+        b'&' => &[
+            b"&amp;", b"&#38;", b"&#x26;", b"&#038;", b"&#X26;", b"&AMP;",
+        ],
+        b'<' => &[b"&lt;", b"&#60;", b"&#x3c;", b"&#060;", b"&#X3c;", b"&LT;"],
+        b'>' => &[b"&gt;", b"&#62;", b"&#x3e;", b"&#062;", b"&#X3e;", b"&GT;"],
+        b'"' => &[
+            b"&quot;", b"&#34;", b"&#x22;", b"&#034;", b"&#X22;", b"&QUOT;",
+        ],
+        b'\'' => &[b"&#39;", b"&#x27;", b"&apos;", b"&#039;", b"&#X27;"],
         _ => &[],
     }
 }
@@ -210,22 +216,21 @@ pub(super) fn step(buf: &[u8], b: u8) -> Step {
 }
 
 /// Which of `forms` (the empty ones ignored) spells a byte at the start of `buf`: `Took` its
-/// length, `Short` when `buf` ends inside one, else `None`. The hex digits (and letters that
-/// are hex digits) match in either case, every other byte exactly.
+/// length, else `None`. The hex digits (and letters that are hex digits) match in either
+/// case, every other byte exactly. A form cut short by the end of `buf` is not that form:
+/// every caller reads a text whose end is either its real end or at least a spelling's
+/// length past where a secret may begin (the scrubber keeps that many bytes back), so a
+/// byte there that begins an escape (`&`, `%`, `\`) is the byte itself.
 fn forms_step(buf: &[u8], forms: &[&[u8]]) -> Option<Step> {
-    let mut short = false;
-    for form in forms.iter().filter(|f| !f.is_empty()) {
-        let n = form.len().min(buf.len());
-        let same = buf[..n]
-            .iter()
-            .zip(form.iter())
-            .all(|(x, y)| x == y || (y.is_ascii_hexdigit() && x.to_ascii_lowercase() == *y));
-        if same && n == form.len() {
-            return Some(Step::Took(n));
-        }
-        short |= same;
-    }
-    short.then_some(Step::Short)
+    forms
+        .iter()
+        .filter(|f| !f.is_empty() && f.len() <= buf.len())
+        .find(|form| {
+            buf.iter()
+                .zip(form.iter())
+                .all(|(x, y)| x == y || (y.is_ascii_hexdigit() && x.to_ascii_lowercase() == *y))
+        })
+        .map(|form| Step::Took(form.len()))
 }
 
 /// What `secret` matches at the start of `buf`.

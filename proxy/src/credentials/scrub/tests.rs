@@ -102,6 +102,40 @@ fn what_goes_out_when_does_not_say_whether_a_tail_begins_a_secret() {
     }
 }
 
+/// A secret that ends in a byte that could begin an escape (`&`, `%`, `\`) is found at the
+/// end of a text too: there, the byte is itself (no escape can follow).
+#[test]
+fn a_secret_ending_in_an_escape_byte_is_found_at_the_end() {
+    for secret in ["p4ss&", "p4ss%", "p4ss\\"] {
+        let s = set(&[(secret, "PH")]);
+        let mut out = Vec::new();
+        assert_eq!(s.replace_all(format!("x {secret}").as_bytes(), &mut out), 1);
+        assert_eq!(out, b"x PH", "{secret}");
+        assert_eq!(stream(&s, &[format!("x {secret}").as_bytes()]), b"x PH");
+        // Let go at a pause, then more: replaced when let go.
+        let mut sc = Scrubber::new(Arc::clone(&s));
+        let mut out = Vec::new();
+        out.extend_from_slice(&sc.feed(Bytes::from(format!("x {secret}"))));
+        out.extend_from_slice(&sc.release());
+        out.extend_from_slice(&sc.feed(Bytes::from_static(b" y")));
+        out.extend_from_slice(&sc.finish());
+        assert_eq!(out, b"x PH y", "{secret}");
+    }
+    // HTML's other spellings: zero-padded, `&#X`, upper-case names.
+    let s = set(&[(r#"a&b"c'd<e"#, "PH")]);
+    for spelled in [
+        "a&#038;b&#034;c&#039;d&#060;e",
+        "a&#X26;b&QUOT;c&#X27;d&LT;e",
+        "a&AMP;b\\&quot;c'd<e",
+    ] {
+        assert_eq!(
+            stream(&s, &[spelled.as_bytes(), b" z"]),
+            b"PH z",
+            "{spelled}"
+        );
+    }
+}
+
 /// A secret whose beginning went out at a pause (the upstream stopped in its middle for
 /// longer than `RELEASE_AFTER`) is not completed after it: its rest becomes the
 /// replacement, and counts as found.
@@ -654,4 +688,45 @@ async fn a_paused_body_lets_its_tail_go_at_the_same_time_whatever_it_is() {
     let wrong = frames_through_a_pause("xxxxxxxxxx").await;
     assert_eq!(guessed, wrong);
     assert_eq!(guessed, [(16, RELEASE_AFTER.as_millis())]);
+}
+
+/// An upstream that trickles (20 bytes every 50 ms, never pausing for `RELEASE_AFTER`) does
+/// not keep held bytes waiting until enough more push them out: every byte reaches the
+/// client within about `RELEASE_AFTER` and one gap of its arrival.
+#[tokio::test(start_paused = true)]
+async fn a_trickling_body_is_not_held_back_longer_than_the_release_time() {
+    let s = set(&[("s3cr3t-VALUE-7f3a9c", "PH")]);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let response = Response::builder()
+        .header("content-type", "text/plain")
+        .body(Channel(rx))
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    tokio::spawn(async move {
+        for _ in 0..20 {
+            tx.send(Frame::data(Bytes::from_static(&[b'a'; 20])))
+                .await
+                .unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    });
+    let mut body = scrub_response(response, s, Box::new(|| {}))
+        .await
+        .unwrap()
+        .into_body();
+    let mut received = 0u128;
+    while let Some(frame) = body.frame().await {
+        received += frame.unwrap().into_data().unwrap().len() as u128;
+        let ms = start.elapsed().as_millis();
+        if ms < 1000 {
+            // Sent by `ms - 200`: 20 bytes at 0, 50, 100, ... ms.
+            let due = if ms >= 200 {
+                20 * ((ms - 200) / 50 + 1)
+            } else {
+                0
+            };
+            assert!(received >= due, "{received} bytes by {ms} ms, {due} due");
+        }
+    }
+    assert_eq!(received, 400);
 }
