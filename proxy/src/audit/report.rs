@@ -233,10 +233,14 @@ pub fn line(r: &Record, colour: Colour) -> String {
     s
 }
 
-/// `host:port` (`[v6]:port`), `?` for a missing part.
+/// `host:port` (`[v6]:port`), `?` for a missing part (a refusal before any destination was
+/// known is written with an empty host and port 0).
 pub fn authority(r: &Record) -> String {
-    let host = r.host.as_deref().unwrap_or("?");
-    let port = r.port.map_or_else(|| "?".to_string(), |p| p.to_string());
+    let host = r.host.as_deref().filter(|h| !h.is_empty()).unwrap_or("?");
+    let port = r
+        .port
+        .filter(|&p| p != 0)
+        .map_or_else(|| "?".to_string(), |p| p.to_string());
     if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
@@ -378,5 +382,12 @@ mod tests {
         let text = line(&r, Colour::Off);
         assert!(!text.contains('\n'), "{text}");
         assert!(text.ends_with("DENIED /usr/bin/curl(1) -> api.Example.com:443 [policy:- engine:l4] [reason:no forged line]"), "{text}");
+        // A refusal before any destination was known (written as host "" and port 0).
+        let nowhere = Record {
+            host: Some(String::new()),
+            port: Some(0),
+            ..r
+        };
+        assert_eq!(authority(&nowhere), "?:?");
     }
 }
