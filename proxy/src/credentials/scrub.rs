@@ -246,9 +246,57 @@ impl Scrubber {
 
     /// The next chunk: what may go to the client now (possibly nothing).
     pub(crate) fn feed(&mut self, chunk: Bytes) -> Bytes {
+        match self.feed_parts(chunk) {
+            (first, rest) if rest.is_empty() => first,
+            (first, rest) if first.is_empty() => rest,
+            (first, rest) => {
+                let mut out = Vec::with_capacity(first.len() + rest.len());
+                out.extend_from_slice(&first);
+                out.extend_from_slice(&rest);
+                Bytes::from(out)
+            }
+        }
+    }
+
+    /// [`Scrubber::feed`] in two parts, in order: so that a long chunk after held bytes (a
+    /// download's every chunk) goes on without a copy: the held bytes, then the chunk's start.
+    /// Where the cut falls depends only on lengths.
+    pub(crate) fn feed_parts(&mut self, chunk: Bytes) -> (Bytes, Bytes) {
         let window = self.set.window();
-        // The usual chunk: nothing held before it and no secret before its last `window`
-        // bytes. Its start goes on without a copy.
+        if self.sent.is_empty()
+            && !self.carry.is_empty()
+            && chunk.len() >= window
+            && self.clean_after_carry(&chunk, window)
+        {
+            let held = Bytes::from(std::mem::take(&mut *self.carry));
+            let limit = chunk.len() - window;
+            self.carry.extend_from_slice(&chunk[limit..]);
+            return (held, chunk.slice(..limit));
+        }
+        (self.feed_copying(chunk, window), Bytes::new())
+    }
+
+    /// Whether no secret starts in the held bytes, nor in `chunk` before its last `window`
+    /// bytes (those starting in the held bytes end within `window` bytes of the chunk).
+    fn clean_after_carry(&mut self, chunk: &Bytes, window: usize) -> bool {
+        let held = self.carry.len();
+        self.carry
+            .extend_from_slice(&chunk[..window.min(chunk.len())]);
+        let junction = self
+            .set
+            .next_match(&mut Cursor::default(), &self.carry, 0, held);
+        self.carry.truncate(held);
+        junction.is_none()
+            && self
+                .set
+                .next_match(&mut Cursor::default(), chunk, 0, chunk.len() - window)
+                .is_none()
+    }
+
+    /// `feed`'s general case: everything joined, then scrubbed up to the last `window` bytes.
+    fn feed_copying(&mut self, chunk: Bytes, window: usize) -> Bytes {
+        // A first chunk with no secret before its last `window` bytes: its start goes on
+        // without a copy.
         if self.carry.is_empty() && self.sent.is_empty() {
             let limit = chunk.len().saturating_sub(window);
             let found = self
@@ -470,6 +518,7 @@ where
             scrubber: Scrubber::new(body_set),
             trailers: None,
             pause: None,
+            next: None,
             done: false,
             on_hit,
         },
@@ -641,6 +690,8 @@ pub struct Scrubbed<B: Body> {
     trailers: Option<HeaderMap>,
     /// Running while the upstream pauses with bytes held back: when it fires they go out.
     pause: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The second part of what the last chunk let go ([`Scrubber::feed_parts`]).
+    next: Option<Bytes>,
     done: bool,
     on_hit: Option<OnHit>,
 }
@@ -695,6 +746,9 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = &mut *self;
         loop {
+            if let Some(rest) = this.next.take() {
+                return Poll::Ready(Some(Ok(Frame::data(rest))));
+            }
             if let Some(trailers) = this.trailers.take() {
                 this.done = true;
                 return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
@@ -725,8 +779,16 @@ where
                     Ok(data) => {
                         // The pause clock is not reset by data: held bytes wait at most
                         // about `RELEASE_AFTER`, even behind an upstream that trickles.
-                        let out = this.scrubber.feed(data);
+                        let (out, rest) = this.scrubber.feed_parts(data);
                         this.report();
+                        let (out, rest) = if out.is_empty() {
+                            (rest, Bytes::new())
+                        } else {
+                            (out, rest)
+                        };
+                        if !rest.is_empty() {
+                            this.next = Some(rest);
+                        }
                         if !out.is_empty() {
                             return Poll::Ready(Some(Ok(Frame::data(out))));
                         }

@@ -59,6 +59,43 @@ fn the_last_window_is_held_back_whatever_it_is() {
     assert_eq!(sc.hits(), 1);
 }
 
+/// A download's chunks after the first go on without a copy: the held bytes, then the
+/// chunk's own start (the same bytes, not a copy of them).
+#[test]
+fn a_long_chunk_after_held_bytes_is_not_copied() {
+    let s = set(&[("SECRET", "PH")]);
+    let mut sc = Scrubber::new(Arc::clone(&s));
+    let first = Bytes::from(vec![b'a'; 4096]);
+    let (held, start) = sc.feed_parts(first.clone());
+    assert!(held.len() + start.len() == 4096 - 41);
+    let second = Bytes::from(vec![b'b'; 4096]);
+    let (held, start) = sc.feed_parts(second.clone());
+    assert_eq!(&held[..], &[b'a'; 41]);
+    assert_eq!(start.len(), 4096 - 41);
+    assert_eq!(start.as_ptr(), second.as_ptr());
+    // A secret across the cut: joined and scrubbed, as one part.
+    let mut third = b"SEC".to_vec();
+    third.extend_from_slice(&[b'c'; 100]);
+    let mut sc = Scrubber::new(Arc::clone(&s));
+    let mut out = Vec::new();
+    let (a, b) = sc.feed_parts(Bytes::from(vec![b'a'; 4096]));
+    out.extend_from_slice(&a);
+    out.extend_from_slice(&b);
+    let mut tail = vec![b'b'; 4096];
+    tail.extend_from_slice(b"SEC");
+    let (a, b) = sc.feed_parts(Bytes::from(tail));
+    out.extend_from_slice(&a);
+    out.extend_from_slice(&b);
+    let (a, b) = sc.feed_parts(Bytes::from_static(
+        b"RET and the rest of it, long enough to pass the window",
+    ));
+    out.extend_from_slice(&a);
+    out.extend_from_slice(&b);
+    out.extend_from_slice(&sc.finish());
+    assert!(find(&out, b"SECRET").is_none());
+    assert!(find(&out, b"PH and the rest").is_some());
+}
+
 /// The sizes of what a scrubber lets go, chunk by chunk, pause by pause, for a body
 /// `hello <tail>` cut into `pieces` (a pause after each) and more after.
 fn sizes_out(set: &Arc<ScrubSet>, tail: &[u8], pieces: usize) -> Vec<usize> {
@@ -475,6 +512,39 @@ mod prop {
             prop_assert_eq!(&streamed, &whole);
             for secret in &secrets {
                 prop_assert!(find(&streamed, secret.as_bytes()).is_none());
+            }
+        }
+
+        /// With pauses (`release`) anywhere between chunks, no secret reaches the client
+        /// whole: one cut by a pause has its beginning out and its rest replaced.
+        #[test]
+        fn pauses_never_let_a_secret_through_whole(
+            secrets in proptest::collection::vec("[ab]{2,6}", 1..3),
+            text in "[abc]{0,120}",
+            mut cuts in proptest::collection::vec((0usize..120, any::<bool>()), 0..10),
+        ) {
+            let mut set = ScrubSet::default();
+            for (i, secret) in secrets.iter().enumerate() {
+                set.add(secret.as_bytes(), format!("<{}>", "XYZ".as_bytes()[i % 3] as char).as_bytes());
+            }
+            let set = Arc::new(set);
+            let text = text.as_bytes();
+            cuts.iter_mut().for_each(|c| c.0 = c.0.min(text.len()));
+            cuts.sort_unstable();
+            let mut sc = Scrubber::new(Arc::clone(&set));
+            let mut out = Vec::new();
+            let mut last = 0;
+            for (c, pause) in cuts {
+                out.extend_from_slice(&sc.feed(Bytes::copy_from_slice(&text[last..c])));
+                if pause {
+                    out.extend_from_slice(&sc.release());
+                }
+                last = c;
+            }
+            out.extend_from_slice(&sc.feed(Bytes::copy_from_slice(&text[last..])));
+            out.extend_from_slice(&sc.finish());
+            for secret in &secrets {
+                prop_assert!(find(&out, secret.as_bytes()).is_none(), "{:?}", String::from_utf8_lossy(&out));
             }
         }
 
