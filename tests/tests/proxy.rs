@@ -420,13 +420,9 @@ fn malformed_and_oversized_requests_are_refused_and_others_still_served() {
     sluice.stop();
 }
 
-/// Framing two parsers could read differently (CL+TE, two Content-Lengths even if equal,
-/// obs-fold, a bare LF) is refused with 400 wherever the request comes: as the first on a
-/// proxy connection, as a later one on a kept-alive connection, and inside a CONNECT tunnel;
-/// and each is reported as a request smuggling attempt (a Detection Finding naming the
-/// tunnel's destination), which a merely malformed request is not.
-#[test]
-fn ambiguous_framing_is_refused_and_reported_as_smuggling() {
+/// A plaintext HTTP origin behind an L7 (`protocol: rest`) endpoint, and sluice serving it
+/// to curl and this test.
+fn l7_http_origin() -> (HttpOrigin, Sluice) {
     let origin = HttpOrigin::start();
     let port = origin.port();
     let p = policy(&[(
@@ -434,7 +430,18 @@ fn ambiguous_framing_is_refused_and_reported_as_smuggling() {
         &format!("{{host: 127.0.0.1, port: {port}, protocol: rest, access: full}}"),
         &["/usr/bin/curl", &me()],
     )]);
-    let sluice = Sluice::start(&p, &["--allow-loopback-upstream"]);
+    (origin, Sluice::start(&p, &["--allow-loopback-upstream"]))
+}
+
+/// Framing two parsers could read differently (CL+TE, two Content-Lengths even if equal,
+/// obs-fold, a bare LF) is refused with 400 wherever the request comes: as the first on a
+/// proxy connection, as a later one on a kept-alive connection, and inside a CONNECT tunnel;
+/// and each is reported as a request smuggling attempt (a Detection Finding naming the
+/// tunnel's destination), which a merely malformed request is not.
+#[test]
+fn ambiguous_framing_is_refused_and_reported_as_smuggling() {
+    let (origin, sluice) = l7_http_origin();
+    let port = origin.port();
     let url = format!("http://127.0.0.1:{port}/");
     let smuggles = [
         format!(
@@ -514,14 +521,8 @@ fn ambiguous_framing_is_refused_and_reported_as_smuggling() {
 /// not closed without a word.
 #[test]
 fn a_tunnel_that_is_not_http_1_to_an_l7_endpoint_is_told_why() {
-    let origin = HttpOrigin::start();
+    let (origin, sluice) = l7_http_origin();
     let port = origin.port();
-    let p = policy(&[(
-        "local",
-        &format!("{{host: 127.0.0.1, port: {port}, protocol: rest, access: full}}"),
-        &["/usr/bin/curl", &me()],
-    )]);
-    let sluice = Sluice::start(&p, &["--allow-loopback-upstream"]);
     for (sent, detail) in [
         (
             &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..],

@@ -547,22 +547,11 @@ fn an_echo_as_html_or_as_header_names_never_hands_the_secret_back() {
     const SPECIAL: &str = "sk+Ab/Cd=Ef&G<h>\"i'Jk";
     let dir = TempDir::new("echo-shapes");
     let origin = EchoOrigin::start(dir.path());
-    let p = format!(
-        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n",
-        origin.port()
-    );
-    let providers = dir.write(
-        "providers.yaml",
-        &format!(
-            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\n  - name: special-key\n    env_vars: [TEST_SPECIAL_KEY]\n    auth_style: header\n    header_name: x-special\nendpoints:\n  - {{host: 127.0.0.1, port: {}}}\n",
-            origin.port()
-        ),
-    );
-    let (sluice, ca) = Sluice::intercepting(
+    let special = "  - name: special-key\n    env_vars: [TEST_SPECIAL_KEY]\n    auth_style: header\n    header_name: x-special\n";
+    let (sluice, ca) = curl_bound(
         &dir,
-        &p,
-        &[&origin.cert],
-        Some(&providers),
+        (origin.port(), &origin.cert),
+        special,
         &[("TEST_API_KEY", SECRET), ("TEST_SPECIAL_KEY", SPECIAL)],
     );
     let base = origin_base(&origin);
@@ -602,6 +591,27 @@ fn an_echo_as_html_or_as_header_names_never_hands_the_secret_back() {
     assert_nowhere(&sluice, SECRET, &[sluice.dir.path(), ca.parent().unwrap()]);
     assert_nowhere(&sluice, SPECIAL, &[sluice.dir.path(), ca.parent().unwrap()]);
     assert_events_valid(&sluice);
+}
+
+/// sluice for curl to an L7 origin on `port` (its certificate signed by `cert`), the
+/// `test-api` profile's bearer `api-key` (`TEST_API_KEY`) and `more` credentials (YAML list
+/// items) bound to it, with `env` as sluice's environment.
+fn curl_bound(
+    dir: &TempDir,
+    (port, cert): (u16, &Path),
+    more: &str,
+    env: &[(&str, &str)],
+) -> (Sluice, std::path::PathBuf) {
+    let p = format!(
+        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n"
+    );
+    let providers = dir.write(
+        "providers.yaml",
+        &format!(
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\n{more}endpoints:\n  - {{host: 127.0.0.1, port: {port}}}\n"
+        ),
+    );
+    Sluice::intercepting(dir, &p, &[cert], Some(&providers), env)
 }
 
 fn origin_base(origin: &EchoOrigin) -> String {
@@ -834,22 +844,10 @@ fn a_secret_in_a_callers_command_line_never_reaches_a_log() {
 fn responses_to_requests_with_a_secret_still_stream() {
     let dir = TempDir::new("scrubstream");
     let origin = sluice_e2e::origin::H2Origin::start(dir.path());
-    let p = format!(
-        "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: /usr/bin/curl\n",
-        origin.port()
-    );
-    let providers = dir.write(
-        "providers.yaml",
-        &format!(
-            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {}}}\n",
-            origin.port()
-        ),
-    );
-    let (sluice, ca) = Sluice::intercepting(
+    let (sluice, ca) = curl_bound(
         &dir,
-        &p,
-        &[&origin.cert],
-        Some(&providers),
+        (origin.port(), &origin.cert),
+        "",
         &[("TEST_API_KEY", SECRET)],
     );
     let base = format!("https://127.0.0.1:{}", origin.port());
