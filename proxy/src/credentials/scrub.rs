@@ -161,8 +161,9 @@ impl ScrubSet {
 
     /// Copies `buf` to `out` with every secret that starts before `limit` replaced, leftmost
     /// first (the longest on a tie), up to `limit` or the end of the last replacement,
-    /// whichever is later; returns where copying stopped and the number of replacements.
-    fn replace_before(&self, buf: &[u8], limit: usize, out: &mut Vec<u8>) -> (usize, u64) {
+    /// whichever is later; returns where copying stopped, the number of replacements and
+    /// where the last one ended (0 if none).
+    fn replace_before(&self, buf: &[u8], limit: usize, out: &mut Vec<u8>) -> (usize, u64, usize) {
         let (mut pos, mut hits) = (0, 0);
         let mut cur = Cursor::default();
         while let Some((i, n, replacement)) = self.next_match(&mut cur, buf, pos, limit) {
@@ -177,7 +178,7 @@ impl ScrubSet {
         }
         let end = pos.max(limit).min(buf.len());
         out.extend_from_slice(&buf[pos.min(end)..end]);
-        (end, hits)
+        (end, hits, pos)
     }
 
     /// How many bytes at the end of a body so far a scrubber keeps back, whatever they are:
@@ -316,7 +317,7 @@ impl Scrubber {
         let mut out = Vec::with_capacity(buf.len());
         let from = self.rest_of_a_secret_begun_in_what_went_out(&buf, sent, &mut out);
         let limit = buf.len().saturating_sub(window).max(from);
-        let (end, hits) = self
+        let (end, hits, _) = self
             .set
             .replace_before(&buf[from..], limit - from, &mut out);
         self.hits += hits;
@@ -361,8 +362,14 @@ impl Scrubber {
     pub(crate) fn release(&mut self) -> Bytes {
         let held = Zeroizing::new(std::mem::take(&mut *self.carry));
         let mut out = Vec::with_capacity(held.len());
-        self.hits += self.set.replace_all(&held, &mut out);
-        self.sent.extend_from_slice(&held);
+        let (_, hits, replaced_to) = self.set.replace_before(&held, held.len(), &mut out);
+        self.hits += hits;
+        // What follows a replacement cannot complete a secret begun before it (that one
+        // went out replaced): only the bytes after the last replacement are remembered.
+        if replaced_to > 0 {
+            self.sent.clear();
+        }
+        self.sent.extend_from_slice(&held[replaced_to..]);
         let keep = self.sent.len().saturating_sub(self.set.window());
         self.sent.drain(..keep);
         Bytes::from(out)

@@ -1,13 +1,13 @@
 //! How a secret's spellings are found in text: the tables that say where one may begin
 //! (`Tables`: the bytes that begin a secret, found with `memchr3` while there are at most
 //! three, else a table; the byte pairs that may begin one, hashed), and what one secret byte
-//! matches (`step`: the byte itself or an escape an encoder may have written for it).
+//! matches (`match_at`: each byte itself or an escape an encoder may have written for it).
 //! `ScrubSet` (the parent module) builds the tables and walks text with them.
 
 /// What finds where a secret's spelling may begin.
 #[derive(Clone, PartialEq, Eq)]
 pub(super) struct Tables {
-    /// Which bytes begin a secret (in any spelling `step` knows).
+    /// Which bytes begin a secret (in any spelling `match_at` knows).
     pub(super) first: [bool; 256],
     /// The bytes marked in `first`, while there are at most three (the common case: one
     /// secret, or several with one first byte, plus the backslash and `%` that begin escaped
@@ -159,69 +159,53 @@ pub(super) fn entities(b: u8) -> &'static [&'static [u8]] {
     }
 }
 
-/// How the bytes at the start of `buf` spell one secret byte.
-pub(super) enum Step {
-    /// In this many bytes.
-    Took(usize),
-    /// `buf` ends inside a spelling of it.
-    Short,
-    /// Not at all.
-    No,
-}
-
-/// Matches one secret byte `b` at the start of `buf`: the byte itself, or an escape an
-/// encoder may have written for it: JSON `\/`, `\\`, `\"` and `\u00XX`, URL `%XX` (hex
-/// digits in either case), HTML's entities for `& < > " '` ([`entities`]), or JSON's `\"`
-/// with the quote an entity.
-pub(super) fn step(buf: &[u8], b: u8) -> Step {
-    let Some(&c) = buf.first() else {
-        return Step::Short;
-    };
-    if c == b'&'
-        && let Some(step) = forms_step(buf, entities(b))
-    {
-        return step;
-    }
-    if c != b'\\' && c != b'%' {
-        return if c == b { Step::Took(1) } else { Step::No };
-    }
-    // JSON's `\"` with its quote escaped again by HTML (a JSON error quoted in a page).
-    if c == b'\\'
-        && b == b'"'
-        && buf.get(1) == Some(&b'&')
-        && let Some(step) = forms_step(&buf[1..], entities(b))
-    {
-        return match step {
-            Step::Took(n) => Step::Took(n + 1),
-            other => other,
-        };
-    }
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let hex = [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]];
-    let u = [b'\\', b'u', b'0', b'0', hex[0], hex[1]];
-    let pct = [b'%', hex[0], hex[1]];
-    let short_esc = [b'\\', b];
-    let mut forms: [&[u8]; 3] = [&pct, &[], &[]];
-    if c == b'\\' {
-        forms[0] = if b < 0x80 { &u } else { &[] };
-        if matches!(b, b'/' | b'\\' | b'"') {
-            forms[1] = &short_esc;
+/// The length of an escape an encoder may have written for the secret byte `b` at the start
+/// of `buf` (not empty): JSON `\/`, `\\`, `\"` and `\u00XX`, URL `%XX` (hex digits in either
+/// case), HTML's entities for `& < > " '` ([`entities`]), or JSON's `\"` with the quote an
+/// entity. The byte itself is the other way to spell `b` (see [`match_at`]).
+fn escape_len(buf: &[u8], b: u8) -> Option<usize> {
+    match buf[0] {
+        b'&' => forms_len(buf, entities(b)),
+        b'%' => {
+            let hex = hex_digits(b);
+            forms_len(buf, &[&[b'%', hex[0], hex[1]]])
         }
-    }
-    match forms_step(buf, &forms) {
-        Some(step) => step,
-        None if c == b => Step::Took(1),
-        None => Step::No,
+        b'\\' => {
+            // JSON's `\"` with its quote escaped again by HTML (a JSON error in a page).
+            if b == b'"'
+                && buf.get(1) == Some(&b'&')
+                && let Some(n) = forms_len(&buf[1..], entities(b))
+            {
+                return Some(n + 1);
+            }
+            let hex = hex_digits(b);
+            let u = [b'\\', b'u', b'0', b'0', hex[0], hex[1]];
+            let short_esc = [b'\\', b];
+            let short: &[u8] = if matches!(b, b'/' | b'\\' | b'"') {
+                &short_esc
+            } else {
+                &[]
+            };
+            let u: &[u8] = if b < 0x80 { &u } else { &[] };
+            forms_len(buf, &[u, short])
+        }
+        _ => None,
     }
 }
 
-/// Which of `forms` (the empty ones ignored) spells a byte at the start of `buf`: `Took` its
-/// length, else `None`. The hex digits (and letters that are hex digits) match in either
-/// case, every other byte exactly. A form cut short by the end of `buf` is not that form:
-/// every caller reads a text whose end is either its real end or at least a spelling's
-/// length past where a secret may begin (the scrubber keeps that many bytes back), so a
-/// byte there that begins an escape (`&`, `%`, `\`) is the byte itself.
-fn forms_step(buf: &[u8], forms: &[&[u8]]) -> Option<Step> {
+/// `b`'s two hex digits, lower case.
+fn hex_digits(b: u8) -> [u8; 2] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]
+}
+
+/// The length of whichever of `forms` (the empty ones ignored) spells a byte at the start of
+/// `buf`. The hex digits (and letters that are hex digits) match in either case, every
+/// other byte exactly. A form cut short by the end of `buf` is not that form: at a text's
+/// real end, a byte that begins an escape (`&`, `%`, `\`) is the byte itself; the scrubber
+/// reads every other text at least a spelling's length past where a secret may begin, except
+/// right after a pause (`Scrubber::release`), where this may find a secret a few bytes early.
+fn forms_len(buf: &[u8], forms: &[&[u8]]) -> Option<usize> {
     forms
         .iter()
         .filter(|f| !f.is_empty() && f.len() <= buf.len())
@@ -230,32 +214,56 @@ fn forms_step(buf: &[u8], forms: &[&[u8]]) -> Option<Step> {
                 .zip(form.iter())
                 .all(|(x, y)| x == y || (y.is_ascii_hexdigit() && x.to_ascii_lowercase() == *y))
         })
-        .map(|form| Step::Took(form.len()))
+        .map(|form| form.len())
 }
 
 /// What `secret` matches at the start of `buf`.
 pub(super) enum Match {
-    /// Spelled by this many bytes.
+    /// Spelled by this many bytes (the longest way).
     Full(usize),
     /// `buf` ends inside it: the next bytes decide.
     Partial,
     No,
 }
 
+/// Each secret byte is matched as itself or as an escape; where both fit (the secret has a
+/// `%`, `\` or `&` and the text goes on like its escape, `ab%25cd` written as is), both ways
+/// are followed: a small set of the offsets reached so far.
 pub(super) fn match_at(buf: &[u8], secret: &[u8]) -> Match {
-    let mut i = 0;
+    const WAYS: usize = 8;
+    let (mut at, mut n) = ([0usize; WAYS], 1);
+    let mut short = false;
     for &b in secret {
-        match step(&buf[i..], b) {
-            Step::Took(n) => i += n,
-            Step::Short => return Match::Partial,
-            Step::No => return Match::No,
+        let (mut next, mut m) = ([0usize; WAYS], 0);
+        let mut reach = |j: usize| {
+            if m < WAYS && !next[..m].contains(&j) {
+                next[m] = j;
+                m += 1;
+            }
+        };
+        for &j in &at[..n] {
+            let rest = &buf[j..];
+            let Some(&c) = rest.first() else {
+                short = true;
+                continue;
+            };
+            if let Some(k) = escape_len(rest, b) {
+                reach(j + k);
+            }
+            if c == b {
+                reach(j + 1);
+            }
         }
+        if m == 0 {
+            return if short { Match::Partial } else { Match::No };
+        }
+        (at, n) = (next, m);
     }
-    Match::Full(i)
+    Match::Full(at[..n].iter().copied().max().unwrap_or(0))
 }
 
 /// Whether a spelling of the secret byte `first` can start `buf` (not empty): a cheap test
-/// that says no only where `step` does (the byte itself, `%XX`, an HTML entity of one of
+/// that says no only where [`match_at`] does (the byte itself, `%XX`, an HTML entity of one of
 /// `& < > " '`, or a backslash that begins `\u00XX`, the short escape of `/`, `\\` or `"`, or
 /// `\&` before a quote's entity).
 #[inline]

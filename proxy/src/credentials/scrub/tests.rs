@@ -173,6 +173,38 @@ fn a_secret_ending_in_an_escape_byte_is_found_at_the_end() {
     }
 }
 
+/// A secret with its own escape in it (`%25`, `\\`, `&amp;`) is found written as is, where
+/// reading that text as the escape would not match: both readings are followed.
+#[test]
+fn a_secret_that_holds_its_own_escape_is_found_as_is() {
+    for secret in ["ab%25cd", r"ab\\cd", "x&amp;y", r"q\u0041z"] {
+        let s = set(&[(secret, "PH")]);
+        let text = format!("{} {secret} {}", "q".repeat(100), "q".repeat(100));
+        let out = stream(&s, &[text.as_bytes()]);
+        assert!(find(&out, secret.as_bytes()).is_none(), "{secret}");
+        assert!(find(&out, b" PH ").is_some(), "{secret}");
+    }
+}
+
+/// A secret replaced when it went out at a pause is not replaced again when the escape it
+/// ended in turns out longer (`%` then `25`).
+#[test]
+fn a_secret_let_go_at_a_pause_is_replaced_once() {
+    let s = set(&[("p4ss%", "PH")]);
+    let mut sc = Scrubber::new(Arc::clone(&s));
+    let mut out = Vec::new();
+    out.extend_from_slice(&sc.feed(Bytes::from(format!("{}p4ss%2", "x".repeat(100)))));
+    out.extend_from_slice(&sc.release());
+    out.extend_from_slice(&sc.feed(Bytes::from_static(b"5 tail")));
+    out.extend_from_slice(&sc.finish());
+    assert_eq!(sc.hits(), 1);
+    assert!(
+        out.ends_with(b"PH25 tail"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+}
+
 /// A secret whose beginning went out at a pause (the upstream stopped in its middle for
 /// longer than `RELEASE_AFTER`) is not completed after it: its rest becomes the
 /// replacement, and counts as found.
