@@ -261,7 +261,8 @@ impl Scrubber {
 
     /// [`Scrubber::feed`] in two parts, in order: so that a long chunk after held bytes (a
     /// download's every chunk) goes on without a copy: the held bytes, then the chunk's start.
-    /// Where the cut falls depends only on lengths.
+    /// Whether it comes in two parts depends on lengths and on whether a whole secret is
+    /// there (which its replacement shows anyway), never on a secret's beginning.
     pub(crate) fn feed_parts(&mut self, chunk: Bytes) -> (Bytes, Bytes) {
         let window = self.set.window();
         if self.sent.is_empty()
