@@ -250,6 +250,27 @@ fn parity(http: Http) {
     );
     assert_eq!(e["traffic"]["bytes_out"], sent.len(), "{e}");
 
+    // Two Content-Types: which kind of body the secret goes into would be the upstream's
+    // guess; refused, nothing forwarded.
+    let before = rewriting.received().len();
+    let (status, _, body) = curl(
+        &sluice,
+        &ca,
+        http,
+        &[
+            "-H",
+            "Content-Type: text/plain",
+            "-H",
+            "Content-Type: multipart/form-data; boundary=x",
+            "--data-binary",
+            &sent,
+        ],
+        &format!("{}/v1/two-types", base(&rewriting)),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("more than one Content-Type"), "{body}");
+    assert_eq!(rewriting.received().len(), before);
+
     // A body to rewrite is bounded (256 KiB), whatever the protocol.
     let big = dir.write(
         "big.json",

@@ -379,11 +379,22 @@ impl<'a> Exchange<'a> {
                 transport: self.admitted.scheme.transport(),
             };
             let scoped = prepared.creds.scoped(scope);
-            let content_type = prepared
+            let mut types = prepared
                 .headers
                 .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+                .filter(|(n, _)| n.eq_ignore_ascii_case("content-type"))
                 .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+            let content_type = types.next();
+            if types.next().is_some() {
+                // Which one the upstream reads decides where the secret lands: refused,
+                // not guessed.
+                let refusal = Refusal::new(
+                    400,
+                    Code::BadRequest,
+                    "more than one Content-Type: the body's kind is ambiguous, so its placeholders are not swapped",
+                );
+                return Err(Denial::new(Engine::L7, refusal));
+            }
             match credentials::rewrite_body(content_type.as_deref(), &body, &scoped) {
                 Ok(done) => {
                     rec.credentials
