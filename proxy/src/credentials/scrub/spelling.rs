@@ -165,7 +165,7 @@ pub(super) fn entities(b: u8) -> &'static [&'static [u8]] {
 /// entity. The byte itself is the other way to spell `b` (see [`match_at`]).
 fn escape_len(buf: &[u8], b: u8) -> Option<usize> {
     match buf[0] {
-        b'&' => forms_len(buf, entities(b)),
+        b'&' => forms_len(buf, entities(b)).or_else(|| numeric_entity(buf, b)),
         b'%' => {
             let hex = hex_digits(b);
             forms_len(buf, &[&[b'%', hex[0], hex[1]]])
@@ -191,6 +191,29 @@ fn escape_len(buf: &[u8], b: u8) -> Option<usize> {
         }
         _ => None,
     }
+}
+
+/// HTML's numeric reference to `b` (one of the bytes [`entities`] knows), with any number of
+/// leading zeros that keeps it within [`MAX_SPELLING`] (`&#00038;`, as `%05d` writes it):
+/// its length.
+fn numeric_entity(buf: &[u8], b: u8) -> Option<usize> {
+    if entities(b).is_empty() || buf.get(1) != Some(&b'#') {
+        return None;
+    }
+    let hex = matches!(buf.get(2), Some(b'x' | b'X'));
+    let start = if hex { 3 } else { 2 };
+    let radix = if hex { 16 } else { 10 };
+    let mut value: u32 = 0;
+    for (k, &c) in buf.iter().enumerate().take(MAX_SPELLING).skip(start) {
+        if c == b';' {
+            return (k > start && value == u32::from(b)).then_some(k + 1);
+        }
+        value = value * radix + char::from(c).to_digit(radix)?;
+        if value > 0xff {
+            return None;
+        }
+    }
+    None
 }
 
 /// `b`'s two hex digits, lower case.
@@ -281,8 +304,9 @@ pub(super) fn may_start(buf: &[u8], first: u8) -> bool {
     }
 }
 
-/// The longest spelling of a byte (`\&quot;`, `\&#x22;`).
-pub(super) const MAX_SPELLING: usize = 7;
+/// The longest spelling of a byte (`&#00038;`: a numeric reference zero-padded to five
+/// digits).
+pub(super) const MAX_SPELLING: usize = 8;
 
 impl Default for Tables {
     fn default() -> Self {
