@@ -84,7 +84,6 @@ impl Refusal {
         Value::Object(m).to_string()
     }
 
-    /// The complete HTTP/1.1 response; the connection is closed after it.
     /// The refusal's header fields besides its framing, for HTTP/1.1 and HTTP/2 alike: a
     /// gateway tenant's credentials are asked for (RFC 9110 §11.7.1); a refusal that says
     /// when to come back says it in `Retry-After` too (RFC 9110 §10.2.3); an L7 policy denial
@@ -112,6 +111,7 @@ impl Refusal {
         out
     }
 
+    /// The complete HTTP/1.1 response; the connection is closed after it.
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let body = self.body();
         let reason = StatusCode::from_u16(self.status)
