@@ -624,11 +624,19 @@ fn is_text(content_type: Option<&HeaderValue>) -> bool {
         )
 }
 
-/// Replaces secrets in every header value; a value that would no longer be a valid header
-/// value is dropped, and so is a header whose name holds a secret (names reach sluice
-/// lower-cased, so they are compared in lower case). The number of replacements.
-pub(crate) fn scrub_headers(headers: &mut HeaderMap, set: &ScrubSet) -> u64 {
-    let mut hits = 0;
+/// The header names that hold a secret, compared in lower case. No spelling is shorter than
+/// its secret, so when every name is shorter than the shortest secret (the usual response)
+/// nothing is compared, nor a lower-case set made.
+fn names_holding_a_secret(headers: &HeaderMap, set: &ScrubSet) -> Vec<http::HeaderName> {
+    let shortest = set
+        .pairs
+        .iter()
+        .map(|(s, _)| s.len())
+        .min()
+        .unwrap_or(usize::MAX);
+    if headers.keys().all(|n| n.as_str().len() < shortest) {
+        return Vec::new();
+    }
     let lowered;
     let lower = if set
         .pairs
@@ -640,12 +648,19 @@ pub(crate) fn scrub_headers(headers: &mut HeaderMap, set: &ScrubSet) -> u64 {
     } else {
         set
     };
-    let named: Vec<http::HeaderName> = headers
+    headers
         .keys()
         .filter(|n| lower.is_in(n.as_str().as_bytes()))
         .cloned()
-        .collect();
-    for name in named {
+        .collect()
+}
+
+/// Replaces secrets in every header value; a value that would no longer be a valid header
+/// value is dropped, and so is a header whose name holds a secret (names reach sluice
+/// lower-cased, so they are compared in lower case). The number of replacements.
+pub(crate) fn scrub_headers(headers: &mut HeaderMap, set: &ScrubSet) -> u64 {
+    let mut hits = 0;
+    for name in names_holding_a_secret(headers, set) {
         headers.remove(&name);
         hits += 1;
     }
