@@ -122,6 +122,22 @@ pub enum IdentityError {
     )]
     DescriptorsExhausted,
 
+    /// The owner runs in a user namespace other than sluice's, where it may have mounted any
+    /// file over any path (`unshare -Urm` then `mount --bind`) or set its own `exe` link
+    /// (`PR_SET_MM_EXE_FILE`): the executable path `/proc` shows cannot be believed, so no
+    /// policy entry that names binaries may match it.
+    #[error(
+        "failed to resolve peer binary for PID {pid}: it runs {exe} in a user namespace other \
+         than sluice's, where a process can mount any file over any path, so its executable \
+         cannot be vouched for; run it in sluice's user namespace"
+    )]
+    OtherUserNamespace {
+        /// The owner.
+        pid: u32,
+        /// Its executable as its own mount namespace names it.
+        exe: String,
+    },
+
     /// An owner's /proc entry exists but could not be read (permissions, a malformed file).
     #[error("failed to resolve peer binary for PID {pid}: cannot read its /proc entry")]
     ProcUnreadable {

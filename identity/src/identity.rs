@@ -198,6 +198,13 @@ pub(crate) fn read_identity(
     let failed = gone_or_unreadable(pid);
     let stat = owner.stat().map_err(failed)?;
     let (exe, exe_deleted) = read_exe(owner)?;
+    // In a user namespace of its own a process can mount any file over any path and point
+    // its own `exe` link at another file (`PR_SET_MM_EXE_FILE`): its path proves nothing.
+    // Its ancestors are in its user namespace or one above it, never below, so a process in
+    // sluice's own namespace has ancestors whose paths are as good as its own.
+    if !proc.in_own_user_namespace(owner).map_err(failed)? {
+        return Err(IdentityError::OtherUserNamespace { pid, exe });
+    }
     let uid = owner.real_uid().map_err(failed)?;
     let cmdline = owner.cmdline().map_err(failed)?;
     let ancestors = read_ancestors(proc, parents, owner)?;

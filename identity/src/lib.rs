@@ -63,7 +63,11 @@
 //!   is found only through the thread group leader's table.
 //! - Reading another user's fd table needs CAP_SYS_PTRACE (or root); entering another network
 //!   namespace needs CAP_SYS_ADMIN. An ancestor whose exe cannot be read keeps an empty exe.
-//! - Paths are as the owning process's mount namespace shows them.
+//! - Paths are as the owning process's mount namespace shows them. An owner in a user
+//!   namespace other than sluice's fails the lookup
+//!   ([`IdentityError::OtherUserNamespace`]): there it could have mounted any file over any
+//!   path, or set its own `exe` link. Its ancestors sit in its user namespace or above it, so
+//!   the check of the owner answers for the chain.
 //! - The exact socket query names no interface, so a client socket bound to one with
 //!   `SO_BINDTODEVICE` is not found (the lookup fails closed).
 //! - For redirected (transparent) connections, `local` must be the original destination the

@@ -2,7 +2,8 @@
 //! the injected `Authorization` into its frames (a text frame, a text message fragmented
 //! with the secret split across fragments and a ping between, a binary frame, a close
 //! reason) never hands the secret to the client; an origin answering with an extension
-//! nobody offered, or sending a compressed (RSV1) frame, is cut off. Real binary, a Python
+//! nobody offered, or sending a compressed (RSV1) frame, is cut off; a handshake with a body
+//! is refused before anything goes upstream. Real binary, a Python
 //! TLS origin and a Python client that parses every frame it receives.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
@@ -84,6 +85,8 @@ while True:
 const WS_CLIENT: &str = r#"
 import base64, json, os, socket, ssl, sys
 proxy, port, ca, path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+body = {'': '', 'length': 'Content-Length: 5\r\n\r\nhello',
+    'chunked': 'Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n'}[sys.argv[5] if len(sys.argv) > 5 else '']
 host, pport = proxy.rsplit(':', 1)
 s = socket.create_connection((host, int(pport)), timeout=20)
 s.sendall(f'CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n'.encode())
@@ -97,7 +100,7 @@ key = base64.b64encode(os.urandom(16)).decode()
 t.sendall((f'GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n'
     f'Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n'
     'Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n'
-    'Authorization: Bearer openshell:resolve:env:TEST_API_KEY\r\n\r\n').encode())
+    'Authorization: Bearer openshell:resolve:env:TEST_API_KEY\r\n' + (body or '\r\n')).encode())
 raw = b''
 while True:
     try:
@@ -182,6 +185,11 @@ fn setup(tag: &str) -> Setup {
 }
 
 fn client(s: &Setup, path: &str) -> Value {
+    client_with_body(s, path, "")
+}
+
+/// `body`: `length` or `chunked` sends a 5-byte body after the handshake's head.
+fn client_with_body(s: &Setup, path: &str, body: &str) -> Value {
     let (code, out, err) = run(Command::new("python3").args([
         "-c",
         WS_CLIENT,
@@ -189,6 +197,7 @@ fn client(s: &Setup, path: &str) -> Value {
         &s.origin.port.to_string(),
         &s.ca.display().to_string(),
         path,
+        body,
     ]));
     assert_eq!(code, 0, "{err}\n{}", s.sluice.stderr());
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"))
@@ -289,6 +298,37 @@ fn an_extension_nobody_offered_or_a_compressed_frame_ends_the_websocket() {
         finding.to_string().contains("reserved bits"),
         "the finding says why: {finding}"
     );
+    assert!(!sluice_output(&s).contains(SECRET));
+    assert_events_valid(&s.sluice);
+}
+
+#[test]
+fn a_handshake_with_a_body_is_refused_before_anything_goes_upstream() {
+    let s = setup("wsbody");
+    for body in ["length", "chunked"] {
+        let started = std::time::Instant::now();
+        let out = client_with_body(&s, "/echo", body);
+        let head = out["head"].as_str().unwrap();
+        // Before: the handshake went up with a body that never ended, and the client waited
+        // for the upstream timeout.
+        assert!(
+            head.starts_with("HTTP/1.1 400"),
+            "{body}: {out}\n{}",
+            s.sluice.stderr()
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "{body}: answered at once"
+        );
+        let raw = out["raw"].as_str().unwrap();
+        assert!(raw.contains("carries no body"), "{raw}");
+        assert!(!raw.contains(SECRET), "{raw}");
+        assert_eq!(out["got"], serde_json::json!([]), "{out}");
+    }
+    let refused = s.sluice.wait_event("the refused handshake", |e| {
+        e["class_uid"] == 4002 && e.to_string().contains("carries no body")
+    });
+    assert_eq!(action(&refused), 2, "denied: {refused}");
     assert!(!sluice_output(&s).contains(SECRET));
     assert_events_valid(&s.sluice);
 }

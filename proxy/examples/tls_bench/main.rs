@@ -7,8 +7,9 @@
 //! `/proc/<pid>/stat`) per request, with the audit log on.
 //!
 //! `tls_bench make-certs DIR` writes an origin CA and leaf (`origin-ca.pem`, `origin-cert.pem`,
-//! `origin-key.pem`) and a CA for other intercepting proxies (`proxy-ca.pem`,
-//! `proxy-ca-key.pem`). `tls_bench` then measures direct and sluice (started from `SLUICE_BIN`,
+//! `origin-key.pem`), a CA for other intercepting proxies (`proxy-ca.pem`,
+//! `proxy-ca-key.pem`) and a leaf it signed for `tls_bench floor DIR ADDR` (`floor.rs`: the
+//! least a TLS-terminating relay on this stack does, as a comparison proxy). `tls_bench` then measures direct and sluice (started from `SLUICE_BIN`,
 //! default next to this example), plus each `name=ADDR=CA_FILE` in `BENCH_COMPARE`, with the
 //! origin certificates from `BENCH_ORIGIN_DIR` (made on the spot when unset). A fourth field,
 //! `=PID`, also measures that proxy's memory per idle intercepted connection (`BENCH_IDLE`
@@ -25,6 +26,7 @@
 //! are not measured over h2).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
 
+mod floor;
 mod h2;
 mod phases;
 
@@ -83,9 +85,14 @@ fn make_certs(dir: &Path) {
     std::fs::write(dir.join("origin-ca.pem"), origin_ca).unwrap();
     std::fs::write(dir.join("origin-cert.pem"), leaf.pem()).unwrap();
     std::fs::write(dir.join("origin-key.pem"), key.serialize_pem()).unwrap();
-    let (proxy_ca, proxy_key, _) = ca("bench proxy CA");
+    let (proxy_ca, proxy_key, proxy_issuer) = ca("bench proxy CA");
     std::fs::write(dir.join("proxy-ca.pem"), proxy_ca).unwrap();
     std::fs::write(dir.join("proxy-ca-key.pem"), proxy_key).unwrap();
+    // The floor relay's leaf (`floor.rs`), as an intercepting proxy would mint it.
+    let key = KeyPair::generate().unwrap();
+    let floor = params.signed_by(&key, &proxy_issuer).unwrap();
+    std::fs::write(dir.join("floor-cert.pem"), floor.pem()).unwrap();
+    std::fs::write(dir.join("floor-key.pem"), key.serialize_pem()).unwrap();
 }
 
 /// The origins' TLS side: the origin certificate made by `make-certs`, offering `alpn` only.
@@ -563,6 +570,13 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("make-certs") {
         make_certs(Path::new(args.get(2).expect("make-certs DIR")));
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("floor") {
+        floor::run(
+            Path::new(args.get(2).expect("floor DIR ADDR")),
+            args.get(3).expect("floor DIR ADDR"),
+        );
         return;
     }
     // Certificates, and each sluice's policy, CA and audit log (hundreds of MB per run), go

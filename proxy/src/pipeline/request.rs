@@ -147,6 +147,16 @@ impl<'a> Exchange<'a> {
         rec.dst = dst.clone();
         rec.scheme = scheme.as_str();
         rec.policy = Some(self.admitted.admission.entry.to_string());
+        if head.websocket && head.has_body {
+            // Bytes after the head would be body to one reader and the first frames to
+            // another; nothing would judge or scan them as either.
+            let refusal = Refusal::new(
+                400,
+                Code::BadRequest,
+                "a WebSocket handshake carries no body (RFC 6455 §4.1): send no Content-Length or Transfer-Encoding with `Upgrade: websocket`",
+            );
+            return Err(Denial::new(Engine::HttpParser, refusal));
+        }
         if !head.authority_ok {
             // Host-header redirection of credentials is the attack this stops (spec §3.4).
             let refusal = Refusal::new(

@@ -1,0 +1,129 @@
+//! A spoofed binary: a program the policy does not list makes a user and mount namespace of
+//! its own (`unshare -Urm`, open to any user where unprivileged user namespaces are), mounts
+//! itself over the path of a program the policy lists, and runs under that path. `/proc`
+//! then shows the listed path as its executable. A process in a user namespace other than
+//! sluice's is never matched by its path: it is refused, and no audit event credits the listed
+//! program. (Under `sluice exec` the shim refuses `unshare` itself.)
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sluice_e2e::ocsf::{action, is_open};
+use sluice_e2e::origin::HttpOrigin;
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, privileged, run};
+
+/// A copy of curl at a path only the policy names.
+fn listed_curl(dir: &TempDir) -> PathBuf {
+    let copy = dir.path().join("listed-curl");
+    std::fs::copy("/usr/bin/curl", &copy).expect("copy curl");
+    copy
+}
+
+/// A request through sluice as plain HTTP, in Python: prints the status.
+const FETCH: &str = r#"
+import sys, urllib.request, urllib.error
+proxy, url = sys.argv[1], sys.argv[2]
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({'http': proxy}))
+try:
+    r = opener.open(url, timeout=10); print(r.status, r.read().decode(errors='replace'))
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode(errors='replace'))
+"#;
+
+fn curl_status(cmd: &mut Command) -> (String, String) {
+    let (code, out, err) = run(cmd);
+    assert_eq!(code, 0, "{err}");
+    (out.get(..3).unwrap_or_default().to_string(), out)
+}
+
+fn setup(tag: &str) -> (TempDir, PathBuf, HttpOrigin, Sluice) {
+    let dir = TempDir::new(tag);
+    let listed = listed_curl(&dir);
+    let origin = HttpOrigin::start();
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  listed:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}}}\n    binaries:\n      - path: {}\n",
+        origin.port(),
+        listed.display()
+    );
+    let sluice = Sluice::start(&policy, &["--allow-loopback-upstream"]);
+    (dir, listed, origin, sluice)
+}
+
+fn curl_args(listed: &Path, sluice: &Sluice, origin: &HttpOrigin) -> Vec<String> {
+    vec![
+        listed.display().to_string(),
+        "-s".into(),
+        "-w".into(),
+        "%{http_code}".into(),
+        "-o".into(),
+        "/dev/null".into(),
+        "-x".into(),
+        sluice.proxy_url(),
+        format!("http://127.0.0.1:{}/spoof", origin.port()),
+    ]
+}
+
+#[test]
+fn a_program_mounted_over_a_listed_path_in_its_own_namespaces_is_refused() {
+    if !privileged("a_program_mounted_over_a_listed_path_in_its_own_namespaces_is_refused") {
+        return;
+    }
+    let (dir, listed, origin, sluice) = setup("spoof");
+    // The listed program itself, in sluice's namespaces: allowed.
+    let args = curl_args(&listed, &sluice, &origin);
+    let (status, _) = curl_status(Command::new(&args[0]).args(&args[1..]));
+    assert_eq!(status, "200", "{}", sluice.stderr());
+    assert_eq!(origin.received().len(), 1);
+
+    // Python mounted over the listed path in a user and mount namespace of its own.
+    let script = dir.write("fetch.py", FETCH);
+    let spoof = format!(
+        "mount --bind /usr/bin/python3 {listed} && exec {listed} {script} {proxy} http://127.0.0.1:{port}/spoof",
+        listed = listed.display(),
+        script = script.display(),
+        proxy = sluice.proxy_url(),
+        port = origin.port()
+    );
+    let (status, out) = curl_status(Command::new("unshare").args(["-Urm", "sh", "-c", &spoof]));
+    assert_eq!(status, "403", "{out}\n{}", sluice.stderr());
+    assert!(out.contains("user namespace other than sluice's"), "{out}");
+    // The listed program itself, in a user namespace of its own: its path is not believed
+    // either (it could have set its own `exe` link there).
+    let mut own_userns = vec!["-Ur".to_string()];
+    own_userns.extend(args);
+    let (status, _) = curl_status(Command::new("unshare").args(&own_userns));
+    assert_eq!(status, "403", "{}", sluice.stderr());
+    assert_eq!(
+        origin.received().len(),
+        1,
+        "nothing more reached the origin"
+    );
+
+    // Audited as refused; no event credits the listed program after the first request.
+    let denied = |events: &[serde_json::Value]| {
+        events
+            .iter()
+            .filter(|e| action(e) == 2 && e.to_string().contains("user namespace other than"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while denied(&sluice.events()) < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let events = sluice.events();
+    assert_eq!(denied(&events), 2, "{events:#?}");
+    let allowed_opens = events
+        .iter()
+        .filter(|e| is_open(e) && action(e) == 1)
+        .count();
+    let allowed_requests = events
+        .iter()
+        .filter(|e| e["class_uid"] == 4002 && action(e) == 1)
+        .count();
+    assert!(
+        allowed_opens + allowed_requests == 1,
+        "only the honest request was allowed: {events:#?}"
+    );
+    assert_events_valid(&sluice);
+}
