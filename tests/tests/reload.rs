@@ -2,7 +2,8 @@
 //! an HTTP/2 connection whose next request is judged by the new policy (and which is closed
 //! once the policy no longer admits it at all; `revoke.rs` has the rest), an invalid file (the
 //! old policy stays in force, the exact error is audited), a rotated secret (the origin sees
-//! the new value from the next request, no value reaches the logs), SIGHUP, and a Kubernetes
+//! the new value from the next request, no value reaches the logs, and a value rotated out
+//! that an upstream stored comes back as its placeholder), SIGHUP, and a Kubernetes
 //! ConfigMap's `..data` symlink swap. Every audit event is validated against OCSF.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
@@ -18,17 +19,18 @@ use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
 use sluice_e2e::reload::replace;
 
 /// A Python `httpx` client holding one connection through sluice: each path written to it is
-/// fetched on that connection, and its status and HTTP version printed.
+/// fetched on that connection (with the placeholder as `Authorization` under `/auth` and
+/// `/store`), and its status, HTTP version and body (a JSON string) printed.
 const CLIENT: &str = r#"
-import sys, httpx
+import json, sys, httpx
 mode, proxy, ca, base = sys.argv[1:5]
 c = httpx.Client(proxy=proxy, verify=ca, http1=(mode == 'h1'), http2=(mode == 'h2'), timeout=20)
 for line in sys.stdin:
     path = line.strip()
     if not path:
         break
-    r = c.get(base + path, headers={'authorization': 'Bearer openshell:resolve:env:TEST_API_KEY'} if path.startswith('/auth') else {})
-    print(r.status_code, r.http_version, flush=True)
+    r = c.get(base + path, headers={'authorization': 'Bearer openshell:resolve:env:TEST_API_KEY'} if path.startswith(('/auth', '/store')) else {})
+    print(r.status_code, r.http_version, json.dumps(r.text), flush=True)
 "#;
 
 struct Client {
@@ -65,16 +67,24 @@ impl Client {
 
     /// Fetches `path` on the held connection: `(status, HTTP version)`.
     fn get(&mut self, path: &str) -> (u16, String) {
+        let (status, version, _) = self.get_body(path);
+        (status, version)
+    }
+
+    /// Fetches `path` on the held connection: `(status, HTTP version, body)`.
+    fn get_body(&mut self, path: &str) -> (u16, String, String) {
         writeln!(self.stdin, "{path}").unwrap();
         self.stdin.flush().unwrap();
         let mut line = String::new();
         self.stdout.read_line(&mut line).unwrap();
-        let mut parts = line.split_whitespace();
+        let mut parts = line.splitn(3, ' ');
         let status = parts
             .next()
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("client failed on {path}: {line:?}"));
-        (status, parts.next().unwrap_or_default().to_string())
+        let version = parts.next().unwrap_or_default().to_string();
+        let body: String = serde_json::from_str(parts.next().unwrap_or("\"\"")).unwrap();
+        (status, version, body)
     }
 }
 
@@ -345,6 +355,78 @@ fn a_rotated_secret_is_used_from_the_next_request() {
     // Neither value reached sluice's logs.
     let audit = std::fs::read_to_string(&sluice.audit_path).unwrap();
     for secret in [OLD, NEW] {
+        assert!(!audit.contains(secret), "the audit log holds a secret");
+        assert!(!sluice.stderr().contains(secret), "stderr holds a secret");
+    }
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn a_secret_rotated_out_and_stored_upstream_still_comes_back_as_its_placeholder() {
+    const VALUES: [&str; 3] = [
+        "first-s3cr3t-VALUE-1c7e",
+        "second-s3cr3t-VALUE-5d0b",
+        "third-s3cr3t-VALUE-8a4f",
+    ];
+    let dir = TempDir::new("reload-retired");
+    let origin = EchoOrigin::start(dir.path());
+    let port = origin.port();
+    let providers = dir.write(
+        "providers.yaml",
+        &format!(
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {port}}}\n"
+        ),
+    );
+    let secrets = dir.path().join("secrets.env");
+    let write_secret = |value: &str| {
+        use std::os::unix::fs::OpenOptionsExt;
+        let tmp = dir.path().join("secrets.tmp");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .unwrap();
+        writeln!(f, "TEST_API_KEY={value}").unwrap();
+        drop(f);
+        std::fs::rename(&tmp, &secrets).unwrap();
+    };
+    write_secret(VALUES[0]);
+    let (sluice, ca) = start(
+        &dir,
+        &policy(port, &["/store/**", "/fetch/**"]),
+        &origin,
+        &[
+            "--providers",
+            providers.to_str().unwrap(),
+            "--secrets-file",
+            secrets.to_str().unwrap(),
+        ],
+    );
+    let mut client = Client::start("h1", &sluice, &ca, port);
+    // The origin keeps the first value it was sent.
+    assert_eq!(client.get("/store/1").0, 200);
+    let placeholder = "Bearer openshell:resolve:env:TEST_API_KEY";
+    let (status, _, body) = client.get_body("/fetch/1");
+    assert_eq!((status, body.as_str()), (200, placeholder));
+    // Rotated twice: the stored value is out of service, and still never reaches the client,
+    // on the held connection or a new one.
+    for (n, value) in VALUES.iter().enumerate().skip(1) {
+        write_secret(value);
+        assert!(succeeded(&wait_config_event(&sluice, n + 1)));
+        let (status, _, body) = client.get_body(&format!("/fetch/{n}"));
+        assert_eq!(
+            (status, body.as_str()),
+            (200, placeholder),
+            "after rotation {n}"
+        );
+    }
+    let mut fresh = Client::start("h2", &sluice, &ca, port);
+    let (status, _, body) = fresh.get_body("/fetch/3");
+    assert_eq!((status, body.as_str()), (200, placeholder));
+    let audit = std::fs::read_to_string(&sluice.audit_path).unwrap();
+    for secret in VALUES {
         assert!(!audit.contains(secret), "the audit log holds a secret");
         assert!(!sluice.stderr().contains(secret), "stderr holds a secret");
     }

@@ -99,10 +99,16 @@ impl Reloader {
                     self.audit.set_redactor(Arc::new(known.clone()));
                 }
                 crate::metrics::policy_loaded(config.policies());
-                self.shared.credentials.store(Arc::new(config.bindings));
+                // Values rotated out or withdrawn are still scrubbed from what comes back
+                // from where they were bound: an upstream may have stored them.
+                let mut bindings = config.bindings;
+                bindings.retire_from(&self.shared.credentials.load());
+                let mut tenants = config.tenants;
+                tenants.retire_from(&self.shared.tenants.load());
+                self.shared.credentials.store(Arc::new(bindings));
                 self.shared.policy.store(Arc::new(config.policy));
                 // Each tenant's policy and credentials at once.
-                self.shared.tenants.store(Arc::new(config.tenants));
+                self.shared.tenants.store(Arc::new(tenants));
                 // Every live connection is re-judged under the new policy; each it no longer
                 // allows is closed, and its close event says why.
                 let revoked = crate::pipeline::revoke_disallowed(&self.shared);

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use crate::policy::decide::Caller;
 use crate::policy::model::Endpoint;
 
-use super::profile::{CredentialRef, EnvKey, Placement, ProviderProfile};
+use super::profile::{CredentialRef, EnvKey, Placement, ProfileEndpoint, ProviderProfile};
 use super::secrets::{Secret, SecretStore, Unavailability};
 
 /// One request as bindings see it.
@@ -103,6 +103,22 @@ pub struct Bindings {
     /// Env key → (profile index, credential index).
     keys: HashMap<EnvKey, (usize, usize)>,
     store: SecretStore,
+    /// Values earlier loads bound and this one does not, most recent first.
+    retired: Vec<Retired>,
+}
+
+/// How many secret values taken out of service by reloads are still scrubbed from responses
+/// (the oldest beyond it is forgotten).
+pub const RETIRED_KEPT: usize = 64;
+
+/// A secret value a reload took out of service (rotated, or its credential or profile
+/// withdrawn), with the endpoints it was bound to and its placeholder: an upstream may have
+/// stored it while it was in service, so what comes back from there is still scrubbed of it.
+#[derive(Debug)]
+struct Retired {
+    endpoints: Vec<ProfileEndpoint>,
+    placeholder: String,
+    secret: Secret,
 }
 
 impl Bindings {
@@ -121,7 +137,59 @@ impl Bindings {
             profiles,
             keys,
             store,
+            retired: Vec::new(),
         }
+    }
+
+    /// Takes over from `before` (the bindings these replace at a reload) every value it
+    /// scrubbed responses of and these would not: its values in service that changed or went,
+    /// then what it had retired itself; most recent first, at most [`RETIRED_KEPT`].
+    pub fn retire_from(&mut self, before: &Bindings) {
+        let mut retired: Vec<Retired> = Vec::new();
+        let earlier = before.in_service().chain(
+            before
+                .retired
+                .iter()
+                .map(|r| (r.endpoints.as_slice(), r.placeholder.clone(), &r.secret)),
+        );
+        for (endpoints, placeholder, secret) in earlier {
+            // One value scrubbed at one place once (a credential's other env var names give
+            // it the same placeholder in the scrub: the first one's).
+            let same =
+                |e: &[ProfileEndpoint], v: &Secret| e == endpoints && v.expose() == secret.expose();
+            let kept = self.in_service().any(|(e, _, v)| same(e, v))
+                || retired.iter().any(|r| same(&r.endpoints, &r.secret));
+            if kept {
+                continue;
+            }
+            if retired.len() == RETIRED_KEPT {
+                break;
+            }
+            retired.push(Retired {
+                endpoints: endpoints.to_vec(),
+                placeholder,
+                secret: secret.copy(),
+            });
+        }
+        self.retired = retired;
+    }
+
+    /// Every value in service: its profile's endpoints, its placeholder, the value.
+    fn in_service(&self) -> impl Iterator<Item = (&[ProfileEndpoint], String, &Secret)> {
+        self.credentialed_profiles().flat_map(move |profile| {
+            profile
+                .credentials
+                .iter()
+                .flat_map(|c| &c.env_vars)
+                .filter_map(move |key| match self.store.get(key.as_str()) {
+                    Some(Ok(secret)) => Some((
+                        profile.endpoints.as_slice(),
+                        format!("{}{}", super::placeholder::CANONICAL_PREFIX, key.as_str()),
+                        secret,
+                    )),
+                    _ => None,
+                })
+        })
     }
 
     pub fn profiles(&self) -> &[ProviderProfile] {
@@ -200,18 +268,16 @@ impl Bindings {
     /// with its placeholder: what any response from there is scrubbed of, whether or not its
     /// request carried a secret (a secret stored upstream by one request must not come back
     /// raw in the answer to another).
+    /// Values a reload took out of service count too (see [`Bindings::retire_from`]).
     pub(crate) fn endpoint_secrets(&self, host: &str, port: u16) -> super::scrub::ScrubSet {
         let mut set = super::scrub::ScrubSet::default();
-        for profile in self.credentialed_profiles() {
-            if !profile.endpoints.iter().any(|e| e.covers(host, port)) {
-                continue;
-            }
-            for key in profile.credentials.iter().flat_map(|c| &c.env_vars) {
-                if let Some(Ok(secret)) = self.store.get(key.as_str()) {
-                    let placeholder =
-                        format!("{}{}", super::placeholder::CANONICAL_PREFIX, key.as_str());
-                    set.add(secret.expose().as_bytes(), placeholder.as_bytes());
-                }
+        let retired = self
+            .retired
+            .iter()
+            .map(|r| (r.endpoints.as_slice(), r.placeholder.clone(), &r.secret));
+        for (endpoints, placeholder, secret) in self.in_service().chain(retired) {
+            if endpoints.iter().any(|e| e.covers(host, port)) {
+                set.add(secret.expose().as_bytes(), placeholder.as_bytes());
             }
         }
         set
@@ -476,6 +542,51 @@ endpoints: [{host: docs.example.com, port: 443}]
         );
         assert!(b.endpoint_secrets("api.github.com", 80).is_empty());
         assert!(b.endpoint_secrets("docs.example.com", 443).is_empty());
+    }
+
+    #[test]
+    fn values_a_reload_took_out_of_service_are_still_scrubbed_where_they_were_bound() {
+        let scrub = |b: &Bindings, host, text: &str| {
+            let mut out = Vec::new();
+            b.endpoint_secrets(host, 443)
+                .replace_all(text.as_bytes(), &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        let first = bindings(&[("GH_TOKEN", "ghp_first"), ("MAPS_KEY", "maps_1")]);
+        // Rotated: the old value comes back as the placeholder too.
+        let mut second = bindings(&[("GH_TOKEN", "ghp_second"), ("MAPS_KEY", "maps_1")]);
+        second.retire_from(&first);
+        let gh = "openshell:resolve:env:GITHUB_TOKEN";
+        assert_eq!(
+            scrub(&second, "api.github.com", "ghp_first ghp_second"),
+            format!("{gh} {gh}")
+        );
+        // Only where it was bound.
+        assert_eq!(
+            scrub(&second, "maps.example.com", "ghp_first maps_1"),
+            "ghp_first openshell:resolve:env:MAPS_KEY"
+        );
+        // Withdrawn (no value at all now): both earlier values still go, over two reloads.
+        let mut third = bindings(&[("MAPS_KEY", "maps_1")]);
+        third.retire_from(&second);
+        assert_eq!(
+            scrub(&third, "api.github.com", "ghp_first ghp_second"),
+            format!("{gh} {gh}")
+        );
+        // A value still in service is not kept twice.
+        assert_eq!(third.retired.len(), 2);
+        // Bounded: the oldest beyond RETIRED_KEPT is forgotten.
+        let mut last = third;
+        for i in 0..RETIRED_KEPT + 5 {
+            let mut next = bindings(&[("GH_TOKEN", &format!("ghp_{i:04}"))]);
+            next.retire_from(&last);
+            last = next;
+        }
+        assert_eq!(last.retired.len(), RETIRED_KEPT);
+        // In service: ghp_0068; retired: ghp_0067 down to ghp_0004.
+        assert_eq!(scrub(&last, "api.github.com", "ghp_0004"), gh);
+        assert_eq!(scrub(&last, "api.github.com", "ghp_0003"), "ghp_0003");
+        assert_eq!(scrub(&last, "api.github.com", "ghp_first"), "ghp_first");
     }
 
     #[test]

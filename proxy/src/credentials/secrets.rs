@@ -58,6 +58,12 @@ impl Secret {
     pub(super) fn expose(&self) -> &str {
         &self.0
     }
+
+    /// A second copy, for the bindings that keep scrubbing a value a reload took out of
+    /// service (`Bindings::retire_from`); zeroized on drop like the first.
+    pub(super) fn copy(&self) -> Secret {
+        Secret(self.0.clone())
+    }
 }
 
 impl Drop for Secret {

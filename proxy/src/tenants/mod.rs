@@ -150,6 +150,22 @@ impl Table {
         }
     }
 
+    /// At a reload: each tenant's bindings take over what the same-named tenant's in
+    /// `before` scrubbed responses of (see [`Bindings::retire_from`]). A table just loaded
+    /// holds the only reference to each tenant.
+    pub fn retire_from(&mut self, before: &Table) {
+        for tenant in &mut self.tenants {
+            let Some(earlier) = before.get(&tenant.name) else {
+                continue;
+            };
+            let credentials = Arc::get_mut(tenant).and_then(|t| Arc::get_mut(&mut t.credentials));
+            debug_assert!(credentials.is_some(), "a table just loaded is not shared");
+            if let Some(credentials) = credentials {
+                credentials.retire_from(&earlier.credentials);
+            }
+        }
+    }
+
     /// Whether sluice is a gateway (callers are tenants).
     pub fn is_gateway(&self) -> bool {
         !self.tenants.is_empty()
