@@ -23,7 +23,8 @@ const PLACEHOLDER: &str = "openshell:resolve:env:TEST_API_KEY";
 /// `Authorization` it received in (a) one text frame, (b) a text message in two fragments
 /// split inside the secret with a ping between, (c) a binary frame, (d) a close frame's
 /// reason, each in its own write; `/deflate` also names `permessage-deflate` in its `101`
-/// (the `Authorization` in a parameter); `/rsv` sends the header in a frame with RSV1 set (compressed, unnegotiated).
+/// (the `Authorization` in a parameter); `/rsv` sends the header in a frame with RSV1 set (compressed, unnegotiated);
+/// `/slow` answers its `101` half a second late.
 const WS_ORIGIN: &str = r#"
 import base64, hashlib, socket, ssl, sys, threading, time
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])
@@ -51,6 +52,8 @@ def serve(raw):
         for l in lines[1:]:
             k, v = l.split(b':', 1); hdr[k.strip().lower()] = v.strip()
         accept = base64.b64encode(hashlib.sha1(hdr[b'sec-websocket-key'] + GUID).digest())
+        if path == b'/slow':
+            time.sleep(0.5)
         auth = hdr.get(b'authorization', b'')
         extra = b'Sec-WebSocket-Extensions: permessage-deflate; note=' + auth + b'\r\n' if path == b'/deflate' else b''
         c.sendall(b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ' + accept + b'\r\n' + extra + b'\r\n')
@@ -329,6 +332,50 @@ fn a_handshake_with_a_body_is_refused_before_anything_goes_upstream() {
         e["class_uid"] == 4002 && e.to_string().contains("carries no body")
     });
     assert_eq!(action(&refused), 2, "denied: {refused}");
+    assert!(!sluice_output(&s).contains(SECRET));
+    assert_events_valid(&s.sluice);
+}
+
+/// A client that sends a handshake through the tunnel and resets the connection at once.
+const WS_RESET: &str = r#"
+import base64, os, socket, ssl, struct, sys, time
+proxy, port, ca = sys.argv[1], sys.argv[2], sys.argv[3]
+host, pport = proxy.rsplit(':', 1)
+s = socket.create_connection((host, int(pport)), timeout=20)
+s.sendall(f'CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n'.encode())
+connect = b''
+while not connect.endswith(b'\r\n\r\n'):
+    connect += s.recv(1)
+t = ssl.create_default_context(cafile=ca).wrap_socket(s, server_hostname='127.0.0.1')
+key = base64.b64encode(os.urandom(16)).decode()
+t.sendall((f'GET /slow HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n'
+    f'Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n'
+    'Authorization: Bearer openshell:resolve:env:TEST_API_KEY\r\n\r\n').encode())
+time.sleep(0.1)
+t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+t.close()
+"#;
+
+#[test]
+fn a_handshake_whose_client_is_gone_before_the_101_is_still_audited() {
+    let s = setup("wsgone");
+    let (code, _, err) = run(Command::new("python3").args([
+        "-c",
+        WS_RESET,
+        &s.sluice.addr().to_string(),
+        &s.origin.port.to_string(),
+        &s.ca.display().to_string(),
+    ]));
+    assert_eq!(code, 0, "{err}");
+    // The handshake went upstream with the secret: its record says so, with the 101.
+    let record = s.sluice.wait_event("the handshake's record", |e| {
+        e["class_uid"] == 4002 && e.to_string().contains("/slow")
+    });
+    assert_eq!(record["http_response"]["code"], 101, "{record}");
+    assert!(
+        record.to_string().contains("test-api/api-key"),
+        "the credential it carried is named: {record}"
+    );
     assert!(!sluice_output(&s).contains(SECRET));
     assert_events_valid(&s.sluice);
 }

@@ -169,7 +169,11 @@ pub(super) async fn relay<R, W>(
         }
     };
     if wr.write_all(&head).await.is_err() {
-        rec.discard();
+        // The handshake went upstream (with its credential): audited, whatever became of the
+        // client.
+        rec.status = Some(101);
+        rec.reason = Some("websocket upgrade; the client was gone before the 101".to_string());
+        rec.finish();
         return;
     }
     // What the upstream's frames report, a secret found or a frame that ends the relay (the
