@@ -611,3 +611,59 @@ fn a_reload_that_narrows_allowed_ips_closes_a_tunnel_dialled_outside_them() {
     drop(kept);
     assert_events_valid(&sluice);
 }
+
+/// A kept-alive absolute-form connection keeps its upstream connection between requests: a
+/// reload that narrows `allowed_ips` so that the upstream's address is outside them refuses
+/// the next request, which does not go out over the kept upstream connection.
+#[test]
+fn a_reload_that_narrows_allowed_ips_refuses_the_next_forward_request_on_a_kept_upstream() {
+    if !sluice_e2e::proxy::privileged(
+        "a_reload_that_narrows_allowed_ips_refuses_the_next_forward_request_on_a_kept_upstream",
+    ) {
+        return;
+    }
+    let a = sluice_e2e::netns::TestHost::start("rfa").expect("test host a");
+    let b = sluice_e2e::netns::TestHost::start("rfb").expect("test host b");
+    let me = me();
+    let entry = |net: &str| {
+        policy(&[format!(
+            "  a:\n    endpoints:\n      - {{host: a.test, port: {}, allowed_ips: [\"{net}\"]}}\n    binaries:\n      - path: {me}\n",
+            a.port
+        )])
+    };
+    let sluice = Sluice::start(
+        &entry(&a.network),
+        &["--resolve", &format!("a.test={}", a.ip)],
+    );
+    let auth = format!("a.test:{}", a.port);
+    let mut s = TcpStream::connect(sluice.addr()).unwrap();
+    s.set_read_timeout(Some(PROMPTLY)).unwrap();
+    let mut get = || {
+        write!(s, "GET http://{auth}/ HTTP/1.1\r\nHost: {auth}\r\n\r\n").unwrap();
+        let head = read_head(&mut s);
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap_or(0);
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).unwrap();
+        (head, String::from_utf8_lossy(&body).into_owned())
+    };
+    let (head, body) = get();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, "hello from the test host\n");
+    // Entry `a` still allows a.test on its port, but only at b's network now.
+    reload_to(&sluice, &entry(&b.network), 2);
+    let (head, body) = get();
+    assert!(
+        head.starts_with("HTTP/1.1 403"),
+        "the kept upstream connection carried it: {head}{body}\n{}",
+        sluice.stderr()
+    );
+    assert!(body.contains("ssrf_denied"), "{body}");
+    assert_events_valid(&sluice);
+}

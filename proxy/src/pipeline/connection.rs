@@ -260,6 +260,16 @@ fn rejudge(
     })
 }
 
+/// Whether `addr`, where an upstream connection to an admitted destination was dialled
+/// earlier, is still one its destination plan allows: a kept connection is reused only then
+/// (a reload may have narrowed `allowed_ips` since).
+pub fn still_allows(shared: &Shared, admitted: &Admitted, addr: SocketAddr) -> bool {
+    let opts = sluice_resolver::VetOptions {
+        allow_loopback: shared.allow_loopback,
+    };
+    sluice_resolver::vet(&plan(shared, admitted), &[addr.ip()], addr.port(), opts).is_ok()
+}
+
 /// The destination plan (addresses allowed, the resolver's rules) of an admitted destination.
 fn plan(shared: &Shared, admitted: &Admitted) -> sluice_resolver::DestinationPlan {
     destination::plan_for(

@@ -400,8 +400,13 @@ async fn upstream_for<'u>(
         }
         Route::Forward => {
             let key = &x.admitted.dst;
+            // Each request is admitted again: its upstream connection is reused only at an
+            // address the destination plan in force still allows.
             let reusable = match upstreams.get_mut(key) {
-                Some(u) => u.sender.ready().await.is_ok(),
+                Some(u) => {
+                    connection::still_allows(x.shared, x.admitted, u.addr)
+                        && u.sender.ready().await.is_ok()
+                }
                 None => false,
             };
             if !reusable {
@@ -472,7 +477,7 @@ where
     let _live = match (&*route, caller.as_ref()) {
         (Route::Forward, Ok(known)) => {
             let kind = connection::Kind::Forward;
-            // Its upstream is dialled per request, each vetted then.
+            // Its upstream is vetted per request (dialled, or kept at an address still allowed).
             Some(connection::hold(shared, conn, known, &admitted, kind, None))
         }
         _ => None,
