@@ -78,6 +78,39 @@ fn a_client_that_never_sends_credentials_cannot_take_every_tenants_connection_sl
 }
 
 #[test]
+fn the_doctor_host_answers_tenants_only_and_is_audited() {
+    let dir = TempDir::new("tatk-doctor");
+    let origin = HttpOrigin::start();
+    let tenants = mixed_tenants(&dir, &[origin.port()]);
+    let gw = gateway::start(&tenants, &[], &passwords());
+    let doctor =
+        "CONNECT doctor.sluice.internal:443 HTTP/1.1\r\nHost: doctor.sluice.internal:443\r\n\r\n";
+    // A client no tenant claims: refused as for any host, before any `200` (it could hold
+    // the gateway's slots unaudited before).
+    let mut nobody = connect_from(&gw, [127, 0, 0, 9]);
+    nobody.write_all(doctor.as_bytes()).unwrap();
+    let (head, _) = read_response(&mut nobody);
+    assert_eq!(status_line(&head), 407, "{head}");
+    // A tenant: answered by sluice itself, and audited; its request sent with the CONNECT,
+    // before the `200` (that hung: the doctor waited for a first byte it had already read).
+    let mut alpha = connect_from(&gw, [127, 0, 0, 2]);
+    alpha.write_all(doctor.as_bytes()).unwrap();
+    alpha
+        .write_all(b"GET / HTTP/1.1\r\nHost: doctor.sluice.internal\r\n\r\n")
+        .unwrap();
+    let (head, _) = read_response(&mut alpha);
+    assert_eq!(status_line(&head), 200, "{head}");
+    let (head, body) = read_response(&mut alpha);
+    assert_eq!(status_line(&head), 200, "{head}");
+    assert!(body.contains("reached through sluice"), "{body}");
+    let open = gw.wait_event("the doctor tunnel's open", |e| {
+        e["class_uid"] == 4001 && e.to_string().contains("answered by sluice itself")
+    });
+    assert_eq!(open["actor"]["user"]["name"], "alpha", "{open:#}");
+    assert_events_valid(&gw);
+}
+
+#[test]
 fn failed_credentials_do_not_drain_a_bucket_other_clients_share() {
     let dir = TempDir::new("tatk-badcreds");
     let origin = HttpOrigin::start();

@@ -231,10 +231,28 @@ pub async fn tunnel(
         Err(d) => return ctx.refuse(&mut wr, &d, None).await,
     };
     ctx.dst = dst.clone();
-    if dst.host() == super::doctor::HOST && start_entry.answers() {
+    if dst.host() == super::doctor::HOST && start_entry.answers() && caller.is_ok() {
         // Answered by sluice itself, whatever the policy: it proves the way through sluice
-        // and the trust in its CA, and reaches nothing.
-        Box::pin(super::doctor::tunnel(shared, rd, wr, buf)).await;
+        // and the trust in its CA, and reaches nothing. Only for a caller sluice knows (in
+        // a gateway, a tenant): an unknown one is refused below as for any host. Audited,
+        // and bounded in time as a head is: it holds one of the caller's connection slots.
+        ctx.open_event(
+            Outcome::Allowed,
+            None,
+            Engine::Proxy,
+            Some(format!(
+                "answered by sluice itself ({})",
+                super::doctor::HOST
+            )),
+            200,
+            None,
+        );
+        let lifetime = super::doctor::LIFETIME;
+        let _ = tokio::time::timeout(
+            lifetime,
+            Box::pin(super::doctor::tunnel(shared, rd, wr, buf)),
+        )
+        .await;
         return;
     }
     // Pins the policy snapshot this connection is admitted under. The scheme is the

@@ -14,6 +14,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 /// The host name sluice answers itself.
 pub const HOST: &str = "doctor.sluice.internal";
 
+/// How long a doctor tunnel may last, whatever it does: `sluice doctor`'s probes take well
+/// under a second each.
+pub const LIFETIME: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The marker every plain page carries.
 pub const OK_TEXT: &str = "sluice doctor: reached through sluice, CA trusted\n";
 
@@ -69,11 +73,17 @@ pub async fn tunnel(
         return;
     }
     let Ok(stream) = rd.reunite(wr) else { return };
-    let mut first = [0u8; 1];
-    let is_tls = match (buf.first(), stream.peek(&mut first).await) {
-        (Some(b), _) => *b == 0x16,
-        (None, Ok(1)) => first[0] == 0x16,
-        _ => return,
+    // The first byte: already read with the head (a client that did not wait for the `200`),
+    // else the next to arrive.
+    let is_tls = match buf.first() {
+        Some(b) => *b == 0x16,
+        None => {
+            let mut first = [0u8; 1];
+            match stream.peek(&mut first).await {
+                Ok(1) => first[0] == 0x16,
+                _ => return,
+            }
+        }
     };
     let stream = super::counted::Prefixed::new(buf, stream);
     if !is_tls {

@@ -343,7 +343,7 @@ async fn admit_forward<W: AsyncWrite + Unpin>(
     rec.dst = asked.clone();
     let dst = connection::normalize(&rec.method, &asked)?;
     rec.dst = dst.clone();
-    if dst.host() == super::doctor::HOST {
+    if dst.host() == super::doctor::HOST && caller.is_ok() {
         let _ = wr
             .write_all(&super::doctor::plain_response(&rec.path))
             .await;
