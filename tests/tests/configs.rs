@@ -332,6 +332,20 @@ fn the_kubernetes_gateway_has_the_fields_that_matter_and_its_tenants_load() {
         .find(|i| text(at(i, &["kind"])) == "Service")
         .unwrap();
     assert_eq!(text(at(service, &["spec", "sessionAffinity"])), "ClientIP");
+    // The metrics port is not open to tenants: only the proxy port is open to all.
+    let netpol = list
+        .iter()
+        .find(|i| text(at(i, &["kind"])) == "NetworkPolicy")
+        .unwrap();
+    let rules = items(at(netpol, &["spec", "ingress"]));
+    let open_to_all: Vec<String> = rules
+        .iter()
+        .filter(|r| get(r, "from").is_none())
+        .flat_map(|r| items(at(r, &["ports"])))
+        .map(|p| int(at(&p, &["port"])).to_string())
+        .collect();
+    assert_eq!(open_to_all, ["3128"]);
+    assert_ne!(port_of(&metrics[0]), "3128");
     let tenants = values(&args, "--tenants");
     assert_eq!(tenants, ["/etc/sluice/tenants.yaml"]);
 

@@ -97,9 +97,13 @@ fn errors(diags: &[Diagnostic]) -> Vec<String> {
 
 impl Config {
     /// Every policy loaded: the local one and each gateway tenant's.
-    pub fn policies(&self) -> impl Iterator<Item = &Policy> {
-        let tenants = self.tenants.tenants().iter().map(|t| &*t.policy);
-        std::iter::once(&self.policy).chain(tenants)
+    pub fn policies(&self) -> impl Iterator<Item = (Option<&str>, &Policy)> {
+        let tenants = self
+            .tenants
+            .tenants()
+            .iter()
+            .map(|t| (Some(&*t.name), &*t.policy));
+        std::iter::once((None, &self.policy)).chain(tenants)
     }
 }
 

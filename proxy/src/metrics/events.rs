@@ -142,7 +142,8 @@ impl Metrics {
                 binary,
             })
             .inc();
-        let host = self.named.host_label(&self.hosts, host, allowed);
+        let tenant = caller.and_then(|c| c.tenant.as_deref());
+        let host = self.named.host_label(&self.hosts, host, allowed, tenant);
         self.by_host
             .get_or_create(&HostLabels {
                 kind,

@@ -12,10 +12,14 @@
 //!   traffic the policy let through can fill them (a wildcard or `allowed_ips`-only entry);
 //! - any other one whose traffic was denied counts under [`UNLISTED`], one fixed value.
 //!
+//! In a gateway, a host is its own label for a tenant's traffic only when that tenant's
+//! policy names it (or the traffic was allowed): a tenant's denied attempts must not tell it,
+//! through the labels, which hosts other tenants' policies name.
+//!
 //! The counts are the same as without this rule (one per audit event); only the label a
 //! count goes under changes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -27,44 +31,58 @@ use crate::policy::model::BinaryMatcher;
 /// The label of denied traffic to a host, or from an executable, that no policy names.
 pub const UNLISTED: &str = "_unlisted";
 
-/// The hosts and executables one loaded policy names literally.
+/// The hosts and executables the loaded policies name literally: hosts per policy (the local
+/// one, and each gateway tenant's), executables all together (a tenant's traffic is labelled
+/// by its tenant, not its executable).
 #[derive(Debug, Default)]
 pub struct Named {
-    hosts: HashSet<String>,
+    local_hosts: HashSet<String>,
+    tenant_hosts: HashMap<String, HashSet<String>>,
     binaries: HashSet<String>,
 }
 
 impl Named {
     pub fn of(policy: &Policy) -> Named {
-        Named::of_all([policy])
+        Named::of_all([(None, policy)])
     }
 
-    /// What any of `policies` names (a gateway's tenants each have their own).
-    pub fn of_all<'p>(policies: impl IntoIterator<Item = &'p Policy>) -> Named {
+    /// What each of `policies` names: `(tenant, policy)`, `None` for the local policy.
+    pub fn of_all<'p>(policies: impl IntoIterator<Item = (Option<&'p str>, &'p Policy)>) -> Named {
         let mut named = Named::default();
-        for entry in policies.into_iter().flat_map(|p| p.entries()) {
-            for ep in &entry.endpoints {
-                if let HostPattern::Exact(h) = &ep.host {
-                    named.hosts.insert(h.clone());
+        for (tenant, policy) in policies {
+            let hosts = match tenant {
+                None => &mut named.local_hosts,
+                Some(t) => named.tenant_hosts.entry(t.to_owned()).or_default(),
+            };
+            for entry in policy.entries() {
+                for ep in &entry.endpoints {
+                    if let HostPattern::Exact(h) = &ep.host {
+                        hosts.insert(h.clone());
+                    }
                 }
-            }
-            for b in &entry.binaries {
-                if let BinaryMatcher::Exact(p) = &b.matcher {
-                    named.binaries.insert(p.clone());
+                for b in &entry.binaries {
+                    if let BinaryMatcher::Exact(p) = &b.matcher {
+                        named.binaries.insert(p.clone());
+                    }
                 }
             }
         }
         named
     }
 
-    /// `host` as the policy spells it (lower case, no trailing dot), when the policy names it.
-    fn host(&self, host: &str) -> Option<String> {
+    /// `host` as the policy spells it (lower case, no trailing dot), when the policy of
+    /// `tenant` (`None`: the local one) names it.
+    fn host(&self, tenant: Option<&str>, host: &str) -> Option<String> {
+        let hosts = match tenant {
+            None => &self.local_hosts,
+            Some(t) => self.tenant_hosts.get(t)?,
+        };
         let lower = host.to_ascii_lowercase();
         let canonical = match lower.strip_suffix('.') {
             Some(h) if !h.is_empty() => h.to_owned(),
             _ => lower,
         };
-        self.hosts.contains(&canonical).then_some(canonical)
+        hosts.contains(&canonical).then_some(canonical)
     }
 }
 
@@ -77,17 +95,19 @@ impl NamedNow {
         self.0.store(Arc::new(named));
     }
 
-    /// The host label of one decision (`allowed` false: denied).
+    /// The host label of one decision (`allowed` false: denied) for traffic of `tenant`
+    /// (`None`: not a gateway tenant's).
     pub fn host_label(
         &self,
         capped: &super::bounded::Bounded,
         host: &str,
         allowed: bool,
+        tenant: Option<&str>,
     ) -> String {
         if host.is_empty() {
             return "_none".to_owned();
         }
-        if let Some(h) = self.0.load().host(host) {
+        if let Some(h) = self.0.load().host(tenant, host) {
             return h;
         }
         if allowed {
@@ -142,23 +162,26 @@ mod tests {
         let capped = Bounded::new(1);
         // Denied junk never takes the one capped slot.
         for junk in ["x1.evil", "x2.evil", "x3.evil"] {
-            assert_eq!(n.host_label(&capped, junk, false), UNLISTED);
+            assert_eq!(n.host_label(&capped, junk, false, None), UNLISTED);
         }
         assert_eq!(
-            n.host_label(&capped, "api.example.com", false),
+            n.host_label(&capped, "api.example.com", false, None),
             "api.example.com"
         );
         assert_eq!(
-            n.host_label(&capped, "API.example.com.", true),
+            n.host_label(&capped, "API.example.com.", true, None),
             "api.example.com"
         );
         // Allowed through the wildcard: the capped slot, then `_other`.
         assert_eq!(
-            n.host_label(&capped, "a.wild.example.com", true),
+            n.host_label(&capped, "a.wild.example.com", true, None),
             "a.wild.example.com"
         );
-        assert_eq!(n.host_label(&capped, "b.wild.example.com", true), OTHER);
-        assert_eq!(n.host_label(&capped, "", false), "_none");
+        assert_eq!(
+            n.host_label(&capped, "b.wild.example.com", true, None),
+            OTHER
+        );
+        assert_eq!(n.host_label(&capped, "", false, None), "_none");
         let capped = Bounded::new(1);
         assert_eq!(n.binary_label(&capped, "/tmp/copy1", false), UNLISTED);
         assert_eq!(
@@ -170,5 +193,41 @@ mod tests {
             "/opt/x/bin/tool"
         );
         assert_eq!(n.binary_label(&capped, "/opt/y/bin/tool", true), OTHER);
+    }
+
+    #[test]
+    fn a_tenant_learns_nothing_of_the_hosts_another_tenants_policy_names() {
+        let policy = |host: &str| {
+            load(
+                &[Source {
+                    name: "p.yaml".into(),
+                    text: format!("version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - {{ host: {host}, port: 443 }}\n"),
+                }],
+                Compat::Strict,
+            )
+            .unwrap()
+            .policy
+        };
+        let (alpha, beta) = (policy("alpha.test"), policy("beta.test"));
+        let n = NamedNow::default();
+        n.set(Named::of_all([
+            (Some("alpha"), &alpha),
+            (Some("beta"), &beta),
+        ]));
+        let capped = Bounded::new(4);
+        // Alpha denied at beta's host: the same label as a made-up name.
+        assert_eq!(
+            n.host_label(&capped, "beta.test", false, Some("alpha")),
+            UNLISTED
+        );
+        assert_eq!(
+            n.host_label(&capped, "nosuch.test", false, Some("alpha")),
+            UNLISTED
+        );
+        assert_eq!(
+            n.host_label(&capped, "beta.test", false, Some("beta")),
+            "beta.test"
+        );
+        assert_eq!(n.host_label(&capped, "alpha.test", false, None), UNLISTED);
     }
 }

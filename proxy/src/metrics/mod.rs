@@ -357,11 +357,12 @@ pub fn global() -> Option<&'static Metrics> {
     METRICS.get()
 }
 
-/// A policy was loaded (at start or by a reload): the hosts and executables it names
-/// literally get their own labels from now on.
-/// The policies now in force (the local one and a gateway's tenants', each naming its own
-/// hosts and binaries), for the label rules.
-pub fn policy_loaded<'p>(policies: impl IntoIterator<Item = &'p crate::policy::Policy>) {
+/// A configuration was loaded (at start or by a reload): the hosts and executables its
+/// policies name literally get their own labels from now on. `(tenant, policy)`: the local
+/// policy (`None`) and each gateway tenant's, each naming its own hosts.
+pub fn policy_loaded<'p>(
+    policies: impl IntoIterator<Item = (Option<&'p str>, &'p crate::policy::Policy)>,
+) {
     if let Some(m) = global() {
         m.named.set(labels::Named::of_all(policies));
     }
