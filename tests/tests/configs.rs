@@ -342,7 +342,7 @@ fn the_kubernetes_gateway_has_the_fields_that_matter_and_its_tenants_load() {
         .iter()
         .filter(|r| get(r, "from").is_none())
         .flat_map(|r| items(at(r, &["ports"])))
-        .map(|p| int(at(&p, &["port"])).to_string())
+        .map(|p| int(at(p, &["port"])).to_string())
         .collect();
     assert_eq!(open_to_all, ["3128"]);
     assert_ne!(port_of(&metrics[0]), "3128");
