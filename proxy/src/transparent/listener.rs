@@ -196,13 +196,16 @@ pub async fn serve(
         let _ = wr.shutdown().await;
         return;
     }
-    let evidence = target::corroborate(
+    let mut evidence = target::corroborate(
         &shared.resolver,
         context.dns_table.as_deref(),
         &sniffed.hello,
         original,
     )
     .await;
+    target::names_with_endpoints_first(&mut evidence.dns_names, |name| {
+        !policy.endpoints_for(name, original.port()).is_empty()
+    });
     let decided = target::decide_target(&TargetInput {
         original,
         own_listeners: &context.own_listeners,

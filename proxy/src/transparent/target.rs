@@ -169,6 +169,14 @@ pub fn decide_target(input: &TargetInput<'_>) -> Result<TransparentTarget, Targe
     })
 }
 
+/// Orders the names the policy DNS handed an address out for so that those `has_endpoint`
+/// (a policy endpoint at the connection's port) come first, each group most recent first: a
+/// connection that names no host is judged under the most recent name that can allow it, not
+/// under whatever name another client resolved to the same address last.
+pub fn names_with_endpoints_first(names: &mut [String], has_endpoint: impl Fn(&str) -> bool) {
+    names.sort_by_key(|name| !has_endpoint(name));
+}
+
 /// Whether the policy needs a name at `original`: no endpoint allows the bare address at its
 /// port (for any binary; the L4 decision judges the binary later).
 pub fn needs_name(policy: &crate::policy::Policy, original: SocketAddr) -> bool {
@@ -240,6 +248,20 @@ mod tests {
 
     fn addr(s: &str) -> SocketAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_raw_connection_takes_the_most_recent_name_with_an_endpoint_at_its_port() {
+        // allowed.test was handed out last for the address; only echo.test has a TCP
+        // endpoint at the connection's port.
+        let mut names: Vec<String> = ["allowed.test", "echo.test", "other.test"]
+            .map(String::from)
+            .to_vec();
+        names_with_endpoints_first(&mut names, |n| n == "echo.test" || n == "other.test");
+        assert_eq!(names, ["echo.test", "other.test", "allowed.test"]);
+        let hello = Hello::Opaque;
+        let got = decide_target(&input("45.77.0.10:7000", &hello, &[], &names)).unwrap();
+        assert_eq!(got.host, "echo.test");
     }
 
     fn input<'a>(
