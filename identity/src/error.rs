@@ -138,6 +138,21 @@ pub enum IdentityError {
         exe: String,
     },
 
+    /// The owner's executable path, resolved again in its own root, leads to another file
+    /// than the one it runs: it executed a file from another mount namespace, whose path the
+    /// kernel prints as it is there.
+    #[error(
+        "failed to resolve peer binary for PID {pid}: the file it runs is not the one {exe} \
+         names in its own root (it was reached through another mount namespace), so its \
+         executable cannot be vouched for"
+    )]
+    OtherFile {
+        /// The owner.
+        pid: u32,
+        /// Its executable path as `/proc` shows it.
+        exe: String,
+    },
+
     /// An owner's /proc entry exists but could not be read (permissions, a malformed file).
     #[error("failed to resolve peer binary for PID {pid}: cannot read its /proc entry")]
     ProcUnreadable {

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::error::IdentityError;
 use crate::procfs::{Parents, Pinned, ProcDir, ProcFs, SocketLink, is_gone, strip_deleted};
 use crate::reads::Reads;
+use crate::vouch::{Vouch, vouch};
 
 /// Ancestor hops walked at most (the reference's bound).
 pub(crate) const MAX_ANCESTORS: usize = 64;
@@ -198,12 +199,11 @@ pub(crate) fn read_identity(
     let failed = gone_or_unreadable(pid);
     let stat = owner.stat().map_err(failed)?;
     let (exe, exe_deleted) = read_exe(owner)?;
-    // In a user namespace of its own a process can mount any file over any path and point
-    // its own `exe` link at another file (`PR_SET_MM_EXE_FILE`): its path proves nothing.
-    // Its ancestors are in its user namespace or one above it, never below, so a process in
-    // sluice's own namespace has ancestors whose paths are as good as its own.
-    if !proc.in_own_user_namespace(owner).map_err(failed)? {
-        return Err(IdentityError::OtherUserNamespace { pid, exe });
+    // A path that may not name the file the process runs is not judged at all (`vouch`).
+    match vouch(owner, &exe, exe_deleted).map_err(failed)? {
+        Vouch::Believed => {}
+        Vouch::OtherUserNamespace => return Err(IdentityError::OtherUserNamespace { pid, exe }),
+        Vouch::OtherFile => return Err(IdentityError::OtherFile { pid, exe }),
     }
     let uid = owner.real_uid().map_err(failed)?;
     let cmdline = owner.cmdline().map_err(failed)?;
@@ -340,7 +340,15 @@ fn next_ancestor<'a>(
         }
         // Another user's process without CAP_SYS_PTRACE, or one with no executable, keeps its
         // place in the chain with an empty exe; a failure because it exited re-reads the hop.
-        let exe = dir.exe_raw().map(|raw| strip_deleted(raw, exists).0);
+        // So does one whose path may not name the file it runs (`vouch`): it matches no
+        // entry's binaries.
+        let exe = dir.exe_raw().map(|raw| {
+            let (exe, deleted) = strip_deleted(raw, exists);
+            match vouch(dir, &exe, deleted) {
+                Ok(Vouch::Believed) => exe,
+                _ => String::new(),
+            }
+        });
         let cmdline = dir.cmdline();
         if (exe.is_err() || cmdline.is_err()) && dir.stat_fresh().is_err() {
             ppid = child.stat_fresh().map_err(child_gone)?.ppid;

@@ -63,11 +63,14 @@
 //!   is found only through the thread group leader's table.
 //! - Reading another user's fd table needs CAP_SYS_PTRACE (or root); entering another network
 //!   namespace needs CAP_SYS_ADMIN. An ancestor whose exe cannot be read keeps an empty exe.
-//! - Paths are as the owning process's mount namespace shows them. An owner in a user
-//!   namespace other than sluice's fails the lookup
-//!   ([`IdentityError::OtherUserNamespace`]): there it could have mounted any file over any
-//!   path, or set its own `exe` link. Its ancestors sit in its user namespace or above it, so
-//!   the check of the owner answers for the chain.
+//! - Paths are as the owning process's mount namespace shows them, and are believed only
+//!   when they name the file the process runs (module `vouch`): an owner in a user namespace
+//!   other than sluice's ([`IdentityError::OtherUserNamespace`]), or whose path leads to
+//!   another file in its own root ([`IdentityError::OtherFile`]), fails the lookup; such an
+//!   ancestor keeps its place with an empty exe. A process identified as one program that
+//!   moves into a user namespace of its own afterwards and re-executes a file mounted over
+//!   its own path keeps its identity until its next lookup: only a program the policy lists,
+//!   doing so itself.
 //! - The exact socket query names no interface, so a client socket bound to one with
 //!   `SO_BINDTODEVICE` is not found (the lookup fails closed).
 //! - For redirected (transparent) connections, `local` must be the original destination the
@@ -86,6 +89,7 @@ mod procfs;
 mod reads;
 mod recent;
 mod resolver;
+mod vouch;
 
 pub use error::IdentityError;
 

@@ -166,8 +166,6 @@ pub(crate) struct ProcFs {
     kept: KeptProcs,
     /// `sys/kernel/ns_last_pid`, opened on first use.
     last_pid: std::sync::OnceLock<OwnedFd>,
-    /// sluice's own user namespace (the inode of `/proc/self/ns/user`), `None` if unreadable.
-    user_ns: Option<u64>,
 }
 
 impl ProcFs {
@@ -183,21 +181,7 @@ impl ProcFs {
             pid_ns,
             kept: KeptProcs::default(),
             last_pid: std::sync::OnceLock::new(),
-            user_ns: rustix::fs::stat("/proc/self/ns/user")
-                .ok()
-                .map(|st| st.st_ino),
         })
-    }
-
-    /// Whether `dir`'s process runs in sluice's own user namespace (one `stat` of its
-    /// `ns/user`). Either namespace unreadable is an error: the answer decides whether the
-    /// process's executable path can be believed (see `identity::read_identity`).
-    pub(crate) fn in_own_user_namespace(&self, dir: &ProcDir) -> io::Result<bool> {
-        let own = self
-            .user_ns
-            .ok_or_else(|| io::Error::other("sluice's own user namespace is unreadable"))?;
-        let theirs = rustix::fs::statat(dir.files.dir(), "ns/user", AtFlags::empty())?;
-        Ok(theirs.st_ino == own)
     }
 
     /// Whether `dir` is the init of its pid namespace. A process in the mount's own pid

@@ -3,7 +3,11 @@
 //! itself over the path of a program the policy lists, and runs under that path. `/proc`
 //! then shows the listed path as its executable. A process in a user namespace other than
 //! sluice's is never matched by its path: it is refused, and no audit event credits the listed
-//! program. (Under `sluice exec` the shim refuses `unshare` itself.)
+//! program. Nor can it lend that identity to a child it left in sluice's namespace (the
+//! child's ancestor is not believed either), nor can a process that stays in sluice's
+//! namespace run the mounted-over file through the other namespace's root and pass for the
+//! listed program: its path must lead, in its own root, to the file it runs. (Under
+//! `sluice exec` the shim refuses `unshare` itself.)
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::path::{Path, PathBuf};
@@ -125,5 +129,88 @@ fn a_program_mounted_over_a_listed_path_in_its_own_namespaces_is_refused() {
         allowed_opens + allowed_requests == 1,
         "only the honest request was allowed: {events:#?}"
     );
+    assert_events_valid(&sluice);
+}
+
+/// A process in a user and mount namespace of its own, with python mounted over `listed`,
+/// holding them open until dropped.
+struct MountedOver(std::process::Child);
+
+impl MountedOver {
+    fn start(listed: &Path) -> MountedOver {
+        let child = Command::new("unshare")
+            .args([
+                "-Urm",
+                "sh",
+                "-c",
+                &format!(
+                    "mount --bind /usr/bin/python3 {} && exec sleep 60",
+                    listed.display()
+                ),
+            ])
+            .spawn()
+            .expect("unshare");
+        let pid = child.id();
+        // Wait until the mount is in place (the sleep runs).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|p| !p.to_string_lossy().contains("sleep"))
+            .unwrap_or(true)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the namespace never came up"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        MountedOver(child)
+    }
+}
+
+impl Drop for MountedOver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_file_run_through_another_namespaces_root_or_a_spoofed_parent_is_not_the_listed_program() {
+    if !privileged(
+        "a_file_run_through_another_namespaces_root_or_a_spoofed_parent_is_not_the_listed_program",
+    ) {
+        return;
+    }
+    let (dir, listed, origin, sluice) = setup("spoof-root");
+    let script = dir.write("fetch.py", FETCH);
+    let url = format!("http://127.0.0.1:{}/spoof", origin.port());
+    // In sluice's namespaces, python run through the other namespace's root: `/proc` prints
+    // its path as the listed program's.
+    let held = MountedOver::start(&listed);
+    let through = format!("/proc/{}/root{}", held.0.id(), listed.display());
+    let (status, out) = curl_status(
+        Command::new(&through)
+            .arg(&script)
+            .arg(sluice.proxy_url())
+            .arg(&url),
+    );
+    assert_eq!(status, "403", "{out}\n{}", sluice.stderr());
+    assert!(out.contains("cannot be vouched for"), "{out}");
+    drop(held);
+
+    // A child left in sluice's namespaces by a parent that then made its own and runs as
+    // the listed program: the child (python, unlisted) is not credited through it.
+    let child = format!(
+        "import time; time.sleep(1); exec(open('{}').read())",
+        script.display()
+    );
+    let parent = format!(
+        "python3 -c \"{child}\" {proxy} {url} & exec unshare -Urm sh -c 'mount --bind /usr/bin/python3 {listed} && exec {listed} -c \"import time; time.sleep(4)\"'",
+        proxy = sluice.proxy_url(),
+        listed = listed.display()
+    );
+    let (status, out) = curl_status(Command::new("sh").args(["-c", &parent]));
+    assert_eq!(status, "403", "{out}\n{}", sluice.stderr());
+    assert_eq!(origin.received().len(), 0, "nothing reached the origin");
     assert_events_valid(&sluice);
 }

@@ -107,6 +107,21 @@ fn the_doctor_host_answers_tenants_only_and_is_audited() {
         e["class_uid"] == 4001 && e.to_string().contains("answered by sluice itself")
     });
     assert_eq!(open["actor"]["user"]["name"], "alpha", "{open:#}");
+    // In plain HTTP (absolute form): refused to nobody, answered to a tenant, audited.
+    let plain =
+        b"GET http://doctor.sluice.internal/ HTTP/1.1\r\nHost: doctor.sluice.internal\r\n\r\n";
+    let mut nobody = connect_from(&gw, [127, 0, 0, 9]);
+    nobody.write_all(plain).unwrap();
+    let (head, _) = read_response(&mut nobody);
+    assert_eq!(status_line(&head), 407, "{head}");
+    let mut alpha = connect_from(&gw, [127, 0, 0, 2]);
+    alpha.write_all(plain).unwrap();
+    let (head, body) = read_response(&mut alpha);
+    assert_eq!(status_line(&head), 200, "{head}");
+    assert!(body.contains("reached through sluice"), "{body}");
+    gw.wait_event("the plain doctor request's record", |e| {
+        e["class_uid"] == 4002 && e.to_string().contains("answered by sluice itself")
+    });
     assert_events_valid(&gw);
 }
 

@@ -258,10 +258,16 @@ impl Bindings {
     }
 
     /// Whether a connection to `host:port` reaches a credentialed endpoint: one of a profile
-    /// that declares credentials (all its endpoints count, whatever their path, spec §3.6).
+    /// that declares credentials (all its endpoints count, whatever their path, spec §3.6),
+    /// or one where a value a reload took out of service was bound (an upstream may have
+    /// stored it: what comes back is still scrubbed, so it is still reached inspected only).
     pub(crate) fn is_credentialed(&self, host: &str, port: u16) -> bool {
         self.credentialed_profiles()
             .any(|p| p.endpoints.iter().any(|e| e.covers(host, port)))
+            || self
+                .retired
+                .iter()
+                .any(|r| r.endpoints.iter().any(|e| e.covers(host, port)))
     }
 
     /// Every secret of a profile with an endpoint at `host:port` (whatever its path), each
@@ -569,6 +575,13 @@ endpoints: [{host: docs.example.com, port: 443}]
         // Withdrawn (no value at all now): both earlier values still go, over two reloads.
         let mut third = bindings(&[("MAPS_KEY", "maps_1")]);
         third.retire_from(&second);
+        // Every profile withdrawn: the endpoints of the values taken out of service still
+        // count as credentialed (no uninspected tunnel to them) and are still scrubbed.
+        let mut none = Bindings::default();
+        none.retire_from(&second);
+        assert!(none.is_credentialed("api.github.com", 443));
+        assert!(!Bindings::default().is_credentialed("api.github.com", 443));
+        assert_eq!(scrub(&none, "api.github.com", "ghp_first"), gh);
         assert_eq!(
             scrub(&third, "api.github.com", "ghp_first ghp_second"),
             format!("{gh} {gh}")

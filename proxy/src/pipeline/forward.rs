@@ -329,7 +329,7 @@ fn is_websocket(head: &RequestHead) -> bool {
 
 /// An absolute-form request's connection phase: its target parsed and normalised, the
 /// doctor host answered, its `Host` header checked, its caller and L4 decision. `None`: the
-/// request was answered (the connection closes).
+/// request was answered (the doctor host, for a known caller; the connection closes).
 async fn admit_forward<W: AsyncWrite + Unpin>(
     shared: &Shared,
     caller: &CallerState,
@@ -347,6 +347,13 @@ async fn admit_forward<W: AsyncWrite + Unpin>(
         let _ = wr
             .write_all(&super::doctor::plain_response(&rec.path))
             .await;
+        rec.outcome = audit::Outcome::Allowed;
+        rec.engine = Engine::Proxy;
+        rec.status = Some(200);
+        rec.reason = Some(format!(
+            "answered by sluice itself ({})",
+            super::doctor::HOST
+        ));
         return Ok(None);
     }
     if let Some(h) = head.header("host")
@@ -460,8 +467,9 @@ where
     let (admitted, path_and_query, authority_ok) = match route {
         Route::Forward => match admit_forward(shared, caller, head, wr, &mut rec).await {
             Ok(Some((admitted, pq))) => (admitted, pq, true),
+            // The doctor host, answered.
             Ok(None) => {
-                rec.discard();
+                rec.finish();
                 return Step { keep_alive: false };
             }
             Err(d) => return refuse(wr, rec, &d).await,
@@ -472,16 +480,7 @@ where
             (t.admitted.clone(), pq, ok)
         }
     };
-    // An absolute-form request is live until it ends (its response, or its WebSocket): a
-    // reload that no longer allows it stops the connection. A tunnel registered itself.
-    let _live = match (&*route, caller.as_ref()) {
-        (Route::Forward, Ok(known)) => {
-            let kind = connection::Kind::Forward;
-            // Its upstream is vetted per request (dialled, or kept at an address still allowed).
-            Some(connection::hold(shared, conn, known, &admitted, kind, None))
-        }
-        _ => None,
-    };
+    let forward = matches!(route, Route::Forward);
     let x = Exchange {
         shared,
         admitted: &admitted,
@@ -520,6 +519,14 @@ where
     // Reusable again only if this exchange ends cleanly.
     upstream.reusable = false;
     rec.ip = Some(upstream.addr.ip());
+    // An absolute-form request is live until it ends (its response, or its WebSocket): a
+    // reload that no longer allows it, or no longer allows the address its upstream was
+    // dialled at (per request, or kept from an earlier one at an address still allowed),
+    // stops the connection. A tunnel registered itself.
+    let _live = forward.then(|| {
+        let kind = connection::Kind::Forward;
+        connection::hold(shared, conn, known, &admitted, kind, Some(upstream.addr))
+    });
 
     let expect_continue = head
         .header("expect")
