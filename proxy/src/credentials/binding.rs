@@ -277,14 +277,21 @@ impl Bindings {
     /// Values a reload took out of service count too (see [`Bindings::retire_from`]).
     pub(crate) fn endpoint_secrets(&self, host: &str, port: u16) -> super::scrub::ScrubSet {
         let mut set = super::scrub::ScrubSet::default();
-        let retired = self
-            .retired
-            .iter()
-            .map(|r| (r.endpoints.as_slice(), r.placeholder.clone(), &r.secret));
-        for (endpoints, placeholder, secret) in self.in_service().chain(retired) {
-            if endpoints.iter().any(|e| e.covers(host, port)) {
-                set.add(secret.expose().as_bytes(), placeholder.as_bytes());
+        let covers = |endpoints: &[ProfileEndpoint]| endpoints.iter().any(|e| e.covers(host, port));
+        for profile in self.credentialed_profiles() {
+            if !covers(&profile.endpoints) {
+                continue;
             }
+            for key in profile.credentials.iter().flat_map(|c| &c.env_vars) {
+                if let Some(Ok(secret)) = self.store.get(key.as_str()) {
+                    let placeholder =
+                        format!("{}{}", super::placeholder::CANONICAL_PREFIX, key.as_str());
+                    set.add(secret.expose().as_bytes(), placeholder.as_bytes());
+                }
+            }
+        }
+        for r in self.retired.iter().filter(|r| covers(&r.endpoints)) {
+            set.add(r.secret.expose().as_bytes(), r.placeholder.as_bytes());
         }
         set
     }
