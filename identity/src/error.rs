@@ -138,13 +138,14 @@ pub enum IdentityError {
         exe: String,
     },
 
-    /// The owner's executable path, resolved again in its own root, leads to another file
-    /// than the one it runs: it executed a file from another mount namespace, whose path the
-    /// kernel prints as it is there.
+    /// The owner's executable path leads to another file than the one it runs, in sluice's
+    /// view and in the owner's own root (it executed a file from another mount namespace,
+    /// whose path the kernel prints as it is there), or, deleted, was on another mount than
+    /// its path's directory.
     #[error(
         "failed to resolve peer binary for PID {pid}: the file it runs is not the one {exe} \
-         names in its own root (it was reached through another mount namespace), so its \
-         executable cannot be vouched for"
+         names (neither in sluice's view nor in its own root: it was reached through another \
+         mount namespace), so its executable cannot be vouched for"
     )]
     OtherFile {
         /// The owner.

@@ -66,7 +66,8 @@
 //! - Paths are as the owning process's mount namespace shows them, and are believed only
 //!   when they name the file the process runs (module `vouch`): an owner in a user namespace
 //!   other than sluice's ([`IdentityError::OtherUserNamespace`]), or whose path leads to
-//!   another file in its own root ([`IdentityError::OtherFile`]), fails the lookup; such an
+//!   another file in sluice's view and in its own root ([`IdentityError::OtherFile`]), fails
+//!   the lookup; such an
 //!   ancestor keeps its place with an empty exe. A process identified as one program that
 //!   moves into a user namespace of its own afterwards and re-executes a file mounted over
 //!   its own path keeps its identity until its next lookup: only a program the policy lists,

@@ -12,19 +12,23 @@
 //! - **A file from another mount namespace.** A process that stays in sluice's user
 //!   namespace can still execute a file it reaches through another namespace's mounts (its
 //!   parent's `/proc/<pid>/root/...`, or a descriptor passed to it): the kernel prints that
-//!   file's path as it is inside the mount tree it sits in. So the path is resolved again in
-//!   the process's own root (`/proc/<pid>/root/<path>`) and must lead to the same file
-//!   (device and inode) as the `exe` link. That holds for a program in a container of its
-//!   own (a sidecar's neighbour): its root is its container's.
-//!
-//! An executable deleted since it started (` (deleted)`) has no path to resolve again; its
-//! path is reported as deleted and is not checked here.
+//!   file's path as it is inside the mount tree it sits in. So the path must lead to the file
+//!   the process runs (device and inode, against the `exe` link), resolved either in sluice's
+//!   own root (the kernel prints a path from the reader's root when it can: a chrooted
+//!   process's path is its full path) or in the process's own root (`/proc/<pid>/root/<path>`:
+//!   a program in a container of its own, a sidecar's neighbour).
+//! - **A deleted file.** An executable deleted since it started (` (deleted)`) has no path to
+//!   resolve, and deleting its own file is something a process can do: the mount it was run
+//!   from (`STATX_MNT_ID`) must then be the mount its path's directory is on, in either root.
+//!   A package upgrade that replaced a running program passes; a file deleted inside another
+//!   namespace's mount does not. `memfd` programs (`/memfd:...`) name no file any entry could
+//!   list and are taken as they are.
 
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::OnceLock;
 
-use rustix::fs::AtFlags;
+use rustix::fs::{AtFlags, StatxFlags};
 
 /// What a process's executable path is worth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,27 +60,45 @@ fn own_user_namespace() -> io::Result<(u64, u64)> {
 }
 
 /// Checks the process of `pid_dir` (its `/proc/<pid>`) against its executable path `exe`
-/// (without ` (deleted)`; `deleted`: it had it). Three `stat`s; an unreadable file is an
-/// error (the caller fails closed).
+/// (without ` (deleted)`; `deleted`: it had it). A few `stat`s; an unreadable `/proc` file is
+/// an error (the caller fails closed).
 pub(crate) fn vouch(pid_dir: impl AsFd, exe: &str, deleted: bool) -> io::Result<Vouch> {
     let dir = pid_dir.as_fd();
     let theirs = rustix::fs::statat(dir, "ns/user", AtFlags::empty())?;
     if file_id(&theirs) != own_user_namespace()? {
         return Ok(Vouch::OtherUserNamespace);
     }
-    if deleted || !exe.starts_with('/') {
+    if !exe.starts_with('/') || (deleted && exe.starts_with("/memfd:")) {
         return Ok(Vouch::Believed);
     }
-    let runs = rustix::fs::statat(dir, "exe", AtFlags::empty())?;
-    let named = match rustix::fs::statat(dir, format!("root{exe}"), AtFlags::empty()) {
-        Ok(st) => st,
-        // Nothing there in its own root: the path names no file it could have run.
-        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => {
+    let named = if deleted {
+        let mount = |at, path: &str| {
+            rustix::fs::statx(at, path, AtFlags::empty(), StatxFlags::MNT_ID)
+                .ok()
+                .filter(|st| st.stx_mask & StatxFlags::MNT_ID.bits() != 0)
+                .map(|st| st.stx_mnt_id)
+        };
+        let runs = rustix::fs::statx(dir, "exe", AtFlags::empty(), StatxFlags::MNT_ID)?;
+        if runs.stx_mask & StatxFlags::MNT_ID.bits() == 0 {
             return Ok(Vouch::OtherFile);
         }
-        Err(e) => return Err(e.into()),
+        let parent = match exe.rfind('/') {
+            Some(0) | None => "/",
+            Some(i) => &exe[..i],
+        };
+        let in_theirs = format!("root{parent}");
+        [mount(rustix::fs::CWD, parent), mount(dir, &in_theirs)].contains(&Some(runs.stx_mnt_id))
+    } else {
+        let runs = file_id(&rustix::fs::statat(dir, "exe", AtFlags::empty())?);
+        let id = |at, path: &str| {
+            rustix::fs::statat(at, path, AtFlags::empty())
+                .ok()
+                .map(|st| file_id(&st))
+        };
+        let in_theirs = format!("root{exe}");
+        [id(rustix::fs::CWD, exe), id(dir, &in_theirs)].contains(&Some(runs))
     };
-    Ok(if file_id(&runs) == file_id(&named) {
+    Ok(if named {
         Vouch::Believed
     } else {
         Vouch::OtherFile
@@ -99,5 +121,8 @@ mod tests {
             vouch(&dir, "/no/such/program", false).unwrap(),
             Vouch::OtherFile
         );
+        // Taken as deleted: this process's mount is the one its path's directory is on.
+        assert_eq!(vouch(&dir, exe, true).unwrap(), Vouch::Believed);
+        assert_eq!(vouch(&dir, "/proc/x", true).unwrap(), Vouch::OtherFile);
     }
 }

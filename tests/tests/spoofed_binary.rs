@@ -138,16 +138,16 @@ struct MountedOver(std::process::Child);
 
 impl MountedOver {
     fn start(listed: &Path) -> MountedOver {
+        MountedOver::run(&format!(
+            "mount --bind /usr/bin/python3 {}",
+            listed.display()
+        ))
+    }
+
+    /// `setup` (shell) run in a user and mount namespace of its own, which it then holds.
+    fn run(setup: &str) -> MountedOver {
         let child = Command::new("unshare")
-            .args([
-                "-Urm",
-                "sh",
-                "-c",
-                &format!(
-                    "mount --bind /usr/bin/python3 {} && exec sleep 60",
-                    listed.display()
-                ),
-            ])
+            .args(["-Urm", "sh", "-c", &format!("{setup} && exec sleep 60")])
             .spawn()
             .expect("unshare");
         let pid = child.id();
@@ -212,5 +212,81 @@ fn a_file_run_through_another_namespaces_root_or_a_spoofed_parent_is_not_the_lis
     let (status, out) = curl_status(Command::new("sh").args(["-c", &parent]));
     assert_eq!(status, "403", "{out}\n{}", sluice.stderr());
     assert_eq!(origin.received().len(), 0, "nothing reached the origin");
+    assert_events_valid(&sluice);
+}
+
+/// Unlinks the file given third (its own executable, through the other namespace's root),
+/// then fetches as `FETCH` does.
+const UNLINK_THEN_FETCH: &str = r#"
+import os, sys
+os.unlink(sys.argv[3])
+sys.argv = sys.argv[:3]
+exec(open(sys.argv[0].rsplit('/', 1)[0] + '/fetch.py').read())
+"#;
+
+#[test]
+fn a_file_deleted_from_another_namespaces_mount_is_not_the_listed_program() {
+    if !privileged("a_file_deleted_from_another_namespaces_mount_is_not_the_listed_program") {
+        return;
+    }
+    let (dir, listed, origin, sluice) = setup("spoof-deleted");
+    dir.write("fetch.py", FETCH);
+    let script = dir.write("unlink_then_fetch.py", UNLINK_THEN_FETCH);
+    // In its own namespaces: a tmpfs over the listed program's directory, python copied to
+    // the listed path there. Run through that root from sluice's namespaces, the copy deletes
+    // itself: `/proc` then shows the listed path, deleted.
+    let parent = listed.parent().unwrap().display().to_string();
+    let held = MountedOver::run(&format!(
+        "mkdir -p /tmp/spoof-keep-$$ && cp {script} {parent}/fetch.py /tmp/spoof-keep-$$/ && mount -t tmpfs none {parent} && cp /usr/bin/python3 {listed} && cp /tmp/spoof-keep-$$/* {parent}/",
+        script = script.display(),
+        listed = listed.display()
+    ));
+    let through = format!("/proc/{}/root{}", held.0.id(), listed.display());
+    let inner_script = format!("/proc/{}/root{parent}/unlink_then_fetch.py", held.0.id());
+    let (status, out) = curl_status(
+        Command::new(&through)
+            .env("PYTHONHOME", "/usr")
+            .arg(&inner_script)
+            .arg(sluice.proxy_url())
+            .arg(format!("http://127.0.0.1:{}/spoof", origin.port()))
+            .arg(&through),
+    );
+    drop(held);
+    assert_eq!(status, "403", "{out}\n{}", sluice.stderr());
+    assert!(out.contains("cannot be vouched for"), "{out}");
+    assert_eq!(origin.received().len(), 0, "nothing reached the origin");
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn a_chrooted_listed_program_is_still_itself() {
+    if !privileged("a_chrooted_listed_program_is_still_itself") {
+        return;
+    }
+    let dir = TempDir::new("chrooted");
+    let root = dir.path().join("croot");
+    std::fs::create_dir_all(root.join("usr")).unwrap();
+    for link in ["lib", "lib64", "bin"] {
+        std::os::unix::fs::symlink(format!("usr/{link}"), root.join(link)).unwrap();
+    }
+    let listed = root.join("listed-curl");
+    std::fs::copy("/usr/bin/curl", &listed).unwrap();
+    let origin = HttpOrigin::start();
+    // The path `/proc` shows for the chrooted program is its full path in sluice's view.
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  listed:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}}}\n    binaries:\n      - path: {}\n",
+        origin.port(),
+        listed.display()
+    );
+    let sluice = Sluice::start(&policy, &["--allow-loopback-upstream"]);
+    let inside = format!(
+        "mount --bind /usr {root}/usr && exec chroot {root} /listed-curl -s -w %{{http_code}} -o /out -x {proxy} http://127.0.0.1:{port}/chroot",
+        root = root.display(),
+        proxy = sluice.proxy_url(),
+        port = origin.port()
+    );
+    let (status, out) = curl_status(Command::new("unshare").args(["-m", "sh", "-c", &inside]));
+    assert_eq!(status, "200", "{out}\n{}", sluice.stderr());
+    assert_eq!(origin.received().len(), 1);
     assert_events_valid(&sluice);
 }
