@@ -20,9 +20,10 @@
 //! - **A deleted file.** An executable deleted since it started (` (deleted)`) has no path to
 //!   resolve, and deleting its own file is something a process can do: the mount it was run
 //!   from (`STATX_MNT_ID`) must then be the mount its path's directory is on, in either root.
-//!   A package upgrade that replaced a running program passes; a file deleted inside another
-//!   namespace's mount does not. `memfd` programs (`/memfd:...`) name no file any entry could
-//!   list and are taken as they are.
+//!   When that directory is gone too (an install directory removed after an upgrade), its
+//!   nearest ancestor that still exists stands for it. A package upgrade that replaced a
+//!   running program passes; a file deleted inside another namespace's mount does not, nor
+//!   does a `memfd` program (`/memfd:...`, whose name may hold `/` and meet a pattern).
 
 use std::io;
 use std::os::fd::AsFd;
@@ -68,7 +69,7 @@ pub(crate) fn vouch(pid_dir: impl AsFd, exe: &str, deleted: bool) -> io::Result<
     if file_id(&theirs) != own_user_namespace()? {
         return Ok(Vouch::OtherUserNamespace);
     }
-    if !exe.starts_with('/') || (deleted && exe.starts_with("/memfd:")) {
+    if !exe.starts_with('/') {
         return Ok(Vouch::Believed);
     }
     let named = if deleted {
@@ -82,12 +83,23 @@ pub(crate) fn vouch(pid_dir: impl AsFd, exe: &str, deleted: bool) -> io::Result<
         if runs.stx_mask & StatxFlags::MNT_ID.bits() == 0 {
             return Ok(Vouch::OtherFile);
         }
-        let parent = match exe.rfind('/') {
-            Some(0) | None => "/",
-            Some(i) => &exe[..i],
+        // The nearest directory above the file that exists, in one root.
+        let above = |at, prefix: &str| {
+            let mut path = exe;
+            loop {
+                path = match path.rfind('/') {
+                    Some(0) | None => "/",
+                    Some(i) => &path[..i],
+                };
+                if let Some(id) = mount(at, &format!("{prefix}{path}")) {
+                    return Some(id);
+                }
+                if path == "/" {
+                    return None;
+                }
+            }
         };
-        let in_theirs = format!("root{parent}");
-        [mount(rustix::fs::CWD, parent), mount(dir, &in_theirs)].contains(&Some(runs.stx_mnt_id))
+        [above(rustix::fs::CWD, ""), above(dir, "root")].contains(&Some(runs.stx_mnt_id))
     } else {
         let runs = file_id(&rustix::fs::statat(dir, "exe", AtFlags::empty())?);
         let id = |at, path: &str| {
@@ -121,8 +133,11 @@ mod tests {
             vouch(&dir, "/no/such/program", false).unwrap(),
             Vouch::OtherFile
         );
-        // Taken as deleted: this process's mount is the one its path's directory is on.
+        // Taken as deleted: this process's mount is the one its path's directory is on, or
+        // the nearest directory above it that exists.
         assert_eq!(vouch(&dir, exe, true).unwrap(), Vouch::Believed);
+        let gone = format!("{}/gone/deeper/prog", exe.rsplit_once('/').unwrap().0);
+        assert_eq!(vouch(&dir, &gone, true).unwrap(), Vouch::Believed);
         assert_eq!(vouch(&dir, "/proc/x", true).unwrap(), Vouch::OtherFile);
     }
 }

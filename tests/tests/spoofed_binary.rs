@@ -290,3 +290,39 @@ fn a_chrooted_listed_program_is_still_itself() {
     assert_eq!(origin.received().len(), 1);
     assert_events_valid(&sluice);
 }
+
+#[test]
+fn a_listed_program_whose_file_and_directory_were_removed_is_still_itself() {
+    if !privileged("a_listed_program_whose_file_and_directory_were_removed_is_still_itself") {
+        return;
+    }
+    let dir = TempDir::new("removed");
+    let install = dir.path().join("v1");
+    std::fs::create_dir_all(&install).unwrap();
+    let listed = install.join("listed-python");
+    std::fs::copy("/usr/bin/python3", &listed).unwrap();
+    let origin = HttpOrigin::start();
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  listed:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}}}\n    binaries:\n      - path: {}\n",
+        origin.port(),
+        listed.display()
+    );
+    let sluice = Sluice::start(&policy, &["--allow-loopback-upstream"]);
+    dir.write("fetch.py", FETCH);
+    // As an upgrade that removes the old version's directory while it runs.
+    let script = dir.write(
+        "remove_then_fetch.py",
+        "import os, shutil, sys\nshutil.rmtree(sys.argv[3])\nsys.argv = sys.argv[:3]\nexec(open(sys.argv[0].rsplit('/', 1)[0] + '/fetch.py').read())\n",
+    );
+    let (status, out) = curl_status(
+        Command::new(&listed)
+            .env("PYTHONHOME", "/usr")
+            .arg(&script)
+            .arg(sluice.proxy_url())
+            .arg(format!("http://127.0.0.1:{}/removed", origin.port()))
+            .arg(&install),
+    );
+    assert_eq!(status, "200", "{out}\n{}", sluice.stderr());
+    assert!(!install.exists());
+    assert_events_valid(&sluice);
+}
