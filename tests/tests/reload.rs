@@ -284,6 +284,34 @@ fn an_invalid_policy_is_refused_and_the_old_one_stays_in_force() {
     assert_events_valid(&sluice);
 }
 
+/// A profile binding `TEST_API_KEY` (bearer) to the origin on `port`, and where its secrets
+/// file goes (see [`write_secret`]).
+fn provider_and_secrets(dir: &TempDir, port: u16) -> (std::path::PathBuf, std::path::PathBuf) {
+    let providers = dir.write(
+        "providers.yaml",
+        &format!(
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {port}}}\n"
+        ),
+    );
+    (providers, dir.path().join("secrets.env"))
+}
+
+/// Replaces the secrets file at `secrets` (mode 0600, by rename) with `TEST_API_KEY=value`.
+fn write_secret(dir: &TempDir, secrets: &Path, value: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = dir.path().join("secrets.tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .unwrap();
+    writeln!(f, "TEST_API_KEY={value}").unwrap();
+    drop(f);
+    std::fs::rename(&tmp, secrets).unwrap();
+}
+
 #[test]
 fn a_rotated_secret_is_used_from_the_next_request() {
     const OLD: &str = "old-s3cr3t-VALUE-4b1d";
@@ -291,27 +319,8 @@ fn a_rotated_secret_is_used_from_the_next_request() {
     let dir = TempDir::new("reload-secret");
     let origin = EchoOrigin::start(dir.path());
     let port = origin.port();
-    let providers = dir.write(
-        "providers.yaml",
-        &format!(
-            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {port}}}\n"
-        ),
-    );
-    let secrets = dir.path().join("secrets.env");
-    let write_secret = |value: &str| {
-        use std::os::unix::fs::OpenOptionsExt;
-        let tmp = dir.path().join("secrets.tmp");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .unwrap();
-        writeln!(f, "TEST_API_KEY={value}").unwrap();
-        drop(f);
-        std::fs::rename(&tmp, &secrets).unwrap();
-    };
+    let (providers, secrets) = provider_and_secrets(&dir, port);
+    let write_secret = |value: &str| write_secret(&dir, &secrets, value);
     write_secret(OLD);
     let (sluice, ca) = start(
         &dir,
@@ -371,27 +380,8 @@ fn a_secret_rotated_out_and_stored_upstream_still_comes_back_as_its_placeholder(
     let dir = TempDir::new("reload-retired");
     let origin = EchoOrigin::start(dir.path());
     let port = origin.port();
-    let providers = dir.write(
-        "providers.yaml",
-        &format!(
-            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\n    auth_style: bearer\nendpoints:\n  - {{host: 127.0.0.1, port: {port}}}\n"
-        ),
-    );
-    let secrets = dir.path().join("secrets.env");
-    let write_secret = |value: &str| {
-        use std::os::unix::fs::OpenOptionsExt;
-        let tmp = dir.path().join("secrets.tmp");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .unwrap();
-        writeln!(f, "TEST_API_KEY={value}").unwrap();
-        drop(f);
-        std::fs::rename(&tmp, &secrets).unwrap();
-    };
+    let (providers, secrets) = provider_and_secrets(&dir, port);
+    let write_secret = |value: &str| write_secret(&dir, &secrets, value);
     write_secret(VALUES[0]);
     let (sluice, ca) = start(
         &dir,

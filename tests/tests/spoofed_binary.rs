@@ -41,16 +41,21 @@ fn curl_status(cmd: &mut Command) -> (String, String) {
     (out.get(..3).unwrap_or_default().to_string(), out)
 }
 
-fn setup(tag: &str) -> (TempDir, PathBuf, HttpOrigin, Sluice) {
-    let dir = TempDir::new(tag);
-    let listed = listed_curl(&dir);
-    let origin = HttpOrigin::start();
+/// sluice allowing only `listed` to reach `origin` (loopback).
+fn listed_only(listed: &Path, origin: &HttpOrigin) -> Sluice {
     let policy = format!(
         "version: 1\nnetwork_policies:\n  listed:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}}}\n    binaries:\n      - path: {}\n",
         origin.port(),
         listed.display()
     );
-    let sluice = Sluice::start(&policy, &["--allow-loopback-upstream"]);
+    Sluice::start(&policy, &["--allow-loopback-upstream"])
+}
+
+fn setup(tag: &str) -> (TempDir, PathBuf, HttpOrigin, Sluice) {
+    let dir = TempDir::new(tag);
+    let listed = listed_curl(&dir);
+    let origin = HttpOrigin::start();
+    let sluice = listed_only(&listed, &origin);
     (dir, listed, origin, sluice)
 }
 
@@ -273,12 +278,7 @@ fn a_chrooted_listed_program_is_still_itself() {
     std::fs::copy("/usr/bin/curl", &listed).unwrap();
     let origin = HttpOrigin::start();
     // The path `/proc` shows for the chrooted program is its full path in sluice's view.
-    let policy = format!(
-        "version: 1\nnetwork_policies:\n  listed:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}}}\n    binaries:\n      - path: {}\n",
-        origin.port(),
-        listed.display()
-    );
-    let sluice = Sluice::start(&policy, &["--allow-loopback-upstream"]);
+    let sluice = listed_only(&listed, &origin);
     let inside = format!(
         "mount --bind /usr {root}/usr && exec chroot {root} /listed-curl -s -w %{{http_code}} -o /out -x {proxy} http://127.0.0.1:{port}/chroot",
         root = root.display(),
@@ -302,12 +302,7 @@ fn a_listed_program_whose_file_and_directory_were_removed_is_still_itself() {
     let listed = install.join("listed-python");
     std::fs::copy("/usr/bin/python3", &listed).unwrap();
     let origin = HttpOrigin::start();
-    let policy = format!(
-        "version: 1\nnetwork_policies:\n  listed:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}}}\n    binaries:\n      - path: {}\n",
-        origin.port(),
-        listed.display()
-    );
-    let sluice = Sluice::start(&policy, &["--allow-loopback-upstream"]);
+    let sluice = listed_only(&listed, &origin);
     dir.write("fetch.py", FETCH);
     // As an upgrade that removes the old version's directory while it runs.
     let script = dir.write(

@@ -9,28 +9,15 @@
 //! ceiling of the ratio to direct and the floor of the CPU per request.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
 /// Runs the relay until killed.
 pub(crate) fn run(dir: &Path, addr: &str) {
-    let chain: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_file_iter(dir.join("floor-cert.pem"))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-    let key = PrivateKeyDer::from_pem_file(dir.join("floor-key.pem")).unwrap();
-    let mut server = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-    server.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(server));
+    let acceptor = crate::acceptor(dir, "floor", b"http/1.1");
     let upstream = crate::connector(&dir.join("origin-ca.pem"));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -97,12 +97,17 @@ fn make_certs(dir: &Path) {
 
 /// The origins' TLS side: the origin certificate made by `make-certs`, offering `alpn` only.
 fn origin_acceptor(dir: &Path, alpn: &[u8]) -> TlsAcceptor {
+    acceptor(dir, "origin", alpn)
+}
+
+/// A TLS server side with `<name>-cert.pem` and `<name>-key.pem` from `dir`, offering `alpn`.
+fn acceptor(dir: &Path, name: &str, alpn: &[u8]) -> TlsAcceptor {
     let chain: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_file_iter(dir.join("origin-cert.pem"))
+        CertificateDer::pem_file_iter(dir.join(format!("{name}-cert.pem")))
             .unwrap()
             .map(Result::unwrap)
             .collect();
-    let key = PrivateKeyDer::from_pem_file(dir.join("origin-key.pem")).unwrap();
+    let key = PrivateKeyDer::from_pem_file(dir.join(format!("{name}-key.pem"))).unwrap();
     let mut config = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(chain, key)
