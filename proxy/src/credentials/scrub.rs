@@ -102,7 +102,7 @@ impl ScrubSet {
     }
 
     /// Replaces every secret in `text` (a whole header value); the count of replacements.
-    pub(super) fn replace_all(&self, text: &[u8], out: &mut Vec<u8>) -> u64 {
+    pub(crate) fn replace_all(&self, text: &[u8], out: &mut Vec<u8>) -> u64 {
         self.replace_before(text, text.len(), out).1
     }
 
