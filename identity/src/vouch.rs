@@ -38,7 +38,8 @@ pub(crate) enum Vouch {
     Believed,
     /// The process runs in a user namespace other than sluice's.
     OtherUserNamespace,
-    /// The path, resolved in the process's own root, leads to another file than it runs.
+    /// The path leads to another file than it runs, in sluice's view and in the process's
+    /// own root; or, deleted, it ran from another mount than its path's directory is on.
     OtherFile,
 }
 
