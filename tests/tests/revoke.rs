@@ -640,18 +640,7 @@ fn a_reload_that_narrows_allowed_ips_refuses_the_next_forward_request_on_a_kept_
     s.set_read_timeout(Some(PROMPTLY)).unwrap();
     let mut get = || {
         write!(s, "GET http://{auth}/ HTTP/1.1\r\nHost: {auth}\r\n\r\n").unwrap();
-        let head = read_head(&mut s);
-        let len: usize = head
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .map(|v| v.trim().parse().unwrap())
-            })
-            .unwrap_or(0);
-        let mut body = vec![0u8; len];
-        s.read_exact(&mut body).unwrap();
-        (head, String::from_utf8_lossy(&body).into_owned())
+        sluice_e2e::gateway::read_response(&mut s)
     };
     let (head, body) = get();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
