@@ -5,13 +5,18 @@
 //! are public. It is pure: no lookups, no policy. How a class turns into a decision for one
 //! destination is [`crate::vet`]'s job.
 //!
-//! IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) are classified as the IPv4 address they carry:
-//! a dual-stack socket connecting to `::ffff:127.0.0.1` reaches the local host. NAT64
-//! (`64:ff9b::/96`) and 6to4 (`2002::/16`) addresses take the class of the IPv4 address they
-//! embed, so a translator cannot be used to reach a private or metadata address.
+//! An IPv6 address that carries an IPv4 address ([`crate::embedded`]: mapped, SIIT-translated,
+//! IPv4-compatible, NAT64, 6to4, Teredo, ISATAP) takes the strictest of its own class and the
+//! classes of every IPv4 address it carries: a dual-stack socket connecting to
+//! `::ffff:127.0.0.1`, or a translator handed `::ffff:0:127.0.0.1`, reaches the local host, so
+//! no such form can be used to reach a private or metadata address. NAT64's local-use prefix
+//! `64:ff9b:1::/48` is always blocked as a whole: where its IPv4 address sits depends on the
+//! translator's prefix length (RFC 6052 §2.2), which the address does not say.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::embedded;
 
 /// The class of one address, with a short human name of the range it falls in.
 ///
@@ -46,6 +51,24 @@ impl AddressClass {
     /// True for [`AddressClass::Public`].
     pub fn is_public(self) -> bool {
         matches!(self, Self::Public)
+    }
+
+    /// How much the class forbids: always blocked over internal over public.
+    fn strictness(self) -> u8 {
+        match self {
+            Self::AlwaysBlocked(_) => 2,
+            Self::Internal(_) => 1,
+            Self::Public => 0,
+        }
+    }
+
+    /// The stricter of two classes; `self` on a tie.
+    fn stricter(self, other: Self) -> Self {
+        if other.strictness() > self.strictness() {
+            other
+        } else {
+            self
+        }
     }
 }
 
@@ -207,16 +230,27 @@ const fn v6(segments: [u16; 8], prefix: u32, class: AddressClass) -> Range<u128>
     }
 }
 
-/// Checked after the embedded-IPv4 forms (mapped, NAT64, 6to4) have been handled.
+/// The IPv6 address's own class; [`classify_v6`] combines it with the classes of the IPv4
+/// addresses it carries.
 const V6_RANGES: &[Range<u128>] = &[
     // Always blocked.
     v6([0, 0, 0, 0, 0, 0, 0, 0], 128, AlwaysBlocked("unspecified")),
     v6([0, 0, 0, 0, 0, 0, 0, 1], 128, AlwaysBlocked("loopback")),
-    // `::a.b.c.d` (RFC 4291 §2.5.5.1): deprecated, never a legitimate destination.
+    // `::a.b.c.d` (RFC 4291 §2.5.5.1): deprecated, never a legitimate destination. The IPv4
+    // address it carries names the range when that is always blocked too.
     v6(
         [0, 0, 0, 0, 0, 0, 0, 0],
         96,
         AlwaysBlocked("IPv4-compatible ::/96"),
+    ),
+    // NAT64 local-use (RFC 8215): the IPv4 address sits at bits 48, 56, 72 or 96 depending on
+    // the translator's prefix length (RFC 6052 §2.2), which the address does not say. Every
+    // candidate position would have to be judged, and for nearly every address one of them
+    // holds 0.x.x.x (zero prefix or suffix bits), so the range is refused whole: fail closed.
+    v6(
+        [0x0064, 0xff9b, 1, 0, 0, 0, 0, 0],
+        48,
+        AlwaysBlocked("local-use NAT64 64:ff9b:1::/48 (embedded IPv4 position unknown)"),
     ),
     v6(
         [0xfe80, 0, 0, 0, 0, 0, 0, 0],
@@ -248,11 +282,6 @@ const V6_RANGES: &[Range<u128>] = &[
     ),
     // Internal.
     v6(
-        [0x0064, 0xff9b, 1, 0, 0, 0, 0, 0],
-        48,
-        Internal("local-use NAT64 64:ff9b:1::/48"),
-    ),
-    v6(
         [0x0100, 0, 0, 0, 0, 0, 0, 0],
         64,
         Internal("discard-only 100::/64"),
@@ -275,31 +304,22 @@ const V6_RANGES: &[Range<u128>] = &[
 ];
 
 fn classify_v6(ip: Ipv6Addr) -> AddressClass {
-    if let Some(v4) = embedded_v4(ip) {
-        return classify_v4(v4);
-    }
     let bits = u128::from(ip);
-    V6_RANGES
+    let own = V6_RANGES
         .iter()
         .find(|range| {
             let mask = u128::MAX.checked_shl(128 - range.prefix).unwrap_or(0);
             bits & mask == range.net
         })
-        .map_or(AddressClass::Public, |range| range.class)
-}
-
-/// The IPv4 address an IPv6 address stands for, where dialling the IPv6 address reaches it:
-/// IPv4-mapped `::ffff:0:0/96`, NAT64 well-known prefix `64:ff9b::/96` (RFC 6052) and 6to4
-/// `2002::/16` (RFC 3056, the IPv4 address is bits 16..48).
-fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
-    let o = ip.octets();
-    match ip.segments() {
-        [0, 0, 0, 0, 0, 0xffff, _, _] | [0x0064, 0xff9b, 0, 0, 0, 0, _, _] => {
-            Some(Ipv4Addr::new(o[12], o[13], o[14], o[15]))
-        }
-        [0x2002, ..] => Some(Ipv4Addr::new(o[2], o[3], o[4], o[5])),
-        _ => None,
-    }
+        .map_or(AddressClass::Public, |range| range.class);
+    // The carried addresses come first so that, on a tie, the refusal names the IPv4 range
+    // ("loopback") rather than the form ("IPv4-compatible ::/96").
+    embedded::carried(ip)
+        .iter()
+        .map(classify_v4)
+        .chain([own])
+        .reduce(AddressClass::stricter)
+        .unwrap_or(own)
 }
 
 /// True for an address that reaches the local host through the loopback interface: 127/8,
@@ -420,7 +440,9 @@ mod tests {
     /// (first inside, last inside, just below, just above, class) for each IPv6 range.
     #[rustfmt::skip]
     const V6_BOUNDARIES: &[Boundary] = &[
-        ("::2", "::ffff:ffff", None, Some("::1:0:0"), AlwaysBlocked("IPv4-compatible ::/96")),
+        // The IPv4-compatible range: its own name where the address it carries is not always
+        // blocked (`::2` carries 0.0.0.2, named as such; see `compatible_forms_...`).
+        ("::1.0.0.0", "::223.255.255.255", None, Some("::1:0:0"), AlwaysBlocked("IPv4-compatible ::/96")),
         ("fe80::", "febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff", Some("fe7f:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), None, AlwaysBlocked("link-local")),
         // Below ff00::/8 is fec0::/10 (site-local), checked by that row's last address.
         ("ff00::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", None, None, AlwaysBlocked("multicast")),
@@ -428,7 +450,7 @@ mod tests {
         ("fec0::", "feff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", None, None, Internal("site-local fec0::/10")),
         ("2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", Some("2001:db7:ffff:ffff:ffff:ffff:ffff:ffff"), Some("2001:db9::"), Internal("documentation 2001:db8::/32")),
         ("100::", "100::ffff:ffff:ffff:ffff", Some("ff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), Some("100:0:0:1::"), Internal("discard-only 100::/64")),
-        ("64:ff9b:1::", "64:ff9b:1:ffff:ffff:ffff:ffff:ffff", None, Some("64:ff9b:2::"), Internal("local-use NAT64 64:ff9b:1::/48")),
+        ("64:ff9b:1::", "64:ff9b:1:ffff:ffff:ffff:ffff:ffff", Some("64:ff9b:0:ffff:ffff:ffff:ffff:ffff"), Some("64:ff9b:2::"), AlwaysBlocked("local-use NAT64 64:ff9b:1::/48 (embedded IPv4 position unknown)")),
     ];
 
     #[test]
@@ -463,7 +485,7 @@ mod tests {
         for public in [
             "2606:4700:4700::1111",
             "2001:4860:4860::8888",
-            "2001::1",
+            "2001:200::1",
             "1::",
         ] {
             assert_eq!(class(public), AddressClass::Public, "{public}");
@@ -510,6 +532,85 @@ mod tests {
         assert_eq!(class("2002:ac10:1::1"), Internal("private 172.16.0.0/12"));
         assert_eq!(class("2002:808:808::1"), AddressClass::Public);
         assert_eq!(class("2003:a00:1::"), AddressClass::Public);
+    }
+
+    #[test]
+    fn siit_translated_forms_follow_the_embedded_ipv4_class() {
+        // The finding: `::ffff:0:7f00:1` was public and dialled.
+        assert_eq!(class("::ffff:0:7f00:1"), AlwaysBlocked("loopback"));
+        assert_eq!(
+            class("::ffff:0:169.254.169.254"),
+            AlwaysBlocked("link-local (cloud metadata)")
+        );
+        assert_eq!(class("::ffff:0:10.0.0.1"), Internal("private 10.0.0.0/8"));
+        assert_eq!(class("::ffff:0:8.8.8.8"), AddressClass::Public);
+    }
+
+    #[test]
+    fn compatible_forms_are_always_blocked_and_named_by_what_they_carry() {
+        assert_eq!(class("::127.0.0.1"), AlwaysBlocked("loopback"));
+        assert_eq!(class("::2"), AlwaysBlocked("this network 0.0.0.0/8"));
+        assert_eq!(class("::10.0.0.1"), AlwaysBlocked("IPv4-compatible ::/96"));
+        assert_eq!(class("::8.8.8.8"), AlwaysBlocked("IPv4-compatible ::/96"));
+    }
+
+    #[test]
+    fn local_use_nat64_is_always_blocked_at_every_position() {
+        // 127.0.0.1 at the /48, /56, /64 and /96 positions of RFC 6052 §2.2, and 8.8.8.8 at
+        // /96: the position is the translator's, so none can be trusted.
+        for addr in [
+            "64:ff9b:1:7f00:0:1::",
+            "64:ff9b:1:7f:0:1::",
+            "64:ff9b:1:0:7f:0:100:0",
+            "64:ff9b:1::7f00:1",
+            "64:ff9b:1::808:808",
+        ] {
+            assert!(class(addr).is_always_blocked(), "{addr}");
+        }
+    }
+
+    #[test]
+    fn teredo_takes_the_stricter_of_server_and_client() {
+        // RFC 4380's example: server 65.54.227.120, client 192.0.2.45 (documentation).
+        assert_eq!(
+            class("2001:0:4136:e378:8000:63bf:3fff:fdd2"),
+            Internal("documentation 192.0.2.0/24")
+        );
+        // Client 127.0.0.1 (inverted 80ff:fffe) behind a public server.
+        assert_eq!(
+            class("2001:0:4136:e378:8000:63bf:80ff:fffe"),
+            AlwaysBlocked("loopback")
+        );
+        // Server 169.254.169.254, client 8.8.8.8 (inverted f7f7:f7f7).
+        assert_eq!(
+            class("2001:0:a9fe:a9fe::f7f7:f7f7"),
+            AlwaysBlocked("link-local (cloud metadata)")
+        );
+        assert_eq!(
+            class("2001:0:4136:e378:8000:63bf:f7f7:f7f7"),
+            AddressClass::Public
+        );
+    }
+
+    #[test]
+    fn isatap_interface_identifiers_follow_the_embedded_ipv4_class() {
+        assert_eq!(
+            class("2606:4700:1:2:200:5efe:a9fe:a9fe"),
+            AlwaysBlocked("link-local (cloud metadata)")
+        );
+        assert_eq!(
+            class("2606:4700:1:2::5efe:c0a8:101"),
+            Internal("private 192.168.0.0/16")
+        );
+        assert_eq!(
+            class("2606:4700:1:2:200:5efe:808:808"),
+            AddressClass::Public
+        );
+        // The prefix's own class still counts.
+        assert_eq!(
+            class("fd00::200:5efe:808:808"),
+            Internal("unique local fc00::/7")
+        );
     }
 
     #[test]

@@ -13,11 +13,13 @@
 //! 3. [`vet`] checks **all** of them against the [`DestinationPlan`] the policy match chose and
 //!    returns the socket addresses to dial; the proxy dials only those (no second lookup).
 //!
-//! Modules: `class` (address classes, pure), `vet` (plans and the check, pure), `overrides`
+//! Modules: `class` (address classes, pure), `embedded` (the IPv6 forms that carry an IPv4
+//! address, pure), `vet` (plans and the check, pure), `overrides`
 //! (`--resolve` parsing), `resolve` (the lookup, the only I/O).
 #![forbid(unsafe_code)]
 
 mod class;
+mod embedded;
 mod host;
 mod overrides;
 mod resolve;
