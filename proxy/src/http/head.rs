@@ -168,7 +168,8 @@ fn find_head_end(buf: &[u8], scanned: &mut usize) -> Result<Option<usize>, HeadE
     Ok(None)
 }
 
-fn is_tchar(b: u8) -> bool {
+/// RFC 9110 §5.6.2 token characters (a method, a header name).
+pub(crate) fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 

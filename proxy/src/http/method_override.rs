@@ -12,6 +12,8 @@
 
 use std::fmt;
 
+use super::head::is_tchar;
+
 /// The override headers, lower case.
 const HEADERS: [&str; 3] = [
     "x-http-method-override",
@@ -273,11 +275,6 @@ pub(super) fn push(
     }
     found.push(Override { method, source });
     Ok(())
-}
-
-/// RFC 9110 §5.6.2 token characters.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// `%XX` decoded and `+` as a space (form encoding); a malformed escape stays as written.

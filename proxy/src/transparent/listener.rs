@@ -2,7 +2,8 @@
 //! redirected connection from accept to the tunnel phases.
 //!
 //! ```text
-//! accept → original destination → arrive (caller, slot) → sniff (SNI / Host, kept)
+//! accept → original destination → arrive (caller, slot)
+//!        → sniff (SNI / Host, kept; skipped for an address handed out for raw TCP only)
 //!        → settle (caller rechecked at those bytes) → corroborate + decide_target
 //!        → connect::tunnel(Entry::Transparent { original })
 //! ```
@@ -15,7 +16,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
@@ -143,7 +144,21 @@ pub async fn serve(
         timeout: shared.limits.head_timeout,
         max_bytes: shared.limits.max_head_bytes.max(16 * 1024),
     };
-    let sniffed = match sniff::sniff(&mut rd, limits).await {
+    // Where the policy DNS handed the address out only for raw TCP, nothing the client could
+    // send first would change the decision: a server-speaks-first protocol gets its relay at
+    // once instead of waiting out the sniff.
+    let raw_only = context.dns_table.as_deref().is_some_and(|table| {
+        let tenant = arrival.caller.as_ref().ok().and_then(|k| k.claim());
+        let policy = pipeline::InForce::policy(&*shared, tenant);
+        let names = table.names_for(original.ip(), Instant::now());
+        target::raw_tcp_only(&policy, &names, original.port())
+    });
+    let sniffed = if raw_only {
+        Ok(sniff::Sniffed::skipped())
+    } else {
+        sniff::sniff(&mut rd, limits).await
+    };
+    let sniffed = match sniffed {
         Ok(s) => s,
         Err(sniff::SniffError::Closed) => return,
         Err(e) => {

@@ -4,9 +4,16 @@
 //! Every byte read is kept ([`Sniffed::replay`]) so the pipeline can hand them on unchanged
 //! (to TLS termination, the HTTP parser, or the upstream of a raw relay). The ClientHello is
 //! read by rustls' own `Acceptor` (the parser the TLS terminator uses), the request head by
-//! `http::head`'s strict parser: no second parser of attacker bytes. A client that sends
-//! nothing first (a server-speaks-first protocol) is not an error: it is [`Hello::Opaque`]
-//! with nothing to replay once the timeout passes.
+//! `http::head`'s strict parser: no second parser of attacker bytes.
+//!
+//! The first bytes decide at once which it is, so a raw TCP client never waits for a head
+//! it will not send: the TLS handshake byte starts a ClientHello; a request line (a method
+//! token, a target, `HTTP/1.x`) starts a request head; anything else (a PostgreSQL startup
+//! message, Redis' `PING\r\n`, an SSH banner, any binary protocol) is [`Hello::Opaque`] as
+//! soon as the byte that rules both out arrives. A client that sends nothing first (a
+//! server-speaks-first protocol) is not an error: it is [`Hello::Opaque`] with nothing to
+//! replay once the timeout passes; the listener skips the sniff altogether where the policy
+//! DNS says the address is for raw TCP only (`listener.rs`).
 
 use std::time::Duration;
 
@@ -51,6 +58,16 @@ pub struct Sniffed {
     pub replay: Vec<u8>,
 }
 
+impl Sniffed {
+    /// Nothing read, nothing claimed: the sniff was skipped.
+    pub fn skipped() -> Sniffed {
+        Sniffed {
+            hello: Hello::Opaque,
+            replay: Vec::new(),
+        }
+    }
+}
+
 /// Why nothing could be decided.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -73,6 +90,69 @@ pub enum SniffError {
 
 /// TLS record type `handshake`: every ClientHello starts with it.
 const TLS_HANDSHAKE: u8 = 0x16;
+
+/// The longest method token read before the bytes are taken for another protocol: the
+/// longest registered method (`UPDATEREDIRECTREF`) has 17 characters.
+const MAX_METHOD: usize = 32;
+
+/// Empty lines a request may start with (RFC 9112 §2.2 lets a server ignore at least one).
+const MAX_LEADING_CRLF: usize = 2;
+
+/// What the first bytes of a plaintext connection can still be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    /// A prefix of a request line so far: no byte yet rules one in or out.
+    Undecided,
+    /// A whole request line (RFC 9112 §3): a head follows.
+    RequestLine,
+    /// Not a request line: another protocol.
+    Other,
+}
+
+/// Whether `buf` (the first bytes of a connection that is not TLS) starts with an HTTP/1
+/// request line, `method SP request-target SP HTTP/D.D CRLF`, read as far as it goes: the
+/// first byte that cannot continue one decides `Other`. (A method and a space alone are not
+/// enough: an SSH identification string, `SSH-2.0-OpenSSH_9.2p1 Debian-2`, starts so.)
+fn start_of(buf: &[u8]) -> Start {
+    let mut rest = buf;
+    for _ in 0..MAX_LEADING_CRLF {
+        match rest {
+            [b'\r'] => return Start::Undecided,
+            [b'\r', b'\n', tail @ ..] => rest = tail,
+            _ => break,
+        }
+    }
+    // The method, then the request-target (visible ASCII), each ended by one space.
+    for (is_part, max) in [
+        (head::is_tchar as fn(u8) -> bool, MAX_METHOD),
+        (|b: u8| b.is_ascii_graphic(), usize::MAX),
+    ] {
+        let len = rest.iter().take_while(|&&b| is_part(b)).count();
+        if len > max {
+            return Start::Other;
+        }
+        match rest.get(len) {
+            None => return Start::Undecided,
+            Some(b' ') if len > 0 => rest = &rest[len + 1..],
+            Some(_) => return Start::Other,
+        }
+    }
+    // The version and the line's end; `#` stands for a digit.
+    for (i, want) in b"HTTP/#.#\r\n".iter().enumerate() {
+        let Some(&b) = rest.get(i) else {
+            return Start::Undecided;
+        };
+        let fits = if *want == b'#' {
+            b.is_ascii_digit()
+        } else {
+            b == *want
+        };
+        if !fits {
+            return Start::Other;
+        }
+    }
+    Start::RequestLine
+}
 
 /// Reads the client's first bytes (at most `limits.max_bytes`, within `limits.timeout`) and
 /// says what they claim.
@@ -101,6 +181,31 @@ pub async fn sniff<R: AsyncRead + Unpin>(
             hello: Hello::Tls { sni },
             replay: buf,
         });
+    }
+    // Read on only while the bytes can still be the start of a request line.
+    let mut chunk = [0u8; 64];
+    loop {
+        match start_of(&buf) {
+            Start::RequestLine => break,
+            Start::Undecided if buf.len() < limits.max_bytes => {}
+            Start::Other | Start::Undecided => {
+                return Ok(Sniffed {
+                    hello: Hello::Opaque,
+                    replay: buf,
+                });
+            }
+        }
+        match tokio::time::timeout_at(deadline, reader.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            // Silence, a close or an error with a token half sent: nothing is claimed, and
+            // the bytes go on as they are (the relay sees the close or error itself).
+            _ => {
+                return Ok(Sniffed {
+                    hello: Hello::Opaque,
+                    replay: buf,
+                });
+            }
+        }
     }
     let hello = read_http_host(reader, &mut buf, deadline, limits).await;
     Ok(Sniffed { hello, replay: buf })
@@ -335,6 +440,76 @@ mod tests {
             sniff_bytes(vec![], true).await,
             Err(SniffError::Closed)
         ));
+    }
+
+    /// Sniffs `bytes` from a client that then stays silent with its socket open, under a
+    /// 10 s sniff timeout on tokio's paused clock: returns the result and how long (virtual
+    /// time) the sniff waited.
+    async fn sniff_then_silence(bytes: &[u8]) -> (Sniffed, Duration) {
+        let (mut client, mut server) = tokio::io::duplex(64 * 1024);
+        tokio::io::AsyncWriteExt::write_all(&mut client, bytes)
+            .await
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let limits = SniffLimits {
+            timeout: Duration::from_secs(10),
+            max_bytes: 16 * 1024,
+        };
+        let got = sniff(&mut server, limits).await.unwrap();
+        drop(client);
+        (got, started.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn raw_protocols_are_recognised_from_their_first_bytes_without_waiting() {
+        // The finding: each of these waited the whole head timeout before it was relayed.
+        for first in [
+            // PostgreSQL's SSLRequest and StartupMessage (a length, then a code).
+            &[0u8, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f][..],
+            &[0, 0, 0, 0x29, 0, 3, 0, 0][..],
+            // Redis, inline and RESP.
+            b"PING\r\n",
+            b"*1\r\n$4\r\nPING\r\n",
+            // SSH's identification string; MySQL-style binary; a lone CR LF CR LF CR LF.
+            b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n",
+            &[0x0a, 0x00, 0x00, 0x01][..],
+            b"\r\n\r\n\r\nGET / HTTP/1.1\r\n",
+            // A token longer than any method.
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJ / HTTP/1.1\r\n",
+        ] {
+            let (got, waited) = sniff_then_silence(first).await;
+            assert_eq!(got.hello, Hello::Opaque, "{first:?}");
+            assert!(first.starts_with(&got.replay), "{first:?}");
+            assert!(
+                waited < Duration::from_millis(1),
+                "{first:?} waited {waited:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn request_lines_are_read_as_heads_and_a_half_sent_token_waits() {
+        for req in [
+            &b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"[..],
+            b"\r\nPROPFIND /x HTTP/1.1\r\nHost: a.test\r\n\r\n",
+            b"M-SEARCH * HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        ] {
+            let (got, waited) = sniff_then_silence(req).await;
+            assert_eq!(
+                got.hello,
+                Hello::Http {
+                    host: Some("a.test".to_string())
+                },
+                "{req:?}"
+            );
+            assert_eq!(got.replay, req);
+            assert!(waited < Duration::from_millis(1));
+        }
+        // A method token with nothing after it yet may still become a request line.
+        let (got, waited) = sniff_then_silence(b"OPTIO").await;
+        assert_eq!(got.hello, Hello::Opaque);
+        assert_eq!(got.replay, b"OPTIO");
+        assert_eq!(waited, Duration::from_secs(10));
     }
 
     #[tokio::test]

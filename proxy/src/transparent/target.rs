@@ -177,6 +177,25 @@ pub fn names_with_endpoints_first(names: &mut [String], has_endpoint: impl Fn(&s
     names.sort_by_key(|name| !has_endpoint(name));
 }
 
+/// Whether every policy endpoint that could judge a connection without a claimed name is
+/// `protocol: tcp`: `names` (the names the policy DNS handed the address out for) include
+/// at least one with an endpoint at `port`, and every endpoint of every such name at `port`
+/// is raw TCP. Then the first bytes cannot matter (without a claim the target is one of
+/// these names, `decide_target`; a claim the policy DNS vouches for is one of them too), so
+/// the listener need not wait for them.
+pub fn raw_tcp_only(policy: &crate::policy::Policy, names: &[String], port: u16) -> bool {
+    let mut any = false;
+    for name in names {
+        for r in policy.endpoints_for(name, port) {
+            if policy.endpoint(r).protocol != crate::policy::model::Protocol::Tcp {
+                return false;
+            }
+            any = true;
+        }
+    }
+    any
+}
+
 /// Whether the policy needs a name at `original`: no endpoint allows the bare address at its
 /// port (for any binary; the L4 decision judges the binary later).
 pub fn needs_name(policy: &crate::policy::Policy, original: SocketAddr) -> bool {
@@ -248,6 +267,33 @@ mod tests {
 
     fn addr(s: &str) -> SocketAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn only_names_whose_endpoints_at_the_port_are_all_raw_tcp_skip_the_sniff() {
+        let yaml = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - {host: db.test, port: 5432, protocol: tcp}\n      - {host: mail.test, port: 25, protocol: tcp}\n      - {host: mixed.test, port: 25, protocol: tcp}\n      - {host: \"*.mixed.test\", port: 25}\n      - {host: mixed.test, port: 443, protocol: rest, access: full}\n    binaries:\n      - path: /usr/bin/psql\n";
+        let source = crate::policy::Source {
+            name: "p.yaml".to_string(),
+            text: yaml.to_string(),
+        };
+        let policy = crate::policy::load(&[source], crate::policy::Compat::Strict)
+            .unwrap()
+            .policy;
+        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert!(raw_tcp_only(&policy, &names(&["db.test"]), 5432));
+        assert!(raw_tcp_only(&policy, &names(&["mail.test", "db.test"]), 25));
+        // No handed-out name, or none with an endpoint at the port: the sniff decides.
+        assert!(!raw_tcp_only(&policy, &[], 5432));
+        assert!(!raw_tcp_only(&policy, &names(&["db.test"]), 25));
+        // One endpoint of another protocol at the port (an L4 wildcard here) is enough to
+        // need the first bytes, whichever name it comes through.
+        assert!(!raw_tcp_only(&policy, &names(&["a.mixed.test"]), 25));
+        assert!(!raw_tcp_only(
+            &policy,
+            &names(&["mail.test", "a.mixed.test"]),
+            25
+        ));
+        assert!(!raw_tcp_only(&policy, &names(&["mixed.test"]), 443));
     }
 
     #[test]
