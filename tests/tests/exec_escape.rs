@@ -255,13 +255,26 @@ fn run_ca_dir_replaces_planted_links_and_refuses_a_linked_directory() {
     std::fs::create_dir_all(&real).unwrap();
     let linked = dir.path().join("linked-ca");
     std::os::unix::fs::symlink(&real, &linked).unwrap();
-    // (sluice runs on without TLS termination, as for any CA directory it cannot write.)
-    let mut sluice =
-        sluice_e2e::proxy::Sluice::start(POLICY, &["--ca-dir", linked.to_str().unwrap()]);
-    sluice.stop();
-    let stderr = sluice.stderr();
+    // (sluice does not start, as for any CA directory it cannot write.)
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let out = Command::new(sluice_bin())
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--audit-log",
+            "/dev/null",
+            "--policy",
+        ])
+        .arg(&policy)
+        .args(["--ca-dir", linked.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("TLS termination unavailable") && stderr.contains(linked.to_str().unwrap()),
+        stderr.contains(&format!("--ca-dir {}", linked.display())),
         "{stderr}"
     );
     assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);

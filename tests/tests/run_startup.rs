@@ -62,37 +62,45 @@ fn an_upstream_ca_file_without_a_certificate_is_a_usage_error() {
 }
 
 #[test]
-fn an_unwritable_ca_dir_leaves_the_proxy_running_without_tls_termination() {
-    // A --ca-dir below a regular file cannot be created: the CA exists but cannot be written,
-    // which is not a usage error. sluice warns and serves, refusing inspected endpoints.
+fn an_unwritable_ca_dir_refuses_to_start_naming_the_directory_and_the_reason() {
+    // A --ca-dir below a regular file cannot be created, and one sluice may not write to is
+    // no better: clients would be pointed at a CA file that is not there, and every inspected
+    // endpoint would answer 503. sluice refuses to start instead (a usage error), saying which
+    // directory and why.
     let dir = TempDir::new("startup-ca");
     let file = dir.write("plain-file", "");
     let ca_dir = file.join("ca");
-    let mut child = start(&["--ca-dir", ca_dir.to_str().unwrap()]);
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !seen.iter().any(|l: &String| l.contains("listening on")) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => seen.push(line),
-            Err(_) => break,
-        }
+    let (code, err) = exit_of(start(&["--ca-dir", ca_dir.to_str().unwrap()]));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("--ca-dir {}", ca_dir.display())),
+        "{err}"
+    );
+    assert!(err.contains("Not a directory"), "{err}");
+    assert!(!err.contains("listening on"), "{err}");
+    // A directory without write permission, for a user other than root (root writes anyway).
+    if !sluice_e2e::proxy::is_root() {
+        return;
     }
-    let still_running = child.try_wait().expect("wait").is_none();
-    let _ = child.kill();
-    let _ = child.wait();
-    let seen = seen.join("\n");
-    assert!(still_running, "{seen}");
-    assert!(seen.contains("listening on"), "{seen}");
-    assert!(seen.contains("TLS termination unavailable"), "{seen}");
-    assert!(seen.contains("plain-file"), "{seen}");
+    let locked = dir.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+    let (code, err) = exit_of(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(sluice_bin())
+            .args(["run", "--listen", "127.0.0.1:0", "--audit-log", "/dev/null"])
+            .args(["--ca-dir", locked.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sluice"),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("--ca-dir {}", locked.display())),
+        "{err}"
+    );
+    assert!(err.contains("Permission denied"), "{err}");
 }

@@ -724,8 +724,19 @@ enum TlsSetupError {
     /// that cannot be given, so the proxy does not start (exit 2, a usage error).
     #[error("--upstream-ca: {0}")]
     UpstreamCa(UpstreamTlsError),
-    /// The in-memory CA could not be made or written to `--ca-dir`: the proxy runs on and
-    /// refuses inspected endpoints with 503.
+    /// The CA's certificates cannot be written to `--ca-dir`: clients were to be pointed at
+    /// files that will not exist, so the proxy does not start (exit 2), naming the
+    /// directory and the reason.
+    #[error(
+        "--ca-dir {dir}: cannot write the CA certificate there ({source}); sluice does not start without it"
+    )]
+    CaDir {
+        dir: String,
+        #[source]
+        source: CaError,
+    },
+    /// The in-memory CA could not be made: the proxy runs on and refuses inspected endpoints
+    /// with 503.
     #[error("{0}")]
     Ca(#[from] CaError),
     /// The terminating server configuration could not be built: as for `Ca`.
@@ -738,7 +749,7 @@ impl TlsSetupError {
     /// without TLS termination.
     fn exit_code(&self) -> Option<u8> {
         match self {
-            TlsSetupError::UpstreamCa(_) => Some(2),
+            TlsSetupError::UpstreamCa(_) | TlsSetupError::CaDir { .. } => Some(2),
             TlsSetupError::Ca(_) | TlsSetupError::Terminator(_) => None,
         }
     }
@@ -761,7 +772,10 @@ fn tls_state(
     let ca = Arc::new(Ca::generate()?);
     let mut files = None;
     if let Some(dir) = &args.ca_dir {
-        let (ca_file, bundle) = ca.write_files(dir)?;
+        let (ca_file, bundle) = ca.write_files(dir).map_err(|source| TlsSetupError::CaDir {
+            dir: dir.display().to_string(),
+            source,
+        })?;
         eprintln!(
             "sluice: CA certificate in {} (bundle with the system roots: {})",
             ca_file.display(),
@@ -829,13 +843,24 @@ mod tests {
     }
 
     #[test]
-    fn an_unwritable_ca_dir_leaves_the_proxy_running_without_termination() {
+    fn an_unwritable_ca_dir_stops_the_proxy_naming_the_directory_and_the_reason() {
         let err = tls_state(&run_args(&["--ca-dir", "/dev/null/ca"])).unwrap_err();
         assert!(
-            matches!(err, TlsSetupError::Ca(CaError::Write { .. })),
+            matches!(
+                &err,
+                TlsSetupError::CaDir {
+                    source: CaError::Write { .. },
+                    ..
+                }
+            ),
             "{err:?}"
         );
-        assert_eq!(err.exit_code(), None);
+        assert_eq!(err.exit_code(), Some(2));
+        let text = err.to_string();
+        assert!(
+            text.starts_with("--ca-dir /dev/null/ca: ") && text.contains("Not a directory"),
+            "{text}"
+        );
     }
 
     #[test]
