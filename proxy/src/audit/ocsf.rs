@@ -705,7 +705,7 @@ fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
 }
 
 mod dns;
-pub use dns::rcode_label as dns_rcode_label;
+pub use dns::{rcode_from_id as dns_rcode_from_id, rcode_label as dns_rcode_label};
 mod objects;
 pub use objects::CallerJson;
 use objects::*;

@@ -54,6 +54,21 @@ pub struct Record {
     /// `status_detail`: why.
     pub reason: Option<String>,
     pub message: String,
+    /// A policy-DNS question (DNS Activity): who asked, and what was answered.
+    pub dns: Option<DnsFacts>,
+}
+
+/// What a policy-DNS event says beyond its name (`Record::host`) and decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DnsFacts {
+    /// The client that asked (`src_endpoint`), `ip:port`.
+    pub client: String,
+    /// The question's type (`A`, `AAAA`, ...).
+    pub qtype: String,
+    /// The reply's code as DNS tools print it (`NOERROR`, `REFUSED`).
+    pub rcode: String,
+    /// The addresses handed out.
+    pub answers: Vec<String>,
 }
 
 /// Why a line is not an audit event.
@@ -92,8 +107,13 @@ pub fn parse(line: &str) -> Result<Record, ParseError> {
         .ok_or(ParseError::NotOcsf)?;
     let activity = u64_at(&v, &["activity_id"]).unwrap_or(0);
     let ok = u64_at(&v, &["status_id"]) == Some(1);
-    let method = str_at(&v, &["http_request", "http_method"]).map(str::to_string);
+    // A method outside OCSF's enum (PROPFIND, PURGE, `*`) is written to `unmapped`.
+    let method = str_at(&v, &["http_request", "http_method"])
+        .or_else(|| str_at(&v, &["unmapped", "http_method"]))
+        .map(str::to_string);
+    let dns = (class_uid == DNS_ACTIVITY).then(|| dns_facts(&v));
     let label = match class_uid {
+        DNS_ACTIVITY => "DNS:QUERY".to_string(),
         4001 if activity == 1 => "NET:OPEN".to_string(),
         4001 if activity == 2 => "NET:CLOSE".to_string(),
         4002 => format!("HTTP:{}", method.as_deref().unwrap_or("?")),
@@ -111,13 +131,20 @@ pub fn parse(line: &str) -> Result<Record, ParseError> {
         _ => None,
     };
     let url = ["http_request", "url"];
-    let host = str_at(&v, &[url[0], url[1], "hostname"])
-        .or_else(|| str_at(&v, &["dst_endpoint", "hostname"]))
-        .or_else(|| str_at(&v, &["dst_endpoint", "ip"]))
-        .map(str::to_string);
-    let port = u64_at(&v, &[url[0], url[1], "port"])
-        .or_else(|| u64_at(&v, &["dst_endpoint", "port"]))
-        .and_then(|p| u16::try_from(p).ok());
+    // A DNS event's destination is the name asked for; its endpoints are the client and the
+    // policy DNS itself, neither of which is a destination.
+    let (host, port) = if dns.is_some() {
+        (str_at(&v, &["query", "hostname"]).map(str::to_string), None)
+    } else {
+        let host = str_at(&v, &[url[0], url[1], "hostname"])
+            .or_else(|| str_at(&v, &["dst_endpoint", "hostname"]))
+            .or_else(|| str_at(&v, &["dst_endpoint", "ip"]))
+            .map(str::to_string);
+        let port = u64_at(&v, &[url[0], url[1], "port"])
+            .or_else(|| u64_at(&v, &["dst_endpoint", "port"]))
+            .and_then(|p| u16::try_from(p).ok());
+        (host, port)
+    };
     Ok(Record {
         time_ms: u64_at(&v, &["time"]).unwrap_or(0),
         class_uid,
@@ -140,10 +167,50 @@ pub fn parse(line: &str) -> Result<Record, ParseError> {
         policy: str_at(&v, &["firewall_rule", "name"])
             .filter(|p| *p != "-")
             .map(str::to_string),
-        engine: str_at(&v, &["firewall_rule", "type"]).map(str::to_string),
+        engine: if dns.is_some() {
+            Some("dns".to_string())
+        } else {
+            str_at(&v, &["firewall_rule", "type"]).map(str::to_string)
+        },
         reason: str_at(&v, &["status_detail"]).map(str::to_string),
         message: str_at(&v, &["message"]).unwrap_or_default().to_string(),
+        dns,
     })
+}
+
+/// OCSF DNS Activity: the policy DNS's questions (`ocsf/dns.rs`).
+const DNS_ACTIVITY: u64 = 4003;
+
+fn dns_facts(v: &Value) -> DnsFacts {
+    let client = match (
+        str_at(v, &["src_endpoint", "ip"]),
+        u64_at(v, &["src_endpoint", "port"]),
+    ) {
+        (Some(ip), Some(port)) if ip.contains(':') => format!("[{ip}]:{port}"),
+        (Some(ip), Some(port)) => format!("{ip}:{port}"),
+        (Some(ip), None) => ip.to_string(),
+        _ => "?".to_string(),
+    };
+    let rcode = u64_at(v, &["rcode_id"])
+        .and_then(super::ocsf::dns_rcode_from_id)
+        .map_or("?", super::ocsf::dns_rcode_label)
+        .to_string();
+    let answers = v
+        .get("answers")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|a| a.get("rdata").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    DnsFacts {
+        client,
+        qtype: str_at(v, &["query", "type"]).unwrap_or("?").to_string(),
+        rcode,
+        answers,
+    }
 }
 
 #[cfg(test)]
@@ -239,6 +306,46 @@ mod tests {
         let r = parse(&json.to_string()).unwrap();
         assert_eq!(r.binary.as_deref(), Some("tenant:alpha"));
         assert_eq!(r.pid, None);
+    }
+
+    #[test]
+    fn an_extension_method_reads_back_from_unmapped() {
+        let mut event = ocsf::samples::request(Outcome::Denied);
+        event.method = "PROPFIND".into();
+        let line = ocsf::to_json(&Event::HttpRequest(event), &ctx()).to_string();
+        let r = parse(&line).unwrap();
+        assert_eq!(r.method.as_deref(), Some("PROPFIND"));
+        assert_eq!(r.label, "HTTP:PROPFIND");
+    }
+
+    #[test]
+    fn a_policy_dns_question_reads_back_as_the_name_asked_for() {
+        // The finding: shown as `DENIED 127.0.0.1:60891 [engine:l4]`, the client's address as
+        // the destination.
+        let q = crate::audit::DnsQuery {
+            time: SystemTime::UNIX_EPOCH,
+            src: "10.0.0.5:40000".parse().unwrap(),
+            dst: "127.0.0.1:15053".parse().unwrap(),
+            transport: crate::audit::DnsTransport::Udp,
+            name: "nowhere.example.org".into(),
+            qtype: "A".into(),
+            rcode: crate::audit::DnsRcode::Refused,
+            answers: vec![],
+            ttl: 30,
+            outcome: Outcome::Denied,
+            policy: None,
+            reason: Some("no policy endpoint allows it".into()),
+        };
+        let line = ocsf::to_json(&Event::Dns(q.clone()), &ctx()).to_string();
+        let r = parse(&line).unwrap();
+        assert_eq!(r.label, "DNS:QUERY");
+        assert_eq!(r.host.as_deref(), Some(q.name.as_str()));
+        assert_eq!(r.port, None);
+        assert_eq!(r.engine.as_deref(), Some("dns"));
+        let dns = r.dns.unwrap();
+        assert_eq!(dns.client, q.src.to_string());
+        assert_eq!(dns.qtype, q.qtype);
+        assert_eq!(dns.rcode, "REFUSED");
     }
 
     #[test]

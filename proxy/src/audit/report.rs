@@ -203,22 +203,9 @@ pub fn line(r: &Record, colour: Colour) -> String {
     };
     paint(&mut s, colour, code, decision.label());
     s.push(' ');
-    if let Some(b) = &r.binary {
-        push_clean(&mut s, b);
-        let _ = write!(s, "({}) -> ", r.pid.unwrap_or(0));
-    }
-    if let Some(m) = &r.method {
-        push_clean(&mut s, m);
-        s.push(' ');
-        let url = format!(
-            "{}://{}{}",
-            r.scheme.as_deref().unwrap_or("http"),
-            authority(r),
-            r.path.as_deref().unwrap_or("/")
-        );
-        push_clean(&mut s, &url);
-    } else {
-        push_clean(&mut s, &authority(r));
+    match &r.dns {
+        Some(dns) => push_dns(&mut s, r, dns),
+        None => push_target(&mut s, r),
     }
     s.push_str(" [policy:");
     push_clean(&mut s, r.policy.as_deref().unwrap_or("-"));
@@ -231,6 +218,42 @@ pub fn line(r: &Record, colour: Colour) -> String {
         push_reason_text(&mut s, reason);
     }
     s
+}
+
+/// A policy-DNS question as the shorthand writes it: `10.0.0.5:40000 -> name A REFUSED
+/// [answers]`.
+fn push_dns(s: &mut String, r: &Record, dns: &super::read::DnsFacts) {
+    push_clean(s, &dns.client);
+    s.push_str(" -> ");
+    push_clean(
+        s,
+        r.host.as_deref().filter(|h| !h.is_empty()).unwrap_or("-"),
+    );
+    for part in [&dns.qtype, &dns.rcode].into_iter().chain(&dns.answers) {
+        s.push(' ');
+        push_clean(s, part);
+    }
+}
+
+/// `exe(pid) -> ` and the request (`METHOD scheme://host:port/path`) or the destination.
+fn push_target(s: &mut String, r: &Record) {
+    if let Some(b) = &r.binary {
+        push_clean(s, b);
+        let _ = write!(s, "({}) -> ", r.pid.unwrap_or(0));
+    }
+    if let Some(m) = &r.method {
+        push_clean(s, m);
+        s.push(' ');
+        let url = format!(
+            "{}://{}{}",
+            r.scheme.as_deref().unwrap_or("http"),
+            authority(r),
+            r.path.as_deref().unwrap_or("/")
+        );
+        push_clean(s, &url);
+    } else {
+        push_clean(s, &authority(r));
+    }
 }
 
 /// `host:port` (`[v6]:port`), `?` for a missing part (a refusal before any destination was
@@ -264,8 +287,17 @@ impl Summary {
         let Some(d) = r.decision else { return };
         *self.decisions.entry(d).or_default() += 1;
         if d == Decision::Denied {
-            *self.denied_hosts.entry(authority(r)).or_default() += 1;
-            let exe = r.binary.clone().unwrap_or_else(|| "(unknown)".to_string());
+            // A policy-DNS refusal counts the name asked for, and no program (the policy DNS
+            // does not identify its clients): never the client's own address.
+            let (host, unknown) = match &r.dns {
+                Some(_) => (
+                    r.host.clone().unwrap_or_else(|| "?".to_string()),
+                    "(policy DNS client)",
+                ),
+                None => (authority(r), "(unknown)"),
+            };
+            *self.denied_hosts.entry(host).or_default() += 1;
+            let exe = r.binary.clone().unwrap_or_else(|| unknown.to_string());
             *self.denied_binaries.entry(exe).or_default() += 1;
         }
     }
@@ -349,6 +381,7 @@ mod tests {
             engine: Some("l4".into()),
             reason: Some("no\nforged line".into()),
             message: String::new(),
+            dns: None,
         };
         let f = |filter: Filter| filter.matches(&r);
         assert!(f(Filter {
@@ -389,5 +422,43 @@ mod tests {
             ..r
         };
         assert_eq!(authority(&nowhere), "?:?");
+    }
+
+    #[test]
+    fn policy_dns_refusals_show_the_name_and_never_count_the_client_as_a_host() {
+        let r = Record {
+            time_ms: 0,
+            class_uid: 4003,
+            label: "DNS:QUERY".into(),
+            severity: super::super::Severity::Medium,
+            decision: Some(Decision::Denied),
+            binary: None,
+            pid: None,
+            host: Some("nowhere.example.org".into()),
+            port: None,
+            scheme: None,
+            method: None,
+            path: None,
+            policy: None,
+            engine: Some("dns".into()),
+            reason: Some("no policy endpoint allows it".into()),
+            message: String::new(),
+            dns: Some(super::super::read::DnsFacts {
+                client: "127.0.0.1:60891".into(),
+                qtype: "A".into(),
+                rcode: "REFUSED".into(),
+                answers: Vec::new(),
+            }),
+        };
+        let text = line(&r, Colour::Off);
+        assert!(
+            text.ends_with("DNS:QUERY [MED] DENIED 127.0.0.1:60891 -> nowhere.example.org A REFUSED [policy:- engine:dns] [reason:no policy endpoint allows it]"),
+            "{text}"
+        );
+        let mut summary = Summary::default();
+        summary.add(&r);
+        let table = summary.render();
+        assert!(table.contains("1  nowhere.example.org\n"), "{table}");
+        assert!(!table.contains("127.0.0.1"), "{table}");
     }
 }

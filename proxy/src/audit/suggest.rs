@@ -14,6 +14,9 @@ use std::fmt::Write as _;
 
 use super::read::{Decision, Record};
 
+/// OCSF HTTP Activity: one inspected request.
+const HTTP_ACTIVITY: u64 = 4002;
+
 /// One endpoint being drafted: a host and port, open (`None`) or with these
 /// (method, path) rules.
 type Rules = Option<BTreeSet<(String, String)>>;
@@ -46,12 +49,28 @@ impl Draft {
                 .or_default() += 1;
             return;
         };
+        let request = r.method.as_ref().zip(r.path.as_ref());
+        // A refused request is drafted as exactly that request, never as the whole host: one
+        // whose method or path was not recorded, or whose method the policy language reads as
+        // something wider (`*` is "any method"), is listed instead.
+        let is_request = engine == "l7" || r.class_uid == HTTP_ACTIVITY || r.method.is_some();
+        if is_request && request.is_none() {
+            let why = "refused a request whose method and path were not recorded, so no entry grants only it";
+            *self.skipped.entry(why.to_string()).or_default() += 1;
+            return;
+        }
+        if let Some((m, _)) = request
+            && m == "*"
+        {
+            let why = "refused the method `*`, which a policy rule can only read as every method";
+            *self.skipped.entry(why.to_string()).or_default() += 1;
+            return;
+        }
         self.drafted += 1;
         let ports = self
             .entries
             .entry((binary.clone(), host.to_ascii_lowercase()))
             .or_default();
-        let request = r.method.as_ref().zip(r.path.as_ref());
         match (ports.get_mut(&port), request) {
             // Already open for any request.
             (Some(None), _) => {}
@@ -185,7 +204,7 @@ mod tests {
     fn denied(engine: &str, binary: &str, port: u16, request: Option<(&str, &str)>) -> Record {
         Record {
             time_ms: 0,
-            class_uid: 4002,
+            class_uid: if request.is_some() { 4002 } else { 4001 },
             label: String::new(),
             severity: Severity::Medium,
             decision: Some(Decision::Denied),
@@ -200,7 +219,43 @@ mod tests {
             engine: Some(engine.into()),
             reason: None,
             message: String::new(),
+            dns: None,
         }
+    }
+
+    #[test]
+    fn a_draft_never_grants_more_than_the_refused_request() {
+        // The finding: an L7 refusal of an extension method read back without its method and
+        // became an uninspected grant of the whole host and port.
+        let mut d = Draft::default();
+        d.add(&denied(
+            "l7",
+            "/usr/bin/curl",
+            443,
+            Some(("PROPFIND", "/dav/")),
+        ));
+        d.add(&denied("l7", "/usr/bin/curl", 443, Some(("*", "/x"))));
+        let mut unrecorded = denied("l7", "/usr/bin/curl", 8443, None);
+        unrecorded.class_uid = 4002;
+        d.add(&unrecorded);
+        let text = d.render("audit.jsonl");
+        assert_eq!(d.drafted(), 1, "{text}");
+        let body = text.split("version: 1\n").nth(1).unwrap();
+        assert_eq!(
+            body,
+            "network_policies:\n  suggested_curl_api_example_com:\n    endpoints:\n      - host: \"api.example.com\"\n        port: 443\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {method: \"PROPFIND\", path: \"/dav/\"}\n    binaries:\n      - path: \"/usr/bin/curl\"\n"
+        );
+        assert!(
+            text.contains("# Not drafted: 1 denial(s) refused the method `*`"),
+            "{text}"
+        );
+        assert!(text.contains("# Not drafted: 1 denial(s) refused a request whose method and path were not recorded"), "{text}");
+        // What it drafts loads, and allows exactly the refused request.
+        let source = crate::policy::Source {
+            name: "draft.yaml".into(),
+            text,
+        };
+        crate::policy::load(&[source], crate::policy::Compat::Strict).unwrap();
     }
 
     #[test]

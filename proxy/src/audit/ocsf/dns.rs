@@ -30,6 +30,20 @@ fn rcode(r: DnsRcode) -> (u32, &'static str) {
     }
 }
 
+/// The reply's code whose OCSF `rcode_id` is `id`, reading an event back.
+pub fn rcode_from_id(id: u64) -> Option<DnsRcode> {
+    [
+        DnsRcode::NoError,
+        DnsRcode::FormErr,
+        DnsRcode::ServFail,
+        DnsRcode::NxDomain,
+        DnsRcode::NotImp,
+        DnsRcode::Refused,
+    ]
+    .into_iter()
+    .find(|r| u64::from(rcode(*r).0) == id)
+}
+
 /// The reply's code as DNS tools print it (`NOERROR`, `REFUSED`, ...).
 pub fn rcode_label(r: DnsRcode) -> &'static str {
     match r {
