@@ -14,7 +14,9 @@
 //! any other body (gRPC, protobuf: binary framing that counts bytes) masked with as many `*`,
 //! `Content-Length` dropped (a scrubbed body changes length), and an encoded body refused
 //! (sluice asks for `Accept-Encoding: identity`, see `ask_whole_plain_response`; a compressed
-//! body could hide the secret from the scan), declared or recognised by its magic bytes.
+//! body could hide the secret from the scan), declared or recognised by its first bytes
+//! (`scrub/magic.rs`: every compressed and archive format with a magic number, zlib by its
+//! header arithmetic).
 //! The caller decides which responses come here (those from an endpoint with secrets bound,
 //! see `Bindings::endpoint_secrets`). It knows nothing of sockets or audit: the caller says
 //! what a hit reports.
@@ -31,6 +33,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use zeroize::Zeroizing;
 
+mod magic;
 mod spelling;
 
 use spelling::{Cursor, MAX_SPELLING, Match, Tables, match_at, may_start};
@@ -499,7 +502,7 @@ where
             }
         }
         early = Early::read(&mut body).await;
-        if let Some(format) = compressed(&early.start) {
+        if let magic::Sniff::Compressed(format) = magic::sniff(&early.start) {
             return Err(ScrubError::Undeclared(format));
         }
     }
@@ -553,16 +556,15 @@ impl<E> Default for Early<E> {
     }
 }
 
-/// Enough bytes to tell the compressed formats of `compressed` apart.
-const SNIFF: usize = 6;
-
 impl<E> Early<E> {
     async fn read<B>(body: &mut B) -> Early<E>
     where
         B: Body<Data = Bytes, Error = E> + Unpin,
     {
         let mut early = Early::default();
-        while early.start.len() < SNIFF {
+        // Only as many bytes as it takes to rule every compressed format in or out: a body
+        // that starts `{` or `<` goes on at once (an event stream is not held back).
+        while magic::sniff(&early.start) == magic::Sniff::NeedMore {
             match body.frame().await {
                 None => {
                     early.end = true;
@@ -576,31 +578,13 @@ impl<E> Early<E> {
                     let data = frame.data_ref().cloned();
                     early.frames.push_back(frame);
                     let Some(data) = data else { break };
-                    let room = SNIFF - early.start.len();
+                    let room = magic::MAX - early.start.len();
                     early.start.extend_from_slice(&data[..data.len().min(room)]);
                 }
             }
         }
         early
     }
-}
-
-/// The compressed format a body starting with `start` is in, by its magic bytes: gzip,
-/// zstd, zlib (the usual levels), xz, zip. (Brotli has no magic bytes.)
-fn compressed(start: &[u8]) -> Option<&'static str> {
-    const MAGIC: &[(&[u8], &str)] = &[
-        (&[0x1f, 0x8b], "gzip"),
-        (&[0x28, 0xb5, 0x2f, 0xfd], "zstd"),
-        (&[0x78, 0x01], "zlib"),
-        (&[0x78, 0x9c], "zlib"),
-        (&[0x78, 0xda], "zlib"),
-        (&[0xfd, b'7', b'z', b'X', b'Z', 0x00], "xz"),
-        (b"PK\x03\x04", "zip"),
-    ];
-    MAGIC
-        .iter()
-        .find(|(magic, _)| start.starts_with(magic))
-        .map(|(_, name)| *name)
 }
 
 /// Whether a body of this type is text, where the placeholder can stand in for the secret

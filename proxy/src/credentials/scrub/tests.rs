@@ -478,6 +478,16 @@ async fn a_compressed_body_without_a_declared_encoding_is_refused() {
         (b"x\x9crest", "zlib"),
         (b"\xfd7zXZ\x00rest", "xz"),
         (b"PK\x03\x04rest", "zip"),
+        // The finding: each of these passed unrecognised and the client unpacked the secret.
+        (b"x^\x4b\x4c\x4a\x06\x00", "zlib"),
+        (b"h\x81\x4b\x4c\x4a\x06\x00", "zlib"),
+        (b"BZh91AY&SY", "bzip2"),
+        (b"\x5d\x00\x00\x80\x00\xff\xff", "lzma"),
+        (b"\x04\x22\x4d\x18\x64\x40", "lz4"),
+        (b"\x1f\x9d\x90rest", "compress"),
+        (b"7z\xbc\xaf\x27\x1c\x00\x04", "7z"),
+        (b"PK\x05\x06\x00\x00\x00\x00", "zip"),
+        (b"PK\x07\x08PK\x03\x04", "zip"),
     ] {
         // The magic bytes split over one-byte frames are still seen.
         let frames: Vec<&[u8]> = start.chunks(1).collect();
