@@ -68,22 +68,27 @@ pub(crate) fn parse_stat(contents: &[u8]) -> Option<StatFields> {
     })
 }
 
+/// The value of the `/proc/<pid>/status` line `key` (`Uid:`, `NSpid:`). Lines are taken as
+/// bytes: the `Name:` line is the program's name cut at 15 bytes, which can split a UTF-8
+/// character (a name of bidi or zero-width characters, or any non-ASCII one), so the file as
+/// a whole need not be UTF-8.
+fn status_line<'c>(contents: &'c [u8], key: &[u8]) -> Option<&'c str> {
+    let line = contents
+        .split(|&b| b == b'\n')
+        .find_map(|line| line.strip_prefix(key))?;
+    std::str::from_utf8(line).ok()
+}
+
 /// The real uid from `/proc/<pid>/status` (`Uid:\treal\teffective\tsaved\tfs`).
 pub(crate) fn parse_status_real_uid(contents: &[u8]) -> Option<u32> {
-    let text = std::str::from_utf8(contents).ok()?;
-    let line = text.lines().find_map(|line| line.strip_prefix("Uid:"))?;
+    let line = status_line(contents, b"Uid:")?;
     line.split_ascii_whitespace().next()?.parse().ok()
 }
 
 /// Whether `/proc/<pid>/status` is of a pid namespace's init: the last `NSpid:` column (the
 /// pid in the process's own namespace) is 1. Kernels without `NSpid` have no such line: no.
 pub(crate) fn parse_status_is_namespace_init(contents: &[u8]) -> bool {
-    let Ok(text) = std::str::from_utf8(contents) else {
-        return false;
-    };
-    text.lines()
-        .find_map(|line| line.strip_prefix("NSpid:"))
-        .and_then(|line| line.split_ascii_whitespace().next_back())
+    status_line(contents, b"NSpid:").and_then(|line| line.split_ascii_whitespace().next_back())
         == Some("1")
 }
 

@@ -43,6 +43,17 @@ fn real_uid_is_the_first_uid_column() {
 }
 
 #[test]
+fn a_name_cut_inside_a_utf8_character_does_not_hide_the_other_lines() {
+    // `c` and five U+202A..: the kernel keeps 15 bytes of the name, ending in the first two
+    // bytes of a three-byte character. The finding: such a program was refused at identity.
+    let mut status = b"Name:\tc\xe2\x80\xaa\xe2\x80\xab\xe2\x80\xac\xe2\x80\xad\xe2\x80\n".to_vec();
+    status.extend_from_slice(b"Uid:\t1000\t0\t0\t0\nNSpid:\t77\t1\n");
+    assert!(std::str::from_utf8(&status).is_err());
+    assert_eq!(parse_status_real_uid(&status), Some(1000));
+    assert!(parse_status_is_namespace_init(&status));
+}
+
+#[test]
 fn namespace_init_is_pid_1_in_its_own_namespace() {
     let status = |nspid: &str| format!("Name:\tx\nUid:\t0\t0\t0\t0\n{nspid}\nVmRSS:\t1\n");
     assert!(parse_status_is_namespace_init(

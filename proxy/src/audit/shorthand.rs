@@ -244,12 +244,43 @@ pub(crate) fn push_reason_text(s: &mut String, reason: &str) {
 /// Appends `text` with each control character written as `\u{..}`.
 pub(crate) fn push_clean(s: &mut String, text: &str) {
     for c in text.chars() {
-        if c.is_control() {
+        if c.is_control() || is_invisible_format(c) {
             let _ = write!(s, "\\u{{{:x}}}", u32::from(c));
         } else {
             s.push(c);
         }
     }
+}
+
+/// Unicode format characters (general category Cf, Unicode 15.1) and the line and paragraph
+/// separators: invisible, and able to reorder or split what a reader sees (a right-to-left
+/// override makes `/tmp/evil\u{202e}lru\u{202d}c` read as something else). Escaped like
+/// control characters in every line a person reads.
+pub(crate) fn is_invisible_format(c: char) -> bool {
+    matches!(
+        u32::from(c),
+        0x00AD
+            | 0x0600..=0x0605
+            | 0x061C
+            | 0x06DD
+            | 0x070F
+            | 0x0890..=0x0891
+            | 0x08E2
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x2028..=0x202E
+            | 0x2060..=0x2064
+            | 0x2066..=0x206F
+            | 0xFEFF
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0001
+            | 0xE0020..=0xE007F
+    )
 }
 
 fn action_label(outcome: Outcome) -> &'static str {
@@ -292,6 +323,23 @@ mod tests {
     use super::super::ocsf::samples;
     use super::super::{Engine, Outcome};
     use super::*;
+
+    #[test]
+    fn invisible_format_characters_are_escaped_like_control_characters() {
+        // Bidi overrides and isolates, zero-width characters, line separators, the BOM.
+        let mut s = String::new();
+        push_clean(
+            &mut s,
+            "/tmp/\u{202a}a\u{202e}b\u{2066}c\u{2069}d\u{200b}e\u{200f}f\u{2028}g\u{2029}h\u{feff}i\u{e0041}",
+        );
+        assert_eq!(
+            s,
+            "/tmp/\\u{202a}a\\u{202e}b\\u{2066}c\\u{2069}d\\u{200b}e\\u{200f}f\\u{2028}g\\u{2029}h\\u{feff}i\\u{e0041}"
+        );
+        let mut plain = String::new();
+        push_clean(&mut plain, "/usr/bin/cürl – ok");
+        assert_eq!(plain, "/usr/bin/cürl – ok");
+    }
 
     #[test]
     fn allowed_open() {

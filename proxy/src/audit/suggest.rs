@@ -145,9 +145,24 @@ impl Draft {
     }
 }
 
-/// A YAML double-quoted scalar (JSON string syntax, which YAML reads the same).
+/// A YAML double-quoted scalar (JSON string syntax, which YAML reads the same), with the
+/// invisible format characters escaped (`\u202E`, which YAML reads back as the character),
+/// so the draft a person reviews shows them.
 fn quoted(text: &str) -> String {
-    serde_json::Value::String(text.to_string()).to_string()
+    let json = serde_json::Value::String(text.to_string()).to_string();
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        match u32::from(c) {
+            _ if !super::shorthand::is_invisible_format(c) => out.push(c),
+            n @ ..=0xFFFF => {
+                let _ = write!(out, "\\u{n:04X}");
+            }
+            n => {
+                let _ = write!(out, "\\U{n:08X}");
+            }
+        }
+    }
+    out
 }
 
 /// `text` with the glob characters escaped, so a pattern matches it alone.
@@ -164,7 +179,13 @@ fn escape_glob(text: &str) -> String {
 
 fn one_line(text: &str) -> String {
     text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if c.is_control() || super::shorthand::is_invisible_format(c) {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect()
 }
 
@@ -221,6 +242,34 @@ mod tests {
             message: String::new(),
             dns: None,
         }
+    }
+
+    #[test]
+    fn invisible_format_characters_are_escaped_in_the_draft_and_read_back() {
+        let mut d = Draft::default();
+        let sneaky = "/tmp/\u{202e}lruc\u{202d}\u{200b}/x\u{feff}";
+        d.add(&denied("l4", sneaky, 443, None));
+        let text = d.render("audit.jsonl");
+        assert!(
+            text.contains("\"/tmp/\\u202Elruc\\u202D\\u200B/x\\uFEFF\""),
+            "{text}"
+        );
+        assert!(
+            !text
+                .chars()
+                .any(super::super::shorthand::is_invisible_format),
+            "{text}"
+        );
+        let source = crate::policy::Source {
+            name: "draft.yaml".into(),
+            text,
+        };
+        let loaded = crate::policy::load(&[source], crate::policy::Compat::Strict).unwrap();
+        let entry = &loaded.policy.entries()[0];
+        assert!(
+            format!("{entry:?}").contains(&format!("{sneaky:?}")),
+            "{entry:?}"
+        );
     }
 
     #[test]
