@@ -2,9 +2,7 @@
 //! what it survives with a warning. The real binary, real files; nothing is proxied.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use sluice_e2e::proxy::TempDir;
