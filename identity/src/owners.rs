@@ -353,7 +353,36 @@ impl<'a> OwnerSearch<'a> {
 
     /// Whether `pid` holds the socket; each pid is read at most once per search.
     fn check(&mut self, pid: u32) -> bool {
-        self.check_by(pid, Self::check_dir)
+        if self.checked.contains(&pid) {
+            return self.owners.contains_key(&pid);
+        }
+        if self.reads.spent() {
+            return false;
+        }
+        self.checked.insert(pid);
+        self.reads.process();
+        // Most processes read here do not hold the socket: their table is read without
+        // opening the process first. One that does is opened then, and is an owner only if
+        // the process that has the pid now holds the socket (at that descriptor, or, moved,
+        // anywhere in its table): whoever had the pid during the first read, the owner kept
+        // is one that holds it.
+        let Ok(Some(fd)) = self.proc.table_holding(pid, &self.link, &mut self.reads) else {
+            return false;
+        };
+        let Ok(dir) = self.proc.pid_dir(pid) else {
+            return false;
+        };
+        let fd = if dir.fd_is(fd, &self.link) {
+            fd
+        } else {
+            match dir.holding_fd(&self.link, &mut self.reads) {
+                Ok(Some(fd)) => fd,
+                _ => return false,
+            }
+        };
+        self.fds.insert(pid, fd);
+        self.owners.insert(pid, dir);
+        true
     }
 
     /// [`Self::check`], reading the process opened with `how` ([`Self::check_dir`] or

@@ -271,6 +271,25 @@ impl ProcFs {
         Ok(ProcDir::kept(kept, stat, read_at))
     }
 
+    /// Reads the fd table of the process that has `pid` now (`/proc/<pid>/fd`, opened on its
+    /// own: one `open` fewer than through a [`ProcDir`]) for the socket, as
+    /// [`ProcDir::holding_fd`] does. It names no process beyond this read: a caller that finds
+    /// the socket opens the process and checks the descriptor again through its handle.
+    pub(crate) fn table_holding(
+        &self,
+        pid: u32,
+        link: &SocketLink,
+        reads: &mut Reads,
+    ) -> io::Result<Option<u32>> {
+        let fd_dir = crate::exhaust::openat(
+            &self.root,
+            format!("{pid}/fd").as_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(holding_fd_in(&mut Dir::new(fd_dir)?, link, reads)?)
+    }
+
     /// The owner of `/proc/<pid>`: the process's effective uid (root for a non-dumpable one).
     /// One `statat`, far cheaper than reading the fd table, so it orders the scan.
     pub(crate) fn dir_uid(&self, pid: u32) -> io::Result<u32> {
@@ -565,12 +584,19 @@ impl ProcDir {
     }
 
     fn read_status(&self) -> io::Result<Vec<u8>> {
-        read_at(
-            self.files.dir(),
-            "status",
-            SMALL_FILE_LIMIT,
-            Complete::OnShortRead,
-        )
+        match &self.files {
+            Files::Kept(kept) => read_limited(
+                kept.file(KeptFile::Status)?,
+                SMALL_FILE_LIMIT,
+                Complete::OnShortRead,
+            ),
+            Files::Own(fd) => read_at(
+                fd.as_fd(),
+                "status",
+                SMALL_FILE_LIMIT,
+                Complete::OnShortRead,
+            ),
+        }
     }
 
     pub(crate) fn cmdline(&self) -> io::Result<Vec<String>> {
@@ -580,6 +606,17 @@ impl ProcDir {
     /// The raw `exe` link target (may end in ` (deleted)`).
     pub(crate) fn exe_raw(&self) -> io::Result<String> {
         exe_raw_in(self.files.dir())
+    }
+
+    /// What the executable path `exe` (without ` (deleted)`) is worth for this process (see
+    /// `vouch`): through files kept across lookups, the verdict kept with them is reused when
+    /// it was reached from the same path and file.
+    pub(crate) fn vouch(&self, exe: &str, deleted: bool) -> io::Result<crate::vouch::Vouch> {
+        let remembered = match &self.files {
+            Files::Kept(kept) => Some(kept.vouched()),
+            Files::Own(_) => None,
+        };
+        crate::vouch::vouch(self.files.dir(), exe, deleted, remembered)
     }
 
     /// Children of every thread of the process (a child's parent is the thread that forked it),
