@@ -290,6 +290,26 @@ impl ProcFs {
         Ok(holding_fd_in(&mut Dir::new(fd_dir)?, link, reads)?)
     }
 
+    /// [`Self::table_holding`], with the inodes of every socket in the table when it was read
+    /// in full without finding the socket (`None` otherwise).
+    pub(crate) fn table_sockets(
+        &self,
+        pid: u32,
+        link: &SocketLink,
+        reads: &mut Reads,
+    ) -> io::Result<(Option<u32>, Option<Vec<u64>>)> {
+        let fd_dir = crate::exhaust::openat(
+            &self.root,
+            format!("{pid}/fd").as_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut sockets = Vec::new();
+        let held = holding_fd_noting(&mut Dir::new(fd_dir)?, link, reads, Some(&mut sockets))?;
+        let whole = held.is_none() && !reads.spent();
+        Ok((held, whole.then_some(sockets)))
+    }
+
     /// The owner of `/proc/<pid>`: the process's effective uid (root for a non-dumpable one).
     /// One `statat`, far cheaper than reading the fd table, so it orders the scan.
     pub(crate) fn dir_uid(&self, pid: u32) -> io::Result<u32> {
@@ -801,6 +821,17 @@ fn holding_fd_in(
     link: &SocketLink,
     reads: &mut Reads,
 ) -> rustix::io::Result<Option<u32>> {
+    holding_fd_noting(dir, link, reads, None)
+}
+
+/// [`holding_fd_in`], noting in `sockets` the inode of every socket the table holds (left
+/// as far as it got when the socket is found or the reads are spent).
+fn holding_fd_noting(
+    dir: &mut Dir,
+    link: &SocketLink,
+    reads: &mut Reads,
+    mut sockets: Option<&mut Vec<u64>>,
+) -> rustix::io::Result<Option<u32>> {
     let mut buffer = Vec::with_capacity(64);
     while let Some(entry) = dir.read() {
         let entry = entry?;
@@ -817,6 +848,11 @@ fn holding_fd_in(
                 if link.matches(target.as_bytes()) {
                     return Ok(numeric_name(name.to_bytes()));
                 }
+                if let Some(sockets) = sockets.as_deref_mut()
+                    && let Some(inode) = socket_inode(target.as_bytes())
+                {
+                    sockets.push(inode);
+                }
                 buffer = target.into_bytes();
                 buffer.clear();
             }
@@ -825,6 +861,15 @@ fn holding_fd_in(
         }
     }
     Ok(None)
+}
+
+/// The inode of a `socket:[<inode>]` link target.
+pub(crate) fn socket_inode(target: &[u8]) -> Option<u64> {
+    let digits = target.strip_prefix(b"socket:[")?.strip_suffix(b"]")?;
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 fn fd_is_in(pid_dir: BorrowedFd<'_>, fd: u32, link: &SocketLink) -> bool {
