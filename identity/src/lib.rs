@@ -109,10 +109,11 @@ pub use error::IdentityError;
 /// open-file limit of `open_file_limit`: the `/proc` files of the ancestors it keeps (a tenth
 /// of the limit at most, see the crate documentation), under a limit of 2048 or more the
 /// other `/proc` files of the 16 identified processes it keeps them for, and its netlink
-/// sockets. Besides these, it keeps one per identified process while connections it
-/// identified last (its `/proc/<pid>`), and a lookup opens a few while it runs.
+/// sockets (the diag pool, and the process connector's). Besides these, it keeps one per
+/// identified process while connections it identified last (its `/proc/<pid>`), and a lookup
+/// opens a few while it runs.
 pub fn descriptors_kept(open_file_limit: u64) -> u64 {
-    kept::most_descriptors(open_file_limit) + netns::POOL_SIZE as u64
+    kept::most_descriptors(open_file_limit) + netns::POOL_SIZE as u64 + 1
 }
 pub use identity::{Ancestor, ClientSocket, Identity};
 pub use owners::full_scan_owners;
