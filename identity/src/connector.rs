@@ -206,6 +206,11 @@ impl Connector {
         }
     }
 
+    /// Another descriptor of the socket, for waiting until it has something to read.
+    pub(crate) fn try_clone_fd(&self) -> std::io::Result<OwnedFd> {
+        Ok(rustix::io::fcntl_dupfd_cloexec(&self.socket, 0)?)
+    }
+
     /// Reads every message queued so far; `Err` when the socket broke (then it is useless).
     pub(crate) fn drain(&mut self) -> std::io::Result<Drained> {
         let mut events = Vec::new();

@@ -22,7 +22,11 @@
 //! `connector`), nothing is kept and every sibling is read at every lookup.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::io::Errno;
 
 use crate::connector::{Connector, Drained, Event};
 
@@ -32,12 +36,23 @@ const CAPACITY: usize = 65_536;
 /// Socket inodes kept per table at most: a larger table is read at every lookup.
 const SOCKETS_KEPT: usize = 64;
 
+/// How often the thread that reads the connector between lookups looks whether the
+/// resolver is gone, when no event woke it.
+const WATCH_TIMEOUT_MS: i32 = 1_000;
+
 /// The kept tables, and the connector that keeps them true.
 #[derive(Debug, Default)]
 pub(crate) struct Siblings {
+    /// Made at the first lookup; `None` inside when sluice cannot subscribe.
+    shared: OnceLock<Option<Arc<Shared>>>,
+}
+
+/// What the lookups and the thread that reads events between them share. The state's lock
+/// is taken before the connector's, by both.
+#[derive(Debug)]
+struct Shared {
     state: Mutex<State>,
-    /// Opened at the first lookup; `None` inside when sluice cannot subscribe.
-    connector: OnceLock<Option<Mutex<Connector>>>,
+    connector: Mutex<Connector>,
 }
 
 #[derive(Debug, Default)]
@@ -49,6 +64,8 @@ struct State {
     reading: HashMap<u32, (u32, u64)>,
     /// The sequence at the last loss of events: reads begun before it are not kept.
     lost_at: u64,
+    /// The connector's socket broke: nothing is kept any more.
+    broken: bool,
 }
 
 /// A lookup's reads of sibling tables, begun at `sequence` (see [`Siblings::plan`]).
@@ -94,10 +111,10 @@ impl Siblings {
         plan: Plan,
         read: impl IntoIterator<Item = (u32, Option<Vec<u64>>)>,
     ) {
-        if self.connector.get().is_none_or(Option::is_none) {
+        let Some(Some(shared)) = self.shared.get() else {
             return;
-        }
-        let mut state = lock(&self.state);
+        };
+        let mut state = lock(&shared.state);
         let fresh = plan.sequence >= state.lost_at;
         let mut done: HashMap<u32, Option<Vec<u64>>> = read.into_iter().collect();
         for pid in plan.read {
@@ -122,14 +139,59 @@ impl Siblings {
 
     /// The state with every event so far applied, or `None` when tables cannot be kept.
     fn current(&self) -> Option<MutexGuard<'_, State>> {
-        let connector = self
-            .connector
-            .get_or_init(|| Connector::open().ok().map(Mutex::new))
-            .as_ref()?;
+        let shared = self.shared.get_or_init(Shared::start).as_ref()?;
+        shared.current()
+    }
+}
+
+impl Shared {
+    /// Subscribes, and starts the thread that reads events between lookups (so that a
+    /// lookup on a host that forks a lot does not read them all itself). `None` when sluice
+    /// cannot subscribe or start the thread.
+    fn start() -> Option<Arc<Shared>> {
+        let connector = Connector::open().ok()?;
+        let watched = connector.try_clone_fd().ok()?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            connector: Mutex::new(connector),
+        });
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("sluice-proc-events".into())
+            .spawn(move || Shared::watch(&weak, &watched))
+            .ok()?;
+        Some(shared)
+    }
+
+    /// Reads events as they come until the resolver is gone (or the socket breaks).
+    fn watch(weak: &Weak<Shared>, socket: &OwnedFd) {
+        loop {
+            let mut ready = [PollFd::new(socket, PollFlags::IN)];
+            let waited = rustix::event::poll(&mut ready, Some(&timeout(WATCH_TIMEOUT_MS)));
+            let Some(shared) = weak.upgrade() else {
+                return;
+            };
+            match waited {
+                Ok(0) | Err(Errno::INTR) => {}
+                Ok(_) => {
+                    if shared.current().is_none() {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The state with every event so far applied, or `None` when tables cannot be kept.
+    fn current(&self) -> Option<MutexGuard<'_, State>> {
         let mut state = lock(&self.state);
+        if state.broken {
+            return None;
+        }
         // Drained with the state locked: an event read is applied before anyone else
         // looks at the tables.
-        let drained = lock(connector).drain();
+        let drained = lock(&self.connector).drain();
         match drained {
             Ok(Drained::All(events)) => {
                 for event in events {
@@ -144,10 +206,18 @@ impl Siblings {
             Err(_) => {
                 // The socket broke: no table can be trusted from here on.
                 state.forget_all();
-                state.tables.shrink_to_fit();
+                state.broken = true;
                 None
             }
         }
+    }
+}
+
+/// A poll timeout of `ms` milliseconds.
+fn timeout(ms: i32) -> rustix::event::Timespec {
+    rustix::event::Timespec {
+        tv_sec: i64::from(ms / 1_000),
+        tv_nsec: i64::from(ms % 1_000) * 1_000_000,
     }
 }
 
