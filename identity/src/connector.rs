@@ -124,11 +124,31 @@ pub(crate) fn parse(message: &[u8]) -> Option<Message> {
     })
 }
 
+/// The last sequence number seen from each CPU: the kernel numbers each CPU's events one
+/// after another, so a number that does not follow the last says events were dropped.
+#[derive(Debug, Default)]
+pub(crate) struct Numbering(HashMap<u32, u32>);
+
+impl Numbering {
+    /// Notes the number of a message from `cpu`; `false` when it does not follow the last
+    /// one noted from that CPU (the first from a CPU follows nothing, and passes).
+    pub(crate) fn follows(&mut self, cpu: u32, sequence: u32) -> bool {
+        self.0
+            .insert(cpu, sequence)
+            .is_none_or(|last| sequence == last.wrapping_add(1))
+    }
+
+    /// Forgets every number (the kernel dropped messages: nothing follows from before).
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 /// The subscribed socket, and the last sequence number seen from each CPU.
 #[derive(Debug)]
 pub(crate) struct Connector {
     socket: OwnedFd,
-    last: HashMap<u32, u32>,
+    last: Numbering,
     buffer: Vec<u8>,
 }
 
@@ -163,7 +183,7 @@ impl Connector {
         rustix::net::send(&socket, &request, SendFlags::empty())?;
         let mut connector = Self {
             socket,
-            last: HashMap::new(),
+            last: Numbering::default(),
             buffer: vec![0; 256],
         };
         connector.await_answer()?;
@@ -180,8 +200,8 @@ impl Connector {
                     let Some(parsed) = parse(self.buffer.get(..length).unwrap_or_default()) else {
                         continue;
                     };
-                    // Numbered like the events: counted, so that gaps after it show.
-                    self.last.insert(parsed.cpu, parsed.sequence);
+                    // Numbered like the events: noted, so that gaps after it show.
+                    self.last.follows(parsed.cpu, parsed.sequence);
                     match parsed.says {
                         Says::Answer(0) => return Ok(()),
                         Says::Answer(error) => {
@@ -221,8 +241,7 @@ impl Connector {
                     let Some(parsed) = parse(self.buffer.get(..length).unwrap_or_default()) else {
                         continue;
                     };
-                    let previous = self.last.insert(parsed.cpu, parsed.sequence);
-                    if previous.is_some_and(|last| parsed.sequence != last.wrapping_add(1)) {
+                    if !self.last.follows(parsed.cpu, parsed.sequence) {
                         lost = true;
                     }
                     if let Says::Event(event) = parsed.says {
@@ -264,6 +283,23 @@ mod tests {
             m.extend_from_slice(&word.to_ne_bytes());
         }
         m
+    }
+
+    #[test]
+    fn a_gap_in_a_cpus_numbers_is_a_loss() {
+        let mut numbering = Numbering::default();
+        assert!(numbering.follows(0, 41));
+        assert!(numbering.follows(0, 42));
+        assert!(numbering.follows(1, 7));
+        assert!(numbering.follows(0, 43));
+        // Event 44 of CPU 0 was dropped.
+        assert!(!numbering.follows(0, 45));
+        assert!(numbering.follows(0, 46));
+        // The numbers wrap.
+        assert!(numbering.follows(2, u32::MAX));
+        assert!(numbering.follows(2, 0));
+        numbering.clear();
+        assert!(numbering.follows(1, 100));
     }
 
     #[test]
