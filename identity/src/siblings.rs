@@ -43,16 +43,18 @@ const WATCH_TIMEOUT_MS: i32 = 1_000;
 /// The kept tables, and the connector that keeps them true.
 #[derive(Debug, Default)]
 pub(crate) struct Siblings {
-    /// Made at the first lookup; `None` inside when sluice cannot subscribe.
-    shared: OnceLock<Option<Arc<Shared>>>,
+    /// Made at the first lookup, which starts the thread that subscribes.
+    shared: OnceLock<Arc<Shared>>,
 }
 
 /// What the lookups and the thread that reads events between them share. The state's lock
 /// is taken before the connector's, by both.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Shared {
     state: Mutex<State>,
-    connector: Mutex<Connector>,
+    /// Set by the thread once subscribed (until then, and for good where sluice cannot
+    /// subscribe, lookups read every sibling).
+    connector: OnceLock<Mutex<Connector>>,
 }
 
 #[derive(Debug, Default)]
@@ -64,16 +66,17 @@ struct State {
     reading: HashMap<u32, (u32, u64)>,
     /// The sequence at the last loss of events: reads begun before it are not kept.
     lost_at: u64,
-    /// The connector's socket broke: nothing is kept any more.
+    /// The connector's socket broke, or it could not be opened: nothing is kept.
     broken: bool,
 }
 
-/// A lookup's reads of sibling tables, begun at `sequence` (see [`Siblings::plan`]).
+/// A lookup's reads of sibling tables, begun at `sequence` (see [`Siblings::plan`]); `None`
+/// when no table may be kept from them (made before the connector was subscribed).
 #[derive(Debug)]
 pub(crate) struct Plan {
     /// The children to read now.
     pub(crate) read: Vec<u32>,
-    sequence: u64,
+    sequence: Option<u64>,
 }
 
 impl Siblings {
@@ -84,7 +87,7 @@ impl Siblings {
         let Some(mut state) = self.current() else {
             return Plan {
                 read: children,
-                sequence: 0,
+                sequence: None,
             };
         };
         let sequence = state.sequence;
@@ -100,7 +103,10 @@ impl Siblings {
             state.reading.entry(child).or_insert((0, 0)).0 += 1;
             read.push(child);
         }
-        Plan { read, sequence }
+        Plan {
+            read,
+            sequence: Some(sequence),
+        }
     }
 
     /// Keeps what the reads of `plan` found: for each pid read in full, the socket inodes of
@@ -111,18 +117,18 @@ impl Siblings {
         plan: Plan,
         read: impl IntoIterator<Item = (u32, Option<Vec<u64>>)>,
     ) {
-        let Some(Some(shared)) = self.shared.get() else {
+        let (Some(shared), Some(sequence)) = (self.shared.get(), plan.sequence) else {
             return;
         };
         let mut state = lock(&shared.state);
-        let fresh = plan.sequence >= state.lost_at;
+        let fresh = sequence >= state.lost_at;
         let mut done: HashMap<u32, Option<Vec<u64>>> = read.into_iter().collect();
         for pid in plan.read {
             let Some((readers, last_event)) = state.reading.get_mut(&pid) else {
                 continue;
             };
             *readers -= 1;
-            let unchanged = *last_event <= plan.sequence;
+            let unchanged = *last_event <= sequence;
             if *readers == 0 {
                 state.reading.remove(&pid);
             }
@@ -139,28 +145,40 @@ impl Siblings {
 
     /// The state with every event so far applied, or `None` when tables cannot be kept.
     fn current(&self) -> Option<MutexGuard<'_, State>> {
-        let shared = self.shared.get_or_init(Shared::start).as_ref()?;
-        shared.current()
+        self.shared.get_or_init(Shared::start).current()
     }
 }
 
 impl Shared {
-    /// Subscribes, and starts the thread that reads events between lookups (so that a
-    /// lookup on a host that forks a lot does not read them all itself). `None` when sluice
-    /// cannot subscribe or start the thread.
-    fn start() -> Option<Arc<Shared>> {
-        let connector = Connector::open().ok()?;
-        let watched = connector.try_clone_fd().ok()?;
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            connector: Mutex::new(connector),
-        });
+    /// Starts the thread that subscribes and then reads events between lookups (so that a
+    /// lookup waits neither for the kernel's answer to the subscription nor, on a host that
+    /// forks a lot, for reading every event since the last lookup).
+    fn start() -> Arc<Shared> {
+        let shared = Arc::new(Shared::default());
         let weak = Arc::downgrade(&shared);
-        std::thread::Builder::new()
+        let started = std::thread::Builder::new()
             .name("sluice-proc-events".into())
-            .spawn(move || Shared::watch(&weak, &watched))
-            .ok()?;
-        Some(shared)
+            .spawn(move || Shared::subscribe_and_watch(&weak));
+        if started.is_err() {
+            lock(&shared.state).broken = true;
+        }
+        shared
+    }
+
+    fn subscribe_and_watch(weak: &Weak<Shared>) {
+        let subscribed =
+            Connector::open().and_then(|connector| Ok((connector.try_clone_fd()?, connector)));
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        match subscribed {
+            Ok((watched, connector)) => {
+                let _ = shared.connector.set(Mutex::new(connector));
+                drop(shared);
+                Shared::watch(weak, &watched);
+            }
+            Err(_) => lock(&shared.state).broken = true,
+        }
     }
 
     /// Reads events as they come until the resolver is gone (or the socket breaks).
@@ -185,13 +203,14 @@ impl Shared {
 
     /// The state with every event so far applied, or `None` when tables cannot be kept.
     fn current(&self) -> Option<MutexGuard<'_, State>> {
+        let connector = self.connector.get()?;
         let mut state = lock(&self.state);
         if state.broken {
             return None;
         }
         // Drained with the state locked: an event read is applied before anyone else
         // looks at the tables.
-        let drained = lock(&self.connector).drain();
+        let drained = lock(connector).drain();
         match drained {
             Ok(Drained::All(events)) => {
                 for event in events {

@@ -40,7 +40,9 @@ fn second_lookup(script: &str) -> (Family, Vec<String>, Result<u32, IdentityErro
     let resolver = resolver();
     let first = resolver.lookup(peer, local).unwrap();
     assert_eq!(first.ancestors[0].pid, parent.pid());
-    // Twice: the second reads the sibling through what the first kept.
+    // Again, once the resolver has subscribed to the process connector (a thread the first
+    // lookup starts does it): this one keeps the sibling's table.
+    std::thread::sleep(std::time::Duration::from_millis(300));
     assert_eq!(resolver.lookup(peer, local).unwrap().pid, first.pid);
     parent.send_line("go");
     let (_second, peer2, local2) = accept(&listener);
