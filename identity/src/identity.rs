@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::error::IdentityError;
 use crate::procfs::{Parents, Pinned, ProcDir, ProcFs, SocketLink, is_gone, strip_deleted};
 use crate::reads::Reads;
-use crate::vouch::{Vouch, vouch};
+use crate::vouch::Vouch;
 
 /// Ancestor hops walked at most (the reference's bound).
 pub(crate) const MAX_ANCESTORS: usize = 64;
@@ -200,7 +200,7 @@ pub(crate) fn read_identity(
     let stat = owner.stat().map_err(failed)?;
     let (exe, exe_deleted) = read_exe(owner)?;
     // A path that may not name the file the process runs is not judged at all (`vouch`).
-    match vouch(owner, &exe, exe_deleted).map_err(failed)? {
+    match owner.vouch(&exe, exe_deleted).map_err(failed)? {
         Vouch::Believed => {}
         Vouch::OtherUserNamespace => return Err(IdentityError::OtherUserNamespace { pid, exe }),
         Vouch::OtherFile => return Err(IdentityError::OtherFile { pid, exe }),
@@ -344,7 +344,7 @@ fn next_ancestor<'a>(
         // entry's binaries.
         let exe = dir.exe_raw().map(|raw| {
             let (exe, deleted) = strip_deleted(raw, exists);
-            match vouch(dir, &exe, deleted) {
+            match dir.vouch(&exe, deleted) {
                 Ok(Vouch::Believed) => exe,
                 _ => String::new(),
             }

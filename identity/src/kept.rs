@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
 use rustix::fs::{Dir, Mode, OFlags};
 
-/// Processes kept at most (each holds up to five descriptors, and a process with several
-/// threads up to [`THREADS_KEPT`] more: 208 in all); the least recently used one is closed to
+/// Processes kept at most (each holds up to six descriptors, and a process with several
+/// threads up to [`THREADS_KEPT`] more: 224 in all); the least recently used one is closed to
 /// make room. A client's ancestors below init are a handful.
 pub(crate) const CAPACITY: usize = 16;
 /// Open-file limit per process kept: the descriptors kept stay under a tenth of the limit, so
@@ -41,11 +41,14 @@ pub(crate) struct KeptFiles {
     dir: OwnedFd,
     stat: OwnedFd,
     cmdline: OnceLock<OwnedFd>,
+    status: OnceLock<OwnedFd>,
     /// `task/<pid>/children`: the children of the thread whose tid is the pid.
     children: OnceLock<OwnedFd>,
     fd_dir: KeptDir,
     threads: Mutex<Threads>,
     namespace_init: OnceLock<bool>,
+    /// The last verdict on its executable path (see `vouch::Remembered`).
+    vouched: crate::vouch::Remembered,
     last_used: AtomicU64,
     /// When it was opened (see `order`): taken after its files were opened.
     opened: u64,
@@ -55,6 +58,7 @@ pub(crate) struct KeptFiles {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum KeptFile {
     Cmdline,
+    Status,
     Children,
 }
 
@@ -65,10 +69,12 @@ impl KeptFiles {
             dir,
             stat,
             cmdline: OnceLock::new(),
+            status: OnceLock::new(),
             children: OnceLock::new(),
             fd_dir: KeptDir::default(),
             threads: Mutex::new(Threads::default()),
             namespace_init: OnceLock::new(),
+            vouched: crate::vouch::Remembered::default(),
             last_used: AtomicU64::new(0),
             opened: crate::order::next(),
         }
@@ -94,6 +100,7 @@ impl KeptFiles {
     pub(crate) fn file(&self, file: KeptFile) -> rustix::io::Result<BorrowedFd<'_>> {
         let (cell, name) = match file {
             KeptFile::Cmdline => (&self.cmdline, String::from("cmdline")),
+            KeptFile::Status => (&self.status, String::from("status")),
             KeptFile::Children => (&self.children, format!("task/{}/children", self.pid)),
         };
         if let Some(fd) = cell.get() {
@@ -136,6 +143,11 @@ impl KeptFiles {
             Err(TryLockError::WouldBlock) => return None,
         };
         Some(read(&mut threads))
+    }
+
+    /// The last verdict on its executable path, and what it was reached from.
+    pub(crate) fn vouched(&self) -> &crate::vouch::Remembered {
+        &self.vouched
     }
 
     /// Whether the process is its pid namespace's init, computed once by `compute`.
@@ -225,10 +237,29 @@ impl KeptProcs {
 
 /// How many processes may be kept now: [`CAPACITY`], fewer under a low open-file limit.
 fn capacity() -> usize {
+    capacity_under(open_file_limit())
+}
+
+/// How long the open-file limit read last is used before it is read again: a lookup asks for
+/// it at every process it keeps (eight `getrlimit` calls a lookup, where it was read each
+/// time), and it changes only when sluice sets it, at start.
+const LIMIT_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The soft open-file limit, read at most once per [`LIMIT_FOR`].
+fn open_file_limit() -> u64 {
+    static READ: Mutex<Option<(std::time::Instant, u64)>> = Mutex::new(None);
+    let now = std::time::Instant::now();
+    let mut read = lock(&READ);
+    if let Some((at, limit)) = *read
+        && now.saturating_duration_since(at) < LIMIT_FOR
+    {
+        return limit;
+    }
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
         .unwrap_or(u64::MAX);
-    capacity_under(limit)
+    *read = Some((now, limit));
+    limit
 }
 
 fn capacity_under(limit: u64) -> usize {
@@ -265,10 +296,10 @@ impl Drop for PinnedFilesSlot {
     }
 }
 
-/// Descriptors one kept process holds at most: `/proc/<pid>`, `stat`, `cmdline`,
+/// Descriptors one kept process holds at most: `/proc/<pid>`, `stat`, `cmdline`, `status`,
 /// `children`, the fd directory, and the `task/` listing with [`THREADS_KEPT`] threads'
 /// `children` files.
-const DESCRIPTORS_PER_PROCESS: usize = 5 + THREADS_KEPT;
+const DESCRIPTORS_PER_PROCESS: usize = 6 + THREADS_KEPT;
 
 /// The most descriptors kept processes hold under an open-file limit of `limit`: the
 /// ancestors kept, and the files kept with pinned processes beside their `/proc/<pid>` (see
@@ -335,8 +366,8 @@ mod tests {
     #[test]
     fn the_descriptors_kept_stay_within_a_tenth_of_the_limit() {
         assert_eq!(most_descriptors(100), 0);
-        assert_eq!(most_descriptors(1024), 8 * 13);
-        assert_eq!(most_descriptors(1 << 20), 208 + 16 * 12);
+        assert_eq!(most_descriptors(1024), 8 * 14);
+        assert_eq!(most_descriptors(1 << 20), 224 + 16 * 13);
         for limit in [128, 600, 1024, 4096, 65536] {
             assert!(most_descriptors(limit) <= limit / 9, "{limit}");
         }

@@ -32,6 +32,11 @@
 //! files its re-checks read), and the `/proc` files of the
 //! last 16 ancestors met, used only after a read through them succeeds); what a process is, is
 //! read again for every lookup because execve and reparenting change it under the same pid.
+//! Two things are kept beside it, each used only while what it was reached from is unchanged:
+//! the verdict on a kept process's executable path (module `vouch`: same path, same file,
+//! read again with its user namespace at every lookup), and the sockets each sibling held
+//! when its fd table was last read (module `siblings`: while the process connector says its
+//! pid still names that process, and only for the sockets it could hold by fork).
 //! [`IdentityResolver::confirm`] reads through the kept handle, which the kernel ties to the
 //! process it was opened for (a pid reused since is not it): one `readlink` of the descriptor
 //! the process last held the socket under and one of its `exe`.
@@ -42,9 +47,10 @@
 //!   (so a creator that handed the socket down through a helper that closed its copy is
 //!   found), the children of each ancestor, and every holder's descendants. A socket passed
 //!   with SCM_RIGHTS (or `pidfd_getfd`) to an unrelated process that keeps its own copy is not
-//!   searched for, nor is one that reached a cousin through an ancestor and an uncle that have
-//!   both since closed their copies, nor one whose holders were reparented to init (the
-//!   reference's full scan would see them).
+//!   searched for, nor one passed to a sibling (a child of an ancestor that does not hold it)
+//!   whose fd table an earlier lookup read and kept (module `siblings`), nor one that reached
+//!   a cousin through an ancestor and an uncle that have both since closed their copies, nor
+//!   one whose holders were reparented to init (the reference's full scan would see them).
 //! - A lookup says who held the socket at that moment. A socket can be handed to another
 //!   process and back between two moments (while it is in flight in an SCM_RIGHTS message no
 //!   process holds it), so the proxy identifies a connection when it is accepted and re-checks
@@ -52,8 +58,11 @@
 //!   requests arrive and while a tunnel lasts. What no check from `/proc` can see: code
 //!   running inside the identified process (`LD_PRELOAD`, ptrace), and a socket that an
 //!   unrelated process holds as well at every check.
-//! - Completing the owner set reads the fd table of every sibling of the topmost owner, so a
-//!   client whose parent has thousands of children costs about as much as a full scan.
+//! - Completing the owner set reads the `children` of every ancestor, and the fd table of
+//!   every sibling that no earlier lookup kept (module `siblings`): where sluice cannot
+//!   subscribe to the process connector (no `CAP_NET_ADMIN`, or not in the initial PID and
+//!   network namespaces), every sibling's table at every lookup, so that a client whose
+//!   parent has thousands of children then costs about as much as a full scan.
 //! - The proxy's own process is never searched: a client's socket cannot reach it.
 //! - A lookup, confirmation or re-check during which a `/proc` file or the netlink socket
 //!   could not be opened for want of descriptors (`EMFILE`, `ENFILE`) fails with
@@ -78,6 +87,7 @@
 //!   client dialled, not the redirect target the proxy accepted on.
 #![forbid(unsafe_code)]
 
+mod connector;
 mod diag;
 mod error;
 mod exhaust;
@@ -90,6 +100,7 @@ mod procfs;
 mod reads;
 mod recent;
 mod resolver;
+mod siblings;
 mod vouch;
 
 pub use error::IdentityError;
@@ -98,10 +109,11 @@ pub use error::IdentityError;
 /// open-file limit of `open_file_limit`: the `/proc` files of the ancestors it keeps (a tenth
 /// of the limit at most, see the crate documentation), under a limit of 2048 or more the
 /// other `/proc` files of the 16 identified processes it keeps them for, and its netlink
-/// sockets. Besides these, it keeps one per identified process while connections it
-/// identified last (its `/proc/<pid>`), and a lookup opens a few while it runs.
+/// sockets (the diag pool, and the process connector's). Besides these, it keeps one per
+/// identified process while connections it identified last (its `/proc/<pid>`), and a lookup
+/// opens a few while it runs.
 pub fn descriptors_kept(open_file_limit: u64) -> u64 {
-    kept::most_descriptors(open_file_limit) + netns::POOL_SIZE as u64
+    kept::most_descriptors(open_file_limit) + netns::POOL_SIZE as u64 + 1
 }
 pub use identity::{Ancestor, ClientSocket, Identity};
 pub use owners::full_scan_owners;

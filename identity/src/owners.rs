@@ -14,8 +14,9 @@
 //! its parent's siblings, and so on up), and the descendants of every owner found. Fork is the
 //! only way a socket reaches another process that this search follows; see the crate
 //! documentation for what it does not. The cost of that completion grows with the number of
-//! children of the client's ancestors: a client whose parent has thousands of children pays
-//! for reading each of their fd tables.
+//! children of the client's ancestors: each ancestor's `children` are listed at every lookup,
+//! and a sibling's fd table is read when no earlier lookup kept it (`siblings`; without the
+//! process connector, at every lookup).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -25,6 +26,7 @@ use std::sync::Arc;
 use crate::procfs::{Parents, Pinned, ProcDir, ProcFs, SocketLink};
 use crate::reads::Reads;
 use crate::recent::RecentPid;
+use crate::siblings::Siblings;
 
 /// Newest children of each recent client checked before the scan (the scan covers the rest).
 const RECENT_CHILDREN_LIMIT: usize = 8;
@@ -80,6 +82,10 @@ pub(crate) struct OwnerSearch<'a> {
     /// Processes identified before and still kept for their connections: a recent client
     /// among them is read through the files kept with it.
     pinned: Vec<Arc<Pinned>>,
+    /// The socket's inode.
+    inode: u64,
+    /// The sibling tables kept across lookups, when this search may use them.
+    kept_siblings: Option<&'a Siblings>,
 }
 
 impl<'a> OwnerSearch<'a> {
@@ -98,7 +104,15 @@ impl<'a> OwnerSearch<'a> {
             siblings: true,
             parents: Parents::default(),
             pinned: Vec::new(),
+            inode,
+            kept_siblings: None,
         }
+    }
+
+    /// Reads siblings through the tables `kept` keeps across lookups (see `siblings`).
+    pub(crate) fn with_kept_siblings(mut self, kept: &'a Siblings) -> Self {
+        self.kept_siblings = Some(kept);
+        self
     }
 
     /// Reads the recent clients among `pinned` through the files kept with them.
@@ -288,11 +302,8 @@ impl<'a> OwnerSearch<'a> {
                         }
                         match dir.children() {
                             Ok(children) => {
-                                for child in children.into_iter().rev() {
-                                    if self.check(child) {
-                                        to_expand.push(child);
-                                    }
-                                }
+                                let holding = self.holding_children(children);
+                                to_expand.extend(holding);
                             }
                             Err(_) => children_unreadable = true,
                         }
@@ -353,7 +364,92 @@ impl<'a> OwnerSearch<'a> {
 
     /// Whether `pid` holds the socket; each pid is read at most once per search.
     fn check(&mut self, pid: u32) -> bool {
-        self.check_by(pid, Self::check_dir)
+        if self.checked.contains(&pid) {
+            return self.owners.contains_key(&pid);
+        }
+        if self.reads.spent() {
+            return false;
+        }
+        self.checked.insert(pid);
+        self.reads.process();
+        let Ok(Some(fd)) = self.proc.table_holding(pid, &self.link, &mut self.reads) else {
+            return false;
+        };
+        self.own_if_holding(pid, fd)
+    }
+
+    /// [`Self::check`] of a sibling (a child of an ancestor that does not hold the socket):
+    /// whether it holds it, and the inodes of the sockets its table holds when it was read in
+    /// full without it (for `siblings` to keep).
+    fn check_sibling(&mut self, pid: u32) -> (bool, Option<Vec<u64>>) {
+        if self.checked.contains(&pid) {
+            return (self.owners.contains_key(&pid), None);
+        }
+        if self.reads.spent() {
+            return (false, None);
+        }
+        self.checked.insert(pid);
+        self.reads.process();
+        match self.proc.table_sockets(pid, &self.link, &mut self.reads) {
+            Ok((Some(fd), _)) => (self.own_if_holding(pid, fd), None),
+            Ok((None, sockets)) => (false, sockets),
+            Err(_) => (false, None),
+        }
+    }
+
+    /// The children of a non-holding ancestor that hold the socket, newest first: each is
+    /// read, except those whose table `siblings` kept from an earlier lookup without the
+    /// socket (see `siblings` for why they need not be).
+    fn holding_children(&mut self, children: Vec<u32>) -> Vec<u32> {
+        let mut holding = Vec::new();
+        let mut unread = Vec::new();
+        for child in children.into_iter().rev() {
+            if self.checked.contains(&child) {
+                if self.owners.contains_key(&child) {
+                    holding.push(child);
+                }
+            } else {
+                unread.push(child);
+            }
+        }
+        let Some(kept) = self.kept_siblings else {
+            holding.extend(unread.into_iter().filter(|child| self.check(*child)));
+            return holding;
+        };
+        let plan = kept.plan(unread, self.inode);
+        let mut read = Vec::with_capacity(plan.read.len());
+        for child in &plan.read {
+            let (holds, sockets) = self.check_sibling(*child);
+            if holds {
+                holding.push(*child);
+            }
+            read.push((*child, sockets));
+        }
+        kept.record(plan, read);
+        holding
+    }
+
+    /// Makes `pid` an owner if the process that has it now holds the socket (at `fd`, where
+    /// a read of its table found it, or, moved, anywhere in its table).
+    fn own_if_holding(&mut self, pid: u32, fd: u32) -> bool {
+        // Most processes read do not hold the socket: their table is read without opening
+        // the process first. One that does is opened now, and is an owner only if the
+        // process that has the pid now holds the socket: whoever had the pid during the
+        // first read, the owner kept is one that holds it.
+        let Ok(dir) = self.proc.pid_dir(pid) else {
+            return false;
+        };
+        let fd = if dir.fd_is(fd, &self.link) {
+            fd
+        } else {
+            match dir.holding_fd(&self.link, &mut self.reads) {
+                Ok(Some(fd)) => fd,
+                _ => return false,
+            }
+        };
+        self.fds.insert(pid, fd);
+        self.owners.insert(pid, dir);
+        true
     }
 
     /// [`Self::check`], reading the process opened with `how` ([`Self::check_dir`] or

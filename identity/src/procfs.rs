@@ -276,6 +276,45 @@ impl ProcFs {
         Ok(ProcDir::kept(kept, stat, read_at))
     }
 
+    /// Reads the fd table of the process that has `pid` now (`/proc/<pid>/fd`, opened on its
+    /// own: one `open` fewer than through a [`ProcDir`]) for the socket, as
+    /// [`ProcDir::holding_fd`] does. It names no process beyond this read: a caller that finds
+    /// the socket opens the process and checks the descriptor again through its handle.
+    pub(crate) fn table_holding(
+        &self,
+        pid: u32,
+        link: &SocketLink,
+        reads: &mut Reads,
+    ) -> io::Result<Option<u32>> {
+        let fd_dir = crate::exhaust::openat(
+            &self.root,
+            format!("{pid}/fd").as_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(holding_fd_in(&mut Dir::new(fd_dir)?, link, reads)?)
+    }
+
+    /// [`Self::table_holding`], with the inodes of every socket in the table when it was read
+    /// in full without finding the socket (`None` otherwise).
+    pub(crate) fn table_sockets(
+        &self,
+        pid: u32,
+        link: &SocketLink,
+        reads: &mut Reads,
+    ) -> io::Result<(Option<u32>, Option<Vec<u64>>)> {
+        let fd_dir = crate::exhaust::openat(
+            &self.root,
+            format!("{pid}/fd").as_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut sockets = Vec::new();
+        let held = holding_fd_noting(&mut Dir::new(fd_dir)?, link, reads, Some(&mut sockets))?;
+        let whole = held.is_none() && !reads.spent();
+        Ok((held, whole.then_some(sockets)))
+    }
+
     /// The owner of `/proc/<pid>`: the process's effective uid (root for a non-dumpable one).
     /// One `statat`, far cheaper than reading the fd table, so it orders the scan.
     pub(crate) fn dir_uid(&self, pid: u32) -> io::Result<u32> {
@@ -570,12 +609,19 @@ impl ProcDir {
     }
 
     fn read_status(&self) -> io::Result<Vec<u8>> {
-        read_at(
-            self.files.dir(),
-            "status",
-            SMALL_FILE_LIMIT,
-            Complete::OnShortRead,
-        )
+        match &self.files {
+            Files::Kept(kept) => read_limited(
+                kept.file(KeptFile::Status)?,
+                SMALL_FILE_LIMIT,
+                Complete::OnShortRead,
+            ),
+            Files::Own(fd) => read_at(
+                fd.as_fd(),
+                "status",
+                SMALL_FILE_LIMIT,
+                Complete::OnShortRead,
+            ),
+        }
     }
 
     pub(crate) fn cmdline(&self) -> io::Result<Vec<String>> {
@@ -585,6 +631,17 @@ impl ProcDir {
     /// The raw `exe` link target (may end in ` (deleted)`).
     pub(crate) fn exe_raw(&self) -> io::Result<String> {
         exe_raw_in(self.files.dir())
+    }
+
+    /// What the executable path `exe` (without ` (deleted)`) is worth for this process (see
+    /// `vouch`): through files kept across lookups, the verdict kept with them is reused when
+    /// it was reached from the same path and file.
+    pub(crate) fn vouch(&self, exe: &str, deleted: bool) -> io::Result<crate::vouch::Vouch> {
+        let remembered = match &self.files {
+            Files::Kept(kept) => Some(kept.vouched()),
+            Files::Own(_) => None,
+        };
+        crate::vouch::vouch(self.files.dir(), exe, deleted, remembered)
     }
 
     /// Children of every thread of the process (a child's parent is the thread that forked it),
@@ -769,6 +826,17 @@ fn holding_fd_in(
     link: &SocketLink,
     reads: &mut Reads,
 ) -> rustix::io::Result<Option<u32>> {
+    holding_fd_noting(dir, link, reads, None)
+}
+
+/// [`holding_fd_in`], noting in `sockets` the inode of every socket the table holds (left
+/// as far as it got when the socket is found or the reads are spent).
+fn holding_fd_noting(
+    dir: &mut Dir,
+    link: &SocketLink,
+    reads: &mut Reads,
+    mut sockets: Option<&mut Vec<u64>>,
+) -> rustix::io::Result<Option<u32>> {
     let mut buffer = Vec::with_capacity(64);
     while let Some(entry) = dir.read() {
         let entry = entry?;
@@ -785,6 +853,11 @@ fn holding_fd_in(
                 if link.matches(target.as_bytes()) {
                     return Ok(numeric_name(name.to_bytes()));
                 }
+                if let Some(sockets) = sockets.as_deref_mut()
+                    && let Some(inode) = socket_inode(target.as_bytes())
+                {
+                    sockets.push(inode);
+                }
                 buffer = target.into_bytes();
                 buffer.clear();
             }
@@ -793,6 +866,15 @@ fn holding_fd_in(
         }
     }
     Ok(None)
+}
+
+/// The inode of a `socket:[<inode>]` link target.
+pub(crate) fn socket_inode(target: &[u8]) -> Option<u64> {
+    let digits = target.strip_prefix(b"socket:[")?.strip_suffix(b"]")?;
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 fn fd_is_in(pid_dir: BorrowedFd<'_>, fd: u32, link: &SocketLink) -> bool {

@@ -23,6 +23,7 @@ use crate::owners::OwnerSearch;
 use crate::procfs::{Pinned, ProcDir, ProcFs, SocketLink};
 use crate::reads::Reads;
 use crate::recent::{RecentPid, RecentPids};
+use crate::siblings::Siblings;
 
 /// How the resolver finds processes and sockets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +58,8 @@ pub struct IdentityResolver {
     recent: Mutex<RecentPids>,
     /// Identified processes kept open for their connections' later checks.
     pins: Mutex<Pins>,
+    /// The sockets each sibling of a caller held when last read (`siblings`).
+    siblings: Siblings,
     own_pid: u32,
 }
 
@@ -77,6 +80,7 @@ impl IdentityResolver {
                 by_pid: HashMap::new(),
                 sweep_at: PINS_SWEEP_MIN,
             }),
+            siblings: Siblings::default(),
             own_pid: std::process::id(),
         }
     }
@@ -136,6 +140,7 @@ impl IdentityResolver {
         let pinned = self.pinned(&recent);
         let Some(found) = OwnerSearch::new(proc, socket.inode, self.own_pid)
             .with_pinned(pinned)
+            .with_kept_siblings(&self.siblings)
             .capping_recent_tables()
             .within(limit)
             .run(&recent, socket.uid)

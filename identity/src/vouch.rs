@@ -27,7 +27,7 @@
 
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use rustix::fs::{AtFlags, StatxFlags};
 
@@ -48,32 +48,105 @@ fn file_id(st: &rustix::fs::Stat) -> (u64, u64) {
     (st.st_dev, st.st_ino)
 }
 
-/// sluice's own user namespace (`/proc/self/ns/user`), read once.
-fn own_user_namespace() -> io::Result<(u64, u64)> {
-    static OWN: OnceLock<Option<(u64, u64)>> = OnceLock::new();
+/// sluice's own user namespace, as `/proc/self/ns/user` reads (`user:[<inode>]`), read once.
+/// The inode names one namespace among those alive, and sluice's is alive while it runs, so
+/// another process whose link reads the same is in it. (A `readlink` of the link costs half
+/// a `stat` of it, which makes the namespace's file first.)
+fn own_user_namespace() -> io::Result<&'static [u8]> {
+    static OWN: OnceLock<Option<Vec<u8>>> = OnceLock::new();
     OWN.get_or_init(|| {
-        rustix::fs::stat("/proc/self/ns/user")
+        rustix::fs::readlink("/proc/self/ns/user", Vec::new())
             .ok()
-            .map(|st| file_id(&st))
+            .map(|target| target.into_bytes())
     })
+    .as_deref()
     .ok_or_else(|| {
         io::Error::other("sluice's own user namespace (/proc/self/ns/user) cannot be read")
     })
 }
 
+/// A verdict kept with a process's files across lookups (`kept`), with what it was reached
+/// from: the executable path as `/proc` showed it and the file the process ran (device and
+/// inode of its `exe` link). It is used again only for the same process (the files it is
+/// kept with fail every read once their process is gone, whatever later takes its pid) when
+/// both read the same now, and only after its user namespace has been read again: an
+/// `execve`, or a new `exe` link set with `prctl(PR_SET_MM_MAP)` (which needs a user
+/// namespace of the process's own), changes one of the three. What the path would resolve
+/// to later does not change what the process runs, which is what the verdict is about.
+#[derive(Debug, Default)]
+pub(crate) struct Remembered(Mutex<Option<Memo>>);
+
+#[derive(Debug, Clone)]
+struct Memo {
+    exe: String,
+    deleted: bool,
+    file: (u64, u64),
+    verdict: Vouch,
+}
+
+impl Remembered {
+    fn get(&self, exe: &str, deleted: bool, file: (u64, u64)) -> Option<Vouch> {
+        let memo = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        memo.as_ref()
+            .filter(|memo| memo.exe == exe && memo.deleted == deleted && memo.file == file)
+            .map(|memo| memo.verdict)
+    }
+
+    fn set(&self, exe: &str, deleted: bool, file: (u64, u64), verdict: Vouch) {
+        // One assignment: a panicking holder leaves it whole.
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Memo {
+            exe: exe.to_owned(),
+            deleted,
+            file,
+            verdict,
+        });
+    }
+}
+
 /// Checks the process of `pid_dir` (its `/proc/<pid>`) against its executable path `exe`
 /// (without ` (deleted)`; `deleted`: it had it). A few `stat`s; an unreadable `/proc` file is
-/// an error (the caller fails closed).
-pub(crate) fn vouch(pid_dir: impl AsFd, exe: &str, deleted: bool) -> io::Result<Vouch> {
+/// an error (the caller fails closed). With `remembered`, the verdict it holds for the same
+/// executable (see [`Remembered`]) is reused and the one reached here kept: then the check
+/// costs a `readlink` of the process's user namespace and a `stat` of its `exe`.
+pub(crate) fn vouch(
+    pid_dir: impl AsFd,
+    exe: &str,
+    deleted: bool,
+    remembered: Option<&Remembered>,
+) -> io::Result<Vouch> {
     let dir = pid_dir.as_fd();
-    let theirs = rustix::fs::statat(dir, "ns/user", AtFlags::empty())?;
-    if file_id(&theirs) != own_user_namespace()? {
+    let theirs = rustix::fs::readlinkat(dir, "ns/user", Vec::with_capacity(32))?;
+    if theirs.as_bytes() != own_user_namespace()? {
         return Ok(Vouch::OtherUserNamespace);
     }
     if !exe.starts_with('/') {
         return Ok(Vouch::Believed);
     }
-    let named = if deleted {
+    let runs = file_id(&rustix::fs::statat(dir, "exe", AtFlags::empty())?);
+    if let Some(verdict) = remembered.and_then(|memo| memo.get(exe, deleted, runs)) {
+        return Ok(verdict);
+    }
+    let verdict = if named(dir, exe, deleted, runs)? {
+        Vouch::Believed
+    } else {
+        Vouch::OtherFile
+    };
+    if let Some(memo) = remembered {
+        memo.set(exe, deleted, runs, verdict);
+    }
+    Ok(verdict)
+}
+
+/// Whether `exe` names the file the process runs (`runs`: its `exe` link's device and
+/// inode), in sluice's view or in the process's own root; deleted, whether it was run from
+/// the mount its path's directory (or the nearest one above that exists) is on.
+fn named(
+    dir: std::os::fd::BorrowedFd<'_>,
+    exe: &str,
+    deleted: bool,
+    runs: (u64, u64),
+) -> io::Result<bool> {
+    Ok(if deleted {
         let mount = |at, path: &str| {
             rustix::fs::statx(at, path, AtFlags::empty(), StatxFlags::MNT_ID)
                 .ok()
@@ -82,7 +155,7 @@ pub(crate) fn vouch(pid_dir: impl AsFd, exe: &str, deleted: bool) -> io::Result<
         };
         let runs = rustix::fs::statx(dir, "exe", AtFlags::empty(), StatxFlags::MNT_ID)?;
         if runs.stx_mask & StatxFlags::MNT_ID.bits() == 0 {
-            return Ok(Vouch::OtherFile);
+            return Ok(false);
         }
         // The nearest directory above the file that exists, in one root.
         let above = |at, prefix: &str| {
@@ -102,7 +175,6 @@ pub(crate) fn vouch(pid_dir: impl AsFd, exe: &str, deleted: bool) -> io::Result<
         };
         [above(rustix::fs::CWD, ""), above(dir, "root")].contains(&Some(runs.stx_mnt_id))
     } else {
-        let runs = file_id(&rustix::fs::statat(dir, "exe", AtFlags::empty())?);
         let id = |at, path: &str| {
             rustix::fs::statat(at, path, AtFlags::empty())
                 .ok()
@@ -110,11 +182,6 @@ pub(crate) fn vouch(pid_dir: impl AsFd, exe: &str, deleted: bool) -> io::Result<
         };
         let in_theirs = format!("root{exe}");
         [id(rustix::fs::CWD, exe), id(dir, &in_theirs)].contains(&Some(runs))
-    };
-    Ok(if named {
-        Vouch::Believed
-    } else {
-        Vouch::OtherFile
     })
 }
 
@@ -127,18 +194,59 @@ mod tests {
         let dir = std::fs::File::open("/proc/self").unwrap();
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let exe = exe.to_str().unwrap();
-        assert_eq!(vouch(&dir, exe, false).unwrap(), Vouch::Believed);
+        assert_eq!(vouch(&dir, exe, false, None).unwrap(), Vouch::Believed);
         // Another program's path is not this process's file.
-        assert_eq!(vouch(&dir, "/bin/sh", false).unwrap(), Vouch::OtherFile);
         assert_eq!(
-            vouch(&dir, "/no/such/program", false).unwrap(),
+            vouch(&dir, "/bin/sh", false, None).unwrap(),
+            Vouch::OtherFile
+        );
+        assert_eq!(
+            vouch(&dir, "/no/such/program", false, None).unwrap(),
             Vouch::OtherFile
         );
         // Taken as deleted: this process's mount is the one its path's directory is on, or
         // the nearest directory above it that exists.
-        assert_eq!(vouch(&dir, exe, true).unwrap(), Vouch::Believed);
+        assert_eq!(vouch(&dir, exe, true, None).unwrap(), Vouch::Believed);
         let gone = format!("{}/gone/deeper/prog", exe.rsplit_once('/').unwrap().0);
-        assert_eq!(vouch(&dir, &gone, true).unwrap(), Vouch::Believed);
-        assert_eq!(vouch(&dir, "/proc/x", true).unwrap(), Vouch::OtherFile);
+        assert_eq!(vouch(&dir, &gone, true, None).unwrap(), Vouch::Believed);
+        assert_eq!(
+            vouch(&dir, "/proc/x", true, None).unwrap(),
+            Vouch::OtherFile
+        );
+    }
+
+    /// A kept verdict is used for the executable it was reached from only: another path, or
+    /// the same path naming another file, is judged again (and remembered in its place).
+    #[test]
+    fn a_remembered_verdict_is_for_one_path_and_file() {
+        let dir = std::fs::File::open("/proc/self").unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let exe = exe.to_str().unwrap();
+        let runs = file_id(&rustix::fs::stat("/proc/self/exe").unwrap());
+        let memo = Remembered::default();
+        assert_eq!(
+            vouch(&dir, exe, false, Some(&memo)).unwrap(),
+            Vouch::Believed
+        );
+        assert_eq!(memo.get(exe, false, runs), Some(Vouch::Believed));
+        // A verdict remembered for this path from another file (a made-up one) is not this
+        // file's: the path is judged again, and names this file.
+        memo.set(exe, false, (runs.0, runs.1 ^ 1), Vouch::OtherFile);
+        assert_eq!(
+            vouch(&dir, exe, false, Some(&memo)).unwrap(),
+            Vouch::Believed
+        );
+        // A wrong verdict remembered for this very path and file would be reused: the memo
+        // is load-bearing, and what keys it is what the tests above vary.
+        memo.set("/bin/sh", false, runs, Vouch::Believed);
+        assert_eq!(
+            vouch(&dir, "/bin/sh", false, Some(&memo)).unwrap(),
+            Vouch::Believed
+        );
+        assert_eq!(
+            vouch(&dir, "/bin/sh", false, None).unwrap(),
+            Vouch::OtherFile
+        );
+        assert_eq!(memo.get("/bin/sh", true, runs), None);
     }
 }
