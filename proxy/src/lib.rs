@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod audit;
+pub mod checked_file;
 pub mod cli;
 pub mod credentials;
 pub mod dns;

@@ -159,6 +159,43 @@ pub(super) struct RunArgs {
         conflicts_with_all = ["policies", "providers", "secrets_file", "dns_listen"]
     )]
     pub tenants: Option<String>,
+    /// The CA that signs the leaves sluice presents, instead of the ephemeral one: a PEM
+    /// file whose first certificate is the CA (a root or an intermediate) and the rest its
+    /// chain (served with every leaf and by `GET /ca.pem`). Every replica given the same CA
+    /// issues leaves that verify under it. Read again on reload (rotation).
+    #[arg(long, value_name = "FILE", requires = "ca_key")]
+    pub ca_cert: Option<std::path::PathBuf>,
+    /// The CA's private key (PKCS#8 PEM): a regular file owned by sluice's user, mode 0600
+    /// or stricter, not a symbolic link. Kept in memory only, never written anywhere.
+    #[arg(long, value_name = "FILE", requires = "ca_cert")]
+    pub ca_key: Option<std::path::PathBuf>,
+    /// Peers (a load balancer) that send a PROXY protocol header (v1 or v2) before each
+    /// connection's bytes: the client's address it carries is the one tenants, limits,
+    /// audit and metrics see. Required from these peers, refused from every other. Repeat
+    /// for more. Needs --tenants.
+    #[arg(long = "proxy-protocol-from", value_name = "CIDR", value_parser = parse_cidr, requires = "tenants")]
+    pub proxy_protocol_from: Vec<ipnet::IpNet>,
+    /// The proxy itself over TLS (`curl --proxy https://...`): the same explicit proxy as
+    /// --listen, its hop encrypted with --tls-cert and --tls-key. Repeat for more.
+    #[arg(long = "tls-listen", value_name = "ADDR", value_parser = parse_listen, requires_all = ["tls_cert", "tls_key"])]
+    pub tls_listen: Vec<SocketAddr>,
+    /// The certificate chain (PEM) the TLS listener presents.
+    #[arg(long, value_name = "FILE", requires = "tls_listen")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The TLS listener's private key (PEM: PKCS#8, SEC1 or PKCS#1), a private file as for
+    /// --ca-key.
+    #[arg(long, value_name = "FILE", requires = "tls_listen")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// CA certificates (PEM) whose client certificates the TLS listener accepts: a tenant's
+    /// `client_certs` then name it by subject or SPIFFE ID. A certificate from another CA is
+    /// refused in the handshake.
+    #[arg(long, value_name = "FILE", requires = "tls_listen")]
+    pub client_ca: Option<std::path::PathBuf>,
+    /// On SIGTERM: `/readyz` answers 503 at once, the listeners stop accepting, requests and
+    /// tunnels in flight finish for up to this long; the rest are then closed (each close
+    /// audited with why) and sluice exits 0.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
 }
 
 impl RunArgs {
@@ -202,6 +239,14 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
             "`{s}` is not IP:PORT, [IPv6]:PORT or localhost:PORT"
         )),
     }
+}
+
+/// A CIDR block (`10.0.0.0/8`, `fd00::/64`) or one address.
+fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
+    s.parse::<ipnet::IpNet>()
+        .map(|n| n.trunc())
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("`{s}` is not a CIDR block (10.0.0.0/8) or an address"))
 }
 
 /// `10s`, `500ms`, `2m`, `1h`, or a number of seconds.
@@ -379,7 +424,8 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             "sluice: WARNING: --allow-loopback-upstream is on: policies may reach loopback addresses (127.0.0.0/8, ::1). This is for tests; never use it in production."
         );
     }
-    let (tls, ca_files) = match tls_state(args) {
+    let operator_ca = config.ca.clone();
+    let (tls, ca_files) = match tls_state(args, operator_ca) {
         Ok((t, files)) => (Some(t), files),
         Err(e) => match e.exit_code() {
             Some(code) => {
@@ -500,7 +546,7 @@ async fn serve(args: RunArgs) -> ExitCode {
         Ok(p) => p,
         Err(code) => return code,
     };
-    if ca_files.is_none() {
+    if ca_files.is_none() && args.ca_cert.is_none() {
         let inspected_in = |policy: &crate::policy::Policy| {
             policy
                 .entries()
@@ -637,7 +683,8 @@ async fn serve(args: RunArgs) -> ExitCode {
         ));
     }
     let reloader =
-        super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor);
+        super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor)
+            .with_ca_dir(args.ca_dir.clone());
     tokio::spawn(super::reload::watch(
         Arc::new(reloader),
         hup,
@@ -744,11 +791,12 @@ impl TlsSetupError {
     }
 }
 
-/// The ephemeral CA (its certificates written to `--ca-dir`), the leaf cache and the
-/// upstream trust roots.
+/// The CA (the operator's `operator`, else an ephemeral one; its certificates written to
+/// `--ca-dir`), the leaf cache and the upstream trust roots.
 #[allow(clippy::type_complexity)] // (state, written files)
 fn tls_state(
     args: &RunArgs,
+    operator: Option<Arc<crate::tls::ca::Ca>>,
 ) -> Result<
     (
         crate::pipeline::TlsState,
@@ -758,7 +806,10 @@ fn tls_state(
 > {
     use crate::tls::{ca::Ca, server::Terminator, upstream::UpstreamTls};
     let upstream = UpstreamTls::new(&args.upstream_cas).map_err(TlsSetupError::UpstreamCa)?;
-    let ca = Arc::new(Ca::generate()?);
+    let ca = match operator {
+        Some(ca) => ca,
+        None => Arc::new(Ca::generate()?),
+    };
     let mut files = None;
     if let Some(dir) = &args.ca_dir {
         let (ca_file, bundle) = ca.write_files(dir)?;
@@ -803,6 +854,13 @@ pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
         secrets_file: args.secrets_file.clone(),
         compat: args.compat,
         tenants: args.tenants.clone(),
+        ca: match (&args.ca_cert, &args.ca_key) {
+            (Some(cert), Some(key)) => Some(super::config::CaFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        },
     }
 }
 
@@ -822,7 +880,8 @@ mod tests {
 
     #[test]
     fn an_unusable_upstream_ca_stops_the_proxy_with_a_usage_error() {
-        let err = tls_state(&run_args(&["--upstream-ca", "/nonexistent/ca.pem"])).unwrap_err();
+        let err =
+            tls_state(&run_args(&["--upstream-ca", "/nonexistent/ca.pem"]), None).unwrap_err();
         assert!(matches!(err, TlsSetupError::UpstreamCa(_)), "{err:?}");
         assert_eq!(err.exit_code(), Some(2));
         assert!(err.to_string().starts_with("--upstream-ca: "), "{err}");
@@ -830,7 +889,7 @@ mod tests {
 
     #[test]
     fn an_unwritable_ca_dir_leaves_the_proxy_running_without_termination() {
-        let err = tls_state(&run_args(&["--ca-dir", "/dev/null/ca"])).unwrap_err();
+        let err = tls_state(&run_args(&["--ca-dir", "/dev/null/ca"]), None).unwrap_err();
         assert!(
             matches!(err, TlsSetupError::Ca(CaError::Write { .. })),
             "{err:?}"

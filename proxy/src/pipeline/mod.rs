@@ -187,7 +187,8 @@ pub const CA_PATH: &str = "/ca.pem";
 fn ca_response(shared: &Shared) -> Vec<u8> {
     match &shared.tls {
         Some(tls) => {
-            let pem = tls.terminator.ca_pem();
+            let ca = tls.terminator.ca();
+            let pem = ca.cert_pem();
             format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/x-pem-file\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{pem}",
                 pem.len()
