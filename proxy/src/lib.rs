@@ -15,6 +15,7 @@ pub mod checked_file;
 pub mod cli;
 pub mod credentials;
 pub mod dns;
+pub mod drain;
 pub mod fuzz;
 pub mod http;
 pub mod listen;

@@ -295,13 +295,16 @@ pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<
                 redactor.merge(&c.bindings.redactor());
                 warnings.extend(c.policy_warnings.iter().map(ToString::to_string));
                 warnings.extend(c.credential_warnings);
-                tenants.push(Tenant::new(
-                    Arc::clone(&spec.name),
-                    spec.sources.clone(),
-                    auth,
-                    Arc::new(c.policy),
-                    Arc::new(c.bindings),
-                ));
+                tenants.push(
+                    Tenant::new(
+                        Arc::clone(&spec.name),
+                        spec.sources.clone(),
+                        auth,
+                        Arc::new(c.policy),
+                        Arc::new(c.bindings),
+                    )
+                    .with_certs(spec.certs.iter().map(|(m, _)| m.clone()).collect()),
+                );
             }
             Err(e) => {
                 errors.push(format!("{}: tenant `{}`: {e}:", spec.location, spec.name));

@@ -3,7 +3,9 @@
 //! Owns the translation of `run` flags into a running proxy (the high-level config is the
 //! `pipeline::Shared` it builds), start-up reporting (what is listening, loud warnings for
 //! test-only switches), the policy-load and lifecycle audit events, reloading on SIGHUP and file
-//! changes (`reload.rs`), and shutdown on SIGINT or SIGTERM.
+//! changes (`reload.rs`), and shutdown on SIGINT or SIGTERM: a drain (`/readyz` 503, the
+//! listeners stop accepting, the work in flight finishes within `--drain-timeout`, the rest
+//! is stopped with a reason its close events carry), then exit 0.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -570,6 +572,14 @@ async fn serve(args: RunArgs) -> ExitCode {
         }
     }
     raise_fd_limit(args.max_connections);
+    let hop = match hop_of(&args) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    warn_about_the_hop(&args, &shared.tenants.load(), hop.is_some());
     let hup = super::reload::hangup();
     let mut listeners = Vec::new();
     let defaults = [SocketAddr::from(([127, 0, 0, 1], 3128))];
@@ -613,8 +623,27 @@ async fn serve(args: RunArgs) -> ExitCode {
             }
         }
     }
+    let mut tls_listeners = Vec::new();
+    for addr in &args.tls_listen {
+        match listen::bind(*addr) {
+            Ok(l) => {
+                let actual = l
+                    .local_addr()
+                    .map_or_else(|_| addr.to_string(), |a| a.to_string());
+                eprintln!(
+                    "sluice: listening on {actual} (explicit proxy over TLS: curl --proxy https://)"
+                );
+                tls_listeners.push(l);
+            }
+            Err(e) => {
+                eprintln!("sluice: cannot listen on {addr}: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     let addrs: Vec<String> = listeners
         .iter()
+        .chain(&tls_listeners)
         .chain(&transparent)
         .filter_map(|l| l.local_addr().ok())
         .map(|a| a.to_string())
@@ -627,6 +656,7 @@ async fn serve(args: RunArgs) -> ExitCode {
     }));
     let mut own_listeners: Vec<SocketAddr> = listeners
         .iter()
+        .chain(&tls_listeners)
         .chain(&transparent)
         .filter_map(|l| l.local_addr().ok())
         .collect();
@@ -651,14 +681,50 @@ async fn serve(args: RunArgs) -> ExitCode {
     }
     // One connection limit for every listener, explicit and transparent.
     let slots = Arc::new(tokio::sync::Semaphore::new(shared.limits.max_connections));
+    let plain = Arc::new(listen::front::Front {
+        proxy_from: args.proxy_protocol_from.clone(),
+        hop: None,
+    });
     for l in listeners {
+        if plain.proxy_from.is_empty() {
+            tokio::spawn(listen::accept_entry(
+                l,
+                Arc::clone(&shared),
+                Arc::clone(&slots),
+                listen::Overload::Answer,
+                crate::pipeline::serve,
+            ));
+            continue;
+        }
+        let front = Arc::clone(&plain);
         tokio::spawn(listen::accept_entry(
             l,
             Arc::clone(&shared),
             Arc::clone(&slots),
             listen::Overload::Answer,
-            crate::pipeline::serve,
+            move |shared, stream, peer, local| {
+                listen::front::serve(shared, Arc::clone(&front), stream, peer, local)
+            },
         ));
+    }
+    if let Some(hop) = hop {
+        let front = Arc::new(listen::front::Front {
+            proxy_from: args.proxy_protocol_from.clone(),
+            hop: Some(Arc::new(hop)),
+        });
+        for l in tls_listeners {
+            let front = Arc::clone(&front);
+            // Past the limit, closed: a TLS client cannot read a plain `503`.
+            tokio::spawn(listen::accept_entry(
+                l,
+                Arc::clone(&shared),
+                Arc::clone(&slots),
+                listen::Overload::Close,
+                move |shared, stream, peer, local| {
+                    listen::front::serve(shared, Arc::clone(&front), stream, peer, local)
+                },
+            ));
+        }
     }
     let context = Arc::new(crate::transparent::listener::Context {
         dns_table,
@@ -692,17 +758,118 @@ async fn serve(args: RunArgs) -> ExitCode {
     ));
     crate::metrics::set_ready(true);
     let reason = shutdown_signal().await;
+    // Not ready at once: a balancer sends no new client here.
     crate::metrics::set_ready(false);
+    shared.drain.begin();
+    eprintln!(
+        "sluice: {reason}: draining: /readyz answers 503, the listeners stop accepting, requests and tunnels in flight have {} s to finish",
+        args.drain_timeout.as_secs_f64()
+    );
+    let drained = drain(&shared, &slots, args.drain_timeout).await;
+    eprintln!("sluice: {drained}");
     audit.emit(&audit::Event::Lifecycle(audit::Lifecycle {
         time: SystemTime::now(),
         started: false,
         version: env!("CARGO_PKG_VERSION"),
-        message: format!("sluice stopped ({reason})"),
+        message: format!("sluice stopped ({reason}; {drained})"),
     }));
     crate::otlp::flush(Duration::from_secs(5));
     // Everything audited is on disk before the process exits.
     audit.flush();
     ExitCode::SUCCESS
+}
+
+/// How a drain ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Drained {
+    /// Everything in flight finished in time.
+    Finished,
+    /// The time ran out: this many connections were stopped.
+    Stopped(usize),
+    /// A second signal ended the drain early.
+    Interrupted,
+}
+
+impl std::fmt::Display for Drained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Drained::Finished => {
+                f.write_str("drained: every request and tunnel in flight finished")
+            }
+            Drained::Stopped(n) => write!(
+                f,
+                "drain timeout: {n} connection(s) still open were closed (each close audited with why)"
+            ),
+            Drained::Interrupted => f.write_str("drain cut short by a second signal"),
+        }
+    }
+}
+
+/// Waits until every connection has ended (each holds one of `slots` while it lasts), at
+/// most `timeout`; then stops the live ones that remain, with a reason their close events
+/// carry, and waits briefly for those events. A second SIGTERM or SIGINT ends the wait.
+async fn drain(shared: &Shared, slots: &tokio::sync::Semaphore, timeout: Duration) -> Drained {
+    let all = u32::try_from(shared.limits.max_connections).unwrap_or(u32::MAX);
+    let finished = async {
+        if tokio::time::timeout(timeout, slots.acquire_many(all))
+            .await
+            .is_ok()
+        {
+            return Drained::Finished;
+        }
+        let why = format!(
+            "sluice is shutting down: the drain timeout ({} s) passed",
+            timeout.as_secs_f64()
+        );
+        let stopped = shared.stop_all(&why);
+        // Their close events are written as they end.
+        let _ = tokio::time::timeout(Duration::from_secs(5), slots.acquire_many(all)).await;
+        Drained::Stopped(stopped)
+    };
+    tokio::select! {
+        drained = finished => drained,
+        _ = shutdown_signal() => Drained::Interrupted,
+    }
+}
+
+/// The TLS proxy hop of `--tls-listen`, when asked for.
+fn hop_of(args: &RunArgs) -> Result<Option<listen::hop::Hop>, listen::hop::HopError> {
+    if args.tls_listen.is_empty() {
+        return Ok(None);
+    }
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        // clap requires both with --tls-listen.
+        return Ok(None);
+    };
+    listen::hop::Hop::load(cert, key, args.client_ca.as_deref()).map(Some)
+}
+
+/// Says at start what the hop cannot do as configured: tenants' passwords sent in the clear
+/// to a listener other clients can reach, and tenants known by certificates nobody can
+/// present.
+fn warn_about_the_hop(args: &RunArgs, tenants: &crate::tenants::Table, client_ca: bool) {
+    let by_password = tenants.tenants().iter().filter(|t| t.has_auth()).count();
+    let open: Vec<String> = args
+        .listen
+        .iter()
+        .filter(|a| !a.ip().is_loopback())
+        .map(ToString::to_string)
+        .collect();
+    if by_password > 0 && !open.is_empty() {
+        eprintln!(
+            "sluice: WARNING: {by_password} tenant(s) send proxy passwords (Proxy-Authorization: Basic), and {} accepts them in cleartext from other hosts: use --tls-listen for them",
+            open.join(", ")
+        );
+    }
+    let client_ca = client_ca && args.client_ca.is_some();
+    for t in tenants.tenants().iter().filter(|t| t.has_certs()) {
+        if !client_ca {
+            eprintln!(
+                "sluice: WARNING: tenant {} is known by client certificates, and no --tls-listen with --client-ca asks for one: it cannot connect",
+                t.name
+            );
+        }
+    }
 }
 
 /// Binds every `--dns-listen` address (UDP and TCP) and serves the policy DNS there,

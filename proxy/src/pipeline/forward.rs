@@ -182,7 +182,7 @@ where
                     // is dropped like every `Proxy-*` header).
                     caller::reconfirm(s.shared, &mut s.caller).await;
                     if matches!(s.route, Route::Forward) {
-                        caller::by_credentials(s.shared, &mut s.caller, s.conn.peer, &h, false);
+                        caller::by_credentials(s.shared, &mut s.caller, s.conn, &h, false);
                     }
                     h
                 }
@@ -225,21 +225,34 @@ where
     let deadline = tokio::time::Instant::now() + shared.limits.keepalive_timeout;
     let limit = shared.limits.max_head_bytes;
     if buf.is_empty() {
+        // A draining sluice serves no new request on a kept-alive connection: it closes it
+        // now rather than wait for one (the client's next request opens a new connection,
+        // to a replica that is not draining).
+        if shared.drain.is_draining() {
+            return None;
+        }
         // The last request's buffer goes; the first bytes of the next are read into one of
         // their size (`read_head` grows it if the head needs more).
         *buf = BytesMut::new();
-        let first =
+        let waiting = async {
             match tokio::time::timeout(lease::RELEASE_AFTER, read_first(rd, buf, limit)).await {
-                Ok(read) => read,
+                Ok(read) => Some(read),
                 Err(_) => {
                     if let Route::Tunnel(t) = route {
                         t.release(shared);
                     }
                     tokio::time::timeout_at(deadline, read_first(rd, buf, limit))
                         .await
-                        .ok()?
+                        .ok()
                 }
-            };
+            }
+        };
+        // Biased: a request that has arrived is served, not dropped for the drain.
+        let first = tokio::select! {
+            biased;
+            first = waiting => first?,
+            () = shared.drain.started() => return None,
+        };
         if !matches!(first, Ok(n) if n > 0) {
             return None;
         }
