@@ -19,6 +19,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// A longer one is refused rather than buffered.
 pub const MAX_HEADER: usize = 16 + 2048;
 
+/// The longest v1 header, CRLF included (the spec's 107 bytes).
+const V1_MAX: usize = 107;
+
 /// The first bytes of a version 2 header.
 const V2_SIGNATURE: &[u8] = b"\r\n\r\n\0\r\nQUIT\n";
 
@@ -97,6 +100,21 @@ pub fn parse(buf: &[u8]) -> Result<Option<(Carried, usize)>, HeaderError> {
     }
     if !is_header(buf) {
         return Err(HeaderError::Missing);
+    }
+    // A v1 header is one line: until its CRLF has come, it is cut (whatever a cut field
+    // would parse as), within the 107 bytes the spec allows it.
+    if buf[0] == b'P'
+        && !buf[..buf.len().min(V1_MAX)]
+            .windows(2)
+            .any(|w| w == b"\r\n")
+    {
+        return if buf.len() >= V1_MAX {
+            Err(HeaderError::Malformed(format!(
+                "a v1 header longer than {V1_MAX} bytes"
+            )))
+        } else {
+            Ok(None)
+        };
     }
     let result = HeaderResult::parse(buf);
     if result.is_incomplete() {

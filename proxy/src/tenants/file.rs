@@ -395,10 +395,13 @@ impl Reader<'_> {
         let mut out = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let at = format!("{path}[{i}]");
+            let before = self.diags.error_count();
             let Some(fields) = self.fields(item, &at, CERT_FIELDS) else {
                 continue;
             };
-            if fields.len() != 1 {
+            // Only unknown fields: said already.
+            let unknown_only = fields.is_empty() && self.diags.error_count() > before;
+            if fields.len() != 1 && !unknown_only {
                 self.error(
                     item.pos,
                     &at,
@@ -406,7 +409,7 @@ impl Reader<'_> {
                 );
                 continue;
             }
-            for (key, value) in fields {
+            for (key, value) in fields.into_iter().take(1) {
                 let field = join_field(&at, key);
                 let Some(text) = self.string(value, &field) else {
                     continue;
@@ -630,35 +633,35 @@ mod tests {
         assert_eq!(specs[0].certs.len(), 2);
         assert_eq!(specs[1].certs.len(), 1);
         let errors = read_text(
-            "tenants:\n  - name: a\n    client_certs:\n      - subject: agent\n      - spiffe_id: https://example.org/a\n      - {subject: x, spiffe_id: spiffe://e.org/x}\n      - issuer: y\n    policy: a.yaml\n  - name: b\n    client_certs: [{subject: agent}]\n    policy: b.yaml\n  - name: c\n    client_certs: []\n    policy: c.yaml\n",
+            "tenants:\n  - name: a\n    client_certs: [{subject: agent}]\n    policy: a.yaml\n  - name: b\n    client_certs:\n      - subject: agent\n    policy: b.yaml\n  - name: c\n    client_certs:\n      - spiffe_id: https://example.org/a\n      - {subject: x, spiffe_id: spiffe://e.org/x}\n      - issuer: y\n    policy: c.yaml\n  - name: d\n    client_certs: []\n    policy: d.yaml\n",
         )
         .unwrap_err()
         .join("\n");
         assert!(
             errors.contains(
-                ":5:20: tenants[0].client_certs[1].spiffe_id: a SPIFFE ID starts with `spiffe://`"
+                ":7:18: tenants[1].client_certs[0]: subject CN=agent is also tenant `a`'s (line 3)"
             ),
             "{errors}"
         );
         assert!(
             errors.contains(
-                "tenants[0].client_certs[2]: give exactly one of `subject` or `spiffe_id`"
+                ":11:20: tenants[2].client_certs[0].spiffe_id: a SPIFFE ID starts with `spiffe://`"
             ),
-            "{errors}"
-        );
-        assert!(
-            errors.contains("tenants[0].client_certs[3].issuer: unknown field `issuer`"),
             "{errors}"
         );
         assert!(
             errors.contains(
-                "tenants[1].client_certs[0]: subject CN=agent is also tenant `a`'s (line 4)"
+                "tenants[2].client_certs[1]: give exactly one of `subject` or `spiffe_id`"
             ),
+            "{errors}"
+        );
+        assert!(
+            errors.contains("tenants[2].client_certs[2].issuer: unknown field `issuer`"),
             "{errors}"
         );
         assert!(
             errors
-                .contains("tenants[2].client_certs: an empty `client_certs` names no certificate"),
+                .contains("tenants[3].client_certs: an empty `client_certs` names no certificate"),
             "{errors}"
         );
         // A tenant known only by its certificate needs no address or password.

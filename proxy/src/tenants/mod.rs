@@ -646,10 +646,12 @@ mod tests {
     fn a_client_certificate_names_its_tenant_and_credentials_must_agree() {
         let table = cert_table();
         let name = |r: Result<Arc<Tenant>, NoTenant>| r.map(|t| t.name.to_string());
-        let at = |peer: &str, cert: &PeerCert| Presented {
-            peer: ip(peer),
-            cert: Some(cert),
-        };
+        fn at<'c>(peer: &str, cert: &'c PeerCert) -> Presented<'c> {
+            Presented {
+                peer: ip(peer),
+                cert: Some(cert),
+            }
+        }
         let svid = peer_cert("runner", Some("spiffe://example.org/ci"));
         assert_eq!(
             name(table.identify(at("192.0.2.1", &svid), None)),
