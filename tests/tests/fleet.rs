@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sluice_e2e::fleet::{self, FleetCa};
-use sluice_e2e::gateway::{self, ALPHA, Answer, BETA, curl_via};
+use sluice_e2e::gateway::{self, ALPHA, Answer, curl_via};
 use sluice_e2e::origin::{HttpOrigin, HttpsOrigin};
 use sluice_e2e::proxy::{Sluice, TempDir};
 

@@ -395,7 +395,7 @@ print(r.status_code)
     assert!(
         replicas[1..]
             .iter()
-            .any(|r| sluice_e2e::gateway::audit_text(r).contains("reflect-slow"))
+            .any(|r| gateway::audit_text(r).contains("reflect-slow"))
     );
     drop(lb);
 }

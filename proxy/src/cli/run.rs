@@ -581,6 +581,7 @@ async fn serve(args: RunArgs) -> ExitCode {
     };
     warn_about_the_hop(&args, &shared.tenants.load(), hop.is_some());
     let hup = super::reload::hangup();
+    let mut shutdown = Shutdown::register();
     let mut listeners = Vec::new();
     let defaults = [SocketAddr::from(([127, 0, 0, 1], 3128))];
     let addrs: &[SocketAddr] = if args.listen.is_empty() {
@@ -757,7 +758,7 @@ async fn serve(args: RunArgs) -> ExitCode {
         args.watch_interval,
     ));
     crate::metrics::set_ready(true);
-    let reason = shutdown_signal().await;
+    let reason = shutdown.next().await;
     // Not ready at once: a balancer sends no new client here.
     crate::metrics::set_ready(false);
     shared.drain.begin();
@@ -765,7 +766,7 @@ async fn serve(args: RunArgs) -> ExitCode {
         "sluice: {reason}: draining: /readyz answers 503, the listeners stop accepting, requests and tunnels in flight have {} s to finish",
         args.drain_timeout.as_secs_f64()
     );
-    let drained = drain(&shared, &slots, args.drain_timeout).await;
+    let drained = drain(&shared, &slots, args.drain_timeout, &mut shutdown).await;
     eprintln!("sluice: {drained}");
     audit.emit(&audit::Event::Lifecycle(audit::Lifecycle {
         time: SystemTime::now(),
@@ -808,7 +809,12 @@ impl std::fmt::Display for Drained {
 /// Waits until every connection has ended (each holds one of `slots` while it lasts), at
 /// most `timeout`; then stops the live ones that remain, with a reason their close events
 /// carry, and waits briefly for those events. A second SIGTERM or SIGINT ends the wait.
-async fn drain(shared: &Shared, slots: &tokio::sync::Semaphore, timeout: Duration) -> Drained {
+async fn drain(
+    shared: &Shared,
+    slots: &tokio::sync::Semaphore,
+    timeout: Duration,
+    shutdown: &mut Shutdown,
+) -> Drained {
     let all = u32::try_from(shared.limits.max_connections).unwrap_or(u32::MAX);
     let finished = async {
         if tokio::time::timeout(timeout, slots.acquire_many(all))
@@ -828,7 +834,7 @@ async fn drain(shared: &Shared, slots: &tokio::sync::Semaphore, timeout: Duratio
     };
     tokio::select! {
         drained = finished => drained,
-        _ = shutdown_signal() => Drained::Interrupted,
+        _ = shutdown.next() => Drained::Interrupted,
     }
 }
 
@@ -847,7 +853,7 @@ fn hop_of(args: &RunArgs) -> Result<Option<listen::hop::Hop>, listen::hop::HopEr
 /// Says at start what the hop cannot do as configured: tenants' passwords sent in the clear
 /// to a listener other clients can reach, and tenants known by certificates nobody can
 /// present.
-fn warn_about_the_hop(args: &RunArgs, tenants: &crate::tenants::Table, client_ca: bool) {
+fn warn_about_the_hop(args: &RunArgs, tenants: &crate::tenants::Table, has_hop: bool) {
     let by_password = tenants.tenants().iter().filter(|t| t.has_auth()).count();
     let open: Vec<String> = args
         .listen
@@ -861,7 +867,7 @@ fn warn_about_the_hop(args: &RunArgs, tenants: &crate::tenants::Table, client_ca
             open.join(", ")
         );
     }
-    let client_ca = client_ca && args.client_ca.is_some();
+    let client_ca = has_hop && args.client_ca.is_some();
     for t in tenants.tenants().iter().filter(|t| t.has_certs()) {
         if !client_ca {
             eprintln!(
@@ -997,19 +1003,39 @@ fn tls_state(
     ))
 }
 
-async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        // Without signal handlers, run until killed.
-        std::future::pending::<()>().await;
-        return "killed";
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+/// SIGTERM's and SIGINT's streams, registered before the listeners announce themselves (a
+/// signal before that would end the process undrained).
+struct Shutdown {
+    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Shutdown {
+    fn register() -> Shutdown {
+        use tokio::signal::unix::{SignalKind, signal};
+        let streams = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Some((term, int)),
+            _ => {
+                eprintln!("sluice: warning: SIGTERM and SIGINT will end sluice without a drain");
+                None
+            }
+        };
+        Shutdown { streams }
+    }
+
+    /// The next SIGTERM or SIGINT.
+    async fn next(&mut self) -> &'static str {
+        let Some((term, int)) = &mut self.streams else {
+            // Without signal handlers, run until killed.
+            std::future::pending::<()>().await;
+            return "killed";
+        };
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
     }
 }
 
