@@ -201,46 +201,28 @@ fn three_replicas_behind_haproxy_serve_each_tenant_as_itself_and_drain_without_a
     let echo_url =
         |who: &str, i: usize| format!("https://127.0.0.1:{}/echo/{who}/{i}", echo.port());
     // Each tenant the way its clients reach the pool, trusting the one CA (the root) alone.
+    // The placeholder only to the origin its provider binds (elsewhere it is refused).
     let as_tenant = |who: &str, url: &str| -> Answer {
+        let gamma_user = format!("gamma:{GAMMA_PW}");
+        let mut args: Vec<&str> = match who {
+            "alpha" => vec![],
+            "gamma" => vec!["--proxy-cacert", &hop_root, "--proxy-user", &gamma_user],
+            _ => vec![
+                "--proxy-cacert",
+                &hop_root,
+                "--proxy-cert",
+                &svid_cert,
+                "--proxy-key",
+                &svid_key,
+            ],
+        };
+        args.extend(["--cacert", root.as_str()]);
+        if url.starts_with("https://") {
+            args.extend(["-H", placeholder]);
+        }
         match who {
-            "alpha" => curl_via(
-                &plain_proxy,
-                Some("127.0.0.2"),
-                &["--cacert", &root, "-H", placeholder],
-                url,
-            ),
-            "gamma" => curl_via(
-                &tls_proxy,
-                None,
-                &[
-                    "--proxy-cacert",
-                    &hop_root,
-                    "--proxy-user",
-                    &format!("gamma:{GAMMA_PW}"),
-                    "--cacert",
-                    &root,
-                    "-H",
-                    placeholder,
-                ],
-                url,
-            ),
-            _ => curl_via(
-                &tls_proxy,
-                None,
-                &[
-                    "--proxy-cacert",
-                    &hop_root,
-                    "--proxy-cert",
-                    &svid_cert,
-                    "--proxy-key",
-                    &svid_key,
-                    "--cacert",
-                    &root,
-                    "-H",
-                    placeholder,
-                ],
-                url,
-            ),
+            "alpha" => curl_via(&plain_proxy, Some("127.0.0.2"), &args, url),
+            _ => curl_via(&tls_proxy, None, &args, url),
         }
     };
     // 1. Every tenant, six requests each (round-robin spreads them over the replicas).
@@ -391,6 +373,8 @@ print(r.status_code)
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     let drained = &replicas[0];
     assert!(drained.stderr().contains("drained"), "{}", drained.stderr());
+    // It was serving this traffic when it was told to stop.
+    assert!(gateway::audit_text(drained).contains("reflect-slow"));
     // The others served on, and audited it.
     assert!(
         replicas[1..]
