@@ -253,7 +253,11 @@ fn proxy_protocol_seeds() -> Vec<Vec<u8>> {
         b"PROXY TCP4 192.0.2.7 10.0.0.1 5555 3128\r\nGET / HTTP/1.1\r\n".to_vec(),
         b"PROXY TCP6 2001:db8::7 2001:db8::1 5555 3128\r\n\x16\x03\x01".to_vec(),
         b"PROXY UNKNOWN\r\n".to_vec(),
-        v2(0x1, 0x11, &[198, 51, 100, 9, 10, 0, 0, 1, 0x9c, 0x40, 0x0c, 0x38]),
+        v2(
+            0x1,
+            0x11,
+            &[198, 51, 100, 9, 10, 0, 0, 1, 0x9c, 0x40, 0x0c, 0x38],
+        ),
         v2(0x1, 0x21, &six),
         v2(0x0, 0x00, &[]),
     ]

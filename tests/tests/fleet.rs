@@ -807,7 +807,7 @@ fn the_drain_timeout_closes_what_remains_and_audits_why() {
     let close = gw
         .events()
         .into_iter()
-        .find(|e| sluice_e2e::ocsf::is_close(e))
+        .find(sluice_e2e::ocsf::is_close)
         .expect("the tunnel's close event");
     assert!(
         close.to_string().contains("drain timeout (1 s) passed"),
