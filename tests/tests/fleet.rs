@@ -710,6 +710,77 @@ fn passwords_on_a_cleartext_listener_other_hosts_reach_are_warned_about() {
     assert!(!quiet.stderr().contains("cleartext"), "{}", quiet.stderr());
 }
 
+#[test]
+fn the_tls_hop_and_its_client_ca_need_run_and_each_other() {
+    // `sluice exec` serves one command on loopback: a TLS listener there is refused.
+    let (code, err) = gateway::exit_of(
+        &[
+            "exec",
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            "/c.pem",
+            "--tls-key",
+            "/k.pem",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--tls-listen is for `sluice run`"), "{err}");
+    // --client-ca without a TLS listener, or a TLS listener without its key: usage errors.
+    for args in [
+        &["run", "--client-ca", "/ca.pem"][..],
+        &["run", "--tls-listen", "127.0.0.1:0", "--tls-cert", "/c.pem"][..],
+        &["run", "--ca-cert", "/ca.pem"][..],
+    ] {
+        let (code, err) = gateway::exit_of(args, &[]);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+    }
+    // Files that cannot serve the hop stop sluice at start (exit 2), naming the flag.
+    let dir = TempDir::new("hop-files");
+    dir.write("open.yaml", &gateway::allow_ports(&[1]));
+    let tenants = dir.write(
+        "tenants.yaml",
+        "tenants:\n  - name: a\n    sources: [127.0.0.1]\n    policy: [open.yaml]\n",
+    );
+    let empty = dir.write("empty.pem", "no certificate here\n");
+    let key = dir.write(
+        "key.pem",
+        "-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n",
+    );
+    fleet::chmod(&key, 0o600);
+    let (t, e, k) = (
+        tenants.display().to_string(),
+        empty.display().to_string(),
+        key.display().to_string(),
+    );
+    let (code, err) = gateway::exit_of(
+        &[
+            "run",
+            "--tenants",
+            &t,
+            "--listen",
+            "127.0.0.1:0",
+            "--audit-log",
+            "/dev/null",
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            &e,
+            "--tls-key",
+            &k,
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--tls-cert") && err.contains("holds no certificate"),
+        "{err}"
+    );
+}
+
 // === Drain ===
 
 #[test]
