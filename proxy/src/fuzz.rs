@@ -164,7 +164,7 @@ pub fn connect_authority(data: &[u8]) {
 /// given and the length allowed; every cut of the input before its end waits for more
 /// (never a different answer), and every cut after it gives the same answer.
 pub fn proxy_protocol(data: &[u8]) {
-    use crate::listen::proxy_protocol::{MAX_HEADER, is_header, parse};
+    use crate::proxy_protocol::{MAX_HEADER, is_header, parse};
     let _ = is_header(data);
     let Ok(Some((carried, len))) = parse(data) else {
         return;

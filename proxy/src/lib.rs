@@ -25,6 +25,7 @@ pub mod nofollow;
 pub mod otlp;
 pub mod pipeline;
 pub mod policy;
+pub mod proxy_protocol;
 pub mod refusal_code;
 pub mod relay;
 pub mod slots;

@@ -772,7 +772,7 @@ async fn serve(args: RunArgs) -> ExitCode {
         time: SystemTime::now(),
         started: false,
         version: env!("CARGO_PKG_VERSION"),
-        message: format!("sluice stopped ({reason}; {drained})"),
+        message: format!("sluice stopped ({reason}); {drained}"),
     }));
     crate::otlp::flush(Duration::from_secs(5));
     // Everything audited is on disk before the process exits.

@@ -17,9 +17,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::hop::Hop;
-use super::proxy_protocol::{self, Carried};
 use crate::http::respond::{Code, Refusal};
 use crate::pipeline::{self, Client, ClientStream, Prefixed, Shared};
+use crate::proxy_protocol::{self, Carried};
 
 /// How a listener receives its clients.
 #[derive(Debug, Default)]

@@ -5,12 +5,11 @@
 //! number of connections in flight (past it, a `503` with a JSON body and close), an accept
 //! loop that survives running out of file descriptors (back off, keep going) instead of
 //! exiting, and stops accepting when sluice drains (the connections already queued are taken
-//! and served first). `front.rs` receives an explicit-proxy connection (`proxy_protocol.rs`,
-//! `hop.rs`) before handing it to the pipeline.
+//! and served first). `front.rs` receives an explicit-proxy connection (a PROXY header,
+//! `crate::proxy_protocol`; the TLS hop, `hop.rs`) before handing it to the pipeline.
 
 pub mod front;
 pub mod hop;
-pub mod proxy_protocol;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -383,7 +383,7 @@ pub async fn serve_client(shared: Arc<Shared>, client: Client) {
     {
         Ok(Ok(h)) => h,
         Ok(Err(HeadError::Closed)) => return,
-        Ok(Err(e)) if crate::listen::proxy_protocol::is_header(&buf) => {
+        Ok(Err(e)) if crate::proxy_protocol::is_header(&buf) => {
             // A PROXY protocol header from a peer not trusted to send one (`listen::front`
             // reads it from those that are): a client must not name its own address.
             let refusal = Refusal::new(

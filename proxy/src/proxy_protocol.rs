@@ -6,7 +6,8 @@
 //! or TLS bytes), what address it yields, and recognising a header sent by anyone else (who
 //! is then refused: a client must not name its own address). Parsing is the `ppp` crate's.
 //! What the address is used for (tenants, limits, audit) is the pipeline's; the listener
-//! (`front.rs`) decides whom to read a header from.
+//! (`listen::front`) decides whom to read a header from. It imports nothing of sluice, so
+//! that both can use it.
 
 use std::net::{IpAddr, SocketAddr};
 
