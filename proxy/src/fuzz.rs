@@ -159,6 +159,23 @@ pub fn connect_authority(data: &[u8]) {
     }
 }
 
+/// A PROXY protocol header (v1 or v2) as a trusted balancer's connection starts, and the
+/// recognition of one on any client's connection: a header that parses is within the bytes
+/// given and the length allowed; every cut of the input before its end waits for more
+/// (never a different answer), and every cut after it gives the same answer.
+pub fn proxy_protocol(data: &[u8]) {
+    use crate::proxy_protocol::{MAX_HEADER, is_header, parse};
+    let _ = is_header(data);
+    let Ok(Some((carried, len))) = parse(data) else {
+        return;
+    };
+    assert!(len <= data.len() && len <= MAX_HEADER);
+    for cut in 1..len {
+        assert_eq!(parse(&data[..cut]), Ok(None), "cut at {cut} of {len}");
+    }
+    assert_eq!(parse(&data[..len]), Ok(Some((carried, len))));
+}
+
 /// An absolute-form target (`http://host[:port]/path?query`), then what the pipeline does
 /// with it: host normalisation, the canonical path, the `_method` parameter, and the tunnel
 /// authority check against the parsed host.

@@ -11,9 +11,11 @@
 #![forbid(unsafe_code)]
 
 pub mod audit;
+pub mod checked_file;
 pub mod cli;
 pub mod credentials;
 pub mod dns;
+pub mod drain;
 pub mod fuzz;
 pub mod http;
 pub mod listen;
@@ -23,6 +25,7 @@ pub mod nofollow;
 pub mod otlp;
 pub mod pipeline;
 pub mod policy;
+pub mod proxy_protocol;
 pub mod refusal_code;
 pub mod relay;
 pub mod slots;

@@ -1,7 +1,7 @@
 //! The parsers of what a hostile client sends never panic: request heads, request bodies
 //! (chunked and fixed-length), CONNECT authorities, absolute-form targets, credential
-//! placeholders with their percent and `Basic` decoding, ClientHello peeking, and the
-//! transparent listener's sniff of SNI or `Host`. Each runs
+//! placeholders with their percent and `Basic` decoding, ClientHello peeking, the
+//! transparent listener's sniff of SNI or `Host`, and a balancer's PROXY protocol header. Each runs
 //! the entry point in `sluice::fuzz` (the same the coverage-guided targets in `fuzz/` run) on
 //! arbitrary bytes and on mutations of well-formed seeds, which reach far deeper than random
 //! bytes do.
@@ -232,6 +232,37 @@ fn websocket_seeds() -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// PROXY protocol headers as balancers send them: v1 over IPv4 and IPv6, `UNKNOWN`, and v2
+/// PROXY (IPv4, IPv6 with a TLV) and LOCAL, each followed by the start of a request.
+fn proxy_protocol_seeds() -> Vec<Vec<u8>> {
+    let v2 = |command: u8, family: u8, body: &[u8]| {
+        let mut h = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+        h.push(0x20 | command);
+        h.push(family);
+        h.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        h.extend_from_slice(body);
+        h.extend_from_slice(b"CONNECT a:443 HTTP/1.1\r\n");
+        h
+    };
+    let mut six = vec![0x20, 0x01, 0x0d, 0xb8];
+    six.extend_from_slice(&[0; 12]);
+    six.extend_from_slice(&[0xfd; 16]);
+    six.extend_from_slice(&[0x1f, 0x90, 0x0c, 0x38]);
+    six.extend_from_slice(&[0x04, 0x00, 0x02, b'i', b'd']);
+    vec![
+        b"PROXY TCP4 192.0.2.7 10.0.0.1 5555 3128\r\nGET / HTTP/1.1\r\n".to_vec(),
+        b"PROXY TCP6 2001:db8::7 2001:db8::1 5555 3128\r\n\x16\x03\x01".to_vec(),
+        b"PROXY UNKNOWN\r\n".to_vec(),
+        v2(
+            0x1,
+            0x11,
+            &[198, 51, 100, 9, 10, 0, 0, 1, 0x9c, 0x40, 0x0c, 0x38],
+        ),
+        v2(0x1, 0x21, &six),
+        v2(0x0, 0x00, &[]),
+    ]
+}
+
 const REGRESSIONS: &[(&str, &[u8])] = &[];
 
 #[test]
@@ -246,6 +277,7 @@ fn regressions_stay_fixed() {
             "client_hello" => fuzz::client_hello(input),
             "transparent_sniff" => fuzz::transparent_sniff(input),
             "websocket_frames" => fuzz::websocket_frames(input),
+            "proxy_protocol" => fuzz::proxy_protocol(input),
             other => panic!("unknown target {other}"),
         }
     }
@@ -305,6 +337,11 @@ proptest! {
     #[test]
     fn connect_authorities(data in input(authority_seeds())) {
         fuzz::connect_authority(&data);
+    }
+
+    #[test]
+    fn proxy_protocol_headers(data in input(proxy_protocol_seeds())) {
+        fuzz::proxy_protocol(&data);
     }
 
     #[test]

@@ -207,19 +207,16 @@ impl Answer {
 /// curl through the gateway from the source address `source` (its `--interface`) with
 /// `args`, to `url` (HTTP/1.1, headers included in the output).
 pub fn curl(gw: &Sluice, source: Option<&str>, args: &[&str], url: &str) -> Answer {
+    curl_via(&gw.proxy_url(), source, args, url)
+}
+
+/// [`curl`] through the proxy at `proxy` (`http://...`, or `https://...` for a TLS hop).
+pub fn curl_via(proxy: &str, source: Option<&str>, args: &[&str], url: &str) -> Answer {
     let mut cmd = Command::new("curl");
-    cmd.args([
-        "-s",
-        "-i",
-        "--http1.1",
-        "--max-time",
-        "20",
-        "-x",
-        &gw.proxy_url(),
-    ])
-    .args(["-w", "\n%{http_code}"])
-    .env_remove("NO_PROXY")
-    .env_remove("no_proxy");
+    cmd.args(["-s", "-i", "--http1.1", "--max-time", "20", "-x", proxy])
+        .args(["-w", "\n%{http_code}"])
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy");
     if let Some(src) = source {
         cmd.args(["--interface", src]);
     }

@@ -14,6 +14,7 @@
 // Test support: a failed expectation here is a failed test, reported with its message.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+pub mod fleet;
 pub mod gateway;
 pub mod h2client;
 pub mod netns;

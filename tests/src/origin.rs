@@ -39,6 +39,7 @@ impl Received {
 /// - `/chunked/N`: N bytes in chunked encoding;
 /// - `/echo...`: the request line as the body;
 /// - `/silent`: reads the request and never answers;
+/// - `/slow/MS`: answers after MS milliseconds;
 /// - anything else: `hello from origin`.
 #[derive(Debug)]
 pub struct HttpOrigin {
@@ -164,6 +165,17 @@ fn serve(stream: TcpStream, received: &Mutex<Vec<Received>>) {
         let ok = if path == "/silent" {
             thread::sleep(Duration::from_secs(120));
             return;
+        } else if let Some(ms) = path
+            .strip_prefix("/slow/")
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            thread::sleep(Duration::from_millis(ms));
+            let text = "slow hello from origin\n";
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\r\n",
+                text.len()
+            );
+            writer.write_all(head.as_bytes()).is_ok() && writer.write_all(text.as_bytes()).is_ok()
         } else if let Some(n) = path
             .strip_prefix("/bytes/")
             .and_then(|n| n.parse::<usize>().ok())

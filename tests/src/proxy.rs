@@ -180,7 +180,13 @@ impl Sluice {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        Sluice::spawn(cmd, dir, audit_path, 1)
+        // One `--listen` here; `extra` may add more, and TLS listeners (`--tls-listen`),
+        // announced after them.
+        let listeners = 1 + extra
+            .iter()
+            .filter(|a| **a == "--listen" || **a == "--tls-listen")
+            .count();
+        Sluice::spawn(cmd, dir, audit_path, listeners)
     }
 
     /// Like `start`, with the audit log at `audit_path` (a FIFO, a path elsewhere).
@@ -319,6 +325,27 @@ impl Sluice {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Sends `signal` (`TERM`, `HUP`, `INT`) to sluice.
+    pub fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status();
+    }
+
+    /// Waits up to `within` for sluice to exit: its exit code (`None`: still running, or
+    /// ended by a signal).
+    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     /// sluice's peak resident memory (VmHWM), in KiB.

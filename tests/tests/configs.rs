@@ -293,9 +293,11 @@ fn the_compose_sidecar_has_the_fields_that_matter() {
 
 /// The gateway example (`configs/kubernetes/gateway.yaml` with `configs/gateway/`): sluice's
 /// flags exist, it runs as its fixed non-root uid with no capability at all (a gateway reads
-/// no other process's /proc), its probes are on the metrics listener, the Service pins a
-/// client to one replica, and the tenants file it names loads: started for real with the
-/// example's tenants (the secrets file and password stood in for), sluice serves both.
+/// no other process's /proc), its probes are on the metrics listener, every replica has the
+/// one CA (no `sessionAffinity`), the pod's grace period outlasts the drain, a disruption
+/// budget, an autoscaler and a ServiceMonitor are there, the metrics port is closed to
+/// tenants, and the tenants file it names loads: started for real with the example's tenants
+/// (the secrets file and password stood in for), sluice serves them.
 #[test]
 fn the_kubernetes_gateway_has_the_fields_that_matter_and_its_tenants_load() {
     let text_of = read(&configs().join("kubernetes/gateway.yaml"));
@@ -327,11 +329,41 @@ fn the_kubernetes_gateway_has_the_fields_that_matter_and_its_tenants_load() {
             port_of(&metrics[0])
         );
     }
-    let service = list
-        .iter()
-        .find(|i| text(at(i, &["kind"])) == "Service")
+    let kind = |k: &str| -> Vec<&Node<'_>> {
+        list.iter()
+            .filter(|i| text(at(i, &["kind"])) == k)
+            .collect()
+    };
+    // One CA for the fleet: no replica is a client's own.
+    for service in kind("Service") {
+        assert!(get(at(service, &["spec"]), "sessionAffinity").is_none());
+    }
+    assert_eq!(values(&args, "--ca-cert"), ["/etc/sluice-ca/tls.crt"]);
+    assert_eq!(values(&args, "--ca-key"), ["/etc/sluice-secrets/ca.key"]);
+    // The grace period outlasts the drain and the preStop pause.
+    let drain: u64 = values(&args, "--drain-timeout")[0]
+        .trim_end_matches('s')
+        .parse()
         .unwrap();
-    assert_eq!(text(at(service, &["spec", "sessionAffinity"])), "ClientIP");
+    let pause = int(at(sluice, &["lifecycle", "preStop", "sleep", "seconds"]));
+    let grace = int(at(pod, &["terminationGracePeriodSeconds"]));
+    assert!(
+        grace > i128::from(drain) + pause,
+        "{grace} vs {drain} + {pause}"
+    );
+    for k in [
+        "PodDisruptionBudget",
+        "HorizontalPodAutoscaler",
+        "ServiceMonitor",
+        "NetworkPolicy",
+    ] {
+        assert_eq!(kind(k).len(), 1, "{k}");
+    }
+    let ca_secret = kind("Secret")
+        .into_iter()
+        .find(|s| text(at(s, &["metadata", "name"])) == "sluice-gateway-ca")
+        .expect("the CA Secret");
+    assert_eq!(text(at(ca_secret, &["type"])), "kubernetes.io/tls");
     // The metrics port is not open to tenants: only the proxy port is open to all.
     let netpol = list
         .iter()
@@ -344,7 +376,7 @@ fn the_kubernetes_gateway_has_the_fields_that_matter_and_its_tenants_load() {
         .flat_map(|r| items(at(r, &["ports"])))
         .map(|p| int(at(p, &["port"])).to_string())
         .collect();
-    assert_eq!(open_to_all, ["3128"]);
+    assert_eq!(open_to_all, ["3128", "3129"]);
     assert_ne!(port_of(&metrics[0]), "3128");
     let tenants = values(&args, "--tenants");
     assert_eq!(tenants, ["/etc/sluice/tenants.yaml"]);
@@ -388,8 +420,67 @@ fn the_kubernetes_gateway_has_the_fields_that_matter_and_its_tenants_load() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(
-        seen.contains("gateway for 2 tenant(s): team-a, ci-runners"),
+        seen.contains("gateway for 3 tenant(s): team-a, ci-runners, build-bots"),
         "{seen}"
     );
     assert!(!seen.contains(password), "{seen}");
+}
+
+/// Validates `files` against the Kubernetes API schemas of `version` (`tests/clients/
+/// k8s_validate.py`: kubernetes-validate, strict, and the CRDs' own schemas): (passed,
+/// output).
+fn k8s_validate(version: &str, files: &[PathBuf]) -> (bool, String) {
+    let script = workspace_dir().join("tests/clients/k8s_validate.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(version)
+        .args(files)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("No module named"),
+        "the validator's packages are missing (./scripts/test installs tests/clients/requirements.txt and package.json): {text}"
+    );
+    (out.status.success(), text)
+}
+
+/// Every Kubernetes manifest in `configs/` is valid for the Kubernetes API (the oldest and
+/// newest versions it is written for), not only parseable: each resource against the API's
+/// schema, unknown fields included, and the ServiceMonitor against its CRD's schema. A
+/// manifest with mistakes of each kind is refused (the validator is load-bearing).
+#[test]
+fn every_kubernetes_manifest_validates_against_the_api_schemas() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(configs().join("kubernetes"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "{files:?}");
+    for version in ["1.30", "1.35"] {
+        let (ok, text) = k8s_validate(version, &files);
+        assert!(ok, "Kubernetes {version}:\n{text}");
+        assert!(text.contains("checked"), "{text}");
+    }
+    let dir = TempDir::new("k8s-invalid");
+    let bad = dir.write(
+        "bad.yaml",
+        "apiVersion: v1\nkind: List\nitems:\n  - apiVersion: policy/v1\n    kind: PodDisruptionBudget\n    metadata: {name: a}\n    spec: {minAvailable: [2]}\n  - apiVersion: apps/v1\n    kind: Deployment\n    metadata: {name: b}\n    spec:\n      replica: 3\n      selector: {matchLabels: {app: b}}\n      template: {metadata: {labels: {app: b}}, spec: {containers: [{name: c, image: i}]}}\n  - apiVersion: monitoring.coreos.com/v1\n    kind: ServiceMonitor\n    metadata: {name: c}\n    spec: {endpoints: [{port: metrics}]}\n  - apiVersion: example.com/v1\n    kind: Widget\n    metadata: {name: d}\n",
+    );
+    let (ok, text) = k8s_validate("1.35", &[bad]);
+    assert!(!ok, "{text}");
+    for needle in [
+        "PodDisruptionBudget/a: spec.minAvailable",
+        "Deployment/b",
+        "ServiceMonitor/c",
+        "selector",
+        "Widget/d: no schema",
+    ] {
+        assert!(text.contains(needle), "{needle}: {text}");
+    }
 }

@@ -1,8 +1,8 @@
 //! The configuration `sluice run` loads at start and on every reload: the policy files, the
 //! provider profiles (composed into `_provider_<id>` entries) and their secrets, or a
 //! gateway's tenants file and each tenant's own such files, read and validated whole before
-//! anything uses them (all or nothing), and the Device Config State Change event that
-//! reports each load.
+//! anything uses them (all or nothing), the operator's CA when `--ca-cert` and `--ca-key`
+//! name one, and the Device Config State Change event that reports each load.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use crate::credentials::{Bindings, ScrubSet};
 use crate::policy::{self, Diagnostic, Loaded, Policy};
 use crate::tenants::file::{self, TenantSpec};
 use crate::tenants::{ProxyAuth, Table, Tenant};
+use crate::tls::ca::Ca;
 
 /// Where the configuration comes from (the `run` flags that name files).
 #[derive(Clone, Debug)]
@@ -24,6 +25,16 @@ pub struct Sources {
     pub compat: CompatArg,
     /// `--tenants`: the gateway's tenants file (then the three above are empty).
     pub tenants: Option<String>,
+    /// `--ca-cert` and `--ca-key`: an operator's CA, read at every load (a rotated CA is
+    /// taken by a reload).
+    pub ca: Option<CaFiles>,
+}
+
+/// The files of an operator's CA.
+#[derive(Clone, Debug)]
+pub struct CaFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl Sources {
@@ -32,7 +43,9 @@ impl Sources {
     pub fn names(&self) -> Vec<String> {
         if let Some(t) = &self.tenants {
             // A gateway: the tenants file names everything else.
-            return vec![t.clone()];
+            let mut names = vec![t.clone()];
+            names.extend(self.ca.iter().map(|c| c.cert.display().to_string()));
+            return names;
         }
         let mut names = if self.policies.is_empty() {
             vec![policy::DEFAULT_POLICY_NAME.to_string()]
@@ -41,6 +54,7 @@ impl Sources {
         };
         names.extend(self.providers.iter().cloned());
         names.extend(self.tenants.iter().cloned());
+        names.extend(self.ca.iter().map(|c| c.cert.display().to_string()));
         names
     }
 
@@ -55,6 +69,9 @@ impl Sources {
             .collect();
         if let Some(t) = &self.tenants {
             files.extend(tenant_files(t));
+        }
+        if let Some(ca) = &self.ca {
+            files.extend([ca.cert.clone(), ca.key.clone()]);
         }
         files
     }
@@ -74,6 +91,8 @@ pub struct Config {
     /// Every secret value loaded (the tenants' and their proxy passwords too), for the audit
     /// redactor.
     pub redactor: ScrubSet,
+    /// The operator's CA (`--ca-cert`, `--ca-key`); `None`: the ephemeral CA.
+    pub ca: Option<Arc<Ca>>,
 }
 
 /// Why a configuration was refused; each line names the file, line and field where known.
@@ -85,6 +104,9 @@ pub enum ConfigError {
     Policy(Vec<Diagnostic>),
     #[error("cannot load the tenants")]
     Tenants(Vec<String>),
+    /// The operator's CA files hold no usable CA.
+    #[error("cannot load the CA: {0}")]
+    Ca(String),
 }
 
 fn errors(diags: &[Diagnostic]) -> Vec<String> {
@@ -113,6 +135,7 @@ impl ConfigError {
         match self {
             ConfigError::Credentials(lines) | ConfigError::Tenants(lines) => lines.clone(),
             ConfigError::Policy(diags) => errors(diags),
+            ConfigError::Ca(e) => vec![e.clone()],
         }
     }
 
@@ -121,6 +144,7 @@ impl ConfigError {
         match self {
             ConfigError::Credentials(lines) | ConfigError::Tenants(lines) => lines.clone(),
             ConfigError::Policy(diags) => diags.iter().map(ToString::to_string).collect(),
+            ConfigError::Ca(e) => vec![e.clone()],
         }
     }
 }
@@ -128,7 +152,12 @@ impl ConfigError {
 /// Reads and validates everything `sources` names. Secrets come from `--secrets-file`, else
 /// from sluice's own environment.
 pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
-    load_with_env(sources, &|k| std::env::var(k).ok())
+    let mut config = load_with_env(sources, &|k| std::env::var(k).ok())?;
+    if let Some(files) = &sources.ca {
+        let ca = Ca::load(&files.cert, &files.key).map_err(|e| ConfigError::Ca(e.to_string()))?;
+        config.ca = Some(Arc::new(ca));
+    }
+    Ok(config)
 }
 
 /// [`load`], with the values of sluice's environment as `env` gives them.
@@ -162,6 +191,7 @@ fn load_with_env(
         credential_warnings,
         tenants,
         redactor,
+        ca: None,
     })
 }
 
@@ -265,13 +295,16 @@ pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<
                 redactor.merge(&c.bindings.redactor());
                 warnings.extend(c.policy_warnings.iter().map(ToString::to_string));
                 warnings.extend(c.credential_warnings);
-                tenants.push(Tenant::new(
-                    Arc::clone(&spec.name),
-                    spec.sources.clone(),
-                    auth,
-                    Arc::new(c.policy),
-                    Arc::new(c.bindings),
-                ));
+                tenants.push(
+                    Tenant::new(
+                        Arc::clone(&spec.name),
+                        spec.sources.clone(),
+                        auth,
+                        Arc::new(c.policy),
+                        Arc::new(c.bindings),
+                    )
+                    .with_certs(spec.certs.iter().map(|(m, _)| m.clone()).collect()),
+                );
             }
             Err(e) => {
                 errors.push(format!("{}: tenant `{}`: {e}:", spec.location, spec.name));
@@ -314,5 +347,6 @@ fn tenant_sources(spec: &TenantSpec, compat: CompatArg) -> Sources {
         secrets_file: spec.secrets_file.clone(),
         compat,
         tenants: None,
+        ca: None,
     }
 }

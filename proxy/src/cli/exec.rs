@@ -224,6 +224,12 @@ pub fn exec(args: ExecArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    if !args.run.tls_listen.is_empty() {
+        eprintln!(
+            "sluice: --tls-listen is for `sluice run` (a proxy other hosts reach); `sluice exec` serves the one command it runs on loopback"
+        );
+        return ExitCode::from(2);
+    }
     let runtime = match super::run::runtime() {
         Ok(r) => r,
         Err(e) => {

@@ -16,6 +16,10 @@
 //! The swap: credentials first, then the policy. A request between the two sees the new
 //! secrets with the old policy; both orders fail closed (a new provider's host is still
 //! denied by the old policy, a removed one's placeholder no longer resolves).
+//!
+//! An operator's CA (`--ca-cert`, `--ca-key`) is read with the rest: a new one (rotation)
+//! signs every leaf issued after the swap, `GET /ca.pem` serves it, and `--ca-dir`'s files
+//! are written again. Connections already established keep the leaf they were given.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -63,6 +67,8 @@ pub struct Reloader {
     /// Every secret value loaded since start: a rotated-out value stays redacted (it may
     /// still be in flight in an answer).
     redactor: Mutex<ScrubSet>,
+    /// `--ca-dir`: written again when the operator's CA changes.
+    ca_dir: Option<PathBuf>,
 }
 
 impl Reloader {
@@ -77,7 +83,33 @@ impl Reloader {
             audit,
             sources,
             redactor: Mutex::new(redactor),
+            ca_dir: None,
         }
+    }
+
+    /// Writes the CA's certificates to `dir` again whenever a reload rotates the CA.
+    pub fn with_ca_dir(mut self, dir: Option<PathBuf>) -> Reloader {
+        self.ca_dir = dir;
+        self
+    }
+
+    /// Signs later leaves with `ca` when it is not the CA in use (a rotation).
+    fn rotate_ca(&self, ca: Arc<crate::tls::ca::Ca>) {
+        let Some(tls) = &self.shared.tls else {
+            return;
+        };
+        if tls.terminator.ca().cert_pem() == ca.cert_pem() {
+            return;
+        }
+        if let Some(dir) = &self.ca_dir
+            && let Err(e) = ca.write_files(dir)
+        {
+            eprintln!("sluice: warning: the rotated CA's certificates were not written: {e}");
+        }
+        tls.terminator.rotate(ca);
+        eprintln!(
+            "sluice: CA rotated: every leaf from now on is signed by the new CA (GET /ca.pem serves it); connections already open keep theirs"
+        );
     }
 
     /// Loads the configuration again and, when it is valid, swaps it in.
@@ -105,6 +137,9 @@ impl Reloader {
                 bindings.retire_from(&self.shared.credentials.load());
                 let mut tenants = config.tenants;
                 tenants.retire_from(&self.shared.tenants.load());
+                if let Some(ca) = config.ca {
+                    self.rotate_ca(ca);
+                }
                 self.shared.credentials.store(Arc::new(bindings));
                 self.shared.policy.store(Arc::new(config.policy));
                 // Each tenant's policy and credentials at once.

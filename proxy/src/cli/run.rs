@@ -3,7 +3,9 @@
 //! Owns the translation of `run` flags into a running proxy (the high-level config is the
 //! `pipeline::Shared` it builds), start-up reporting (what is listening, loud warnings for
 //! test-only switches), the policy-load and lifecycle audit events, reloading on SIGHUP and file
-//! changes (`reload.rs`), and shutdown on SIGINT or SIGTERM.
+//! changes (`reload.rs`), and shutdown on SIGINT or SIGTERM: a drain (`/readyz` 503, the
+//! listeners stop accepting, the work in flight finishes within `--drain-timeout`, the rest
+//! is stopped with a reason its close events carry), then exit 0.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -159,6 +161,43 @@ pub(super) struct RunArgs {
         conflicts_with_all = ["policies", "providers", "secrets_file", "dns_listen"]
     )]
     pub tenants: Option<String>,
+    /// The CA that signs the leaves sluice presents, instead of the ephemeral one: a PEM
+    /// file whose first certificate is the CA (a root or an intermediate) and the rest its
+    /// chain (served with every leaf and by `GET /ca.pem`). Every replica given the same CA
+    /// issues leaves that verify under it. Read again on reload (rotation).
+    #[arg(long, value_name = "FILE", requires = "ca_key")]
+    pub ca_cert: Option<std::path::PathBuf>,
+    /// The CA's private key (PKCS#8 PEM): a regular file owned by sluice's user, mode 0600
+    /// or stricter, not a symbolic link. Kept in memory only, never written anywhere.
+    #[arg(long, value_name = "FILE", requires = "ca_cert")]
+    pub ca_key: Option<std::path::PathBuf>,
+    /// Peers (a load balancer) that send a PROXY protocol header (v1 or v2) before each
+    /// connection's bytes: the client's address it carries is the one tenants, limits,
+    /// audit and metrics see. Required from these peers, refused from every other. Repeat
+    /// for more. Needs --tenants.
+    #[arg(long = "proxy-protocol-from", value_name = "CIDR", value_parser = parse_cidr, requires = "tenants")]
+    pub proxy_protocol_from: Vec<ipnet::IpNet>,
+    /// The proxy itself over TLS (`curl --proxy https://...`): the same explicit proxy as
+    /// --listen, its hop encrypted with --tls-cert and --tls-key. Repeat for more.
+    #[arg(long = "tls-listen", value_name = "ADDR", value_parser = parse_listen, requires_all = ["tls_cert", "tls_key"])]
+    pub tls_listen: Vec<SocketAddr>,
+    /// The certificate chain (PEM) the TLS listener presents.
+    #[arg(long, value_name = "FILE", requires = "tls_listen")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The TLS listener's private key (PEM: PKCS#8, SEC1 or PKCS#1), a private file as for
+    /// --ca-key.
+    #[arg(long, value_name = "FILE", requires = "tls_listen")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// CA certificates (PEM) whose client certificates the TLS listener accepts: a tenant's
+    /// `client_certs` then name it by subject or SPIFFE ID. A certificate from another CA is
+    /// refused in the handshake.
+    #[arg(long, value_name = "FILE", requires = "tls_listen")]
+    pub client_ca: Option<std::path::PathBuf>,
+    /// On SIGTERM: `/readyz` answers 503 at once, the listeners stop accepting, requests and
+    /// tunnels in flight finish for up to this long; the rest are then closed (each close
+    /// audited with why) and sluice exits 0.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
 }
 
 impl RunArgs {
@@ -202,6 +241,14 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
             "`{s}` is not IP:PORT, [IPv6]:PORT or localhost:PORT"
         )),
     }
+}
+
+/// A CIDR block (`10.0.0.0/8`, `fd00::/64`) or one address.
+fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
+    s.parse::<ipnet::IpNet>()
+        .map(|n| n.trunc())
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("`{s}` is not a CIDR block (10.0.0.0/8) or an address"))
 }
 
 /// `10s`, `500ms`, `2m`, `1h`, or a number of seconds.
@@ -379,7 +426,8 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             "sluice: WARNING: --allow-loopback-upstream is on: policies may reach loopback addresses (127.0.0.0/8, ::1). This is for tests; never use it in production."
         );
     }
-    let (tls, ca_files) = match tls_state(args) {
+    let operator_ca = config.ca.clone();
+    let (tls, ca_files) = match tls_state(args, operator_ca) {
         Ok((t, files)) => (Some(t), files),
         Err(e) => match e.exit_code() {
             Some(code) => {
@@ -500,7 +548,7 @@ async fn serve(args: RunArgs) -> ExitCode {
         Ok(p) => p,
         Err(code) => return code,
     };
-    if ca_files.is_none() {
+    if ca_files.is_none() && args.ca_cert.is_none() {
         let inspected_in = |policy: &crate::policy::Policy| {
             policy
                 .entries()
@@ -524,7 +572,16 @@ async fn serve(args: RunArgs) -> ExitCode {
         }
     }
     raise_fd_limit(args.max_connections);
+    let hop = match hop_of(&args) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    warn_about_the_hop(&args, &shared.tenants.load(), hop.is_some());
     let hup = super::reload::hangup();
+    let mut shutdown = Shutdown::register();
     let mut listeners = Vec::new();
     let defaults = [SocketAddr::from(([127, 0, 0, 1], 3128))];
     let addrs: &[SocketAddr] = if args.listen.is_empty() {
@@ -567,8 +624,27 @@ async fn serve(args: RunArgs) -> ExitCode {
             }
         }
     }
+    let mut tls_listeners = Vec::new();
+    for addr in &args.tls_listen {
+        match listen::bind(*addr) {
+            Ok(l) => {
+                let actual = l
+                    .local_addr()
+                    .map_or_else(|_| addr.to_string(), |a| a.to_string());
+                eprintln!(
+                    "sluice: listening on {actual} (explicit proxy over TLS: curl --proxy https://)"
+                );
+                tls_listeners.push(l);
+            }
+            Err(e) => {
+                eprintln!("sluice: cannot listen on {addr}: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     let addrs: Vec<String> = listeners
         .iter()
+        .chain(&tls_listeners)
         .chain(&transparent)
         .filter_map(|l| l.local_addr().ok())
         .map(|a| a.to_string())
@@ -581,6 +657,7 @@ async fn serve(args: RunArgs) -> ExitCode {
     }));
     let mut own_listeners: Vec<SocketAddr> = listeners
         .iter()
+        .chain(&tls_listeners)
         .chain(&transparent)
         .filter_map(|l| l.local_addr().ok())
         .collect();
@@ -605,14 +682,50 @@ async fn serve(args: RunArgs) -> ExitCode {
     }
     // One connection limit for every listener, explicit and transparent.
     let slots = Arc::new(tokio::sync::Semaphore::new(shared.limits.max_connections));
+    let plain = Arc::new(listen::front::Front {
+        proxy_from: args.proxy_protocol_from.clone(),
+        hop: None,
+    });
     for l in listeners {
+        if plain.proxy_from.is_empty() {
+            tokio::spawn(listen::accept_entry(
+                l,
+                Arc::clone(&shared),
+                Arc::clone(&slots),
+                listen::Overload::Answer,
+                crate::pipeline::serve,
+            ));
+            continue;
+        }
+        let front = Arc::clone(&plain);
         tokio::spawn(listen::accept_entry(
             l,
             Arc::clone(&shared),
             Arc::clone(&slots),
             listen::Overload::Answer,
-            crate::pipeline::serve,
+            move |shared, stream, peer, local| {
+                listen::front::serve(shared, Arc::clone(&front), stream, peer, local)
+            },
         ));
+    }
+    if let Some(hop) = hop {
+        let front = Arc::new(listen::front::Front {
+            proxy_from: args.proxy_protocol_from.clone(),
+            hop: Some(Arc::new(hop)),
+        });
+        for l in tls_listeners {
+            let front = Arc::clone(&front);
+            // Past the limit, closed: a TLS client cannot read a plain `503`.
+            tokio::spawn(listen::accept_entry(
+                l,
+                Arc::clone(&shared),
+                Arc::clone(&slots),
+                listen::Overload::Close,
+                move |shared, stream, peer, local| {
+                    listen::front::serve(shared, Arc::clone(&front), stream, peer, local)
+                },
+            ));
+        }
     }
     let context = Arc::new(crate::transparent::listener::Context {
         dns_table,
@@ -637,25 +750,132 @@ async fn serve(args: RunArgs) -> ExitCode {
         ));
     }
     let reloader =
-        super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor);
+        super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor)
+            .with_ca_dir(args.ca_dir.clone());
     tokio::spawn(super::reload::watch(
         Arc::new(reloader),
         hup,
         args.watch_interval,
     ));
     crate::metrics::set_ready(true);
-    let reason = shutdown_signal().await;
+    let reason = shutdown.next().await;
+    // Not ready at once: a balancer sends no new client here.
     crate::metrics::set_ready(false);
+    shared.drain.begin();
+    eprintln!(
+        "sluice: {reason}: draining: /readyz answers 503, the listeners stop accepting, requests and tunnels in flight have {} s to finish",
+        args.drain_timeout.as_secs_f64()
+    );
+    let drained = drain(&shared, &slots, args.drain_timeout, &mut shutdown).await;
+    eprintln!("sluice: {drained}");
     audit.emit(&audit::Event::Lifecycle(audit::Lifecycle {
         time: SystemTime::now(),
         started: false,
         version: env!("CARGO_PKG_VERSION"),
-        message: format!("sluice stopped ({reason})"),
+        message: format!("sluice stopped ({reason}); {drained}"),
     }));
     crate::otlp::flush(Duration::from_secs(5));
     // Everything audited is on disk before the process exits.
     audit.flush();
     ExitCode::SUCCESS
+}
+
+/// How a drain ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Drained {
+    /// Everything in flight finished in time.
+    Finished,
+    /// The time ran out: this many connections were stopped.
+    Stopped(usize),
+    /// A second signal ended the drain early.
+    Interrupted,
+}
+
+impl std::fmt::Display for Drained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Drained::Finished => {
+                f.write_str("drained: every request and tunnel in flight finished")
+            }
+            Drained::Stopped(n) => write!(
+                f,
+                "drain timeout: {n} connection(s) still open were closed (each close audited with why)"
+            ),
+            Drained::Interrupted => f.write_str("drain cut short by a second signal"),
+        }
+    }
+}
+
+/// Waits until every connection has ended (each holds one of `slots` while it lasts), at
+/// most `timeout`; then stops the live ones that remain, with a reason their close events
+/// carry, and waits briefly for those events. A second SIGTERM or SIGINT ends the wait.
+async fn drain(
+    shared: &Shared,
+    slots: &tokio::sync::Semaphore,
+    timeout: Duration,
+    shutdown: &mut Shutdown,
+) -> Drained {
+    let all = u32::try_from(shared.limits.max_connections).unwrap_or(u32::MAX);
+    let finished = async {
+        if tokio::time::timeout(timeout, slots.acquire_many(all))
+            .await
+            .is_ok()
+        {
+            return Drained::Finished;
+        }
+        let why = format!(
+            "sluice is shutting down: the drain timeout ({} s) passed",
+            timeout.as_secs_f64()
+        );
+        let stopped = shared.stop_all(&why);
+        // Their close events are written as they end.
+        let _ = tokio::time::timeout(Duration::from_secs(5), slots.acquire_many(all)).await;
+        Drained::Stopped(stopped)
+    };
+    tokio::select! {
+        drained = finished => drained,
+        _ = shutdown.next() => Drained::Interrupted,
+    }
+}
+
+/// The TLS proxy hop of `--tls-listen`, when asked for.
+fn hop_of(args: &RunArgs) -> Result<Option<listen::hop::Hop>, listen::hop::HopError> {
+    if args.tls_listen.is_empty() {
+        return Ok(None);
+    }
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        // clap requires both with --tls-listen.
+        return Ok(None);
+    };
+    listen::hop::Hop::load(cert, key, args.client_ca.as_deref()).map(Some)
+}
+
+/// Says at start what the hop cannot do as configured: tenants' passwords sent in the clear
+/// to a listener other clients can reach, and tenants known by certificates nobody can
+/// present.
+fn warn_about_the_hop(args: &RunArgs, tenants: &crate::tenants::Table, has_hop: bool) {
+    let by_password = tenants.tenants().iter().filter(|t| t.has_auth()).count();
+    let open: Vec<String> = args
+        .listen
+        .iter()
+        .filter(|a| !a.ip().is_loopback())
+        .map(ToString::to_string)
+        .collect();
+    if by_password > 0 && !open.is_empty() {
+        eprintln!(
+            "sluice: WARNING: {by_password} tenant(s) send proxy passwords (Proxy-Authorization: Basic), and {} accepts them in cleartext from other hosts: use --tls-listen for them",
+            open.join(", ")
+        );
+    }
+    let client_ca = has_hop && args.client_ca.is_some();
+    for t in tenants.tenants().iter().filter(|t| t.has_certs()) {
+        if !client_ca {
+            eprintln!(
+                "sluice: WARNING: tenant {} is known by client certificates, and no --tls-listen with --client-ca asks for one: it cannot connect",
+                t.name
+            );
+        }
+    }
 }
 
 /// Binds every `--dns-listen` address (UDP and TCP) and serves the policy DNS there,
@@ -755,11 +975,12 @@ impl TlsSetupError {
     }
 }
 
-/// The ephemeral CA (its certificates written to `--ca-dir`), the leaf cache and the
-/// upstream trust roots.
+/// The CA (the operator's `operator`, else an ephemeral one; its certificates written to
+/// `--ca-dir`), the leaf cache and the upstream trust roots.
 #[allow(clippy::type_complexity)] // (state, written files)
 fn tls_state(
     args: &RunArgs,
+    operator: Option<Arc<crate::tls::ca::Ca>>,
 ) -> Result<
     (
         crate::pipeline::TlsState,
@@ -769,7 +990,10 @@ fn tls_state(
 > {
     use crate::tls::{ca::Ca, server::Terminator, upstream::UpstreamTls};
     let upstream = UpstreamTls::new(&args.upstream_cas).map_err(TlsSetupError::UpstreamCa)?;
-    let ca = Arc::new(Ca::generate()?);
+    let ca = match operator {
+        Some(ca) => ca,
+        None => Arc::new(Ca::generate()?),
+    };
     let mut files = None;
     if let Some(dir) = &args.ca_dir {
         let (ca_file, bundle) = ca.write_files(dir).map_err(|source| TlsSetupError::CaDir {
@@ -793,19 +1017,39 @@ fn tls_state(
     ))
 }
 
-async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        // Without signal handlers, run until killed.
-        std::future::pending::<()>().await;
-        return "killed";
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+/// SIGTERM's and SIGINT's streams, registered before the listeners announce themselves (a
+/// signal before that would end the process undrained).
+struct Shutdown {
+    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Shutdown {
+    fn register() -> Shutdown {
+        use tokio::signal::unix::{SignalKind, signal};
+        let streams = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Some((term, int)),
+            _ => {
+                eprintln!("sluice: warning: SIGTERM and SIGINT will end sluice without a drain");
+                None
+            }
+        };
+        Shutdown { streams }
+    }
+
+    /// The next SIGTERM or SIGINT.
+    async fn next(&mut self) -> &'static str {
+        let Some((term, int)) = &mut self.streams else {
+            // Without signal handlers, run until killed.
+            std::future::pending::<()>().await;
+            return "killed";
+        };
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
     }
 }
 
@@ -817,6 +1061,13 @@ pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
         secrets_file: args.secrets_file.clone(),
         compat: args.compat,
         tenants: args.tenants.clone(),
+        ca: match (&args.ca_cert, &args.ca_key) {
+            (Some(cert), Some(key)) => Some(super::config::CaFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        },
     }
 }
 
@@ -836,7 +1087,8 @@ mod tests {
 
     #[test]
     fn an_unusable_upstream_ca_stops_the_proxy_with_a_usage_error() {
-        let err = tls_state(&run_args(&["--upstream-ca", "/nonexistent/ca.pem"])).unwrap_err();
+        let err =
+            tls_state(&run_args(&["--upstream-ca", "/nonexistent/ca.pem"]), None).unwrap_err();
         assert!(matches!(err, TlsSetupError::UpstreamCa(_)), "{err:?}");
         assert_eq!(err.exit_code(), Some(2));
         assert!(err.to_string().starts_with("--upstream-ca: "), "{err}");
@@ -844,7 +1096,7 @@ mod tests {
 
     #[test]
     fn an_unwritable_ca_dir_stops_the_proxy_naming_the_directory_and_the_reason() {
-        let err = tls_state(&run_args(&["--ca-dir", "/dev/null/ca"])).unwrap_err();
+        let err = tls_state(&run_args(&["--ca-dir", "/dev/null/ca"]), None).unwrap_err();
         assert!(
             matches!(
                 &err,

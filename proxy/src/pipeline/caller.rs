@@ -11,11 +11,12 @@
 //! first request head (`tenants::Table::identify`). A failed lookup or confirmation is an
 //! error the pipeline turns into a denial: sluice never guesses who is calling (fail closed).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use sluice_identity::{Identity, IdentityError};
 
+use super::conn::Conn;
 use super::denial::Denial;
 use super::seen::Seen;
 use super::shared::Shared;
@@ -24,7 +25,8 @@ use crate::http::head::RequestHead;
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 use crate::policy;
-use crate::tenants::{Claim, Credentials, NoTenant, Table, Tenant};
+use crate::tenants::cert::PeerCert;
+use crate::tenants::{Claim, Credentials, NoTenant, Presented, Table, Tenant};
 
 /// Why a connection's caller is not known, or no longer holds its socket: the identity
 /// crate's answer, shared (every later request of the connection is refused with it); or,
@@ -97,8 +99,8 @@ impl Known {
     }
 }
 
-/// A gateway tenant, connected from `peer`, as a caller.
-fn tenant_known(tenant: &Arc<Tenant>, peer: IpAddr) -> Known {
+/// A gateway tenant, connected from `peer` with the client certificate `cert`, as a caller.
+fn tenant_known(tenant: &Arc<Tenant>, peer: IpAddr, cert: Option<&Arc<PeerCert>>) -> Known {
     Known {
         exe: format!("tenant:{}", tenant.name),
         ancestors: Vec::new(),
@@ -111,19 +113,22 @@ fn tenant_known(tenant: &Arc<Tenant>, peer: IpAddr) -> Known {
         tenant: Some(Arc::new(Claim {
             tenant: Arc::clone(tenant),
             peer,
+            cert: cert.cloned(),
         })),
     }
 }
 
 /// Identifies the process at the other end of a connection, as soon as it is accepted; on a
-/// gateway, the tenant that connects from its address without credentials (one that
-/// presents credentials is known at its first request head, [`by_credentials`]).
-pub async fn identify(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> CallerState {
+/// gateway, the tenant that connects from its address, or with its client certificate,
+/// without credentials (one that presents credentials is known at its first request head,
+/// [`by_credentials`]).
+pub async fn identify(shared: &Shared, conn: &Conn) -> CallerState {
+    let (peer, local) = (conn.peer, conn.local);
     let tenants = shared.tenants.load();
     if tenants.is_gateway() {
         return tenants
-            .identify(peer.ip(), None)
-            .map(|t| tenant_known(&t, peer.ip()))
+            .identify(presented(conn), None)
+            .map(|t| tenant_known(&t, peer.ip(), conn.cert.as_ref()))
             .map_err(CallerError::Tenant);
     }
     let resolver = &shared.identity;
@@ -172,6 +177,14 @@ pub async fn recheck(shared: &Shared, known: &Known) -> Result<(), CallerError> 
     .map_err(failed)
 }
 
+/// What a connection presents to be a tenant: its address and its hop's client certificate.
+fn presented(conn: &Conn) -> Presented<'_> {
+    Presented {
+        peer: conn.peer.ip(),
+        cert: conn.cert.as_deref(),
+    }
+}
+
 /// Whether a gateway client's tenant waits for the credentials of its first head.
 pub fn awaits_credentials(caller: &CallerState) -> bool {
     matches!(
@@ -188,14 +201,14 @@ pub fn awaits_credentials(caller: &CallerState) -> bool {
 pub fn by_credentials(
     shared: &Shared,
     caller: &mut CallerState,
-    peer: SocketAddr,
+    conn: &Conn,
     head: &RequestHead,
     first: bool,
 ) -> bool {
     by_values(
         shared,
         caller,
-        peer,
+        conn,
         head.header_values("proxy-authorization"),
         first,
     )
@@ -205,7 +218,7 @@ pub fn by_credentials(
 fn by_values<'v>(
     shared: &Shared,
     caller: &mut CallerState,
-    peer: SocketAddr,
+    conn: &Conn,
     mut values: impl Iterator<Item = &'v [u8]>,
     first: bool,
 ) -> bool {
@@ -220,14 +233,14 @@ fn by_values<'v>(
     // Two credentials are no tenant's: which one counts is not for sluice to guess.
     let found = match values.next() {
         Some(_) => Err(NoTenant::TwoCredentials),
-        None => identify_counted(shared, &tenants, peer.ip(), value, first),
+        None => identify_counted(shared, &tenants, presented(conn), value, first),
     };
     let same = matches!((&found, &*caller), (Ok(t), Ok(k)) if k.tenant() == Some(&*t.name));
     if same {
         return false;
     }
     *caller = match found {
-        Ok(t) if first => Ok(tenant_known(&t, peer.ip())),
+        Ok(t) if first => Ok(tenant_known(&t, conn.peer.ip(), conn.cert.as_ref())),
         Err(e) if first => Err(CallerError::Tenant(e)),
         // A later request: any credentials but its tenant's end the connection alike, so
         // that it cannot tell another tenant's real password from a wrong guess.
@@ -243,20 +256,21 @@ fn by_values<'v>(
 fn identify_counted(
     shared: &Shared,
     tenants: &Table,
-    peer: IpAddr,
+    from: Presented<'_>,
     value: &[u8],
     first: bool,
 ) -> Result<Arc<Tenant>, NoTenant> {
     if !first {
-        return tenants.identify(peer, Some(value));
+        return tenants.identify(from, Some(value));
     }
+    let peer = from.peer;
     let credentials = Credentials::parse(value);
     let user = credentials.as_ref().map_or("", |c| tenants.username_of(c));
     let attempt = shared
         .failed_logins
         .attempt(peer, user, std::time::Instant::now())
         .map_err(NoTenant::Throttled)?;
-    let found = credentials.and_then(|c| tenants.by_credentials(peer, &c));
+    let found = credentials.and_then(|c| tenants.by_credentials(from, &c));
     if found.is_ok() {
         attempt.succeeded();
     }

@@ -1,5 +1,5 @@
-//! One accepted client connection: its id, its addresses, when it began, and the signal
-//! that stops it (the caller no longer holds the socket, or a reload revoked it).
+//! One accepted client connection: its id, its addresses, the client certificate of its
+//! proxy hop, when it began, and the signal that stops it (the caller no longer holds the socket, or a reload revoked it).
 
 use std::net::SocketAddr;
 
@@ -11,6 +11,8 @@ pub struct Conn {
     pub id: u64,
     pub peer: SocketAddr,
     pub local: SocketAddr,
+    /// The client certificate the proxy hop presented (`--tls-listen` with `--client-ca`).
+    pub cert: Option<std::sync::Arc<crate::tenants::cert::PeerCert>>,
     pub started: std::time::Instant,
     /// Raised when the process identified as the caller no longer holds the socket, or a
     /// reloaded policy no longer allows the connection.

@@ -14,9 +14,9 @@
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
+use super::client_io::{ClientRead, ClientWrite};
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::authority::Authority;
 use super::caller::{CallerState, Known};
@@ -147,7 +147,7 @@ impl Ctx<'_> {
             }));
     }
 
-    async fn refuse(&self, wr: &mut OwnedWriteHalf, d: &Denial, policy: Option<String>) {
+    async fn refuse(&self, wr: &mut ClientWrite, d: &Denial, policy: Option<String>) {
         if self.answers {
             let _ = wr.write_all(&d.refusal.to_bytes()).await;
         }
@@ -169,8 +169,8 @@ pub async fn run(
     conn: &Conn,
     caller: CallerState,
     head: RequestHead,
-    rd: OwnedReadHalf,
-    mut wr: OwnedWriteHalf,
+    rd: ClientRead,
+    mut wr: ClientWrite,
     buf: BytesMut,
 ) {
     let target = match Authority::parse_connect(&head.target) {
@@ -206,11 +206,7 @@ pub async fn run(
 
 /// A tunnel from its target to its end: the client's halves, and the bytes it sent after
 /// naming the target (replayed first). The one function every tunnel entry calls.
-pub async fn tunnel(
-    start: Start<'_>,
-    (rd, mut wr): (OwnedReadHalf, OwnedWriteHalf),
-    buf: BytesMut,
-) {
+pub async fn tunnel(start: Start<'_>, (rd, mut wr): (ClientRead, ClientWrite), buf: BytesMut) {
     let Start {
         shared,
         conn,

@@ -60,8 +60,8 @@ pub async fn serve<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: I) {
 /// HTTP), then the fixed pages.
 pub async fn tunnel(
     shared: &super::shared::Shared,
-    rd: tokio::net::tcp::OwnedReadHalf,
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    rd: super::client_io::ClientRead,
+    mut wr: super::client_io::ClientWrite,
     buf: bytes::BytesMut,
 ) {
     use tokio::io::AsyncWriteExt;
@@ -72,19 +72,20 @@ pub async fn tunnel(
     {
         return;
     }
-    let Ok(stream) = rd.reunite(wr) else { return };
-    // The first byte: already read with the head (a client that did not wait for the `200`),
-    // else the next to arrive.
-    let is_tls = match buf.first() {
-        Some(b) => *b == 0x16,
-        None => {
-            let mut first = [0u8; 1];
-            match stream.peek(&mut first).await {
-                Ok(1) => first[0] == 0x16,
-                _ => return,
-            }
-        }
+    let Ok(mut stream) = rd.reunite(wr) else {
+        return;
     };
+    // The first byte: already read with the head (a client that did not wait for the `200`),
+    // else the next to arrive (kept, and replayed first).
+    let mut buf = buf;
+    if buf.is_empty() {
+        use tokio::io::AsyncReadExt;
+        match stream.read_buf(&mut buf).await {
+            Ok(n) if n > 0 => {}
+            _ => return,
+        }
+    }
+    let is_tls = buf.first() == Some(&0x16);
     let stream = super::counted::Prefixed::new(buf, stream);
     if !is_tls {
         serve(stream).await;

@@ -170,10 +170,13 @@ where
 {
     let mut upstreams: HashMap<Authority, Upstream> = HashMap::new();
     let mut next = first;
+    // A tunnel's first request is awaited even while sluice drains (the client opened the
+    // tunnel to send it); only a connection idle after a request is closed for the drain.
+    let mut served = false;
     loop {
         let head = match next.take() {
             Some(h) => h,
-            None => match read_next(&mut s).await {
+            None => match read_next(&mut s, served).await {
                 Some(h) => {
                     // Each later request is the caller's only if it still holds the socket
                     // (on a gateway: if its proxy credentials, when sent, are still its
@@ -182,7 +185,7 @@ where
                     // is dropped like every `Proxy-*` header).
                     caller::reconfirm(s.shared, &mut s.caller).await;
                     if matches!(s.route, Route::Forward) {
-                        caller::by_credentials(s.shared, &mut s.caller, s.conn.peer, &h, false);
+                        caller::by_credentials(s.shared, &mut s.caller, s.conn, &h, false);
                     }
                     h
                 }
@@ -192,6 +195,7 @@ where
         // Boxed: the request phase's state (kilobytes) exists only while a request is
         // in flight, not while the connection waits idle for the next one.
         let step = Box::pin(one(&mut s, &mut upstreams, &head)).await;
+        served = true;
         if !step.keep_alive {
             // The client may still be sending (a refused request's body): read it before
             // closing, so that closing does not reset the answer away.
@@ -205,10 +209,10 @@ where
 }
 
 /// The next request head on a kept-alive connection; `None` ends the connection (after
-/// answering a malformed head). While the client sends nothing, the connection holds no
+/// answering a malformed head, or, once a request was `served`, when sluice drains). While the client sends nothing, the connection holds no
 /// head buffer, and a leased tunnel gives its upstream connection back once the client has
 /// idled [`lease::RELEASE_AFTER`].
-async fn read_next<R, W>(s: &mut Session<'_, R, W>) -> Option<RequestHead>
+async fn read_next<R, W>(s: &mut Session<'_, R, W>, served: bool) -> Option<RequestHead>
 where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send,
@@ -225,21 +229,41 @@ where
     let deadline = tokio::time::Instant::now() + shared.limits.keepalive_timeout;
     let limit = shared.limits.max_head_bytes;
     if buf.is_empty() {
+        // A draining sluice serves no new request on a kept-alive connection: it closes it
+        // now rather than wait for one (the client's next request opens a new connection,
+        // to a replica that is not draining).
+        if served && shared.drain.is_draining() {
+            return None;
+        }
         // The last request's buffer goes; the first bytes of the next are read into one of
         // their size (`read_head` grows it if the head needs more).
         *buf = BytesMut::new();
-        let first =
+        let waiting = async {
             match tokio::time::timeout(lease::RELEASE_AFTER, read_first(rd, buf, limit)).await {
-                Ok(read) => read,
+                Ok(read) => Some(read),
                 Err(_) => {
                     if let Route::Tunnel(t) = route {
                         t.release(shared);
                     }
                     tokio::time::timeout_at(deadline, read_first(rd, buf, limit))
                         .await
-                        .ok()?
+                        .ok()
                 }
-            };
+            }
+        };
+        // Biased: a request that has arrived is served, not dropped for the drain.
+        let drained = async {
+            if served {
+                shared.drain.started().await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let first = tokio::select! {
+            biased;
+            first = waiting => first?,
+            () = drained => return None,
+        };
         if !matches!(first, Ok(n) if n > 0) {
             return None;
         }

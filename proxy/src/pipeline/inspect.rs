@@ -21,10 +21,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
+use super::client_io::{ClientRead, ClientStream, ClientWrite};
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_rustls::LazyConfigAcceptor;
 
 use super::caller::Known;
@@ -99,11 +99,7 @@ pub struct Inspected<'a> {
 
 /// The inspected tunnel, from just after the `200` to the end: the client's halves, and
 /// what it sent after its CONNECT head.
-pub async fn run(
-    t: Inspected<'_>,
-    (mut rd, wr): (OwnedReadHalf, OwnedWriteHalf),
-    mut buf: BytesMut,
-) {
+pub async fn run(t: Inspected<'_>, (mut rd, wr): (ClientRead, ClientWrite), mut buf: BytesMut) {
     let Inspected {
         shared,
         conn,
@@ -395,7 +391,7 @@ struct Handshaken {
 }
 
 /// The client leg's transport under TLS.
-type ClientIo = Prefixed<Counted<TcpStream>>;
+type ClientIo = Prefixed<Counted<ClientStream>>;
 
 /// The two handshakes in order: the client's ClientHello read, the upstream taken from the
 /// pool or dialled and its TLS made with the same ALPN offer, then the client's handshake

@@ -97,6 +97,15 @@ impl Live {
         }
     }
 
+    /// Stops every registered connection with `reason`; returns how many this call stopped.
+    pub fn stop_all(&self, reason: &StopReason) -> usize {
+        let conns = self.lock();
+        conns
+            .values()
+            .filter(|held| held.raise.raise(reason.clone()))
+            .count()
+    }
+
     /// Stops every registered connection the configuration in force no longer allows (each
     /// with its reason); returns how many this sweep stopped (not those stopped before, for
     /// another reason).

@@ -10,6 +10,7 @@
 mod admission;
 pub mod authority;
 mod caller;
+mod client_io;
 mod conn;
 /// The tunnel entry (`connect::tunnel`), where a transparent listener enters too.
 pub(crate) mod connect;
@@ -41,8 +42,10 @@ mod websocket;
 pub(crate) mod ws_frame;
 pub(crate) mod ws_scrub;
 
+pub use client_io::{ClientRead, ClientStream, ClientWrite, HopTls};
 pub use conn::Conn;
 pub use connection::revoke_disallowed;
+pub(crate) use counted::Prefixed;
 pub use live::InForce;
 pub use shared::{Limits, Parts, Shared, TlsState};
 
@@ -58,6 +61,7 @@ use crate::audit::{self, Engine, Outcome, Via};
 use crate::http::head::{self, HeadError};
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
+use crate::tenants::cert::PeerCert;
 use caller::CallerState;
 use denial::head_refusal;
 
@@ -117,17 +121,30 @@ pub(crate) async fn arrive(
     heads: FirstHead,
     head_before_lookup: bool,
 ) -> Result<Arrival, Limited> {
+    arrive_presenting(shared, peer, local, None, heads, head_before_lookup).await
+}
+
+/// [`arrive`] for a connection whose proxy hop presented the client certificate `cert`.
+async fn arrive_presenting(
+    shared: &Shared,
+    peer: SocketAddr,
+    local: SocketAddr,
+    cert: Option<Arc<PeerCert>>,
+    heads: FirstHead,
+    head_before_lookup: bool,
+) -> Result<Arrival, Limited> {
     let (raise, stop) = stop::signal();
     let conn = Conn {
         id: shared.next_id(),
         peer,
         local,
+        cert,
         started: std::time::Instant::now(),
         stop,
         raise,
     };
     // The caller, looked up at once: before it could hand the socket to another program.
-    let caller = caller::identify(shared, peer, local).await;
+    let caller = caller::identify(shared, &conn).await;
     // On a gateway whose tenants may send credentials, the first head of an explicit-proxy
     // connection says whose it is (an address of one tenant may carry another's
     // credentials): until then it is counted by its address, so that one client sending
@@ -187,7 +204,8 @@ pub const CA_PATH: &str = "/ca.pem";
 fn ca_response(shared: &Shared) -> Vec<u8> {
     match &shared.tls {
         Some(tls) => {
-            let pem = tls.terminator.ca_pem();
+            let ca = tls.terminator.ca();
+            let pem = ca.cert_pem();
             format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/x-pem-file\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{pem}",
                 pem.len()
@@ -210,10 +228,9 @@ async fn by_credentials(
     shared: &Shared,
     mut arrival: Arrival,
     head: &head::RequestHead,
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    wr: &mut ClientWrite,
 ) -> Option<Arrival> {
-    let changed =
-        caller::by_credentials(shared, &mut arrival.caller, arrival.conn.peer, head, true);
+    let changed = caller::by_credentials(shared, &mut arrival.caller, &arrival.conn, head, true);
     // Its own caller's slot already, or credentials that name no tenant (refused next): the
     // slot it was admitted with stays (a failed guess is not counted in a bucket other
     // clients share).
@@ -290,20 +307,65 @@ fn read_ready(stream: &TcpStream, buf: &mut BytesMut, max: usize) {
 /// Serves one explicit-proxy client connection to the end: its first request head names
 /// the target (`CONNECT host:port`, or an absolute-form request).
 pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, local: SocketAddr) {
-    let _active = crate::metrics::connection_active();
     // A proxy that delays small writes stalls TLS handshakes by 40 ms (Nagle + delayed ACK).
     let _ = stream.set_nodelay(true);
+    let client = Client {
+        stream: ClientStream::Tcp(stream),
+        peer,
+        local,
+        cert: None,
+        buf: BytesMut::new(),
+    };
+    serve_client(shared, client).await;
+}
+
+/// An explicit-proxy client as its listener hands it over: its transport, the address it is
+/// (the socket's peer, or the one a trusted balancer's PROXY header gave), sluice's address,
+/// the client certificate of its TLS hop, and what was read ahead of the transport.
+#[derive(Debug)]
+pub struct Client {
+    pub stream: ClientStream,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    pub cert: Option<Arc<PeerCert>>,
+    /// Bytes of the client's first request already read (after a PROXY header).
+    pub buf: BytesMut,
+}
+
+/// [`serve`], for a client however it arrived (plain, after a PROXY header, over TLS).
+pub async fn serve_client(shared: Arc<Shared>, client: Client) {
+    let _active = crate::metrics::connection_active();
+    let Client {
+        stream,
+        peer,
+        local,
+        cert,
+        buf,
+    } = client;
     let (mut rd, mut wr) = stream.into_split();
-    let mut buf = BytesMut::with_capacity(4096);
+    let mut buf = if buf.is_empty() {
+        BytesMut::with_capacity(4096)
+    } else {
+        buf
+    };
     let limits = &shared.limits;
     // The head is most likely here by now (the client sent it as it connected): read without
     // waiting for the runtime to learn that the socket is readable, a wake-up of its own;
     // and before the lookup, so that a head already whole needs no re-check (`settle`).
-    read_ready(rd.as_ref(), &mut buf, limits.max_head_bytes);
+    if let Some(tcp) = rd.tcp() {
+        read_ready(tcp, &mut buf, limits.max_head_bytes);
+    }
     let head_before_lookup = head::is_whole(&buf);
     // The one-off phases are boxed: the connection's future keeps only the size of the
     // state it idles in.
-    let arriving = arrive(&shared, peer, local, FirstHead::MayName, head_before_lookup);
+    let arriving = arrive_presenting(
+        &shared,
+        peer,
+        local,
+        cert,
+        FirstHead::MayName,
+        head_before_lookup,
+    );
     let arrival = match Box::pin(arriving).await {
         Ok(a) => a,
         Err(limited) => {
@@ -321,6 +383,18 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, loc
     {
         Ok(Ok(h)) => h,
         Ok(Err(HeadError::Closed)) => return,
+        Ok(Err(e)) if crate::proxy_protocol::is_header(&buf) => {
+            // A PROXY protocol header from a peer not trusted to send one (`listen::front`
+            // reads it from those that are): a client must not name its own address.
+            let refusal = Refusal::new(
+                400,
+                Code::BadRequest,
+                format!("a PROXY protocol header from {peer}, which --proxy-protocol-from does not trust: refused"),
+            ).with_reason(format!("not a request head: {e}"));
+            let known = arrival.caller.as_ref().ok();
+            refuse_early(&shared, &arrival.conn, &mut wr, refusal, known).await;
+            return;
+        }
         Ok(Err(e)) => {
             let refusal = head_refusal(&e);
             let known = arrival.caller.as_ref().ok();
@@ -426,8 +500,8 @@ fn stopped_forward(
 async fn refuse_limited(
     shared: &Shared,
     limited: Limited,
-    mut rd: tokio::net::tcp::OwnedReadHalf,
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    mut rd: ClientRead,
+    mut wr: ClientWrite,
 ) {
     let Limited {
         conn,
@@ -461,11 +535,36 @@ async fn refuse_limited(
     unread::linger_refused(&mut rd, cap).await;
 }
 
+/// Audits a connection its listener refused before handing it over (a trusted balancer's
+/// missing or malformed PROXY header, a failed TLS hop): `peer` as far as it is known,
+/// `status` the answer it was given (0: closed unanswered).
+pub(crate) fn audit_unreceived(shared: &Shared, peer: SocketAddr, reason: String, status: u16) {
+    shared
+        .audit
+        .emit(&audit::Event::ConnectionOpen(audit::ConnectionOpen {
+            time: SystemTime::now(),
+            id: shared.next_id(),
+            via: Via::Connect,
+            caller: None,
+            src: peer,
+            dst: audit::Destination {
+                host: String::new(),
+                port: 0,
+                ip: None,
+            },
+            outcome: Outcome::Denied,
+            policy: None,
+            engine: Engine::Proxy,
+            reason: Some(reason),
+            status,
+        }));
+}
+
 /// Answers a connection refused before a target was known, and audits it.
 async fn refuse_early(
     shared: &Shared,
     conn: &Conn,
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    wr: &mut ClientWrite,
     refusal: Refusal,
     caller: Option<&caller::Known>,
 ) {

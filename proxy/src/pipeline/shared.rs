@@ -110,6 +110,9 @@ pub struct Shared {
     pub(super) seen: super::seen::Seen,
     /// The thread that runs the periodic re-checks of every connection's caller (`rechecks.rs`).
     pub(super) rechecks: super::rechecks::Rechecks,
+    /// Raised on SIGTERM: the listeners stop accepting and idle kept-alive connections close
+    /// (`cli::run` waits for the rest).
+    pub drain: crate::drain::Drain,
     next_id: AtomicU64,
 }
 
@@ -164,12 +167,20 @@ impl Shared {
             credentials: ArcSwap::new(credentials),
             tenants: ArcSwap::from_pointee(tenants),
             live: Live::default(),
+            drain: crate::drain::Drain::default(),
             next_id: AtomicU64::new(1),
         }
     }
 
     pub fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Stops every live connection (tunnels, requests in flight) with `why`: the end of a
+    /// drain whose time ran out. Each one's close event says why. Returns how many.
+    pub fn stop_all(&self, why: &str) -> usize {
+        self.live
+            .stop_all(&super::stop::StopReason::Shutdown(why.to_string()))
     }
 }
 

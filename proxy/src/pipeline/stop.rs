@@ -1,7 +1,8 @@
 //! The stop signal of one client connection: raised once, from outside the connection's
 //! own traffic, with a typed reason. Raised by the caller watcher (`holder.rs`) when the
-//! caller no longer holds the socket, and by the live registry (`live.rs`) when a reloaded
-//! policy no longer allows the connection; every long-lived path waits on it.
+//! caller no longer holds the socket, by the live registry (`live.rs`) when a reloaded
+//! policy no longer allows the connection, and at the end of a drain whose time ran out;
+//! every long-lived path waits on it.
 
 use std::sync::Arc;
 
@@ -24,6 +25,9 @@ pub enum StopReason {
         dst: Authority,
         why: String,
     },
+    /// sluice is shutting down and the drain's time ran out (`why` says so).
+    #[error("{0}")]
+    Shutdown(String),
 }
 
 impl StopReason {
@@ -31,14 +35,14 @@ impl StopReason {
     pub fn engine(&self, running: Engine) -> Engine {
         match self {
             StopReason::CallerChanged(_) => Engine::Identity,
-            StopReason::PolicyRevoked { .. } => running,
+            StopReason::PolicyRevoked { .. } | StopReason::Shutdown(_) => running,
         }
     }
 
     /// The revoked connection's policy entry and destination (`None` for a caller change).
     pub fn revoked(&self) -> Option<(&str, &Authority)> {
         match self {
-            StopReason::CallerChanged(_) => None,
+            StopReason::CallerChanged(_) | StopReason::Shutdown(_) => None,
             StopReason::PolicyRevoked { entry, dst, .. } => Some((entry, dst)),
         }
     }

@@ -2,9 +2,10 @@
 //! [`TenantSpec`] per tenant out, with every problem reported as `FILE:LINE:COL: field:
 //! message` (never only the first).
 //!
-//! Owns the file's schema and the checks across tenants: unique names and usernames, each
-//! tenant identifiable (source addresses, proxy credentials or both), and no address that two
-//! tenants could both claim without credentials to tell them apart. Loading each tenant's
+//! Owns the file's schema and the checks across tenants: unique names, usernames and client
+//! certificate entries, each tenant identifiable (source addresses, proxy credentials,
+//! client certificates, or several), and no address that two tenants could both claim
+//! without credentials or certificates to tell them apart. Loading each tenant's
 //! policy, profiles and secrets is `cli/tenants.rs`'s.
 
 use std::collections::HashMap;
@@ -15,17 +16,20 @@ use ipnet::IpNet;
 
 use crate::policy::diag::{Diagnostic, Diagnostics, Location, join_field, map_fields};
 use crate::policy::yaml::{self, Kind, Node, Pos};
+use crate::tenants::cert::CertMatch;
 
 const TOP_FIELDS: &[&str] = &["tenants"];
 const TENANT_FIELDS: &[&str] = &[
     "name",
     "sources",
     "proxy_auth",
+    "client_certs",
     "policy",
     "providers",
     "secrets_file",
 ];
 const AUTH_FIELDS: &[&str] = &["username", "password_env"];
+const CERT_FIELDS: &[&str] = &["subject", "spiffe_id"];
 /// Longest tenant name: it is shown in audit events, metrics and refusals.
 const MAX_NAME: usize = 64;
 
@@ -39,6 +43,9 @@ pub struct TenantSpec {
     /// Where `sources` is written (for the checks across tenants).
     sources_pos: Pos,
     pub auth: Option<AuthSpec>,
+    /// `client_certs`: the certificates (by subject or SPIFFE ID) the tenant is known by on
+    /// the TLS proxy hop, each with where it is written.
+    pub certs: Vec<(CertMatch, Pos)>,
     /// Policy files, provider profile files and the secrets file, relative paths resolved
     /// against the tenants file's directory.
     pub policies: Vec<String>,
@@ -216,6 +223,7 @@ impl Reader<'_> {
         let mut sources = Vec::new();
         let mut sources_pos = node.pos;
         let mut auth = None;
+        let mut certs = Vec::new();
         let mut policies = Vec::new();
         let mut providers = Vec::new();
         let mut secrets_file = None;
@@ -228,6 +236,7 @@ impl Reader<'_> {
                     sources = self.sources(value, &field);
                 }
                 "proxy_auth" => auth = self.auth(value, &field),
+                "client_certs" => certs = self.certs(value, &field),
                 "policy" => policies = self.files(value, &field),
                 "providers" => providers = self.files(value, &field),
                 _ => {
@@ -246,12 +255,12 @@ impl Reader<'_> {
                 format!("tenant `{name}` names no policy file; add `policy: [FILE]`"),
             );
         }
-        if sources.is_empty() && auth.is_none() {
+        if sources.is_empty() && auth.is_none() && certs.is_empty() {
             self.error(
                 node.pos,
                 path,
                 format!(
-                    "tenant `{name}` cannot be identified: give it `sources` (client addresses), `proxy_auth` (proxy credentials), or both"
+                    "tenant `{name}` cannot be identified: give it `sources` (client addresses), `proxy_auth` (proxy credentials), `client_certs` (client certificates), or several"
                 ),
             );
         }
@@ -264,6 +273,7 @@ impl Reader<'_> {
             sources,
             sources_pos,
             auth,
+            certs,
             policies,
             providers,
             secrets_file,
@@ -369,6 +379,62 @@ impl Reader<'_> {
         }
     }
 
+    /// `client_certs`: a list of `{subject: ...}` or `{spiffe_id: ...}` entries.
+    fn certs(&mut self, node: &Node<'_>, path: &str) -> Vec<(CertMatch, Pos)> {
+        let Kind::Seq(items) = &node.kind else {
+            let found = node.type_name();
+            self.error(
+                node.pos,
+                path,
+                format!(
+                    "expected a list of `{{subject: ...}}` or `{{spiffe_id: ...}}`, found {found}"
+                ),
+            );
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let at = format!("{path}[{i}]");
+            let before = self.diags.error_count();
+            let Some(fields) = self.fields(item, &at, CERT_FIELDS) else {
+                continue;
+            };
+            // Only unknown fields: said already.
+            let unknown_only = fields.is_empty() && self.diags.error_count() > before;
+            if fields.len() != 1 && !unknown_only {
+                self.error(
+                    item.pos,
+                    &at,
+                    "give exactly one of `subject` or `spiffe_id` per entry",
+                );
+                continue;
+            }
+            for (key, value) in fields.into_iter().take(1) {
+                let field = join_field(&at, key);
+                let Some(text) = self.string(value, &field) else {
+                    continue;
+                };
+                let parsed = if key == "subject" {
+                    CertMatch::subject(&text)
+                } else {
+                    CertMatch::spiffe_id(&text)
+                };
+                match parsed {
+                    Ok(m) => out.push((m, value.pos)),
+                    Err(e) => self.error(value.pos, &field, e),
+                }
+            }
+        }
+        if items.is_empty() {
+            self.error(
+                node.pos,
+                path,
+                "an empty `client_certs` names no certificate",
+            );
+        }
+        out
+    }
+
     fn files(&mut self, node: &Node<'_>, field: &str) -> Vec<String> {
         self.strings(node, field)
             .into_iter()
@@ -381,7 +447,17 @@ impl Reader<'_> {
     fn across(&mut self, specs: &[TenantSpec]) {
         let mut names: HashMap<&str, &Location> = HashMap::new();
         let mut users: HashMap<&str, (&str, &Location)> = HashMap::new();
+        let mut certs: HashMap<&CertMatch, (&str, Pos)> = HashMap::new();
         for (i, t) in specs.iter().enumerate() {
+            for (j, (m, pos)) in t.certs.iter().enumerate() {
+                if let Some((other, first)) = certs.insert(m, (&t.name, *pos)) {
+                    let message = format!(
+                        "{m} is also tenant `{other}`'s (line {}); a certificate names one tenant",
+                        first.line
+                    );
+                    self.error(*pos, &format!("tenants[{i}].client_certs[{j}]"), message);
+                }
+            }
             if let Some(first) = names.insert(&t.name, &t.location) {
                 let pos = t.location.pos;
                 let line = first.pos.line;
@@ -400,8 +476,9 @@ impl Reader<'_> {
                 self.error(a.username_pos, &field, message);
             }
             for earlier in &specs[..i] {
-                // Credentials tell two tenants apart; addresses alone must not overlap.
-                if t.auth.is_some() && earlier.auth.is_some() {
+                // Credentials and certificates tell two tenants apart; addresses alone must
+                // not overlap.
+                if t.is_credentialed() && earlier.is_credentialed() {
                     continue;
                 }
                 let clash = t.sources.iter().find_map(|a| {
@@ -421,6 +498,14 @@ impl Reader<'_> {
                 }
             }
         }
+    }
+}
+
+impl TenantSpec {
+    /// Whether the tenant is told apart by more than its address (credentials or a
+    /// certificate).
+    fn is_credentialed(&self) -> bool {
+        self.auth.is_some() || !self.certs.is_empty()
     }
 }
 
@@ -536,6 +621,52 @@ mod tests {
                 .join("\n")
                 .contains("username `x` is also tenant `a`'s"),
             "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn client_certs_are_read_checked_and_each_names_one_tenant() {
+        let specs = read_text(
+            "tenants:\n  - name: a\n    client_certs:\n      - subject: CN=agent-a,O=team\n      - spiffe_id: spiffe://example.org/ns/a\n    policy: a.yaml\n  - name: b\n    client_certs: [{subject: agent-b}]\n    proxy_auth: {username: b, password_env: B}\n    policy: b.yaml\n",
+        )
+        .unwrap();
+        assert_eq!(specs[0].certs.len(), 2);
+        assert_eq!(specs[1].certs.len(), 1);
+        let errors = read_text(
+            "tenants:\n  - name: a\n    client_certs: [{subject: agent}]\n    policy: a.yaml\n  - name: b\n    client_certs:\n      - subject: agent\n    policy: b.yaml\n  - name: c\n    client_certs:\n      - spiffe_id: https://example.org/a\n      - {subject: x, spiffe_id: spiffe://e.org/x}\n      - issuer: y\n    policy: c.yaml\n  - name: d\n    client_certs: []\n    policy: d.yaml\n",
+        )
+        .unwrap_err()
+        .join("\n");
+        assert!(
+            errors.contains(
+                ":7:18: tenants[1].client_certs[0]: subject CN=agent is also tenant `a`'s (line 3)"
+            ),
+            "{errors}"
+        );
+        assert!(
+            errors.contains(
+                ":11:20: tenants[2].client_certs[0].spiffe_id: a SPIFFE ID starts with `spiffe://`"
+            ),
+            "{errors}"
+        );
+        assert!(
+            errors.contains(
+                "tenants[2].client_certs[1]: give exactly one of `subject` or `spiffe_id`"
+            ),
+            "{errors}"
+        );
+        assert!(
+            errors.contains("tenants[2].client_certs[2].issuer: unknown field `issuer`"),
+            "{errors}"
+        );
+        assert!(
+            errors
+                .contains("tenants[3].client_certs: an empty `client_certs` names no certificate"),
+            "{errors}"
+        );
+        // A tenant known only by its certificate needs no address or password.
+        assert!(
+            read_text("tenants:\n  - name: a\n    client_certs: [{spiffe_id: spiffe://e.org/a}]\n    policy: a.yaml\n").is_ok()
         );
     }
 

@@ -1,12 +1,14 @@
 //! Gateway tenants (`sluice run --tenants FILE`): on a shared egress gateway the caller is a
-//! tenant, known by the address it connects from or by the proxy credentials it presents,
-//! not by a process sluice can see through `/proc`.
+//! tenant, known by the address it connects from, the proxy credentials it presents, or the
+//! client certificate of its TLS proxy hop, not by a process sluice can see through `/proc`.
 //!
 //! Owns the table of tenants a running gateway serves (each with its own compiled policy and
 //! credential bindings, swapped whole on reload) and the rule that picks a connection's
-//! tenant ([`Table::identify`]). The file's schema is `file.rs`; loading each tenant's policy,
-//! profiles and secrets is `cli/tenants.rs`'s.
+//! tenant ([`Table::identify`]). The file's schema is `file.rs`; what a client certificate
+//! names is `cert.rs`; loading each tenant's policy, profiles and secrets is
+//! `cli/config.rs`'s.
 
+pub mod cert;
 pub mod file;
 pub mod guesses;
 
@@ -18,6 +20,7 @@ use ipnet::IpNet;
 
 use crate::credentials::Bindings;
 use crate::policy::Policy;
+use cert::{CertMatch, PeerCert};
 
 /// A tenant of a running gateway: who it is and what it is judged under.
 #[derive(Debug)]
@@ -25,6 +28,9 @@ pub struct Tenant {
     pub name: Arc<str>,
     sources: Vec<IpNet>,
     auth: Option<ProxyAuth>,
+    /// `client_certs`: the tenant is who presents a certificate one of these names (and
+    /// only such a client is).
+    certs: Vec<CertMatch>,
     pub policy: Arc<Policy>,
     pub credentials: Arc<Bindings>,
 }
@@ -83,24 +89,62 @@ impl Tenant {
             name,
             sources,
             auth,
+            certs: Vec::new(),
             policy,
             credentials,
         }
     }
 
+    /// The tenant, identified by a client certificate one of `certs` names.
+    pub fn with_certs(mut self, certs: Vec<CertMatch>) -> Tenant {
+        self.certs = certs;
+        self
+    }
+
     /// Whether a client at `peer` may be this tenant (a tenant without `sources` may connect
-    /// from anywhere, with its credentials).
+    /// from anywhere, with its credentials or certificate).
     fn admits_source(&self, peer: IpAddr) -> bool {
         self.sources.is_empty() || self.sources.iter().any(|n| n.contains(&peer))
     }
+
+    /// Whether `cert` is one of this tenant's.
+    fn names_cert(&self, cert: &PeerCert) -> bool {
+        self.certs.iter().any(|m| m.matches(cert))
+    }
+
+    /// Whether the tenant sends proxy credentials.
+    pub fn has_auth(&self) -> bool {
+        self.auth.is_some()
+    }
+
+    /// Whether the tenant is known by a client certificate (then only by one).
+    pub fn has_certs(&self) -> bool {
+        !self.certs.is_empty()
+    }
 }
 
-/// A connection's claim to be a tenant: the tenant as identified, and the address the
-/// connection comes from.
+/// A connection's claim to be a tenant: the tenant as identified, the address the
+/// connection comes from, and the client certificate its proxy hop presented.
 #[derive(Debug)]
 pub struct Claim {
     pub tenant: Arc<Tenant>,
     pub peer: IpAddr,
+    pub cert: Option<Arc<PeerCert>>,
+}
+
+/// What a connection presents to be a tenant: the address it comes from, and the client
+/// certificate of its TLS proxy hop (verified in the handshake), if any.
+#[derive(Clone, Copy, Debug)]
+pub struct Presented<'a> {
+    pub peer: IpAddr,
+    pub cert: Option<&'a PeerCert>,
+}
+
+impl From<IpAddr> for Presented<'_> {
+    /// A client with no certificate.
+    fn from(peer: IpAddr) -> Self {
+        Presented { peer, cert: None }
+    }
 }
 
 /// The tenants a gateway serves; empty when sluice is not a gateway (callers are then
@@ -134,12 +178,31 @@ pub enum NoTenant {
         guesses::retry_after_secs(*.0)
     )]
     Throttled(std::time::Duration),
+    /// A verified client certificate that no tenant's `client_certs` names (from this
+    /// address): refused, whatever else the client presents.
+    #[error("the client certificate ({0}) is no tenant's")]
+    UnknownCertificate(String),
+    /// A client certificate that more than one tenant's `client_certs` names: which one it
+    /// is, is not for sluice to guess.
+    #[error("the client certificate ({0}) is more than one tenant's")]
+    AmbiguousCertificate(String),
+    /// Proxy credentials that are not those of the tenant the client certificate names
+    /// (another tenant's or wrong alike, or credentials that tenant does not use).
+    #[error("the proxy credentials are not those of the tenant the client certificate names")]
+    CertificateMismatch,
 }
 
 impl NoTenant {
     /// Whether the client should be asked for credentials (407) rather than refused (403).
     pub fn asks_credentials(&self) -> bool {
-        !matches!(self, NoTenant::UnknownSource(_) | NoTenant::Throttled(_))
+        !matches!(
+            self,
+            NoTenant::UnknownSource(_)
+                | NoTenant::Throttled(_)
+                | NoTenant::UnknownCertificate(_)
+                | NoTenant::AmbiguousCertificate(_)
+                | NoTenant::CertificateMismatch
+        )
     }
 }
 
@@ -186,8 +249,9 @@ impl Table {
 
     /// The tenant `claim` is in this table (after a reload, with its new policy and
     /// credentials): the same name, still claiming the connection's address, with the same
-    /// credentials. `None` when a reload removed the tenant or changed who may be it (a
-    /// rotated password, narrowed `sources`): its live connections are then revoked.
+    /// credentials and certificates. `None` when a reload removed the tenant or changed who
+    /// may be it (a rotated password, narrowed `sources`, other `client_certs`): its live
+    /// connections are then revoked.
     pub fn current(&self, claim: &Claim) -> Option<&Arc<Tenant>> {
         let now = self.get(&claim.tenant.name)?;
         // The table it was identified by (each reload builds new records): it stands.
@@ -195,34 +259,57 @@ impl Table {
             return Some(now);
         }
         let peer = claim.peer.to_canonical();
-        let still = match (&now.auth, &claim.tenant.auth) {
-            (Some(a), Some(b)) => a == b && now.admits_source(peer),
-            // A source tenant: still the one tenant without credentials at that address.
-            (None, None) => self
-                .identify(peer, None)
+        // Still the one tenant the certificate names, or still one known without one.
+        let by_cert = match &claim.cert {
+            Some(cert) => self
+                .named_by(peer, cert)
                 .is_ok_and(|t| Arc::ptr_eq(&t, now)),
-            _ => false,
+            None => !now.has_certs(),
         };
+        let still = by_cert
+            && match (&now.auth, &claim.tenant.auth) {
+                (Some(a), Some(b)) => a == b && now.admits_source(peer),
+                // By its certificate alone: the certificate decided above.
+                (None, None) if claim.cert.is_some() => true,
+                // A source tenant: still the one tenant without credentials at that address.
+                (None, None) => self
+                    .identify(peer, None)
+                    .is_ok_and(|t| Arc::ptr_eq(&t, now)),
+                _ => false,
+            };
         still.then_some(now)
     }
 
-    /// The tenant of a client at `peer` that presented `proxy_authorization` (the header's
-    /// value) or nothing. Credentials, when presented, decide: they must be a tenant's, and
-    /// that tenant's `sources` (if any) must contain `peer`. Without them, the tenant is the
-    /// one that connects from `peer` and needs no credentials (the file allows at most one).
-    pub fn identify(
+    /// The tenant of a client that presented `from` (its address, and its hop's client
+    /// certificate) and `proxy_authorization` (the header's value) or nothing. A client
+    /// certificate decides first: exactly one tenant's `client_certs` must name it (within
+    /// that tenant's `sources`, if any), and credentials, if that tenant has `proxy_auth`,
+    /// must be its own (and are required); a tenant without `proxy_auth` takes none. Without
+    /// a certificate, credentials decide: they must be a tenant's that needs no certificate,
+    /// and that tenant's `sources` (if any) must contain the address. Without either, the
+    /// tenant is the one that connects from the address and needs neither (the file allows
+    /// at most one).
+    pub fn identify<'a>(
         &self,
-        peer: IpAddr,
+        from: impl Into<Presented<'a>>,
         proxy_authorization: Option<&[u8]>,
     ) -> Result<Arc<Tenant>, NoTenant> {
+        let from = from.into();
         if let Some(value) = proxy_authorization {
-            return self.by_credentials(peer, &Credentials::parse(value)?);
+            return self.by_credentials(from, &Credentials::parse(value)?);
         }
-        let peer = peer.to_canonical();
+        let peer = from.peer.to_canonical();
+        if let Some(cert) = from.cert {
+            let tenant = self.named_by(peer, cert)?;
+            return match tenant.auth {
+                Some(_) => Err(NoTenant::CredentialsRequired(peer)),
+                None => Ok(tenant),
+            };
+        }
         if let Some(t) = self
             .tenants
             .iter()
-            .find(|t| t.auth.is_none() && t.admits_source(peer))
+            .find(|t| t.auth.is_none() && !t.has_certs() && t.admits_source(peer))
         {
             return Ok(Arc::clone(t));
         }
@@ -233,20 +320,50 @@ impl Table {
         }
     }
 
+    /// The one tenant whose `client_certs` name `cert`, within its `sources` (if any).
+    fn named_by(&self, peer: IpAddr, cert: &PeerCert) -> Result<Arc<Tenant>, NoTenant> {
+        let mut named = self
+            .tenants
+            .iter()
+            .filter(|t| t.names_cert(cert) && t.admits_source(peer));
+        let tenant = named
+            .next()
+            .ok_or_else(|| NoTenant::UnknownCertificate(cert.to_string()))?;
+        if named.next().is_some() {
+            return Err(NoTenant::AmbiguousCertificate(cert.to_string()));
+        }
+        Ok(Arc::clone(tenant))
+    }
+
     /// The tenant whose `credentials` they are, when that tenant's `sources` (if any)
-    /// contain `peer`.
-    pub fn by_credentials(
+    /// contain the address; with a client certificate, the tenant it names, whose own
+    /// credentials they must be.
+    pub fn by_credentials<'a>(
         &self,
-        peer: IpAddr,
+        from: impl Into<Presented<'a>>,
         credentials: &Credentials,
     ) -> Result<Arc<Tenant>, NoTenant> {
-        let peer = peer.to_canonical();
+        let from = from.into();
+        let peer = from.peer.to_canonical();
+        if let Some(cert) = from.cert {
+            let tenant = self.named_by(peer, cert)?;
+            let theirs = tenant
+                .auth
+                .as_ref()
+                .is_some_and(|a| a.accepts(&credentials.user, &credentials.digest));
+            return if theirs {
+                Ok(tenant)
+            } else {
+                Err(NoTenant::CertificateMismatch)
+            };
+        }
         self.tenants
             .iter()
             .find(|t| {
-                t.auth
-                    .as_ref()
-                    .is_some_and(|a| a.accepts(&credentials.user, &credentials.digest))
+                !t.has_certs()
+                    && t.auth
+                        .as_ref()
+                        .is_some_and(|a| a.accepts(&credentials.user, &credentials.digest))
                     && t.admits_source(peer)
             })
             .cloned()
@@ -428,6 +545,7 @@ mod tests {
         let claim = |table: &Table, peer: &str, auth: Option<&[u8]>| Claim {
             tenant: table.identify(ip(peer), auth).unwrap(),
             peer: ip(peer),
+            cert: None,
         };
         let alpha = claim(&before, "10.1.0.9", None);
         let gamma = claim(&before, "192.0.2.1", Some(&basic_of("gamma:old")));
@@ -495,5 +613,135 @@ mod tests {
             t.identify(ip("192.0.2.1"), Some(b"basic   Zzph OmI="))
                 .is_err()
         );
+    }
+
+    // === Client certificates ===
+
+    fn peer_cert(cn: &str, spiffe: Option<&str>) -> PeerCert {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        let mut dn = rcgen::DistinguishedName::new();
+        dn.push(rcgen::DnType::CommonName, cn);
+        params.distinguished_name = dn;
+        params.subject_alt_names = spiffe
+            .iter()
+            .map(|u| rcgen::SanType::URI(u.to_string().try_into().unwrap()))
+            .collect();
+        PeerCert::from_der(params.self_signed(&key).unwrap().der()).unwrap()
+    }
+
+    fn cert_table() -> Table {
+        Table::new(vec![
+            tenant("svid", &[], None).with_certs(vec![
+                CertMatch::spiffe_id("spiffe://example.org/ci").unwrap(),
+            ]),
+            tenant("both", &[], Some(("both", "pw-both")))
+                .with_certs(vec![CertMatch::subject("agent-1").unwrap()]),
+            tenant("pw", &[], Some(("pw", "pw-pw"))),
+            tenant("src", &["10.1.0.0/16"], None),
+        ])
+    }
+
+    #[test]
+    fn a_client_certificate_names_its_tenant_and_credentials_must_agree() {
+        let table = cert_table();
+        let name = |r: Result<Arc<Tenant>, NoTenant>| r.map(|t| t.name.to_string());
+        fn at<'c>(peer: &str, cert: &'c PeerCert) -> Presented<'c> {
+            Presented {
+                peer: ip(peer),
+                cert: Some(cert),
+            }
+        }
+        let svid = peer_cert("runner", Some("spiffe://example.org/ci"));
+        assert_eq!(
+            name(table.identify(at("192.0.2.1", &svid), None)),
+            Ok("svid".into())
+        );
+        // From a source tenant's address the certificate still decides.
+        assert_eq!(
+            name(table.identify(at("10.1.2.3", &svid), None)),
+            Ok("svid".into())
+        );
+        // Password and certificate naming different tenants: refused, however right the
+        // password is for the other.
+        for creds in ["pw:pw-pw", "pw:wrong", "svid:x"] {
+            let e = table.identify(at("192.0.2.1", &svid), Some(&basic_of(creds)));
+            assert_eq!(name(e), Err(NoTenant::CertificateMismatch), "{creds}");
+        }
+        // A tenant with both needs both.
+        let agent = peer_cert("agent-1", None);
+        assert_eq!(
+            name(table.identify(at("192.0.2.1", &agent), None)),
+            Err(NoTenant::CredentialsRequired(ip("192.0.2.1")))
+        );
+        assert_eq!(
+            name(table.identify(at("192.0.2.1", &agent), Some(&basic_of("both:pw-both")))),
+            Ok("both".into())
+        );
+        assert_eq!(
+            name(table.identify(at("192.0.2.1", &agent), Some(&basic_of("pw:pw-pw")))),
+            Err(NoTenant::CertificateMismatch)
+        );
+        // Its password without its certificate is no tenant's.
+        assert_eq!(
+            name(table.identify(ip("192.0.2.1"), Some(&basic_of("both:pw-both")))),
+            Err(NoTenant::BadCredentials)
+        );
+        // A verified certificate no tenant names is refused, from any address, with or
+        // without credentials that would otherwise be a tenant's.
+        let nobody = peer_cert("nobody", Some("spiffe://example.org/other"));
+        for (peer, auth) in [
+            ("10.1.2.3", None),
+            ("192.0.2.1", Some(basic_of("pw:pw-pw"))),
+        ] {
+            let e = table
+                .identify(at(peer, &nobody), auth.as_deref())
+                .unwrap_err();
+            assert!(matches!(e, NoTenant::UnknownCertificate(_)), "{e:?}");
+            assert!(!e.asks_credentials());
+        }
+    }
+
+    #[test]
+    fn a_certificate_two_tenants_name_is_neither() {
+        let table = Table::new(vec![
+            tenant("a", &[], None).with_certs(vec![CertMatch::subject("agent").unwrap()]),
+            tenant("b", &[], None).with_certs(vec![CertMatch::subject("CN=agent").unwrap()]),
+        ]);
+        let agent = peer_cert("agent", None);
+        let e = table
+            .identify(
+                Presented {
+                    peer: ip("192.0.2.1"),
+                    cert: Some(&agent),
+                },
+                None,
+            )
+            .unwrap_err();
+        assert!(matches!(e, NoTenant::AmbiguousCertificate(_)), "{e:?}");
+    }
+
+    #[test]
+    fn after_a_reload_a_certificate_claim_stands_only_while_the_tenant_still_names_it() {
+        let before = cert_table();
+        let svid = Arc::new(peer_cert("runner", Some("spiffe://example.org/ci")));
+        let claim = Claim {
+            tenant: before
+                .identify(
+                    Presented {
+                        peer: ip("192.0.2.1"),
+                        cert: Some(&svid),
+                    },
+                    None,
+                )
+                .unwrap(),
+            peer: ip("192.0.2.1"),
+            cert: Some(Arc::clone(&svid)),
+        };
+        assert!(cert_table().current(&claim).is_some());
+        let moved = Table::new(vec![tenant("svid", &[], None).with_certs(vec![
+            CertMatch::spiffe_id("spiffe://example.org/other").unwrap(),
+        ])]);
+        assert!(moved.current(&claim).is_none());
     }
 }

@@ -5,7 +5,9 @@
 //! server configuration per connection: by the ALPN protocol the upstream agreed to (mirrored
 //! to the client: `h2`, `http/1.1`, or none), and, for a client that sends no SNI (an IP
 //! literal target), by the CONNECT host. Configurations are built once and shared; only a
-//! no-SNI host gets its own (cached) configuration.
+//! no-SNI host gets its own (cached) configuration. A new CA (an operator's CA rotated by a
+//! reload) replaces the cached leaves at once: no leaf of the old CA is issued after it; a
+//! handshake that had already taken one completes with it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -94,35 +96,73 @@ impl<V: Clone> Lru<V> {
 /// Mints and caches leaves.
 #[derive(Debug)]
 pub struct LeafCache {
+    leaves: Mutex<Leaves>,
+    capacity: usize,
+}
+
+/// The CA and the leaves it signed; a new CA starts a new generation with no leaves.
+#[derive(Debug)]
+struct Leaves {
     ca: Arc<Ca>,
-    leaves: Mutex<Lru<Arc<CertifiedKey>>>,
+    generation: u64,
+    lru: Lru<Arc<CertifiedKey>>,
 }
 
 impl LeafCache {
     pub fn new(ca: Arc<Ca>, capacity: usize) -> LeafCache {
         LeafCache {
-            ca,
-            leaves: Mutex::new(Lru::new(capacity)),
+            leaves: Mutex::new(Leaves {
+                ca,
+                generation: 0,
+                lru: Lru::new(capacity),
+            }),
+            capacity,
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Leaves> {
+        // A panic while holding the lock leaves a consistent map (each step is one insert or
+        // removal): keep using it.
+        self.leaves
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The leaf for `name` (lower-case host or IP literal), minted on first use.
     fn leaf(&self, name: &str) -> Result<Arc<CertifiedKey>, CaError> {
-        let hit = self.leaves.lock().ok().and_then(|mut c| c.get(name));
+        let (hit, ca, generation) = {
+            let mut l = self.lock();
+            (l.lru.get(name), Arc::clone(&l.ca), l.generation)
+        };
         crate::metrics::leaf_cache(hit.is_some());
         if let Some(hit) = hit {
             return Ok(hit);
         }
-        // Mint outside the lock: two racing connections may both mint; one wins the slot.
-        let leaf = self.ca.mint(name)?;
-        if let Ok(mut c) = self.leaves.lock() {
-            c.insert(name.to_string(), Arc::clone(&leaf));
+        // Mint outside the lock: two racing connections may both mint; one wins the slot. A
+        // leaf of a CA rotated out meanwhile serves its one handshake and is not kept.
+        let leaf = ca.mint(name)?;
+        let mut l = self.lock();
+        if l.generation == generation {
+            l.lru.insert(name.to_string(), Arc::clone(&leaf));
         }
         Ok(leaf)
     }
 
+    /// The CA the leaves are minted by now.
+    pub fn ca(&self) -> Arc<Ca> {
+        Arc::clone(&self.lock().ca)
+    }
+
+    /// Mints every later leaf with `ca`; the leaves of the one before are dropped.
+    fn rotate(&self, ca: Arc<Ca>) {
+        let mut l = self.lock();
+        l.ca = ca;
+        l.generation += 1;
+        l.lru = Lru::new(self.capacity);
+    }
+
     pub fn len(&self) -> usize {
-        self.leaves.lock().map(|c| c.len()).unwrap_or(0)
+        self.lock().lru.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -192,9 +232,19 @@ impl Terminator {
         &self.leaves
     }
 
-    /// The CA certificate (PEM) clients must trust: public, the key stays in memory.
-    pub fn ca_pem(&self) -> &str {
-        self.leaves.ca.cert_pem()
+    /// The CA that signs the leaves now; its certificate and chain (PEM) are what clients
+    /// must trust: public, the key stays in memory.
+    pub fn ca(&self) -> Arc<Ca> {
+        self.leaves.ca()
+    }
+
+    /// Signs every later leaf with `ca` (a reload's rotated operator CA): the cached leaves
+    /// and the no-SNI configurations made with the old one are dropped.
+    pub fn rotate(&self, ca: Arc<Ca>) {
+        self.leaves.rotate(ca);
+        if let Ok(mut c) = self.no_sni.lock() {
+            *c = Lru::new(LEAF_CACHE);
+        }
     }
 
     /// The configuration for a handshake: by SNI when the client sent one, else with the
@@ -250,5 +300,24 @@ mod tests {
         let again = cache.leaf("a.example.com").unwrap();
         assert!(Arc::ptr_eq(&a, &again));
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn after_a_rotation_no_leaf_of_the_old_ca_is_issued() {
+        let old = Arc::new(Ca::generate().unwrap());
+        let terminator = Terminator::new(Arc::clone(&old)).unwrap();
+        let before = terminator.leaves.leaf("a.example.com").unwrap();
+        assert_eq!(&before.cert[1], old.cert_der());
+        let _ = terminator
+            .config_for(None, "b.example.com", Alpn::None)
+            .unwrap();
+        let new = Arc::new(Ca::generate().unwrap());
+        terminator.rotate(Arc::clone(&new));
+        assert!(terminator.leaves.is_empty());
+        let after = terminator.leaves.leaf("a.example.com").unwrap();
+        assert_eq!(&after.cert[1], new.cert_der());
+        assert!(!Arc::ptr_eq(&before, &after));
+        assert_eq!(terminator.ca().cert_pem(), new.cert_pem());
+        assert!(terminator.no_sni.lock().unwrap().len() == 0);
     }
 }

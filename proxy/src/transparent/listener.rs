@@ -96,7 +96,7 @@ pub async fn serve(
     let _ = stream.set_nodelay(true);
     let original = origdst::original_destination(socket2::SockRef::from(&stream));
     // The client's socket is keyed by the destination it dialled, not sluice's address.
-    let (mut rd, mut wr) = stream.into_split();
+    let (mut rd, mut wr) = pipeline::ClientStream::Tcp(stream).into_split();
     let keyed = *original.as_ref().unwrap_or(&local);
     let arrival =
         match pipeline::arrive(&shared, peer, keyed, pipeline::FirstHead::Never, false).await {

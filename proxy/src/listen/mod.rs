@@ -1,9 +1,15 @@
-//! Listeners: binding, the accept loop, and the connection limit.
+//! Listeners: binding, the accept loop, the connection limit, and what a listener reads
+//! before the pipeline (a load balancer's PROXY header, the TLS proxy hop).
 //!
 //! Owns what happens between the kernel's accept queue and `pipeline::serve`: a bounded
-//! number of connections in flight (past it, a `503` with a JSON body and close), and an
-//! accept loop that survives running out of file descriptors (back off, keep going) instead
-//! of exiting.
+//! number of connections in flight (past it, a `503` with a JSON body and close), an accept
+//! loop that survives running out of file descriptors (back off, keep going) instead of
+//! exiting, and stops accepting when sluice drains (the connections already queued are taken
+//! and served first). `front.rs` receives an explicit-proxy connection (a PROXY header,
+//! `crate::proxy_protocol`; the TLS hop, `hop.rs`) before handing it to the pipeline.
+
+pub mod front;
+pub mod hop;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,6 +48,17 @@ pub enum Overload {
     Close,
 }
 
+/// A connection the kernel already queued, taken without waiting; `None` when there is none.
+fn queued(listener: &TcpListener) -> Option<std::io::Result<(tokio::net::TcpStream, SocketAddr)>> {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    match listener.poll_accept(&mut cx) {
+        std::task::Poll::Ready(Ok(x)) => Some(Ok(x)),
+        // An error taking a queued one ends the drain's accepting: nothing waits for it.
+        std::task::Poll::Ready(Err(_)) | std::task::Poll::Pending => None,
+    }
+}
+
 /// Accepts connections until the process ends.
 pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     let slots = Arc::new(Semaphore::new(shared.limits.max_connections));
@@ -62,8 +79,21 @@ pub async fn accept_entry<S, F>(
     F: Future<Output = ()> + Send + 'static,
 {
     let mut backoff = Duration::from_millis(10);
+    let drain = shared.drain.clone();
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            biased;
+            () = drain.started() => {
+                // What the kernel queued before the drain is a client that connected while
+                // sluice was serving: taken and served. Then the listener closes.
+                match queued(&listener) {
+                    Some(x) => x,
+                    None => return,
+                }
+            }
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
             Ok(x) => {
                 backoff = Duration::from_millis(10);
                 x
