@@ -12,6 +12,7 @@
 
 pub mod audit;
 pub mod cli;
+pub mod config_file;
 pub mod credentials;
 pub mod dns;
 pub mod fuzz;

@@ -638,11 +638,10 @@ async fn serve(args: RunArgs) -> ExitCode {
     }
     let reloader =
         super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor);
-    tokio::spawn(super::reload::watch(
-        Arc::new(reloader),
-        hup,
-        args.watch_interval,
-    ));
+    if let Err(e) = super::reload::watch(Arc::new(reloader), hup, args.watch_interval) {
+        eprintln!("sluice: cannot start the configuration watcher: {e}");
+        return ExitCode::from(1);
+    }
     crate::metrics::set_ready(true);
     let reason = shutdown_signal().await;
     crate::metrics::set_ready(false);
