@@ -9,7 +9,9 @@ use std::process::Command;
 
 use serde_json::Value;
 use sluice_e2e::proxy::run;
-use sluice_e2e::scrape::{dashboards_dir, get, known_traffic, metric_names, parse, promtool};
+use sluice_e2e::scrape::{
+    dashboards_dir, get, known_traffic, metric_names, openmetrics, parse, promtool,
+};
 
 fn dashboard() -> Value {
     let path = dashboards_dir().join("sluice.json");
@@ -82,7 +84,7 @@ fn every_metric_the_dashboard_and_the_rules_name_is_exported() {
     referenced.extend(from_rules);
 
     let t = known_traffic("dashboards");
-    let (status, text) = get(t.metrics, "/metrics");
+    let (status, text) = openmetrics(t.metrics);
     assert_eq!(status, 200);
     let exported: BTreeSet<String> = parse(&text).into_iter().map(|s| s.name).collect();
     let missing: Vec<&String> = referenced.difference(&exported).collect();

@@ -85,7 +85,7 @@ fn a_caller_with_a_large_family_is_identified_in_full() {
     );
     let metrics = scrape::metrics_addr(&sluice);
     let off_worker = || {
-        let (_, text) = scrape::get(metrics, "/metrics");
+        let (_, text) = scrape::openmetrics(metrics);
         scrape::value(
             &scrape::parse(&text),
             "sluice_identity_lookups_off_worker_total",

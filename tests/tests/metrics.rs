@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use sluice_e2e::ocsf::class;
 use sluice_e2e::proxy::assert_events_valid;
 use sluice_e2e::scrape::{
-    Sample, get, known_traffic, parse, promtool, promtool_check_metrics, value,
+    Sample, get, known_traffic, openmetrics, parse, parse_classic, promtool,
+    promtool_check_metrics, value,
 };
 
 fn decision(e: &serde_json::Value) -> &'static str {
@@ -24,7 +25,7 @@ fn decision(e: &serde_json::Value) -> &'static str {
 #[test]
 fn known_traffic_moves_the_metrics_by_exact_counts() {
     let t = known_traffic("metrics");
-    let (status, text) = get(t.metrics, "/metrics");
+    let (status, text) = openmetrics(t.metrics);
     assert_eq!(status, 200, "{text}");
     let s = parse(&text);
     let v = |name: &str, labels: &[(&str, &str)]| value(&s, name, labels);
@@ -231,8 +232,26 @@ fn known_traffic_moves_the_metrics_by_exact_counts() {
     );
     assert_events_valid(&t.sluice);
 
+    // What a user without a Prometheus server reads: plain curl gets the same samples in the
+    // Prometheus text format 0.0.4, which promtool accepts without a single lint.
+    let (status, plain) = get(t.metrics, "/metrics");
+    assert_eq!(status, 200, "{plain}");
+    assert!(
+        !plain.contains("# EOF") && !plain.contains("# UNIT"),
+        "{plain}"
+    );
+    let key = |x: &Sample| format!("{} {:?} {}", x.name, x.labels, x.value);
+    let mut openmetrics_samples: Vec<String> = s
+        .iter()
+        .filter(|x| !x.name.ends_with("_created"))
+        .map(key)
+        .collect();
+    let mut classic_samples: Vec<String> = parse_classic(&plain).iter().map(key).collect();
+    openmetrics_samples.sort();
+    classic_samples.sort();
+    assert_eq!(classic_samples, openmetrics_samples, "{plain}");
     if let Some(promtool) = promtool() {
-        promtool_check_metrics(&promtool, &text);
+        promtool_check_metrics(&promtool, &plain);
     }
 }
 
@@ -242,7 +261,7 @@ fn health_and_readiness_answer() {
     assert_eq!(get(t.metrics, "/healthz"), (200, "ok\n".to_string()));
     assert_eq!(get(t.metrics, "/readyz"), (200, "ready\n".to_string()));
     assert_eq!(get(t.metrics, "/nope").0, 404);
-    let (status, text) = get(t.metrics, "/metrics");
+    let (status, text) = openmetrics(t.metrics);
     assert_eq!(status, 200);
     assert!(text.ends_with("# EOF\n"), "{text}");
 }

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use sluice_e2e::ocsf::class;
 use sluice_e2e::origin::HttpOrigin;
 use sluice_e2e::proxy::{Sluice, TempDir, realpath, run};
-use sluice_e2e::scrape::{get, metrics_addr, parse, value};
+use sluice_e2e::scrape::{get, metrics_addr, openmetrics, parse, value};
 
 /// The attacker's address: another loopback address than the scraper's (127.0.0.1), as the
 /// sandbox's pod address is another than the kubelet's or Prometheus's.
@@ -118,7 +118,7 @@ fn idle_and_slow_loris_connections_do_not_starve_scrapes_or_probes() {
     let mut rounds = 0;
     while started.elapsed() < Duration::from_secs(6) {
         for (path, expect) in [
-            ("/metrics", "# EOF\n"),
+            ("/metrics", "# TYPE sluice_max_connections gauge\n"),
             ("/readyz", "ready\n"),
             ("/healthz", "ok\n"),
         ] {
@@ -127,7 +127,7 @@ fn idle_and_slow_loris_connections_do_not_starve_scrapes_or_probes() {
                 status, 200,
                 "{path} while {HELD} connections are held: {body}"
             );
-            assert!(body.ends_with(expect), "{path}: {body}");
+            assert!(body.contains(expect), "{path}: {body}");
             assert!(
                 took < PROMPT,
                 "{path} took {took:?} while {HELD} connections are held"
@@ -238,7 +238,7 @@ fn denied_junk_names_cannot_take_the_labels_allowed_traffic_needs() {
             .arg(&u));
         assert_eq!(out, "200", "{u}: {err}\n{}", sluice.stderr());
     }
-    let (status, text) = get(metrics, "/metrics");
+    let (status, text) = openmetrics(metrics);
     assert_eq!(status, 200);
     let s = parse(&text);
     let by_host = "sluice_decisions_by_host_total";

@@ -20,7 +20,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use sluice_e2e::ocsf::class;
 use sluice_e2e::origin::serve_posts;
-use sluice_e2e::scrape::{SECRET, get, known_traffic_with, parse, value};
+use sluice_e2e::scrape::{SECRET, get, known_traffic_with, openmetrics, parse, value};
 
 /// What the receiver got: log records and spans, with their resources' attributes.
 #[derive(Default)]
@@ -249,7 +249,7 @@ fn an_unreachable_collector_costs_counted_drops_and_one_finding_never_a_request(
             .unwrap()
             .contains("lost")
     );
-    let (_, text) = get(t.metrics, "/metrics");
+    let (_, text) = openmetrics(t.metrics);
     let dropped = value(&parse(&text), "sluice_otlp_dropped_total", &[]);
     assert!(dropped >= 1.0, "{text}");
     // Only one such event, however much is lost later.

@@ -250,8 +250,7 @@ fn ask_tcp(s: &mut TcpStream, id: u16, name: &str) -> (u16, u8) {
 
 /// `sluice_dns_queries_total{result}`, scraped.
 fn dns_metric(sluice: &Sluice, result: &str) -> f64 {
-    let (status, text) =
-        sluice_e2e::scrape::get(sluice_e2e::scrape::metrics_addr(sluice), "/metrics");
+    let (status, text) = sluice_e2e::scrape::openmetrics(sluice_e2e::scrape::metrics_addr(sluice));
     assert_eq!(status, 200);
     let samples = sluice_e2e::scrape::parse(&text);
     sluice_e2e::scrape::value(&samples, "sluice_dns_queries_total", &[("result", result)])

@@ -80,7 +80,7 @@ fn metrics_label_tenants_and_the_hosts_their_policies_name() {
     assert_eq!(get(&gw, Some(ALPHA), &[], a.port()).status, 200);
     assert_eq!(get(&gw, Some(BETA), &[], a.port()).status, 403);
     let addr = scrape::metrics_addr(&gw);
-    let (_, text) = scrape::get(addr, "/metrics");
+    let (_, text) = scrape::openmetrics(addr);
     let samples = scrape::parse(&text);
     let v = |name: &str, labels: &[(&str, &str)]| scrape::value(&samples, name, labels);
     let by_binary = "sluice_decisions_by_binary_total";

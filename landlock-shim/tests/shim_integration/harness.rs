@@ -218,6 +218,23 @@ impl Outcome {
         self
     }
 
+    /// Which layer refused the probe's operation: `seccomp` (`EPERM`) or `landlock`
+    /// (`EACCES`). Fails the test when the operation succeeded or failed otherwise. Tests
+    /// that need only the property (nothing left the sandbox) use this rather than assume
+    /// which layer a given kernel puts first: a kernel whose Landlock learns to see an
+    /// operation answers `EACCES` where an older one left it to seccomp's `EPERM`.
+    #[track_caller]
+    pub fn refused_by(&self) -> &'static str {
+        match self.errno().as_deref() {
+            Some("EPERM") => "seccomp",
+            Some("EACCES") => "landlock",
+            other => panic!(
+                "expected a refusal (EPERM from seccomp or EACCES from Landlock), got {other:?}\nprobe: {}\nstderr: {}",
+                self.stdout, self.stderr
+            ),
+        }
+    }
+
     #[track_caller]
     pub fn assert_stage(&self, stage: &str) -> &Self {
         assert_eq!(self.json()["stage"], stage, "probe: {}", self.stdout);

@@ -17,6 +17,7 @@
 //! path, query or port ever becomes a label.
 
 pub mod bounded;
+pub mod classic;
 pub mod events;
 pub mod labels;
 pub mod serve;

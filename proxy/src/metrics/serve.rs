@@ -1,6 +1,8 @@
 //! The metrics listener (`--metrics-listen ADDR`): `GET /metrics` (OpenMetrics text from
-//! `prometheus-client`), `GET /healthz` (the process answers) and `GET /readyz` (a valid
-//! policy is loaded and the proxy listeners accept). Also the values read at each scrape
+//! `prometheus-client` when the scraper asks for it, as Prometheus does, else the same samples
+//! in the Prometheus text format 0.0.4 that `curl` and `promtool check metrics` read),
+//! `GET /healthz` (the process answers) and `GET /readyz` (a valid policy is loaded and the
+//! proxy listeners accept). Also the values read at each scrape
 //! rather than counted (saturation bound, the audit sink's own counters).
 //!
 //! An agent may reach this port too. It must not be able to starve the scrapes and probes by
@@ -25,6 +27,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use tokio::net::TcpListener;
 
+use super::classic;
 use crate::audit::AuditSink;
 use crate::slots::Slots;
 
@@ -84,8 +87,17 @@ async fn answer(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infalli
     Ok(match req.uri().path() {
         "/metrics" => match super::global() {
             Some(m) => {
-                let mut r = Response::new(Full::new(Bytes::from(m.encode())));
-                if let Ok(v) = OPENMETRICS.parse() {
+                let accept = req
+                    .headers()
+                    .get(hyper::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok());
+                let (body, content_type) = if classic::wants_openmetrics(accept) {
+                    (m.encode(), OPENMETRICS)
+                } else {
+                    (classic::render(&m.encode()), classic::CONTENT_TYPE)
+                };
+                let mut r = Response::new(Full::new(Bytes::from(body)));
+                if let Ok(v) = content_type.parse() {
                     r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
                 }
                 r

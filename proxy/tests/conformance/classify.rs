@@ -31,7 +31,7 @@ pub fn compat_load(case: &ValidationCase, got: &Result<Loaded, LoadError>) -> Ou
     }
 }
 
-/// README row 23: a feature sluice does not implement yet is refused, never ignored.
+/// docs/policy.md, row 23 of the differences table: a feature sluice does not implement yet is refused, never ignored.
 const NOT_SUPPORTED: &str = "row 23: feature not supported yet, refused, never ignored";
 
 /// The strict loader may refuse more than the reference, but each error it adds to what
@@ -128,7 +128,7 @@ fn valid_target_host(host: &str) -> bool {
         })
 }
 
-/// The README's rows, as they apply to one case whose decision differs.
+/// The rows of docs/policy.md, as they apply to one case whose decision differs.
 const ROW3: &str = "row 3 (Fix): target host not a DNS name or IP literal, refused before policy";
 const ROW12: &str = "row 12 (Fix): endpoint `path` selection, one meaning";
 const ROW17: &str = "row 17 (Fix): request target byte outside visible ASCII refused";

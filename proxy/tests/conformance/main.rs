@@ -3,7 +3,7 @@
 //!
 //! Sections:
 //! - `validation compat`: `--compat openshell` must load exactly the policies the reference
-//!   loads, except policies refused for a feature sluice does not implement yet (README,
+//!   loads, except policies refused for a feature sluice does not implement yet (docs/policy.md,
 //!   "Where sluice differs": a security setting is never silently ignored).
 //! - `validation strict`: the default loader must never accept what the reference refuses; it
 //!   may refuse more, each extra refusal saying what the reference would do.
@@ -13,7 +13,7 @@
 //!
 //! A difference counts as explained only when `classify` recognises it from the case's own
 //! semantics (the target host, the request target, the endpoints involved, the deciding rule),
-//! by the rule of the README's table that covers it. Every other difference fails the test.
+//! by the rule of the table in docs/policy.md that covers it. Every other difference fails the test.
 //! Each section prints one summary line: cases, agreements, and differences by class.
 
 mod classify;
