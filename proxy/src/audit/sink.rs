@@ -57,7 +57,7 @@ use writer::{Msg, Writer};
 const WRITE_PAUSE: Duration = Duration::from_millis(2);
 
 /// How long closing a sink (and dropping the last one) tries to write what is spooled.
-pub const CLOSE_WAIT: Duration = Duration::from_secs(10);
+pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// The finding type of a spool that filled with `--audit-on-failure closed`: sluice refuses.
 pub const FINDING_FAILING_CLOSED: &str = "sluice.audit.failing_closed";
@@ -442,18 +442,18 @@ impl Inner {
             OnFailure::Closed => (
                 FINDING_FAILING_CLOSED,
                 format!(
-                    "the audit spool is full ({records} records, {bytes} bytes not yet written to \
-                     {}): sluice fails closed, refusing new connections and requests with 503 \
-                     audit_unavailable until records can be written again",
+                    "sluice fails closed: new connections and requests are refused (503 \
+                     audit_unavailable) until its audit log can be written; the audit spool is \
+                     full ({records} records, {bytes} bytes not yet written to {})",
                     o.target
                 ),
             ),
             OnFailure::Open => (
                 FINDING_RECORDS_LOST,
                 format!(
-                    "the audit spool is full ({records} records, {bytes} bytes not yet written to \
-                     {}): with --audit-on-failure open sluice serves on, and every record it \
-                     cannot keep is lost and counted (sluice_audit_lost_total)",
+                    "audit records are being lost (--audit-on-failure open): the audit spool is \
+                     full ({records} records, {bytes} bytes not yet written to {}); sluice serves \
+                     on, and every record it cannot keep is counted in sluice_audit_lost_total",
                     o.target
                 ),
             ),
