@@ -8,7 +8,8 @@
 //!   the L7 rules), with the findings that the log could not be written and is written again.
 //! - With the spool full (`--audit-on-failure closed`, the default), new connections and
 //!   requests, and a request inside a tunnel opened before, are refused `503
-//!   audit_unavailable`; the refusals are audited when the disk is freed, and counted.
+//!   audit_unavailable` (and policy DNS questions REFUSED); the refusals are audited when the
+//!   disk is freed, and counted.
 //! - A disk that never comes back keeps refusing; stopping sluice prints what it could not
 //!   write on stderr.
 //! - `--audit-on-failure open` serves on and counts every record it loses.
@@ -35,6 +36,9 @@ const TMPFS_SIZE: &str = "1m";
 /// The most a filler may write: the tmpfs and some. Past it, what is being filled is not the
 /// tmpfs, and the test stops before it fills anything else.
 const FILL_CAP: u64 = 4 << 20;
+
+/// The name the policy DNS answers (the `named` entry's).
+const DNS_NAME: &str = "audit-dns.test";
 
 /// The finding types the sink reports.
 const WRITE_FAILED: &str = "sluice.audit.write_failed";
@@ -190,6 +194,47 @@ for line in sys.stdin:
         print("failed", type(e).__name__, e, flush=True)
 "#;
 
+/// The policy DNS listener sluice announced.
+fn dns_addr(s: &Sluice) -> SocketAddr {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(a) = s.stderr().lines().find_map(|l| {
+            l.strip_prefix("sluice: listening on ")
+                .filter(|rest| rest.contains("(policy DNS"))
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|a| a.parse().ok())
+        }) {
+            return a;
+        }
+        assert!(Instant::now() < deadline, "no policy DNS:\n{}", s.stderr());
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One A question for `name` over UDP: the reply's response code (0 NOERROR, 5 REFUSED).
+fn dns_rcode(dns: SocketAddr, id: u16, name: &str) -> u8 {
+    let mut q = id.to_be_bytes().to_vec();
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.split('.') {
+        q.push(u8::try_from(label.len()).unwrap());
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    socket.send_to(&q, dns).unwrap();
+    let mut reply = [0u8; 512];
+    let n = socket.recv(&mut reply).unwrap();
+    assert!(
+        n >= 12 && reply[..2] == id.to_be_bytes(),
+        "{:?}",
+        &reply[..n]
+    );
+    reply[3] & 0x0f
+}
+
 // === The set-up ===
 
 struct Setup {
@@ -207,7 +252,7 @@ fn setup(extra: &[&str]) -> Setup {
     let plain = HttpOrigin::start();
     let tls = HttpsOrigin::start(dir.path());
     let policy = format!(
-        "version: 1\nnetwork_policies:\n  plain:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}}}\n    binaries:\n      - path: {}\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: \"/allowed/**\"}}\n    binaries:\n      - path: {}\n      - path: {}\n",
+        "version: 1\nnetwork_policies:\n  named:\n    endpoints:\n      - {{host: {DNS_NAME}, port: 443}}\n    binaries:\n      - path: /usr/bin/true\n  plain:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}}}\n    binaries:\n      - path: {}\n  api:\n    endpoints:\n      - host: 127.0.0.1\n        port: {}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: \"/allowed/**\"}}\n    binaries:\n      - path: {}\n      - path: {}\n",
         plain.port(),
         me(),
         tls.port(),
@@ -223,6 +268,8 @@ fn setup(extra: &[&str]) -> Setup {
         tls.cert.display().to_string(),
         "--metrics-listen".to_string(),
         "127.0.0.1:0".to_string(),
+        "--resolve".to_string(),
+        format!("{DNS_NAME}=127.0.0.1"),
     ];
     args.extend(extra.iter().map(ToString::to_string));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -464,30 +511,44 @@ fn assert_unavailable(text: &str) {
 }
 
 /// Rounds of requests with the disk full until sluice fails closed: the decisions served
-/// before, in order.
-fn until_refused(x: &Setup) -> Vec<Decision> {
+/// before, in order, and how many of the round's requests were refused (every one after the
+/// first refusal is).
+fn until_refused(x: &Setup) -> (Vec<Decision>, u32) {
     let mut served = Vec::new();
     for i in 0..100 {
+        let mut refused = 0;
         for (status, d) in one_round(x, i) {
-            if status == 503 {
-                return served;
+            if status == 503 || refused > 0 {
+                assert_eq!(status, 503, "{d:?} served after a refusal");
+                refused += 1;
+                continue;
             }
             assert_eq!(status, served_status(&d), "{d:?}");
             served.push(d);
+        }
+        if refused > 0 {
+            return (served, refused);
         }
     }
     panic!("never refused; stderr:\n{}", x.sluice.stderr());
 }
 
 /// With the spool full, every new connection and request is refused `503 audit_unavailable`
-/// (and a request in a tunnel opened before); once the disk is
+/// (and a request in a tunnel opened before; a policy DNS question is REFUSED); once the disk is
 /// freed, what was served and the refusals are in the log, in order, and sluice serves again.
 #[test]
 fn a_full_spool_fails_closed_and_every_refusal_is_audited_when_the_disk_is_back() {
     if !privileged("a_full_spool_fails_closed_and_every_refusal_is_audited_when_the_disk_is_back") {
         return;
     }
-    let x = setup(&["--audit-spool-max-records", "64"]);
+    let x = setup(&[
+        "--audit-spool-max-records",
+        "64",
+        "--dns-listen",
+        "127.0.0.1:0",
+    ]);
+    let dns = dns_addr(&x.sluice);
+    assert_eq!(dns_rcode(dns, 1, DNS_NAME), 0);
     // A Python client holding an inspected connection opened before.
     let mut held = Driven::start(
         HELD,
@@ -501,9 +562,8 @@ fn a_full_spool_fails_closed_and_every_refusal_is_audited_when_the_disk_is_back(
     );
     assert_eq!(held.ask("/allowed/held-before"), "200 ");
     let filler = fill(&x.sluice.tmpfs_dir());
-    let served = until_refused(&x);
+    let (served, mut refused) = until_refused(&x);
     assert!(served.len() >= 8, "{served:?}");
-    let mut refused = 1;
     // Every kind of new connection and request, and a request on the held connection.
     let proxy = x.sluice.addr();
     for i in 0..3 {
@@ -525,10 +585,20 @@ fn a_full_spool_fails_closed_and_every_refusal_is_audited_when_the_disk_is_back(
         "failed ProxyError 503 Service Unavailable"
     );
     refused += 2;
+    // The policy DNS hands out no address either.
+    assert_eq!(dns_rcode(dns, 2, DNS_NAME), 5);
+    refused += 1;
     assert_eq!(metric(&x.sluice, "sluice_audit_failing_closed"), 1.0);
     assert_eq!(
         metric(&x.sluice, "sluice_audit_refused_total"),
-        f64::from(refused)
+        f64::from(refused),
+        "{}",
+        x.sluice
+            .stderr()
+            .lines()
+            .filter(|l| l.contains("cannot write its audit log"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     assert!(
         x.sluice
@@ -573,6 +643,7 @@ fn a_full_spool_fails_closed_and_every_refusal_is_audited_when_the_disk_is_back(
     assert_eq!(metric(&x.sluice, "sluice_audit_failing_closed"), 0.0);
     assert_eq!(absolute(proxy, x.plain.port(), "/after").0, 200);
     assert_eq!(held.ask("/allowed/held-after"), "200 ");
+    assert_eq!(dns_rcode(dns, 3, DNS_NAME), 0);
 }
 
 /// A disk that never comes back: sluice keeps refusing (and answering `/metrics`); stopped,

@@ -10,7 +10,7 @@ use std::process::Command;
 use serde_json::Value;
 use sluice_e2e::proxy::run;
 use sluice_e2e::scrape::{
-    dashboards_dir, get, known_traffic, metric_names, openmetrics, parse, promtool,
+    dashboards_dir, known_traffic, metric_names, openmetrics, parse, promtool,
 };
 
 fn dashboard() -> Value {

@@ -265,18 +265,18 @@ impl AuditSink {
         spool: SpoolConfig,
         wait: bool,
     ) -> io::Result<AuditSink> {
+        // A caller waiting for each line gets it at once.
+        let pause = if wait { Duration::ZERO } else { WRITE_PAUSE };
         let redactor = Redactor::default();
         let outputs = Arc::new(Outputs {
             ctx,
             format: log_format,
             target: target.to_owned(),
             spool: Spool::new(spool.limits, spool.on_failure),
-            human: Human::start(human, redactor.clone())?,
+            human: Human::start(human, redactor.clone(), pause)?,
             redactor,
         });
         let (queue, rx) = mpsc::channel();
-        // A caller waiting for each line gets it at once.
-        let pause = if wait { Duration::ZERO } else { WRITE_PAUSE };
         let writer = Writer::new(audit, Arc::clone(&outputs), pause);
         let handle = std::thread::Builder::new()
             .name("sluice-audit".into())

@@ -10,6 +10,7 @@
 use std::io::{self, BufWriter, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::time::Duration;
 
 use super::Redactor;
 
@@ -34,11 +35,18 @@ pub(super) struct Human {
 }
 
 impl Human {
-    pub(super) fn start(out: Box<dyn Write + Send>, redactor: Redactor) -> io::Result<Human> {
+    /// Starts the writer over `out`; it rests `pause` after writing what gathered (as the
+    /// audit writer does: no wake-up per line under load).
+    pub(super) fn start(
+        out: Box<dyn Write + Send>,
+        redactor: Redactor,
+        pause: Duration,
+    ) -> io::Result<Human> {
         let (tx, rx) = mpsc::sync_channel(QUEUE_LINES);
+        let out = BufWriter::with_capacity(WRITE_BUFFER, out);
         std::thread::Builder::new()
             .name("sluice-log".into())
-            .spawn(move || run(&rx, BufWriter::with_capacity(WRITE_BUFFER, out), &redactor))?;
+            .spawn(move || run(&rx, out, &redactor, pause))?;
         Ok(Human {
             tx,
             dropped: AtomicU64::new(0),
@@ -69,7 +77,7 @@ impl Human {
 
     /// Like [`Human::flush`], waiting at most `within` (a stderr nobody reads is given up
     /// on: the process is ending).
-    pub(super) fn flush_within(&self, within: std::time::Duration) {
+    pub(super) fn flush_within(&self, within: Duration) {
         let (done, wait) = mpsc::channel();
         if self.tx.try_send(Msg::Flush(done)).is_ok() {
             let _ = wait.recv_timeout(within);
@@ -77,7 +85,12 @@ impl Human {
     }
 }
 
-fn run(rx: &Receiver<Msg>, mut out: BufWriter<Box<dyn Write + Send>>, redactor: &Redactor) {
+fn run(
+    rx: &Receiver<Msg>,
+    mut out: BufWriter<Box<dyn Write + Send>>,
+    redactor: &Redactor,
+    pause: Duration,
+) {
     while let Ok(first) = rx.recv() {
         let mut next = Some(first);
         while let Some(msg) = next {
@@ -96,5 +109,8 @@ fn run(rx: &Receiver<Msg>, mut out: BufWriter<Box<dyn Write + Send>>, redactor: 
             next = rx.try_recv().ok();
         }
         let _ = out.flush();
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
     }
 }
