@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use sluice_e2e::ocsf::class;
 use sluice_e2e::origin::HttpOrigin;
 use sluice_e2e::proxy::{Sluice, TempDir, realpath, run};
-use sluice_e2e::scrape::{get, metrics_addr, openmetrics, parse, value};
+use sluice_e2e::scrape::{metrics_addr, openmetrics, parse, value};
 
 /// The attacker's address: another loopback address than the scraper's (127.0.0.1), as the
 /// sandbox's pod address is another than the kubelet's or Prometheus's.

@@ -20,7 +20,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use sluice_e2e::ocsf::class;
 use sluice_e2e::origin::serve_posts;
-use sluice_e2e::scrape::{SECRET, get, known_traffic_with, openmetrics, parse, value};
+use sluice_e2e::scrape::{SECRET, known_traffic_with, openmetrics, parse, value};
 
 /// What the receiver got: log records and spans, with their resources' attributes.
 #[derive(Default)]

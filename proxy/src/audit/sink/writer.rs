@@ -127,6 +127,7 @@ impl Writer {
                     }
                 },
             };
+            // 2. Take everything queued.
             let mut next = first;
             while let Some(msg) = next {
                 match msg {
@@ -141,10 +142,10 @@ impl Writer {
                 let (done, _) = mpsc::channel();
                 stop = Some((Instant::now(), done));
             }
-            // 2. Write when a try is due.
+            // 3. Write when a try is due.
             let due = self.retry_at.is_none_or(|at| Instant::now() >= at);
             let wrote = !self.backlog.is_empty() && due && self.write_all();
-            // 3. A flush is answered once nothing waits, or the target is failing.
+            // 4. A flush is answered once nothing waits, or the target is failing.
             if self.backlog.is_empty() || self.retry_at.is_some() {
                 for done in self.flushes.drain(..) {
                     let _ = done.send(());
