@@ -202,9 +202,9 @@ fn the_readme_walk_through_runs_as_written() {
     let (code, out, err) = run(Command::new("unshare")
         .args(["--net", "--pid", "--fork", "--mount", "--mount-proc", "--"])
         .args(["bash", "-c"])
-        .arg(format!(
-            "mount -t tmpfs tmpfs /tmp && ip link set lo up && timeout 120 bash -c \"$0\"; rc=$?; cat /tmp/sluice-try/sluice.log >&2; exit $rc"
-        ))
+        .arg(
+            "mount -t tmpfs tmpfs /tmp && ip link set lo up && timeout 120 bash -c \"$0\"; rc=$?; cat /tmp/sluice-try/sluice.log >&2; exit $rc",
+        )
         .arg(body));
     assert_eq!(code, 0, "the walk-through failed:\n{out}\n{err}");
     for expected in [
