@@ -13,6 +13,7 @@
 pub mod audit;
 pub mod checked_file;
 pub mod cli;
+pub mod config_file;
 pub mod credentials;
 pub mod dns;
 pub mod drain;

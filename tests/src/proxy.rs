@@ -203,10 +203,76 @@ impl Sluice {
         Sluice::spawn(cmd, dir, audit_path.to_path_buf(), 1)
     }
 
-    fn spawn(mut cmd: Command, dir: TempDir, audit_path: PathBuf, listeners: usize) -> Sluice {
+    /// Like `start`, with its audit log at `audit.jsonl` on a tmpfs of `size` (`mount -o
+    /// size=`, e.g. `1m`) of its own: sluice runs in a mount namespace of its own
+    /// (`unshare --mount`) where the tmpfs is mounted at `tmpfs_dir()`; the test reaches it
+    /// through `/proc/PID/root`, and it goes when sluice does. Needs root (see
+    /// [`privileged`]).
+    pub fn start_on_tmpfs(policy: &str, extra: &[&str], size: &str) -> Sluice {
+        let dir = TempDir::new("sluice");
+        let mount = dir.path().join("tmpfs");
+        std::fs::create_dir(&mount).expect("mount point");
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg("mount -t tmpfs -o \"size=$1\" tmpfs \"$0\" && shift && exec \"$@\"")
+            .arg(&mount)
+            .arg(size);
+        let policy_path = dir.write("policy.yaml", policy);
+        let audit_path = mount.join("audit.jsonl");
+        cmd.arg(sluice_bin())
+            .arg("run")
+            .arg("--policy")
+            .arg(&policy_path)
+            .arg("--audit-log")
+            .arg(&audit_path)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra);
+        let mut sluice = Sluice::spawn(cmd, dir, audit_path, 1);
+        // What sluice writes is in its own mount namespace.
+        sluice.audit_path = sluice.tmpfs_dir().join("audit.jsonl");
+        sluice
+    }
+
+    /// The tmpfs of [`Sluice::start_on_tmpfs`], as this process reaches it.
+    pub fn tmpfs_dir(&self) -> PathBuf {
+        let inside = self.dir.path().join("tmpfs");
+        let rel = inside.strip_prefix("/").unwrap_or(&inside);
+        PathBuf::from(format!("/proc/{}/root", self.child.id())).join(rel)
+    }
+
+    /// Like `start`, with the audit log on sluice's stdout (`--audit-log -`), which is a pipe
+    /// returned to the test to read, block or close.
+    pub fn start_with_stdout(policy: &str, extra: &[&str]) -> (Sluice, std::process::ChildStdout) {
+        let dir = TempDir::new("sluice");
+        let policy_path = dir.write("policy.yaml", policy);
+        let mut cmd = Command::new(sluice_bin());
+        cmd.arg("run")
+            .arg("--policy")
+            .arg(&policy_path)
+            .args(["--audit-log", "-", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped());
+        let mut sluice = Sluice::spawn_with(cmd, dir, PathBuf::from("-"), 1, false);
+        let out = sluice.child.stdout.take().expect("stdout");
+        (sluice, out)
+    }
+
+    fn spawn(cmd: Command, dir: TempDir, audit_path: PathBuf, listeners: usize) -> Sluice {
+        Sluice::spawn_with(cmd, dir, audit_path, listeners, true)
+    }
+
+    fn spawn_with(
+        mut cmd: Command,
+        dir: TempDir,
+        audit_path: PathBuf,
+        listeners: usize,
+        null_stdout: bool,
+    ) -> Sluice {
+        if null_stdout {
+            cmd.stdout(Stdio::null());
+        }
         let mut child = cmd
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start sluice");

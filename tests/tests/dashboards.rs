@@ -102,7 +102,7 @@ fn promtool_accepts_the_rules_and_their_unit_tests_pass() {
         .args(["check", "rules"])
         .arg(dir.join("alerts.yaml")));
     assert_eq!(code, 0, "promtool check rules: {out}{err}");
-    assert!(out.contains("SUCCESS: 8 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 10 rules found"), "{out}");
     let (code, out, err) = run(Command::new(&promtool)
         .args(["test", "rules"])
         .arg(dir.join("alerts_test.yaml")));

@@ -20,7 +20,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-pub use sink::{AuditSink, LogFormat, Redact};
+pub use sink::{AuditSink, LogFormat, OnFailure, Redact};
 
 /// OCSF severity (spec §7.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -2,20 +2,21 @@
 //! (`--audit-log PATH`, appended to, created 0600; or `-` for stdout) and one human line on
 //! stderr (the shorthand, or the same JSON with `--log-format json`).
 //!
-//! The request path only serializes: [`AuditSink::emit`] turns the event into its two lines
-//! and hands them to a bounded queue ([`QUEUE_LINES`] events). One writer thread drains it,
-//! redacts each line, writes every line it finds waiting in one go and flushes when the queue
-//! is empty, so a reader tailing the file sees each event within a moment and never half a
-//! line (unless the disk fails mid-line; the next line then starts on a fresh line). Nothing
-//! is dropped: when the queue is full the emitter waits for room, and each such wait is
-//! counted ([`AuditSink::backpressure_waits`]). [`AuditSink::flush`] waits until everything
-//! emitted before it is written; the last sink dropped flushes and stops the writer.
+//! The request path only serializes and hands over; it never waits for a disk or a pipe.
+//! [`AuditSink::emit`] turns the event into its two lines: the audit line goes to the audit
+//! spool (`spool.rs`: every record emitted and not yet written, bounded in records and bytes)
+//! and its writer thread (`writer.rs`), which writes every record in order and whole, holds
+//! them while the target fails (a full disk, a broken pipe) and writes them when it recovers;
+//! the human line goes to its own thread (`human.rs`), which drops lines rather than wait for
+//! a stderr nobody reads. When the spool is full, `--audit-on-failure` decides: `closed` (the
+//! default) makes [`AuditSink::refusing`] true, and the pipeline refuses new connections and
+//! requests with `503 audit_unavailable`; `open` serves on and counts every record lost. Both
+//! are audited as findings, with their human lines, and so is the recovery.
 //!
 //! Two ways to open a sink: [`AuditSink::open_queued`] (the proxy: `emit` returns once the
-//! event is queued) and [`AuditSink::open`] (tools and one-shot callers: `emit` returns once
-//! the event's lines are written, as a caller reading the file right after expects).
-//! Auditing never stops the proxy: a failed write is counted ([`AuditSink::write_errors`])
-//! and reported once on stderr, never a panic.
+//! event is handed over) and [`AuditSink::open`] (tools and one-shot callers: `emit` returns
+//! once the event's lines are written, or the target is failing). [`AuditSink::close`] writes
+//! what is spooled before the process exits, for a bounded time.
 //!
 //! Every line passes through the redactor first (`set_redactor`): whatever a field holds (a
 //! caller's command line with a real key in it, a reason quoting a value), a known secret
@@ -23,33 +24,45 @@
 //!
 //! This module owns the I/O only; what a line says is `ocsf` and `shorthand`.
 
+mod human;
+pub mod spool;
+mod writer;
+
+pub use spool::{Limits, OnFailure, Spool};
+pub use writer::{Closed, FINDING_RECOVERED, FINDING_WRITE_FAILED};
+
 use std::fmt;
 use std::fs::OpenOptions;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use super::Event;
 use super::ocsf::{self, Context};
 use super::shorthand;
-
-/// Events the queue holds before an emitter has to wait for the writer.
-pub const QUEUE_LINES: usize = 4096;
+use human::Human;
+use spool::Admitted;
+use writer::{Msg, Writer};
 
 /// How long a queued sink's writer rests after writing a batch. Emitters then only push to the
 /// queue (no wake-up of a sleeping writer per event, which costs a context switch each), and
 /// the writer writes what gathered meanwhile in one go; a line reaches the file within about
 /// this long.
-const WRITE_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
+const WRITE_PAUSE: Duration = Duration::from_millis(2);
 
-/// Bytes gathered before a write to the audit target or stderr (a burst of lines becomes
-/// one write system call).
-const WRITE_BUFFER: usize = 64 * 1024;
+/// How long closing a sink (and dropping the last one) tries to write what is spooled.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// The finding type of a spool that filled with `--audit-on-failure closed`: sluice refuses.
+pub const FINDING_FAILING_CLOSED: &str = "sluice.audit.failing_closed";
+/// The finding type of a spool that filled with `--audit-on-failure open`: records are lost.
+pub const FINDING_RECORDS_LOST: &str = "sluice.audit.records_lost";
 
 /// Replaces known secret values in a line about to be written (the credentials module
 /// implements it over the secret store; audit knows nothing of secrets).
@@ -86,6 +99,14 @@ impl FromStr for LogFormat {
 #[error("unknown log format `{0}`: expected `shorthand` or `json`")]
 pub struct UnknownLogFormat(pub String);
 
+/// What the spool holds and what happens when it is full (`--audit-on-failure`,
+/// `--audit-spool-max-records`, `--audit-spool-max-bytes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpoolConfig {
+    pub limits: Limits,
+    pub on_failure: OnFailure,
+}
+
 /// The audit output of one sluice instance. Cloning is cheap (one shared queue and writer);
 /// it is `Send + Sync`, so connections can hold a clone or an `Arc` of it.
 #[derive(Clone)]
@@ -95,34 +116,40 @@ pub struct AuditSink {
 }
 
 struct Inner {
-    ctx: Context,
-    format: LogFormat,
     /// Whether `emit` waits until its lines are written.
     wait: bool,
-    queue: SyncSender<Msg>,
-    state: Arc<State>,
+    queue: mpsc::Sender<Msg>,
+    outputs: Arc<Outputs>,
     writer: Mutex<Option<JoinHandle<()>>>,
     /// The capacity to give the next audit line (the last line's length and some room).
     line_hint: AtomicUsize,
+    closed: AtomicBool,
 }
 
-/// What the emitters and the writer thread share.
-struct State {
-    /// What the audit target is, for the one error report (`-` or a path).
+/// What the emitters and both writer threads share.
+struct Outputs {
+    ctx: Context,
+    format: LogFormat,
+    /// What the audit target is, for reports and findings (`-` or a path).
     target: String,
-    /// Events emitted and not yet taken by the writer.
-    depth: AtomicUsize,
-    /// Times an emitter found the queue full and waited.
-    waits: AtomicU64,
-    write_errors: AtomicU64,
-    redactor: RwLock<Option<Arc<dyn Redact>>>,
+    spool: Spool,
+    redactor: Redactor,
+    human: Human,
 }
 
-impl State {
+/// The redactor in force, shared by the emitters and both writers.
+#[derive(Clone, Default)]
+struct Redactor(Arc<RwLock<Option<Arc<dyn Redact>>>>);
+
+impl Redactor {
+    fn set(&self, redactor: Arc<dyn Redact>) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Some(redactor);
+    }
+
     /// `line` with every secret value the current redactor knows replaced.
     fn redacted(&self, line: Vec<u8>) -> Vec<u8> {
         let redactor = self
-            .redactor
+            .0
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
@@ -133,63 +160,82 @@ impl State {
     }
 }
 
-/// What the queue carries to the writer.
-enum Msg {
-    /// One event's lines, without their newlines; `human: None` repeats the audit line.
-    Event {
-        audit: Vec<u8>,
-        human: Option<String>,
-    },
-    /// Write and flush everything before this, then answer.
-    Flush(mpsc::Sender<()>),
-    /// Write and flush everything before this, then stop.
-    Stop,
+impl Outputs {
+    /// The human line of `event`, handed to stderr's writer.
+    fn human_line(&self, event: &Event, audit: &[u8]) {
+        let line = match self.format {
+            LogFormat::Json => audit.to_vec(),
+            LogFormat::Shorthand => shorthand::shorthand(event).into_bytes(),
+        };
+        self.human.line(line);
+    }
+
+    /// One of the sink's own events: seen by the observers, its human line handed over, its
+    /// audit line and weight returned (counted in the spool, always kept).
+    fn own_event(&self, event: &Event) -> (Vec<u8>, usize) {
+        super::observe::notify(event);
+        let mut audit = Vec::with_capacity(1024);
+        ocsf::write_json(event, &self.ctx, &mut audit);
+        self.human_line(event, &audit);
+        let weight = audit.capacity().max(1);
+        self.spool.admit_own(weight);
+        (audit, weight)
+    }
 }
 
 impl AuditSink {
     /// Opens the audit target: `-` is stdout, anything else a file appended to (created with
     /// mode 0600). Human lines go to stderr in `log_format`. Each `emit` returns once its
-    /// lines are written.
+    /// lines are written (or the target is failing).
     pub fn open(audit_log: &str, log_format: LogFormat) -> io::Result<AuditSink> {
-        AuditSink::open_with(audit_log, log_format, true)
+        AuditSink::open_with(audit_log, log_format, SpoolConfig::default(), true)
     }
 
-    /// Like [`AuditSink::open`], but `emit` returns once the event is queued for the writer
-    /// (waiting only while the queue is full): the request path never writes. Call
-    /// [`AuditSink::flush`] before exiting.
-    pub fn open_queued(audit_log: &str, log_format: LogFormat) -> io::Result<AuditSink> {
-        AuditSink::open_with(audit_log, log_format, false)
+    /// Like [`AuditSink::open`], but `emit` returns once the event is handed over: the
+    /// request path never writes nor waits. Call [`AuditSink::close`] before exiting.
+    pub fn open_queued(
+        audit_log: &str,
+        log_format: LogFormat,
+        spool: SpoolConfig,
+    ) -> io::Result<AuditSink> {
+        AuditSink::open_with(audit_log, log_format, spool, false)
     }
 
-    fn open_with(audit_log: &str, log_format: LogFormat, wait: bool) -> io::Result<AuditSink> {
-        let audit: Box<dyn Write + Send> = if audit_log == "-" {
-            Box::new(BufWriter::with_capacity(WRITE_BUFFER, io::stdout()))
+    fn open_with(
+        audit_log: &str,
+        log_format: LogFormat,
+        spool: SpoolConfig,
+        wait: bool,
+    ) -> io::Result<AuditSink> {
+        // Written with `writev` and nothing in between (`writer.rs` knows what reached the
+        // target byte for byte): stdout through a descriptor of its own, not `io::Stdout`'s
+        // buffer.
+        let audit = if audit_log == "-" {
+            std::fs::File::from(io::stdout().as_fd().try_clone_to_owned()?)
         } else {
-            Box::new(BufWriter::with_capacity(
-                WRITE_BUFFER,
-                OpenOptions::new()
-                    .append(true)
-                    .create(true)
-                    .mode(0o600)
-                    .open(audit_log)?,
-            ))
+            OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(0o600)
+                .open(audit_log)?
         };
         AuditSink::start(
-            audit,
-            Box::new(BufWriter::with_capacity(WRITE_BUFFER, io::stderr())),
+            Box::new(audit),
+            Box::new(io::stderr()),
             log_format,
             this_instance(),
             audit_log,
+            spool,
             wait,
         )
     }
 
-    /// A sink over any two writers: `audit` gets the JSON lines, `human` the `log_format`
-    /// lines and the one error report. `target` names `audit` in that report. Each `emit`
-    /// returns once its lines are written.
+    /// A sink over any two writers: `audit` gets the JSON lines (written as they come: it
+    /// should not buffer), `human` the `log_format` lines and the reports. `target` names
+    /// `audit` in those. Each `emit` returns once its lines are written.
     ///
     /// # Panics
-    /// When the writer thread cannot be spawned (the process is out of threads at start).
+    /// When the writer threads cannot be spawned (the process is out of threads at start).
     #[allow(clippy::expect_used)] // documented panic, at start only; `open` returns it
     pub fn new(
         audit: Box<dyn Write + Send>,
@@ -198,8 +244,16 @@ impl AuditSink {
         ctx: Context,
         target: &str,
     ) -> AuditSink {
-        AuditSink::start(audit, human, log_format, ctx, target, true)
-            .expect("cannot start the audit writer thread")
+        AuditSink::start(
+            audit,
+            human,
+            log_format,
+            ctx,
+            target,
+            SpoolConfig::default(),
+            true,
+        )
+        .expect("cannot start the audit writer threads")
     }
 
     fn start(
@@ -208,39 +262,33 @@ impl AuditSink {
         log_format: LogFormat,
         ctx: Context,
         target: &str,
+        spool: SpoolConfig,
         wait: bool,
     ) -> io::Result<AuditSink> {
-        let (queue, rx) = mpsc::sync_channel(QUEUE_LINES);
-        let state = Arc::new(State {
+        // A caller waiting for each line gets it at once.
+        let pause = if wait { Duration::ZERO } else { WRITE_PAUSE };
+        let redactor = Redactor::default();
+        let outputs = Arc::new(Outputs {
+            ctx,
+            format: log_format,
             target: target.to_owned(),
-            depth: AtomicUsize::new(0),
-            waits: AtomicU64::new(0),
-            write_errors: AtomicU64::new(0),
-            redactor: RwLock::new(None),
+            spool: Spool::new(spool.limits, spool.on_failure),
+            human: Human::start(human, redactor.clone(), pause)?,
+            redactor,
         });
-        let writer = Writer {
-            audit: LineWriter::new(audit),
-            human: LineWriter::new(human),
-            state: Arc::clone(&state),
-            // A caller waiting for each line gets it at once.
-            pause: if wait {
-                std::time::Duration::ZERO
-            } else {
-                WRITE_PAUSE
-            },
-        };
+        let (queue, rx) = mpsc::channel();
+        let writer = Writer::new(audit, Arc::clone(&outputs), pause);
         let handle = std::thread::Builder::new()
             .name("sluice-audit".into())
             .spawn(move || writer.run(&rx))?;
         Ok(AuditSink {
             inner: Some(Arc::new(Inner {
-                ctx,
-                format: log_format,
                 wait,
                 queue,
-                state,
+                outputs,
                 writer: Mutex::new(Some(handle)),
                 line_hint: AtomicUsize::new(1024),
+                closed: AtomicBool::new(false),
             })),
         })
     }
@@ -255,75 +303,104 @@ impl AuditSink {
     /// one that knows every value loaded so far, old and new.
     pub fn set_redactor(&self, redactor: Arc<dyn Redact>) {
         if let Some(inner) = &self.inner {
-            *inner
-                .state
-                .redactor
-                .write()
-                .unwrap_or_else(PoisonError::into_inner) = Some(redactor);
+            inner.outputs.redactor.set(redactor);
         }
     }
 
-    /// Queues `event`: its JSON line for the audit target, its human line for stderr. Waits
-    /// while the queue is full (counted in [`AuditSink::backpressure_waits`]).
+    /// Hands `event` over: its JSON line to the audit spool, its human line to stderr's
+    /// writer. Never waits for either (but in the waiting mode of [`AuditSink::open`]).
     pub fn emit(&self, event: &Event) {
         let Some(inner) = &self.inner else { return };
+        let outputs = &inner.outputs;
         super::observe::notify(event);
         // Room for a line as long as the last one and its newline: no regrowth (and copy)
         // while serializing, nor when the writer appends the newline.
         let hint = inner.line_hint.load(Ordering::Relaxed);
         let mut audit = Vec::with_capacity(hint.max(1024));
-        ocsf::write_json(event, &inner.ctx, &mut audit);
+        ocsf::write_json(event, &outputs.ctx, &mut audit);
         inner.line_hint.store(audit.len() + 256, Ordering::Relaxed);
-        let human = match inner.format {
-            LogFormat::Json => None,
-            LogFormat::Shorthand => Some(shorthand::shorthand(event)),
-        };
-        inner.send(Msg::Event { audit, human });
+        outputs.human_line(event, &audit);
+        // The spool counts the memory the line holds.
+        let weight = audit.capacity().max(1);
+        match outputs.spool.admit(weight) {
+            Admitted::Kept { filled } => {
+                inner.send(Msg::Event { audit, weight }, weight);
+                if filled {
+                    inner.filled();
+                }
+            }
+            Admitted::Lost { filled } => {
+                if filled {
+                    inner.filled();
+                }
+            }
+        }
         if inner.wait {
             self.flush();
         }
     }
 
-    /// Returns once every event emitted before the call is written and flushed.
+    /// Returns once every event emitted before the call is written (or the audit target is
+    /// failing: then it stays in the spool), and its human line too.
     pub fn flush(&self) {
         let Some(inner) = &self.inner else { return };
         let (done, wait) = mpsc::channel();
-        inner.send(Msg::Flush(done));
-        let _ = wait.recv();
+        if inner.queue.send(Msg::Flush(done)).is_ok() {
+            let _ = wait.recv();
+        }
+        inner.outputs.human.flush();
     }
 
-    /// How many audit lines could not be written.
+    /// Writes what is spooled, trying for at most `within` (a full disk may free up), then
+    /// stops the writer. What could not be written is printed on stderr and counted as lost.
+    /// Events emitted afterwards are lost. Returns what was left unwritten.
+    pub fn close(&self, within: Duration) -> Closed {
+        match &self.inner {
+            Some(inner) => inner.close(within),
+            None => Closed::default(),
+        }
+    }
+
+    /// Whether new connections and requests must be refused now: the audit spool is full and
+    /// `--audit-on-failure` is `closed`. Each refusal is counted by [`AuditSink::refused`].
+    pub fn refusing(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|i| i.outputs.spool.refusing())
+    }
+
+    /// One connection or request refused because [`AuditSink::refusing`].
+    pub fn refused(&self) {
+        if let Some(i) = &self.inner {
+            i.outputs.spool.count_refused();
+        }
+    }
+
+    /// The spool's bounds and counters; `None` when disabled.
+    pub fn spool(&self) -> Option<&Spool> {
+        self.inner.as_ref().map(|i| &i.outputs.spool)
+    }
+
+    /// How many failed writes to the audit target there were.
     pub fn write_errors(&self) -> u64 {
-        self.inner
-            .as_ref()
-            .map_or(0, |i| i.state.write_errors.load(Ordering::Relaxed))
+        self.spool().map_or(0, Spool::write_errors)
     }
 
-    /// Events emitted and not yet taken by the writer (at most [`QUEUE_LINES`], plus the
-    /// emitters waiting for room).
-    pub fn queue_depth(&self) -> usize {
-        self.inner
-            .as_ref()
-            .map_or(0, |i| i.state.depth.load(Ordering::Relaxed))
-    }
-
-    /// How many times an emitter found the queue full and had to wait for the writer.
-    pub fn backpressure_waits(&self) -> u64 {
-        self.inner
-            .as_ref()
-            .map_or(0, |i| i.state.waits.load(Ordering::Relaxed))
+    /// Human lines dropped because stderr did not take them in time.
+    pub fn log_lines_dropped(&self) -> u64 {
+        self.inner.as_ref().map_or(0, |i| i.outputs.human.dropped())
     }
 
     /// The instance facts every event carries; `None` when disabled.
     pub fn context(&self) -> Option<&Context> {
-        self.inner.as_ref().map(|i| &i.ctx)
+        self.inner.as_ref().map(|i| &i.outputs.ctx)
     }
 
     /// `line` with every known secret value replaced, as the sink's own lines are (other
     /// exports of the events, such as OTLP, pass their text through this).
     pub fn redact(&self, line: String) -> String {
         match &self.inner {
-            Some(i) => match String::from_utf8(i.state.redacted(line.into_bytes())) {
+            Some(i) => match String::from_utf8(i.outputs.redactor.redacted(line.into_bytes())) {
                 Ok(line) => line,
                 Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
             },
@@ -338,178 +415,102 @@ impl fmt::Debug for AuditSink {
             None => f.write_str("AuditSink(disabled)"),
             Some(i) => f
                 .debug_struct("AuditSink")
-                .field("target", &i.state.target)
-                .field("format", &i.format)
-                .field("ctx", &i.ctx)
-                .field(
-                    "write_errors",
-                    &i.state.write_errors.load(Ordering::Relaxed),
-                )
+                .field("target", &i.outputs.target)
+                .field("format", &i.outputs.format)
+                .field("ctx", &i.outputs.ctx)
+                .field("spool", &i.outputs.spool)
                 .finish(),
         }
     }
 }
 
 impl Inner {
-    /// Queues `msg`, waiting for room when the queue is full. When the writer is gone (it
-    /// panicked), the event is counted as a write error.
-    fn send(&self, msg: Msg) {
-        let counted = matches!(msg, Msg::Event { .. });
-        if counted {
-            self.state.depth.fetch_add(1, Ordering::Relaxed);
+    /// Queues `msg` for the writer; when it is gone (closed, or it panicked), the record of
+    /// `weight` bytes is lost.
+    fn send(&self, msg: Msg, weight: usize) {
+        if self.queue.send(msg).is_err() {
+            self.outputs.spool.release(weight);
+            self.outputs.spool.count_lost(1);
         }
-        let result = match self.queue.try_send(msg) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(msg)) => {
-                self.state.waits.fetch_add(1, Ordering::Relaxed);
-                self.queue.send(msg).map_err(|_| ())
-            }
-            Err(TrySendError::Disconnected(_)) => Err(()),
+    }
+
+    /// The spool has just filled: the finding that says what sluice does now.
+    fn filled(&self) {
+        let o = &self.outputs;
+        let (records, bytes) = (o.spool.records(), o.spool.bytes());
+        let (kind, title) = match o.spool.on_failure {
+            OnFailure::Closed => (
+                FINDING_FAILING_CLOSED,
+                format!(
+                    "sluice fails closed: new connections and requests are refused (503 \
+                     audit_unavailable) until its audit log can be written; the audit spool is \
+                     full ({records} records, {bytes} bytes not yet written to {})",
+                    o.target
+                ),
+            ),
+            OnFailure::Open => (
+                FINDING_RECORDS_LOST,
+                format!(
+                    "audit records are being lost (--audit-on-failure open): the audit spool is \
+                     full ({records} records, {bytes} bytes not yet written to {}); sluice serves \
+                     on, and every record it cannot keep is counted in sluice_audit_lost_total",
+                    o.target
+                ),
+            ),
         };
-        if result.is_err() && counted {
-            self.state.depth.fetch_sub(1, Ordering::Relaxed);
-            self.state.write_errors.fetch_add(1, Ordering::Relaxed);
+        let event = writer::own_finding(kind, title, super::Severity::Critical);
+        let (audit, weight) = o.own_event(&event);
+        self.send(Msg::Event { audit, weight }, weight);
+    }
+
+    fn close(&self, within: Duration) -> Closed {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Closed::default();
         }
+        let (done, wait) = mpsc::channel();
+        let unwritten = if self.queue.send(Msg::Stop { within, done }).is_ok() {
+            // The writer stops trying at `within`; a write that blocks (a pipe nobody reads)
+            // is waited for a moment more, then left behind.
+            match wait.recv_timeout(within + Duration::from_secs(1)) {
+                Ok(closed) => {
+                    let handle = self
+                        .writer
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .take();
+                    if let Some(handle) = handle {
+                        let _ = handle.join();
+                    }
+                    closed
+                }
+                Err(_) => {
+                    let stuck = self.outputs.spool.records();
+                    self.outputs.spool.count_lost(stuck as u64);
+                    self.outputs.human.line(
+                        format!(
+                            "sluice: the audit log {} took nothing for {} s (a pipe nobody \
+                             reads?): {stuck} audit record(s) were not written (counted in \
+                             sluice_audit_lost_total)",
+                            self.outputs.target,
+                            within.as_secs() + 1
+                        )
+                        .into_bytes(),
+                    );
+                    Closed { unwritten: stuck }
+                }
+            }
+        } else {
+            Closed::default()
+        };
+        self.outputs.human.flush_within(Duration::from_secs(1));
+        unwritten
     }
 }
 
 impl Drop for Inner {
-    /// The last sink gone: write what is queued, flush, and stop the writer.
+    /// The last sink gone: write what is spooled (for a bounded time), and stop the writer.
     fn drop(&mut self) {
-        let _ = self.queue.send(Msg::Stop);
-        let handle = self
-            .writer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(handle) = handle {
-            let _ = handle.join();
-        }
-    }
-}
-
-/// The writer thread: owns both outputs.
-struct Writer {
-    audit: LineWriter,
-    human: LineWriter,
-    state: Arc<State>,
-    /// The rest after each batch ([`WRITE_PAUSE`], or none).
-    pause: std::time::Duration,
-}
-
-impl Writer {
-    fn run(mut self, rx: &Receiver<Msg>) {
-        while let Ok(first) = rx.recv() {
-            let mut next = Some(first);
-            // Everything already waiting is written before the one flush.
-            while let Some(msg) = next {
-                match msg {
-                    Msg::Event { audit, human } => {
-                        self.state.depth.fetch_sub(1, Ordering::Relaxed);
-                        self.event(audit, human);
-                    }
-                    Msg::Flush(done) => {
-                        self.flush();
-                        let _ = done.send(());
-                    }
-                    Msg::Stop => {
-                        self.flush();
-                        return;
-                    }
-                }
-                next = rx.try_recv().ok();
-            }
-            self.flush();
-            if !self.pause.is_zero() {
-                std::thread::sleep(self.pause);
-            }
-        }
-        self.flush();
-    }
-
-    fn event(&mut self, audit: Vec<u8>, human: Option<String>) {
-        let mut json = self.redacted(audit);
-        json.push(b'\n');
-        let result = self.audit.write_line(&json);
-        self.audit_result(result);
-        let human = match human {
-            None => json,
-            Some(line) => {
-                let mut line = self.redacted(line.into_bytes());
-                line.push(b'\n');
-                line
-            }
-        };
-        // A human line that cannot be written (stderr closed) is not worth more than that.
-        let _ = self.human.write_line(&human);
-    }
-
-    fn flush(&mut self) {
-        let result = self.audit.flush();
-        self.audit_result(result);
-        let _ = self.human.flush();
-    }
-
-    fn redacted(&self, line: Vec<u8>) -> Vec<u8> {
-        self.state.redacted(line)
-    }
-
-    fn audit_result(&mut self, result: io::Result<()>) {
-        if let Err(e) = result {
-            // Report the first failure only: a full disk would otherwise add a line per event.
-            if self.state.write_errors.fetch_add(1, Ordering::Relaxed) == 0 {
-                let report = format!(
-                    "sluice: cannot write the audit log {}: {e}; later audit write errors are \
-                     counted, not reported\n",
-                    self.state.target
-                );
-                let _ = self.human.write_line(report.as_bytes());
-                let _ = self.human.flush();
-            }
-        }
-    }
-}
-
-/// Writes whole lines; remembers when a failure cut a line short, so that the next line does
-/// not get glued to the fragment.
-struct LineWriter {
-    out: Box<dyn Write + Send>,
-    partial: bool,
-}
-
-impl LineWriter {
-    fn new(out: Box<dyn Write + Send>) -> Self {
-        LineWriter {
-            out,
-            partial: false,
-        }
-    }
-
-    fn write_line(&mut self, line: &[u8]) -> io::Result<()> {
-        if self.partial {
-            self.out.write_all(b"\n")?;
-            self.partial = false;
-        }
-        let mut written = 0;
-        while written < line.len() {
-            match self.out.write(&line[written..]) {
-                Ok(0) => {
-                    self.partial = written > 0;
-                    return Err(io::ErrorKind::WriteZero.into());
-                }
-                Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.partial = written > 0;
-                    return Err(e);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
+        self.close(CLOSE_WAIT);
     }
 }
 

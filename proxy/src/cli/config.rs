@@ -10,6 +10,7 @@ use std::time::SystemTime;
 
 use super::CompatArg;
 use crate::audit;
+use crate::config_file::Kind;
 use crate::credentials::{Bindings, ScrubSet};
 use crate::policy::{self, Diagnostic, Loaded, Policy};
 use crate::tenants::file::{self, TenantSpec};
@@ -58,14 +59,19 @@ impl Sources {
         names
     }
 
-    /// Every file a change of which is a reason to reload.
-    pub fn files(&self) -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> = self
+    /// Every file a change of which is a reason to reload, with what it is (which sets how
+    /// much of it is read).
+    pub fn files(&self) -> Vec<(PathBuf, Kind)> {
+        let mut files: Vec<(PathBuf, Kind)> = self
             .policies
             .iter()
-            .chain(&self.providers)
-            .map(PathBuf::from)
-            .chain(self.secrets_file.clone())
+            .map(|p| (PathBuf::from(p), Kind::Policy))
+            .chain(
+                self.providers
+                    .iter()
+                    .map(|p| (PathBuf::from(p), Kind::Profiles)),
+            )
+            .chain(self.secrets_file.clone().map(|p| (p, Kind::Secrets)))
             .collect();
         if let Some(t) = &self.tenants {
             files.extend(tenant_files(t));
@@ -221,7 +227,12 @@ pub fn load_policy(
     compat: CompatArg,
     composed: &[policy::Composed],
 ) -> Result<Loaded, Vec<Diagnostic>> {
-    let loaded = policy::load_files_composed(policies, compat.into(), composed);
+    let loaded = policy::load_files_composed(
+        policies,
+        compat.into(),
+        composed,
+        &crate::config_file::read_policy,
+    );
     match loaded {
         Ok(mut l) => {
             // Policy paths that are symlinks match their targets (spec §2.4).
@@ -324,8 +335,8 @@ pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<
 
 /// Every file a change of which is a reason to reload: the tenants file and, as far as it
 /// can be read now, each tenant's files.
-pub fn tenant_files(path: &str) -> Vec<PathBuf> {
-    let mut out = vec![PathBuf::from(path)];
+pub fn tenant_files(path: &str) -> Vec<(PathBuf, Kind)> {
+    let mut out = vec![(PathBuf::from(path), Kind::Tenants)];
     if let Ok(specs) = file::read(path, &|_| true) {
         for spec in &specs {
             out.extend(tenant_sources(&spec.clone(), CompatArg::Strict).files());

@@ -464,8 +464,9 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         message: format!("sluice exec stopped: the command exited with {code}"),
     }));
     crate::otlp::flush(std::time::Duration::from_secs(5));
-    // Everything audited is on disk before the process exits.
-    sink.flush();
+    // Everything audited is on disk before the process exits (or, when the audit log cannot
+    // take it in time, on stderr, counted as lost).
+    sink.close(audit::sink::CLOSE_WAIT);
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 

@@ -180,7 +180,12 @@ fn check(args: &CheckArgs) -> ExitCode {
         }
         Err(code) => return code,
     };
-    match policy::load_files_composed(&args.files, args.compat.into(), &composed) {
+    match policy::load_files_composed(
+        &args.files,
+        args.compat.into(),
+        &composed,
+        &crate::config_file::read_policy,
+    ) {
         Err(e) => {
             print_diagnostics(&e.diagnostics);
             let n = e.errors().count();
@@ -229,7 +234,12 @@ fn load(
     compat: CompatArg,
     composed: &[Composed],
 ) -> Result<Loaded, LoadError> {
-    policy::load_files_composed(policies, compat.into(), composed)
+    policy::load_files_composed(
+        policies,
+        compat.into(),
+        composed,
+        &crate::config_file::read_policy,
+    )
 }
 
 fn explain_cmd(args: &ExplainArgs) -> ExitCode {

@@ -6,7 +6,10 @@
 //!
 //! File changes are found by polling, not inotify: every `--watch-interval` each file's
 //! resolved target (symlinks followed, as a Kubernetes ConfigMap's `..data` swap changes it)
-//! and a SHA-256 of its content are compared with the last load's. Polling sees an atomic
+//! and a SHA-256 of its content are compared with the last load's. Every read, here and in
+//! the load, goes through `config_file` (a regular file, bounded, read within a deadline) on
+//! the watcher's own thread: a path swapped for a FIFO, a device or a huge file is a failed
+//! reload, and the proxy serves on. Polling sees an atomic
 //! rename, a symlink swap, an in-place write and an edit through a bind mount alike, costs
 //! a few small reads a second, and needs no crate (the `notify` crate pulls in a watcher
 //! per platform and still misses changes behind symlinks it does not watch). A change is
@@ -22,11 +25,12 @@
 //! are written again. Connections already established keep the leaf they were given.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::time::{Duration, Instant};
 
 use super::config::{self, Sources};
 use crate::audit::AuditSink;
+use crate::config_file::{self, Kind};
 use crate::credentials::ScrubSet;
 use crate::pipeline::Shared;
 
@@ -176,21 +180,26 @@ fn reload_outcome(outcome: ReloadOutcome) {
     crate::metrics::reload(outcome.ok);
 }
 
-/// One file as last seen: its resolved target and the digest of its content (`None`: it
-/// could not be read).
-type FileState = (Option<PathBuf>, Option<Vec<u8>>);
+/// One file as last seen: where its path leads (symlinks followed), and the digest of its
+/// content or what was wrong with it (`config_file`: not a regular file, too large, not
+/// read in time). A change in any of these is a change.
+type FileState = (Option<PathBuf>, Result<Vec<u8>, String>);
 
-fn fingerprint(files: &[PathBuf]) -> Vec<FileState> {
+/// Each file read as its loader reads it (`config_file::read`: a FIFO, a device or a huge
+/// file is an error here too, never a wait), and hashed.
+fn fingerprint(files: &[(PathBuf, Kind)]) -> Vec<FileState> {
     files
         .iter()
-        .map(|f| {
+        .map(|(f, kind)| {
             let target = std::fs::canonicalize(f).ok();
-            let digest = std::fs::read(f).ok().map(|mut bytes| {
-                let d = ring::digest::digest(&ring::digest::SHA256, &bytes);
-                // The secrets file's content: not left behind in freed memory.
-                zeroize::Zeroize::zeroize(&mut bytes);
-                d.as_ref().to_vec()
-            });
+            // The content (the secrets file's too) is wiped when it drops.
+            let digest = config_file::read(f, *kind)
+                .map(|c| {
+                    ring::digest::digest(&ring::digest::SHA256, &c.bytes)
+                        .as_ref()
+                        .to_vec()
+                })
+                .map_err(|e| e.to_string());
             (target, digest)
         })
         .collect()
@@ -210,50 +219,78 @@ pub fn hangup() -> Option<tokio::signal::unix::Signal> {
 }
 
 /// Reloads on SIGHUP (`hup`, from `hangup`) and when a watched file changes, until the
-/// process ends.
-pub async fn watch(
+/// process ends. The checks and the reloads read files, which may take long (a file system
+/// that stops answering): they run on a thread of their own, never on an async worker; a
+/// small task hands each SIGHUP over. Must be called within the runtime (the reloads run
+/// in its context).
+pub fn watch(
     reloader: Arc<Reloader>,
-    mut hup: Option<tokio::signal::unix::Signal>,
+    hup: Option<tokio::signal::unix::Signal>,
     interval: Duration,
-) {
+) -> std::io::Result<()> {
+    let (signals, hups) = mpsc::channel::<()>();
+    // Without a SIGHUP stream, the sender stays with the thread: the channel never
+    // disconnects, and the thread polls the files.
+    let kept = match hup {
+        Some(mut hup) => {
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    if signals.send(()).is_err() {
+                        break;
+                    }
+                }
+            });
+            None
+        }
+        None => Some(signals),
+    };
+    let runtime = tokio::runtime::Handle::current();
+    std::thread::Builder::new()
+        .name("sluice-reload".into())
+        .spawn(move || {
+            let _kept = kept;
+            let _in = runtime.enter();
+            watch_files(&reloader, &hups, interval);
+        })?;
+    Ok(())
+}
+
+/// The watcher thread's loop: every `interval`, or at a SIGHUP, until the signal task ends.
+fn watch_files(reloader: &Reloader, hups: &mpsc::Receiver<()>, interval: Duration) {
     let mut files = reloader.sources.files();
     let mut seen = fingerprint(&files);
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = Instant::now() + interval;
     loop {
-        let trigger = tokio::select! {
-            Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => None } } => {
-                Trigger::Signal
-            }
-            _ = ticker.tick() => {
+        let trigger = match hups.recv_timeout(tick.saturating_duration_since(Instant::now())) {
+            Ok(()) => Trigger::Signal,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                // A late check is not made up for (as tokio's `MissedTickBehavior::Delay`).
+                tick = Instant::now() + interval;
                 if files.is_empty() || fingerprint(&files) == seen {
                     continue;
                 }
-                settle(&files).await;
+                settle(&files);
                 Trigger::FileChange
             }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
         // What is loaded is what is seen from now on (a refused file is not retried until it
-        // changes again).
-        // A tenants file may name other files now.
+        // changes again). A tenants file may name other files now.
         files = reloader.sources.files();
         seen = fingerprint(&files);
-        let r = Arc::clone(&reloader);
-        // Loading reads files and compiles the policy: off the async workers.
-        if tokio::task::spawn_blocking(move || r.reload(trigger))
-            .await
-            .is_err()
-        {
-            eprintln!("sluice: reload task failed; the last good configuration stays in force");
+        let reloaded =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reloader.reload(trigger)));
+        if reloaded.is_err() {
+            eprintln!("sluice: reload failed; the last good configuration stays in force");
         }
     }
 }
 
 /// Waits until the files have not changed for one `DEBOUNCE`.
-async fn settle(files: &[PathBuf]) {
+fn settle(files: &[(PathBuf, Kind)]) {
     let mut last = fingerprint(files);
     for _ in 0..MAX_DEBOUNCE_ROUNDS {
-        tokio::time::sleep(DEBOUNCE).await;
+        std::thread::sleep(DEBOUNCE);
         let now = fingerprint(files);
         if now == last {
             return;

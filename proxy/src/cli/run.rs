@@ -34,6 +34,39 @@ pub enum LogFormatArg {
     Json,
 }
 
+/// `--audit-on-failure`: what a full audit spool does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum AuditOnFailureArg {
+    /// Refuse new connections and requests (503 audit_unavailable) until records can be
+    /// written again.
+    #[default]
+    Closed,
+    /// Serve on; every record that cannot be kept is lost, and counted.
+    Open,
+}
+
+impl From<AuditOnFailureArg> for audit::OnFailure {
+    fn from(a: AuditOnFailureArg) -> Self {
+        match a {
+            AuditOnFailureArg::Closed => audit::OnFailure::Closed,
+            AuditOnFailureArg::Open => audit::OnFailure::Open,
+        }
+    }
+}
+
+/// A count of at least `min`.
+fn at_least(min: usize) -> impl Fn(&str) -> Result<usize, String> + Clone {
+    move |s| {
+        let n: usize = s
+            .parse()
+            .map_err(|_| format!("`{s}` is not a whole number"))?;
+        if n < min {
+            return Err(format!("{n} is less than {min}, the least it may be"));
+        }
+        Ok(n)
+    }
+}
+
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {
     /// Policy files (merged); none = the embedded deny-all default.
@@ -77,6 +110,19 @@ pub(super) struct RunArgs {
     /// Format of the lines on stderr.
     #[arg(long, value_enum, default_value_t = LogFormatArg::Shorthand)]
     pub log_format: LogFormatArg,
+    /// What sluice does when the audit log cannot take records and its spool is full:
+    /// `closed` refuses new connections and requests (503 audit_unavailable) until records can
+    /// be written again; `open` serves on and counts every record it loses.
+    #[arg(long, value_enum, default_value_t = AuditOnFailureArg::Closed)]
+    pub audit_on_failure: AuditOnFailureArg,
+    /// Audit records kept in memory, in order, while the audit log cannot take them.
+    #[arg(long, value_name = "N", default_value_t = audit::sink::spool::DEFAULT_RECORDS,
+          value_parser = at_least(audit::sink::spool::MIN_RECORDS))]
+    pub audit_spool_max_records: usize,
+    /// Bytes of audit records kept in memory while the audit log cannot take them.
+    #[arg(long, value_name = "BYTES", default_value_t = audit::sink::spool::DEFAULT_BYTES,
+          value_parser = at_least(audit::sink::spool::MIN_BYTES))]
+    pub audit_spool_max_bytes: usize,
     /// Also look for callers in the network namespace of this process (repeat).
     #[arg(long = "identity-netns-pid", value_name = "PID")]
     pub identity_netns_pids: Vec<u32>,
@@ -339,7 +385,14 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         LogFormatArg::Json => LogFormat::Json,
     };
     let audit_log = args.audit_log.clone().unwrap_or_else(|| "-".to_string());
-    let audit = match AuditSink::open_queued(&audit_log, format) {
+    let spool = audit::sink::SpoolConfig {
+        limits: audit::sink::Limits {
+            records: args.audit_spool_max_records,
+            bytes: args.audit_spool_max_bytes,
+        },
+        on_failure: args.audit_on_failure.into(),
+    };
+    let audit = match AuditSink::open_queued(&audit_log, format, spool) {
         Ok(a) => Arc::new(a),
         Err(e) => {
             eprintln!("sluice: cannot open the audit log {audit_log}: {e}");
@@ -752,11 +805,10 @@ async fn serve(args: RunArgs) -> ExitCode {
     let reloader =
         super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor)
             .with_ca_dir(args.ca_dir.clone());
-    tokio::spawn(super::reload::watch(
-        Arc::new(reloader),
-        hup,
-        args.watch_interval,
-    ));
+    if let Err(e) = super::reload::watch(Arc::new(reloader), hup, args.watch_interval) {
+        eprintln!("sluice: cannot start the configuration watcher: {e}");
+        return ExitCode::from(1);
+    }
     crate::metrics::set_ready(true);
     let reason = shutdown.next().await;
     // Not ready at once: a balancer sends no new client here.
@@ -775,8 +827,9 @@ async fn serve(args: RunArgs) -> ExitCode {
         message: format!("sluice stopped ({reason}); {drained}"),
     }));
     crate::otlp::flush(Duration::from_secs(5));
-    // Everything audited is on disk before the process exits.
-    audit.flush();
+    // Everything audited is on disk before the process exits (or, when the audit log cannot
+    // take it in time, on stderr, counted as lost).
+    audit.close(audit::sink::CLOSE_WAIT);
     ExitCode::SUCCESS
 }
 

@@ -365,20 +365,16 @@ pub fn load_files_compat(
     let mut diags = Diagnostics::default();
     for path in paths {
         let file: Arc<str> = Arc::from(path.as_str());
-        match std::fs::read(path) {
-            Ok(bytes) => match String::from_utf8(bytes) {
-                Ok(text) => sources.push(Source {
-                    name: path.clone(),
-                    text,
-                }),
-                Err(e) => diags.error(
-                    &file,
-                    Pos::new(0, 0),
-                    "",
-                    format!("not valid UTF-8 (byte {})", e.utf8_error().valid_up_to()),
-                ),
-            },
-            Err(e) => diags.error(&file, Pos::new(0, 0), "", format!("cannot read: {e}")),
+        let read = crate::config_file::read_text(
+            std::path::Path::new(path),
+            crate::config_file::Kind::Profiles,
+        );
+        match read {
+            Ok(text) => sources.push(Source {
+                name: path.clone(),
+                text,
+            }),
+            Err(e) => diags.error(&file, Pos::new(0, 0), "", e),
         }
     }
     load_with(&sources, compat, diags)

@@ -11,11 +11,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use zeroize::{Zeroize, Zeroizing};
+use zeroize::Zeroize;
 
 use super::placeholder;
 use super::profile::{CredentialRef, EnvKey, ProviderProfile};
@@ -23,9 +22,6 @@ use super::profile::{CredentialRef, EnvKey, ProviderProfile};
 /// Values shorter than this are warned about: the response scrub and the log redactor
 /// replace every occurrence of a value, so a short one also replaces unrelated text.
 const SHORT_SECRET_LEN: usize = 8;
-
-/// Largest secrets file read; anything bigger is surely not one.
-const MAX_SECRETS_FILE_BYTES: u64 = 1024 * 1024;
 
 // === Secret ===
 
@@ -117,14 +113,14 @@ pub struct SecretOrigin {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SecretsError {
-    #[error("cannot read secrets file {}: {source}", path.display())]
-    Unreadable {
+    /// It cannot be read, or is not a regular file within the size limit
+    /// (`config_file::read`).
+    #[error("secrets file {}: {source}", path.display())]
+    Unusable {
         path: PathBuf,
         #[source]
-        source: std::io::Error,
+        source: crate::config_file::FileError,
     },
-    #[error("secrets file {} is not a regular file", path.display())]
-    NotRegularFile { path: PathBuf },
     #[error(
         "secrets file {} has mode {mode:04o}; it must not be readable or writable by group or others (chmod 600 {})",
         path.display(),
@@ -141,8 +137,6 @@ pub enum SecretsError {
         path.display()
     )]
     UnknownUid { path: PathBuf },
-    #[error("secrets file {} is larger than 1 MiB", path.display())]
-    TooLarge { path: PathBuf },
     #[error("{}:{line}: {problem}", path.display())]
     Malformed {
         path: PathBuf,
@@ -406,63 +400,29 @@ impl SecretStore {
 type FileValues = HashMap<String, (String, usize)>;
 
 fn read_secrets_file(path: &Path) -> Result<FileValues, Vec<SecretsError>> {
-    let unreadable = |source| {
-        vec![SecretsError::Unreadable {
-            path: path.to_path_buf(),
-            source,
-        }]
-    };
-    // Check before opening so that a FIFO or a device is refused without blocking on it;
-    // check again on the opened file, which is what is actually read.
-    let before = std::fs::metadata(path).map_err(unreadable)?;
-    check_file(path, &before).map_err(|e| vec![e])?;
-    let mut file = std::fs::File::open(path).map_err(unreadable)?;
-    let meta = file.metadata().map_err(unreadable)?;
-    check_file(path, &meta).map_err(|e| vec![e])?;
-    if meta.len() > MAX_SECRETS_FILE_BYTES {
-        return Err(vec![SecretsError::TooLarge {
-            path: path.to_path_buf(),
-        }]);
-    }
-    let mut bytes = Zeroizing::new(Vec::new());
-    file.by_ref()
-        .take(MAX_SECRETS_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(unreadable)?;
-    if bytes.len() as u64 > MAX_SECRETS_FILE_BYTES {
-        return Err(vec![SecretsError::TooLarge {
-            path: path.to_path_buf(),
-        }]);
-    }
-    parse_secrets(path, &bytes)
+    // A regular file within its limit, read off the proxy's workers (`config_file`); the
+    // owner and mode checked are those of the file that was read.
+    let contents =
+        crate::config_file::read(path, crate::config_file::Kind::Secrets).map_err(|source| {
+            vec![SecretsError::Unusable {
+                path: path.to_path_buf(),
+                source,
+            }]
+        })?;
+    check_file(path, &contents.meta).map_err(|e| vec![e])?;
+    parse_secrets(path, &contents.bytes)
 }
 
 fn check_file(path: &Path, meta: &std::fs::Metadata) -> Result<(), SecretsError> {
     let uid = current_uid().ok_or_else(|| SecretsError::UnknownUid {
         path: path.to_path_buf(),
     })?;
-    check_metadata(
-        path,
-        meta.file_type().is_file(),
-        meta.permissions().mode(),
-        meta.uid(),
-        uid,
-    )
+    check_metadata(path, meta.permissions().mode(), meta.uid(), uid)
 }
 
-/// The policy on the file itself, apart from the syscalls that feed it.
-fn check_metadata(
-    path: &Path,
-    is_file: bool,
-    mode: u32,
-    owner: u32,
-    uid: u32,
-) -> Result<(), SecretsError> {
-    if !is_file {
-        return Err(SecretsError::NotRegularFile {
-            path: path.to_path_buf(),
-        });
-    }
+/// The policy on the file's owner and mode, apart from the syscalls that feed it (that it is
+/// a regular file is `config_file`'s to check).
+fn check_metadata(path: &Path, mode: u32, owner: u32, uid: u32) -> Result<(), SecretsError> {
     if mode & 0o077 != 0 {
         return Err(SecretsError::InsecureMode {
             path: path.to_path_buf(),
@@ -747,14 +707,17 @@ endpoints: [{host: slack.com, port: 443}]
         let err = SecretStore::load(&profiles(), env(&[]), Some(&dir)).unwrap_err();
         assert_eq!(
             err.errors[0].to_string(),
-            format!("secrets file {} is not a regular file", dir.display())
+            format!(
+                "secrets file {}: it is a directory, not a regular file; sluice reads only regular files",
+                dir.display()
+            )
         );
         let missing = Path::new("/nonexistent/sluice-secrets");
         let err = SecretStore::load(&profiles(), env(&[]), Some(missing)).unwrap_err();
         assert!(
             err.errors[0]
                 .to_string()
-                .starts_with("cannot read secrets file /nonexistent/sluice-secrets: "),
+                .starts_with("secrets file /nonexistent/sluice-secrets: cannot read: "),
             "{err}"
         );
     }
@@ -762,24 +725,20 @@ endpoints: [{host: slack.com, port: 443}]
     #[test]
     fn owner_and_mode_policy() {
         let p = Path::new("/s");
-        assert!(check_metadata(p, true, 0o100600, 1000, 1000).is_ok());
-        assert!(check_metadata(p, true, 0o100400, 1000, 1000).is_ok());
+        assert!(check_metadata(p, 0o100600, 1000, 1000).is_ok());
+        assert!(check_metadata(p, 0o100400, 1000, 1000).is_ok());
         assert_eq!(
-            check_metadata(p, true, 0o100600, 0, 1000)
+            check_metadata(p, 0o100600, 0, 1000)
                 .unwrap_err()
                 .to_string(),
             "secrets file /s is owned by uid 0, not by the uid sluice runs as (1000)"
         );
         assert_eq!(
-            check_metadata(p, true, 0o100604, 1000, 1000)
+            check_metadata(p, 0o100604, 1000, 1000)
                 .unwrap_err()
                 .to_string(),
             "secrets file /s has mode 0604; it must not be readable or writable by group or others (chmod 600 /s)"
         );
-        assert!(matches!(
-            check_metadata(p, false, 0o600, 1000, 1000),
-            Err(SecretsError::NotRegularFile { .. })
-        ));
         assert!(current_uid().is_some());
     }
 

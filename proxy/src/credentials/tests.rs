@@ -163,7 +163,13 @@ fn no_secret_in_load_errors_and_warnings() {
 
     let path = std::path::PathBuf::from("/s");
     let file_errors = [
-        SecretsError::NotRegularFile { path: path.clone() },
+        SecretsError::Unusable {
+            path: path.clone(),
+            source: crate::config_file::FileError::TooLarge {
+                limit: 1,
+                noun: "a secrets file",
+            },
+        },
         SecretsError::InsecureMode {
             path: path.clone(),
             mode: 0o644,
@@ -174,15 +180,16 @@ fn no_secret_in_load_errors_and_warnings() {
             uid: 1,
         },
         SecretsError::UnknownUid { path: path.clone() },
-        SecretsError::TooLarge { path: path.clone() },
         SecretsError::Malformed {
             path: path.clone(),
             line: 1,
             problem: LineProblem::NoEquals,
         },
-        SecretsError::Unreadable {
+        SecretsError::Unusable {
             path,
-            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            source: crate::config_file::FileError::Io(std::io::Error::from(
+                std::io::ErrorKind::NotFound,
+            )),
         },
     ];
     let all = SecretsLoadError {

@@ -298,7 +298,18 @@ impl DnsServer {
             RecordType::AAAA => AddressType::Aaaa,
             _ => AddressType::Other,
         };
-        let reply = self.responder.reply(&event.name, qtype).await;
+        // No address is handed out while the audit log cannot take records (`--audit-on-failure
+        // closed` with a full spool): REFUSED, audited when it can be.
+        let reply = if self.audit.refusing() {
+            self.audit.refused();
+            Reply::Refused {
+                entry: None,
+                reason: "sluice cannot write its audit log; questions are refused until it can"
+                    .to_string(),
+            }
+        } else {
+            self.responder.reply(&event.name, qtype).await
+        };
         response.add_query(question.clone());
         match reply {
             Reply::Answer { addrs, ttl, entry } => {

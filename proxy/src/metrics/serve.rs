@@ -120,22 +120,6 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     r
 }
 
-/// What the audit sink's queue holds and how often an emitter waited for room.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AuditQueue {
-    pub depth: u64,
-    pub backpressure_waits: u64,
-}
-
-/// The audit sink's bounded queue: events waiting for the writer, and how often an emitter
-/// found it full and waited.
-pub fn audit_queue(sink: &AuditSink) -> AuditQueue {
-    AuditQueue {
-        depth: sink.queue_depth() as u64,
-        backpressure_waits: sink.backpressure_waits(),
-    }
-}
-
 /// Values read at each scrape.
 #[derive(Debug)]
 pub struct ScrapeTime {
@@ -143,40 +127,112 @@ pub struct ScrapeTime {
     pub audit: Option<Arc<AuditSink>>,
 }
 
+/// A write to the audit target under way for longer than this counts as failing (a pipe
+/// nobody reads, a hung file system).
+pub const AUDIT_STALL_MS: u64 = 1000;
+
 impl Collector for ScrapeTime {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let max = ConstGauge::new(self.max_connections);
-        max.encode(encoder.encode_descriptor(
+        gauge(
+            &mut encoder,
             "max_connections",
             "The --max-connections bound (saturation: active_connections / max_connections)",
-            None,
-            max.metric_type(),
-        )?)?;
+            self.max_connections,
+        )?;
         let Some(sink) = &self.audit else {
             return Ok(());
         };
-        let errors = ConstCounter::new(sink.write_errors());
-        errors.encode(encoder.encode_descriptor(
+        let Some(spool) = sink.spool() else {
+            return Ok(());
+        };
+        let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        let failing =
+            spool.failing() || spool.stalled(std::time::SystemTime::now(), AUDIT_STALL_MS);
+        gauge(
+            &mut encoder,
+            "audit_sink_failing",
+            "1 while the audit target does not take records (its last write failed, or one has been under way for more than a second), else 0",
+            i64::from(failing),
+        )?;
+        gauge(
+            &mut encoder,
+            "audit_failing_closed",
+            "1 while the audit spool is full and sluice refuses new connections and requests (503 audit_unavailable; --audit-on-failure closed), else 0",
+            i64::from(spool.refusing()),
+        )?;
+        gauge(
+            &mut encoder,
+            "audit_spool_records",
+            "Audit records emitted and not yet written (the audit spool)",
+            n(spool.records()),
+        )?;
+        gauge(
+            &mut encoder,
+            "audit_spool_bytes",
+            "Memory the audit records not yet written hold, in bytes",
+            n(spool.bytes()),
+        )?;
+        gauge(
+            &mut encoder,
+            "audit_spool_max_records",
+            "The --audit-spool-max-records bound (the spool is full past it)",
+            n(spool.limits.records),
+        )?;
+        gauge(
+            &mut encoder,
+            "audit_spool_max_bytes",
+            "The --audit-spool-max-bytes bound (the spool is full past it)",
+            n(spool.limits.bytes),
+        )?;
+        counter(
+            &mut encoder,
+            "audit_spooled",
+            "Audit records held in the spool by a failed write, to be written when the target recovers",
+            spool.spooled(),
+        )?;
+        counter(
+            &mut encoder,
+            "audit_lost",
+            "Audit records never written: past the spool's limits (with --audit-on-failure open, or past the closed mode's reserve), or still unwritten at exit",
+            spool.lost(),
+        )?;
+        counter(
+            &mut encoder,
+            "audit_refused",
+            "Connections and requests refused with 503 audit_unavailable because the audit spool was full",
+            spool.refused(),
+        )?;
+        counter(
+            &mut encoder,
             "audit_write_errors",
-            "Audit lines that could not be written",
-            None,
-            errors.metric_type(),
-        )?)?;
-        let queue = audit_queue(sink);
-        let depth = ConstGauge::new(i64::try_from(queue.depth).unwrap_or(i64::MAX));
-        depth.encode(encoder.encode_descriptor(
-            "audit_queue_depth",
-            "Audit events waiting to be written",
-            None,
-            depth.metric_type(),
-        )?)?;
-        let waits = ConstCounter::new(queue.backpressure_waits);
-        waits.encode(encoder.encode_descriptor(
-            "audit_backpressure_waits",
-            "Times an emitter waited for room in the audit queue",
-            None,
-            waits.metric_type(),
-        )?)?;
-        Ok(())
+            "Failed writes to the audit target (each failing write is tried again)",
+            spool.write_errors(),
+        )?;
+        counter(
+            &mut encoder,
+            "log_lines_dropped",
+            "Human lines (stderr) dropped because stderr did not take them in time",
+            sink.log_lines_dropped(),
+        )
     }
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: i64,
+) -> Result<(), std::fmt::Error> {
+    let g = ConstGauge::new(value);
+    g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    let c = ConstCounter::new(value);
+    c.encode(encoder.encode_descriptor(name, help, None, c.metric_type())?)
 }

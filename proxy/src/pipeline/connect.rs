@@ -227,7 +227,12 @@ pub async fn tunnel(start: Start<'_>, (rd, mut wr): (ClientRead, ClientWrite), b
         Err(d) => return ctx.refuse(&mut wr, &d, None).await,
     };
     ctx.dst = dst.clone();
-    if dst.host() == super::doctor::HOST && start_entry.answers() && caller.is_ok() {
+    // (Not while the audit log cannot take records: then it is refused as any host is.)
+    if dst.host() == super::doctor::HOST
+        && start_entry.answers()
+        && caller.is_ok()
+        && !shared.audit.refusing()
+    {
         // Answered by sluice itself, whatever the policy: it proves the way through sluice
         // and the trust in its CA, and reaches nothing. Only for a caller sluice knows (in
         // a gateway, a tenant): an unknown one is refused below as for any host. Audited,

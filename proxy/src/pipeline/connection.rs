@@ -55,8 +55,8 @@ pub fn normalize(verb: &str, target: &Authority) -> Result<Authority, Denial> {
         })
 }
 
-/// The caller (required: sluice never guesses who is calling) and the L4 decision for a
-/// normalised target, under the policy snapshot in force now, which the admitted
+/// The audit gate (`denial::audit_gate`), the caller (required: sluice never guesses who is
+/// calling) and the L4 decision for a normalised target, under the policy snapshot in force now, which the admitted
 /// connection keeps. `what` names the refused request (`CONNECT h:p`, `GET h:p/path`).
 pub fn admit<'k>(
     shared: &Shared,
@@ -65,6 +65,8 @@ pub fn admit<'k>(
     scheme: Scheme,
     what: &str,
 ) -> Result<(&'k Known, Admitted), Denial> {
+    // Nothing is admitted while it could not be audited.
+    super::denial::audit_gate(&shared.audit)?;
     let known = caller.map_err(|e| caller::denial(what, e))?;
     let admitted = admit_under(shared.policy(known.claim()), known, dst, scheme, what)?;
     Ok((known, admitted))

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use super::conn::Conn;
 use super::shared::Shared;
-use crate::audit::{self, Engine};
+use crate::audit::{self, AuditSink, Engine};
 use crate::http::head::HeadError;
 use crate::http::respond::{Code, Refusal};
 
@@ -31,6 +31,23 @@ impl Denial {
             .clone()
             .unwrap_or_else(|| self.refusal.detail.clone())
     }
+}
+
+/// Fails closed while the audit log cannot take records (its spool is full and
+/// `--audit-on-failure` is `closed`): every new connection and every request is refused with
+/// `503 audit_unavailable` before anything else is decided, and counted. The refusal is
+/// audited like any other; the spool keeps a reserve for such records.
+pub fn audit_gate(audit: &AuditSink) -> Result<(), Denial> {
+    if !audit.refusing() {
+        return Ok(());
+    }
+    audit.refused();
+    let refusal = Refusal::new(
+        503,
+        Code::AuditUnavailable,
+        "sluice cannot write its audit log; new connections and requests are refused until it can",
+    );
+    Err(Denial::new(Engine::Proxy, refusal))
 }
 
 /// The refusal for a head that could not be read.

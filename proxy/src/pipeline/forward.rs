@@ -367,7 +367,7 @@ async fn admit_forward<W: AsyncWrite + Unpin>(
     rec.dst = asked.clone();
     let dst = connection::normalize(&rec.method, &asked)?;
     rec.dst = dst.clone();
-    if dst.host() == super::doctor::HOST && caller.is_ok() {
+    if dst.host() == super::doctor::HOST && caller.is_ok() && !shared.audit.refusing() {
         let _ = wr
             .write_all(&super::doctor::plain_response(&rec.path))
             .await;

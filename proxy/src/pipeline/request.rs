@@ -135,7 +135,7 @@ pub struct Exchange<'a> {
 }
 
 impl<'a> Exchange<'a> {
-    /// Authority, caller, judgement, credentials of the head and the body plan, in that
+    /// The audit gate, authority, caller, judgement, credentials of the head and the body plan, in that
     /// order; `rec` is filled in as they go. The caller is returned with the request.
     pub fn prepare<'k>(
         &self,
@@ -147,6 +147,9 @@ impl<'a> Exchange<'a> {
         rec.dst = dst.clone();
         rec.scheme = scheme.as_str();
         rec.policy = Some(self.admitted.admission.entry.to_string());
+        // No request goes on while it could not be audited (the connection was admitted
+        // before the audit log stopped taking records).
+        super::denial::audit_gate(&self.shared.audit)?;
         if head.websocket && head.has_body {
             // Bytes after the head would be body to one reader and the first frames to
             // another; nothing would judge or scan them as either.

@@ -85,10 +85,19 @@ impl LoadError {
     }
 }
 
-/// Reads the named files (a file that cannot be read is a diagnostic like any other) and
-/// loads them as one policy.
-pub fn load_files(paths: &[String], compat: Compat) -> Result<Loaded, LoadError> {
-    load_files_composed(paths, compat, &[])
+/// Reads one named file for a loader: its text, or what is wrong with it (one line, shown
+/// after the file's name). The policy engine reads nothing itself: its caller says how
+/// (sluice's bounded reader of configuration files, `config_file::read_text`).
+pub type ReadText<'a> = &'a dyn Fn(&str) -> Result<String, String>;
+
+/// Reads the named files through `read` (a file that cannot be read is a diagnostic like any
+/// other) and loads them as one policy.
+pub fn load_files(
+    paths: &[String],
+    compat: Compat,
+    read: ReadText<'_>,
+) -> Result<Loaded, LoadError> {
+    load_files_composed(paths, compat, &[], read)
 }
 
 /// `load_files` with provider profiles composed in (`compose.rs`); no paths = the embedded
@@ -97,6 +106,7 @@ pub fn load_files_composed(
     paths: &[String],
     compat: Compat,
     composed: &[Composed],
+    read: ReadText<'_>,
 ) -> Result<Loaded, LoadError> {
     if paths.is_empty() {
         return load_composed(&[default_source()], compat, composed);
@@ -104,25 +114,12 @@ pub fn load_files_composed(
     let mut sources = Vec::new();
     let mut diags = Diagnostics::default();
     for path in paths {
-        match std::fs::read(path) {
-            Ok(bytes) => match String::from_utf8(bytes) {
-                Ok(text) => sources.push(Source {
-                    name: path.clone(),
-                    text,
-                }),
-                Err(e) => diags.error(
-                    &Arc::from(path.as_str()),
-                    Pos::new(0, 0),
-                    "",
-                    format!("not valid UTF-8 (byte {})", e.utf8_error().valid_up_to()),
-                ),
-            },
-            Err(e) => diags.error(
-                &Arc::from(path.as_str()),
-                Pos::new(0, 0),
-                "",
-                format!("cannot read: {e}"),
-            ),
+        match read(path) {
+            Ok(text) => sources.push(Source {
+                name: path.clone(),
+                text,
+            }),
+            Err(e) => diags.error(&Arc::from(path.as_str()), Pos::new(0, 0), "", e),
         }
     }
     load_with(&sources, compat, composed, diags)

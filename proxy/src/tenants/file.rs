@@ -72,13 +72,14 @@ pub fn read(
 ) -> Result<Vec<TenantSpec>, Vec<Diagnostic>> {
     let file: Arc<str> = Arc::from(path);
     let mut diags = Diagnostics::default();
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) => {
-            diags.error(&file, Pos::new(0, 0), "", format!("cannot read: {e}"));
-            return Err(diags.into_sorted());
-        }
-    };
+    let text =
+        match crate::config_file::read_text(Path::new(path), crate::config_file::Kind::Tenants) {
+            Ok(t) => t,
+            Err(e) => {
+                diags.error(&file, Pos::new(0, 0), "", e);
+                return Err(diags.into_sorted());
+            }
+        };
     let base = Path::new(path).parent().unwrap_or(Path::new(""));
     let specs = match yaml::parse(&text) {
         Ok(Some(root)) => Reader {

@@ -40,6 +40,14 @@ const MAX_CHAIN_BYTES: u64 = 1 << 20;
 /// Largest `--ca-key` file (an RSA-4096 key in PEM is about 3.3 KiB).
 const MAX_KEY_BYTES: u64 = 64 << 10;
 
+/// The first of [`SYSTEM_BUNDLES`] that reads as a PEM file (`config_file`: a regular file
+/// within its limit), if any.
+pub fn system_bundle() -> Option<crate::config_file::Contents> {
+    SYSTEM_BUNDLES
+        .iter()
+        .find_map(|p| crate::config_file::read(Path::new(p), crate::config_file::Kind::Pem).ok())
+}
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CaError {
@@ -309,13 +317,9 @@ impl Ca {
         };
         fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
         let dir = crate::nofollow::Dir::open(dir).map_err(|e| err(dir, e))?;
-        let mut system = String::new();
-        for p in SYSTEM_BUNDLES {
-            if let Ok(text) = fs::read_to_string(p) {
-                system = text;
-                break;
-            }
-        }
+        let system = system_bundle()
+            .map(|b| String::from_utf8_lossy(&b.bytes).into_owned())
+            .unwrap_or_default();
         let bundle_text = format!("{}\n{}", system.trim_end(), self.cert_pem);
         let write = |name: &str, text: &str| {
             dir.replace_file(name, text.as_bytes(), 0o644)

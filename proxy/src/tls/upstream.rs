@@ -17,8 +17,6 @@ use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
-use super::ca::SYSTEM_BUNDLES;
-
 /// Destinations whose TLS session tickets each upstream configuration keeps.
 pub const UPSTREAM_SESSIONS: usize = 256;
 
@@ -95,21 +93,23 @@ impl UpstreamTls {
     pub fn new(extra_cas: &[impl AsRef<Path>]) -> Result<UpstreamTls, UpstreamTlsError> {
         let mut roots = RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        for p in SYSTEM_BUNDLES {
-            if let Ok(iter) = CertificateDer::pem_file_iter(p) {
-                let certs: Vec<_> = iter.filter_map(Result::ok).collect();
-                roots.add_parsable_certificates(certs);
-                break;
-            }
+        if let Some(bundle) = super::ca::system_bundle() {
+            let certs: Vec<_> = CertificateDer::pem_slice_iter(&bundle.bytes)
+                .filter_map(Result::ok)
+                .collect();
+            roots.add_parsable_certificates(certs);
         }
         for path in extra_cas {
             let path = path.as_ref();
             let shown = path.display().to_string();
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-                .map_err(|e| UpstreamTlsError::Read {
-                    path: shown.clone(),
-                    reason: e.to_string(),
-                })?
+            let pem =
+                crate::config_file::read(path, crate::config_file::Kind::Pem).map_err(|e| {
+                    UpstreamTlsError::Read {
+                        path: shown.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem.bytes)
                 .filter_map(Result::ok)
                 .collect();
             let (added, _) = roots.add_parsable_certificates(certs);
