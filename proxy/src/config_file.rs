@@ -1,5 +1,7 @@
 //! The one way sluice reads a file it is configured with: the policy files, provider profiles,
-//! the secrets file, the tenants file, `--upstream-ca` files and the system trust bundle, at
+//! the secrets file, the tenants file, `--upstream-ca` files, the system trust bundle, the
+//! operator CA (`--ca-cert`, `--ca-key`) and the TLS hop's files (`--tls-cert`, `--tls-key`,
+//! `--client-ca`), at
 //! start, on every reload, in the reload watcher's change check, and in the one-shot commands
 //! (`policy check`, `policy explain`).
 //!
@@ -18,6 +20,10 @@
 //!    a parked thread, never a worker of the proxy. At most [`MAX_STALLED`] such threads wait
 //!    at once; past that a read is refused at once.
 //!
+//! A private key ([`Kind::PrivateKey`]) must also not be a symbolic link at its path (it is
+//! refused, never followed: opened with `O_NOFOLLOW`), be owned by sluice's effective user and
+//! grant nothing to group or others; checked on the opened descriptor.
+//!
 //! It does not parse anything (each loader does) and does not decide what a file may contain
 //! beyond its size; the secrets file's mode and owner are checked by `credentials::secrets`
 //! on the metadata returned here, which is that of the file actually read.
@@ -25,6 +31,7 @@
 use std::fmt;
 use std::fs::{File, Metadata};
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -45,8 +52,11 @@ pub const MAX_STALLED: usize = 8;
 pub const YAML_LIMIT: u64 = 8 * 1024 * 1024;
 /// Largest `--secrets-file` (KEY=VALUE lines).
 pub const SECRETS_LIMIT: u64 = 1024 * 1024;
-/// Largest PEM file of trust roots (`--upstream-ca`, the system bundle: about 200 KiB).
+/// Largest PEM file of trust roots or certificates (`--upstream-ca`, the system bundle: about
+/// 200 KiB; `--ca-cert`, `--tls-cert`, `--client-ca`).
 pub const PEM_LIMIT: u64 = 4 * 1024 * 1024;
+/// Largest private key file (`--ca-key`, `--tls-key`: an RSA-4096 key in PEM is 3.3 KiB).
+pub const KEY_LIMIT: u64 = 64 * 1024;
 
 /// What a file is for, which sets its size limit and names it in errors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +67,8 @@ pub enum Kind {
     Secrets,
     Tenants,
     Pem,
+    /// A private key: private as well as regular and bounded (see the module).
+    PrivateKey,
 }
 
 impl Kind {
@@ -66,7 +78,12 @@ impl Kind {
             Kind::Policy | Kind::Profiles | Kind::Tenants => YAML_LIMIT,
             Kind::Secrets => SECRETS_LIMIT,
             Kind::Pem => PEM_LIMIT,
+            Kind::PrivateKey => KEY_LIMIT,
         }
+    }
+
+    fn private(self) -> bool {
+        self == Kind::PrivateKey
     }
 
     fn noun(self) -> &'static str {
@@ -76,6 +93,7 @@ impl Kind {
             Kind::Secrets => "a secrets file",
             Kind::Tenants => "a tenants file",
             Kind::Pem => "a PEM file",
+            Kind::PrivateKey => "a private key file",
         }
     }
 }
@@ -101,6 +119,17 @@ pub enum FileError {
     /// Its file system did not answer within the deadline.
     #[error("it could not be read within {} s (its file system does not answer); nothing of it was used", .0.as_secs())]
     TimedOut(Duration),
+    /// A private key's path is a symbolic link.
+    #[error(
+        "it is a symbolic link; give the key file itself (a private key is never read through a link)"
+    )]
+    Link,
+    /// A private key that group or others may read or write.
+    #[error("its mode {mode:04o} lets group or others at it; make it 0600 or stricter (chmod 600)")]
+    InsecureMode { mode: u32 },
+    /// A private key owned by another user than sluice's.
+    #[error("it is owned by uid {owner}, not by sluice's uid {uid}")]
+    WrongOwner { owner: u32, uid: u32 },
     /// Too many earlier reads are still waiting on their file systems.
     #[error(
         "not read: {0} earlier file reads are still waiting on a file system that does not answer"
@@ -151,7 +180,7 @@ impl fmt::Debug for Contents {
 /// Reads the file at `path` as a file of `kind`: a regular file within its limit, read within
 /// [`DEADLINE`] (see the module's steps).
 pub fn read(path: &Path, kind: Kind) -> Result<Contents, FileError> {
-    read_within(path, kind.limit(), kind.noun(), DEADLINE)
+    read_within(path, kind, DEADLINE)
 }
 
 /// [`read`] of a file that must be UTF-8 text; `Err` is the one line a diagnostic shows.
@@ -175,14 +204,9 @@ pub fn read_policy(path: &str) -> Result<String, String> {
 /// Reads now started and not yet returned (each on its own thread).
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
-fn read_within(
-    path: &Path,
-    limit: u64,
-    noun: &'static str,
-    deadline: Duration,
-) -> Result<Contents, FileError> {
+fn read_within(path: &Path, kind: Kind, deadline: Duration) -> Result<Contents, FileError> {
     let owned = path.to_path_buf();
-    within(&IN_FLIGHT, deadline, move || read_now(&owned, limit, noun))
+    within(&IN_FLIGHT, deadline, move || read_now(&owned, kind))
 }
 
 /// Runs `work` on a thread of its own and waits for it at most `deadline`; `in_flight`
@@ -221,18 +245,29 @@ fn within<T: Send + 'static>(
 }
 
 /// Steps 1 to 3, on the calling thread.
-fn read_now(path: &Path, limit: u64, noun: &'static str) -> Result<Contents, FileError> {
-    let found = std::fs::metadata(path)?;
+fn read_now(path: &Path, kind: Kind) -> Result<Contents, FileError> {
+    let (limit, noun) = (kind.limit(), kind.noun());
+    let mut flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let found = if kind.private() {
+        flags |= OFlags::NOFOLLOW;
+        std::fs::symlink_metadata(path)?
+    } else {
+        std::fs::metadata(path)?
+    };
+    if found.file_type().is_symlink() {
+        return Err(FileError::Link);
+    }
     check(path, &found, limit, noun)?;
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(std::io::Error::from)?;
+    let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(|e| match e {
+        rustix::io::Errno::LOOP => FileError::Link,
+        e => FileError::Io(e.into()),
+    })?;
     let file = File::from(fd);
     let meta = file.metadata()?;
     check(path, &meta, limit, noun)?;
+    if kind.private() {
+        check_private(meta.mode(), meta.uid(), rustix::process::geteuid().as_raw())?;
+    }
     // Room for all of it at once: a secret is not left behind in a buffer outgrown and freed.
     let room = usize::try_from(meta.len().min(limit).saturating_add(1)).unwrap_or(0);
     let mut bytes = Zeroizing::new(Vec::with_capacity(room));
@@ -241,6 +276,19 @@ fn read_now(path: &Path, limit: u64, noun: &'static str) -> Result<Contents, Fil
         return Err(FileError::TooLarge { limit, noun });
     }
     Ok(Contents { bytes, meta })
+}
+
+/// A private key's mode and owner, or what is wrong with them.
+fn check_private(mode: u32, owner: u32, uid: u32) -> Result<(), FileError> {
+    if mode & 0o077 != 0 {
+        return Err(FileError::InsecureMode {
+            mode: mode & 0o7777,
+        });
+    }
+    if owner != uid {
+        return Err(FileError::WrongOwner { owner, uid });
+    }
+    Ok(())
 }
 
 /// A regular file within `limit` bytes, or what is wrong with it.
@@ -287,6 +335,69 @@ mod tests {
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         p
+    }
+
+    fn write_mode(path: &Path, mode: u32, text: &str) {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn a_private_key_is_read_only_when_it_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch("private");
+        let key = dir.join("key.pem");
+        write_mode(&key, 0o600, "KEY");
+        assert_eq!(&read(&key, Kind::PrivateKey).unwrap().bytes[..], b"KEY");
+        for loose in [0o640, 0o604, 0o660] {
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(loose)).unwrap();
+            let e = read(&key, Kind::PrivateKey).unwrap_err();
+            assert!(
+                matches!(e, FileError::InsecureMode { mode } if mode == loose),
+                "{e}"
+            );
+            // A certificate need not be private.
+            assert!(read(&key, Kind::Pem).is_ok());
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_private_key_behind_a_link_or_of_another_owner_is_refused() {
+        let dir = scratch("keylink");
+        let key = dir.join("key.pem");
+        write_mode(&key, 0o600, "KEY");
+        let link = dir.join("link.pem");
+        std::os::unix::fs::symlink(&key, &link).unwrap();
+        let e = read(&link, Kind::PrivateKey).unwrap_err();
+        assert!(matches!(e, FileError::Link), "{e}");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        // A certificate may be reached through a link (a Kubernetes Secret volume's are).
+        assert!(read(&link, Kind::Pem).is_ok());
+        let e = check_private(0o100600, 1001, 1000).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FileError::WrongOwner {
+                    owner: 1001,
+                    uid: 1000
+                }
+            ),
+            "{e}"
+        );
+        assert!(check_private(0o100600, 1000, 1000).is_ok());
+        let big = dir.join("big.pem");
+        write_mode(&big, 0o600, &"k".repeat(KEY_LIMIT as usize + 1));
+        let e = read(&big, Kind::PrivateKey).unwrap_err();
+        assert!(matches!(e, FileError::TooLarge { .. }), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

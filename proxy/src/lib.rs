@@ -11,7 +11,6 @@
 #![forbid(unsafe_code)]
 
 pub mod audit;
-pub mod checked_file;
 pub mod cli;
 pub mod config_file;
 pub mod credentials;

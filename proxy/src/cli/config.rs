@@ -77,7 +77,10 @@ impl Sources {
             files.extend(tenant_files(t));
         }
         if let Some(ca) = &self.ca {
-            files.extend([ca.cert.clone(), ca.key.clone()]);
+            files.extend([
+                (ca.cert.clone(), Kind::Pem),
+                (ca.key.clone(), Kind::PrivateKey),
+            ]);
         }
         files
     }

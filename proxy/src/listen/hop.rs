@@ -2,7 +2,7 @@
 //! `curl --proxy https://...` and Python's HTTPS proxies speak, so that proxy credentials
 //! and the requests they carry do not cross the network in the clear.
 //!
-//! Owns the hop's server configuration (the certificate and key read as `checked_file`s,
+//! Owns the hop's server configuration (the certificate and key read by `config_file`,
 //! HTTP/1.1 by ALPN, and, with `--client-ca`, client certificates verified against those
 //! CAs, asked for but not required: a tenant may be known by password alone) and one
 //! handshake, which yields the stream and what a verified client certificate says
@@ -19,23 +19,22 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
 
-use crate::checked_file::{self, Rules};
+use crate::config_file::{self, Kind};
 use crate::pipeline::{HopTls, Prefixed};
 use crate::tenants::cert::PeerCert;
-
-/// Largest certificate chain or CA bundle read.
-const MAX_CERT_BYTES: u64 = 1 << 20;
-/// Largest key file read.
-const MAX_KEY_BYTES: u64 = 64 << 10;
 
 /// Why the TLS hop cannot be set up: sluice does not start (exit 2, a usage error: the
 /// operator named files that cannot serve).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HopError {
-    /// A file is refused as a file.
-    #[error("{0}")]
-    File(#[from] checked_file::FileError),
+    /// A file is refused as a file (`config_file`).
+    #[error("{flag} {path}: {source}")]
+    File {
+        flag: &'static str,
+        path: String,
+        source: config_file::FileError,
+    },
     /// A file holds no certificate or key sluice can use.
     #[error("{flag} {path}: {reason}")]
     Invalid {
@@ -82,7 +81,7 @@ impl Hop {
             reason,
         };
         let chain = certificates(cert, "--tls-cert")?;
-        let key_pem = checked_file::read(key, Rules::private(MAX_KEY_BYTES))?;
+        let key_pem = read(key, "--tls-key", Kind::PrivateKey)?;
         let key_der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
             invalid(
                 "--tls-key",
@@ -148,6 +147,21 @@ impl Hop {
     }
 }
 
+/// A file of the hop's as `config_file` reads it, its refusal naming the flag and path.
+fn read(
+    path: &Path,
+    flag: &'static str,
+    kind: Kind,
+) -> Result<zeroize::Zeroizing<Vec<u8>>, HopError> {
+    config_file::read(path, kind)
+        .map(|c| c.bytes)
+        .map_err(|source| HopError::File {
+            flag,
+            path: path.display().to_string(),
+            source,
+        })
+}
+
 /// The certificates of a PEM file (at least one).
 fn certificates(path: &Path, flag: &'static str) -> Result<Vec<CertificateDer<'static>>, HopError> {
     let invalid = |reason: String| HopError::Invalid {
@@ -155,7 +169,7 @@ fn certificates(path: &Path, flag: &'static str) -> Result<Vec<CertificateDer<'s
         path: path.display().to_string(),
         reason,
     };
-    let pem = checked_file::read(path, Rules::public(MAX_CERT_BYTES))?;
+    let pem = read(path, flag, Kind::Pem)?;
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<_, _>>()
         .map_err(|e| invalid(format!("not PEM certificates: {e}")))?;

@@ -25,7 +25,7 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use crate::checked_file::{self, Rules};
+use crate::config_file::{self, Kind};
 
 /// Where Debian (and most distributions) keep the system trust bundle.
 pub const SYSTEM_BUNDLES: &[&str] = &[
@@ -35,17 +35,12 @@ pub const SYSTEM_BUNDLES: &[&str] = &[
     "/etc/ssl/cert.pem",
 ];
 
-/// Largest `--ca-cert` file (a chain of a few certificates).
-const MAX_CHAIN_BYTES: u64 = 1 << 20;
-/// Largest `--ca-key` file (an RSA-4096 key in PEM is about 3.3 KiB).
-const MAX_KEY_BYTES: u64 = 64 << 10;
-
 /// The first of [`SYSTEM_BUNDLES`] that reads as a PEM file (`config_file`: a regular file
 /// within its limit), if any.
-pub fn system_bundle() -> Option<crate::config_file::Contents> {
+pub fn system_bundle() -> Option<config_file::Contents> {
     SYSTEM_BUNDLES
         .iter()
-        .find_map(|p| crate::config_file::read(Path::new(p), crate::config_file::Kind::Pem).ok())
+        .find_map(|p| config_file::read(Path::new(p), Kind::Pem).ok())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,13 +55,26 @@ pub enum CaError {
     /// `--ca-dir` could not be written.
     #[error("writing {path}: {reason}")]
     Write { path: String, reason: String },
-    /// An operator CA's file is refused as a file (`checked_file`): sluice does not start,
+    /// An operator CA's file is refused as a file (`config_file`): sluice does not start,
     /// or a reload keeps the CA it has.
-    #[error("{0}")]
-    File(#[from] checked_file::FileError),
+    #[error("{path}: {source}")]
+    File {
+        path: String,
+        source: config_file::FileError,
+    },
     /// An operator CA's files hold no usable CA: as for `File`.
     #[error("{path}: {reason}")]
     Invalid { path: String, reason: String },
+}
+
+/// An operator CA's file as `config_file` reads it, its refusal naming the path.
+fn read(path: &Path, kind: Kind) -> Result<zeroize::Zeroizing<Vec<u8>>, CaError> {
+    config_file::read(path, kind)
+        .map(|c| c.bytes)
+        .map_err(|source| CaError::File {
+            path: path.display().to_string(),
+            source,
+        })
 }
 
 /// Where the CA comes from.
@@ -169,7 +177,7 @@ impl Ca {
 
     /// An operator's CA: the first certificate of the PEM file `cert` is the CA that signs
     /// (a root or an intermediate), the rest its chain; `key` its private key (PKCS#8 PEM,
-    /// a private file: see `checked_file`). Refused unless the certificate is a CA allowed to
+    /// a private file: see `config_file`). Refused unless the certificate is a CA allowed to
     /// sign certificates, valid now, its key is the one given, and a leaf it signs verifies
     /// under it.
     pub fn load(cert: &Path, key: &Path) -> Result<Ca, CaError> {
@@ -177,7 +185,7 @@ impl Ca {
             path: path.display().to_string(),
             reason,
         };
-        let pem = checked_file::read(cert, Rules::public(MAX_CHAIN_BYTES))?;
+        let pem = read(cert, Kind::Pem)?;
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
             .collect::<Result<_, _>>()
             .map_err(|e| invalid(cert, format!("not PEM certificates: {e}")))?;
@@ -185,7 +193,7 @@ impl Ca {
             return Err(invalid(cert, "holds no certificate".to_string()));
         };
         let not_after = check_ca(first).map_err(|r| invalid(cert, r))?;
-        let key_pem = checked_file::read(key, Rules::private(MAX_KEY_BYTES))?;
+        let key_pem = read(key, Kind::PrivateKey)?;
         let key_text = std::str::from_utf8(&key_pem)
             .map_err(|_| invalid(key, "not a PEM private key".to_string()))?;
         let pair = KeyPair::from_pem(key_text).map_err(|_| {
