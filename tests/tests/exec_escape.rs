@@ -16,13 +16,18 @@ use sluice_e2e::sluice_bin;
 
 const POLICY: &str = "version: 1\nnetwork_policies: {}\n";
 
-/// A test directory the confined command (another uid) may enter, with a writable `work/`.
+/// A test directory the confined command (another uid) may enter, with a writable `work/`
+/// owned by uid 65534 (whom sluice exec, as root, runs the command as: the owner of the
+/// working directory).
 fn setup(tag: &str) -> (TempDir, PathBuf) {
     let dir = TempDir::new(tag);
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
     std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o777)).unwrap();
+    if sluice_e2e::proxy::is_root() {
+        std::os::unix::fs::chown(&work, Some(65534), Some(65534)).unwrap();
+    }
     (dir, work)
 }
 
