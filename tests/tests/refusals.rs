@@ -88,7 +88,12 @@ fn a_connect_refusal_says_why_in_what_curl_python_and_pip_print() {
     let pip = output(
         client("python3", &sluice)
             .args(["-m", "pip", "download", "--isolated", "--no-deps"])
-            .args(["--disable-pip-version-check", "--retries", "1", "--index-url"])
+            .args([
+                "--disable-pip-version-check",
+                "--retries",
+                "1",
+                "--index-url",
+            ])
             .arg(REFUSED)
             .arg("-d")
             .arg(dir.path())
@@ -168,10 +173,7 @@ fn a_request_refusal_says_why_in_its_headers_status_and_body() {
             .arg(&ca)
             .arg(&h2_url),
     );
-    let h2_why = why.replace(
-        &origin.port().to_string(),
-        &h2_origin.port().to_string(),
-    );
+    let h2_why = why.replace(&origin.port().to_string(), &h2_origin.port().to_string());
     for line in [
         "< HTTP/2 403".to_string(),
         "< x-sluice-error: policy_denied".to_string(),

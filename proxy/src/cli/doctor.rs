@@ -327,8 +327,12 @@ mod tests {
 
     #[test]
     fn a_refused_write_is_about_home_not_the_network_settings() {
-        assert!(refused_write("npm error code EACCES\nnpm error syscall mkdir"));
-        assert!(refused_write("OSError: [Errno 30] Read-only file system: '/w'"));
+        assert!(refused_write(
+            "npm error code EACCES\nnpm error syscall mkdir"
+        ));
+        assert!(refused_write(
+            "OSError: [Errno 30] Read-only file system: '/w'"
+        ));
         assert!(!refused_write("npm error code ECONNREFUSED"));
         let no_home = write_advice(Some("/root/project"), false, 65534);
         assert!(
@@ -337,7 +341,10 @@ mod tests {
         );
         assert!(!no_home.contains(".npmrc"), "{no_home}");
         let elsewhere = write_advice(Some("/home/a"), true, 1000);
-        assert!(elsewhere.contains("HOME (/home/a) is writable"), "{elsewhere}");
+        assert!(
+            elsewhere.contains("HOME (/home/a) is writable"),
+            "{elsewhere}"
+        );
         assert!(write_advice(None, false, 1).contains("HOME is not set"));
         let here = std::env::temp_dir();
         assert!(can_write_in(&here));

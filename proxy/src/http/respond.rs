@@ -496,14 +496,24 @@ mod tests {
             assert!(head.is_ascii() && !head.contains('\0'), "{head}");
             let status = head.lines().next().unwrap();
             assert!(status.len() < 230, "{status}");
-            let field = head.lines().find(|l| l.starts_with("X-Sluice-Reason: ")).unwrap();
+            let field = head
+                .lines()
+                .find(|l| l.starts_with("X-Sluice-Reason: "))
+                .unwrap();
             assert!(field.len() <= "X-Sluice-Reason: ".len() + 300, "{field}");
         }
         // Without a reason, the detail says why; a reason the detail holds is not repeated.
         let r = Refusal::new(502, Code::UpstreamUnreachable, "cannot reach h:443");
-        assert!(r.headers().contains(&("X-Sluice-Reason", "cannot reach h:443".to_string())));
-        let r = Refusal::new(403, Code::PolicyDenied, "POST h/ denied: POST / not permitted")
-            .with_reason("POST / not permitted");
+        assert!(
+            r.headers()
+                .contains(&("X-Sluice-Reason", "cannot reach h:443".to_string()))
+        );
+        let r = Refusal::new(
+            403,
+            Code::PolicyDenied,
+            "POST h/ denied: POST / not permitted",
+        )
+        .with_reason("POST / not permitted");
         assert!(r.headers().contains(&(
             "X-Sluice-Reason",
             "POST h/ denied: POST / not permitted".to_string()

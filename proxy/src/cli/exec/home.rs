@@ -165,8 +165,14 @@ mod tests {
         let other = (me.wrapping_add(12345), me.wrapping_add(12345));
         assert_eq!(choose(Some(&home), &work, &[rw(&d)], other), None);
         let text = lines("alice (uid 1)", "chosen by --user", &h, &[rw(&work)], other).join("\n");
-        assert!(text.contains("the command runs as alice (uid 1): chosen by --user"), "{text}");
-        assert!(text.contains(&format!("it may write: {} (test)", work.display())), "{text}");
+        assert!(
+            text.contains("the command runs as alice (uid 1): chosen by --user"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("it may write: {} (test)", work.display())),
+            "{text}"
+        );
         assert!(text.contains("WARNING"), "{text}");
         std::fs::remove_dir_all(&d).unwrap();
     }
