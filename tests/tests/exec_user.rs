@@ -70,7 +70,7 @@ fn the_readme_headline_as_root_clones_commits_and_writes_home() {
     let repo = workspace_dir();
     let policy = repo.join("configs/policies/llm-provider.yaml");
     let providers = repo.join("configs/providers/anthropic.yaml");
-    let audit = dir.path().join("audit.jsonl");
+    let state = dir.path().join("state");
     // The agent's work: clone, fix, commit; a runtime writing its settings under HOME.
     let agent = "set -e; id -u; git clone -q upstream.git clone; cd clone; echo 'the fix' > bug.txt; git -c user.name=agent -c user.email=a@example.invalid commit -q -am fix; git log --format=%s | tr '\\n' ' '; echo; python3 -c 'import os, pathlib; p = pathlib.Path(os.environ[\"HOME\"], \".agent\", \"settings.json\"); p.parent.mkdir(exist_ok=True); p.write_text(\"{}\"); print(\"wrote\", p)'";
     let (code, out, err) = exec(
@@ -80,14 +80,17 @@ fn the_readme_headline_as_root_clones_commits_and_writes_home() {
             policy.to_str().unwrap(),
             "--providers",
             providers.to_str().unwrap(),
-            "--audit-log",
-            audit.to_str().unwrap(),
             "--",
             "sh",
             "-c",
             agent,
         ],
-        &[("ANTHROPIC_API_KEY", "sk-ant-test-not-real")],
+        // The flags exactly as the README shows them; the default audit log goes under
+        // sluice's XDG_STATE_HOME, here the test's.
+        &[
+            ("ANTHROPIC_API_KEY", "sk-ant-test-not-real"),
+            ("XDG_STATE_HOME", state.to_str().unwrap()),
+        ],
     );
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
     let w = work.display();
@@ -113,6 +116,7 @@ fn the_readme_headline_as_root_clones_commits_and_writes_home() {
     let fixed = work.join("clone/bug.txt");
     assert_eq!(std::fs::read_to_string(&fixed).unwrap(), "the fix\n");
     assert_eq!(std::fs::metadata(&fixed).unwrap().uid(), USER);
+    assert!(state.join("sluice/exec-audit.jsonl").is_file());
 }
 
 #[test]
