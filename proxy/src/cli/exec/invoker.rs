@@ -1,7 +1,8 @@
 //! Who the confined command runs as. In order: the policy's `process.run_as_user/group`;
 //! `--user NAME|UID`; sluice's own user when sluice is not root; through `sudo`, the user
 //! `SUDO_UID`/`SUDO_GID` name; as plain root, the owner of the working directory (the user
-//! whose files the command works on, so that it can write them). Never root: where none of
+//! whose files the command works on, so that it can write them; without an account, the
+//! directory's group unless that is root's, then `nogroup`). Never root: where none of
 //! these gives a user but root (a working directory root owns), sluice refuses and says how
 //! to choose. Pure: the caller reads the ids, the directory's owner and /etc/passwd.
 
@@ -104,6 +105,8 @@ pub enum NoUser {
     Unknown(String),
     #[error("--user {0}: the command never runs as root")]
     Root(String),
+    #[error("--user {0}: not a uid a process can have")]
+    Invalid(String),
     #[error(
         "--user {given}: sluice runs as uid {own}, and only root can run the command as another user"
     )]
@@ -130,16 +133,20 @@ pub struct Inputs<'a> {
 }
 
 /// `--user`'s uid and gid: a name from /etc/passwd, or a number (with its account's group
-/// when it has one, else the same number).
+/// when it has one, else `nogroup`, 65534). `u32::MAX` is refused: it is `-1`, which
+/// `setresuid` reads as "leave unchanged".
 fn resolve(flag: &str, accounts: &[Account]) -> Result<(u32, u32), NoUser> {
     let by_name = accounts.iter().find(|a| a.name == flag);
     let ids = match (by_name, flag.parse::<u32>()) {
         (Some(a), _) => (a.uid, a.gid),
-        (None, Ok(uid)) => (uid, primary_gid(uid, accounts).unwrap_or(uid)),
+        (None, Ok(uid)) => (uid, primary_gid(uid, accounts).unwrap_or(NOBODY)),
         (None, Err(_)) => return Err(NoUser::Unknown(flag.to_string())),
     };
     if ids.0 == 0 {
         return Err(NoUser::Root(flag.to_string()));
+    }
+    if ids.0 == u32::MAX || ids.1 == u32::MAX {
+        return Err(NoUser::Invalid(flag.to_string()));
     }
     Ok(ids)
 }
@@ -200,7 +207,9 @@ pub fn choose(i: &Inputs<'_>) -> Result<Chosen, NoUser> {
             dir: i.workdir.display().to_string(),
         });
     }
-    let gid = primary_gid(owner, i.accounts).unwrap_or(dir_gid);
+    // Without an account: the directory's group, unless that is root's.
+    let fallback = if dir_gid == 0 { NOBODY } else { dir_gid };
+    let gid = primary_gid(owner, i.accounts).unwrap_or(fallback);
     Ok(chosen((owner, gid), Source::WorkdirOwner))
 }
 
@@ -273,7 +282,17 @@ mod tests {
         );
         assert_eq!(
             pick(&none, &root, Some("777"), (0, 0)),
-            Ok((777, 777, Source::Flag))
+            Ok((777, NOBODY, Source::Flag))
+        );
+        // -1 would leave the ids unchanged (root): refused.
+        assert_eq!(
+            pick(&none, &root, Some("4294967295"), (0, 0)),
+            Err(NoUser::Invalid("4294967295".to_string()))
+        );
+        // An owner without an account in root's group: never gid 0.
+        assert_eq!(
+            pick(&none, &root, None, (4242, 0)),
+            Ok((4242, NOBODY, Source::WorkdirOwner))
         );
         for r in ["root", "0"] {
             assert_eq!(
