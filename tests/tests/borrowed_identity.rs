@@ -361,7 +361,7 @@ fn inside_sluice_exec_the_hand_over_is_refused_too() {
         .arg(&policy_path)
         .arg("--audit-log")
         .arg(&audit)
-        .args(["--allow-loopback-upstream", "--ro"])
+        .args(["--allow-loopback-upstream", "--user", "65534", "--ro"])
         .arg(&tools)
         .arg("--")
         .arg(&attacker)

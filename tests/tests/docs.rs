@@ -178,6 +178,74 @@ fn walk_through() -> String {
         .join("\n")
 }
 
+/// The README's block of what the walk-through prints, between its `<!-- try-it-output`
+/// and `<!-- /try-it-output -->` markers.
+fn expected_output() -> String {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let start = readme
+        .find("<!-- try-it-output")
+        .expect("README shows what the walk-through prints");
+    let end = readme[start..]
+        .find("<!-- /try-it-output -->")
+        .expect("the try-it-output block ends")
+        + start;
+    readme[start..end]
+        .lines()
+        .filter(|l| !l.starts_with("<!--") && !l.starts_with("```"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// An audit line with its time and process ids replaced by `T` and `(P)`; `None` for any
+/// other line.
+fn audit_line(line: &str) -> Option<String> {
+    let (time, rest) = line.split_once(' ')?;
+    let is_time = time.len() > 20
+        && time.ends_with('Z')
+        && time.as_bytes()[10] == b'T'
+        && time[..4].bytes().all(|b| b.is_ascii_digit());
+    if !is_time {
+        return None;
+    }
+    let mut out = String::from("T ");
+    let mut chars = rest.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '(' && chars.peek().is_some_and(char::is_ascii_digit) {
+            while chars.peek().is_some_and(char::is_ascii_digit) {
+                chars.next();
+            }
+            out.push('P');
+        }
+    }
+    Some(out)
+}
+
+/// The lines of an output that are not audit lines, in order, and its audit lines (times
+/// and process ids aside), sorted.
+fn split_audit(output: &str) -> (Vec<String>, Vec<String>) {
+    let mut text = Vec::new();
+    let mut audit = Vec::new();
+    for line in output.lines().map(str::trim_end) {
+        match audit_line(line) {
+            Some(a) => audit.push(a),
+            None => text.push(line.to_string()),
+        }
+    }
+    audit.sort();
+    (text, audit)
+}
+
+#[test]
+fn audit_lines_are_compared_without_times_and_pids() {
+    assert_eq!(
+        audit_line("2026-12-07T14:13:36.897Z NET:OPEN [INFO] ALLOWED /usr/bin/curl(28) -> h:1"),
+        Some("T NET:OPEN [INFO] ALLOWED /usr/bin/curl(P) -> h:1".to_string())
+    );
+    assert_eq!(audit_line("< X-Sluice-Error: policy_denied"), None);
+    assert_eq!(audit_line("<pre>"), None);
+}
+
 #[test]
 fn the_readme_walk_through_runs_as_written() {
     if !privileged("the_readme_walk_through_runs_as_written") {
@@ -207,6 +275,18 @@ fn the_readme_walk_through_runs_as_written() {
         )
         .arg(body));
     assert_eq!(code, 0, "the walk-through failed:\n{out}\n{err}");
+    // What it prints is what the README says it prints (the audit lines in any order: a
+    // connection's close may be written after the next one opens).
+    let (shown_text, shown_audit) = split_audit(&expected_output());
+    let (got_text, got_audit) = split_audit(&out);
+    assert_eq!(
+        got_text, shown_text,
+        "the walk-through's output is not the README's:\n{out}\n{err}"
+    );
+    assert_eq!(
+        got_audit, shown_audit,
+        "the walk-through's audit lines are not the README's:\n{out}\n{err}"
+    );
     for expected in [
         // The GET reached the origin: the start of openssl's status page.
         "<pre>",

@@ -14,11 +14,13 @@ use sluice_e2e::sluice_bin;
 
 const SECRET: &str = "s3cr3t-EXEC-91bd44";
 
-/// A directory the confined command (uid 65534) may write.
+/// A directory the confined command may write, owned by uid 65534: the user sluice exec,
+/// as root, runs the command as (the owner of the working directory).
 fn workdir(dir: &TempDir, name: &str) -> std::path::PathBuf {
     let w = dir.path().join(name);
     std::fs::create_dir_all(&w).unwrap();
     std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::os::unix::fs::chown(&w, Some(65534), Some(65534)).unwrap();
     // The temporary parent must be traversable too.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     w

@@ -1,7 +1,8 @@
 //! `sluice doctor`: does each common client reach the network through sluice, trusting its
 //! CA? For curl, Python (urllib, requests), git, pip, npm and Node, when installed, it asks
 //! `https://doctor.sluice.internal/<tool>` (answered by sluice itself) with the proxy and CA
-//! settings of the environment, and prints, for each one that fails, what to set.
+//! settings of the environment, and prints, for each one that fails, what to set, or, when
+//! it failed to write a file (`EACCES`), whether `HOME` is the cause.
 //!
 //! Inside `sluice exec` (the proxy variables are set) it checks the running sluice. Outside,
 //! it starts a sluice of its own on loopback and gives the tools the environment `sluice
@@ -116,6 +117,49 @@ fn advice(check: &Check, env: impl Fn(&str) -> Option<String>) -> String {
     } else {
         format!("set {} ({})", missing.join(", "), check.advice)
     }
+}
+
+/// Whether a tool's failure is a refused write (`EACCES`, a read-only file system): its own
+/// files, not its network settings, are the cause.
+fn refused_write(output: &str) -> bool {
+    [
+        "EACCES",
+        "EROFS",
+        "Permission denied",
+        "Read-only file system",
+    ]
+    .iter()
+    .any(|m| output.contains(m))
+}
+
+/// What a refused write means: `HOME` (where npm, pip and git keep their caches and
+/// settings) is not writable, or, when it is, some other path the tool writes.
+fn write_advice(home: Option<&str>, home_writable: bool, uid: u32) -> String {
+    match home {
+        Some(h) if !home_writable => format!(
+            "it could not write a file, and HOME ({h}) is not writable by uid {uid}: npm, pip and git keep their caches and settings there; give it a HOME it can write (sluice exec gives the command one: see the HOME it announces at start)"
+        ),
+        None => format!(
+            "it could not write a file, and HOME is not set: npm, pip and git keep their caches and settings there; set HOME to a directory uid {uid} can write"
+        ),
+        Some(h) => format!(
+            "it could not write a file; HOME ({h}) is writable, so look at the path in the error above (under sluice exec, only the places it lists at start are writable; --rw grants more)"
+        ),
+    }
+}
+
+/// Whether this process can create a file in `dir` (what the tools it runs can do there).
+fn can_write_in(dir: &Path) -> bool {
+    let probe = dir.join(format!(".sluice-doctor-{}", std::process::id()));
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .is_ok();
+    if made {
+        let _ = std::fs::remove_file(&probe);
+    }
+    made
 }
 
 fn installed(program: &str) -> bool {
@@ -244,7 +288,15 @@ async fn run_checks() -> ExitCode {
                 check.name,
                 first.chars().take(160).collect::<String>()
             );
-            let fix = if inside.is_some() {
+            let fix = if refused_write(&text) {
+                let home = std::env::var("HOME").ok().filter(|h| !h.is_empty());
+                let writable = home.as_deref().is_some_and(|h| can_write_in(Path::new(h)));
+                write_advice(
+                    home.as_deref(),
+                    writable,
+                    rustix::process::geteuid().as_raw(),
+                )
+            } else if inside.is_some() {
                 advice(check, |k| std::env::var(k).ok())
             } else {
                 advice(check, |k| {
@@ -272,6 +324,32 @@ async fn run_checks() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_write_is_about_home_not_the_network_settings() {
+        assert!(refused_write(
+            "npm error code EACCES\nnpm error syscall mkdir"
+        ));
+        assert!(refused_write(
+            "OSError: [Errno 30] Read-only file system: '/w'"
+        ));
+        assert!(!refused_write("npm error code ECONNREFUSED"));
+        let no_home = write_advice(Some("/root/project"), false, 65534);
+        assert!(
+            no_home.contains("HOME (/root/project) is not writable by uid 65534"),
+            "{no_home}"
+        );
+        assert!(!no_home.contains(".npmrc"), "{no_home}");
+        let elsewhere = write_advice(Some("/home/a"), true, 1000);
+        assert!(
+            elsewhere.contains("HOME (/home/a) is writable"),
+            "{elsewhere}"
+        );
+        assert!(write_advice(None, false, 1).contains("HOME is not set"));
+        let here = std::env::temp_dir();
+        assert!(can_write_in(&here));
+        assert!(!can_write_in(&here.join("sluice-doctor-no-such-dir")));
+    }
 
     #[test]
     fn advice_names_only_what_is_missing() {

@@ -4,8 +4,9 @@
 //! Owns the order of the steps and the translation of the policy's static sections
 //! (`filesystem_policy`, `landlock`, `process`) and the exec flags into shim flags
 //! (`shim_args`, pure): a private directory for the CA files and the command's `TMPDIR`
-//! (`sandbox_dir`), the proxy started in-process, who the command runs as (`invoker`), what
-//! it may touch (`grants`, `toolchain`) and the refusal when that covers the secrets file or
+//! (`sandbox_dir`), the proxy started in-process, who the command runs as (`invoker`), its
+//! `HOME` and the start-up lines saying so (`home`), what it may touch (`grants`,
+//! `toolchain`) and the refusal when that covers the secrets file or
 //! the audit log (`reach`), its network (`fence`), the shim (this binary, re-executed with a
 //! hidden first argument, unless `--shim` names another), forwarding signals to the child,
 //! and exiting with its status. Audit goes to sluice's state directory by default, never to
@@ -13,6 +14,7 @@
 
 mod fence;
 mod grants;
+mod home;
 mod invoker;
 mod reach;
 mod sandbox_dir;
@@ -57,6 +59,11 @@ pub(super) struct ExecArgs {
     /// Let the command use UDP even without the network fence, where it reaches any address.
     #[arg(long)]
     pub allow_udp: bool,
+    /// Run the command as USER (a name or a uid; never root). Default: the policy's
+    /// `process.run_as_user`; else sluice's own user, or `sudo`'s caller; as plain root, the
+    /// owner of the working directory.
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
     /// Another confinement launcher (default: this binary, which contains sluice-shim).
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,
@@ -240,6 +247,29 @@ pub fn exec(args: ExecArgs) -> ExitCode {
     runtime.block_on(exec_async(args))
 }
 
+/// The command's user (`invoker`), from the policy, `--user`, sluice's own ids and the
+/// working directory's owner.
+fn choose_user(
+    args: &ExecArgs,
+    sandbox: &Sandbox,
+    workdir: &Path,
+    accounts: &[invoker::Account],
+) -> Result<invoker::Chosen, String> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(workdir)
+        .map(|m| (m.uid(), m.gid()))
+        .map_err(|e| format!("the working directory {}: {e}", workdir.display()))?;
+    invoker::choose(&invoker::Inputs {
+        sandbox,
+        invocation: &invoker::Invocation::current(),
+        flag: args.user.as_deref(),
+        workdir,
+        workdir_owner: owner,
+        accounts,
+    })
+    .map_err(|e| e.to_string())
+}
+
 /// Where the command's grants come from besides the exec flags.
 struct GrantSources<'a> {
     sandbox: &'a Sandbox,
@@ -314,7 +344,15 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         return ExitCode::from(EXIT_REFUSED);
     };
     let policy = shared.policy.load_full();
-    let (uid, gid) = invoker::child_ids(policy.sandbox(), &invoker::Invocation::current());
+    let accounts = invoker::accounts(&std::fs::read_to_string("/etc/passwd").unwrap_or_default());
+    let chosen = match choose_user(&args, policy.sandbox(), &workdir, &accounts) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return ExitCode::from(EXIT_REFUSED);
+        }
+    };
+    let (uid, gid) = (chosen.uid, chosen.gid);
     let tmp = match private.hand_over(uid, gid) {
         Ok(t) => t,
         Err(e) => {
@@ -323,7 +361,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         }
     };
     let path = toolchain::command_path(std::env::var_os("PATH").as_deref(), uid, gid);
-    let grants = all_grants(
+    let mut grants = all_grants(
         &args,
         &GrantSources {
             sandbox: policy.sandbox(),
@@ -333,6 +371,30 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
             path: path.as_deref(),
         },
     );
+    let account_home = accounts
+        .iter()
+        .find(|a| a.uid == uid)
+        .map(|a| PathBuf::from(&a.home));
+    let home = match home::choose(account_home.as_deref(), &workdir, &grants, (uid, gid)) {
+        Some(h) => h,
+        None => match private.make_home(uid, gid) {
+            Ok(path) => {
+                grants.push(Grant {
+                    path: path.clone(),
+                    access: grants::Access::ReadWrite,
+                    why: "the command's private HOME".to_string(),
+                });
+                home::Home {
+                    path,
+                    why: "private, removed at exit: neither the user's home nor the working directory is one it may write",
+                }
+            }
+            Err(e) => {
+                eprintln!("sluice: cannot prepare the command's private HOME: {e}");
+                return ExitCode::from(EXIT_REFUSED);
+            }
+        },
+    };
     let audit_path = args
         .run
         .audit_log
@@ -420,7 +482,19 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         ),
     }));
 
+    home::announce(
+        &invoker::describe(uid, gid, &accounts),
+        chosen.source.as_str(),
+        &home,
+        &grants,
+        (uid, gid),
+    );
     let mut env = shared.credentials.load().child_env();
+    env.push(("HOME".to_string(), home.path.display().to_string()));
+    env.push((
+        "XDG_CACHE_HOME".to_string(),
+        home.path.join(".cache").display().to_string(),
+    ));
     env.extend(npm_env(&format!("http://{proxy_addr}"), &ca_bundle));
     env.push(("TMPDIR".to_string(), tmp.display().to_string()));
     // The user's PATH, whose directories the grants let the command execute from.

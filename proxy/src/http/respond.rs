@@ -84,13 +84,26 @@ impl Refusal {
         Value::Object(m).to_string()
     }
 
-    /// The refusal's header fields besides its framing, for HTTP/1.1 and HTTP/2 alike: a
-    /// gateway tenant's credentials are asked for (RFC 9110 §11.7.1); a refusal that says
-    /// when to come back says it in `Retry-After` too (RFC 9110 §10.2.3); an L7 policy denial
-    /// names its policy entry in `X-OpenShell-Policy`, as the reference does (when the name
-    /// is a valid field value).
+    /// What was refused and why, in one line: the detail, followed by the reason where the
+    /// detail does not already end with it.
+    fn why(&self) -> String {
+        match &self.reason {
+            Some(r) if !self.detail.ends_with(r.as_str()) => format!("{}: {r}", self.detail),
+            _ => self.detail.clone(),
+        }
+    }
+
+    /// The refusal's header fields besides its framing, for HTTP/1.1 and HTTP/2 alike: the
+    /// code and why in `X-Sluice-Error` and `X-Sluice-Reason` (what `curl -v` prints of a
+    /// `CONNECT` refusal, whose body curl never shows); a gateway tenant's credentials are
+    /// asked for (RFC 9110 §11.7.1); a refusal that says when to come back says it in
+    /// `Retry-After` too (RFC 9110 §10.2.3); an L7 policy denial names its policy entry in
+    /// `X-OpenShell-Policy`, as the reference does (when the name is a valid field value).
     pub(crate) fn headers(&self) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
+        let mut out = vec![
+            (ERROR_HEADER, self.error.as_str().to_string()),
+            (REASON_HEADER, field_text(&self.why(), MAX_REASON_FIELD)),
+        ];
         if self.error == Code::ProxyAuthRequired {
             out.push((
                 "Proxy-Authenticate",
@@ -111,13 +124,26 @@ impl Refusal {
         out
     }
 
-    /// The complete HTTP/1.1 response; the connection is closed after it.
-    pub(crate) fn to_bytes(&self) -> Vec<u8> {
-        let body = self.body();
-        let reason = StatusCode::from_u16(self.status)
+    /// The HTTP/1.1 status line's reason phrase: the status's own, then sluice's code and
+    /// why. Python's `http.client` (so `requests`, `urllib3` and pip) prints a failed
+    /// tunnel's reason phrase and nothing else of the response: `Tunnel connection failed:
+    /// 403 Forbidden (sluice: policy_denied: ...)`.
+    pub(crate) fn reason_phrase(&self) -> String {
+        let canonical = StatusCode::from_u16(self.status)
             .ok()
             .and_then(|s| s.canonical_reason())
             .unwrap_or("Error");
+        format!(
+            "{canonical} (sluice: {}: {})",
+            self.error.as_str(),
+            field_text(&self.why(), MAX_REASON_PHRASE)
+        )
+    }
+
+    /// The complete HTTP/1.1 response; the connection is closed after it.
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        let body = self.body();
+        let reason = self.reason_phrase();
         let mut extra = String::new();
         for (name, value) in self.headers() {
             extra.push_str(&format!("{name}: {value}\r\n"));
@@ -129,6 +155,34 @@ impl Refusal {
         )
         .into_bytes()
     }
+}
+
+/// The response header naming a refusal's code (`policy_denied`, ...).
+pub const ERROR_HEADER: &str = "X-Sluice-Error";
+/// The response header saying why, in one line.
+pub const REASON_HEADER: &str = "X-Sluice-Reason";
+/// The longest `X-Sluice-Reason`, in bytes (a policy's reason is the operator's text).
+const MAX_REASON_FIELD: usize = 300;
+/// The longest reason text in a status line, in bytes.
+const MAX_REASON_PHRASE: usize = 160;
+
+/// `text` as a field value or reason phrase: visible ASCII and spaces only (anything else
+/// is `?`, so no line break or control byte can end the field early), at most `max` bytes
+/// (cut with `...`).
+fn field_text(text: &str, max: usize) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| match c {
+            ' '..='~' => c,
+            '\t' | '\n' | '\r' => ' ',
+            _ => '?',
+        })
+        .collect();
+    if out.len() > max {
+        out.truncate(max.saturating_sub(3));
+        out.push_str("...");
+    }
+    out
 }
 
 /// What writing a response did.
@@ -426,8 +480,44 @@ mod tests {
         )
         .with_reason("no");
         let s = String::from_utf8(r.to_bytes()).unwrap();
-        assert!(s.starts_with("HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: 88\r\nConnection: close\r\n\r\n"), "{s}");
+        assert!(s.starts_with("HTTP/1.1 403 Forbidden (sluice: policy_denied: CONNECT h:443 not permitted by policy: no)\r\nContent-Type: application/json\r\nX-Sluice-Error: policy_denied\r\nX-Sluice-Reason: CONNECT h:443 not permitted by policy: no\r\nContent-Length: 88\r\nConnection: close\r\n\r\n"), "{s}");
         assert!(s.ends_with("{\"error\":\"policy_denied\",\"detail\":\"CONNECT h:443 not permitted by policy\",\"reason\":\"no\"}"));
+    }
+
+    #[test]
+    fn the_reason_fields_cannot_break_the_head() {
+        let long = "x".repeat(1000);
+        for why in ["a\r\nSet-Cookie: x=1", "caf\u{e9}\u{0}", long.as_str()] {
+            let r = Refusal::new(403, Code::PolicyDenied, "d").with_reason(why);
+            let s = String::from_utf8(r.to_bytes()).unwrap();
+            let (head, _) = s.split_once("\r\n\r\n").unwrap();
+            assert_eq!(head.lines().count(), 6, "{head}");
+            assert!(!head.lines().any(|l| l.starts_with("Set-Cookie")), "{head}");
+            assert!(head.is_ascii() && !head.contains('\0'), "{head}");
+            let status = head.lines().next().unwrap();
+            assert!(status.len() < 230, "{status}");
+            let field = head
+                .lines()
+                .find(|l| l.starts_with("X-Sluice-Reason: "))
+                .unwrap();
+            assert!(field.len() <= "X-Sluice-Reason: ".len() + 300, "{field}");
+        }
+        // Without a reason, the detail says why; a reason the detail holds is not repeated.
+        let r = Refusal::new(502, Code::UpstreamUnreachable, "cannot reach h:443");
+        assert!(
+            r.headers()
+                .contains(&("X-Sluice-Reason", "cannot reach h:443".to_string()))
+        );
+        let r = Refusal::new(
+            403,
+            Code::PolicyDenied,
+            "POST h/ denied: POST / not permitted",
+        )
+        .with_reason("POST / not permitted");
+        assert!(r.headers().contains(&(
+            "X-Sluice-Reason",
+            "POST h/ denied: POST / not permitted".to_string()
+        )));
     }
 
     #[tokio::test]

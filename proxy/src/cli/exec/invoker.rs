@@ -1,7 +1,12 @@
-//! Who the confined command runs as: the policy's `process.run_as_user/group` when given;
-//! otherwise the user who invoked sluice (sluice's own user, or through `sudo` the user
-//! `SUDO_UID`/`SUDO_GID` name), so their toolchain and files are theirs; as plain root,
-//! `nobody` (65534), since the sandbox never runs as root. Pure.
+//! Who the confined command runs as. In order: the policy's `process.run_as_user/group`;
+//! `--user NAME|UID`; sluice's own user when sluice is not root; through `sudo`, the user
+//! `SUDO_UID`/`SUDO_GID` name; as plain root, the owner of the working directory (the user
+//! whose files the command works on, so that it can write them; without an account, the
+//! directory's group unless that is root's, then `nogroup`). Never root: where none of
+//! these gives a user but root (a working directory root owns), sluice refuses and says how
+//! to choose. Pure: the caller reads the ids, the directory's owner and /etc/passwd.
+
+use std::path::Path;
 
 use crate::policy::model::{RunAs, Sandbox};
 
@@ -27,34 +32,200 @@ impl Invocation {
         }
     }
 
-    /// The invoking user: sluice's own when not root, `sudo`'s caller when root through
-    /// `sudo` (never root itself), else none.
-    fn invoker(&self) -> Option<(u32, u32)> {
-        if self.euid != 0 {
-            return Some((self.euid, self.egid));
-        }
+    /// `sudo`'s caller when root through `sudo` (never root itself), else none.
+    fn sudo_user(&self) -> Option<(u32, u32)> {
         let id = |v: &Option<String>| v.as_deref()?.parse::<u32>().ok().filter(|n| *n != 0);
         Some((id(&self.sudo_uid)?, id(&self.sudo_gid)?))
     }
 }
 
-/// The command's uid and gid.
-pub fn child_ids(sandbox: &Sandbox, inv: &Invocation) -> (u32, u32) {
-    let fallback = inv.invoker().unwrap_or((NOBODY, NOBODY));
-    let pick = |r: Option<RunAs>, default: u32| match r {
-        Some(RunAs::Id(n)) => n,
-        Some(RunAs::Sandbox) => NOBODY,
-        None => default,
+/// One line of /etc/passwd.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Account {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: String,
+}
+
+/// The accounts of a passwd(5) file's contents (lines that do not parse are skipped).
+pub fn accounts(passwd: &str) -> Vec<Account> {
+    passwd
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(':').collect();
+            if f.len() < 6 || f[0].is_empty() {
+                return None;
+            }
+            Some(Account {
+                name: f[0].to_string(),
+                uid: f[2].parse().ok()?,
+                gid: f[3].parse().ok()?,
+                home: f[5].to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Where the command's user came from, as said at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Policy,
+    Flag,
+    Own,
+    Sudo,
+    WorkdirOwner,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Policy => "the policy's process.run_as_user",
+            Source::Flag => "chosen by --user",
+            Source::Own => "sluice's own user",
+            Source::Sudo => "the user who ran sudo",
+            Source::WorkdirOwner => "the owner of the working directory (--user chooses another)",
+        }
+    }
+}
+
+/// The command's user.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chosen {
+    pub uid: u32,
+    pub gid: u32,
+    pub source: Source,
+}
+
+/// Why no user could be chosen: sluice refuses to start the command.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NoUser {
+    #[error("--user {0}: no such user in /etc/passwd (give a user name or a numeric uid)")]
+    Unknown(String),
+    #[error("--user {0}: the command never runs as root")]
+    Root(String),
+    #[error("--user {0}: not a uid a process can have")]
+    Invalid(String),
+    #[error(
+        "--user {given}: sluice runs as uid {own}, and only root can run the command as another user"
+    )]
+    NotRoot { given: String, own: u32 },
+    #[error("--user {given} conflicts with the policy's process.run_as_user (uid {policy})")]
+    Policy { given: String, policy: u32 },
+    #[error(
+        "the working directory {dir} is owned by root, and the command never runs as root: pass --user NAME (the user whose files the command works on, or --user nobody), or run sluice exec from a directory that user owns"
+    )]
+    RootOwnedWorkdir { dir: String },
+}
+
+/// What the choice is made from.
+#[derive(Debug)]
+pub struct Inputs<'a> {
+    pub sandbox: &'a Sandbox,
+    pub invocation: &'a Invocation,
+    /// `--user`, as given.
+    pub flag: Option<&'a str>,
+    pub workdir: &'a Path,
+    /// The working directory's owner and group.
+    pub workdir_owner: (u32, u32),
+    pub accounts: &'a [Account],
+}
+
+/// `--user`'s uid and gid: a name from /etc/passwd, or a number (with its account's group
+/// when it has one, else `nogroup`, 65534). `u32::MAX` is refused: it is `-1`, which
+/// `setresuid` reads as "leave unchanged".
+fn resolve(flag: &str, accounts: &[Account]) -> Result<(u32, u32), NoUser> {
+    let by_name = accounts.iter().find(|a| a.name == flag);
+    let ids = match (by_name, flag.parse::<u32>()) {
+        (Some(a), _) => (a.uid, a.gid),
+        (None, Ok(uid)) => (uid, primary_gid(uid, accounts).unwrap_or(NOBODY)),
+        (None, Err(_)) => return Err(NoUser::Unknown(flag.to_string())),
     };
-    (
-        pick(sandbox.run_as_user, fallback.0),
-        pick(sandbox.run_as_group, fallback.1),
-    )
+    if ids.0 == 0 {
+        return Err(NoUser::Root(flag.to_string()));
+    }
+    if ids.0 == u32::MAX || ids.1 == u32::MAX {
+        return Err(NoUser::Invalid(flag.to_string()));
+    }
+    Ok(ids)
+}
+
+fn primary_gid(uid: u32, accounts: &[Account]) -> Option<u32> {
+    accounts.iter().find(|a| a.uid == uid).map(|a| a.gid)
+}
+
+/// The command's user and group, or why there is none but root.
+pub fn choose(i: &Inputs<'_>) -> Result<Chosen, NoUser> {
+    let flag = i.flag.map(|f| resolve(f, i.accounts)).transpose()?;
+    let pick = |r: Option<RunAs>| match r {
+        Some(RunAs::Id(n)) => Some(n),
+        Some(RunAs::Sandbox) => Some(NOBODY),
+        None => None,
+    };
+    let group = pick(i.sandbox.run_as_group);
+    let chosen = |(uid, gid): (u32, u32), source| Chosen {
+        uid,
+        gid: group.unwrap_or(gid),
+        source,
+    };
+    if let Some(uid) = pick(i.sandbox.run_as_user) {
+        if let (Some(given), Some((f, _))) = (i.flag, flag)
+            && f != uid
+        {
+            return Err(NoUser::Policy {
+                given: given.to_string(),
+                policy: uid,
+            });
+        }
+        let gid = if i.sandbox.run_as_user == Some(RunAs::Sandbox) {
+            NOBODY
+        } else {
+            primary_gid(uid, i.accounts).unwrap_or(NOBODY)
+        };
+        return Ok(chosen((uid, gid), Source::Policy));
+    }
+    let inv = i.invocation;
+    if let (Some(given), Some(ids)) = (i.flag, flag) {
+        if inv.euid != 0 && ids.0 != inv.euid {
+            return Err(NoUser::NotRoot {
+                given: given.to_string(),
+                own: inv.euid,
+            });
+        }
+        return Ok(chosen(ids, Source::Flag));
+    }
+    if inv.euid != 0 {
+        return Ok(chosen((inv.euid, inv.egid), Source::Own));
+    }
+    if let Some(ids) = inv.sudo_user() {
+        return Ok(chosen(ids, Source::Sudo));
+    }
+    let (owner, dir_gid) = i.workdir_owner;
+    if owner == 0 {
+        return Err(NoUser::RootOwnedWorkdir {
+            dir: i.workdir.display().to_string(),
+        });
+    }
+    // Without an account: the directory's group, unless that is root's.
+    let fallback = if dir_gid == 0 { NOBODY } else { dir_gid };
+    let gid = primary_gid(owner, i.accounts).unwrap_or(fallback);
+    Ok(chosen((owner, gid), Source::WorkdirOwner))
+}
+
+/// How the command's user is named at start: `alice (uid 1000, gid 1000)`.
+pub fn describe(uid: u32, gid: u32, accounts: &[Account]) -> String {
+    match accounts.iter().find(|a| a.uid == uid) {
+        Some(a) => format!("{} (uid {uid}, gid {gid})", a.name),
+        None => format!("uid {uid} (gid {gid}, no account in /etc/passwd)"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\nalice:x:1000:1001::/home/alice:/bin/bash\nbroken line\n";
 
     fn inv(euid: u32, sudo: Option<(&str, &str)>) -> Invocation {
         Invocation {
@@ -65,32 +236,143 @@ mod tests {
         }
     }
 
+    fn pick(
+        sandbox: &Sandbox,
+        invocation: &Invocation,
+        flag: Option<&str>,
+        owner: (u32, u32),
+    ) -> Result<(u32, u32, Source), NoUser> {
+        let accounts = accounts(PASSWD);
+        choose(&Inputs {
+            sandbox,
+            invocation,
+            flag,
+            workdir: Path::new("/w"),
+            workdir_owner: owner,
+            accounts: &accounts,
+        })
+        .map(|c| (c.uid, c.gid, c.source))
+    }
+
     #[test]
-    fn the_invoking_user_unless_the_policy_says_otherwise() {
+    fn as_root_the_owner_of_the_working_directory_never_root() {
         let none = Sandbox::default();
-        assert_eq!(child_ids(&none, &inv(1000, None)), (1000, 1000));
+        let root = inv(0, None);
+        // Owned by alice: alice, with her primary group.
         assert_eq!(
-            child_ids(&none, &inv(0, Some(("1001", "1002")))),
-            (1001, 1002)
+            pick(&none, &root, None, (1000, 50)),
+            Ok((1000, 1001, Source::WorkdirOwner))
         );
-        assert_eq!(child_ids(&none, &inv(0, None)), (NOBODY, NOBODY));
-        // sudo from root, or garbage: nobody, never root.
+        // An owner without an account: its uid, the directory's group.
         assert_eq!(
-            child_ids(&none, &inv(0, Some(("0", "0")))),
-            (NOBODY, NOBODY)
+            pick(&none, &root, None, (4242, 4243)),
+            Ok((4242, 4243, Source::WorkdirOwner))
+        );
+        // Owned by root: no safe choice.
+        let no = pick(&none, &root, None, (0, 0)).unwrap_err();
+        assert!(no.to_string().contains("pass --user NAME"), "{no}");
+        // --user chooses, by name or number, and never root.
+        assert_eq!(
+            pick(&none, &root, Some("nobody"), (0, 0)),
+            Ok((NOBODY, NOBODY, Source::Flag))
         );
         assert_eq!(
-            child_ids(&none, &inv(0, Some(("x", "1")))),
-            (NOBODY, NOBODY)
+            pick(&none, &root, Some("1000"), (0, 0)),
+            Ok((1000, 1001, Source::Flag))
         );
+        assert_eq!(
+            pick(&none, &root, Some("777"), (0, 0)),
+            Ok((777, NOBODY, Source::Flag))
+        );
+        // -1 would leave the ids unchanged (root): refused.
+        assert_eq!(
+            pick(&none, &root, Some("4294967295"), (0, 0)),
+            Err(NoUser::Invalid("4294967295".to_string()))
+        );
+        // An owner without an account in root's group: never gid 0.
+        assert_eq!(
+            pick(&none, &root, None, (4242, 0)),
+            Ok((4242, NOBODY, Source::WorkdirOwner))
+        );
+        for r in ["root", "0"] {
+            assert_eq!(
+                pick(&none, &root, Some(r), (1000, 1000)),
+                Err(NoUser::Root(r.to_string()))
+            );
+        }
+        assert_eq!(
+            pick(&none, &root, Some("mallory"), (1000, 1000)),
+            Err(NoUser::Unknown("mallory".to_string()))
+        );
+    }
+
+    #[test]
+    fn sudo_and_a_normal_user_are_the_invoker() {
+        let none = Sandbox::default();
+        assert_eq!(
+            pick(&none, &inv(1000, None), None, (0, 0)),
+            Ok((1000, 1000, Source::Own))
+        );
+        assert_eq!(
+            pick(&none, &inv(0, Some(("1001", "1002"))), None, (0, 0)),
+            Ok((1001, 1002, Source::Sudo))
+        );
+        // sudo from root, or garbage: the directory's owner, never root.
+        assert_eq!(
+            pick(&none, &inv(0, Some(("0", "0"))), None, (1000, 1)),
+            Ok((1000, 1001, Source::WorkdirOwner))
+        );
+        assert!(pick(&none, &inv(0, Some(("x", "1"))), None, (0, 0)).is_err());
+        // Not root: --user may only name itself.
+        assert_eq!(
+            pick(&none, &inv(1000, None), Some("alice"), (0, 0)),
+            Ok((1000, 1001, Source::Flag))
+        );
+        assert!(matches!(
+            pick(&none, &inv(1000, None), Some("nobody"), (0, 0)),
+            Err(NoUser::NotRoot { .. })
+        ));
+    }
+
+    #[test]
+    fn the_policy_decides_first_and_conflicts_with_another_user() {
         let policy = Sandbox {
-            run_as_user: Some(RunAs::Id(4242)),
+            run_as_user: Some(RunAs::Id(1000)),
             run_as_group: Some(RunAs::Sandbox),
             ..Sandbox::default()
         };
+        let root = inv(0, Some(("1001", "1002")));
         assert_eq!(
-            child_ids(&policy, &inv(0, Some(("1001", "1002")))),
-            (4242, NOBODY)
+            pick(&policy, &root, None, (0, 0)),
+            Ok((1000, NOBODY, Source::Policy))
+        );
+        assert_eq!(
+            pick(&policy, &root, Some("alice"), (0, 0)),
+            Ok((1000, NOBODY, Source::Policy))
+        );
+        assert!(matches!(
+            pick(&policy, &root, Some("nobody"), (0, 0)),
+            Err(NoUser::Policy { .. })
+        ));
+        let sandbox_user = Sandbox {
+            run_as_user: Some(RunAs::Sandbox),
+            ..Sandbox::default()
+        };
+        assert_eq!(
+            pick(&sandbox_user, &inv(0, None), None, (0, 0)),
+            Ok((NOBODY, NOBODY, Source::Policy))
+        );
+    }
+
+    #[test]
+    fn accounts_and_names() {
+        let a = accounts(PASSWD);
+        assert_eq!(a.len(), 3);
+        assert_eq!(a[2].home, "/home/alice");
+        assert_eq!(describe(1000, 1001, &a), "alice (uid 1000, gid 1001)");
+        assert_eq!(
+            describe(5, 5, &a),
+            "uid 5 (gid 5, no account in /etc/passwd)"
         );
     }
 }

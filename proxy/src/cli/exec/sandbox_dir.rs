@@ -3,7 +3,8 @@
 //! Owns the layout and the modes. `<tmp>/sluice-exec-<32 random hex>/` is created exclusively
 //! with mode 0700 (a name nobody can predict, so nothing can be planted there beforehand),
 //! `ca/` inside it receives `ca.pem` and `ca-bundle.pem` (written without following links),
-//! and `tmp/` is given to the command's user. Only once both are in place do the modes open
+//! and `tmp/` (and, when the command needs a private `HOME`, `home/`) is given to the
+//! command's user. Only once both are in place do the modes open
 //! up to what the command needs: the root 0711 (traverse only), `ca/` 0755 (read, never
 //! write: it stays sluice's), `tmp/` 0700 owned by the command. The whole tree is removed
 //! when sluice exits.
@@ -19,6 +20,7 @@ pub struct SandboxDir {
     root: Dir,
     ca: Dir,
     tmp: Option<Dir>,
+    home: Option<Dir>,
 }
 
 impl SandboxDir {
@@ -30,6 +32,7 @@ impl SandboxDir {
             root,
             ca,
             tmp: None,
+            home: None,
         })
     }
 
@@ -46,6 +49,16 @@ impl SandboxDir {
         self.root.chmod(0o711)?;
         let path = tmp.path().to_path_buf();
         self.tmp = Some(tmp);
+        Ok(path)
+    }
+
+    /// Makes `home/`, 0700 and owned by the command's user: its `HOME` when neither its own
+    /// home nor the working directory is one it may write. Call after [`Self::hand_over`].
+    pub fn make_home(&mut self, uid: u32, gid: u32) -> io::Result<PathBuf> {
+        let home = self.root.create_child("home")?;
+        home.chown(uid, gid)?;
+        let path = home.path().to_path_buf();
+        self.home = Some(home);
         Ok(path)
     }
 }
@@ -77,6 +90,9 @@ mod tests {
         assert_eq!(mode(&tmp), 0o700);
         assert_eq!(std::fs::metadata(&tmp).unwrap().uid(), uid);
         std::fs::write(tmp.join("left-behind"), "x").unwrap();
+        let home = dir.make_home(uid, gid).unwrap();
+        assert_eq!(mode(&home), 0o700);
+        assert_eq!(std::fs::metadata(&home).unwrap().uid(), uid);
         drop(dir);
         assert!(!root.exists());
     }
