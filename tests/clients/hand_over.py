@@ -26,7 +26,8 @@ Modes (one JSON line per attempt on stdout):
                               send the second GET, hide the socket at once (in flight in an
                               SCM_RIGHTS message to ourselves, where no /proc entry shows it),
                               and take it back to read the answer. One line per attempt, with
-                              `won` when the origin answered our request.
+                              `won` when the origin answered our request. With `cork` after
+                              the port, the request is corked and leaves while hidden.
   borrow N TARGET             no SCM_RIGHTS: we create an inheritable socket, fork a child that
                               forks LISTED_PYTHON (blocked on a pipe, holding the socket) and
                               closes its own copy; then we connect and CONNECT to TARGET
@@ -251,7 +252,7 @@ def steal(helper, origin_port, wait_ms, pipelined=False):
     say(port=local_port, status=status(answer), later=later[:2000], later_status=status(later))
 
 
-def handover(helper, attempts, origin_port):
+def handover(helper, attempts, origin_port, corked=False):
     target = f"127.0.0.1:{origin_port}"
     hide_in, hide_out = socket.socketpair()
     for attempt in range(attempts):
@@ -259,10 +260,15 @@ def handover(helper, attempts, origin_port):
         _, fds, _, _ = socket.recv_fds(helper.channel, 65536, 1)
         sock = socket.socket(fileno=fds[0])
         local_port = sock.getsockname()[1]
+        if corked:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
         sock.sendall(get(target, True))
         # Hide: no process but the listed helper holds it while sluice looks.
         socket.send_fds(hide_in, [b"x"], [sock.fileno()])
         sock.close()
+        if corked:
+            # The corked request leaves within 200 ms, while the socket is hidden.
+            time.sleep(0.3)
         _, fds, _, _ = socket.recv_fds(hide_out, 16, 1)
         sock = socket.socket(fileno=fds[0])
         answer = read_response(sock)
@@ -333,7 +339,7 @@ def main():
         elif mode == "steal":
             steal(h, int(args[0]), int(args[1]))
         elif mode == "handover":
-            handover(h, int(args[0]), int(args[1]))
+            handover(h, int(args[0]), int(args[1]), corked=args[2:] == ["cork"])
         elif mode == "steal-pipelined":
             steal(h, int(args[0]), int(args[1]), pipelined=True)
         else:
