@@ -16,6 +16,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
 use crate::embedded;
 
 /// The class of one address, with a short human name of the range it falls in.
@@ -320,6 +322,142 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
         .chain([own])
         .reduce(AddressClass::stricter)
         .unwrap_or(own)
+}
+
+/// An always-blocked range a network reaches: the range's name and network, and the IPv6
+/// form that carries it, when it is an IPv4 range reached through one. `witness` is an
+/// address of the network that [`classify`] always blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockedOverlap {
+    pub name: &'static str,
+    pub range: IpNet,
+    pub form: Option<&'static str>,
+    pub witness: IpAddr,
+}
+
+impl fmt::Display for BlockedOverlap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.name, self.range)?;
+        if let Some(form) = self.form {
+            write!(f, " (carried by the {form} form)")?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `net` holds an address [`classify`] always blocks, and which range: the question a
+/// policy's `allowed_ips` is asked at load, answered from the same tables every connection is
+/// judged by. An IPv6 network reaches an IPv4 range through every form that carries an IPv4
+/// address at a fixed position ([`crate::embedded::FORMS`]). ISATAP's interface identifiers
+/// are under every /64 prefix, so only a network longer than /64 is judged by them (every
+/// wider IPv6 network holds the ISATAP form of every IPv4 address; those addresses are refused
+/// when dialled).
+pub fn always_blocked_in(net: IpNet) -> Option<BlockedOverlap> {
+    match net {
+        IpNet::V4(n) => {
+            let (bits, len) = (u32::from(n.network()), u32::from(n.prefix_len()));
+            V4_RANGES
+                .iter()
+                .filter(|r| r.class.is_always_blocked())
+                .find_map(|r| {
+                    let mask = top32(len.min(r.prefix));
+                    (bits & mask == r.net & mask).then(|| {
+                        // The longer of the two networks is inside the other.
+                        let witness = if len >= r.prefix { bits } else { r.net };
+                        own_overlap(r, v4_net(r), IpAddr::V4(Ipv4Addr::from(witness)))
+                    })
+                })
+        }
+        IpNet::V6(n) => {
+            let (bits, len) = (u128::from(n.network()), u32::from(n.prefix_len()));
+            // The carried ranges first, as `classify` names them first on a tie.
+            let own = || {
+                V6_RANGES
+                    .iter()
+                    .filter(|r| r.class.is_always_blocked())
+                    .find_map(|r| {
+                        let mask = top128(len.min(r.prefix));
+                        (bits & mask == r.net & mask).then(|| {
+                            let witness = if len >= r.prefix { bits } else { r.net };
+                            let range = IpNet::V6(
+                                Ipv6Net::new(Ipv6Addr::from(r.net), prefix_u8(r.prefix))
+                                    .unwrap_or_default(),
+                            );
+                            own_overlap(r, range, IpAddr::V6(Ipv6Addr::from(witness)))
+                        })
+                    })
+            };
+            carried_overlap(bits, len).or_else(own)
+        }
+    }
+}
+
+/// The overlap of a network with a range of the tables themselves.
+fn own_overlap<T>(range: &Range<T>, net: IpNet, witness: IpAddr) -> BlockedOverlap {
+    BlockedOverlap {
+        name: range.class.range_name().unwrap_or_default(),
+        range: net,
+        form: None,
+        witness,
+    }
+}
+
+/// The first always-blocked IPv4 range an IPv6 network (`bits`, prefix `len`) reaches through
+/// a form that carries an IPv4 address.
+fn carried_overlap(bits: u128, len: u32) -> Option<BlockedOverlap> {
+    let fixed = top128(len);
+    embedded::FORMS
+        .iter()
+        .filter(|form| !form.under_any_prefix() || len > 64)
+        .find_map(|form| {
+            V4_RANGES
+                .iter()
+                .filter(|r| r.class.is_always_blocked())
+                .find_map(|r| {
+                    // The addresses of the form that carry an address of `r`: the form's own
+                    // bits, and `r`'s network bits (inverted, when stored so) at its position.
+                    let shift = 96 - form.at;
+                    let v4_mask = u128::from(top32(r.prefix)) << shift;
+                    let v4 = if form.inverted { !r.net } else { r.net };
+                    let mask = form.mask | v4_mask;
+                    let value = form.value | ((u128::from(v4) << shift) & v4_mask);
+                    if (bits ^ value) & mask & fixed != 0 {
+                        return None;
+                    }
+                    // An address in both: the network's fixed bits, then the pattern's. (It is
+                    // blocked: it carries an address of `r`, or it is `::` or `::1`.)
+                    let witness = (bits & fixed) | (value & mask & !fixed);
+                    classify_v6(Ipv6Addr::from(witness))
+                        .is_always_blocked()
+                        .then(|| carried(form, r, witness))
+                })
+        })
+}
+
+fn carried(form: &embedded::Form, r: &Range<u32>, witness: u128) -> BlockedOverlap {
+    BlockedOverlap {
+        name: r.class.range_name().unwrap_or_default(),
+        range: v4_net(r),
+        form: Some(form.name),
+        witness: IpAddr::V6(Ipv6Addr::from(witness)),
+    }
+}
+
+fn v4_net(r: &Range<u32>) -> IpNet {
+    IpNet::V4(Ipv4Net::new(Ipv4Addr::from(r.net), prefix_u8(r.prefix)).unwrap_or_default())
+}
+
+/// Prefix lengths in the tables are at most 128.
+fn prefix_u8(prefix: u32) -> u8 {
+    u8::try_from(prefix).unwrap_or(u8::MAX)
+}
+
+fn top32(n: u32) -> u32 {
+    u32::MAX.checked_shl(32 - n).unwrap_or(0)
+}
+
+fn top128(n: u32) -> u128 {
+    u128::MAX.checked_shl(128 - n).unwrap_or(0)
 }
 
 /// True for an address that reaches the local host through the loopback interface: 127/8,

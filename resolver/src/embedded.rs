@@ -53,31 +53,128 @@ impl Carried {
     }
 }
 
+/// One form: the bits that say an address is in it (`mask`, `value`), where its IPv4 address
+/// sits (`at`, bits from the top), and whether that address is stored inverted (Teredo's
+/// client). Every form but ISATAP's is a prefix; ISATAP's is an interface identifier under
+/// any prefix.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Form {
+    /// The form's name and layout, for messages: `SIIT-translated ::ffff:0:0:0/96`.
+    pub(crate) name: &'static str,
+    pub(crate) mask: u128,
+    pub(crate) value: u128,
+    pub(crate) at: u32,
+    pub(crate) inverted: bool,
+}
+
+impl Form {
+    /// Whether `bits` are in this form.
+    fn holds(&self, bits: u128) -> bool {
+        bits & self.mask == self.value
+    }
+
+    /// The IPv4 address at the form's position in `bits`.
+    fn read(&self, bits: u128) -> Ipv4Addr {
+        // `at + 32 <= 128` for every form, so the shift leaves the address in the low bits.
+        let raw = (bits >> (96 - self.at)) as u32;
+        Ipv4Addr::from(if self.inverted { !raw } else { raw })
+    }
+
+    /// Whether this form is an interface identifier under any /64 prefix (ISATAP).
+    pub(crate) fn under_any_prefix(&self) -> bool {
+        self.mask >> 64 == 0
+    }
+}
+
+/// The top `n` bits of a 128-bit value.
+const fn top(n: u32) -> u128 {
+    if n == 0 { 0 } else { u128::MAX << (128 - n) }
+}
+
+const fn seg(segments: [u16; 8]) -> u128 {
+    let mut bits = 0u128;
+    let mut i = 0;
+    while i < 8 {
+        bits = (bits << 16) | segments[i] as u128;
+        i += 1;
+    }
+    bits
+}
+
+/// The forms, in the order of the module documentation (the order [`carried`] yields them).
+/// The prefix forms are disjoint; ISATAP's may be under any of them.
+pub(crate) const FORMS: &[Form] = &[
+    Form {
+        name: "IPv4-mapped ::ffff:0:0/96",
+        mask: top(96),
+        value: seg([0, 0, 0, 0, 0, 0xffff, 0, 0]),
+        at: 96,
+        inverted: false,
+    },
+    Form {
+        name: "SIIT-translated ::ffff:0:0:0/96",
+        mask: top(96),
+        value: seg([0, 0, 0, 0, 0xffff, 0, 0, 0]),
+        at: 96,
+        inverted: false,
+    },
+    // `::` and `::1` are the unspecified and loopback addresses, not IPv4-compatible
+    // ([`carried`] skips them).
+    Form {
+        name: "IPv4-compatible ::/96",
+        mask: top(96),
+        value: 0,
+        at: 96,
+        inverted: false,
+    },
+    Form {
+        name: "NAT64 64:ff9b::/96",
+        mask: top(96),
+        value: seg([0x0064, 0xff9b, 0, 0, 0, 0, 0, 0]),
+        at: 96,
+        inverted: false,
+    },
+    Form {
+        name: "6to4 2002::/16",
+        mask: top(16),
+        value: seg([0x2002, 0, 0, 0, 0, 0, 0, 0]),
+        at: 16,
+        inverted: false,
+    },
+    Form {
+        name: "Teredo 2001::/32 (server)",
+        mask: top(32),
+        value: seg([0x2001, 0, 0, 0, 0, 0, 0, 0]),
+        at: 32,
+        inverted: false,
+    },
+    Form {
+        name: "Teredo 2001::/32 (client)",
+        mask: top(32),
+        value: seg([0x2001, 0, 0, 0, 0, 0, 0, 0]),
+        at: 96,
+        inverted: true,
+    },
+    // `0000:5efe` or `0200:5efe`, the `u` and `g` bits (0x0300 of the first group) ignored.
+    Form {
+        name: "ISATAP interface identifier ::0:5efe:0:0/96 under any /64",
+        mask: seg([0, 0, 0, 0, 0xfcff, 0xffff, 0, 0]),
+        value: seg([0, 0, 0, 0, 0, 0x5efe, 0, 0]),
+        at: 96,
+        inverted: false,
+    },
+];
+
 /// Every IPv4 address a packet for `ip` may be delivered to by a translator, tunnel or
 /// dual-stack socket, as listed in the module documentation.
 pub(crate) fn carried(ip: Ipv6Addr) -> Carried {
-    let o = ip.octets();
-    let v4_at = |i: usize| Ipv4Addr::new(o[i], o[i + 1], o[i + 2], o[i + 3]);
+    let bits = u128::from(ip);
     let mut out = Carried::default();
-    match ip.segments() {
-        // 1, 2 and 4: the low 32 bits.
-        [0, 0, 0, 0, 0, 0xffff, _, _]
-        | [0, 0, 0, 0, 0xffff, 0, _, _]
-        | [0x0064, 0xff9b, 0, 0, 0, 0, _, _] => out.push(v4_at(12)),
-        // 3: `::` and `::1` are the unspecified and loopback addresses, not IPv4-compatible.
-        [0, 0, 0, 0, 0, 0, high, low] if high != 0 || low > 1 => out.push(v4_at(12)),
-        // 5.
-        [0x2002, ..] => out.push(v4_at(2)),
-        // 6.
-        [0x2001, 0, ..] => {
-            out.push(v4_at(4));
-            out.push(Ipv4Addr::from(!u32::from(v4_at(12))));
+    for form in FORMS {
+        // `::` and `::1` carry nothing (see the compatible form).
+        if form.holds(bits) && !(form.value == 0 && form.mask == top(96) && bits <= 1) {
+            out.push(form.read(bits));
         }
-        _ => {}
-    }
-    // 7: the interface identifier, under any prefix (the prefix's own class still applies).
-    if o[8] & 0xfc == 0 && o[9] == 0 && o[10] == 0x5e && o[11] == 0xfe {
-        out.push(v4_at(12));
     }
     out
 }

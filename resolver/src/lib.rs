@@ -27,7 +27,9 @@ mod resolve;
 mod test_dns;
 mod vet;
 
-pub use class::{AddressClass, CLOUD_METADATA_ADDRESSES, classify};
+pub use class::{
+    AddressClass, BlockedOverlap, CLOUD_METADATA_ADDRESSES, always_blocked_in, classify,
+};
 pub use overrides::{Override, OverrideError, Overrides};
 pub use resolve::{DEFAULT_LOOKUP_TIMEOUT, Resolver, ResolverError};
 pub use vet::{

@@ -10,9 +10,11 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use proptest::test_runner::{Config, RngSeed};
-use sluice_resolver::{AddressClass, classify};
+use sluice_resolver::{AddressClass, always_blocked_in, classify};
 
 fn config() -> Config {
     let cases = std::env::var("SLUICE_FUZZ_CASES")
@@ -213,6 +215,110 @@ proptest! {
         }
         let got = classify(v6(octets));
         prop_assert!(got.is_always_blocked(), "{}: {}", v6(octets), got);
+    }
+}
+
+/// An IPv6 address of any form above carrying an address around a special range, or none.
+fn any_form() -> impl Strategy<Value = Ipv6Addr> {
+    (around_special(), public_v4(), any::<[u8; 16]>(), 0..9usize).prop_map(
+        |(ip, public, random, form)| {
+            let mut o = random;
+            match form {
+                0 => {
+                    o = with_v4(
+                        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 0],
+                        12,
+                        ip,
+                    )
+                }
+                1 => {
+                    o = with_v4(
+                        [0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0],
+                        12,
+                        ip,
+                    )
+                }
+                2 => o = with_v4([0; 16], 12, ip),
+                3 => {
+                    o = with_v4(
+                        [0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                        12,
+                        ip,
+                    )
+                }
+                4 => {
+                    o = with_v4(
+                        [0x20, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                        2,
+                        ip,
+                    )
+                }
+                5 => {
+                    o[..4].copy_from_slice(&[0x20, 0x01, 0, 0]);
+                    o = with_v4(with_v4(o, 4, public), 12, Ipv4Addr::from(!u32::from(ip)));
+                }
+                6 => {
+                    o[8..12].copy_from_slice(&[0, 0, 0x5e, 0xfe]);
+                    o = with_v4(o, 12, ip);
+                }
+                7 => o[..6].copy_from_slice(&[0, 0x64, 0xff, 0x9b, 0, 1]),
+                _ => {}
+            }
+            Ipv6Addr::from(o)
+        },
+    )
+}
+
+/// Every address of `net` (small networks only).
+fn addresses(net: IpNet) -> Vec<IpAddr> {
+    net.hosts()
+        .chain([net.network(), net.broadcast()])
+        .collect()
+}
+
+/// Checks one network against the classifier: a reported overlap comes with an address of the
+/// network that `classify` always blocks, and a network small enough to walk reports one
+/// exactly when it holds such an address.
+fn judged_as_classified(net: IpNet, walk: bool) -> Result<(), TestCaseError> {
+    let got = always_blocked_in(net);
+    if let Some(o) = got {
+        prop_assert!(net.contains(&o.witness), "{net}: {o:?}");
+        prop_assert!(classify(o.witness).is_always_blocked(), "{net}: {o:?}");
+    }
+    if walk {
+        let blocked = addresses(net)
+            .into_iter()
+            .find(|a| classify(*a).is_always_blocked());
+        prop_assert_eq!(
+            got.is_some(),
+            blocked.is_some(),
+            "{}: {:?} / {:?}",
+            net,
+            got,
+            blocked
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// `allowed_ips` is judged at load by the classifier's own tables: an IPv6 network
+    /// (longer than /64, where ISATAP's interface identifiers are judged too) around every
+    /// form and every special IPv4 range reaches an always-blocked address exactly when
+    /// `classify` blocks one of its addresses.
+    #[test]
+    fn an_ipv6_network_is_judged_as_its_addresses_are(ip in any_form(), len in 65u8..=128) {
+        let net = IpNet::V6(Ipv6Net::new(ip, len).unwrap().trunc());
+        judged_as_classified(net, len >= 120)?;
+    }
+
+    /// The same for IPv4 networks around every special range, and wider ones.
+    #[test]
+    fn an_ipv4_network_is_judged_as_its_addresses_are(ip in around_special(), len in 0u8..=32) {
+        let net = IpNet::V4(Ipv4Net::new(ip, len).unwrap().trunc());
+        judged_as_classified(net, len >= 24)?;
     }
 }
 

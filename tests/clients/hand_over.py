@@ -21,6 +21,13 @@ Modes (one JSON line per attempt on stdout):
   steal-pipelined ORIGIN_PORT WAIT_MS
                               the same, with the helper's first request sent in the same
                               write as its CONNECT head (bytes that arrive with the head).
+  handover N ORIGIN_PORT      the helper sends a first absolute-form GET on a keep-alive
+                              connection, hands the socket over and keeps holding its copy; we
+                              send the second GET, hide the socket at once (in flight in an
+                              SCM_RIGHTS message to ourselves, where no /proc entry shows it),
+                              and take it back to read the answer. One line per attempt, with
+                              `won` when the origin answered our request. With `cork` after
+                              the port, the request is corked and leaves while hidden.
   borrow N TARGET             no SCM_RIGHTS: we create an inheritable socket, fork a child that
                               forks LISTED_PYTHON (blocked on a pipe, holding the socket) and
                               closes its own copy; then we connect and CONNECT to TARGET
@@ -124,6 +131,19 @@ def helper(channel_fd, proxy_port):
                 answer = read_response(sock)
             socket.send_fds(channel, [answer.encode()], [sock.fileno()])
             sock.close()
+        elif op == b"keep":
+            # Send a first request, hand the socket over and keep holding our copy (until
+            # `drop`).
+            sock = socket.create_connection(("127.0.0.1", proxy_port))
+            sock.sendall(arg)
+            answer = read_response(sock)
+            socket.send_fds(channel, [answer.encode()], [sock.fileno()])
+            held = sock
+        elif op == b"drop":
+            if held is not None:
+                held.close()
+                held = None
+            channel.send(b"dropped")
         elif op == b"sync":
             # Everything asked before is done (a handed-over socket's copy here is closed).
             channel.send(b"synced")
@@ -232,6 +252,34 @@ def steal(helper, origin_port, wait_ms, pipelined=False):
     say(port=local_port, status=status(answer), later=later[:2000], later_status=status(later))
 
 
+def handover(helper, attempts, origin_port, corked=False):
+    target = f"127.0.0.1:{origin_port}"
+    hide_in, hide_out = socket.socketpair()
+    for attempt in range(attempts):
+        helper.channel.send(b"keep " + get(target, True))
+        _, fds, _, _ = socket.recv_fds(helper.channel, 65536, 1)
+        sock = socket.socket(fileno=fds[0])
+        local_port = sock.getsockname()[1]
+        if corked:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        sock.sendall(get(target, True))
+        # Hide: no process but the listed helper holds it while sluice looks.
+        socket.send_fds(hide_in, [b"x"], [sock.fileno()])
+        sock.close()
+        if corked:
+            # The corked request leaves within 200 ms, while the socket is hidden.
+            time.sleep(0.3)
+        _, fds, _, _ = socket.recv_fds(hide_out, 16, 1)
+        sock = socket.socket(fileno=fds[0])
+        answer = read_response(sock)
+        code = status(answer)
+        won = code == 200 and "hello from origin" in answer
+        say(attempt=attempt, port=local_port, status=code, won=won, answer=answer[:2000])
+        sock.close()
+        helper.channel.send(b"drop")
+        helper.channel.recv(16)
+
+
 def borrow(listed, proxy_port, attempts, target):
     for attempt in range(attempts):
         sock = socket.socket()
@@ -290,6 +338,8 @@ def main():
             keep_alive(h, int(args[0]), inside_tunnel=True)
         elif mode == "steal":
             steal(h, int(args[0]), int(args[1]))
+        elif mode == "handover":
+            handover(h, int(args[0]), int(args[1]), corked=args[2:] == ["cork"])
         elif mode == "steal-pipelined":
             steal(h, int(args[0]), int(args[1]), pipelined=True)
         else:

@@ -403,3 +403,72 @@ fn inside_sluice_exec_the_hand_over_is_refused_too() {
     }
     assert!(l4.received().is_empty());
 }
+
+/// Of 200 hand-overs after identification, at most this many may reach the origin.
+const HAND_OVER_WINS_AT_MOST: usize = 4;
+
+/// The finding: the listed program connects and is identified, then hands the socket
+/// (`SCM_RIGHTS`) to an unlisted one while keeping its copy; the unlisted one sends a
+/// request and hides the socket at once (in flight in a message to itself, where no /proc
+/// entry shows it), so that a look at /proc sees the listed program alone. Identification
+/// from /proc cannot see a socket in flight, so such a race can be narrowed, not closed:
+/// this measures the rate over 200 tries (printed; docs/identity.md states it) and bounds it.
+#[test]
+fn a_socket_handed_over_after_identification_rarely_reaches_the_origin() {
+    let dir = TempDir::new("borrowed-handover");
+    let listed = listed_python(&dir);
+    let (l4, inspected) = (HttpOrigin::start(), HttpOrigin::start());
+    let sluice = start(&listed, &l4, &inspected);
+    let tries = 200;
+    let attempts = attack(
+        &listed,
+        &sluice,
+        "handover",
+        &[tries.to_string(), l4.port().to_string()],
+    );
+    assert_eq!(attempts.len(), tries);
+    let won = attempts.iter().filter(|a| a["won"] == true).count();
+    eprintln!(
+        "hand-overs after identification that reached the origin: {won} of {tries} ({:.1}%)",
+        won as f64 * 100.0 / tries as f64
+    );
+    for a in attempts.iter().filter(|a| a["won"] != true) {
+        assert_eq!(a["status"], 403, "{a:#}");
+        let body = json_body(a["answer"].as_str().unwrap());
+        assert_eq!(body["stage"], "identity", "{a:#}");
+        let reason = body["reason"].as_str().unwrap();
+        assert!(reason.starts_with("caller changed: "), "{reason}");
+    }
+    // The listed helper's own first requests, and the attacker's that won.
+    assert_eq!(
+        l4.received().len(),
+        tries + won,
+        "every request that went out was the helper's or a win"
+    );
+    assert!(
+        won <= HAND_OVER_WINS_AT_MOST,
+        "{won} of {tries} hand-overs reached the origin (at most {HAND_OVER_WINS_AT_MOST})"
+    );
+    assert_events_valid(&sluice);
+}
+
+/// What the checks cannot see, measured so that docs/identity.md says it as it is: the same
+/// hand-over with the request corked, so that its bytes leave while the socket is hidden in
+/// flight. Every check then sees the listed program alone; every try wins.
+#[test]
+fn a_request_that_leaves_while_its_socket_is_in_flight_is_credited_to_the_listed_program() {
+    let dir = TempDir::new("borrowed-handover-corked");
+    let listed = listed_python(&dir);
+    let (l4, inspected) = (HttpOrigin::start(), HttpOrigin::start());
+    let sluice = start(&listed, &l4, &inspected);
+    let tries = 5;
+    let attempts = attack(
+        &listed,
+        &sluice,
+        "handover",
+        &[tries.to_string(), l4.port().to_string(), "cork".into()],
+    );
+    let won = attempts.iter().filter(|a| a["won"] == true).count();
+    eprintln!("corked hand-overs that reached the origin: {won} of {tries}");
+    assert_eq!(won, tries, "{attempts:#?}");
+}

@@ -608,6 +608,95 @@ print(r.status_code, r.text.strip())
     );
 }
 
+/// The TLS hop's certificate and key, replaced in place (a renewed certificate, a rotated
+/// Secret), are taken by a reload as the operator's CA is: new handshakes present the new
+/// certificate; a key that does not serve it is a refused reload, and the hop keeps the last
+/// good pair.
+#[test]
+fn a_reload_takes_the_tls_hops_renewed_certificate() {
+    let origin = HttpOrigin::start();
+    let dir = TempDir::new("hop-renew");
+    let old_ca = fleet::root_ca(dir.path(), "hop-ca-old", "old hop CA");
+    let new_ca = fleet::root_ca(dir.path(), "hop-ca-new", "new hop CA");
+    let old = fleet::hop_cert(dir.path(), &old_ca);
+    let old = (
+        std::fs::read(&old.cert).unwrap(),
+        std::fs::read(&old.key).unwrap(),
+    );
+    // `hop_cert` writes `hop.pem`/`hop.key`: the new pair overwrites the old one's files.
+    let new = fleet::hop_cert(dir.path(), &new_ca);
+    let new = (
+        std::fs::read(&new.cert).unwrap(),
+        std::fs::read(&new.key).unwrap(),
+    );
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let install = |(c, k): &(Vec<u8>, Vec<u8>)| {
+        std::fs::write(&cert, c).unwrap();
+        std::fs::write(&key, k).unwrap();
+        fleet::chmod(&key, 0o600);
+    };
+    install(&old);
+    dir.write("open.yaml", &gateway::allow_ports(&[origin.port()]));
+    let tenants = dir.write(
+        "tenants.yaml",
+        "tenants:\n  - name: gamma\n    proxy_auth: {username: gamma, password_env: GAMMA_PW}\n    policy: [open.yaml]\n",
+    );
+    let (c, k) = (cert.display().to_string(), key.display().to_string());
+    let gw = gateway::start(
+        &tenants,
+        &[
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            &c,
+            "--tls-key",
+            &k,
+        ],
+        &[("GAMMA_PW", GAMMA_PW)],
+    );
+    let url = format!("http://127.0.0.1:{}/", origin.port());
+    let user = format!("gamma:{GAMMA_PW}");
+    let trusting = |ca: &fleet::CaFiles| {
+        let ca = ca.cert.display().to_string();
+        curl_via(
+            &hop_url(&gw),
+            None,
+            &["--proxy-cacert", &ca, "--proxy-user", &user],
+            &url,
+        )
+    };
+    assert_eq!(trusting(&old_ca).status, 200, "{}", gw.stderr());
+    assert_ne!(trusting(&new_ca).status, 200);
+
+    install(&new);
+    gw.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while trusting(&new_ca).status != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the renewed certificate was not taken: {}",
+            gw.stderr()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert_ne!(
+        trusting(&old_ca).status,
+        200,
+        "the old certificate is still presented"
+    );
+
+    // A key that does not serve the certificate: refused, the last good pair stays.
+    std::fs::write(&key, &old.1).unwrap();
+    fleet::chmod(&key, 0o600);
+    gw.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !gw.stderr().contains("does not serve --tls-cert") {
+        assert!(Instant::now() < deadline, "{}", gw.stderr());
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(trusting(&new_ca).status, 200, "{}", gw.stderr());
+}
+
 #[test]
 fn certificates_that_name_no_one_or_the_wrong_one_are_refused() {
     let origin = HttpOrigin::start();

@@ -12,6 +12,7 @@ use super::CompatArg;
 use crate::audit;
 use crate::config_file::Kind;
 use crate::credentials::{Bindings, ScrubSet};
+use crate::listen::hop::Hop;
 use crate::policy::{self, Diagnostic, Loaded, Policy};
 use crate::tenants::file::{self, TenantSpec};
 use crate::tenants::{ProxyAuth, Table, Tenant};
@@ -29,6 +30,17 @@ pub struct Sources {
     /// `--ca-cert` and `--ca-key`: an operator's CA, read at every load (a rotated CA is
     /// taken by a reload).
     pub ca: Option<CaFiles>,
+    /// `--tls-cert`, `--tls-key` and `--client-ca` of a running TLS hop: read at every reload
+    /// (a renewed certificate is taken by it; at start the hop is loaded on its own).
+    pub hop: Option<HopFiles>,
+}
+
+/// The files of the TLS proxy hop.
+#[derive(Clone, Debug)]
+pub struct HopFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
 }
 
 /// The files of an operator's CA.
@@ -82,6 +94,13 @@ impl Sources {
                 (ca.key.clone(), Kind::PrivateKey),
             ]);
         }
+        if let Some(hop) = &self.hop {
+            files.extend([
+                (hop.cert.clone(), Kind::Pem),
+                (hop.key.clone(), Kind::PrivateKey),
+            ]);
+            files.extend(hop.client_ca.clone().map(|p| (p, Kind::Pem)));
+        }
         files
     }
 }
@@ -102,6 +121,8 @@ pub struct Config {
     pub redactor: ScrubSet,
     /// The operator's CA (`--ca-cert`, `--ca-key`); `None`: the ephemeral CA.
     pub ca: Option<Arc<Ca>>,
+    /// The TLS hop loaded again (when `Sources::hop` names its files).
+    pub hop: Option<Hop>,
 }
 
 /// Why a configuration was refused; each line names the file, line and field where known.
@@ -116,6 +137,9 @@ pub enum ConfigError {
     /// The operator's CA files hold no usable CA.
     #[error("cannot load the CA: {0}")]
     Ca(String),
+    /// The TLS hop's files hold no usable certificate and key.
+    #[error("cannot load the TLS hop: {0}")]
+    Hop(String),
 }
 
 fn errors(diags: &[Diagnostic]) -> Vec<String> {
@@ -144,7 +168,7 @@ impl ConfigError {
         match self {
             ConfigError::Credentials(lines) | ConfigError::Tenants(lines) => lines.clone(),
             ConfigError::Policy(diags) => errors(diags),
-            ConfigError::Ca(e) => vec![e.clone()],
+            ConfigError::Ca(e) | ConfigError::Hop(e) => vec![e.clone()],
         }
     }
 
@@ -153,7 +177,7 @@ impl ConfigError {
         match self {
             ConfigError::Credentials(lines) | ConfigError::Tenants(lines) => lines.clone(),
             ConfigError::Policy(diags) => diags.iter().map(ToString::to_string).collect(),
-            ConfigError::Ca(e) => vec![e.clone()],
+            ConfigError::Ca(e) | ConfigError::Hop(e) => vec![e.clone()],
         }
     }
 }
@@ -165,6 +189,11 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
     if let Some(files) = &sources.ca {
         let ca = Ca::load(&files.cert, &files.key).map_err(|e| ConfigError::Ca(e.to_string()))?;
         config.ca = Some(Arc::new(ca));
+    }
+    if let Some(files) = &sources.hop {
+        let hop = Hop::load(&files.cert, &files.key, files.client_ca.as_deref())
+            .map_err(|e| ConfigError::Hop(e.to_string()))?;
+        config.hop = Some(hop);
     }
     Ok(config)
 }
@@ -201,6 +230,7 @@ fn load_with_env(
         tenants,
         redactor,
         ca: None,
+        hop: None,
     })
 }
 
@@ -362,5 +392,6 @@ fn tenant_sources(spec: &TenantSpec, compat: CompatArg) -> Sources {
         compat,
         tenants: None,
         ca: None,
+        hop: None,
     }
 }

@@ -22,7 +22,9 @@
 //!
 //! An operator's CA (`--ca-cert`, `--ca-key`) is read with the rest: a new one (rotation)
 //! signs every leaf issued after the swap, `GET /ca.pem` serves it, and `--ca-dir`'s files
-//! are written again. Connections already established keep the leaf they were given.
+//! are written again. Connections already established keep the leaf they were given. The
+//! TLS hop's certificate, key and client CAs (`--tls-cert`, `--tls-key`, `--client-ca`) are
+//! read with the rest too: new handshakes present a renewed certificate.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
@@ -73,6 +75,8 @@ pub struct Reloader {
     redactor: Mutex<ScrubSet>,
     /// `--ca-dir`: written again when the operator's CA changes.
     ca_dir: Option<PathBuf>,
+    /// The running TLS hop, which a reload hands its files loaded again.
+    hop: Option<Arc<crate::listen::hop::Hop>>,
 }
 
 impl Reloader {
@@ -88,7 +92,14 @@ impl Reloader {
             sources,
             redactor: Mutex::new(redactor),
             ca_dir: None,
+            hop: None,
         }
+    }
+
+    /// Hands `hop` what every reload loads of its files (`Sources::hop`).
+    pub fn with_hop(mut self, hop: Option<Arc<crate::listen::hop::Hop>>) -> Reloader {
+        self.hop = hop;
+        self
     }
 
     /// Writes the CA's certificates to `dir` again whenever a reload rotates the CA.
@@ -143,6 +154,13 @@ impl Reloader {
                 tenants.retire_from(&self.shared.tenants.load());
                 if let Some(ca) = config.ca {
                     self.rotate_ca(ca);
+                }
+                if let (Some(hop), Some(new)) = (&self.hop, config.hop)
+                    && hop.replace(new)
+                {
+                    eprintln!(
+                        "sluice: the TLS hop's certificate was replaced: new handshakes present it; connections already open keep theirs"
+                    );
                 }
                 self.shared.credentials.store(Arc::new(bindings));
                 self.shared.policy.store(Arc::new(config.policy));

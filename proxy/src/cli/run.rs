@@ -633,6 +633,7 @@ async fn serve(args: RunArgs) -> ExitCode {
         }
     };
     warn_about_the_hop(&args, &shared.tenants.load(), hop.is_some());
+    let hop = hop.map(Arc::new);
     let hup = super::reload::hangup();
     let mut shutdown = Shutdown::register();
     let mut listeners = Vec::new();
@@ -761,10 +762,10 @@ async fn serve(args: RunArgs) -> ExitCode {
             },
         ));
     }
-    if let Some(hop) = hop {
+    if let Some(hop) = &hop {
         let front = Arc::new(listen::front::Front {
             proxy_from: args.proxy_protocol_from.clone(),
-            hop: Some(Arc::new(hop)),
+            hop: Some(Arc::clone(hop)),
         });
         for l in tls_listeners {
             let front = Arc::clone(&front);
@@ -802,9 +803,21 @@ async fn serve(args: RunArgs) -> ExitCode {
             },
         ));
     }
+    // A reload loads the hop's files again with the rest.
+    let mut sources = sources;
+    if hop.is_some()
+        && let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key)
+    {
+        sources.hop = Some(super::config::HopFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.client_ca.clone(),
+        });
+    }
     let reloader =
         super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor)
-            .with_ca_dir(args.ca_dir.clone());
+            .with_ca_dir(args.ca_dir.clone())
+            .with_hop(hop.clone());
     if let Err(e) = super::reload::watch(Arc::new(reloader), hup, args.watch_interval) {
         eprintln!("sluice: cannot start the configuration watcher: {e}");
         return ExitCode::from(1);
@@ -1121,6 +1134,7 @@ pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
             }),
             _ => None,
         },
+        hop: None,
     }
 }
 

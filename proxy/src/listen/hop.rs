@@ -8,11 +8,14 @@
 //! handshake, which yields the stream and what a verified client certificate says
 //! (`tenants::cert::PeerCert`). A certificate from another CA fails the handshake. Which
 //! tenant the certificate names is the tenants' to decide, at the connection's arrival.
+//! A reload loads the files again and [`Hop::replace`]s what new handshakes use (a renewed
+//! certificate); connections already open keep theirs.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;
@@ -58,9 +61,16 @@ pub enum HandshakeError {
 
 /// The TLS hop of a listener.
 pub struct Hop {
-    acceptor: tokio_rustls::TlsAcceptor,
+    /// What new handshakes use: swapped whole by a reload.
+    serving: ArcSwap<Serving>,
     /// Whether client certificates are asked for (`--client-ca`).
     pub verifies_clients: bool,
+}
+
+/// The server configuration and the chain it presents.
+struct Serving {
+    config: Arc<ServerConfig>,
+    chain: Vec<CertificateDer<'static>>,
 }
 
 impl std::fmt::Debug for Hop {
@@ -81,6 +91,7 @@ impl Hop {
             reason,
         };
         let chain = certificates(cert, "--tls-cert")?;
+        let presented = chain.clone();
         let key_pem = read(key, "--tls-key", Kind::PrivateKey)?;
         let key_der = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
             invalid(
@@ -120,9 +131,21 @@ impl Hop {
         // The proxy speaks HTTP/1.1 to its clients (CONNECT and absolute-form requests).
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Hop {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            serving: ArcSwap::from_pointee(Serving {
+                config: Arc::new(config),
+                chain: presented,
+            }),
             verifies_clients: client_ca.is_some(),
         })
+    }
+
+    /// New handshakes use what `new` (the same files, loaded again) holds. Returns whether
+    /// the certificate chain it presents changed.
+    pub fn replace(&self, new: Hop) -> bool {
+        let new = new.serving.into_inner();
+        let changed = self.serving.load().chain != new.chain;
+        self.serving.store(new);
+        changed
     }
 
     /// The handshake on `stream` (after `read_ahead`, bytes read with a PROXY header), within
@@ -132,7 +155,8 @@ impl Hop {
         stream: Prefixed<TcpStream>,
         within: Duration,
     ) -> Result<(HopTls, Option<Arc<PeerCert>>), HandshakeError> {
-        let tls = match tokio::time::timeout(within, self.acceptor.accept(stream)).await {
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&self.serving.load().config));
+        let tls = match tokio::time::timeout(within, acceptor.accept(stream)).await {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => return Err(HandshakeError::Failed(e)),
             Err(_) => return Err(HandshakeError::Timeout(within)),

@@ -75,9 +75,10 @@ pub async fn accept_entry<S, F>(
     overload: Overload,
     serve: S,
 ) where
-    S: Fn(Arc<Shared>, tokio::net::TcpStream, SocketAddr, SocketAddr) -> F,
+    S: Fn(Arc<Shared>, tokio::net::TcpStream, SocketAddr, SocketAddr) -> F + Send + Sync + 'static,
     F: Future<Output = ()> + Send + 'static,
 {
+    let serve = Arc::new(serve);
     let mut backoff = Duration::from_millis(10);
     let drain = shared.drain.clone();
     loop {
@@ -124,26 +125,51 @@ pub async fn accept_entry<S, F>(
                     drop(permit);
                 });
             }
+            Err(_) if shared.callers.displace_oldest_awaiting() => {
+                // On a gateway, the connection that has waited longest for its credentials
+                // is refused to make room, and this one takes its slot as it is given back:
+                // clients that send nothing cannot keep out one that says who it is.
+                let (slots, serve, shared) =
+                    (Arc::clone(&slots), Arc::clone(&serve), Arc::clone(&shared));
+                tokio::spawn(async move {
+                    let freed = tokio::time::timeout(DISPLACED_WAIT, slots.acquire_owned());
+                    match freed.await {
+                        Ok(Ok(permit)) => {
+                            Box::pin(serve(shared, stream, peer, local)).await;
+                            drop(permit);
+                        }
+                        _ => overloaded(&shared, stream, overload).await,
+                    }
+                });
+            }
             Err(_) if overload == Overload::Close => drop(stream),
             Err(_) => {
-                let max = shared.limits.max_connections;
-                tokio::spawn(async move {
-                    let mut stream = stream;
-                    let refusal = Refusal::new(
-                        503,
-                        Code::TooManyConnections,
-                        format!(
-                            "sluice is at its limit of {max} concurrent connections; retry later"
-                        ),
-                    );
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(2),
-                        stream.write_all(&refusal.to_bytes()),
-                    )
-                    .await;
-                    let _ = stream.shutdown().await;
-                });
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move { overloaded(&shared, stream, overload).await });
             }
         }
     }
+}
+
+/// How long a connection past the limit waits for the slot of the one it displaced (which
+/// is given back as soon as that one has been answered).
+const DISPLACED_WAIT: Duration = Duration::from_secs(1);
+
+/// Answers a connection past `--max-connections` as its listener does (`overload`).
+async fn overloaded(shared: &Shared, mut stream: tokio::net::TcpStream, overload: Overload) {
+    if overload == Overload::Close {
+        return;
+    }
+    let max = shared.limits.max_connections;
+    let refusal = Refusal::new(
+        503,
+        Code::TooManyConnections,
+        format!("sluice is at its limit of {max} concurrent connections; retry later"),
+    );
+    let _ = tokio::time::timeout(
+        Duration::from_secs(2),
+        stream.write_all(&refusal.to_bytes()),
+    )
+    .await;
+    let _ = stream.shutdown().await;
 }

@@ -8,11 +8,17 @@
 //! callers with none are dropped first when the table is full, those that carry no state
 //! (a full bucket) before the others. It does not identify callers (`caller.rs`) nor answer
 //! them (the pipeline turns a [`Refused`] into a 429).
+//!
+//! Also owns the bound on the gateway connections still awaiting their credentials, all
+//! addresses together ([`Awaiting`]): each address's share alone would let a few addresses
+//! that send nothing hold every connection the gateway has.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
+
+use tokio::sync::Notify;
 
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
@@ -76,6 +82,16 @@ pub struct CallerLimits {
     per_sec: u32,
     capacity: usize,
     table: Mutex<HashMap<String, Entry>>,
+    awaiting: Mutex<Waiting>,
+}
+
+/// The connections awaiting their credentials, oldest first (by the order they came in),
+/// each with the signal that displaces it.
+#[derive(Debug)]
+struct Waiting {
+    cap: usize,
+    next: u64,
+    by_age: BTreeMap<u64, Arc<Notify>>,
 }
 
 #[derive(Debug)]
@@ -109,7 +125,51 @@ impl CallerLimits {
             per_sec: per_sec.max(1),
             capacity: max_connections.saturating_mul(2).max(64),
             table: Mutex::new(HashMap::new()),
+            awaiting: Mutex::new(Waiting {
+                cap: (max_connections / 2).max(1),
+                next: 0,
+                by_age: BTreeMap::new(),
+            }),
         }
+    }
+
+    /// Counts one more connection awaiting its credentials (already admitted under its
+    /// address's key, [`awaiting_credentials`]). At most half of `--max-connections` wait
+    /// at once, all addresses together, so that the other half is always there for clients
+    /// that have said who they are; when that many wait already, the one that has waited
+    /// longest is displaced (told so through its [`Awaiting::displaced`]) to make room: a
+    /// client that sends its credentials as it connects is never refused for those that
+    /// send nothing, and those are refused in turn, oldest first.
+    pub fn awaiting(self: &Arc<Self>) -> Awaiting {
+        let mut waiting = self.lock_awaiting();
+        while waiting.by_age.len() >= waiting.cap && waiting.displace_oldest() {}
+        let id = waiting.next;
+        waiting.next += 1;
+        let signal = Arc::new(Notify::new());
+        waiting.by_age.insert(id, Arc::clone(&signal));
+        Awaiting {
+            limits: Arc::clone(self),
+            id,
+            signal,
+        }
+    }
+
+    /// Displaces the connection that has waited longest for its credentials, if any waits:
+    /// a client that comes when every connection sluice may hold is taken takes its place.
+    /// Returns whether one was displaced (its connection slot is given back once it has
+    /// been answered).
+    pub fn displace_oldest_awaiting(&self) -> bool {
+        self.lock_awaiting().displace_oldest()
+    }
+
+    /// Connections awaiting their credentials now (for tests of the bound).
+    pub fn awaiting_now(&self) -> usize {
+        self.lock_awaiting().by_age.len()
+    }
+
+    /// Each critical section leaves the queue consistent, so a poisoned lock is used as is.
+    fn lock_awaiting(&self) -> MutexGuard<'_, Waiting> {
+        self.awaiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Admits one new connection of the caller `exe`, or says which limit refuses it. A
@@ -180,6 +240,41 @@ pub struct CallerSlot {
 impl Drop for CallerSlot {
     fn drop(&mut self) {
         self.limits.release(&self.exe);
+    }
+}
+
+impl Waiting {
+    fn displace_oldest(&mut self) -> bool {
+        match self.by_age.pop_first() {
+            Some((_, oldest)) => {
+                oldest.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// One connection counted among those awaiting their credentials, until dropped (its head
+/// arrived, or it ended).
+#[derive(Debug)]
+pub struct Awaiting {
+    limits: Arc<CallerLimits>,
+    id: u64,
+    signal: Arc<Notify>,
+}
+
+impl Awaiting {
+    /// Resolves once the connection was displaced by a newer one (see
+    /// [`CallerLimits::awaiting`]); never, while it is not.
+    pub async fn displaced(&self) {
+        self.signal.notified().await;
+    }
+}
+
+impl Drop for Awaiting {
+    fn drop(&mut self) {
+        self.limits.lock_awaiting().by_age.remove(&self.id);
     }
 }
 
@@ -265,6 +360,32 @@ mod tests {
             );
         }
         drop(held);
+    }
+
+    #[tokio::test]
+    async fn connections_awaiting_credentials_are_bounded_together_oldest_displaced_first() {
+        let limits = Arc::new(CallerLimits::new(100, 100, 8));
+        let waiting: Vec<Awaiting> = (0..4).map(|_| limits.awaiting()).collect();
+        assert_eq!(limits.awaiting_now(), 4);
+        // A fifth (from any address) displaces the oldest, and only it.
+        let newest = limits.awaiting();
+        assert_eq!(limits.awaiting_now(), 4);
+        let wait = Duration::from_millis(50);
+        assert!(
+            tokio::time::timeout(wait, waiting[0].displaced())
+                .await
+                .is_ok()
+        );
+        for still in waiting.iter().skip(1).chain([&newest]) {
+            assert!(tokio::time::timeout(wait, still.displaced()).await.is_err());
+        }
+        // One whose head arrived leaves room without displacing anyone.
+        drop(waiting);
+        assert_eq!(limits.awaiting_now(), 1);
+        // A client past every connection slot displaces the oldest too.
+        assert!(limits.displace_oldest_awaiting());
+        assert!(tokio::time::timeout(wait, newest.displaced()).await.is_ok());
+        assert!(!limits.displace_oldest_awaiting());
     }
 
     #[test]

@@ -144,27 +144,15 @@ pub async fn identify(shared: &Shared, conn: &Conn) -> CallerState {
     }
 }
 
-/// Confirms that the process identified before (pid, start time, executable) still holds
-/// the connection's socket: a few reads of that one process, made for every later request
-/// and before a tunnel's first bytes go upstream. A socket handed over between the lookup and
-/// the request (or between two requests) is refused.
-pub async fn confirm(shared: &Shared, known: &Known) -> Result<(), CallerError> {
-    let Some(identity) = &known.identity else {
-        return Ok(());
-    };
-    // A few microseconds of /proc reads when the caller is unchanged: run in place, as
-    // `block_in_place` (handing this worker's other tasks to another thread) costs more than
-    // the check. When it fails, finding who holds the socket now is rare and may be slower.
-    let resolver = &shared.identity;
-    in_place_or_blocking(
-        || resolver.confirm_within(identity, IN_PLACE_READS),
-        || resolver.confirm(identity),
-    )
-    .map_err(failed)
-}
-
-/// Like [`confirm`], and no process of another identity in the caller's fork family holds the
-/// socket as well: made when the first request head arrives and at each periodic re-check.
+/// Checks that the process identified before (pid, start time, executable) still holds the
+/// connection's socket, and that no process of another identity in its fork family holds it
+/// as well: made when the first request head arrives, at every later request of a
+/// kept-alive connection or HTTP/2 stream, at a tunnel's first use and at each periodic
+/// re-check. A socket handed over between two looks is refused; one handed over while the
+/// identified process keeps its copy too (which a look at that process alone would pass:
+/// every such hand-over won) is refused when the program that took it holds it as the
+/// request arrives. (A program that hides the socket in an `SCM_RIGHTS` message while its
+/// bytes arrive is invisible to /proc; docs/identity.md says what that leaves.)
 pub async fn recheck(shared: &Shared, known: &Known) -> Result<(), CallerError> {
     let Some(identity) = &known.identity else {
         return Ok(());
@@ -277,11 +265,11 @@ fn identify_counted(
     found
 }
 
-/// [`confirm`] for a connection's caller as the request loop carries it: a caller that no
-/// longer holds the socket becomes the reason every later request is refused.
+/// [`recheck`] for a connection's caller as the request loop carries it: a caller that no
+/// longer holds the socket alone becomes the reason every later request is refused.
 pub async fn reconfirm(shared: &Shared, caller: &mut CallerState) {
     if let Ok(known) = caller
-        && let Err(reason) = confirm(shared, known).await
+        && let Err(reason) = recheck(shared, known).await
     {
         *caller = Err(reason);
     }

@@ -178,8 +178,8 @@ where
             Some(h) => h,
             None => match read_next(&mut s, served).await {
                 Some(h) => {
-                    // Each later request is the caller's only if it still holds the socket
-                    // (on a gateway: if its proxy credentials, when sent, are still its
+                    // Each later request is the caller's only if it still holds the socket,
+                    // and no other program of its family does too (on a gateway: if its proxy credentials, when sent, are still its
                     // tenant's; they are the proxy hop's, so only absolute-form requests
                     // carry them: inside a tunnel, `Proxy-Authorization` is not sluice's and
                     // is dropped like every `Proxy-*` header).

@@ -314,9 +314,10 @@ async fn handle(
     let authority_ok = authority
         .as_deref()
         .is_some_and(|a| host_matches(a.as_bytes(), dst.host(), dst.port(), 443));
-    // Each stream is the caller's only if it still holds the socket. (A gateway tenant is
-    // its tunnel's: a stream's `Proxy-Authorization` is not sluice's, and is dropped.)
-    let confirmed = caller::confirm(&t.shared, &t.known).await;
+    // Each stream is the caller's only if it still holds the socket, alone. (A gateway
+    // tenant is its tunnel's: a stream's `Proxy-Authorization` is not sluice's, and is
+    // dropped.)
+    let confirmed = caller::recheck(&t.shared, &t.known).await;
     let head = Head {
         method: req.method().as_str(),
         target: &path_and_query,

@@ -7,7 +7,7 @@
 //! the connection's stop signal (`stop.rs`) when the holder changed: each long-lived path
 //! (the L4 relay, an inspected tunnel, a forwarded connection) ends on that signal and
 //! audits the reason. Per-request checks are made where the requests are read
-//! (`forward.rs`, `h2.rs`), with `caller::confirm`.
+//! (`forward.rs`, `h2.rs`), with `caller::recheck`.
 //!
 //! The periodic re-checks of all connections run on one thread of their own (`rechecks.rs`).
 

@@ -80,6 +80,9 @@ pub(crate) struct Arrival {
     slot: Option<admission::CallerSlot>,
     /// The slot is its address's, held until the first head says whose connection it is.
     provisional: bool,
+    /// While provisional, its place among the connections awaiting credentials, all
+    /// addresses together ([`admission::CallerLimits::awaiting`]).
+    awaiting: Option<admission::Awaiting>,
     /// The client's first head had arrived whole before its caller was looked up.
     head_before_lookup: bool,
 }
@@ -162,6 +165,7 @@ async fn arrive_presenting(
             caller,
             slot: Some(slot),
             provisional,
+            awaiting: provisional.then(|| shared.callers.awaiting()),
             head_before_lookup,
         }),
         Err(refusal) => Err(Limited {
@@ -189,6 +193,15 @@ fn admit(shared: &Shared, key: &str) -> Result<admission::CallerSlot, Refusal> {
         .callers
         .admit(key, std::time::Instant::now())
         .map_err(|refused| refused.refusal(key))
+}
+
+/// Resolves when a connection awaiting its credentials was displaced by a newer one; never
+/// for one that awaits nothing.
+async fn displaced(awaiting: Option<&admission::Awaiting>) {
+    match awaiting {
+        Some(a) => a.displaced().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// `GET /ca.pem` sent to the proxy itself (origin-form): a client fetching the CA to trust
@@ -230,6 +243,8 @@ async fn by_credentials(
     head: &head::RequestHead,
     wr: &mut ClientWrite,
 ) -> Option<Arrival> {
+    // Its head is here: it awaits nothing more.
+    arrival.awaiting = None;
     let changed = caller::by_credentials(shared, &mut arrival.caller, &arrival.conn, head, true);
     // Its own caller's slot already, or credentials that name no tenant (refused next): the
     // slot it was admitted with stays (a failed guess is not counted in a bucket other
@@ -375,12 +390,25 @@ pub async fn serve_client(shared: Arc<Shared>, client: Client) {
             return;
         }
     };
-    let head = match Box::pin(tokio::time::timeout(
+    let reading = Box::pin(tokio::time::timeout(
         limits.head_timeout,
         head::read_head(&mut rd, &mut buf, limits.max_head_bytes),
-    ))
-    .await
-    {
+    ));
+    let read = tokio::select! {
+        read = reading => Some(read),
+        () = displaced(arrival.awaiting.as_ref()) => None,
+    };
+    let Some(read) = read else {
+        let refusal = Refusal::new(
+            503,
+            Code::TooManyConnections,
+            "sluice's connections awaiting their proxy credentials are all taken and this one \
+             had waited longest for its first request; send the request as you connect, or retry",
+        );
+        refuse_early(&shared, &arrival.conn, &mut wr, refusal, None).await;
+        return;
+    };
+    let head = match read {
         Ok(Ok(h)) => h,
         Ok(Err(HeadError::Closed)) => return,
         Ok(Err(e)) if crate::proxy_protocol::is_header(&buf) => {

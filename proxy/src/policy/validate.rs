@@ -27,7 +27,7 @@ use super::raw::{RawBinary, RawDocument, RawEndpoint, RawEntry, Spanned};
 use super::report::{Idx, Sub, Validator};
 use super::rules;
 pub use super::selector::{SelectorError, parse_selector, selector_for};
-use values::{always_blocked_overlap, fs_path_problem, is_dns_pattern, url_shaped_host};
+use values::{fs_path_problem, is_dns_pattern, url_shaped_host};
 
 /// Basenames whose grants pass to everything they run (spec §2.3).
 const LAUNCHERS: &[&str] = &[
@@ -714,7 +714,7 @@ impl Validator<'_> {
                     out.has_invalid = true;
                 }
                 Ok(net) => {
-                    if let Some(class) = always_blocked_overlap(&net) {
+                    if let Some(class) = sluice_resolver::always_blocked_in(net) {
                         self.lenient(
                             ip.pos,
                             f,

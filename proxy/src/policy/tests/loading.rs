@@ -304,6 +304,64 @@ fn strict_rows_refuse_and_compat_accepts_with_warning() {
     }
 }
 
+/// `allowed_ips` is judged at load by the classifier every connection is judged by
+/// (`sluice_resolver::always_blocked_in`): a network that reaches an always-blocked address
+/// through an IPv6 form that carries an IPv4 address, or a blocked range the reference's
+/// table lacks, is the same error as `127.0.0.1`; a network that reaches none loads.
+#[test]
+fn allowed_ips_overlapping_always_blocked_ranges_in_any_form_are_refused_at_load() {
+    for (net, names) in [
+        // SIIT-translated, IPv4-mapped, IPv4-compatible, NAT64 (well-known and local-use).
+        ("::ffff:0:7f00:0/104", "loopback 127.0.0.0/8"),
+        (
+            "::ffff:0:a9fe:a9fe",
+            "link-local (cloud metadata) 169.254.0.0/16",
+        ),
+        (
+            "::ffff:a9fe:0/112",
+            "link-local (cloud metadata) 169.254.0.0/16",
+        ),
+        ("::7f00:1", "loopback 127.0.0.0/8"),
+        ("64:ff9b::7f00:0/120", "loopback 127.0.0.0/8"),
+        ("64:ff9b:1:7f00::/64", "local-use NAT64"),
+        // 6to4, Teredo's server and (inverted) client, ISATAP under any prefix.
+        ("2002:7f00::/24", "loopback 127.0.0.0/8"),
+        (
+            "2001:0:a9fe:a9fe::/64",
+            "link-local (cloud metadata) 169.254.0.0/16",
+        ),
+        ("2001:0:808:808::80ff:fffe/128", "loopback 127.0.0.0/8"),
+        ("2001:db8:1:2:0:5efe:7f00:0/120", "loopback 127.0.0.0/8"),
+        // Always blocked in the classifier, missing from the load-time table before.
+        ("100.100.100.200", "cloud metadata (Alibaba Cloud)"),
+        ("224.0.0.0/8", "multicast"),
+        ("fd00:ec2::254", "cloud metadata (AWS IPv6)"),
+        ("ff02::/16", "multicast"),
+    ] {
+        let text = one(&format!(
+            "host: h.example.com\n  port: 443\n  allowed_ips: [\"{net}\"]"
+        ));
+        let e = errors(&text);
+        assert!(
+            e.len() == 1 && e[0].contains(names) && e[0].contains("always blocked"),
+            "{net}: {e:?}"
+        );
+    }
+    for net in [
+        "10.0.0.0/8",
+        "::ffff:10.0.0.0/104",
+        "64:ff9b::808:808",
+        "2002:808:808::/48",
+        "2606:4700::/32",
+        "fd12:3456::/32",
+    ] {
+        let text = one(&format!(
+            "host: h.example.com\n  port: 443\n  allowed_ips: [\"{net}\"]"
+        ));
+        assert!(errors(&text).is_empty(), "{net}: {:?}", errors(&text));
+    }
+}
+
 #[test]
 fn compat_interpretations_are_the_references() {
     // row 8: rules dropped, endpoint is L4, every request passes.

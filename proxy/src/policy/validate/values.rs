@@ -1,8 +1,7 @@
 //! Checks of single values that need no policy context: a `host` written as a URL (and how to
-//! write it instead), DNS-name patterns, `allowed_ips` networks that overlap an always-blocked
-//! class, and filesystem paths.
-
-use ipnet::IpNet;
+//! write it instead), DNS-name patterns, and filesystem paths. (Whether an `allowed_ips`
+//! network reaches an always-blocked address is the address classifier's question,
+//! `sluice_resolver::always_blocked_in`.)
 
 /// For a host written as a URL, `host:port` or `host/path`: how to write it instead.
 pub(super) fn url_shaped_host(text: &str) -> Option<String> {
@@ -55,33 +54,6 @@ pub(super) fn is_dns_pattern(host: &str) -> bool {
                 && l.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'*')
         })
-}
-
-/// The always-blocked class a network overlaps, if any (spec §1.4, §6.4).
-pub(super) fn always_blocked_overlap(net: &IpNet) -> Option<&'static str> {
-    const BLOCKED: &[(&str, &str)] = &[
-        ("127.0.0.0/8", "loopback 127.0.0.0/8"),
-        (
-            "169.254.0.0/16",
-            "link-local 169.254.0.0/16 (cloud metadata)",
-        ),
-        ("0.0.0.0/32", "the unspecified address 0.0.0.0"),
-        ("::1/128", "loopback ::1"),
-        ("::/128", "the unspecified address ::"),
-        ("fe80::/10", "link-local fe80::/10"),
-        ("::ffff:127.0.0.0/104", "IPv4-mapped loopback"),
-        ("::ffff:169.254.0.0/112", "IPv4-mapped link-local"),
-        ("::ffff:0.0.0.0/128", "the IPv4-mapped unspecified address"),
-    ];
-    BLOCKED.iter().find_map(|(cidr, name)| {
-        let blocked: IpNet = cidr.parse().ok()?;
-        let overlap = match (net, &blocked) {
-            (IpNet::V4(a), IpNet::V4(b)) => a.contains(&b.network()) || b.contains(&a.network()),
-            (IpNet::V6(a), IpNet::V6(b)) => a.contains(&b.network()) || b.contains(&a.network()),
-            _ => false,
-        };
-        overlap.then_some(*name)
-    })
 }
 
 pub(super) fn fs_path_problem(path: &str, rw: bool) -> Option<String> {
