@@ -338,7 +338,7 @@ pub async fn tunnel(start: Start<'_>, (rd, mut wr): (ClientRead, ClientWrite), b
         // Ended by the client or upstream, or cut when the caller no longer holds the socket
         // or a reload revoked it.
         let reason = tokio::select! {
-            () = inspected => "closed".to_string(),
+            failed = inspected => failed.unwrap_or_else(|| "closed".to_string()),
             reason = conn.stop.wait() => reason.to_string(),
         };
         // Client-side bytes, TLS records included, as for an uninspected tunnel.

@@ -26,6 +26,7 @@ use super::connection;
 use super::connection::{Admitted, Scheme};
 use super::denial::Denial;
 use super::denial::{head_refusal, smuggling_finding};
+use super::exchange;
 use super::form;
 use super::inject;
 use super::lease::{self, Lease};
@@ -280,7 +281,14 @@ where
                 Code::BadRequest,
                 "CONNECT after a forwarded request on the same connection: open a new connection",
             );
-            let _ = wr.write_all(&refusal.to_bytes()).await;
+            let mut rec = later_record(shared, conn, caller, route);
+            rec.request(&h.method, "");
+            if matches!(route, Route::Forward)
+                && let Ok(asked) = Authority::parse_connect(&h.target)
+            {
+                rec.dst = asked;
+            }
+            refuse(wr, rec, &Denial::new(Engine::HttpParser, refusal)).await;
             None
         }
         Ok(Ok(h)) => Some(h),
@@ -303,10 +311,32 @@ where
                 .ok()
                 .map(|k| std::sync::Arc::clone(&k.audit));
             smuggling_finding(shared, conn, known, dst, &e);
-            let _ = wr.write_all(&head_refusal(&e).to_bytes()).await;
+            let mut rec = later_record(shared, conn, caller, route);
+            rec.request(line_method(buf), "");
+            refuse(wr, rec, &Denial::new(Engine::HttpParser, head_refusal(&e))).await;
             None
         }
     }
+}
+
+/// The method of a head that could not be read, from its request line when it names one
+/// (a token), else `-`: what its audit record names.
+fn line_method(raw: &[u8]) -> &str {
+    let token = raw.split(|b| *b == b' ').next().unwrap_or_default();
+    match std::str::from_utf8(token) {
+        Ok(m) if (1..=32).contains(&m.len()) && m.bytes().all(|b| b.is_ascii_alphabetic()) => m,
+        _ => "-",
+    }
+}
+
+/// The audit record of a later request refused before it could be read (a malformed head, a
+/// `CONNECT`): audited like the first, with the tunnel's destination when it is in one.
+fn later_record(shared: &Shared, conn: &Conn, caller: &CallerState, route: &Route) -> Record {
+    let mut rec = Record::open(shared, conn.id, conn.peer, caller.as_ref().ok());
+    if let Route::Tunnel(t) = route {
+        rec.on(&t.admitted);
+    }
+    rec
 }
 
 /// Reads the first bytes of the next request into `buf` (empty) through a buffer on the
@@ -617,8 +647,7 @@ where
         framing == BodyFraming::Chunked,
         &prepared.headers,
         &prepared.origin_form,
-        dst.host(),
-        dst.port(),
+        &dst.to_uri_authority(admitted.scheme.default_port()),
         req_body,
     ) {
         Ok(r) => r,
@@ -684,14 +713,11 @@ where
     let scrub = prepared.scrub;
     let rec_ref = &rec;
     let exchange = async {
-        let response = tokio::select! {
-            r = upstream.sender.send_request(request) => r.map_err(|e| e.to_string()),
-            () = async {
-                let _ = done_rx.await;
-                tokio::time::sleep(upstream_timeout).await;
-            } => return Err(Failure::Timeout),
-        };
-        let response = response.map_err(Failure::Upstream)?;
+        let sent = upstream.sender.send_request(request);
+        let response = exchange::within(sent, done_rx, upstream_timeout)
+            .await
+            .ok_or(Failure::Timeout)?
+            .map_err(|e| Failure::Upstream(e.to_string()))?;
         let status = response.status().as_u16();
         let written = if scrub.is_empty() {
             respond::write_response(

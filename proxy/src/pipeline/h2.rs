@@ -23,10 +23,12 @@ use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::oneshot;
 
 use super::caller::{self, Known};
 use super::connection::Admitted;
 use super::denial::Denial;
+use super::exchange;
 use super::form::{self, FormVerdict};
 use super::inject;
 use super::pool::UpBody;
@@ -64,6 +66,9 @@ pub struct Guarded {
     waiting: Option<(tokio::time::Instant, std::pin::Pin<Box<tokio::time::Sleep>>)>,
     /// Body bytes received from the client so far (for the stream's audit record).
     received: Arc<AtomicU64>,
+    /// Told (or dropped) when the body has ended or stopped: the upstream timeout counts
+    /// from then (`exchange::within`).
+    sent: Option<oneshot::Sender<()>>,
 }
 
 impl Guarded {
@@ -126,9 +131,13 @@ impl http_body::Body for Guarded {
             }
             let frame = match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => frame,
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(Box::new(e)))),
+                Poll::Ready(Some(Err(e))) => {
+                    self.sent = None;
+                    return Poll::Ready(Some(Err(Box::new(e))));
+                }
                 Poll::Ready(None) => {
                     if self.hold.is_none() {
+                        self.sent = None;
                         return Poll::Ready(None);
                     }
                     if let Err(e) = self.end_hold() {
@@ -256,6 +265,31 @@ where
         .map_err(|e| format!("client HTTP/2: {e}"))
 }
 
+/// Answers every stream of the client's connection on `client_io` with `denial` (the
+/// upstream could not be reached), each audited, until the client closes.
+pub async fn refuse_streams<C>(tunnel: H2Tunnel, client_io: C, denial: Denial) -> Result<(), String>
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let tunnel = Arc::new(tunnel);
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let t = Arc::clone(&tunnel);
+        let denial = denial.clone();
+        async move {
+            let mut rec = Record::open(&t.shared, t.conn_id, t.peer, Some(&t.known));
+            rec.on(&t.admitted);
+            let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            rec.request(req.method().as_str(), target);
+            unread::drain_body(&mut req.into_body()).await;
+            Ok::<_, Infallible>(refuse(rec, &denial))
+        }
+    });
+    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(client_io), service)
+        .await
+        .map_err(|e| format!("client HTTP/2: {e}"))
+}
+
 /// Answers a stream with a refusal, and audits it.
 fn refuse(mut rec: Record, d: &Denial) -> Response<Body> {
     rec.deny(d);
@@ -360,7 +394,10 @@ async fn handle(
         pacer: body::Pacer::new(t.shared.limits.body_pace),
         waiting: None,
         received: Arc::clone(&received),
+        sent: None,
     };
+    let (sent_tx, mut sent) = oneshot::channel();
+    guarded.sent = Some(sent_tx);
     let reads_whole = prepared
         .reads_whole()
         .filter(|_| !http_body::Body::is_end_stream(&guarded));
@@ -386,6 +423,9 @@ async fn handle(
                 return refuse(rec, &d);
             }
         };
+        // Read whole: the clock starts now.
+        guarded.sent = None;
+        sent = exchange::already_sent();
         match x.whole_body(known, &mut rec, &mut prepared, whole) {
             Ok(b) => Full::new(b).map_err(|never| match never {}).boxed(),
             Err(d) => return refuse(rec, &d),
@@ -429,9 +469,9 @@ async fn handle(
         }
     };
     let timeout = t.shared.limits.upstream_timeout;
-    let response = match tokio::time::timeout(timeout, sender.send_request(upstream_req)).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
+    let response = match exchange::within(sender.send_request(upstream_req), sent, timeout).await {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => {
             rec.bytes_in += received.load(Ordering::Relaxed);
             let form_denied = form.as_ref().and_then(|f| f.apply(&mut rec));
             let d = match (tripped.get(), form_denied) {
@@ -441,7 +481,7 @@ async fn handle(
             };
             return refuse(rec, &d);
         }
-        Err(_) => return refuse(rec, &x.upstream_timeout(timeout)),
+        None => return refuse(rec, &x.upstream_timeout(timeout)),
     };
     rec.status = Some(response.status().as_u16());
     let (mut parts, body) = response.into_parts();

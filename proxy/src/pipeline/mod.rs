@@ -19,6 +19,7 @@ mod counted;
 mod denial;
 pub mod destination;
 pub mod doctor;
+mod exchange;
 mod form;
 mod forward;
 mod h2;

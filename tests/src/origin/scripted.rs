@@ -84,7 +84,8 @@ pub fn spawn_tls(
     (OriginProcess::spawn(&mut cmd, what), ca)
 }
 
-/// A test CA and a server certificate it signed, for `localhost`, `127.0.0.1`, `::1` and
+/// A test CA and a server certificate it signed, for `localhost`, `127.0.0.1`, `127.0.0.26` (an
+/// origin on port 443 of its own loopback address), `::1` and
 /// `*.local.test`, made by `openssl` in `dir`: (CA certificate, server certificate, server key).
 /// (A self-signed certificate is a CA, which verifiers refuse as a server certificate.)
 pub fn make_cert(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
@@ -96,7 +97,7 @@ pub fn make_cert(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let ext = dir.join("origin.ext");
     std::fs::write(
         &ext,
-        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,DNS:*.local.test,DNS:origin.test,IP:127.0.0.1,IP:::1\n",
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,DNS:*.local.test,DNS:origin.test,IP:127.0.0.1,IP:127.0.0.26,IP:::1\n",
     )
     .expect("write ext file");
     let openssl = |args: &[&str]| {
@@ -264,7 +265,7 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
       res.end(`proto=${req.httpVersion} method=${req.method} path=${req.url} body=${n}\n`);
     });
   });
-server.listen(0, process.argv[4], () => { console.log(server.address().port); });
+server.listen(Number(process.argv[5] || 0), process.argv[4], () => { console.log(server.address().port); });
 "#;
 
 impl H2Origin {
@@ -274,11 +275,17 @@ impl H2Origin {
 
     /// Like [`H2Origin::start`], listening on `ip` (`::1` for an IPv6-literal origin).
     pub fn start_on(dir: &Path, ip: IpAddr) -> H2Origin {
+        H2Origin::start_at(dir, SocketAddr::from((ip, 0)))
+    }
+
+    /// Like [`H2Origin::start`], listening on `addr` (port 0: any).
+    pub fn start_at(dir: &Path, addr: SocketAddr) -> H2Origin {
+        let ip = addr.ip();
         let log = dir.join(format!("h2-origin-{}.jsonl", std::process::id()));
         let (process, ca) = spawn_tls(
             dir,
             Script::Node(H2_ORIGIN),
-            &[&log, &ip.to_string()],
+            &[&log, &ip.to_string(), &addr.port().to_string()],
             "the h2 origin (node)",
         );
         let port = process.port;
