@@ -14,7 +14,6 @@ use std::net::SocketAddr;
 use std::task::Poll;
 
 use bytes::BytesMut;
-use http::HeaderValue;
 use hyper::client::conn::http1::SendRequest;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::oneshot;
@@ -26,9 +25,7 @@ use super::connection;
 use super::connection::{Admitted, Scheme};
 use super::denial::Denial;
 use super::denial::{head_refusal, smuggling_finding};
-use super::exchange;
-use super::form;
-use super::inject;
+use super::exchange::{self, Begun, Unanswered, Wire};
 use super::lease::{self, Lease};
 use super::record::Record;
 use super::request::{BodyPlan, Exchange, Head};
@@ -550,16 +547,13 @@ where
         websocket,
         has_body: framing != BodyFraming::None,
     };
-    let (known, mut prepared) = match x.prepare(caller.as_ref(), req, &mut rec) {
-        Ok(p) => p,
-        Err(d) => return refuse(wr, rec, &d).await,
-    };
-    // A form that may name another method streams, its `_method` fields held until judged.
-    let form::FormStream {
+    let Begun {
+        known,
+        mut prepared,
         hold,
-        verdict: form,
-    } = match form::stream(&mut prepared, known) {
-        Ok(s) => s,
+        form,
+    } = match x.begin(caller.as_ref(), req, &mut rec) {
+        Ok(b) => b,
         Err(d) => return refuse(wr, rec, &d).await,
     };
     let upstream = match upstream_for(&x, route, upstreams, &rec.method).await {
@@ -641,29 +635,19 @@ where
             (Some(tx), b)
         }
     };
-    let dst = &admitted.dst;
-    let mut request = match crate::http::upstream::build_request(
-        head,
-        framing == BodyFraming::Chunked,
-        &prepared.headers,
-        &prepared.origin_form,
-        &dst.to_uri_authority(admitted.scheme.default_port()),
-        req_body,
-    ) {
+    let nominated = head.connection_tokens();
+    let wire = Wire {
+        method: &head.method,
+        version: http::Version::HTTP_11,
+        nominated: &nominated,
+        chunked: framing == BodyFraming::Chunked,
+        websocket,
+    };
+    let request = match x.upstream_request(&prepared, &wire, req_body) {
         Ok(r) => r,
-        Err(e) => {
-            let refusal = Refusal::new(400, Code::BadRequest, e);
-            return refuse(wr, rec, &Denial::new(Engine::HttpParser, refusal)).await;
-        }
+        Err(d) => return refuse(wr, rec, &d).await,
     };
     if websocket {
-        // Upgrade and Connection are hop-by-hop, except in a handshake sluice relays.
-        let h = request.headers_mut();
-        h.insert(
-            http::header::CONNECTION,
-            HeaderValue::from_static("upgrade"),
-        );
-        h.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
         let handshake = Handshake {
             request,
             key: head.header("sec-websocket-key").map(<[u8]>::to_vec),
@@ -712,37 +696,26 @@ where
     let client_keep_alive = head.keep_alive();
     let scrub = prepared.scrub;
     let rec_ref = &rec;
+    let x_ref = &x;
     let exchange = async {
         let sent = upstream.sender.send_request(request);
         let response = exchange::within(sent, done_rx, upstream_timeout)
             .await
-            .ok_or(Failure::Timeout)?
-            .map_err(|e| Failure::Upstream(e.to_string()))?;
+            .ok_or(Failure::Unanswered(Unanswered::Timeout))?
+            .map_err(|e| Failure::Unanswered(Unanswered::Failed(e.to_string())))?;
         let status = response.status().as_u16();
-        let written = if scrub.is_empty() {
-            respond::write_response(
-                &mut *wr,
-                response,
-                is_head,
-                head.minor_version,
-                client_keep_alive,
-            )
+        let response = x_ref
+            .answer(known, rec_ref, scrub, response)
             .await
-        } else {
-            // A secret went in, or the endpoint has secrets bound: the response is scrubbed.
-            let dest = rec_ref.dest(shared, known);
-            let response = inject::scrub(&dest, scrub, &rec_ref.credentials, response)
-                .await
-                .map_err(Failure::Refused)?;
-            respond::write_response(
-                &mut *wr,
-                response,
-                is_head,
-                head.minor_version,
-                client_keep_alive,
-            )
-            .await
-        };
+            .map_err(Failure::Refused)?;
+        let written = respond::write_response(
+            &mut *wr,
+            response,
+            is_head,
+            head.minor_version,
+            client_keep_alive,
+        )
+        .await;
         written
             .map(|w| (status, w))
             .map_err(|e| Failure::Midway(e.to_string()))
@@ -783,12 +756,13 @@ where
             rec.finish();
             return Step { keep_alive: false };
         }
-        Err(Failure::Timeout) => x.upstream_timeout(upstream_timeout),
-        Err(Failure::Upstream(e)) => match (&pumped, form_denied) {
-            (Some(Err(body::BodyError::Held)), Some(denied)) => denied,
-            (Some(Err(stopped)), _) => x.body_failed(known, &rec, stopped),
-            _ => x.upstream_failed(e),
-        },
+        Err(Failure::Unanswered(why)) => {
+            let stopped = match &pumped {
+                Some(Err(e)) => Some(e),
+                _ => None,
+            };
+            x.unanswered(known, &rec, why, stopped, form_denied)
+        }
         Err(Failure::Refused(d)) => d,
     };
     upstreams.remove(&admitted.dst);
@@ -797,12 +771,10 @@ where
 
 /// Why an exchange with the upstream did not complete.
 enum Failure {
-    /// No response head within the upstream timeout after the body was sent.
-    Timeout,
+    /// No response head in time, or the upstream failed before answering.
+    Unanswered(Unanswered),
     /// The response may not reach the client (it cannot be scrubbed of a secret).
     Refused(Denial),
-    /// The upstream failed before answering.
-    Upstream(String),
     /// Writing the response failed after its head was sent.
     Midway(String),
 }

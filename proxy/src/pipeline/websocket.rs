@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::caller::Known;
 use super::denial::Denial;
+use super::exchange::{self, Unanswered};
 use super::record::Record;
 use super::request::Exchange;
 use super::ws_scrub::{Reports, ScrubbedFrames};
@@ -78,28 +79,25 @@ pub(super) async fn relay<R, W>(
         // No extension: a compressed frame could not be scanned for the secret.
         request.headers_mut().remove("sec-websocket-extensions");
     }
+    // A handshake has no body: the upstream's time starts now.
     let timeout = x.shared.limits.upstream_timeout;
-    let response = match tokio::time::timeout(timeout, sender.send_request(request)).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => return refuse(wr, rec, &x.upstream_failed(e.to_string())).await,
-        Err(_) => return refuse(wr, rec, &x.upstream_timeout(timeout)).await,
+    let sent = exchange::already_sent();
+    let response = match exchange::within(sender.send_request(request), sent, timeout).await {
+        Some(Ok(r)) => r,
+        unanswered => {
+            let why = match unanswered {
+                Some(Err(e)) => Unanswered::Failed(e.to_string()),
+                _ => Unanswered::Timeout,
+            };
+            let d = x.unanswered(known, &rec, why, None, None);
+            return refuse(wr, rec, &d).await;
+        }
     };
     let status = response.status().as_u16();
     if status != 101 {
-        let written = if scrubbing {
-            let scrubbed = super::inject::scrub(
-                &rec.dest(x.shared, known),
-                hs.scrub,
-                &rec.credentials,
-                response,
-            )
-            .await;
-            match scrubbed {
-                Ok(r) => respond::write_response(wr, r, false, 1, false).await,
-                Err(d) => return refuse(wr, rec, &d).await,
-            }
-        } else {
-            respond::write_response(wr, response, false, 1, false).await
+        let written = match x.answer(known, &rec, hs.scrub, response).await {
+            Ok(r) => respond::write_response(wr, r, false, 1, false).await,
+            Err(d) => return refuse(wr, rec, &d).await,
         };
         rec.status = Some(status);
         rec.bytes_out = written.map_or(0, |w| w.body_bytes);
