@@ -64,14 +64,13 @@ impl BodyError {
     pub(crate) fn refusal(&self) -> crate::http::respond::Refusal {
         use crate::http::respond::Refusal;
         match self {
-            Self::TooSlow(_) => Refusal::new(408, Code::RequestTimeout, self.to_string()),
+            Self::TooSlow(_) => Refusal::new(Code::RequestTimeout, self.to_string()),
             Self::PlaceholderInTrailers => Refusal::new(
-                403,
                 Code::CredentialInTrailers,
                 "a credential placeholder in the request trailers would reach the upstream unresolved; sluice swaps placeholders in request headers only",
             ),
-            Self::Held => Refusal::new(400, Code::InvalidMethodOverride, self.to_string()),
-            _ => Refusal::new(400, Code::BadRequest, format!("request body: {self}")),
+            Self::Held => Refusal::new(Code::InvalidMethodOverride, self.to_string()),
+            _ => Refusal::new(Code::BadRequest, format!("request body: {self}")),
         }
     }
 }
@@ -512,7 +511,6 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
 /// The refusal of a body to rewrite larger than `max` bytes (413), over any transport.
 pub fn too_large(max: usize) -> super::respond::Refusal {
     super::respond::Refusal::new(
-        413,
         Code::RequestBodyTooLarge,
         format!("a body to rewrite may be at most {max} bytes (request_body_credential_rewrite)"),
     )

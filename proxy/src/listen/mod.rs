@@ -130,7 +130,6 @@ pub async fn accept_entry<S, F>(
                 tokio::spawn(async move {
                     let mut stream = stream;
                     let refusal = Refusal::new(
-                        503,
                         Code::TooManyConnections,
                         format!(
                             "sluice is at its limit of {max} concurrent connections; retry later"

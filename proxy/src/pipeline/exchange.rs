@@ -115,7 +115,7 @@ impl Exchange<'_> {
             chunked: wire.chunked,
         };
         let mut request = upstream::build_request(&out, &prepared.headers, body).map_err(|e| {
-            let refusal = Refusal::new(400, Code::BadRequest, e);
+            let refusal = Refusal::new(Code::BadRequest, e);
             Denial::new(Engine::HttpParser, refusal)
         })?;
         if wire.websocket {

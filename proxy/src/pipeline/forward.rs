@@ -274,7 +274,6 @@ where
     {
         Ok(Ok(h)) if h.method.eq_ignore_ascii_case("CONNECT") => {
             let refusal = Refusal::new(
-                400,
                 Code::BadRequest,
                 "CONNECT after a forwarded request on the same connection: open a new connection",
             );
@@ -411,7 +410,6 @@ async fn admit_forward<W: AsyncWrite + Unpin>(
         && !host_matches(h, dst.host(), dst.port(), 80)
     {
         let refusal = Refusal::new(
-            400,
             Code::BadRequest,
             "the Host header does not match the request URI's authority",
         );

@@ -373,7 +373,7 @@ async fn handle(
                     None if e.is::<http_body_util::LengthLimitError>() => x.too_large(),
                     None => Denial::new(
                         Engine::HttpParser,
-                        Refusal::new(400, Code::BadRequest, format!("request body: {e}")),
+                        Refusal::new(Code::BadRequest, format!("request body: {e}")),
                     ),
                 };
                 unread::drain_body(&mut guarded).await;

@@ -143,7 +143,7 @@ pub async fn run(
             } else {
                 "Unsupported tunnel protocol for L7-inspected endpoint"
             };
-            let refusal = Refusal::new(403, Code::UnsupportedL7Protocol, detail);
+            let refusal = Refusal::new(Code::UnsupportedL7Protocol, detail);
             let mut wr = wr;
             let _ = wr.write_all(&refusal.to_bytes()).await;
             let _ = wr.shutdown().await;

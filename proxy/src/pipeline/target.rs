@@ -22,14 +22,12 @@ pub struct Absolute {
 pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
     if target.starts_with('/') {
         return Err(Refusal::new(
-            400,
             Code::NotAProxyRequest,
             "sluice is a proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port",
         ));
     }
     let Some((scheme, rest)) = target.split_once("://") else {
         return Err(Refusal::new(
-            400,
             Code::BadRequest,
             "request target is not an absolute http:// URI",
         ));
@@ -38,14 +36,12 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
         "http" => {}
         "https" => {
             return Err(Refusal::new(
-                400,
                 Code::HttpsRequiresConnect,
                 "Use CONNECT for HTTPS URLs",
             ));
         }
         other => {
             return Err(Refusal::new(
-                400,
                 Code::UnsupportedProxyScheme,
                 format!(
                     "scheme `{other}` is not supported by the forward proxy (http only; use CONNECT)"
@@ -57,7 +53,6 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
     let (authority, tail) = rest.split_at(split);
     if authority.contains('@') {
         return Err(Refusal::new(
-            400,
             Code::BadRequest,
             "user information in the request URI is not allowed",
         ));
@@ -65,7 +60,7 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (h, after) = v6
             .split_once(']')
-            .ok_or_else(|| Refusal::new(400, Code::BadRequest, "unclosed `[` in the URI host"))?;
+            .ok_or_else(|| Refusal::new(Code::BadRequest, "unclosed `[` in the URI host"))?;
         (h.to_string(), after.strip_prefix(':'))
     } else {
         match authority.rsplit_once(':') {
@@ -76,15 +71,11 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
     let port = match port {
         None => 80,
         Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-            Refusal::new(
-                400,
-                Code::BadRequest,
-                format!("invalid port `{p}` in the URI"),
-            )
+            Refusal::new(Code::BadRequest, format!("invalid port `{p}` in the URI"))
         })?,
     };
     if host.is_empty() {
-        return Err(Refusal::new(400, Code::BadRequest, "empty host in the URI"));
+        return Err(Refusal::new(Code::BadRequest, "empty host in the URI"));
     }
     let path_and_query = match tail {
         "" => "/".to_string(),

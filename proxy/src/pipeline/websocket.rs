@@ -114,7 +114,6 @@ pub(super) async fn relay<R, W>(
         .is_some_and(|u| u.as_bytes().eq_ignore_ascii_case(b"websocket"));
     if !accept_ok || !upgrade_ok {
         let refusal = Refusal::new(
-            502,
             Code::UpstreamUnreachable,
             "the upstream's WebSocket handshake answer is not valid (RFC 6455)",
         );
@@ -144,7 +143,7 @@ pub(super) async fn relay<R, W>(
             "the upstream answered a WebSocket handshake to a credentialed endpoint with extension `{name}` although none was offered; sluice does not relay frames it cannot scan for the secret"
         );
         let refusal =
-            Refusal::new(502, Code::CredentialResponseEncoded, detail.clone()).with_reason(detail);
+            Refusal::new(Code::CredentialResponseEncoded, detail.clone()).with_reason(detail);
         return refuse(wr, rec, &Denial::new(Engine::L7, refusal)).await;
     }
     let mut head = b"HTTP/1.1 101 Switching Protocols\r\n".to_vec();
@@ -158,11 +157,7 @@ pub(super) async fn relay<R, W>(
     let upgraded = match hyper::upgrade::on(response).await {
         Ok(u) => u,
         Err(e) => {
-            let refusal = Refusal::new(
-                502,
-                Code::UpstreamUnreachable,
-                format!("upgrade failed: {e}"),
-            );
+            let refusal = Refusal::new(Code::UpstreamUnreachable, format!("upgrade failed: {e}"));
             return refuse(wr, rec, &Denial::new(Engine::Proxy, refusal)).await;
         }
     };
