@@ -478,7 +478,7 @@ async fn handshakes(h: Handshakes<'_>, stream: ClientIo) -> Result<Handshaken, F
         upstream,
         addr,
     } = h;
-    let (host, port) = (admitted.dst.host(), admitted.dst.port());
+    let host = admitted.dst.host();
     let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
     let start = match tokio::time::timeout(DETECT_TIMEOUT, acceptor).await {
         Ok(Ok(s)) => s,
@@ -511,7 +511,7 @@ async fn handshakes(h: Handshakes<'_>, stream: ClientIo) -> Result<Handshaken, F
         Some(t) => (Up::Pooled(t.client), t.addr, t.alpn),
         None => {
             let reached = match socket(shared, upstream, addr).await {
-                Ok((socket, addr)) => upstream::tls(shared, tls, host, port, offer, socket)
+                Ok((socket, addr)) => upstream::tls(shared, tls, &admitted.dst, offer, socket)
                     .await
                     .map(|s| (s, addr)),
                 Err(e) => Err(e),
