@@ -1,6 +1,7 @@
 //! Where HTTP/1.1 and HTTP/2 once drifted apart, each checked over both protocols (curl
 //! `--http1.1` and `--http2` in an inspected tunnel, the origin naming the protocol it was
-//! reached over): the upstream timeout counts from the end of the upload; the `Host` sent
+//! reached over): the upstream timeout counts from the end of the upload (and still holds
+//! after it); the `Host` sent
 //! upstream leaves out the scheme's default port, as `:authority` does; an upstream whose
 //! TLS fails after the client's `200` is answered `502` with the reason, audited, and the
 //! tunnel gets one open event, not two. And on HTTP/1.1's keep-alive loop (HTTP/2 has none),
@@ -96,6 +97,21 @@ fn slow_upload(http: Http) {
         )),
         "{body}"
     );
+    // The timeout still holds from the end of the body: a request with none, or with one,
+    // to an origin that never answers is refused 504 in about the timeout.
+    for extra in [&[][..], &["--data-binary", "x"][..]] {
+        let started = std::time::Instant::now();
+        let (status, body) = curl(
+            &sluice,
+            &ca,
+            http,
+            extra,
+            &format!("https://127.0.0.1:{}/silent", origin.port()),
+        );
+        assert_eq!(status, 504, "{body}");
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(10), "{took:?}");
+    }
     assert_events_valid(&sluice);
 }
 

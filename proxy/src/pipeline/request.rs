@@ -3,7 +3,8 @@
 //! judgement, the credentials of its head and the policy for its body, then goes upstream;
 //! its body's failures and its upstream's are refused the same way. HTTP/1.1 (`forward.rs`),
 //! HTTP/2 (`h2.rs`) and WebSocket handshakes (`websocket.rs`) call these steps, and do only
-//! what their wire format needs themselves (reading heads and bodies, writing answers).
+//! what their wire format needs themselves (reading heads and bodies, writing answers). The
+//! order of the whole exchange, and its steps past this phase, are in `exchange.rs`.
 //!
 //! ```text
 //! prepare:  authority → caller → judge → credentials (head) → body plan

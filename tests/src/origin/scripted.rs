@@ -217,7 +217,7 @@ impl HttpsOrigin {
 
 /// An HTTPS origin that speaks HTTP/2 and HTTP/1.1 (Node's `http2` module, `allowHTTP1`),
 /// answering each request with the protocol it arrived over: `proto=2 path=/x`. `/early`
-/// answers before it has read the request body.
+/// answers before it has read the request body; `/silent` never answers.
 #[derive(Debug)]
 pub struct H2Origin {
     pub addr: SocketAddr,
@@ -254,6 +254,7 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
       req.on('end', () => { fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, body: '', aborted: req.aborted }) + '\n'); res.end(`body=${n}\n`); });
       return;
     }
+    if (req.url.startsWith('/silent')) { req.resume(); return; }
     if (req.url.startsWith('/count')) {
       let n = 0; req.on('data', (c) => { n += c.length; }); req.on('end', () => res.end(`count=${n}\n`)); return;
     }
