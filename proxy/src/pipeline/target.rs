@@ -57,17 +57,13 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
             "user information in the request URI is not allowed",
         ));
     }
-    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (h, after) = v6
-            .split_once(']')
-            .ok_or_else(|| Refusal::new(Code::BadRequest, "unclosed `[` in the URI host"))?;
-        (h.to_string(), after.strip_prefix(':'))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), Some(p)),
-            None => (authority.to_string(), None),
-        }
-    };
+    let (host, port) = sluice_addr::split_host_port(authority).ok_or_else(|| {
+        Refusal::new(
+            Code::BadRequest,
+            "malformed URI host: an unclosed `[`, or something other than `:port` after `]`",
+        )
+    })?;
+    let host = host.to_string();
     let port = match port {
         None => 80,
         Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {

@@ -76,17 +76,10 @@ pub fn host_matches(header: &[u8], host: &str, port: u16, default_port: u16) -> 
         return false;
     };
     let h = h.trim().to_ascii_lowercase();
-    let (hh, hp) = if let Some(v6) = h.strip_prefix('[') {
-        match v6.split_once(']') {
-            Some((a, rest)) => (a.to_string(), rest.strip_prefix(':').map(str::to_string)),
-            None => return false,
-        }
-    } else {
-        match h.rsplit_once(':') {
-            Some((a, p)) => (a.to_string(), Some(p.to_string())),
-            None => (h.clone(), None),
-        }
+    let Some((hh, hp)) = sluice_addr::split_host_port(&h) else {
+        return false;
     };
+    let hh = hh.to_string();
     // One trailing dot names the same host, as for the target (`canon::normalize_host`).
     let hh = match hh.strip_suffix('.') {
         Some(h) if !h.is_empty() && !h.ends_with('.') => h.to_string(),
