@@ -110,6 +110,16 @@ mod tests {
         assert_eq!(check_request_target(b"/a?b=c"), Ok(()));
     }
 
+    /// Text after a bracketed host that is not `:port` names no authority (it was once read
+    /// as the host on the default port).
+    #[test]
+    fn a_bracketed_host_is_followed_by_a_port_or_nothing() {
+        assert!(host_matches(b"[::1]", "::1", 443, 443));
+        assert!(host_matches(b"[::1]:443", "::1", 443, 80));
+        assert!(!host_matches(b"[::1]x", "::1", 443, 443));
+        assert!(!host_matches(b"[::1", "::1", 443, 443));
+    }
+
     #[test]
     fn tunnel_authority() {
         let h = Some(&b"x.test:443"[..]);
