@@ -409,17 +409,12 @@ fn l7_denial(d: &L7Denial<'_>) -> Refusal {
 /// `host:port` (IPv6 literals with or without brackets) as the host without brackets and
 /// the port.
 fn split_host_port(hp: &str) -> (String, Option<u16>) {
-    match hp.rsplit_once(':') {
-        Some((host, port)) => match port.parse::<u16>() {
-            Ok(port) => (
-                host.trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_string(),
-                Some(port),
-            ),
+    match sluice_addr::split_host_port(hp) {
+        Some((host, Some(port))) => match port.parse::<u16>() {
+            Ok(port) => (host.to_string(), Some(port)),
             Err(_) => (hp.to_string(), None),
         },
-        None => (hp.to_string(), None),
+        _ => (hp.to_string(), None),
     }
 }
 
