@@ -1,13 +1,13 @@
 //! HTTP/1.1 on one client connection: absolute-form requests (`GET http://host/path`), each
 //! admitted on its own by the connection phase (`connection.rs`) and forwarded with
 //! keep-alive on both sides, or the requests inside an admitted tunnel (TLS-terminated, or
-//! plaintext HTTP). Every request goes through the request phase (`request.rs`), the same
-//! steps as HTTP/2's.
+//! plaintext HTTP). Every request goes through the exchange (`exchange.rs`) in the same
+//! order and with the same steps as HTTP/2's.
 //!
-//! Owns HTTP/1.1's wire: reading heads, pumping a body by its framing (guarded, paced, with
-//! backpressure) or reading it whole to rewrite it, `100 Continue`, the upstream request head
-//! (`http::upstream`), writing answers, and this connection's upstream connections. Hop-by-hop
-//! and `Proxy-*` headers never cross; the canonical path is what goes upstream.
+//! Owns HTTP/1.1's wire: reading heads, pumping a body by its framing (through the shared
+//! body check, paced, with backpressure) or reading it whole, `100 Continue`, writing
+//! answers, and this connection's upstream connections. Hop-by-hop and `Proxy-*` headers
+//! never cross; the canonical path is what goes upstream.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -1,11 +1,10 @@
 //! HTTP/2 in an inspected tunnel: hyper's HTTP/2 server on the client's TLS stream, hyper's
 //! HTTP/2 client on the upstream's, and the same judgement (`judge`) per stream as HTTP/1.
 //!
-//! Owns the HTTP/2 transport of the request phase (`request.rs`, the same steps as HTTP/1.1):
-//! the stream's authority (`:authority` or `Host`) and head handed to the phase, the body
-//! streamed upstream with HTTP/2 flow control as backpressure (guarded, or buffered and
-//! rewritten when the endpoint opts in), the upstream request (canonical target,
-//! connection-specific headers dropped), and the response streamed back, its bytes counted
+//! Owns the HTTP/2 transport of the exchange (`exchange.rs`, the same order and steps as
+//! HTTP/1.1): the stream's authority (`:authority` or `Host`) and head handed to it, the body
+//! streamed upstream with HTTP/2 flow control as backpressure (through the shared body check,
+//! or buffered when read whole), and the response streamed back, its bytes counted
 //! into the stream's audit record, which is emitted when the response ends. A refusal answers
 //! that stream only; the connection and its other streams go on. gRPC is HTTP/2 with
 //! trailers and needs nothing more.
