@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sluice_e2e::ocsf::{class, is_close, is_open};
 use sluice_e2e::origin::{H2Origin, HttpOrigin};
-use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, run};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, privileged, run};
 
 #[derive(Clone, Copy, Debug)]
 enum Http {
@@ -127,9 +127,12 @@ fn a_slow_upload_is_not_an_upstream_timeout_over_http2() {
 
 /// The origin at port 443 (the scheme's default) of its own loopback address is named
 /// without the port, over HTTP/1.1 (`Host`) as over HTTP/2 (`:authority`): request signers
-/// such as SigV4 sign the name the client used.
+/// such as SigV4 sign the name the client used. (Port 443 needs root.)
 #[test]
 fn the_default_port_is_left_out_of_the_upstream_authority() {
+    if !privileged("the_default_port_is_left_out_of_the_upstream_authority") {
+        return;
+    }
     let dir = TempDir::new("drift-host");
     let ip = IpAddr::from([127, 0, 0, 26]);
     let origin = H2Origin::start_at(dir.path(), SocketAddr::from((ip, 443)));
