@@ -44,6 +44,44 @@ pub enum Code {
 }
 
 impl Code {
+    /// The HTTP status every refusal with this code answers with: one per code, so that no
+    /// refusal site chooses one.
+    pub fn status(self) -> u16 {
+        match self {
+            Code::BadRequest
+            | Code::NotAProxyRequest
+            | Code::HttpsRequiresConnect
+            | Code::UnsupportedProxyScheme
+            | Code::InvalidTarget
+            | Code::InvalidRequestTarget
+            | Code::InvalidMethodOverride => 400,
+            Code::RequestAuthorityMismatch
+            | Code::PolicyDenied
+            | Code::SsrfDenied
+            | Code::UninspectedCredentials
+            | Code::UnsupportedL7Protocol
+            | Code::CredentialEndpointMismatch
+            | Code::CredentialPlacementMismatch
+            | Code::CredentialRequiresTls
+            | Code::CredentialInBody
+            | Code::CredentialInTrailers => 403,
+            Code::ProxyAuthRequired => 407,
+            Code::RequestTimeout => 408,
+            Code::RequestBodyTooLarge => 413,
+            Code::FormBodyEncoded | Code::CredentialScanEncodedBody => 415,
+            Code::CallerConnectionLimit | Code::CallerRateLimit | Code::TooManyFailedLogins => 429,
+            Code::RequestHeaderFieldsTooLarge => 431,
+            Code::CredentialUnavailable => 500,
+            Code::UpstreamUnreachable
+            | Code::CredentialResponseEncoded
+            | Code::CredentialResponsePartial => 502,
+            Code::TlsTerminationUnavailable | Code::TooManyConnections | Code::AuditUnavailable => {
+                503
+            }
+            Code::UpstreamTimeout => 504,
+        }
+    }
+
     /// The code as the body's `error` field spells it.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -114,12 +114,25 @@ impl Sluice {
         providers: Option<&Path>,
         env: &[(&str, &str)],
     ) -> (Sluice, PathBuf) {
+        Sluice::intercepting_with(dir, policy, origin_cas, providers, env, &[])
+    }
+
+    /// Like [`Sluice::intercepting`], with `extra` arguments.
+    pub fn intercepting_with(
+        dir: &TempDir,
+        policy: &str,
+        origin_cas: &[&Path],
+        providers: Option<&Path>,
+        env: &[(&str, &str)],
+        extra: &[&str],
+    ) -> (Sluice, PathBuf) {
         let ca_dir = dir.path().join("ca");
         let mut args = vec![
             "--allow-loopback-upstream".to_string(),
             "--ca-dir".to_string(),
             ca_dir.display().to_string(),
         ];
+        args.extend(extra.iter().map(|a| (*a).to_string()));
         for ca in origin_cas {
             args.extend(["--upstream-ca".to_string(), ca.display().to_string()]);
         }

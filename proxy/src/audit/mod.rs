@@ -222,12 +222,35 @@ pub struct Finding {
     pub dst: Destination,
     /// The finding type, e.g. `openshell.provider_credential.endpoint_mismatch`.
     pub kind: String,
+    /// What in sluice guards against it.
+    pub guard: Guard,
     /// One sentence for people.
     pub title: String,
     /// The credential *name* involved, if any (never a value).
     pub credential: Option<String>,
     pub policy: Option<String>,
     pub severity: Severity,
+}
+
+/// What in sluice guards against a finding's cause (OCSF `firewall_rule.type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// HTTP's framing (request smuggling).
+    Http,
+    /// The credential rules.
+    Credentials,
+    /// The audit trail itself (records lost on their way out).
+    Audit,
+}
+
+impl Guard {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Guard::Http => "http",
+            Guard::Credentials => "credentials",
+            Guard::Audit => "audit",
+        }
+    }
 }
 
 /// The transport of a DNS question.

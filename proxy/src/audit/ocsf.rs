@@ -591,17 +591,12 @@ fn finding<'a>(e: &'a Finding, ctx: &'a Context) -> Record<'a> {
     r.decision = Some(decision(Outcome::Denied));
     r.firewall_rule = Some(FirewallRule {
         name: e.policy.as_deref().unwrap_or("-"),
-        // What guards against it: HTTP's framing (smuggling), else the credential rules.
-        kind: if e.kind.starts_with("sluice.http.") {
-            "http"
-        } else {
-            "credentials"
-        },
+        kind: e.guard.as_str(),
         desc: None,
     });
     r.unmapped = Some(Unmapped {
         finding_type: Some(&e.kind),
-        destination: Some(format!("{}:{}", e.dst.host, e.dst.port)),
+        destination: Some(HostPort(&e.dst.host, e.dst.port).to_string()),
         credential: e.credential.as_deref(),
         binary: e.caller.as_ref().map(|c| c.process.exe.as_str()),
         pid: e.caller.as_ref().map(|c| c.process.pid),

@@ -459,15 +459,9 @@ fn parse_url(url: &str) -> Result<UrlTarget, String> {
     if authority.contains('@') {
         return Err("user information in the URL is not supported".to_string());
     }
-    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (h, after) = v6.split_once(']').ok_or("unclosed `[` in host")?;
-        (h.to_string(), after.strip_prefix(':'))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), Some(p)),
-            None => (authority.to_string(), None),
-        }
-    };
+    let (host, port) = sluice_addr::split_host_port(authority)
+        .ok_or("malformed host: an unclosed `[`, or something other than `:port` after `]`")?;
+    let host = host.to_string();
     let port = match (port, default_port) {
         (Some(p), _) => p
             .parse::<u16>()

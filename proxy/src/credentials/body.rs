@@ -128,15 +128,9 @@ pub enum BodyError {
 }
 
 impl BodyError {
-    /// The HTTP status to answer with: that of the credential error, else `500`
-    /// (`credential_unavailable`: the placeholder cannot be resolved in this body).
-    pub(crate) fn status(&self) -> u16 {
-        match self {
-            BodyError::Credential(e) => e.status(),
-            _ => 500,
-        }
-    }
-
+    /// The refusal code (its status is [`Code::status`](crate::refusal_code::Code::status)):
+    /// that of the credential error, else `credential_unavailable` (500: the placeholder
+    /// cannot be resolved in this body).
     pub(crate) fn code(&self) -> crate::refusal_code::Code {
         match self {
             BodyError::Credential(e) => e.code(),
@@ -521,7 +515,7 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(
-            (e.status(), e.code().as_str()),
+            (e.code().status(), e.code().as_str()),
             (403, "credential_endpoint_mismatch")
         );
     }

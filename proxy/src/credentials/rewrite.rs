@@ -126,16 +126,6 @@ pub enum CredentialError {
 }
 
 impl CredentialError {
-    /// The HTTP status to answer with.
-    pub(crate) fn status(&self) -> u16 {
-        match self {
-            CredentialError::EndpointMismatch { .. }
-            | CredentialError::PlacementMismatch { .. }
-            | CredentialError::RequiresTls { .. } => 403,
-            CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => 500,
-        }
-    }
-
     /// The `error` field of the JSON body (spec §3.5).
     pub fn code(&self) -> crate::refusal_code::Code {
         match self {

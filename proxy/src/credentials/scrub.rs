@@ -424,10 +424,6 @@ pub enum ScrubError {
 }
 
 impl ScrubError {
-    pub(crate) fn status(&self) -> u16 {
-        502
-    }
-
     pub fn code(&self) -> crate::refusal_code::Code {
         match self {
             ScrubError::Encoded(_) | ScrubError::Undeclared(_) => {

@@ -64,14 +64,13 @@ impl BodyError {
     pub(crate) fn refusal(&self) -> crate::http::respond::Refusal {
         use crate::http::respond::Refusal;
         match self {
-            Self::TooSlow(_) => Refusal::new(408, Code::RequestTimeout, self.to_string()),
+            Self::TooSlow(_) => Refusal::new(Code::RequestTimeout, self.to_string()),
             Self::PlaceholderInTrailers => Refusal::new(
-                403,
                 Code::CredentialInTrailers,
                 "a credential placeholder in the request trailers would reach the upstream unresolved; sluice swaps placeholders in request headers only",
             ),
-            Self::Held => Refusal::new(400, Code::InvalidMethodOverride, self.to_string()),
-            _ => Refusal::new(400, Code::BadRequest, format!("request body: {self}")),
+            Self::Held => Refusal::new(Code::InvalidMethodOverride, self.to_string()),
+            _ => Refusal::new(Code::BadRequest, format!("request body: {self}")),
         }
     }
 }
@@ -172,14 +171,73 @@ impl Pacer {
     }
 }
 
-/// Where decoded body bytes go: the channel to the upstream, through an optional guard that
-/// stops the body at the first credential placeholder (across chunk boundaries), then an
-/// optional [`Hold`].
+/// What a streamed request body passes on its way upstream, the same over HTTP/1.1
+/// ([`BodySink`]) and HTTP/2 (`pipeline::h2`): the guard that stops it at the first
+/// credential placeholder (across chunk boundaries), then the [`Hold`]; and its trailers,
+/// which never carry a placeholder (they are headers, and only the head's are swapped).
+/// The one place a streamed body is judged.
+#[derive(Debug, Default)]
+pub(crate) struct BodyCheck {
+    guard: Option<crate::credentials::BodyGuard>,
+    hold: Option<Box<dyn Hold>>,
+}
+
+impl BodyCheck {
+    /// Guarded when `guard`, held by `hold` when there is one.
+    pub(crate) fn new(guard: bool, hold: Option<Box<dyn Hold>>) -> BodyCheck {
+        BodyCheck {
+            guard: guard.then(crate::credentials::BodyGuard::new),
+            hold,
+        }
+    }
+
+    /// A chunk of payload: what may go upstream now is pushed to `out`.
+    pub(crate) fn data(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), BodyError> {
+        if let Some(g) = self.guard.as_mut()
+            && g.feed(&chunk)
+        {
+            return Err(BodyError::Placeholder);
+        }
+        match self.hold.as_mut() {
+            Some(hold) => hold.feed(chunk, out),
+            None => {
+                out.push(chunk);
+                Ok(())
+            }
+        }
+    }
+
+    /// The payload ended: what the hold still has is pushed to `out`, if it may go.
+    pub(crate) fn end(&mut self, out: &mut Vec<Bytes>) -> Result<(), BodyError> {
+        match self.hold.take() {
+            Some(mut hold) => hold.finish(out),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether something may still be held back (the payload has not ended).
+    pub(crate) fn holding(&self) -> bool {
+        self.hold.is_some()
+    }
+
+    /// The body's trailers: refused when one holds a placeholder.
+    pub(crate) fn trailers(trailers: &HeaderMap) -> Result<(), BodyError> {
+        let marked = trailers.iter().any(|(n, v)| {
+            crate::credentials::placeholder::contains_marker(n.as_str().as_bytes())
+                || crate::credentials::placeholder::contains_marker(v.as_bytes())
+        });
+        if marked {
+            return Err(BodyError::PlaceholderInTrailers);
+        }
+        Ok(())
+    }
+}
+
+/// Where decoded body bytes go: the channel to the upstream, through the [`BodyCheck`].
 #[derive(Debug)]
 pub(crate) struct BodySink {
     tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
-    guard: Option<crate::credentials::BodyGuard>,
-    hold: Option<Box<dyn Hold>>,
+    check: BodyCheck,
     pacer: Pacer,
 }
 
@@ -188,15 +246,14 @@ impl BodySink {
     pub(crate) fn new(tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>, guard: bool) -> BodySink {
         BodySink {
             tx,
-            guard: guard.then(crate::credentials::BodyGuard::new),
-            hold: None,
+            check: BodyCheck::new(guard, None),
             pacer: Pacer::new(BodyPace::default()),
         }
     }
 
     /// The same sink with `hold` between the guard and the upstream.
     pub(crate) fn holding(mut self, hold: Option<Box<dyn Hold>>) -> BodySink {
-        self.hold = hold;
+        self.check.hold = hold;
         self
     }
 
@@ -207,16 +264,8 @@ impl BodySink {
     }
 
     async fn data(&mut self, chunk: Bytes) -> Result<(), BodyError> {
-        if let Some(g) = self.guard.as_mut()
-            && g.feed(&chunk)
-        {
-            return Err(BodyError::Placeholder);
-        }
-        let Some(hold) = self.hold.as_mut() else {
-            return send(&self.tx, Frame::data(chunk)).await;
-        };
         let mut out = Vec::new();
-        hold.feed(chunk, &mut out)?;
+        self.check.data(chunk, &mut out)?;
         for b in out {
             send(&self.tx, Frame::data(b)).await?;
         }
@@ -225,11 +274,8 @@ impl BodySink {
 
     /// The payload ended: what the hold still has goes, if it may.
     async fn end(&mut self) -> Result<(), BodyError> {
-        let Some(mut hold) = self.hold.take() else {
-            return Ok(());
-        };
         let mut out = Vec::new();
-        hold.finish(&mut out)?;
+        self.check.end(&mut out)?;
         for b in out {
             send(&self.tx, Frame::data(b)).await?;
         }
@@ -456,14 +502,7 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
         trailers.append(name, value);
     }
     if !trailers.is_empty() {
-        // Trailers are headers: a placeholder there is never forwarded unresolved (sluice
-        // swaps placeholders in the request head only).
-        if trailers.iter().any(|(n, v)| {
-            crate::credentials::placeholder::contains_marker(n.as_str().as_bytes())
-                || crate::credentials::placeholder::contains_marker(v.as_bytes())
-        }) {
-            return Err(BodyError::PlaceholderInTrailers);
-        }
+        BodyCheck::trailers(&trailers)?;
         send(&sink.tx, Frame::trailers(trailers)).await?;
     }
     Ok(total)
@@ -472,7 +511,6 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
 /// The refusal of a body to rewrite larger than `max` bytes (413), over any transport.
 pub fn too_large(max: usize) -> super::respond::Refusal {
     super::respond::Refusal::new(
-        413,
         Code::RequestBodyTooLarge,
         format!("a body to rewrite may be at most {max} bytes (request_body_credential_rewrite)"),
     )

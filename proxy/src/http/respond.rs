@@ -36,6 +36,7 @@ pub use crate::refusal_code::Code;
 /// A refusal: what the client reads when sluice says no.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
+    /// The code's status ([`Code::status`]).
     pub status: u16,
     /// Machine-readable code (`policy_denied`, `ssrf_denied`, ...).
     pub error: Code,
@@ -45,17 +46,39 @@ pub struct Refusal {
     pub reason: Option<String>,
     /// More fields for agents (`binary`, `host`, `port`, `stage`, ...).
     pub extra: Vec<(&'static str, Value)>,
+    /// Seconds after which the client may try again (`Retry-After`).
+    retry_after: Option<u32>,
+    /// The L7 policy entry that denied it (`X-OpenShell-Policy`).
+    policy_entry: Option<Box<str>>,
 }
 
 impl Refusal {
-    pub fn new(status: u16, error: Code, detail: impl Into<String>) -> Refusal {
+    /// A refusal with `error`'s status ([`Code::status`]).
+    pub fn new(error: Code, detail: impl Into<String>) -> Refusal {
         Refusal {
-            status,
+            status: error.status(),
             error,
             detail: detail.into(),
             reason: None,
             extra: Vec::new(),
+            retry_after: None,
+            policy_entry: None,
         }
+    }
+
+    /// Says when to come back: the `retry_after` field and the `Retry-After` header.
+    pub(crate) fn retry_after(mut self, secs: u64) -> Refusal {
+        self.retry_after = Some(u32::try_from(secs).unwrap_or(u32::MAX));
+        self.with("retry_after", secs)
+    }
+
+    /// Names the L7 policy entry that denied it: the `policy` field and, when the name is a
+    /// valid field value, the `X-OpenShell-Policy` header (as the reference does).
+    pub(crate) fn denied_by_entry(mut self, policy: &str) -> Refusal {
+        if !policy.is_empty() && policy.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            self.policy_entry = Some(policy.into());
+        }
+        self.with("policy", policy.to_string())
     }
 
     pub(crate) fn with_reason(mut self, reason: impl Into<String>) -> Refusal {
@@ -110,15 +133,10 @@ impl Refusal {
                 "Basic realm=\"sluice\", charset=\"UTF-8\"".to_string(),
             ));
         }
-        let field = |key: &str| self.extra.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
-        if let Some(secs) = field("retry_after") {
+        if let Some(secs) = self.retry_after {
             out.push(("Retry-After", secs.to_string()));
         }
-        if field("layer").and_then(Value::as_str) == Some("l7")
-            && let Some(policy) = field("policy").and_then(Value::as_str)
-            && !policy.is_empty()
-            && policy.bytes().all(|b| (0x20..0x7f).contains(&b))
-        {
+        if let Some(policy) = &self.policy_entry {
             out.push(("X-OpenShell-Policy", policy.to_string()));
         }
         out
@@ -473,12 +491,8 @@ mod tests {
 
     #[test]
     fn refusal_bytes() {
-        let r = Refusal::new(
-            403,
-            Code::PolicyDenied,
-            "CONNECT h:443 not permitted by policy",
-        )
-        .with_reason("no");
+        let r = Refusal::new(Code::PolicyDenied, "CONNECT h:443 not permitted by policy")
+            .with_reason("no");
         let s = String::from_utf8(r.to_bytes()).unwrap();
         assert!(s.starts_with("HTTP/1.1 403 Forbidden (sluice: policy_denied: CONNECT h:443 not permitted by policy: no)\r\nContent-Type: application/json\r\nX-Sluice-Error: policy_denied\r\nX-Sluice-Reason: CONNECT h:443 not permitted by policy: no\r\nContent-Length: 88\r\nConnection: close\r\n\r\n"), "{s}");
         assert!(s.ends_with("{\"error\":\"policy_denied\",\"detail\":\"CONNECT h:443 not permitted by policy\",\"reason\":\"no\"}"));
@@ -488,7 +502,7 @@ mod tests {
     fn the_reason_fields_cannot_break_the_head() {
         let long = "x".repeat(1000);
         for why in ["a\r\nSet-Cookie: x=1", "caf\u{e9}\u{0}", long.as_str()] {
-            let r = Refusal::new(403, Code::PolicyDenied, "d").with_reason(why);
+            let r = Refusal::new(Code::PolicyDenied, "d").with_reason(why);
             let s = String::from_utf8(r.to_bytes()).unwrap();
             let (head, _) = s.split_once("\r\n\r\n").unwrap();
             assert_eq!(head.lines().count(), 6, "{head}");
@@ -503,17 +517,13 @@ mod tests {
             assert!(field.len() <= "X-Sluice-Reason: ".len() + 300, "{field}");
         }
         // Without a reason, the detail says why; a reason the detail holds is not repeated.
-        let r = Refusal::new(502, Code::UpstreamUnreachable, "cannot reach h:443");
+        let r = Refusal::new(Code::UpstreamUnreachable, "cannot reach h:443");
         assert!(
             r.headers()
                 .contains(&("X-Sluice-Reason", "cannot reach h:443".to_string()))
         );
-        let r = Refusal::new(
-            403,
-            Code::PolicyDenied,
-            "POST h/ denied: POST / not permitted",
-        )
-        .with_reason("POST / not permitted");
+        let r = Refusal::new(Code::PolicyDenied, "POST h/ denied: POST / not permitted")
+            .with_reason("POST / not permitted");
         assert!(r.headers().contains(&(
             "X-Sluice-Reason",
             "POST h/ denied: POST / not permitted".to_string()

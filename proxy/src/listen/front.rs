@@ -110,7 +110,7 @@ async fn refuse(
     why: String,
 ) {
     let status = if front.hop.is_none() {
-        let refusal = Refusal::new(400, Code::BadRequest, why.clone());
+        let refusal = Refusal::new(Code::BadRequest, why.clone());
         let _ = stream.write_all(&refusal.to_bytes()).await;
         400
     } else {

@@ -162,7 +162,6 @@ async fn overloaded(shared: &Shared, mut stream: tokio::net::TcpStream, overload
     }
     let max = shared.limits.max_connections;
     let refusal = Refusal::new(
-        503,
         Code::TooManyConnections,
         format!("sluice is at its limit of {max} concurrent connections; retry later"),
     );

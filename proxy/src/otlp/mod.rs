@@ -310,6 +310,7 @@ impl Worker {
                 ip: None,
             },
             kind: FINDING_DROPPED.to_string(),
+            guard: audit::Guard::Audit,
             title: format!(
                 "the OpenTelemetry export lost {dropped} record(s) (queue of {QUEUE} full, or the collector refused or did not answer); the audit log keeps every event, and later losses are counted in sluice_otlp_dropped_total without another event"
             ),

@@ -55,7 +55,6 @@ impl Refused {
     pub fn refusal(self, exe: &str) -> Refusal {
         match self {
             Refused::Connections(limit) => Refusal::new(
-                429,
                 Code::CallerConnectionLimit,
                 format!(
                     "{exe} already holds {limit} connections through sluice \
@@ -63,7 +62,6 @@ impl Refused {
                 ),
             ),
             Refused::Rate(limit) => Refusal::new(
-                429,
                 Code::CallerRateLimit,
                 format!(
                     "{exe} opened more than {limit} connections in a second \

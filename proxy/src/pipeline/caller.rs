@@ -280,26 +280,19 @@ pub async fn reconfirm(shared: &Shared, caller: &mut CallerState) {
 pub fn denial(what: &str, e: &CallerError) -> Denial {
     if let CallerError::Tenant(no) = e {
         let refusal = if let NoTenant::Throttled(wait) = no {
-            Refusal::new(
-                429,
-                Code::TooManyFailedLogins,
+            Refusal::new(Code::TooManyFailedLogins,
                 format!(
                     "{what} refused: too many wrong proxy credentials for this username from this address"
                 ),
             )
-            .with(
-                "retry_after",
-                crate::tenants::guesses::retry_after_secs(*wait),
-            )
+            .retry_after(crate::tenants::guesses::retry_after_secs(*wait))
         } else if no.asks_credentials() {
             Refusal::new(
-                407,
                 Code::ProxyAuthRequired,
                 format!("{what} needs a tenant's proxy credentials"),
             )
         } else {
             Refusal::new(
-                403,
                 Code::PolicyDenied,
                 format!("{what} not permitted: no tenant"),
             )
@@ -308,7 +301,6 @@ pub fn denial(what: &str, e: &CallerError) -> Denial {
         return Denial::new(audit::Engine::Identity, refusal);
     }
     let refusal = Refusal::new(
-        403,
         Code::PolicyDenied,
         format!("{what} not permitted by policy"),
     )

@@ -188,7 +188,7 @@ pub async fn run(
                 via: Via::Connect,
                 answers: true,
             };
-            let refusal = Refusal::new(400, Code::BadRequest, format!("CONNECT target {e}"));
+            let refusal = Refusal::new(Code::BadRequest, format!("CONNECT target {e}"));
             let d = Denial::new(Engine::HttpParser, refusal);
             ctx.refuse(&mut wr, &d, None).await;
             return;
@@ -338,7 +338,7 @@ pub async fn tunnel(start: Start<'_>, (rd, mut wr): (ClientRead, ClientWrite), b
         // Ended by the client or upstream, or cut when the caller no longer holds the socket
         // or a reload revoked it.
         let reason = tokio::select! {
-            () = inspected => "closed".to_string(),
+            failed = inspected => failed.unwrap_or_else(|| "closed".to_string()),
             reason = conn.stop.wait() => reason.to_string(),
         };
         // Client-side bytes, TLS records included, as for an uninspected tunnel.
@@ -409,13 +409,13 @@ fn tunnel_checks(
                 ip: None,
             },
             kind: "openshell.credentials.traffic_uninspectable".to_string(),
+            guard: audit::Guard::Credentials,
             title: format!("CONNECT refused for {dst}: uninspected credential traffic"),
             credential: None,
             policy: Some(admission.entry.to_string()),
             severity: audit::Severity::High,
         }));
         let refusal = Refusal::new(
-            403,
             Code::UninspectedCredentials,
             "credentialed endpoint requires L7 inspection; raw tunnel is not explicitly allowed",
         )
@@ -425,9 +425,7 @@ fn tunnel_checks(
         return Err(Denial::new(Engine::L4, refusal));
     }
     if inspect && shared.tls.is_none() {
-        let refusal = Refusal::new(
-            503,
-            Code::TlsTerminationUnavailable,
+        let refusal = Refusal::new(Code::TlsTerminationUnavailable,
             format!("CONNECT {dst} needs L7 inspection, and TLS termination is unavailable; it is refused rather than relayed uninspected"),
         )
         .with("policy", admission.entry.to_string());

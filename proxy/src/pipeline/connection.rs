@@ -46,11 +46,7 @@ pub fn normalize(verb: &str, target: &Authority) -> Result<Authority, Denial> {
         .map(|host| target.with_host(host))
         .map_err(|e| {
             let shown = target.with_host(target.host().to_ascii_lowercase());
-            let refusal = Refusal::new(
-                400,
-                Code::InvalidTarget,
-                format!("{verb} {shown} refused: {e}"),
-            );
+            let refusal = Refusal::new(Code::InvalidTarget, format!("{verb} {shown} refused: {e}"));
             Denial::new(Engine::HttpParser, refusal)
         })
 }
@@ -91,7 +87,6 @@ fn admit_under(
         }),
         L4Decision::Deny(d) => {
             let refusal = Refusal::new(
-                403,
                 Code::PolicyDenied,
                 format!("{what} not permitted by policy"),
             )

@@ -43,7 +43,6 @@ pub fn audit_gate(audit: &AuditSink) -> Result<(), Denial> {
     }
     audit.refused();
     let refusal = Refusal::new(
-        503,
         Code::AuditUnavailable,
         "sluice cannot write its audit log; new connections and requests are refused until it can",
     );
@@ -54,11 +53,10 @@ pub fn audit_gate(audit: &AuditSink) -> Result<(), Denial> {
 pub fn head_refusal(e: &HeadError) -> Refusal {
     match e {
         HeadError::TooLarge(max) => Refusal::new(
-            431,
             Code::RequestHeaderFieldsTooLarge,
             format!("request head larger than {max} bytes"),
         ),
-        other => Refusal::new(400, Code::BadRequest, other.to_string()),
+        other => Refusal::new(Code::BadRequest, other.to_string()),
     }
 }
 
@@ -84,6 +82,7 @@ pub fn smuggling_finding(
         src: conn.peer,
         dst,
         kind: FINDING_SMUGGLING.to_string(),
+        guard: audit::Guard::Http,
         title: format!("request with ambiguous framing refused (request smuggling?): {why}"),
         credential: None,
         policy: None,

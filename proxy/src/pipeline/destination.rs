@@ -60,7 +60,6 @@ impl DialError {
             DialError::MetadataHost { .. } => Denial::new(
                 Engine::Ssrf,
                 Refusal::new(
-                    403,
                     Code::SsrfDenied,
                     format!("{verb} {dst} blocked: metadata host"),
                 )
@@ -69,7 +68,6 @@ impl DialError {
             DialError::Refused(r) => Denial::new(
                 Engine::Ssrf,
                 Refusal::new(
-                    403,
                     Code::SsrfDenied,
                     format!("{verb} {dst} blocked: {}", r.kind),
                 )
@@ -78,7 +76,6 @@ impl DialError {
             DialError::Timeout => Denial::new(
                 Engine::Proxy,
                 Refusal::new(
-                    504,
                     Code::UpstreamTimeout,
                     format!("connection to {dst} timed out"),
                 ),
@@ -89,7 +86,6 @@ impl DialError {
             | DialError::NoAddress => Denial::new(
                 Engine::Proxy,
                 Refusal::new(
-                    502,
                     Code::UpstreamUnreachable,
                     format!("connection to {dst} failed"),
                 )

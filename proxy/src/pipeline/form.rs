@@ -93,7 +93,7 @@ pub fn stream(prepared: &mut Prepared, known: &Known) -> Result<FormStream, Deni
 
 /// The refusal of a form whose `_method` fields cannot be read, as for the query parameter.
 fn unreadable(e: &InvalidOverride) -> Denial {
-    let refusal = Refusal::new(400, Code::InvalidMethodOverride, e.to_string());
+    let refusal = Refusal::new(Code::InvalidMethodOverride, e.to_string());
     Denial::new(Engine::HttpParser, refusal)
 }
 

@@ -1,20 +1,19 @@
 //! HTTP/1.1 on one client connection: absolute-form requests (`GET http://host/path`), each
 //! admitted on its own by the connection phase (`connection.rs`) and forwarded with
 //! keep-alive on both sides, or the requests inside an admitted tunnel (TLS-terminated, or
-//! plaintext HTTP). Every request goes through the request phase (`request.rs`), the same
-//! steps as HTTP/2's.
+//! plaintext HTTP). Every request goes through the exchange (`exchange.rs`) in the same
+//! order and with the same steps as HTTP/2's.
 //!
-//! Owns HTTP/1.1's wire: reading heads, pumping a body by its framing (guarded, paced, with
-//! backpressure) or reading it whole to rewrite it, `100 Continue`, the upstream request head
-//! (`http::upstream`), writing answers, and this connection's upstream connections. Hop-by-hop
-//! and `Proxy-*` headers never cross; the canonical path is what goes upstream.
+//! Owns HTTP/1.1's wire: reading heads, pumping a body by its framing (through the shared
+//! body check, paced, with backpressure) or reading it whole, `100 Continue`, writing
+//! answers, and this connection's upstream connections. Hop-by-hop and `Proxy-*` headers
+//! never cross; the canonical path is what goes upstream.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::task::Poll;
 
 use bytes::BytesMut;
-use http::HeaderValue;
 use hyper::client::conn::http1::SendRequest;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::oneshot;
@@ -26,8 +25,7 @@ use super::connection;
 use super::connection::{Admitted, Scheme};
 use super::denial::Denial;
 use super::denial::{head_refusal, smuggling_finding};
-use super::form;
-use super::inject;
+use super::exchange::{self, Begun, Unanswered, Wire};
 use super::lease::{self, Lease};
 use super::record::Record;
 use super::request::{BodyPlan, Exchange, Head};
@@ -276,11 +274,17 @@ where
     {
         Ok(Ok(h)) if h.method.eq_ignore_ascii_case("CONNECT") => {
             let refusal = Refusal::new(
-                400,
                 Code::BadRequest,
                 "CONNECT after a forwarded request on the same connection: open a new connection",
             );
-            let _ = wr.write_all(&refusal.to_bytes()).await;
+            let mut rec = later_record(shared, conn, caller, route);
+            rec.request(&h.method, "");
+            if matches!(route, Route::Forward)
+                && let Ok(asked) = Authority::parse_connect(&h.target)
+            {
+                rec.dst = asked;
+            }
+            refuse(wr, rec, &Denial::new(Engine::HttpParser, refusal)).await;
             None
         }
         Ok(Ok(h)) => Some(h),
@@ -303,10 +307,32 @@ where
                 .ok()
                 .map(|k| std::sync::Arc::clone(&k.audit));
             smuggling_finding(shared, conn, known, dst, &e);
-            let _ = wr.write_all(&head_refusal(&e).to_bytes()).await;
+            let mut rec = later_record(shared, conn, caller, route);
+            rec.request(line_method(buf), "");
+            refuse(wr, rec, &Denial::new(Engine::HttpParser, head_refusal(&e))).await;
             None
         }
     }
+}
+
+/// The method of a head that could not be read, from its request line when it names one
+/// (a token), else `-`: what its audit record names.
+fn line_method(raw: &[u8]) -> &str {
+    let token = raw.split(|b| *b == b' ').next().unwrap_or_default();
+    match std::str::from_utf8(token) {
+        Ok(m) if (1..=32).contains(&m.len()) && m.bytes().all(|b| b.is_ascii_alphabetic()) => m,
+        _ => "-",
+    }
+}
+
+/// The audit record of a later request refused before it could be read (a malformed head, a
+/// `CONNECT`): audited like the first, with the tunnel's destination when it is in one.
+fn later_record(shared: &Shared, conn: &Conn, caller: &CallerState, route: &Route) -> Record {
+    let mut rec = Record::open(shared, conn.id, conn.peer, caller.as_ref().ok());
+    if let Route::Tunnel(t) = route {
+        rec.on(&t.admitted);
+    }
+    rec
 }
 
 /// Reads the first bytes of the next request into `buf` (empty) through a buffer on the
@@ -384,7 +410,6 @@ async fn admit_forward<W: AsyncWrite + Unpin>(
         && !host_matches(h, dst.host(), dst.port(), 80)
     {
         let refusal = Refusal::new(
-            400,
             Code::BadRequest,
             "the Host header does not match the request URI's authority",
         );
@@ -520,16 +545,13 @@ where
         websocket,
         has_body: framing != BodyFraming::None,
     };
-    let (known, mut prepared) = match x.prepare(caller.as_ref(), req, &mut rec) {
-        Ok(p) => p,
-        Err(d) => return refuse(wr, rec, &d).await,
-    };
-    // A form that may name another method streams, its `_method` fields held until judged.
-    let form::FormStream {
+    let Begun {
+        known,
+        mut prepared,
         hold,
-        verdict: form,
-    } = match form::stream(&mut prepared, known) {
-        Ok(s) => s,
+        form,
+    } = match x.begin(caller.as_ref(), req, &mut rec) {
+        Ok(b) => b,
         Err(d) => return refuse(wr, rec, &d).await,
     };
     let upstream = match upstream_for(&x, route, upstreams, &rec.method).await {
@@ -611,30 +633,19 @@ where
             (Some(tx), b)
         }
     };
-    let dst = &admitted.dst;
-    let mut request = match crate::http::upstream::build_request(
-        head,
-        framing == BodyFraming::Chunked,
-        &prepared.headers,
-        &prepared.origin_form,
-        dst.host(),
-        dst.port(),
-        req_body,
-    ) {
+    let nominated = head.connection_tokens();
+    let wire = Wire {
+        method: &head.method,
+        version: http::Version::HTTP_11,
+        nominated: &nominated,
+        chunked: framing == BodyFraming::Chunked,
+        websocket,
+    };
+    let request = match x.upstream_request(&prepared, &wire, req_body) {
         Ok(r) => r,
-        Err(e) => {
-            let refusal = Refusal::new(400, Code::BadRequest, e);
-            return refuse(wr, rec, &Denial::new(Engine::HttpParser, refusal)).await;
-        }
+        Err(d) => return refuse(wr, rec, &d).await,
     };
     if websocket {
-        // Upgrade and Connection are hop-by-hop, except in a handshake sluice relays.
-        let h = request.headers_mut();
-        h.insert(
-            http::header::CONNECTION,
-            HeaderValue::from_static("upgrade"),
-        );
-        h.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
         let handshake = Handshake {
             request,
             key: head.header("sec-websocket-key").map(<[u8]>::to_vec),
@@ -683,40 +694,26 @@ where
     let client_keep_alive = head.keep_alive();
     let scrub = prepared.scrub;
     let rec_ref = &rec;
+    let x_ref = &x;
     let exchange = async {
-        let response = tokio::select! {
-            r = upstream.sender.send_request(request) => r.map_err(|e| e.to_string()),
-            () = async {
-                let _ = done_rx.await;
-                tokio::time::sleep(upstream_timeout).await;
-            } => return Err(Failure::Timeout),
-        };
-        let response = response.map_err(Failure::Upstream)?;
+        let sent = upstream.sender.send_request(request);
+        let response = exchange::within(sent, done_rx, upstream_timeout)
+            .await
+            .ok_or(Failure::Unanswered(Unanswered::Timeout))?
+            .map_err(|e| Failure::Unanswered(Unanswered::Failed(e.to_string())))?;
         let status = response.status().as_u16();
-        let written = if scrub.is_empty() {
-            respond::write_response(
-                &mut *wr,
-                response,
-                is_head,
-                head.minor_version,
-                client_keep_alive,
-            )
+        let response = x_ref
+            .answer(known, rec_ref, scrub, response)
             .await
-        } else {
-            // A secret went in, or the endpoint has secrets bound: the response is scrubbed.
-            let dest = rec_ref.dest(shared, known);
-            let response = inject::scrub(&dest, scrub, &rec_ref.credentials, response)
-                .await
-                .map_err(Failure::Refused)?;
-            respond::write_response(
-                &mut *wr,
-                response,
-                is_head,
-                head.minor_version,
-                client_keep_alive,
-            )
-            .await
-        };
+            .map_err(Failure::Refused)?;
+        let written = respond::write_response(
+            &mut *wr,
+            response,
+            is_head,
+            head.minor_version,
+            client_keep_alive,
+        )
+        .await;
         written
             .map(|w| (status, w))
             .map_err(|e| Failure::Midway(e.to_string()))
@@ -757,12 +754,13 @@ where
             rec.finish();
             return Step { keep_alive: false };
         }
-        Err(Failure::Timeout) => x.upstream_timeout(upstream_timeout),
-        Err(Failure::Upstream(e)) => match (&pumped, form_denied) {
-            (Some(Err(body::BodyError::Held)), Some(denied)) => denied,
-            (Some(Err(stopped)), _) => x.body_failed(known, &rec, stopped),
-            _ => x.upstream_failed(e),
-        },
+        Err(Failure::Unanswered(why)) => {
+            let stopped = match &pumped {
+                Some(Err(e)) => Some(e),
+                _ => None,
+            };
+            x.unanswered(known, &rec, why, stopped, form_denied)
+        }
         Err(Failure::Refused(d)) => d,
     };
     upstreams.remove(&admitted.dst);
@@ -771,12 +769,10 @@ where
 
 /// Why an exchange with the upstream did not complete.
 enum Failure {
-    /// No response head within the upstream timeout after the body was sent.
-    Timeout,
+    /// No response head in time, or the upstream failed before answering.
+    Unanswered(Unanswered),
     /// The response may not reach the client (it cannot be scrubbed of a secret).
     Refused(Denial),
-    /// The upstream failed before answering.
-    Upstream(String),
     /// Writing the response failed after its head was sent.
     Midway(String),
 }

@@ -1,11 +1,10 @@
 //! HTTP/2 in an inspected tunnel: hyper's HTTP/2 server on the client's TLS stream, hyper's
 //! HTTP/2 client on the upstream's, and the same judgement (`judge`) per stream as HTTP/1.
 //!
-//! Owns the HTTP/2 transport of the request phase (`request.rs`, the same steps as HTTP/1.1):
-//! the stream's authority (`:authority` or `Host`) and head handed to the phase, the body
-//! streamed upstream with HTTP/2 flow control as backpressure (guarded, or buffered and
-//! rewritten when the endpoint opts in), the upstream request (canonical target,
-//! connection-specific headers dropped), and the response streamed back, its bytes counted
+//! Owns the HTTP/2 transport of the exchange (`exchange.rs`, the same order and steps as
+//! HTTP/1.1): the stream's authority (`:authority` or `Host`) and head handed to it, the body
+//! streamed upstream with HTTP/2 flow control as backpressure (through the shared body check,
+//! or buffered when read whole), and the response streamed back, its bytes counted
 //! into the stream's audit record, which is emitted when the response ends. A refusal answers
 //! that stream only; the connection and its other streams go on. gRPC is HTTP/2 with
 //! trailers and needs nothing more.
@@ -16,19 +15,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, Uri};
+use http::{HeaderValue, Request, Response};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::oneshot;
 
 use super::caller::{self, Known};
 use super::connection::Admitted;
 use super::denial::Denial;
-use super::form::{self, FormVerdict};
-use super::inject;
+use super::exchange::{self, Begun, Unanswered, Wire};
+use super::form::FormVerdict;
 use super::pool::UpBody;
 use super::record::Record;
 use super::request::{BodyPlan, Exchange, Head};
@@ -36,26 +36,20 @@ use super::shared::Shared;
 use super::target::host_matches;
 use super::unread;
 use crate::audit::Engine;
-use crate::credentials;
 use crate::http::body;
 use crate::http::respond::{Code, Refusal, is_hop_by_hop};
-use crate::http::upstream::forwarded;
 
-type Body = BoxBody<Bytes, hyper::Error>;
+type Body = BoxBody<Bytes, BoxError>;
 
-/// A client request body on its way upstream, stopped at the first credential placeholder
-/// when the destination must not receive one unresolved (spec §3.5), and at trailers that
-/// hold one (trailers are headers: a placeholder there is never forwarded unresolved), and
-/// paced like an HTTP/1 body ([`body::Pacer`]): only time spent waiting for the client counts,
-/// since hyper polls the body only when the upstream stream has room for it.
+/// A client request body on its way upstream through the [`body::BodyCheck`] (the placeholder
+/// guard, the hold, the trailers: the same as HTTP/1.1's), and paced like an HTTP/1 body
+/// ([`body::Pacer`]): only time spent waiting for the client counts, since hyper polls the
+/// body only when the upstream stream has room for it.
 #[derive(Debug)]
 pub struct Guarded {
     inner: Incoming,
-    guard: Option<credentials::BodyGuard>,
-    /// Holds back what may not go upstream yet (a form's `_method` fields), after the guard;
-    /// `None` once the body's payload ended.
-    hold: Option<Box<dyn body::Hold>>,
-    /// What the hold let go and is not sent yet, then the trailers it waited for.
+    check: body::BodyCheck,
+    /// What the check let go and is not sent yet, then the trailers it waited for.
     ready: std::collections::VecDeque<http_body::Frame<Bytes>>,
     /// Why the body stopped: a placeholder in it or its trailers, or a client too slow.
     tripped: Arc<std::sync::OnceLock<body::BodyError>>,
@@ -64,130 +58,50 @@ pub struct Guarded {
     waiting: Option<(tokio::time::Instant, std::pin::Pin<Box<tokio::time::Sleep>>)>,
     /// Body bytes received from the client so far (for the stream's audit record).
     received: Arc<AtomicU64>,
+    /// Told (or dropped) when the body has ended or stopped: the upstream timeout counts
+    /// from then (`exchange::within`).
+    sent: Option<oneshot::Sender<()>>,
 }
 
+type Polled = std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>>;
+
 impl Guarded {
-    /// Passes `frame` through the hold (if any) into `ready`; `Err` stops the body.
-    fn hold(&mut self, frame: http_body::Frame<Bytes>) -> Result<(), body::BodyError> {
-        let Some(hold) = self.hold.as_mut() else {
-            self.ready.push_back(frame);
-            return Ok(());
-        };
+    /// Stops the body for `e` (kept, for its refusal); the upstream stream is reset.
+    fn stop(&mut self, e: body::BodyError) -> Polled {
+        self.sent = None;
+        let _ = self.tripped.set(e.clone());
+        std::task::Poll::Ready(Some(Err(Box::new(e))))
+    }
+
+    /// Stops a body whose client did not keep up.
+    fn too_slow(&mut self) -> Polled {
+        self.waiting = None;
+        let slow = self.pacer.too_slow();
+        self.stop(slow)
+    }
+
+    /// Passes a frame from the client through the check into `ready`.
+    fn check(&mut self, frame: http_body::Frame<Bytes>) -> Result<(), body::BodyError> {
+        let mut out = Vec::new();
         match frame.into_data() {
-            Ok(data) => {
-                let mut out = Vec::new();
-                hold.feed(data, &mut out)?;
-                self.ready
-                    .extend(out.into_iter().map(http_body::Frame::data));
-            }
+            Ok(data) => self.check.data(data, &mut out)?,
             Err(trailers) => {
+                if let Some(t) = trailers.trailers_ref() {
+                    body::BodyCheck::trailers(t)?;
+                }
                 // The payload ended: what is held goes (if it may) before the trailers.
-                self.end_hold()?;
+                self.check.end(&mut out)?;
+                self.ready.extend(out.drain(..).map(http_body::Frame::data));
                 self.ready.push_back(trailers);
             }
         }
+        self.ready
+            .extend(out.into_iter().map(http_body::Frame::data));
         Ok(())
     }
 
-    /// The payload ended: what the hold still has goes into `ready`, if it may.
-    fn end_hold(&mut self) -> Result<(), body::BodyError> {
-        if let Some(mut hold) = self.hold.take() {
-            let mut out = Vec::new();
-            hold.finish(&mut out)?;
-            self.ready
-                .extend(out.into_iter().map(http_body::Frame::data));
-        }
-        Ok(())
-    }
-
-    /// Stops a body whose client did not keep up; the upstream stream is reset.
-    fn too_slow(&mut self) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
-        self.waiting = None;
-        let slow = self.pacer.too_slow();
-        let _ = self.tripped.set(slow.clone());
-        std::task::Poll::Ready(Some(Err(Box::new(slow))))
-    }
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl http_body::Body for Guarded {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        use std::task::Poll;
-        loop {
-            if let Some(frame) = self.ready.pop_front() {
-                return Poll::Ready(Some(Ok(frame)));
-            }
-            let frame = match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => frame,
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(Box::new(e)))),
-                Poll::Ready(None) => {
-                    if self.hold.is_none() {
-                        return Poll::Ready(None);
-                    }
-                    if let Err(e) = self.end_hold() {
-                        let _ = self.tripped.set(e.clone());
-                        return Poll::Ready(Some(Err(Box::new(e))));
-                    }
-                    continue;
-                }
-                Poll::Pending => return self.pending(cx),
-            };
-            let this = &mut *self;
-            let waited = this
-                .waiting
-                .take()
-                .map_or(std::time::Duration::ZERO, |(since, _)| since.elapsed());
-            let n = frame.data_ref().map_or(0, bytes::Buf::remaining);
-            this.pacer.record(waited, n);
-            this.received.fetch_add(n as u64, Ordering::Relaxed);
-            if let (Some(g), Some(data)) = (this.guard.as_mut(), frame.data_ref())
-                && g.feed(data)
-            {
-                let _ = this.tripped.set(body::BodyError::Placeholder);
-                return Poll::Ready(Some(Err(
-                    "credential placeholder in the request body".into()
-                )));
-            }
-            if frame.trailers_ref().is_some_and(|t| {
-                t.iter().any(|(n, v)| {
-                    credentials::placeholder::contains_marker(n.as_str().as_bytes())
-                        || credentials::placeholder::contains_marker(v.as_bytes())
-                })
-            }) {
-                let _ = this.tripped.set(body::BodyError::PlaceholderInTrailers);
-                return Poll::Ready(Some(Err(
-                    "credential placeholder in the request trailers".into()
-                )));
-            }
-            if let Err(e) = this.hold(frame) {
-                let _ = this.tripped.set(e.clone());
-                return Poll::Ready(Some(Err(Box::new(e))));
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.ready.is_empty() && self.hold.is_none() && self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Guarded {
     /// The client's body has nothing yet: the wait for it is paced.
-    fn pending(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+    fn pending(&mut self, cx: &mut std::task::Context<'_>) -> Polled {
         use std::task::Poll;
         if self.waiting.is_none() {
             let Ok(allowance) = self.pacer.allowance() else {
@@ -204,6 +118,62 @@ impl Guarded {
             return self.too_slow();
         }
         Poll::Pending
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl http_body::Body for Guarded {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Polled {
+        use std::task::Poll;
+        loop {
+            if let Some(frame) = self.ready.pop_front() {
+                return Poll::Ready(Some(Ok(frame)));
+            }
+            let frame = match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => frame,
+                Poll::Ready(Some(Err(e))) => {
+                    self.sent = None;
+                    return Poll::Ready(Some(Err(Box::new(e))));
+                }
+                Poll::Ready(None) => {
+                    if !self.check.holding() {
+                        self.sent = None;
+                        return Poll::Ready(None);
+                    }
+                    let mut out = Vec::new();
+                    if let Err(e) = self.check.end(&mut out) {
+                        return self.stop(e);
+                    }
+                    self.ready
+                        .extend(out.into_iter().map(http_body::Frame::data));
+                    continue;
+                }
+                Poll::Pending => return self.pending(cx),
+            };
+            let this = &mut *self;
+            let waited = this
+                .waiting
+                .take()
+                .map_or(std::time::Duration::ZERO, |(since, _)| since.elapsed());
+            let n = frame.data_ref().map_or(0, bytes::Buf::remaining);
+            this.pacer.record(waited, n);
+            this.received.fetch_add(n as u64, Ordering::Relaxed);
+            if let Err(e) = this.check(frame) {
+                return this.stop(e);
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ready.is_empty() && !self.check.holding() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -249,6 +219,31 @@ where
         let tunnel = Arc::clone(&tunnel);
         let sender = sender.clone();
         async move { Ok::<_, Infallible>(handle(&tunnel, sender, req).await) }
+    });
+    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(client_io), service)
+        .await
+        .map_err(|e| format!("client HTTP/2: {e}"))
+}
+
+/// Answers every stream of the client's connection on `client_io` with `denial` (the
+/// upstream could not be reached), each audited, until the client closes.
+pub async fn refuse_streams<C>(tunnel: H2Tunnel, client_io: C, denial: Denial) -> Result<(), String>
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let tunnel = Arc::new(tunnel);
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let t = Arc::clone(&tunnel);
+        let denial = denial.clone();
+        async move {
+            let mut rec = Record::open(&t.shared, t.conn_id, t.peer, Some(&t.known));
+            rec.on(&t.admitted);
+            let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            rec.request(req.method().as_str(), target);
+            unread::drain_body(&mut req.into_body()).await;
+            Ok::<_, Infallible>(refuse(rec, &denial))
+        }
     });
     hyper::server::conn::http2::Builder::new(TokioExecutor::new())
         .serve_connection(TokioIo::new(client_io), service)
@@ -311,9 +306,10 @@ async fn handle(
                 .map(str::to_string)
         });
     let dst = &t.admitted.dst;
-    let authority_ok = authority
-        .as_deref()
-        .is_some_and(|a| host_matches(a.as_bytes(), dst.host(), dst.port(), 443));
+    let authority_ok = authority.as_deref().is_some_and(|a| {
+        let default = t.admitted.scheme.default_port();
+        host_matches(a.as_bytes(), dst.host(), dst.port(), default)
+    });
     // Each stream is the caller's only if it still holds the socket, alone. (A gateway
     // tenant is its tunnel's: a stream's `Proxy-Authorization` is not sluice's, and is
     // dropped.)
@@ -330,20 +326,14 @@ async fn handle(
         websocket: false,
         has_body: !http_body::Body::is_end_stream(req.body()),
     };
-    let prepared = x.prepare(confirmed.as_ref().map(|()| &t.known), head, &mut rec);
-    let (known, mut prepared) = match prepared {
-        Ok(p) => p,
-        Err(d) => {
-            unread::drain_body(&mut req.into_body()).await;
-            return refuse(rec, &d);
-        }
-    };
-    // A form that may name another method streams, its `_method` fields held until judged.
-    let form::FormStream {
+    let begun = x.begin(confirmed.as_ref().map(|()| &t.known), head, &mut rec);
+    let Begun {
+        known,
+        mut prepared,
         hold,
-        verdict: form,
-    } = match form::stream(&mut prepared, known) {
-        Ok(s) => s,
+        form,
+    } = match begun {
+        Ok(b) => b,
         Err(d) => {
             unread::drain_body(&mut req.into_body()).await;
             return refuse(rec, &d);
@@ -352,23 +342,26 @@ async fn handle(
     let (parts, body) = req.into_parts();
     let received = Arc::new(AtomicU64::new(0));
     let tripped = Arc::new(std::sync::OnceLock::new());
+    let reads_whole = prepared
+        .reads_whole()
+        .filter(|_| !http_body::Body::is_end_stream(&body));
+    // A body read whole is guarded whole (`whole_body`), not as it streams.
+    let guard = prepared.body == BodyPlan::Guard && reads_whole.is_none();
     let mut guarded = Guarded {
         inner: body,
-        guard: (prepared.body == BodyPlan::Guard).then(credentials::BodyGuard::new),
-        hold,
+        check: body::BodyCheck::new(guard, hold),
         ready: std::collections::VecDeque::new(),
         tripped: Arc::clone(&tripped),
         pacer: body::Pacer::new(t.shared.limits.body_pace),
         waiting: None,
         received: Arc::clone(&received),
+        sent: None,
     };
-    let reads_whole = prepared
-        .reads_whole()
-        .filter(|_| !http_body::Body::is_end_stream(&guarded));
+    let (sent_tx, mut sent) = oneshot::channel();
+    guarded.sent = Some(sent_tx);
     let up_body: UpBody = if let Some(max) = reads_whole {
         // Buffered (bounded, paced), its form judged, rewritten, sent whole: the same step
         // as HTTP/1.1.
-        guarded.guard = None;
         let collected = http_body_util::Limited::new(&mut guarded, max)
             .collect()
             .await;
@@ -380,13 +373,16 @@ async fn handle(
                     None if e.is::<http_body_util::LengthLimitError>() => x.too_large(),
                     None => Denial::new(
                         Engine::HttpParser,
-                        Refusal::new(400, Code::BadRequest, format!("request body: {e}")),
+                        Refusal::new(Code::BadRequest, format!("request body: {e}")),
                     ),
                 };
                 unread::drain_body(&mut guarded).await;
                 return refuse(rec, &d);
             }
         };
+        // Read whole: the clock starts now.
+        guarded.sent = None;
+        sent = exchange::already_sent();
         match x.whole_body(known, &mut rec, &mut prepared, whole) {
             Ok(b) => Full::new(b).map_err(|never| match never {}).boxed(),
             Err(d) => return refuse(rec, &d),
@@ -394,55 +390,30 @@ async fn handle(
     } else {
         guarded.boxed()
     };
-    // An IPv6 literal is bracketed, else the URI does not parse and the request is refused.
-    let uri = format!(
-        "https://{}{}",
-        dst.to_uri_authority(443),
-        prepared.origin_form
-    );
-    let uri = match uri.parse::<Uri>() {
-        Ok(u) => u,
-        Err(e) => {
-            let refusal = Refusal::new(
-                400,
-                Code::InvalidRequestTarget,
-                format!("request-target refused: {e}"),
-            );
-            return refuse(rec, &Denial::new(Engine::HttpParser, refusal));
-        }
+    let wire = Wire {
+        method: parts.method.as_str(),
+        version: http::Version::HTTP_2,
+        nominated: &[],
+        chunked: false,
+        websocket: false,
     };
-    let mut up = Request::builder()
-        .method(parts.method)
-        .uri(uri)
-        .version(http::Version::HTTP_2);
-    for (name, value) in &prepared.headers {
-        // HTTP/2 has no `Connection` header to nominate others (hyper refuses one).
-        if !forwarded(name, value, &[], http::Version::HTTP_2) {
-            continue;
-        }
-        up = up.header(name.as_str(), value.as_slice());
-    }
-    let upstream_req = match up.body(up_body) {
+    let upstream_req = match x.upstream_request(&prepared, &wire, up_body) {
         Ok(r) => r,
-        Err(e) => {
-            let refusal = Refusal::new(400, Code::BadRequest, e.to_string());
-            return refuse(rec, &Denial::new(Engine::HttpParser, refusal));
-        }
+        Err(d) => return refuse(rec, &d),
     };
     let timeout = t.shared.limits.upstream_timeout;
-    let response = match tokio::time::timeout(timeout, sender.send_request(upstream_req)).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
+    let response = match exchange::within(sender.send_request(upstream_req), sent, timeout).await {
+        Some(Ok(r)) => r,
+        unanswered => {
+            let why = match unanswered {
+                Some(Err(e)) => Unanswered::Failed(e.to_string()),
+                _ => Unanswered::Timeout,
+            };
             rec.bytes_in += received.load(Ordering::Relaxed);
             let form_denied = form.as_ref().and_then(|f| f.apply(&mut rec));
-            let d = match (tripped.get(), form_denied) {
-                (Some(body::BodyError::Held), Some(denied)) => denied,
-                (Some(stopped), _) => x.body_failed(known, &rec, stopped),
-                (None, _) => x.upstream_failed(e.to_string()),
-            };
+            let d = x.unanswered(known, &rec, why, tripped.get(), form_denied);
             return refuse(rec, &d);
         }
-        Err(_) => return refuse(rec, &x.upstream_timeout(timeout)),
     };
     rec.status = Some(response.status().as_u16());
     let (mut parts, body) = response.into_parts();
@@ -456,25 +427,13 @@ async fn handle(
         parts.headers.remove(n);
     }
     let response = Response::from_parts(parts, body);
-    let response = if prepared.scrub.is_empty() {
-        response.map(BodyExt::boxed)
-    } else {
-        // A secret went in, or the endpoint has secrets bound: the response is scrubbed.
-        let scrubbed = inject::scrub(
-            &rec.dest(&t.shared, known),
-            prepared.scrub,
-            &rec.credentials,
-            response,
-        )
-        .await;
-        match scrubbed {
-            Ok(r) => r.map(BodyExt::boxed),
-            Err(d) => return refuse(rec, &d),
-        }
+    let response = match x.answer(known, &rec, prepared.scrub, response).await {
+        Ok(r) => r,
+        Err(d) => return refuse(rec, &d),
     };
     response.map(|inner| {
         Audited {
-            inner,
+            inner: inner.boxed(),
             rec: Some(rec),
             received,
             form,
@@ -517,7 +476,7 @@ impl Drop for Audited {
 
 impl http_body::Body for Audited {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,

@@ -50,6 +50,7 @@ impl Dest<'_> {
                 ip: self.ip,
             },
             kind: kind.to_string(),
+            guard: audit::Guard::Credentials,
             title,
             credential,
             policy: self.policy.clone(),
@@ -128,7 +129,7 @@ pub(super) fn refuse_credential(d: &Dest<'_>, e: &CredentialError) -> Denial {
             credential,
         ));
     }
-    let refusal = Refusal::new(e.status(), e.code(), e.client_message())
+    let refusal = Refusal::new(e.code(), e.client_message())
         .with("message", e.client_message())
         .with_reason(e.to_string());
     Denial::new(Engine::L7, refusal)
@@ -154,7 +155,7 @@ where
     )
     .await
     .map_err(|e| {
-        let refusal = Refusal::new(e.status(), e.code(), e.to_string()).with_reason(e.to_string());
+        let refusal = Refusal::new(e.code(), e.to_string()).with_reason(e.to_string());
         Denial::new(Engine::L7, refusal)
     })
 }
@@ -216,7 +217,6 @@ pub(super) fn encoded_body<'h>(
     let detail = format!(
         "a request body with Content-Encoding `{coding}` to a credentialed endpoint cannot be scanned for credential placeholders; send it uncompressed"
     );
-    let refusal =
-        Refusal::new(415, Code::CredentialScanEncodedBody, detail.clone()).with_reason(detail);
+    let refusal = Refusal::new(Code::CredentialScanEncodedBody, detail.clone()).with_reason(detail);
     Some(Denial::new(Engine::L7, refusal))
 }

@@ -35,9 +35,11 @@ use super::forward::{self, Route, Session, Tunnel};
 use super::lease::Lease;
 use super::live::Registration;
 use super::pool::{self, Client, Returned, Wanted};
+use super::record::Record;
 use super::shared::{Shared, TlsState};
 use super::upstream;
 use crate::audit::{self, Engine, Outcome, Via};
+use crate::http::head;
 use crate::http::respond::{Code, Refusal};
 use crate::tls::server::Alpn;
 use crate::tls::upstream::Offer;
@@ -98,8 +100,13 @@ pub struct Inspected<'a> {
 }
 
 /// The inspected tunnel, from just after the `200` to the end: the client's halves, and
-/// what it sent after its CONNECT head.
-pub async fn run(t: Inspected<'_>, (mut rd, wr): (ClientRead, ClientWrite), mut buf: BytesMut) {
+/// what it sent after its CONNECT head. Returns why it failed, if it did (for its close
+/// event: the tunnel's open event was written at the `200`, and is not written twice).
+pub async fn run(
+    t: Inspected<'_>,
+    (mut rd, wr): (ClientRead, ClientWrite),
+    mut buf: BytesMut,
+) -> Option<String> {
     let Inspected {
         shared,
         conn,
@@ -111,9 +118,6 @@ pub async fn run(t: Inspected<'_>, (mut rd, wr): (ClientRead, ClientWrite), mut 
         reached,
     } = t;
     let registered = addr;
-    let host = admitted.dst.host().to_string();
-    let port = admitted.dst.port();
-    let entry = admitted.admission.entry.to_string();
     // Protocol detection: enough bytes to tell TLS from HTTP, within the timeout.
     let detected = tokio::time::timeout(DETECT_TIMEOUT, async {
         while buf.len() < 8 {
@@ -131,27 +135,6 @@ pub async fn run(t: Inspected<'_>, (mut rd, wr): (ClientRead, ClientWrite), mut 
     .unwrap_or(Detected::Other);
     // What the client sent after its CONNECT head so far; from here on, `Counted` counts.
     traffic.add_in(buf.len() as u64);
-    let fail = |reason: String, status: u16| {
-        shared
-            .audit
-            .emit(&audit::Event::ConnectionOpen(audit::ConnectionOpen {
-                time: SystemTime::now(),
-                id: conn.id,
-                via,
-                caller: Some(Arc::clone(&caller.audit)),
-                src: conn.peer,
-                dst: audit::Destination {
-                    host: host.clone(),
-                    port,
-                    ip: Some(addr.ip()),
-                },
-                outcome: Outcome::Denied,
-                policy: Some(entry.clone()),
-                engine: Engine::L7,
-                reason: Some(reason),
-                status,
-            }));
-    };
     match detected {
         Detected::Other | Detected::H2c => {
             // Told, not dropped: a 403 in HTTP/1.1, which an HTTP client reads.
@@ -160,23 +143,39 @@ pub async fn run(t: Inspected<'_>, (mut rd, wr): (ClientRead, ClientWrite), mut 
             } else {
                 "Unsupported tunnel protocol for L7-inspected endpoint"
             };
-            let refusal = Refusal::new(403, Code::UnsupportedL7Protocol, detail);
+            let refusal = Refusal::new(Code::UnsupportedL7Protocol, detail);
             let mut wr = wr;
             let _ = wr.write_all(&refusal.to_bytes()).await;
             let _ = wr.shutdown().await;
-            fail(detail.to_string(), 403);
+            shared
+                .audit
+                .emit(&audit::Event::ConnectionOpen(audit::ConnectionOpen {
+                    time: SystemTime::now(),
+                    id: conn.id,
+                    via,
+                    caller: Some(Arc::clone(&caller.audit)),
+                    src: conn.peer,
+                    dst: audit::Destination {
+                        host: admitted.dst.host().to_string(),
+                        port: admitted.dst.port(),
+                        ip: Some(addr.ip()),
+                    },
+                    outcome: Outcome::Denied,
+                    policy: Some(admitted.admission.entry.to_string()),
+                    engine: Engine::L7,
+                    reason: Some(detail.to_string()),
+                    status: 403,
+                }));
             // What the client still sends is read (briefly) first, so that closing does not
             // reset the answer away.
             super::unread::linger(&mut rd).await;
+            None
         }
         Detected::Http => {
             // Plaintext HTTP in a tunnel is never pooled: a deferred dial is made now.
             let (upstream, addr) = match Box::pin(socket(shared, upstream, addr)).await {
                 Ok(x) => x,
-                Err(e) => {
-                    fail(e, 0);
-                    return;
-                }
+                Err(e) => return Some(e),
             };
             let _moved = moved(
                 shared,
@@ -188,10 +187,7 @@ pub async fn run(t: Inspected<'_>, (mut rd, wr): (ClientRead, ClientWrite), mut 
             );
             let sender = match Box::pin(upstream::http1(upstream)).await {
                 Ok(sender) => sender,
-                Err(e) => {
-                    fail(format!("upstream HTTP handshake failed: {e}"), 0);
-                    return;
-                }
+                Err(e) => return Some(format!("upstream HTTP handshake failed: {e}")),
             };
             let admitted = Admitted {
                 scheme: Scheme::Http,
@@ -207,14 +203,14 @@ pub async fn run(t: Inspected<'_>, (mut rd, wr): (ClientRead, ClientWrite), mut 
                 buf,
             };
             forward::serve(session, None).await;
+            None
         }
         Detected::Tls => {
             let Some(tls) = &shared.tls else {
-                fail("TLS termination unavailable".to_string(), 0);
-                return;
+                return Some("TLS termination unavailable".to_string());
             };
             let Ok(client) = rd.reunite(wr) else {
-                return;
+                return None;
             };
             let stream = Prefixed::new(buf, Counted::new(client, Arc::clone(traffic)));
             // Boxed: the handshakes' states (about 5 KiB) exist only while they run; the
@@ -237,9 +233,20 @@ pub async fn run(t: Inspected<'_>, (mut rd, wr): (ClientRead, ClientWrite), mut 
                 epoch,
             } = match Box::pin(handshakes(phase, stream)).await {
                 Ok(h) => h,
-                Err(e) => {
-                    fail(e, 0);
-                    return;
+                Err(Failed::Client(e)) => return Some(e),
+                Err(Failed::Upstream(u)) => {
+                    let tunnel = super::h2::H2Tunnel {
+                        shared: Arc::clone(shared),
+                        conn_id: conn.id,
+                        peer: conn.peer,
+                        known: caller,
+                        admitted: Admitted {
+                            scheme: Scheme::Https,
+                            ..admitted
+                        },
+                        addr,
+                    };
+                    return Some(Box::pin(unreachable(tls, tunnel, *u)).await);
                 }
             };
             let _moved = moved(
@@ -263,14 +270,10 @@ pub async fn run(t: Inspected<'_>, (mut rd, wr): (ClientRead, ClientWrite), mut 
                     Up::Pooled(Client::H2(s)) => s,
                     Up::Fresh(s) => match Box::pin(super::h2::connect(*s)).await {
                         Ok(s) => s,
-                        Err(e) => {
-                            fail(e, 0);
-                            return;
-                        }
+                        Err(e) => return Some(e),
                     },
                     Up::Pooled(Client::H1(_)) => {
-                        fail("pooled upstream speaks HTTP/1.1, not h2".to_string(), 0);
-                        return;
+                        return Some("pooled upstream speaks HTTP/1.1, not h2".to_string());
                     }
                 };
                 let tenant = admitted.tenant.clone();
@@ -285,27 +288,25 @@ pub async fn run(t: Inspected<'_>, (mut rd, wr): (ClientRead, ClientWrite), mut 
                     },
                     addr,
                 };
-                match Box::pin(super::h2::serve(tunnel, client_tls, sender.clone())).await {
-                    Ok(()) => shared.pool.check_in(
-                        returned(Client::H2(sender)),
-                        connection::current_epoch_of(shared, tenant.as_deref()),
-                    ),
-                    Err(e) => fail(e, 0),
-                }
-                return;
+                return match Box::pin(super::h2::serve(tunnel, client_tls, sender.clone())).await {
+                    Ok(()) => {
+                        shared.pool.check_in(
+                            returned(Client::H2(sender)),
+                            connection::current_epoch_of(shared, tenant.as_deref()),
+                        );
+                        None
+                    }
+                    Err(e) => Some(e),
+                };
             }
             let sender = match up {
                 Up::Pooled(Client::H1(s)) => s,
                 Up::Fresh(s) => match Box::pin(upstream::http1(*s)).await {
                     Ok(sender) => sender,
-                    Err(e) => {
-                        fail(format!("upstream HTTP handshake failed: {e}"), 0);
-                        return;
-                    }
+                    Err(e) => return Some(format!("upstream HTTP handshake failed: {e}")),
                 },
                 Up::Pooled(Client::H2(_)) => {
-                    fail("pooled upstream speaks h2, not HTTP/1.1".to_string(), 0);
-                    return;
+                    return Some("pooled upstream speaks h2, not HTTP/1.1".to_string());
                 }
             };
             let admitted = Admitted {
@@ -330,8 +331,80 @@ pub async fn run(t: Inspected<'_>, (mut rd, wr): (ClientRead, ClientWrite), mut 
             if let Route::Tunnel(mut t) = route {
                 t.release(shared);
             }
+            None
         }
     }
+}
+
+/// Why the handshakes failed.
+enum Failed {
+    /// The client's side: the tunnel ends, with this reason.
+    Client(String),
+    /// The upstream could not be reached over TLS after the client's `200`.
+    Upstream(Box<Unreached>),
+}
+
+/// An upstream not reached after the `200`: the client's handshake, begun, to complete with
+/// sluice's own leaf so that its requests are answered `502` with the reason.
+struct Unreached {
+    start: tokio_rustls::StartHandshake<ClientIo>,
+    sni: Option<String>,
+    offer: Offer,
+    reason: String,
+}
+
+/// Completes the client's handshake (h2 when it offered it, else HTTP/1.1) and answers its
+/// requests `502 upstream_unreachable` with the reason, each audited like any refused
+/// request. Returns the reason, for the tunnel's close event.
+async fn unreachable(tls: &TlsState, tunnel: super::h2::H2Tunnel, u: Unreached) -> String {
+    let Unreached {
+        start,
+        sni,
+        offer,
+        reason,
+    } = u;
+    let alpn = match offer {
+        Offer::H2AndHttp11 | Offer::H2 => Alpn::H2,
+        Offer::Http11 => Alpn::Http11,
+        Offer::None => Alpn::None,
+    };
+    let host = tunnel.admitted.dst.host();
+    let Ok(config) = tls.terminator.config_for(sni.as_deref(), host, alpn) else {
+        return reason;
+    };
+    let Ok(Ok(client_tls)) = tokio::time::timeout(DETECT_TIMEOUT, start.into_stream(config)).await
+    else {
+        return reason;
+    };
+    let x = super::request::Exchange {
+        shared: &tunnel.shared,
+        admitted: &tunnel.admitted,
+    };
+    let denial = x.upstream_failed(reason.clone());
+    if alpn == Alpn::H2 {
+        let _ = super::h2::refuse_streams(tunnel, client_tls, denial).await;
+        return reason;
+    }
+    let (mut rd, mut wr) = tokio::io::split(client_tls);
+    let mut buf = BytesMut::new();
+    let limits = &tunnel.shared.limits;
+    let read = head::read_head(&mut rd, &mut buf, limits.max_head_bytes);
+    if let Ok(Ok(h)) = tokio::time::timeout(limits.head_timeout, read).await {
+        let mut rec = Record::open(
+            &tunnel.shared,
+            tunnel.conn_id,
+            tunnel.peer,
+            Some(&tunnel.known),
+        );
+        rec.on(&tunnel.admitted);
+        rec.request(&h.method, &h.target);
+        let _ = wr.write_all(&denial.refusal.to_bytes()).await;
+        rec.deny(&denial);
+        rec.finish();
+    }
+    let _ = wr.shutdown().await;
+    super::unread::linger(&mut rd).await;
+    reason
 }
 
 /// Registers the tunnel in the live registry again when its upstream was reached at another
@@ -396,7 +469,7 @@ type ClientIo = Prefixed<Counted<ClientStream>>;
 /// The two handshakes in order: the client's ClientHello read, the upstream taken from the
 /// pool or dialled and its TLS made with the same ALPN offer, then the client's handshake
 /// completed with what the upstream chose. `Err`: why the tunnel fails (for its audit).
-async fn handshakes(h: Handshakes<'_>, stream: ClientIo) -> Result<Handshaken, String> {
+async fn handshakes(h: Handshakes<'_>, stream: ClientIo) -> Result<Handshaken, Failed> {
     let Handshakes {
         shared,
         tls,
@@ -405,12 +478,16 @@ async fn handshakes(h: Handshakes<'_>, stream: ClientIo) -> Result<Handshaken, S
         upstream,
         addr,
     } = h;
-    let (host, port) = (admitted.dst.host(), admitted.dst.port());
+    let host = admitted.dst.host();
     let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
     let start = match tokio::time::timeout(DETECT_TIMEOUT, acceptor).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(format!("client TLS: {e}")),
-        Err(_) => return Err("client TLS: no ClientHello in time".to_string()),
+        Ok(Err(e)) => return Err(Failed::Client(format!("client TLS: {e}"))),
+        Err(_) => {
+            return Err(Failed::Client(
+                "client TLS: no ClientHello in time".to_string(),
+            ));
+        }
     };
     let hello = start.client_hello();
     let sni = hello.server_name().map(str::to_ascii_lowercase);
@@ -433,8 +510,23 @@ async fn handshakes(h: Handshakes<'_>, stream: ClientIo) -> Result<Handshaken, S
     let (up, addr, alpn) = match taken {
         Some(t) => (Up::Pooled(t.client), t.addr, t.alpn),
         None => {
-            let (socket, addr) = socket(shared, upstream, addr).await?;
-            let s = upstream::tls(shared, tls, host, port, offer, socket).await?;
+            let reached = match socket(shared, upstream, addr).await {
+                Ok((socket, addr)) => upstream::tls(shared, tls, &admitted.dst, offer, socket)
+                    .await
+                    .map(|s| (s, addr)),
+                Err(e) => Err(e),
+            };
+            let (s, addr) = match reached {
+                Ok(r) => r,
+                Err(reason) => {
+                    return Err(Failed::Upstream(Box::new(Unreached {
+                        start,
+                        sni,
+                        offer,
+                        reason,
+                    })));
+                }
+            };
             let alpn = Alpn::from_protocol(s.get_ref().1.alpn_protocol());
             (Up::Fresh(Box::new(s)), addr, alpn)
         }
@@ -442,11 +534,13 @@ async fn handshakes(h: Handshakes<'_>, stream: ClientIo) -> Result<Handshaken, S
     let config = tls
         .terminator
         .config_for(sni.as_deref(), host, alpn)
-        .map_err(|e| format!("no certificate for {host}: {e}"))?;
+        .map_err(|e| Failed::Client(format!("no certificate for {host}: {e}")))?;
     let client_tls = match tokio::time::timeout(DETECT_TIMEOUT, start.into_stream(config)).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(format!("client TLS handshake failed: {e}")),
-        Err(_) => return Err("client TLS handshake timed out".to_string()),
+        Ok(Err(e)) => return Err(Failed::Client(format!("client TLS handshake failed: {e}"))),
+        Err(_) => {
+            return Err(Failed::Client("client TLS handshake timed out".to_string()));
+        }
     };
     Ok(Handshaken {
         client_tls: Box::new(client_tls),

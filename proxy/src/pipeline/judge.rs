@@ -89,7 +89,6 @@ pub fn judge(
             Err(e) => {
                 judged.engine = Engine::HttpParser;
                 let refusal = Refusal::new(
-                    400,
                     Code::InvalidRequestTarget,
                     format!("request-target refused: {e}"),
                 );
@@ -115,7 +114,6 @@ pub fn judge(
     if let (Verdict::Deny, RequestBasis::Target(e)) = (decision.verdict, &decision.basis) {
         judged.engine = Engine::HttpParser;
         let refusal = Refusal::new(
-            400,
             Code::InvalidRequestTarget,
             format!("request-target refused: {e}"),
         );
@@ -131,7 +129,7 @@ pub fn judge(
         Ok(named) => named,
         Err(e) => {
             judged.engine = Engine::HttpParser;
-            let refusal = Refusal::new(400, Code::InvalidMethodOverride, e.to_string());
+            let refusal = Refusal::new(Code::InvalidMethodOverride, e.to_string());
             return Err(Box::new((refusal, judged)));
         }
     };
@@ -383,7 +381,6 @@ fn l7_denial(d: &L7Denial<'_>) -> Refusal {
         d.binary, d.method, d.hp, d.path
     ));
     let mut refusal = Refusal::new(
-        403,
         Code::PolicyDenied,
         format!(
             "{} {}{}{} denied by L7 policy: {reason}",
@@ -391,7 +388,7 @@ fn l7_denial(d: &L7Denial<'_>) -> Refusal {
         ),
     )
     .with_reason(reason.clone())
-    .with("policy", policy.clone())
+    .denied_by_entry(policy)
     .with("rule", rule)
     .with("layer", "l7")
     .with("protocol", "rest")
@@ -412,17 +409,12 @@ fn l7_denial(d: &L7Denial<'_>) -> Refusal {
 /// `host:port` (IPv6 literals with or without brackets) as the host without brackets and
 /// the port.
 fn split_host_port(hp: &str) -> (String, Option<u16>) {
-    match hp.rsplit_once(':') {
-        Some((host, port)) => match port.parse::<u16>() {
-            Ok(port) => (
-                host.trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_string(),
-                Some(port),
-            ),
+    match sluice_addr::split_host_port(hp) {
+        Some((host, Some(port))) => match port.parse::<u16>() {
+            Ok(port) => (host.to_string(), Some(port)),
             Err(_) => (hp.to_string(), None),
         },
-        None => (hp.to_string(), None),
+        _ => (hp.to_string(), None),
     }
 }
 

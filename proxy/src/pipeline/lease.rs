@@ -110,7 +110,7 @@ impl Lease {
             .await
             .map_err(|e| format!("upstream connection failed: {e}"))?;
         let dst = &admitted.dst;
-        let stream = upstream::tls(shared, tls, dst.host(), dst.port(), self.offer, socket).await?;
+        let stream = upstream::tls(shared, tls, dst, self.offer, socket).await?;
         let alpn = Alpn::from_protocol(stream.get_ref().1.alpn_protocol());
         if alpn != self.alpn {
             return Err(format!(

@@ -19,6 +19,7 @@ mod counted;
 mod denial;
 pub mod destination;
 pub mod doctor;
+mod exchange;
 mod form;
 mod forward;
 mod h2;
@@ -226,7 +227,6 @@ fn ca_response(shared: &Shared) -> Vec<u8> {
             .into_bytes()
         }
         None => Refusal::new(
-            404,
             Code::TlsTerminationUnavailable,
             "TLS termination is unavailable: sluice has no CA to serve",
         )
@@ -400,7 +400,6 @@ pub async fn serve_client(shared: Arc<Shared>, client: Client) {
     };
     let Some(read) = read else {
         let refusal = Refusal::new(
-            503,
             Code::TooManyConnections,
             "sluice's connections awaiting their proxy credentials are all taken and this one \
              had waited longest for its first request; send the request as you connect, or retry",
@@ -414,9 +413,7 @@ pub async fn serve_client(shared: Arc<Shared>, client: Client) {
         Ok(Err(e)) if crate::proxy_protocol::is_header(&buf) => {
             // A PROXY protocol header from a peer not trusted to send one (`listen::front`
             // reads it from those that are): a client must not name its own address.
-            let refusal = Refusal::new(
-                400,
-                Code::BadRequest,
+            let refusal = Refusal::new(Code::BadRequest,
                 format!("a PROXY protocol header from {peer}, which --proxy-protocol-from does not trust: refused"),
             ).with_reason(format!("not a request head: {e}"));
             let known = arrival.caller.as_ref().ok();
@@ -438,7 +435,6 @@ pub async fn serve_client(shared: Arc<Shared>, client: Client) {
         }
         Err(_) => {
             let refusal = Refusal::new(
-                408,
                 Code::RequestTimeout,
                 format!(
                     "no complete request head within {} s",

@@ -10,6 +10,7 @@ use std::time::{Instant, SystemTime};
 
 use super::authority::{Authority, path_only};
 use super::caller::Known;
+use super::connection::Admitted;
 use super::denial::Denial;
 use super::inject;
 use super::judge::Judged;
@@ -74,6 +75,13 @@ impl Record {
             bytes_out: 0,
             emitted: false,
         }
+    }
+
+    /// The request is on `admitted`'s connection: its destination, scheme and policy entry.
+    pub fn on(&mut self, admitted: &Admitted) {
+        self.dst = admitted.dst.clone();
+        self.scheme = admitted.scheme.as_str();
+        self.policy = Some(admitted.admission.entry.to_string());
     }
 
     /// The request's method and target as they arrived (the path until policy canonicalises it).

@@ -3,7 +3,8 @@
 //! judgement, the credentials of its head and the policy for its body, then goes upstream;
 //! its body's failures and its upstream's are refused the same way. HTTP/1.1 (`forward.rs`),
 //! HTTP/2 (`h2.rs`) and WebSocket handshakes (`websocket.rs`) call these steps, and do only
-//! what their wire format needs themselves (reading heads and bodies, writing answers).
+//! what their wire format needs themselves (reading heads and bodies, writing answers). The
+//! order of the whole exchange, and its steps past this phase, are in `exchange.rs`.
 //!
 //! ```text
 //! prepare:  authority → caller → judge → credentials (head) → body plan
@@ -154,7 +155,6 @@ impl<'a> Exchange<'a> {
             // Bytes after the head would be body to one reader and the first frames to
             // another; nothing would judge or scan them as either.
             let refusal = Refusal::new(
-                400,
                 Code::BadRequest,
                 "a WebSocket handshake carries no body (RFC 6455 §4.1): send no Content-Length or Transfer-Encoding with `Upgrade: websocket`",
             );
@@ -163,7 +163,6 @@ impl<'a> Exchange<'a> {
         if !head.authority_ok {
             // Host-header redirection of credentials is the attack this stops (spec §3.4).
             let refusal = Refusal::new(
-                403,
                 Code::RequestAuthorityMismatch,
                 "HTTP request authority does not match the authorized tunnel endpoint",
             )
@@ -326,7 +325,7 @@ impl<'a> Exchange<'a> {
                 "a form or JSON body with Content-Encoding `{coding}` cannot be read for its {} field on an endpoint that refuses some methods; send it uncompressed",
                 "_method"
             );
-            let refusal = Refusal::new(415, Code::FormBodyEncoded, detail);
+            let refusal = Refusal::new(Code::FormBodyEncoded, detail);
             return Err(Denial::new(Engine::L7, refusal));
         }
         Ok(Some(Box::new(check)))
@@ -349,7 +348,7 @@ impl<'a> Exchange<'a> {
     ) -> Result<Bytes, Denial> {
         if let Some(check) = prepared.form.take() {
             let named = body_override::from_body(&check.kind, &body).map_err(|e| {
-                let refusal = Refusal::new(400, Code::InvalidMethodOverride, e.to_string());
+                let refusal = Refusal::new(Code::InvalidMethodOverride, e.to_string());
                 Denial::new(Engine::HttpParser, refusal)
             })?;
             let mut judged = check.judged.clone();
@@ -402,7 +401,6 @@ impl<'a> Exchange<'a> {
                 // Which one the upstream reads decides where the secret lands: refused,
                 // not guessed.
                 let refusal = Refusal::new(
-                    400,
                     Code::BadRequest,
                     "more than one Content-Type: the body's kind is ambiguous, so its placeholders are not swapped",
                 );
@@ -426,7 +424,7 @@ impl<'a> Exchange<'a> {
                     return Err(inject::refuse_credential(&rec.dest(self.shared, known), &e));
                 }
                 Err(e) => {
-                    let refusal = Refusal::new(e.status(), e.code(), e.to_string());
+                    let refusal = Refusal::new(e.code(), e.to_string());
                     return Err(Denial::new(Engine::L7, refusal));
                 }
             }
@@ -453,7 +451,6 @@ impl<'a> Exchange<'a> {
                 Denial::new(
                     Engine::L7,
                     Refusal::new(
-                        403,
                         Code::CredentialInBody,
                         "a credential placeholder in the request body would reach the upstream unresolved; this endpoint does not allow body rewriting (request_body_credential_rewrite)",
                     ),
@@ -469,7 +466,6 @@ impl<'a> Exchange<'a> {
         Denial::new(
             Engine::Proxy,
             Refusal::new(
-                502,
                 Code::UpstreamUnreachable,
                 format!("connection to {} failed", self.admitted.dst),
             )
@@ -482,7 +478,6 @@ impl<'a> Exchange<'a> {
         Denial::new(
             Engine::Proxy,
             Refusal::new(
-                504,
                 Code::UpstreamTimeout,
                 format!(
                     "{} sent no response within {} s",

@@ -22,14 +22,12 @@ pub struct Absolute {
 pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
     if target.starts_with('/') {
         return Err(Refusal::new(
-            400,
             Code::NotAProxyRequest,
             "sluice is a proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port",
         ));
     }
     let Some((scheme, rest)) = target.split_once("://") else {
         return Err(Refusal::new(
-            400,
             Code::BadRequest,
             "request target is not an absolute http:// URI",
         ));
@@ -38,14 +36,12 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
         "http" => {}
         "https" => {
             return Err(Refusal::new(
-                400,
                 Code::HttpsRequiresConnect,
                 "Use CONNECT for HTTPS URLs",
             ));
         }
         other => {
             return Err(Refusal::new(
-                400,
                 Code::UnsupportedProxyScheme,
                 format!(
                     "scheme `{other}` is not supported by the forward proxy (http only; use CONNECT)"
@@ -57,34 +53,25 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
     let (authority, tail) = rest.split_at(split);
     if authority.contains('@') {
         return Err(Refusal::new(
-            400,
             Code::BadRequest,
             "user information in the request URI is not allowed",
         ));
     }
-    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (h, after) = v6
-            .split_once(']')
-            .ok_or_else(|| Refusal::new(400, Code::BadRequest, "unclosed `[` in the URI host"))?;
-        (h.to_string(), after.strip_prefix(':'))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), Some(p)),
-            None => (authority.to_string(), None),
-        }
-    };
+    let (host, port) = sluice_addr::split_host_port(authority).ok_or_else(|| {
+        Refusal::new(
+            Code::BadRequest,
+            "malformed URI host: an unclosed `[`, or something other than `:port` after `]`",
+        )
+    })?;
+    let host = host.to_string();
     let port = match port {
         None => 80,
         Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-            Refusal::new(
-                400,
-                Code::BadRequest,
-                format!("invalid port `{p}` in the URI"),
-            )
+            Refusal::new(Code::BadRequest, format!("invalid port `{p}` in the URI"))
         })?,
     };
     if host.is_empty() {
-        return Err(Refusal::new(400, Code::BadRequest, "empty host in the URI"));
+        return Err(Refusal::new(Code::BadRequest, "empty host in the URI"));
     }
     let path_and_query = match tail {
         "" => "/".to_string(),

@@ -9,19 +9,20 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use super::authority::Authority;
 use super::shared::{Shared, TlsState};
 use crate::http::body::ChannelBody;
 use crate::tls::upstream::Offer;
 
-/// A verified TLS connection to `host` over `socket`, offering `offer`.
+/// A verified TLS connection to `dst` over `socket`, offering `offer`.
 pub(super) async fn tls(
     shared: &Shared,
     tls: &TlsState,
-    host: &str,
-    port: u16,
+    dst: &Authority,
     offer: Offer,
     socket: TcpStream,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    let host = dst.host();
     // The upstream is verified against its real name (SNI = the CONNECT host).
     let Ok(server_name) = ServerName::try_from(host.to_string()) else {
         return Err(format!("`{host}` is not a valid TLS server name"));
@@ -34,8 +35,8 @@ pub(super) async fn tls(
     .await
     {
         Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => Err(format!("upstream TLS to {host}:{port} failed: {e}")),
-        Err(_) => Err(format!("upstream TLS to {host}:{port} timed out")),
+        Ok(Err(e)) => Err(format!("upstream TLS to {dst} failed: {e}")),
+        Err(_) => Err(format!("upstream TLS to {dst} timed out")),
     }
 }
 

@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::caller::Known;
 use super::denial::Denial;
+use super::exchange::{self, Unanswered};
 use super::record::Record;
 use super::request::Exchange;
 use super::ws_scrub::{Reports, ScrubbedFrames};
@@ -78,28 +79,25 @@ pub(super) async fn relay<R, W>(
         // No extension: a compressed frame could not be scanned for the secret.
         request.headers_mut().remove("sec-websocket-extensions");
     }
+    // A handshake has no body: the upstream's time starts now.
     let timeout = x.shared.limits.upstream_timeout;
-    let response = match tokio::time::timeout(timeout, sender.send_request(request)).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => return refuse(wr, rec, &x.upstream_failed(e.to_string())).await,
-        Err(_) => return refuse(wr, rec, &x.upstream_timeout(timeout)).await,
+    let sent = exchange::already_sent();
+    let response = match exchange::within(sender.send_request(request), sent, timeout).await {
+        Some(Ok(r)) => r,
+        unanswered => {
+            let why = match unanswered {
+                Some(Err(e)) => Unanswered::Failed(e.to_string()),
+                _ => Unanswered::Timeout,
+            };
+            let d = x.unanswered(known, &rec, why, None, None);
+            return refuse(wr, rec, &d).await;
+        }
     };
     let status = response.status().as_u16();
     if status != 101 {
-        let written = if scrubbing {
-            let scrubbed = super::inject::scrub(
-                &rec.dest(x.shared, known),
-                hs.scrub,
-                &rec.credentials,
-                response,
-            )
-            .await;
-            match scrubbed {
-                Ok(r) => respond::write_response(wr, r, false, 1, false).await,
-                Err(d) => return refuse(wr, rec, &d).await,
-            }
-        } else {
-            respond::write_response(wr, response, false, 1, false).await
+        let written = match x.answer(known, &rec, hs.scrub, response).await {
+            Ok(r) => respond::write_response(wr, r, false, 1, false).await,
+            Err(d) => return refuse(wr, rec, &d).await,
         };
         rec.status = Some(status);
         rec.bytes_out = written.map_or(0, |w| w.body_bytes);
@@ -116,7 +114,6 @@ pub(super) async fn relay<R, W>(
         .is_some_and(|u| u.as_bytes().eq_ignore_ascii_case(b"websocket"));
     if !accept_ok || !upgrade_ok {
         let refusal = Refusal::new(
-            502,
             Code::UpstreamUnreachable,
             "the upstream's WebSocket handshake answer is not valid (RFC 6455)",
         );
@@ -146,7 +143,7 @@ pub(super) async fn relay<R, W>(
             "the upstream answered a WebSocket handshake to a credentialed endpoint with extension `{name}` although none was offered; sluice does not relay frames it cannot scan for the secret"
         );
         let refusal =
-            Refusal::new(502, Code::CredentialResponseEncoded, detail.clone()).with_reason(detail);
+            Refusal::new(Code::CredentialResponseEncoded, detail.clone()).with_reason(detail);
         return refuse(wr, rec, &Denial::new(Engine::L7, refusal)).await;
     }
     let mut head = b"HTTP/1.1 101 Switching Protocols\r\n".to_vec();
@@ -160,11 +157,7 @@ pub(super) async fn relay<R, W>(
     let upgraded = match hyper::upgrade::on(response).await {
         Ok(u) => u,
         Err(e) => {
-            let refusal = Refusal::new(
-                502,
-                Code::UpstreamUnreachable,
-                format!("upgrade failed: {e}"),
-            );
+            let refusal = Refusal::new(Code::UpstreamUnreachable, format!("upgrade failed: {e}"));
             return refuse(wr, rec, &Denial::new(Engine::Proxy, refusal)).await;
         }
     };

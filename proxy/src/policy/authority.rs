@@ -76,17 +76,10 @@ pub fn host_matches(header: &[u8], host: &str, port: u16, default_port: u16) -> 
         return false;
     };
     let h = h.trim().to_ascii_lowercase();
-    let (hh, hp) = if let Some(v6) = h.strip_prefix('[') {
-        match v6.split_once(']') {
-            Some((a, rest)) => (a.to_string(), rest.strip_prefix(':').map(str::to_string)),
-            None => return false,
-        }
-    } else {
-        match h.rsplit_once(':') {
-            Some((a, p)) => (a.to_string(), Some(p.to_string())),
-            None => (h.clone(), None),
-        }
+    let Some((hh, hp)) = sluice_addr::split_host_port(&h) else {
+        return false;
     };
+    let hh = hh.to_string();
     // One trailing dot names the same host, as for the target (`canon::normalize_host`).
     let hh = match hh.strip_suffix('.') {
         Some(h) if !h.is_empty() && !h.ends_with('.') => h.to_string(),
@@ -115,6 +108,16 @@ mod tests {
             Err(TargetError::Byte(0xc2))
         );
         assert_eq!(check_request_target(b"/a?b=c"), Ok(()));
+    }
+
+    /// Text after a bracketed host that is not `:port` names no authority (it was once read
+    /// as the host on the default port).
+    #[test]
+    fn a_bracketed_host_is_followed_by_a_port_or_nothing() {
+        assert!(host_matches(b"[::1]", "::1", 443, 443));
+        assert!(host_matches(b"[::1]:443", "::1", 443, 80));
+        assert!(!host_matches(b"[::1]x", "::1", 443, 443));
+        assert!(!host_matches(b"[::1", "::1", 443, 443));
     }
 
     #[test]

@@ -178,7 +178,10 @@ impl Policy {
         if candidates.is_empty() {
             return L4Decision::Deny(L4Denial {
                 kind: L4DenyKind::NoEndpoint,
-                reason: format!("endpoint {host}:{port} is not allowed by any policy"),
+                reason: format!(
+                    "endpoint {} is not allowed by any policy",
+                    sluice_addr::HostPort(host, port)
+                ),
             });
         }
         let mut admitted: Vec<EndpointRef> = Vec::new();

@@ -285,7 +285,10 @@ pub fn render_text(e: &Explanation) -> String {
     if let Some(stage) = e.stage {
         line("stage:", stage);
     }
-    line("target:", &format!("{}:{}", e.host, e.port));
+    line(
+        "target:",
+        &sluice_addr::HostPort(&e.host, e.port).to_string(),
+    );
     line("binary:", &e.binary);
     line(
         "l4:",

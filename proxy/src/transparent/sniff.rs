@@ -294,16 +294,10 @@ async fn read_http_host<R: AsyncRead + Unpin>(
 /// A `Host` value without its port, normalised; `None` when it is not a valid host.
 fn host_name(value: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(value).ok()?.trim();
-    let host = if let Some(v6) = text.strip_prefix('[') {
-        let (inside, _) = v6.split_once(']')?;
-        inside
-    } else {
-        match text.rsplit_once(':') {
-            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-            Some(_) => return None,
-            None => text,
-        }
-    };
+    let (host, port) = sluice_addr::split_host_port(text)?;
+    if port.is_some_and(|p| !p.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
     canon::normalize_host(host).ok()
 }
 

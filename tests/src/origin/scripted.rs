@@ -84,7 +84,8 @@ pub fn spawn_tls(
     (OriginProcess::spawn(&mut cmd, what), ca)
 }
 
-/// A test CA and a server certificate it signed, for `localhost`, `127.0.0.1`, `::1` and
+/// A test CA and a server certificate it signed, for `localhost`, `127.0.0.1`, `127.0.0.26` (an
+/// origin on port 443 of its own loopback address), `::1` and
 /// `*.local.test`, made by `openssl` in `dir`: (CA certificate, server certificate, server key).
 /// (A self-signed certificate is a CA, which verifiers refuse as a server certificate.)
 pub fn make_cert(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
@@ -96,7 +97,7 @@ pub fn make_cert(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let ext = dir.join("origin.ext");
     std::fs::write(
         &ext,
-        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,DNS:*.local.test,DNS:origin.test,IP:127.0.0.1,IP:::1\n",
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,DNS:*.local.test,DNS:origin.test,IP:127.0.0.1,IP:127.0.0.26,IP:::1\n",
     )
     .expect("write ext file");
     let openssl = |args: &[&str]| {
@@ -216,7 +217,7 @@ impl HttpsOrigin {
 
 /// An HTTPS origin that speaks HTTP/2 and HTTP/1.1 (Node's `http2` module, `allowHTTP1`),
 /// answering each request with the protocol it arrived over: `proto=2 path=/x`. `/early`
-/// answers before it has read the request body.
+/// answers before it has read the request body; `/silent` never answers.
 #[derive(Debug)]
 pub struct H2Origin {
     pub addr: SocketAddr,
@@ -253,6 +254,7 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
       req.on('end', () => { fs.appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, body: '', aborted: req.aborted }) + '\n'); res.end(`body=${n}\n`); });
       return;
     }
+    if (req.url.startsWith('/silent')) { req.resume(); return; }
     if (req.url.startsWith('/count')) {
       let n = 0; req.on('data', (c) => { n += c.length; }); req.on('end', () => res.end(`count=${n}\n`)); return;
     }
@@ -264,7 +266,7 @@ const server = http2.createSecureServer({ key: fs.readFileSync(process.argv[2]),
       res.end(`proto=${req.httpVersion} method=${req.method} path=${req.url} body=${n}\n`);
     });
   });
-server.listen(0, process.argv[4], () => { console.log(server.address().port); });
+server.listen(Number(process.argv[5] || 0), process.argv[4], () => { console.log(server.address().port); });
 "#;
 
 impl H2Origin {
@@ -274,11 +276,17 @@ impl H2Origin {
 
     /// Like [`H2Origin::start`], listening on `ip` (`::1` for an IPv6-literal origin).
     pub fn start_on(dir: &Path, ip: IpAddr) -> H2Origin {
+        H2Origin::start_at(dir, SocketAddr::from((ip, 0)))
+    }
+
+    /// Like [`H2Origin::start`], listening on `addr` (port 0: any).
+    pub fn start_at(dir: &Path, addr: SocketAddr) -> H2Origin {
+        let ip = addr.ip();
         let log = dir.join(format!("h2-origin-{}.jsonl", std::process::id()));
         let (process, ca) = spawn_tls(
             dir,
             Script::Node(H2_ORIGIN),
-            &[&log, &ip.to_string()],
+            &[&log, &ip.to_string(), &addr.port().to_string()],
             "the h2 origin (node)",
         );
         let port = process.port;

@@ -52,19 +52,8 @@ impl Display for Message<'_> {
     }
 }
 
-/// `host:port`, with an IPv6 literal in brackets.
-pub(super) struct HostPort<'a>(pub(super) &'a str, pub(super) u16);
-
-impl Display for HostPort<'_> {
-    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        let HostPort(host, port) = *self;
-        if host.contains(':') && !host.starts_with('[') {
-            write!(f, "[{host}]:{port}")
-        } else {
-            write!(f, "{host}:{port}")
-        }
-    }
-}
+/// `host:port`, with an IPv6 literal in brackets: the one spelling (`sluice-addr`).
+pub(super) use sluice_addr::HostPort;
 
 /// `metadata.uid`: made for the event, or a request's (`<instance>:<connection>:http:<ns>`).
 pub(super) enum Uid<'a> {

@@ -348,6 +348,7 @@ pub(super) fn own_finding(kind: &str, title: String, severity: Severity) -> supe
             ip: None,
         },
         kind: kind.to_string(),
+        guard: super::super::Guard::Audit,
         title,
         credential: None,
         policy: None,

@@ -268,7 +268,7 @@ fn placeholders_go_only_where_the_profile_places_them() {
     let placement = |r: Result<Injected, CredentialError>| match r {
         Err(e @ CredentialError::PlacementMismatch { .. }) => {
             assert_eq!(
-                (e.status(), e.code().as_str()),
+                (e.code().status(), e.code().as_str()),
                 (403, "credential_placement_mismatch")
             );
             assert_eq!(e.finding(), Some(FINDING_PLACEMENT_MISMATCH));
@@ -356,7 +356,7 @@ fn plaintext_needs_the_binding_to_opt_in() {
     );
     let e = r.unwrap_err();
     assert_eq!(
-        (e.status(), e.code().as_str()),
+        (e.code().status(), e.code().as_str()),
         (403, "credential_requires_tls")
     );
     assert_eq!(e.finding(), Some(FINDING_REQUIRES_TLS));
@@ -414,7 +414,7 @@ fn outside_binding_is_a_mismatch_and_changes_nothing() {
         &[("Authorization", "Bearer openshell:resolve:env:GH_TOKEN")],
     );
     let e = r.unwrap_err();
-    assert_eq!(e.status(), 403);
+    assert_eq!(e.code().status(), 403);
     assert_eq!(e.code(), "credential_endpoint_mismatch");
     assert_eq!(e.finding(), Some(FINDING_ENDPOINT_MISMATCH));
     assert_eq!(
@@ -460,7 +460,7 @@ fn all_or_nothing_and_worst_error_wins() {
         "credential placeholder for `UNKNOWN_KEY` in the query string could not be resolved: no provider credential has this env var"
     );
     assert_eq!(
-        (e.status(), e.code().as_str()),
+        (e.code().status(), e.code().as_str()),
         (500, "credential_unavailable")
     );
 }

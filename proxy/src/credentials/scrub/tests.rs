@@ -464,7 +464,7 @@ async fn an_encoded_body_is_refused() {
         .unwrap_err();
     assert_eq!(err, ScrubError::Encoded("br".into()));
     assert_eq!(
-        (err.status(), err.code().as_str()),
+        (err.code().status(), err.code().as_str()),
         (502, "credential_response_encoded")
     );
 }
@@ -744,7 +744,7 @@ async fn a_partial_response_is_refused() {
         .unwrap_err();
     assert_eq!(err, ScrubError::Partial);
     assert_eq!(
-        (err.status(), err.code().as_str()),
+        (err.code().status(), err.code().as_str()),
         (502, "credential_response_partial")
     );
 }
