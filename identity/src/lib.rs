@@ -97,6 +97,7 @@ mod netns;
 mod order;
 mod owners;
 mod procfs;
+mod quiet;
 mod reads;
 mod recent;
 mod resolver;

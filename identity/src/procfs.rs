@@ -23,6 +23,7 @@ use rustix::path::DecInt;
 
 use crate::kept::{KeptFile, KeptFiles, KeptProcs, THREADS_KEPT, Threads};
 use crate::order;
+use crate::quiet;
 use crate::reads::Reads;
 
 /// `/proc/<pid>/cmdline` can be as large as the argument area (ARG_MAX, usually 2 MiB); the
@@ -132,15 +133,21 @@ pub(crate) fn strip_deleted(
 
 /// The text `readlink /proc/<pid>/fd/<n>` shows for one socket: `socket:[<inode>]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SocketLink(Vec<u8>);
+pub(crate) struct SocketLink {
+    target: Vec<u8>,
+    inode: u64,
+}
 
 impl SocketLink {
     pub(crate) fn new(inode: u64) -> Self {
-        Self(format!("socket:[{inode}]").into_bytes())
+        Self {
+            target: format!("socket:[{inode}]").into_bytes(),
+            inode,
+        }
     }
 
     fn matches(&self, target: &[u8]) -> bool {
-        self.0 == target
+        self.target == target
     }
 }
 
@@ -465,7 +472,7 @@ impl Files {
 
     fn holding_fd(&self, link: &SocketLink, reads: &mut Reads) -> io::Result<Option<u32>> {
         if let Files::Kept(kept) = self
-            && let Some(found) = kept.with_fd_dir(|dir| holding_fd_in(dir, link, reads))
+            && let Some(found) = kept.with_fd_dir(|dir| holding_fd_kept(kept, dir, link, reads))
         {
             return Ok(found?);
         }
@@ -827,6 +834,47 @@ fn holding_fd_in(
     reads: &mut Reads,
 ) -> rustix::io::Result<Option<u32>> {
     holding_fd_noting(dir, link, reads, None)
+}
+
+/// [`holding_fd_in`] for a kept process: answered from the table read last when the process
+/// has not run since (see `quiet`), else read, and kept when it was read whole while the
+/// process was blocked with one thread.
+fn holding_fd_kept(
+    kept: &KeptFiles,
+    dir: &mut Dir,
+    link: &SocketLink,
+    reads: &mut Reads,
+) -> rustix::io::Result<Option<u32>> {
+    let small = |file| read_limited(file, SMALL_FILE_LIMIT, Complete::OnShortRead).ok();
+    let ran = kept
+        .file(KeptFile::Schedstat)
+        .ok()
+        .and_then(small)
+        .and_then(|contents| quiet::parse_schedstat(&contents));
+    if let Some(ran) = ran
+        && let Some(holds) = kept.quiet().holds(ran, link.inode)
+    {
+        reads.small(1);
+        if !holds {
+            return Ok(None);
+        }
+        // Held: the table says under which descriptor (what is kept stays true).
+        return holding_fd_in(dir, link, reads);
+    }
+    // Steps 2 and 3 of `quiet`, after the counts were read: blocked, then one thread.
+    let quiet_now = ran.filter(|_| {
+        kept.file(KeptFile::Wchan)
+            .ok()
+            .and_then(small)
+            .is_some_and(|wchan| quiet::blocked(&wchan))
+            && read_stat(kept.stat()).is_ok_and(|stat| stat.num_threads == 1)
+    });
+    let mut sockets = Vec::new();
+    let held = holding_fd_noting(dir, link, reads, Some(&mut sockets))?;
+    let whole = held.is_none() && !reads.spent();
+    kept.quiet()
+        .keep(quiet_now.filter(|_| whole).map(|ran| (ran, sockets)));
+    Ok(held)
 }
 
 /// [`holding_fd_in`], noting in `sockets` the inode of every socket the table holds (left
