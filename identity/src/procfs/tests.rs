@@ -11,7 +11,8 @@ fn stat_is_parsed_after_the_last_parenthesis() {
         Some(StatFields {
             ppid: 17,
             num_threads: 1,
-            start_time: 987654
+            start_time: 987654,
+            running: false,
         })
     );
 }
@@ -24,9 +25,16 @@ fn stat_with_plain_comm() {
         Some(StatFields {
             ppid: 0,
             num_threads: 3,
-            start_time: 5
+            start_time: 5,
+            running: false,
         })
     );
+}
+
+#[test]
+fn a_running_state_is_told() {
+    let line = b"9 (spin) R 1 9 9 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 5 1 1 1 1 1 1";
+    assert!(parse_stat(line).is_some_and(|stat| stat.running));
 }
 
 #[test]
