@@ -309,9 +309,9 @@ fn read_ready(stream: &TcpStream, buf: &mut BytesMut, max: usize) {
 const HEAD_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Reads what the client has sent into `buf`, at once (see [`read_ready`]) and then, while
-/// its first head is not whole, as it arrives for at most `wait` ([`HEAD_WAIT`]). A client sends its
-/// head as it connects: waiting that long lets the caller's lookup be made after the head
-/// arrived, which then needs no re-check of its own (`settle`). What the lookup proves of
+/// its first head is not whole, as it arrives for at most `wait` ([`HEAD_WAIT`]). A client
+/// sends its head as it connects: waiting that long lets the caller's lookup be made after
+/// the head arrived, which then needs no re-check of its own (`settle`). What the lookup proves of
 /// the head is what the re-check would have: who held the socket at a look made after the
 /// head was written (a lookup before it, then a re-check, proves no more of the head: its
 /// writer need only hold the socket when it writes). A client that sends nothing within
