@@ -5,7 +5,8 @@
 //! Only *how to reach* a process is kept, never what it is: every lookup reads `stat`,
 //! `cmdline`, `exe`, `children` and the fd table again through these descriptors (the fd
 //! table unless the process has not run since it was read: `quiet`), so an execve, a
-//! reparenting or a changed fd table is seen as it would be with files opened now. The kernel ties each descriptor to the process it was opened for: once that process
+//! reparenting or a changed fd table is seen as it would be with files opened now. The
+//! kernel ties each descriptor to the process it was opened for: once that process
 //! has exited and been reaped, every read through it fails, even if a new process got the same
 //! pid. So a kept entry is used only after a read of its `stat` succeeds (then it is the
 //! process that has that pid now), and dropped when one fails (see `ProcFs::pid_dir_kept`).
