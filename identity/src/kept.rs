@@ -3,9 +3,10 @@
 //! one `pread` per file instead of an `open`, a `read` and a `close`.
 //!
 //! Only *how to reach* a process is kept, never what it is: every lookup reads `stat`,
-//! `cmdline`, `exe`, `children` and the fd table again through these descriptors,
-//! so an execve, a reparenting or a changed fd table is seen as it would be with files opened
-//! now. The kernel ties each descriptor to the process it was opened for: once that process
+//! `cmdline`, `exe`, `children` and the fd table again through these descriptors (the fd
+//! table unless the process has not run since it was read: `quiet`), so an execve, a
+//! reparenting or a changed fd table is seen as it would be with files opened now. The
+//! kernel ties each descriptor to the process it was opened for: once that process
 //! has exited and been reaped, every read through it fails, even if a new process got the same
 //! pid. So a kept entry is used only after a read of its `stat` succeeds (then it is the
 //! process that has that pid now), and dropped when one fails (see `ProcFs::pid_dir_kept`).
@@ -22,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
 use rustix::fs::{Dir, Mode, OFlags};
 
-/// Processes kept at most (each holds up to six descriptors, and a process with several
+/// Processes kept at most (each holds up to eight descriptors, and a process with several
 /// threads up to [`THREADS_KEPT`] more: 224 in all); the least recently used one is closed to
 /// make room. A client's ancestors below init are a handful.
 pub(crate) const CAPACITY: usize = 16;
@@ -44,11 +45,16 @@ pub(crate) struct KeptFiles {
     status: OnceLock<OwnedFd>,
     /// `task/<pid>/children`: the children of the thread whose tid is the pid.
     children: OnceLock<OwnedFd>,
+    /// `schedstat` and `wchan`: whether it ran since its fd table was read (`quiet`).
+    schedstat: OnceLock<OwnedFd>,
+    wchan: OnceLock<OwnedFd>,
     fd_dir: KeptDir,
     threads: Mutex<Threads>,
     namespace_init: OnceLock<bool>,
     /// The last verdict on its executable path (see `vouch::Remembered`).
     vouched: crate::vouch::Remembered,
+    /// Its fd table's sockets, while it has not run since they were read (see `quiet`).
+    quiet: crate::quiet::Quiet,
     last_used: AtomicU64,
     /// When it was opened (see `order`): taken after its files were opened.
     opened: u64,
@@ -60,6 +66,8 @@ pub(crate) enum KeptFile {
     Cmdline,
     Status,
     Children,
+    Schedstat,
+    Wchan,
 }
 
 impl KeptFiles {
@@ -71,10 +79,13 @@ impl KeptFiles {
             cmdline: OnceLock::new(),
             status: OnceLock::new(),
             children: OnceLock::new(),
+            schedstat: OnceLock::new(),
+            wchan: OnceLock::new(),
             fd_dir: KeptDir::default(),
             threads: Mutex::new(Threads::default()),
             namespace_init: OnceLock::new(),
             vouched: crate::vouch::Remembered::default(),
+            quiet: crate::quiet::Quiet::default(),
             last_used: AtomicU64::new(0),
             opened: crate::order::next(),
         }
@@ -102,6 +113,8 @@ impl KeptFiles {
             KeptFile::Cmdline => (&self.cmdline, String::from("cmdline")),
             KeptFile::Status => (&self.status, String::from("status")),
             KeptFile::Children => (&self.children, format!("task/{}/children", self.pid)),
+            KeptFile::Schedstat => (&self.schedstat, String::from("schedstat")),
+            KeptFile::Wchan => (&self.wchan, String::from("wchan")),
         };
         if let Some(fd) = cell.get() {
             return Ok(fd.as_fd());
@@ -150,6 +163,11 @@ impl KeptFiles {
         &self.vouched
     }
 
+    /// Its fd table's sockets kept while it has not run (see `quiet`).
+    pub(crate) fn quiet(&self) -> &crate::quiet::Quiet {
+        &self.quiet
+    }
+
     /// Whether the process is its pid namespace's init, computed once by `compute`.
     pub(crate) fn namespace_init(&self, compute: impl FnOnce() -> bool) -> bool {
         *self.namespace_init.get_or_init(compute)
@@ -166,8 +184,8 @@ pub(crate) struct Threads {
 }
 
 /// Threads whose `children` file is kept, at most, per process; the others are opened for
-/// each read.
-pub(crate) const THREADS_KEPT: usize = 8;
+/// each read. (Six, so that a process's `schedstat` and `wchan` fit in what eight kept.)
+pub(crate) const THREADS_KEPT: usize = 6;
 
 /// The kept processes, by pid.
 #[derive(Debug, Default)]
@@ -297,9 +315,9 @@ impl Drop for PinnedFilesSlot {
 }
 
 /// Descriptors one kept process holds at most: `/proc/<pid>`, `stat`, `cmdline`, `status`,
-/// `children`, the fd directory, and the `task/` listing with [`THREADS_KEPT`] threads'
-/// `children` files.
-const DESCRIPTORS_PER_PROCESS: usize = 6 + THREADS_KEPT;
+/// `children`, `schedstat`, `wchan`, the fd directory, and the `task/` listing with
+/// [`THREADS_KEPT`] threads' `children` files.
+const DESCRIPTORS_PER_PROCESS: usize = 8 + THREADS_KEPT;
 
 /// The most descriptors kept processes hold under an open-file limit of `limit`: the
 /// ancestors kept, and the files kept with pinned processes beside their `/proc/<pid>` (see

@@ -32,11 +32,13 @@
 //! files its re-checks read), and the `/proc` files of the
 //! last 16 ancestors met, used only after a read through them succeeds); what a process is, is
 //! read again for every lookup because execve and reparenting change it under the same pid.
-//! Two things are kept beside it, each used only while what it was reached from is unchanged:
-//! the verdict on a kept process's executable path (module `vouch`: same path, same file,
-//! read again with its user namespace at every lookup), and the sockets each sibling held
-//! when its fd table was last read (module `siblings`: while the process connector says its
-//! pid still names that process, and only for the sockets it could hold by fork).
+//! Three things are kept beside it, each used only while what it was reached from is
+//! unchanged: the verdict on a kept process's executable path (module `vouch`: same path,
+//! same file, read again with its user namespace at every lookup), the sockets each sibling
+//! held when its fd table was last read (module `siblings`: while the process connector says
+//! its pid still names that process, and only for the sockets it could hold by fork), and
+//! the sockets a kept one-threaded process held when its fd table was read while it was
+//! blocked (module `quiet`: while its scheduling counts say it has not run since).
 //! [`IdentityResolver::confirm`] reads through the kept handle, which the kernel ties to the
 //! process it was opened for (a pid reused since is not it): one `readlink` of the descriptor
 //! the process last held the socket under and one of its `exe`.
@@ -97,6 +99,7 @@ mod netns;
 mod order;
 mod owners;
 mod procfs;
+mod quiet;
 mod reads;
 mod recent;
 mod resolver;

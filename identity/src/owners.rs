@@ -416,6 +416,10 @@ impl<'a> OwnerSearch<'a> {
             holding.extend(unread.into_iter().filter(|child| self.check(*child)));
             return holding;
         };
+        if unread.is_empty() {
+            // No table to read or to answer from: the process connector need not be read.
+            return holding;
+        }
         let plan = kept.plan(unread, self.inode);
         let mut read = Vec::with_capacity(plan.read.len());
         for child in &plan.read {

@@ -23,6 +23,7 @@ use rustix::path::DecInt;
 
 use crate::kept::{KeptFile, KeptFiles, KeptProcs, THREADS_KEPT, Threads};
 use crate::order;
+use crate::quiet;
 use crate::reads::Reads;
 
 /// `/proc/<pid>/cmdline` can be as large as the argument area (ARG_MAX, usually 2 MiB); the
@@ -48,6 +49,8 @@ pub(crate) struct StatFields {
     pub(crate) num_threads: u32,
     /// Field 22: start time in clock ticks since boot; with the pid it names one process.
     pub(crate) start_time: u64,
+    /// Field 3: the state is `R` (on a CPU or waiting for one).
+    pub(crate) running: bool,
 }
 
 /// Parses `/proc/<pid>/stat`. `comm` (field 2) may contain spaces and `)`, so fields are
@@ -58,13 +61,15 @@ pub(crate) fn parse_stat(contents: &[u8]) -> Option<StatFields> {
     let mut fields = rest.split_ascii_whitespace();
     // After `)`: field 3 (state) is index 0, field 4 (ppid) index 1, field 20 index 17,
     // field 22 index 19.
-    let ppid = fields.nth(1)?.parse().ok()?;
+    let running = fields.next()? == "R";
+    let ppid = fields.next()?.parse().ok()?;
     let num_threads = fields.nth(15)?.parse().ok()?;
     let start_time = fields.nth(1)?.parse().ok()?;
     Some(StatFields {
         ppid,
         num_threads,
         start_time,
+        running,
     })
 }
 
@@ -132,15 +137,21 @@ pub(crate) fn strip_deleted(
 
 /// The text `readlink /proc/<pid>/fd/<n>` shows for one socket: `socket:[<inode>]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SocketLink(Vec<u8>);
+pub(crate) struct SocketLink {
+    target: Vec<u8>,
+    inode: u64,
+}
 
 impl SocketLink {
     pub(crate) fn new(inode: u64) -> Self {
-        Self(format!("socket:[{inode}]").into_bytes())
+        Self {
+            target: format!("socket:[{inode}]").into_bytes(),
+            inode,
+        }
     }
 
     fn matches(&self, target: &[u8]) -> bool {
-        self.0 == target
+        self.target == target
     }
 }
 
@@ -463,9 +474,16 @@ impl Files {
         }
     }
 
-    fn holding_fd(&self, link: &SocketLink, reads: &mut Reads) -> io::Result<Option<u32>> {
+    /// `known`: the process's `stat` as read before, if it was.
+    fn holding_fd(
+        &self,
+        link: &SocketLink,
+        reads: &mut Reads,
+        known: Option<StatFields>,
+    ) -> io::Result<Option<u32>> {
         if let Files::Kept(kept) = self
-            && let Some(found) = kept.with_fd_dir(|dir| holding_fd_in(dir, link, reads))
+            && let Some(found) =
+                kept.with_fd_dir(|dir| holding_fd_kept(kept, dir, link, reads, known))
         {
             return Ok(found?);
         }
@@ -506,7 +524,8 @@ impl ProcDir {
         link: &SocketLink,
         reads: &mut Reads,
     ) -> io::Result<Option<u32>> {
-        self.files.holding_fd(link, reads)
+        let known = self.stat.get().map(|(stat, _)| *stat);
+        self.files.holding_fd(link, reads, known)
     }
 
     /// Whether descriptor `fd` is the socket now (one `readlink`; false when it is closed, is
@@ -796,7 +815,7 @@ impl Pinned {
         link: &SocketLink,
         reads: &mut Reads,
     ) -> io::Result<Option<u32>> {
-        self.files.holding_fd(link, reads)
+        self.files.holding_fd(link, reads, None)
     }
 
     /// See [`ProcDir::exe_raw`].
@@ -827,6 +846,56 @@ fn holding_fd_in(
     reads: &mut Reads,
 ) -> rustix::io::Result<Option<u32>> {
     holding_fd_noting(dir, link, reads, None)
+}
+
+/// [`holding_fd_in`] for a kept process: answered from the table read last when the process
+/// has not run since (see `quiet`), else read, and kept when it was read whole while the
+/// process was blocked with one thread. `known`, its `stat` read before, saves the reads
+/// that cannot lead to keeping anything: none for a process with several threads, no
+/// `wchan` for one that was running.
+fn holding_fd_kept(
+    kept: &KeptFiles,
+    dir: &mut Dir,
+    link: &SocketLink,
+    reads: &mut Reads,
+    known: Option<StatFields>,
+) -> rustix::io::Result<Option<u32>> {
+    if known.is_some_and(|stat| stat.num_threads > 1) {
+        // Several threads: nothing is kept for it (and what was, it has run since).
+        return holding_fd_in(dir, link, reads);
+    }
+    let small = |file| read_limited(file, SMALL_FILE_LIMIT, Complete::OnShortRead).ok();
+    let ran = kept
+        .file(KeptFile::Schedstat)
+        .ok()
+        .and_then(small)
+        .and_then(|contents| quiet::parse_schedstat(&contents));
+    if let Some(ran) = ran
+        && let Some(holds) = kept.quiet().holds(ran, link.inode)
+    {
+        reads.small(1);
+        if !holds {
+            return Ok(None);
+        }
+        // Held: the table says under which descriptor (what is kept stays true).
+        return holding_fd_in(dir, link, reads);
+    }
+    // Steps 2 and 3 of `quiet`, after the counts were read: blocked, then one thread.
+    let quiet_now = ran.filter(|_| {
+        !known.is_some_and(|stat| stat.running)
+            && kept
+                .file(KeptFile::Wchan)
+                .ok()
+                .and_then(small)
+                .is_some_and(|wchan| quiet::blocked(&wchan))
+            && read_stat(kept.stat()).is_ok_and(|stat| stat.num_threads == 1)
+    });
+    let mut sockets = Vec::new();
+    let held = holding_fd_noting(dir, link, reads, Some(&mut sockets))?;
+    let whole = held.is_none() && !reads.spent();
+    kept.quiet()
+        .keep(quiet_now.filter(|_| whole).map(|ran| (ran, sockets)));
+    Ok(held)
 }
 
 /// [`holding_fd_in`], noting in `sockets` the inode of every socket the table holds (left

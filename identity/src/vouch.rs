@@ -173,15 +173,16 @@ fn named(
                 }
             }
         };
-        [above(rustix::fs::CWD, ""), above(dir, "root")].contains(&Some(runs.stx_mnt_id))
+        // sluice's view first; the process's own root only when that one does not say so.
+        let ran_from = Some(runs.stx_mnt_id);
+        above(rustix::fs::CWD, "") == ran_from || above(dir, "root") == ran_from
     } else {
         let id = |at, path: &str| {
             rustix::fs::statat(at, path, AtFlags::empty())
                 .ok()
                 .map(|st| file_id(&st))
         };
-        let in_theirs = format!("root{exe}");
-        [id(rustix::fs::CWD, exe), id(dir, &in_theirs)].contains(&Some(runs))
+        id(rustix::fs::CWD, exe) == Some(runs) || id(dir, &format!("root{exe}")) == Some(runs)
     })
 }
 

@@ -11,7 +11,8 @@ fn stat_is_parsed_after_the_last_parenthesis() {
         Some(StatFields {
             ppid: 17,
             num_threads: 1,
-            start_time: 987654
+            start_time: 987654,
+            running: false,
         })
     );
 }
@@ -24,9 +25,16 @@ fn stat_with_plain_comm() {
         Some(StatFields {
             ppid: 0,
             num_threads: 3,
-            start_time: 5
+            start_time: 5,
+            running: false,
         })
     );
+}
+
+#[test]
+fn a_running_state_is_told() {
+    let line = b"9 (spin) R 1 9 9 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 5 1 1 1 1 1 1";
+    assert!(parse_stat(line).is_some_and(|stat| stat.running));
 }
 
 #[test]
@@ -414,4 +422,98 @@ fn windowed_listing_agrees_with_the_full_listing() {
         window.windows(2).all(|pair| pair[0] < pair[1]),
         "not ascending: {window:?}"
     );
+}
+
+/// A python3 process that, for each line read, opens a socket pair, keeps it and says the
+/// inode of one end; it is blocked reading its input in between.
+const SOCKET_TAKER: &str = "import os, socket, sys\n\
+    kept = []\n\
+    for line in sys.stdin:\n\
+    \x20   kept += list(socket.socketpair())\n\
+    \x20   os.write(1, b'%d\\n' % os.fstat(kept[-1].fileno()).st_ino)\n";
+
+/// Waits (up to 10 s) until `pid`'s one thread is blocked off the run queue.
+fn wait_until_blocked(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read(format!("/proc/{pid}/wchan")).is_ok_and(|w| quiet::blocked(&w)) {
+        assert!(std::time::Instant::now() < deadline, "{pid} never blocked");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Descriptors of the process `pid` looked at (one `readlink` each) to answer whether it
+/// holds the socket `inode`, through its kept files.
+fn table_reads(proc: &ProcFs, pid: u32, inode: u64) -> (Option<u32>, usize) {
+    let dir = proc.pid_dir_kept(pid).unwrap();
+    let mut reads = Reads::unlimited();
+    let held = dir.holding_fd(&SocketLink::new(inode), &mut reads).unwrap();
+    (held, reads.descriptors)
+}
+
+/// A blocked process whose table was read is answered from it while it does not run: no
+/// descriptor is read again. Once it has run (and taken a socket meanwhile), its table is
+/// read again, and the new socket found.
+#[test]
+fn a_quiet_kept_process_is_answered_from_its_last_table_until_it_runs() {
+    if std::fs::read("/proc/self/schedstat")
+        .ok()
+        .and_then(|contents| quiet::parse_schedstat(&contents))
+        .is_none()
+    {
+        // A kernel that keeps no scheduling counts: every table is read.
+        return;
+    }
+    let proc = ProcFs::open(Path::new("/proc")).unwrap();
+    let mut taker = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", SOCKET_TAKER])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = taker.id();
+    let mut stdin = taker.stdin.take().unwrap();
+    let mut stdout = io::BufReader::new(taker.stdout.take().unwrap());
+    let mut take = || {
+        io::Write::write_all(&mut stdin, b"take\n").unwrap();
+        let mut line = String::new();
+        io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        line.trim().parse::<u64>().unwrap()
+    };
+    let first = take();
+    wait_until_blocked(pid);
+    // Not one of its sockets: the whole table is read, then kept.
+    let ours = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = rustix::fs::fstat(&ours).unwrap().st_ino;
+    let (held, read) = table_reads(&proc, pid, other);
+    assert_eq!(held, None);
+    assert!(read >= 3, "{read}");
+    assert_eq!(table_reads(&proc, pid, other), (None, 0));
+    // A socket it holds is looked for in the table (for its descriptor).
+    let (held, read) = table_reads(&proc, pid, first);
+    assert!(held.is_some() && read > 0, "{held:?} {read}");
+    assert_eq!(table_reads(&proc, pid, other), (None, 0));
+    // It runs, and takes another socket: read again, and found.
+    let second = take();
+    wait_until_blocked(pid);
+    let (held, read) = table_reads(&proc, pid, second);
+    assert!(held.is_some() && read > 0, "{held:?} {read}");
+    drop(stdin);
+    taker.wait().unwrap();
+}
+
+/// A process that never blocks is never answered from a kept table.
+#[test]
+fn a_running_process_has_its_table_read_every_time() {
+    let proc = ProcFs::open(Path::new("/proc")).unwrap();
+    let mut spinner = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "while True: pass"])
+        .spawn()
+        .unwrap();
+    let pid = spinner.id();
+    wait_for_exe(pid, "/usr/bin/python3.11");
+    for _ in 0..5 {
+        assert!(table_reads(&proc, pid, 1).1 > 0);
+    }
+    spinner.kill().unwrap();
+    spinner.wait().unwrap();
 }

@@ -319,6 +319,43 @@ fn read_ready(stream: &TcpStream, buf: &mut BytesMut, max: usize) {
     }
 }
 
+/// How long a new connection waits for its client's first head, when it has not arrived
+/// whole yet, before its caller is looked up anyway (see [`first_head_soon`]).
+const HEAD_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Reads what the client has sent into `buf`, at once (see [`read_ready`]) and then, while
+/// its first head is not whole, as it arrives for at most `wait` ([`HEAD_WAIT`]). A client
+/// sends its head as it connects: waiting that long lets the caller's lookup be made after
+/// the head arrived, which then needs no re-check of its own (`settle`). What the lookup proves of
+/// the head is what the re-check would have: who held the socket at a look made after the
+/// head was written (a lookup before it, then a re-check, proves no more of the head: its
+/// writer need only hold the socket when it writes). A client that sends nothing within
+/// the wait is looked up then, as before, and its head re-checked when it comes.
+async fn first_head_soon(
+    stream: &TcpStream,
+    buf: &mut BytesMut,
+    max: usize,
+    wait: std::time::Duration,
+) {
+    read_ready(stream, buf, max);
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut chunk = [0u8; 4096];
+    while !head::is_whole(buf) && buf.len() < max {
+        match tokio::time::timeout_at(deadline, stream.readable()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => return,
+        }
+        let want = chunk.len().min(max.saturating_sub(buf.len()));
+        // A read that would block clears the runtime's readiness: the next wait is a real one.
+        match stream.try_read(&mut chunk[..want]) {
+            Ok(0) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+}
+
 /// Serves one explicit-proxy client connection to the end: its first request head names
 /// the target (`CONNECT host:port`, or an absolute-form request).
 pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, local: SocketAddr) {
@@ -364,11 +401,10 @@ pub async fn serve_client(shared: Arc<Shared>, client: Client) {
         buf
     };
     let limits = &shared.limits;
-    // The head is most likely here by now (the client sent it as it connected): read without
-    // waiting for the runtime to learn that the socket is readable, a wake-up of its own;
-    // and before the lookup, so that a head already whole needs no re-check (`settle`).
+    // The head is most likely here by now (the client sent it as it connected): read before
+    // the lookup, so that a head already whole needs no re-check (`settle`).
     if let Some(tcp) = rd.tcp() {
-        read_ready(tcp, &mut buf, limits.max_head_bytes);
+        first_head_soon(tcp, &mut buf, limits.max_head_bytes, HEAD_WAIT).await;
     }
     let head_before_lookup = head::is_whole(&buf);
     // The one-off phases are boxed: the connection's future keeps only the size of the
@@ -652,6 +688,31 @@ mod tests {
         let head = head::read_head(&mut rd, &mut buf, 8192).await.unwrap();
         assert_eq!(head.method, "CONNECT");
         assert_eq!(&buf[..], b"\x16\x03\x01");
+    }
+
+    /// A head sent in two writes, the second a little later: waited for, and whole before
+    /// the lookup. A client that sends nothing is waited for no longer than the bound.
+    #[tokio::test]
+    async fn a_head_arriving_just_after_the_accept_is_waited_for_briefly() {
+        let (server, mut client) = pair().await;
+        client.write_all(b"CONNECT a.example:443 ").await.unwrap();
+        let rest = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            client.write_all(b"HTTP/1.1\r\n\r\nabc").await.unwrap();
+            client
+        });
+        let mut buf = BytesMut::new();
+        let long = std::time::Duration::from_secs(10);
+        first_head_soon(&server, &mut buf, 8192, long).await;
+        assert_eq!(&buf[..], b"CONNECT a.example:443 HTTP/1.1\r\n\r\nabc");
+        let _client = rest.await.unwrap();
+
+        let (server, _silent) = pair().await;
+        let mut buf = BytesMut::new();
+        let started = std::time::Instant::now();
+        first_head_soon(&server, &mut buf, 8192, HEAD_WAIT).await;
+        assert!(buf.is_empty());
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 
     #[tokio::test]
