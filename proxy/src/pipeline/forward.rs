@@ -639,6 +639,7 @@ where
             request,
             key: head.header("sec-websocket-key").map(<[u8]>::to_vec),
             scrub: prepared.scrub,
+            target: path_and_query.clone(),
         };
         let client = Client { rd, wr, buf };
         Box::pin(websocket::relay(

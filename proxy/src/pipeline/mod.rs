@@ -40,6 +40,8 @@ mod unread;
 mod upstream;
 mod websocket;
 pub(crate) mod ws_frame;
+mod ws_judged;
+mod ws_messages;
 pub(crate) mod ws_scrub;
 
 pub use client_io::{ClientRead, ClientStream, ClientWrite, HopTls};

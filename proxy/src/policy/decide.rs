@@ -220,6 +220,42 @@ impl Policy {
         admission: &Admission,
         req: &Request<'_>,
     ) -> RequestDecision<'p> {
+        self.decide(admission, req, false)
+    }
+
+    /// The decision for one client text message on a WebSocket whose upgrade was `target`
+    /// (spec §5.4): judged as the synthetic method `WEBSOCKET_TEXT` on the upgrade's path
+    /// and query; its content is not a policy input.
+    pub fn decide_websocket_text<'p>(
+        &'p self,
+        admission: &Admission,
+        target: &[u8],
+    ) -> RequestDecision<'p> {
+        let req = Request {
+            method: "WEBSOCKET_TEXT",
+            target,
+            websocket_upgrade: false,
+        };
+        self.decide(admission, &req, true)
+    }
+
+    /// Whether the client's text messages on a WebSocket upgraded by a request so decided
+    /// are judged: the endpoints that decided it are `protocol: websocket` (through a
+    /// `rest` endpoint frames are relayed as they are, as in the reference).
+    pub fn inspects_websocket_messages(&self, decision: &RequestDecision<'_>) -> bool {
+        decision
+            .endpoints
+            .first()
+            .is_some_and(|&r| self.endpoint(r).protocol == Protocol::WebSocket)
+    }
+
+    /// `text`: a WebSocket text message (`req.method` is `WEBSOCKET_TEXT`).
+    fn decide<'p>(
+        &'p self,
+        admission: &Admission,
+        req: &Request<'_>,
+        text: bool,
+    ) -> RequestDecision<'p> {
         let l7 = admission.l7_endpoints(self);
         if l7.is_empty() {
             return RequestDecision {
@@ -300,7 +336,7 @@ impl Policy {
             );
         }
         let protocol = selected[0].1.protocol;
-        if protocol == Protocol::WebSocket && !req.websocket_upgrade {
+        if protocol == Protocol::WebSocket && !req.websocket_upgrade && !text {
             let reason =
                 "websocket endpoint requires a valid WebSocket upgrade request".to_string();
             return hard(RequestBasis::WebSocketRequired, reason, Some(target), refs);
