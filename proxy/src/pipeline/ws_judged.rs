@@ -100,8 +100,9 @@ impl Judge for PolicyJudge<'_> {
         if let Some(t) = &d.target {
             rec.path.clone_from(&t.path);
         }
+        // The rule that decided the message, not the upgrade's.
+        rec.rule = d.rule().map(|r| r.summary());
         if let Some(rule) = d.rule() {
-            rec.rule = Some(rule.summary());
             rec.policy = Some(rule.origin.entry.to_string());
         }
         rec.outcome = match d.verdict {
