@@ -264,7 +264,13 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         RequestBasis::Target(_) => out
             .suggestions
             .push("send a well-formed, canonical request target".to_string()),
-        RequestBasis::Allowed(_) | RequestBasis::Uninspected => {}
+        RequestBasis::RpcBodyUnread => out.suggestions.push(
+            "a JSON-RPC or MCP endpoint judges each request by the calls in its body: give the body to judge".to_string(),
+        ),
+        RequestBasis::RpcRejected => out.suggestions.push(
+            "send one JSON-RPC 2.0 message or a non-empty batch of them (`\"jsonrpc\": \"2.0\"`, a string `method`)".to_string(),
+        ),
+        RequestBasis::Allowed(_) | RequestBasis::RpcAllowed | RequestBasis::Uninspected => {}
     }
     if decision.verdict == Verdict::Audit {
         out.suggestions.push(

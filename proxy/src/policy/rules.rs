@@ -6,8 +6,8 @@
 
 use super::glob::Glob;
 use super::model::{
-    Access, MethodMatcher, PathMatcher, PolicyKey, Protocol, QueryMatcher, Rule, RuleKind,
-    RuleOrigin,
+    Access, MethodMatcher, PathMatcher, PolicyKey, Protocol, QueryMatcher, RpcOptions, Rule,
+    RuleKind, RuleOrigin,
 };
 use super::raw::{RawEndpoint, RawMatcher, RawRule};
 use super::report::{Idx, Sub, Validator};
@@ -19,6 +19,8 @@ pub struct L7Rules {
     pub access: Option<Access>,
     pub rules: Vec<Rule>,
     pub deny_rules: Vec<Rule>,
+    /// JSON-RPC and MCP options (defaults for other protocols).
+    pub rpc: RpcOptions,
 }
 
 pub fn endpoint_rules(
@@ -34,6 +36,14 @@ pub fn endpoint_rules(
         ..L7Rules::default()
     };
     let field = |name: &'static str| Sub(&path, name);
+
+    if protocol.is_rpc() {
+        return super::rpc::endpoint_rules(v, entry, index, raw, protocol, path);
+    }
+    // The `json_rpc` and `mcp` stanzas are refused on any other protocol.
+    if super::rpc::options(v, raw, protocol, path).is_err() {
+        out.ok = false;
+    }
 
     if protocol == Protocol::Tcp {
         let l7_fields = [
@@ -228,6 +238,7 @@ fn preset_rules(
             method: method.clone(),
             path: PathMatcher::All,
             query: Vec::new(),
+            rpc: None,
             origin: RuleOrigin {
                 entry: entry.clone(),
                 endpoint,
@@ -456,6 +467,7 @@ fn compile_rule(
             method,
             path,
             query,
+            rpc: None,
             origin: RuleOrigin {
                 entry: entry.clone(),
                 endpoint,

@@ -36,6 +36,10 @@ pub struct Query {
     pub method: Option<String>,
     pub path: Option<String>,
     #[serde(default)]
+    pub body: Option<String>,
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    #[serde(default)]
     pub ws_text: Option<String>,
 }
 

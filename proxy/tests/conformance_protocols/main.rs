@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use sluice::policy::diag::Kind;
+use sluice::policy::rpc_decide::Body;
 use sluice::policy::{
     Caller, Compat, L4Decision, LoadError, Loaded, Request, Source, Verdict, canon, load,
 };
@@ -159,7 +160,35 @@ fn decision(case: &corpus::DecisionCase, loaded: &Result<Loaded, LoadError>) -> 
         target: target.as_bytes(),
         websocket_upgrade: upgrade,
     };
-    let d = policy.decide_request(&admission, &req);
+    let d = match policy.rpc_body_limit(&admission, &req) {
+        None => policy.decide_request(&admission, &req),
+        Some(limit) => {
+            let bytes = q.body.as_deref().unwrap_or_default().as_bytes();
+            if bytes.len() > limit {
+                // The reference's reader refuses it before policy (`reject`).
+                return if want.l7.as_deref() == Some("reject") {
+                    Outcome::Agree
+                } else {
+                    Outcome::Unexplained(format!("body over {limit} bytes refused"))
+                };
+            }
+            let receive_stream = method.eq_ignore_ascii_case("GET")
+                && q.body.is_none()
+                && q.headers.iter().any(|(n, v)| {
+                    n.eq_ignore_ascii_case("accept")
+                        && v.split(',').any(|p| {
+                            p.split(';')
+                                .next()
+                                .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
+                        })
+                });
+            let body = Body {
+                bytes,
+                receive_stream,
+            };
+            policy.decide_rpc_request(&admission, &req, body)
+        }
+    };
     let got = if let Some(_text) = &q.ws_text {
         let up = want.upgrade.as_ref().and_then(|u| u.l7.clone());
         if up.as_deref() != Some(word(d.verdict)) {
