@@ -118,8 +118,44 @@ fn message(value: &Value, how: Reading) -> Result<Option<Call>, String> {
     mcp_call(value, method, how.strict_tool_names).map(Some)
 }
 
-/// An MCP request or notification: its id (a request's) is a string or a number, its
-/// `params` an object when given, and `tools/call` names its tool.
+/// A field a known MCP method's params must have.
+#[derive(Clone, Copy)]
+enum Kind {
+    String,
+    Object,
+    /// A request id or progress token: a string or an integer.
+    Id,
+    Number,
+}
+
+/// The params of the MCP methods whose shape the reference checks (tower-mcp-types), in
+/// declaration order (positional params fill them in order); other methods pass as
+/// written.
+fn known_params(method: &str) -> &'static [(&'static str, Kind)] {
+    match method {
+        "tools/call" | "prompts/get" => &[("name", Kind::String)],
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            &[("uri", Kind::String)]
+        }
+        "initialize" => &[
+            ("protocolVersion", Kind::String),
+            ("capabilities", Kind::Object),
+            ("clientInfo", Kind::Object),
+        ],
+        "logging/setLevel" => &[("level", Kind::String)],
+        "completion/complete" => &[("ref", Kind::Object), ("argument", Kind::Object)],
+        "notifications/cancelled" => &[("requestId", Kind::Id)],
+        "notifications/progress" => &[("progressToken", Kind::Id), ("progress", Kind::Number)],
+        _ => &[],
+    }
+}
+
+fn is_id(v: &Value) -> bool {
+    v.is_string() || v.is_i64() || v.is_u64()
+}
+
+/// An MCP request or notification: its id (a request's) is a string or an integer, a known
+/// method's params have the fields it needs, and `tools/call` names its tool.
 fn mcp_call(value: &Value, method: &str, strict: bool) -> Result<Call, String> {
     let what = if value.get("id").is_some() {
         "request"
@@ -127,26 +163,52 @@ fn mcp_call(value: &Value, method: &str, strict: bool) -> Result<Call, String> {
         "notification"
     };
     if let Some(id) = value.get("id")
-        && !(id.is_string() || id.is_i64() || id.is_u64())
+        && !is_id(id)
     {
         return Err(format!(
-            "invalid MCP {what}: id must be a string or an integer"
+            "invalid MCP {what}: data did not match any variant of untagged enum RequestId"
         ));
     }
-    let params = value.get("params");
-    if params.is_some_and(|p| !p.is_object() && !p.is_null()) {
-        return Err(format!("invalid MCP {what}: params must be an object"));
-    }
+    let params = value.get("params").filter(|p| !p.is_null());
     let mut tool = None;
-    if method == "tools/call" && what == "request" {
-        let name = params
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
-            .ok_or("invalid MCP request params: tools/call needs a string `name`")?;
-        if strict && !valid_tool_name(name) {
-            return Err("MCP tool name must match ^[A-Za-z0-9_.-]{1,128}$ when strict".to_string());
+    // A request's method is read as a request, a notification's as a notification: a
+    // `tools/call` without an id names no tool.
+    let known = if (what == "request") != method.starts_with("notifications/") {
+        known_params(method)
+    } else {
+        &[]
+    };
+    for (i, (name, kind)) in known.iter().enumerate() {
+        let field = match params {
+            Some(Value::Object(map)) => map.get(*name),
+            Some(Value::Array(items)) => items.get(i),
+            _ => None,
+        };
+        let Some(field) = field else {
+            return Err(format!(
+                "invalid MCP {what} params: Serialization error: missing field `{name}`"
+            ));
+        };
+        let ok = match kind {
+            Kind::String => field.is_string(),
+            Kind::Object => field.is_object(),
+            Kind::Id => is_id(field),
+            Kind::Number => field.is_number(),
+        };
+        if !ok {
+            return Err(format!(
+                "invalid MCP {what} params: Serialization error: invalid type for `{name}`"
+            ));
         }
-        tool = Some(name.to_string());
+        if method == "tools/call" && *name == "name" {
+            tool = field.as_str().map(str::to_string);
+        }
+    }
+    if let Some(name) = tool.as_deref()
+        && strict
+        && !valid_tool_name(name)
+    {
+        return Err("MCP tool name must match ^[A-Za-z0-9_.-]{1,128}$ when strict".to_string());
     }
     Ok(Call {
         method: method.to_string(),

@@ -137,6 +137,9 @@ fn names_tools(r: &Rule) -> bool {
 }
 
 fn call_matches(m: &RpcMatcher, c: &Call) -> bool {
+    if c.method.is_empty() {
+        return false;
+    }
     let method = match &m.method {
         RpcMethod::Any => true,
         RpcMethod::Exact(e) => *e == c.method,
