@@ -112,6 +112,13 @@ pub fn judge(
         judged.policy = r.origin.entry.to_string();
     }
     let shown_path = shown_path(&judged, path_and_query);
+    if let RequestBasis::RpcBodyUnread = decision.basis {
+        // A JSON-RPC or MCP endpoint: the body decides (`protocol_body`, once it is read).
+        if let Some(t) = decision.target {
+            judged.origin_form = t.to_origin_form();
+        }
+        return Ok(judged);
+    }
     if let (Verdict::Deny, RequestBasis::Target(e)) = (decision.verdict, &decision.basis) {
         judged.engine = Engine::HttpParser;
         let refusal = Refusal::new(

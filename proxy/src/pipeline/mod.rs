@@ -29,6 +29,7 @@ mod judge;
 mod lease;
 mod live;
 mod pool;
+mod protocol_body;
 mod rechecks;
 mod record;
 mod request;

@@ -179,20 +179,37 @@ pub(super) fn endpoint_rules(
         );
         out.ok = false;
     }
-    // A deny rule on every tool call contradicts allow rules naming tools.
+    // A rule on every tool call contradicts allow rules naming tools.
     let tool_allows = out.rules.iter().any(|r| has_tool(r));
     if protocol == Protocol::Mcp && tool_allows {
+        for (i, raw_rule) in rules.iter().enumerate() {
+            let narrows =
+                raw_rule.tool.is_some() || raw_rule.params.iter().any(|p| p.key.value == "name");
+            if !narrows
+                && raw_rule
+                    .method
+                    .as_ref()
+                    .is_some_and(|m| matches_tools_call(&m.value))
+            {
+                let rules_field = field("rules");
+                v.error(
+                    raw_rule.pos,
+                    Idx(&rules_field, i),
+                    "method matcher allows every tool call and conflicts with MCP tool allow rules; add tool or params.name to narrow tools/call, or remove the tool allow rules",
+                );
+                out.ok = false;
+            }
+        }
         for (i, (rule, raw_rule)) in out
             .deny_rules
             .iter()
             .zip(raw.deny_rules.iter().flat_map(|d| d.value.iter()))
             .enumerate()
         {
-            let denies_tools_call = raw_rule.method.as_ref().is_some_and(|m| {
-                m.value == "tools/call"
-                    || m.value == "*"
-                    || Glob::new(&m.value, '/').is_ok_and(|g| g.is_match("tools/call"))
-            });
+            let denies_tools_call = raw_rule
+                .method
+                .as_ref()
+                .is_some_and(|m| matches_tools_call(&m.value));
             if denies_tools_call && !has_tool(rule) {
                 let deny_field = field("deny_rules");
                 v.error(
@@ -206,6 +223,14 @@ pub(super) fn endpoint_rules(
     }
     out.rpc = opts;
     out
+}
+
+/// A written method that covers `tools/call` (the reference's
+/// `method_matcher_matches_tools_call`).
+fn matches_tools_call(method: &str) -> bool {
+    method == "tools/call"
+        || method == "*"
+        || Glob::new(method, '/').is_ok_and(|g| g.is_match("tools/call"))
 }
 
 fn has_tool(rule: &Rule) -> bool {

@@ -22,6 +22,8 @@ pub struct RpcBody {
     pub has_response: bool,
     /// Why it is not a valid message (then `calls` is empty).
     pub error: Option<String>,
+    /// The index in `calls` of the call that was refused, once judged.
+    pub refused: Option<usize>,
 }
 
 impl RpcBody {

@@ -77,16 +77,33 @@ pub(super) fn decide<'p>(case: &Case<'_, 'p>, body: Body<'_>) -> (Found<'p>, Opt
     let mut allowed_by = None;
     let units = parsed
         .has_response
-        .then_some(Unit::Response)
+        .then_some((None, Unit::Response))
         .into_iter()
-        .chain(parsed.calls.iter().map(Unit::Call));
-    for u in units {
+        .chain(
+            parsed
+                .calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (Some(i), Unit::Call(c))),
+        );
+    let mut refused = None;
+    for (i, u) in units {
         match unit(case, u) {
             Found::Allowed(r) => allowed_by = allowed_by.or(r),
-            other => return (other, Some(parsed)),
+            other => {
+                refused = Some((i, other));
+                break;
+            }
         }
     }
-    (Found::Allowed(allowed_by), Some(parsed))
+    let mut parsed = parsed;
+    match refused {
+        Some((i, found)) => {
+            parsed.refused = i;
+            (found, Some(parsed))
+        }
+        None => (Found::Allowed(allowed_by), Some(parsed)),
+    }
 }
 
 /// One unit, as one evaluation of the Rego.

@@ -40,9 +40,24 @@ pub fn endpoint_rules(
     if protocol.is_rpc() {
         return super::rpc::endpoint_rules(v, entry, index, raw, protocol, path);
     }
-    // The `json_rpc` and `mcp` stanzas are refused on any other protocol.
+    // The `json_rpc` and `mcp` stanzas, and MCP's rule fields, are refused on any other
+    // protocol.
     if super::rpc::options(v, raw, protocol, path).is_err() {
         out.ok = false;
+    }
+    let lists = [("rules", &raw.rules), ("deny_rules", &raw.deny_rules)];
+    for (name, list) in lists {
+        for (i, rule) in list.iter().flat_map(|l| l.value.iter()).enumerate() {
+            if rule.tool.is_some() || rule.params_pos.is_some() {
+                let list_field = field(name);
+                v.error(
+                    rule.pos,
+                    Idx(&list_field, i),
+                    "`tool` and `params` (MCP rules) are only valid with `protocol: mcp`",
+                );
+                out.ok = false;
+            }
+        }
     }
 
     if protocol == Protocol::Tcp {
