@@ -102,15 +102,16 @@ pub fn judge(check: &RpcCheck, body: &[u8], rec: &mut Record) -> Result<(), Deni
         .first()
         .map_or("json-rpc", |&r| check.policy.endpoint(r).protocol.as_str());
     let parsed = d.rpc.clone().unwrap_or_default();
-    // Which call decided: the first one the rules refuse, else all of them (names only).
-    let calls: Vec<String> = parsed
-        .calls
-        .iter()
-        .map(|c| match &c.tool {
-            Some(t) => format!("{} {t}", c.method),
-            None => c.method.clone(),
-        })
-        .collect();
+    // Which calls were judged (names only): the one refused, else all of them.
+    let name = |c: &crate::policy::rpc_body::Call| match &c.tool {
+        Some(t) => format!("{} {t}", c.method),
+        None => c.method.clone(),
+    };
+    let refused = parsed.refused.and_then(|i| parsed.calls.get(i));
+    let calls: Vec<String> = match refused {
+        Some(c) => vec![name(c)],
+        None => parsed.calls.iter().map(name).collect(),
+    };
     let named = if calls.is_empty() {
         String::new()
     } else {
@@ -140,13 +141,11 @@ pub fn judge(check: &RpcCheck, body: &[u8], rec: &mut Record) -> Result<(), Deni
             Code::InvalidJsonrpcRequest,
             format!("{} {}{path}: {}", check.method, check.hp, d.reason),
         )
-        .with_reason(d.reason.clone())
+        .with_reason(rec.reason.clone().unwrap_or_default())
         .with("protocol", protocol)
         .with("layer", "l7");
         return Err(Denial::new(Engine::L7, refusal));
     }
-    // The call the rules refused (the first of a batch), to name in the refusal.
-    let refused = parsed.refused.and_then(|i| parsed.calls.get(i));
     let rule_needed = refused.map(|c| match &c.tool {
         Some(t) => json!({"method": c.method, "tool": t}),
         None => json!({"method": c.method}),
@@ -173,7 +172,7 @@ pub fn judge(check: &RpcCheck, body: &[u8], rec: &mut Record) -> Result<(), Deni
         Code::PolicyDenied,
         format!("{} {}{path} denied by L7 policy: {}{what}", check.method, check.hp, d.reason),
     )
-    .with_reason(d.reason.clone())
+    .with_reason(rec.reason.clone().unwrap_or_default())
     .with("policy", policy)
     .with("rule", rec.rule.clone().map_or(serde_json::Value::Null, Into::into))
     .with("layer", "l7")
