@@ -12,7 +12,9 @@ use std::fmt;
 
 use super::canon::{self, CanonError, Target};
 use super::compile::{EndpointRef, Policy};
-use super::model::{Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule};
+use super::model::{
+    Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule, deny_query_matches,
+};
 use super::rpc_body::RpcBody;
 use super::rpc_decide::{self, Body, Found};
 
@@ -512,13 +514,6 @@ fn allow_query_matches(matchers: &[QueryMatcher], query: &[(String, String)]) ->
         let mut values = query.iter().filter(|(k, _)| *k == m.key).peekable();
         values.peek().is_some() && values.all(|(_, v)| m.value_matches(v))
     })
-}
-
-/// Deny side: every configured key present, and for each some value matching.
-pub(super) fn deny_query_matches(matchers: &[QueryMatcher], query: &[(String, String)]) -> bool {
-    matchers
-        .iter()
-        .all(|m| query.iter().any(|(k, v)| *k == m.key && m.value_matches(v)))
 }
 
 /// The caller's cmdline paths for a reason, joined with `, `: the caller chooses them, so at

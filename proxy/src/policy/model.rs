@@ -224,6 +224,13 @@ impl QueryMatcher {
     }
 }
 
+/// Deny side: every configured key present, and for each some value matching.
+pub(super) fn deny_query_matches(matchers: &[QueryMatcher], query: &[(String, String)]) -> bool {
+    matchers
+        .iter()
+        .all(|m| query.iter().any(|(k, v)| *k == m.key && m.value_matches(v)))
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RuleKind {
     Allow,

@@ -15,7 +15,15 @@ use super::model::{
 };
 use super::raw::{RawEndpoint, RawMatcher, RawRule};
 use super::report::{Idx, Sub, Validator};
-use super::rules::L7Rules;
+
+/// What a JSON-RPC or MCP endpoint's rules compile to.
+#[derive(Debug, Default)]
+pub(super) struct RpcRules {
+    pub ok: bool,
+    pub rules: Vec<Rule>,
+    pub deny_rules: Vec<Rule>,
+    pub options: RpcOptions,
+}
 
 /// Glob characters (a method or tool pattern with one is a wildcard).
 fn has_wildcard(s: &str) -> bool {
@@ -98,10 +106,10 @@ pub(super) fn endpoint_rules(
     raw: &RawEndpoint,
     protocol: Protocol,
     path: &str,
-) -> L7Rules {
-    let mut out = L7Rules {
+) -> RpcRules {
+    let mut out = RpcRules {
         ok: true,
-        ..L7Rules::default()
+        ..RpcRules::default()
     };
     let field = |name: &'static str| Sub(&path, name);
     let Ok(opts) = options(v, raw, protocol, path) else {
@@ -180,7 +188,7 @@ pub(super) fn endpoint_rules(
         out.ok = false;
     }
     // A rule on every tool call contradicts allow rules naming tools.
-    let tool_allows = out.rules.iter().any(|r| has_tool(r));
+    let tool_allows = out.rules.iter().any(has_tool);
     if protocol == Protocol::Mcp && tool_allows {
         for (i, raw_rule) in rules.iter().enumerate() {
             let narrows =
@@ -221,7 +229,7 @@ pub(super) fn endpoint_rules(
             }
         }
     }
-    out.rpc = opts;
+    out.options = opts;
     out
 }
 

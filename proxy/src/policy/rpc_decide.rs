@@ -114,7 +114,7 @@ fn unit<'p>(case: &Case<'_, 'p>, u: Unit<'_>) -> Found<'p> {
             (None, _) => {
                 r.method.matches(case.method)
                     && r.path.is_match(case.path)
-                    && super::decide::deny_query_matches(&r.query, case.query)
+                    && super::model::deny_query_matches(&r.query, case.query)
             }
             (Some(m), Unit::Call(c)) => post && e.protocol.is_rpc() && call_matches(m, c),
             (Some(_), _) => false,

@@ -38,7 +38,14 @@ pub fn endpoint_rules(
     let field = |name: &'static str| Sub(&path, name);
 
     if protocol.is_rpc() {
-        return super::rpc::endpoint_rules(v, entry, index, raw, protocol, path);
+        let r = super::rpc::endpoint_rules(v, entry, index, raw, protocol, path);
+        return L7Rules {
+            ok: r.ok,
+            access: None,
+            rules: r.rules,
+            deny_rules: r.deny_rules,
+            rpc: r.options,
+        };
     }
     // The `json_rpc` and `mcp` stanzas, and MCP's rule fields, are refused on any other
     // protocol.
