@@ -16,7 +16,7 @@ use super::record::Record;
 use crate::audit::{Engine, Outcome};
 use crate::http::respond::{Code, Refusal};
 use crate::policy::decide::{RequestBasis, Verdict};
-use crate::policy::rpc_decide::Body;
+use crate::policy::rpc_decide::{Body, receive_stream};
 use crate::policy::{Admission, Policy, Request};
 
 /// What judging a request's body needs, kept from its head.
@@ -59,22 +59,23 @@ impl RpcCheck {
             websocket_upgrade: false,
         };
         let limit = policy.rpc_body_limit(admission, &req)?;
-        let accepts_events = head.headers.iter().any(|(n, v)| {
-            n.eq_ignore_ascii_case("accept")
-                && String::from_utf8_lossy(v).split(',').any(|part| {
-                    part.split(';')
-                        .next()
-                        .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
-                })
-        });
+        let accepts: Vec<String> = head
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("accept"))
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        let stream = receive_stream(
+            head.method,
+            head.has_body,
+            accepts.iter().map(String::as_str),
+        );
         let check = RpcCheck {
             policy: Arc::clone(policy),
             admission: admission.clone(),
             method: head.method.to_string(),
             target: head.target.to_string(),
-            receive_stream: head.method.eq_ignore_ascii_case("GET")
-                && !head.has_body
-                && accepts_events,
+            receive_stream: stream,
             hp: head.hp.clone(),
             binary: head.binary.to_string(),
         };

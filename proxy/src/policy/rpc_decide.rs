@@ -106,6 +106,24 @@ pub(super) fn decide<'p>(case: &Case<'_, 'p>, body: Body<'_>) -> (Found<'p>, Opt
     }
 }
 
+/// Whether a request is MCP's receive stream: a `GET` without a body whose `Accept` values
+/// name `text/event-stream` (the reference's `jsonrpc_receive_stream_request`).
+pub fn receive_stream<'a>(
+    method: &str,
+    has_body: bool,
+    accept: impl IntoIterator<Item = &'a str>,
+) -> bool {
+    method.eq_ignore_ascii_case("GET")
+        && !has_body
+        && accept.into_iter().any(|v| {
+            v.split(',').any(|part| {
+                part.split(';')
+                    .next()
+                    .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
+            })
+        })
+}
+
 /// One unit, as one evaluation of the Rego.
 fn unit<'p>(case: &Case<'_, 'p>, u: Unit<'_>) -> Found<'p> {
     let post = case.method == "POST";

@@ -112,6 +112,7 @@ fn a_profile_becomes_a_provider_entry_with_its_endpoints_and_binaries() {
                 method: method.to_string(),
                 target: target.to_string(),
                 websocket_upgrade: false,
+                ..Default::default()
             }),
         };
         let answer = policy::explain::explain(p, &question);
