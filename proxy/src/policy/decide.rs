@@ -413,6 +413,16 @@ impl Policy {
             Enforcement::Audit
         };
         if protocol.is_rpc() {
+            // A WebSocket upgrade has no JSON-RPC body: refused as the reference refuses an
+            // empty one (its frames would never be judged).
+            let body = if req.websocket_upgrade {
+                Some(Body {
+                    bytes: b"",
+                    receive_stream: false,
+                })
+            } else {
+                body
+            };
             let Some(body) = body else {
                 let reason = format!("{method} {path}: a JSON-RPC request is judged by its body");
                 return hard(RequestBasis::RpcBodyUnread, reason, Some(target), refs);
