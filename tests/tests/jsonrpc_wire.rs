@@ -2,7 +2,8 @@
 //! over HTTP/1.1 and HTTP/2 alike (Python `httpx`, through sluice as its HTTPS proxy, to an
 //! origin over TLS that speaks both and logs what it receives): an allowed method goes through; a refused method, and a batch
 //! with one refused call, never reach the origin and get a 403 naming the refused call and
-//! the rule it would need; a body that is not JSON-RPC 2.0 is `400 invalid_jsonrpc_request`.
+//! the rule it would need; a body that is not JSON-RPC 2.0 is `400 invalid_jsonrpc_request`;
+//! an allowed call whose head names another method (`X-HTTP-Method-Override`) is refused.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::process::Command;
@@ -11,15 +12,20 @@ use serde_json::{Value, json};
 use sluice_e2e::origin::H2Origin;
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
 
-/// Posts each body of argv[5:] with `httpx` (HTTP/2 when argv[4] is `2`) and prints the
-/// HTTP version, status and body of each answer.
+/// Posts each body of argv[5:] with `httpx` (HTTP/2 when argv[4] is `2`; a body written
+/// `OVERRIDE <body>` with `X-HTTP-Method-Override: DELETE`) and prints the HTTP version,
+/// status and body of each answer.
 const CLIENT: &str = r#"
 import httpx, json, sys
 proxy, url, ca, version = sys.argv[1:5]
 out = []
 with httpx.Client(proxy=proxy, verify=ca, http2=(version == '2')) as c:
     for body in sys.argv[5:]:
-        r = c.post(url, content=body, headers={'Content-Type': 'application/json'})
+        headers = {'Content-Type': 'application/json'}
+        if body.startswith('OVERRIDE '):
+            body = body[len('OVERRIDE '):]
+            headers['X-HTTP-Method-Override'] = 'DELETE'
+        r = c.post(url, content=body, headers=headers)
         out.append({'version': r.http_version, 'status': r.status_code, 'body': r.text})
 print(json.dumps(out))
 "#;
@@ -62,6 +68,7 @@ network_policies:
             refused,
             &batch,
             "{not json",
+            &format!("OVERRIDE {allowed}"),
         ]));
         assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
         let got: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
@@ -94,6 +101,8 @@ network_policies:
         assert_eq!(got[3]["status"], 400, "{got}");
         let body: Value = serde_json::from_str(got[3]["body"].as_str().unwrap()).unwrap();
         assert_eq!(body["error"], "invalid_jsonrpc_request", "{body}");
+        // An allowed call whose head names another method: the upstream may act as it.
+        assert_eq!(got[4]["status"], 403, "a method override: {got}");
     }
     let received: Vec<String> = std::fs::read_to_string(&origin.log)
         .unwrap()

@@ -112,13 +112,6 @@ pub fn judge(
         judged.policy = r.origin.entry.to_string();
     }
     let shown_path = shown_path(&judged, path_and_query);
-    if let RequestBasis::RpcBodyUnread = decision.basis {
-        // A JSON-RPC or MCP endpoint: the body decides (`protocol_body`, once it is read).
-        if let Some(t) = decision.target {
-            judged.origin_form = t.to_origin_form();
-        }
-        return Ok(judged);
-    }
     if let (Verdict::Deny, RequestBasis::Target(e)) = (decision.verdict, &decision.basis) {
         judged.engine = Engine::HttpParser;
         let refusal = Refusal::new(
@@ -146,7 +139,12 @@ pub fn judge(
         method: &method_up,
         source: None,
     };
-    verdict(&mut judged, &decision, line, known, hp, &shown_path)?;
+    // A JSON-RPC or MCP endpoint: the body decides (`protocol_body`, once it is read); a
+    // method an override names is judged as any other (and refused there without a body).
+    let body_decides = matches!(decision.basis, RequestBasis::RpcBodyUnread);
+    if !body_decides {
+        verdict(&mut judged, &decision, line, known, hp, &shown_path)?;
+    }
     let also = Also {
         policy,
         admission,
