@@ -30,13 +30,15 @@ with serve(echo, '127.0.0.1', 0, ssl=ctx) as server:
 "#;
 
 /// A `websockets` client through sluice (HTTP proxy, CONNECT), trusting sluice's CA:
-/// opens `path`, sends `message`, and prints what came back: the echo, or the close code
-/// and reason.
+/// opens `path`, sends `message` (`BIG`: one byte over 4 MiB), and prints what came back:
+/// the echo, or the close code and reason.
 const CLIENT: &str = r#"
 import json, ssl, sys
 from websockets.sync.client import connect
 from websockets.exceptions import ConnectionClosed
 proxy, port, ca, path, message = sys.argv[1:6]
+if message == 'BIG':
+    message = 'a' * (4 * 1024 * 1024 + 1)
 ctx = ssl.create_default_context(cafile=ca)
 out = {'opened': False, 'echo': None, 'code': None, 'reason': None}
 ws = connect(f'wss://127.0.0.1:{port}{path}', proxy=f'http://{proxy}', ssl=ctx, open_timeout=10)
@@ -179,4 +181,17 @@ fn read_write_sends_and_audit_mode_forwards_and_records() {
         "{audited}"
     );
     assert_events_valid(&s.sluice);
+}
+
+#[test]
+fn a_text_message_over_four_mebibytes_closes_with_1009_before_the_origin() {
+    let s = setup();
+    let out = send(&s, "/rw/chat", "BIG");
+    assert_eq!(out["opened"], true, "{out}");
+    assert_eq!(out["code"], 1009, "{out}\n{}", s.sluice.stderr());
+    assert_eq!(
+        std::fs::read_to_string(&s.log).unwrap(),
+        "",
+        "the origin got it"
+    );
 }
