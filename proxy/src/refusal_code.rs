@@ -14,6 +14,8 @@ pub enum Code {
     InvalidTarget,
     InvalidRequestTarget,
     InvalidMethodOverride,
+    /// A JSON-RPC or MCP body that is not a valid JSON-RPC 2.0 message.
+    InvalidJsonrpcRequest,
     RequestAuthorityMismatch,
     RequestHeaderFieldsTooLarge,
     RequestBodyTooLarge,
@@ -54,7 +56,8 @@ impl Code {
             | Code::UnsupportedProxyScheme
             | Code::InvalidTarget
             | Code::InvalidRequestTarget
-            | Code::InvalidMethodOverride => 400,
+            | Code::InvalidMethodOverride
+            | Code::InvalidJsonrpcRequest => 400,
             Code::RequestAuthorityMismatch
             | Code::PolicyDenied
             | Code::SsrfDenied
@@ -92,6 +95,7 @@ impl Code {
             Code::InvalidTarget => "invalid_target",
             Code::InvalidRequestTarget => "invalid_request_target",
             Code::InvalidMethodOverride => "invalid_method_override",
+            Code::InvalidJsonrpcRequest => "invalid_jsonrpc_request",
             Code::RequestAuthorityMismatch => "request_authority_mismatch",
             Code::RequestHeaderFieldsTooLarge => "request_header_fields_too_large",
             Code::RequestBodyTooLarge => "request_body_too_large",

@@ -207,3 +207,103 @@ fn the_corpus_queries_are_answered_verbatim_with_their_cmdline_paths() {
         "{reasons_compared} L4 reasons compared"
     );
 }
+
+/// The shared half of the reference's protocol corpus, through `policy explain --compat
+/// openshell --batch` with its query lines as they are (body, headers, ws_text): every case
+/// of a policy sluice loads gets the reference's decision (a WebSocket message's when it was
+/// judged, else the upgrade's), and every policy it refuses is refused as not supported yet
+/// (GraphQL, SQL: docs/policy.md row 23).
+#[test]
+fn the_protocol_corpus_through_explain_batch() {
+    use std::collections::BTreeMap;
+    let dir = workspace_dir().join("proxy/tests/conformance_protocols/corpus");
+    let unzipped = Command::new("gzip")
+        .arg("-dc")
+        .arg(dir.join("decisions.jsonl.gz"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(unzipped.stdout).unwrap();
+    let mut by_policy: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+    for line in text.lines() {
+        let case: serde_json::Value = serde_json::from_str(line).unwrap();
+        let policy = case["policy"].as_str().unwrap().to_string();
+        by_policy.entry(policy).or_default().push(case);
+    }
+    let (mut agree, mut refused, mut differ) = (0, 0, Vec::new());
+    for (policy, cases) in &by_policy {
+        let mut child = Command::new(sluice_bin())
+            .args([
+                "policy",
+                "explain",
+                "--compat",
+                "openshell",
+                "--batch",
+                "--policy",
+            ])
+            .arg(dir.join(policy))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        for c in cases {
+            // A policy sluice refuses ends it before it reads a line.
+            if writeln!(stdin, "{}", c["query"]).is_err() {
+                break;
+            }
+        }
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        if stdout.is_empty() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("not supported by sluice yet"),
+                "{policy}: {stderr}"
+            );
+            refused += cases.len();
+            continue;
+        }
+        for (c, line) in cases.iter().zip(stdout.lines()) {
+            let a: serde_json::Value = serde_json::from_str(line).unwrap();
+            let e = &c["expect"];
+            let want = match (e["l4"].as_str(), e["l7"].as_str()) {
+                (Some("allow"), Some("reject")) => "deny",
+                (Some("allow"), Some(l7)) => l7,
+                (Some("allow"), None) => "none",
+                _ => "deny",
+            };
+            let ws_unjudged = c["query"].get("ws_text").is_some()
+                && e["l4"] == "allow"
+                && a["ws_stage"] != "message";
+            let got = if ws_unjudged && (a["ws_stage"] == "none" || a["decision"] == "deny") {
+                "none"
+            } else {
+                a["decision"].as_str().unwrap()
+            };
+            // The answer's entry is the request's deciding one; the corpus names the L4
+            // entry (checked by proxy/tests/conformance_protocols).
+            let entry_ok =
+                e["l4"] != "allow" || c["query"]["path"].is_string() || a["entry"] == e["entry"];
+            if got == want && entry_ok {
+                agree += 1;
+            } else {
+                differ.push(format!(
+                    "{policy} {}: {got} where the reference says {want}",
+                    c["label"]
+                ));
+            }
+        }
+    }
+    println!(
+        "protocol corpus through explain --batch: agree {agree}, refused policies' cases {refused}"
+    );
+    assert!(
+        differ.is_empty(),
+        "{} differences:\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
+    assert!(agree >= 2247, "{agree}");
+}

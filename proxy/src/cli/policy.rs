@@ -310,6 +310,7 @@ fn explain_cmd(args: &ExplainArgs) -> ExitCode {
             method: args.method.clone().unwrap_or_else(|| "GET".to_string()),
             target: t,
             websocket_upgrade: target.websocket,
+            ..Default::default()
         }),
     };
     let answer = explain::explain(&loaded.policy, &question);
@@ -354,6 +355,19 @@ struct BatchQuery {
     path: Option<String>,
     #[serde(default)]
     websocket: bool,
+    /// The request body (the protocol corpus's field; JSON-RPC and MCP judge it).
+    #[serde(default)]
+    body: Option<String>,
+    /// Extra header lines, `[name, value]`.
+    #[serde(default)]
+    headers: Vec<(String, String)>,
+    /// A WebSocket text message sent after the upgrade.
+    #[serde(default)]
+    ws_text: Option<String>,
+    /// The protocol corpus's decoded GraphQL query parameters: informational (the target
+    /// carries them).
+    #[serde(default, rename = "graphql_get")]
+    _graphql_get: Option<serde_json::Value>,
 }
 
 fn batch(loaded: &Loaded) -> ExitCode {
@@ -420,7 +434,10 @@ fn answer_query(loaded: &Loaded, line: &str) -> Result<String, String> {
         request: q.path.map(|p| QuestionRequest {
             method: q.method.unwrap_or_else(|| "GET".to_string()),
             target: p,
-            websocket_upgrade: q.websocket,
+            websocket_upgrade: q.websocket || q.ws_text.is_some(),
+            body: q.body.map(String::into_bytes),
+            headers: q.headers,
+            ws_text: q.ws_text,
         }),
     };
     serde_json::to_string(&explain::explain(&loaded.policy, &question))

@@ -588,7 +588,7 @@ where
             && n > max as u64
         {
             // Refused before the client is asked for the body.
-            return refuse(wr, rec, &x.too_large()).await;
+            return refuse(wr, rec, &x.too_large(max)).await;
         }
         if expect_continue
             && wr
@@ -601,7 +601,7 @@ where
         let whole = match Box::pin(body::read_bounded(&mut *rd, buf, framing, max)).await {
             Ok(b) => b,
             Err(body::ReadWhole::TooLarge) => {
-                return refuse(wr, rec, &x.too_large()).await;
+                return refuse(wr, rec, &x.too_large(max)).await;
             }
             Err(body::ReadWhole::Failed(refusal)) => {
                 return refuse(wr, rec, &Denial::new(Engine::HttpParser, refusal)).await;
@@ -650,6 +650,7 @@ where
             request,
             key: head.header("sec-websocket-key").map(<[u8]>::to_vec),
             scrub: prepared.scrub,
+            target: path_and_query.clone(),
         };
         let client = Client { rd, wr, buf };
         Box::pin(websocket::relay(

@@ -137,7 +137,12 @@ pub fn judge(
         method: &method_up,
         source: None,
     };
-    verdict(&mut judged, &decision, line, known, hp, &shown_path)?;
+    // A JSON-RPC or MCP endpoint: the body decides (`protocol_body`, once it is read); a
+    // method an override names is judged as any other (and refused there without a body).
+    let body_decides = matches!(decision.basis, RequestBasis::RpcBodyUnread);
+    if !body_decides {
+        verdict(&mut judged, &decision, line, known, hp, &shown_path)?;
+    }
     let also = Also {
         policy,
         admission,

@@ -30,6 +30,7 @@ mod judge;
 mod lease;
 mod live;
 mod pool;
+mod protocol_body;
 mod rechecks;
 mod record;
 mod request;
@@ -41,6 +42,8 @@ mod unread;
 mod upstream;
 mod websocket;
 pub(crate) mod ws_frame;
+mod ws_judged;
+mod ws_messages;
 pub(crate) mod ws_scrub;
 
 pub use client_io::{ClientRead, ClientStream, ClientWrite, HopTls};

@@ -84,6 +84,33 @@ impl Record {
         self.policy = Some(admitted.admission.entry.to_string());
     }
 
+    /// A new record of the same connection, caller and destination, judged as this one was
+    /// (a WebSocket message's, from its upgrade's); no credentials, bytes or status yet.
+    pub fn copy(&self) -> Record {
+        Record {
+            audit: Arc::clone(&self.audit),
+            conn_id: self.conn_id,
+            peer: self.peer,
+            caller: self.caller.clone(),
+            started: Instant::now(),
+            method: self.method.clone(),
+            dst: self.dst.clone(),
+            ip: self.ip,
+            scheme: self.scheme,
+            path: self.path.clone(),
+            policy: self.policy.clone(),
+            rule: self.rule.clone(),
+            credentials: Vec::new(),
+            outcome: self.outcome,
+            engine: self.engine,
+            reason: None,
+            status: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            emitted: false,
+        }
+    }
+
     /// The request's method and target as they arrived (the path until policy canonicalises it).
     pub fn request(&mut self, method: &str, path_and_query: &str) {
         self.method = method.to_ascii_uppercase();

@@ -26,6 +26,7 @@ use super::denial::Denial;
 use super::inject;
 use super::judge::{self, Judged};
 use super::live::InForce;
+use super::protocol_body::{self, HeadFacts, RpcCheck};
 use super::record::Record;
 use super::shared::Shared;
 use crate::audit::Engine;
@@ -79,13 +80,21 @@ pub struct Prepared {
     /// A form body whose `_method` fields must be judged before they go upstream (as it
     /// streams, `form::stream`; whole when it is read whole to rewrite).
     pub form: Option<Box<FormCheck>>,
+    /// A request to a JSON-RPC or MCP endpoint: judged by its body, read whole (at most the
+    /// second field), before any of it goes upstream (`protocol_body`).
+    pub rpc: Option<(Box<RpcCheck>, usize)>,
 }
 
 impl Prepared {
-    /// The most body bytes read whole before any goes upstream (opt-in rewriting), or
-    /// `None` when the body streams.
+    /// The most body bytes read whole before any goes upstream (opt-in rewriting, a body
+    /// judged by its protocol), or `None` when the body streams.
     pub fn reads_whole(&self) -> Option<usize> {
-        (self.body == BodyPlan::Rewrite).then_some(MAX_WHOLE_BODY)
+        let rewrite = (self.body == BodyPlan::Rewrite).then_some(MAX_WHOLE_BODY);
+        match (&self.rpc, rewrite) {
+            (Some((_, limit)), Some(r)) => Some(r.min(*limit)),
+            (Some((_, limit)), None) => Some(*limit),
+            (None, r) => r,
+        }
     }
 }
 
@@ -220,7 +229,27 @@ impl<'a> Exchange<'a> {
             }
         };
         rec.judged(&judged);
-        let form = self.form_check(&judged, &head, policy, admission, known)?;
+        let facts = HeadFacts {
+            method: head.method,
+            target: head.target,
+            headers: &head.headers,
+            has_body: head.has_body,
+            hp: dst.to_string(),
+            binary: &known.exe,
+        };
+        let rpc = RpcCheck::new(policy, admission, &facts).filter(|_| !head.websocket);
+        let rpc = match rpc {
+            // No body to come: judged now.
+            Some((check, _)) if !head.has_body => {
+                protocol_body::judge(&check, b"", rec)?;
+                None
+            }
+            other => other.map(|(check, limit)| (Box::new(check), limit)),
+        };
+        let form = match rpc {
+            Some(_) => None,
+            None => self.form_check(&judged, &head, policy, admission, known)?,
+        };
         let origin_form = std::mem::take(&mut judged.origin_form);
 
         // Credentials: placeholders become secrets only where each is bound and placed (spec
@@ -276,6 +305,7 @@ impl<'a> Exchange<'a> {
                 body,
                 creds,
                 form,
+                rpc,
             },
         ))
     }
@@ -331,9 +361,9 @@ impl<'a> Exchange<'a> {
         Ok(Some(Box::new(check)))
     }
 
-    /// The refusal of a body larger than [`Prepared::reads_whole`] allows.
-    pub fn too_large(&self) -> Denial {
-        Denial::new(Engine::HttpParser, body::too_large(MAX_WHOLE_BODY))
+    /// The refusal of a body larger than `max`, what [`Prepared::reads_whole`] allows.
+    pub fn too_large(&self, max: usize) -> Denial {
+        Denial::new(Engine::HttpParser, body::too_large(max))
     }
 
     /// A body read whole (at most [`Prepared::reads_whole`] bytes): its form's `_method`
@@ -346,6 +376,9 @@ impl<'a> Exchange<'a> {
         prepared: &mut Prepared,
         body: Bytes,
     ) -> Result<Bytes, Denial> {
+        if let Some((check, _)) = prepared.rpc.take() {
+            protocol_body::judge(&check, &body, rec)?;
+        }
         if let Some(check) = prepared.form.take() {
             let named = body_override::from_body(&check.kind, &body).map_err(|e| {
                 let refusal = Refusal::new(Code::InvalidMethodOverride, e.to_string());

@@ -7,7 +7,9 @@
 //! extensions is not sent upstream (a compressed frame could hide the secret from the scan),
 //! a `101` that names one anyway is refused, and the upstream's frames are scrubbed of every
 //! such secret (`ws_scrub`); the client's frames go up as they are. Otherwise both sides are
-//! relayed raw.
+//! relayed raw. On a `protocol: websocket` endpoint the client's text messages are judged
+//! (`ws_judged`), and no extension is negotiated either (a compressed message could not be
+//! judged).
 
 use bytes::BytesMut;
 use http::Request;
@@ -20,6 +22,8 @@ use super::denial::Denial;
 use super::exchange::{self, Unanswered};
 use super::record::Record;
 use super::request::Exchange;
+use super::ws_judged::{self, Halves, PolicyJudge};
+use super::ws_messages::Judge;
 use super::ws_scrub::{Reports, ScrubbedFrames};
 use crate::audit::Engine;
 use crate::credentials::ScrubSet;
@@ -48,6 +52,8 @@ pub(super) struct Handshake {
     pub(super) request: Request<ChannelBody>,
     pub(super) key: Option<Vec<u8>>,
     pub(super) scrub: ScrubSet,
+    /// The request target as the client sent it (its messages are judged on it).
+    pub(super) target: String,
 }
 
 /// Answers the handshake with a refusal and audits it.
@@ -74,8 +80,11 @@ pub(super) async fn relay<R, W>(
     let Client { rd, wr, buf } = client;
     // A handshake that carried a secret: its answer is scrubbed of it (see `inject`).
     let scrubbing = !hs.scrub.is_empty();
+    let mut judge = PolicyJudge::for_upgrade(*x, known, &hs.target, &rec);
+    // Frames read by sluice: no extension, a compressed frame could not be read.
+    let plain = scrubbing || judge.is_some();
     let mut request = hs.request;
-    if scrubbing {
+    if plain {
         // No extension: a compressed frame could not be scanned for the secret.
         request.headers_mut().remove("sec-websocket-extensions");
     }
@@ -129,7 +138,7 @@ pub(super) async fn relay<R, W>(
         );
     }
     // Named after the scrub: the upstream wrote it, and it goes to the client.
-    if scrubbing && let Some(ext) = response.headers().get("sec-websocket-extensions") {
+    if plain && let Some(ext) = response.headers().get("sec-websocket-extensions") {
         let text = String::from_utf8_lossy(ext.as_bytes());
         let name: String = text
             .split([';', ','])
@@ -139,9 +148,15 @@ pub(super) async fn relay<R, W>(
             .chars()
             .take(64)
             .collect();
-        let detail = format!(
-            "the upstream answered a WebSocket handshake to a credentialed endpoint with extension `{name}` although none was offered; sluice does not relay frames it cannot scan for the secret"
-        );
+        let detail = if scrubbing {
+            format!(
+                "the upstream answered a WebSocket handshake to a credentialed endpoint with extension `{name}` although none was offered; sluice does not relay frames it cannot scan for the secret"
+            )
+        } else {
+            format!(
+                "the upstream answered a WebSocket handshake with extension `{name}` although none was offered; sluice does not relay messages it cannot judge"
+            )
+        };
         let refusal =
             Refusal::new(Code::CredentialResponseEncoded, detail.clone()).with_reason(detail);
         return refuse(wr, rec, &Denial::new(Engine::L7, refusal)).await;
@@ -185,10 +200,70 @@ pub(super) async fn relay<R, W>(
     let (ur, uw) = tokio::io::split(TokioIo::new(upgraded));
     let leftover = buf.split();
     let idle = x.shared.limits.idle_timeout;
+    let judge = judge.as_mut().map(|j| j as &mut (dyn Judge + Send));
     if let Some(reports) = reports {
         let ur = ScrubbedFrames::new(ur, &hs.scrub, reports);
-        let _ = relay::relay(&mut *rd, &mut *wr, ur, uw, &leftover, idle).await;
+        pass(
+            Halves {
+                client_rd: rd,
+                client_wr: wr,
+                upstream_rd: ur,
+                upstream_wr: uw,
+            },
+            &leftover,
+            idle,
+            judge,
+        )
+        .await;
     } else {
-        let _ = relay::relay(&mut *rd, &mut *wr, ur, uw, &leftover, idle).await;
+        pass(
+            Halves {
+                client_rd: rd,
+                client_wr: wr,
+                upstream_rd: ur,
+                upstream_wr: uw,
+            },
+            &leftover,
+            idle,
+            judge,
+        )
+        .await;
+    }
+}
+
+/// Relays the upgraded connection: the client's messages through `judge` when there is one,
+/// else raw.
+async fn pass<CR, CW, UR, UW>(
+    halves: Halves<&mut CR, &mut CW, UR, UW>,
+    leftover: &[u8],
+    idle: std::time::Duration,
+    judge: Option<&mut (dyn Judge + Send)>,
+) where
+    CR: AsyncRead + Unpin + Send,
+    CW: AsyncWrite + Unpin + Send,
+    UR: AsyncRead + Unpin + Send,
+    UW: AsyncWrite + Unpin + Send,
+{
+    match judge {
+        Some(judge) => {
+            ws_judged::relay(halves, leftover, idle, judge).await;
+        }
+        None => {
+            let Halves {
+                client_rd,
+                client_wr,
+                upstream_rd,
+                upstream_wr,
+            } = halves;
+            let _ = relay::relay(
+                client_rd,
+                client_wr,
+                upstream_rd,
+                upstream_wr,
+                leftover,
+                idle,
+            )
+            .await;
+        }
     }
 }

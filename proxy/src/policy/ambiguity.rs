@@ -187,6 +187,20 @@ fn conflicts(l: &Endpoint, r: &Endpoint) -> Vec<String> {
             l.request_body_credential_rewrite == r.request_body_credential_rewrite,
             &|e| e.request_body_credential_rewrite.to_string(),
         );
+        if l.protocol.is_rpc() && l.protocol == r.protocol {
+            cmp(
+                "json_rpc_max_body_bytes",
+                l.rpc.max_body_bytes == r.rpc.max_body_bytes,
+                &|e| e.rpc.max_body_bytes.to_string(),
+            );
+        }
+        if l.protocol == Protocol::Mcp && r.protocol == Protocol::Mcp {
+            cmp(
+                "mcp.strict_tool_names",
+                l.rpc.strict_tool_names == r.rpc.strict_tool_names,
+                &|e| e.rpc.strict_tool_names.to_string(),
+            );
+        }
     }
     out
 }

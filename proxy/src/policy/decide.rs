@@ -12,7 +12,11 @@ use std::fmt;
 
 use super::canon::{self, CanonError, Target};
 use super::compile::{EndpointRef, Policy};
-use super::model::{Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule};
+use super::model::{
+    Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule, deny_query_matches,
+};
+use super::rpc_body::RpcBody;
+use super::rpc_decide::{self, Body, Found};
 
 pub use super::model::Caller;
 
@@ -129,6 +133,15 @@ pub enum RequestBasis<'p> {
     WebSocketRequired,
     /// The target could not be canonicalised (or its query decoded).
     Target(CanonError),
+    /// A request to a JSON-RPC or MCP endpoint judged without its body (the proxy judges
+    /// it again with it, [`Policy::decide_rpc_request`]): refused.
+    RpcBodyUnread,
+    /// A JSON-RPC or MCP body refused even under audit: it does not parse, or (JSON-RPC) it
+    /// carries a response.
+    RpcRejected,
+    /// A JSON-RPC or MCP body whose calls the rules allow without naming one (MCP's event
+    /// stream and client responses, `allow_all_known_mcp_methods`).
+    RpcAllowed,
 }
 
 #[derive(Clone, Debug)]
@@ -141,6 +154,8 @@ pub struct RequestDecision<'p> {
     pub target: Option<Target>,
     /// The endpoints whose settings decided the request (most specific selector).
     pub endpoints: Vec<EndpointRef>,
+    /// A JSON-RPC or MCP request: what its body asked (for audit), when it was read.
+    pub rpc: Option<RpcBody>,
 }
 
 impl RequestDecision<'_> {
@@ -223,6 +238,69 @@ impl Policy {
         admission: &Admission,
         req: &Request<'_>,
     ) -> RequestDecision<'p> {
+        self.decide(admission, req, false, None)
+    }
+
+    /// The decision on a request with its body, for a JSON-RPC or MCP endpoint (spec §5.6):
+    /// the body is read with the selected endpoint's options and each call judged. On any
+    /// other endpoint this is [`Policy::decide_request`].
+    pub fn decide_rpc_request<'p>(
+        &'p self,
+        admission: &Admission,
+        req: &Request<'_>,
+        body: Body<'_>,
+    ) -> RequestDecision<'p> {
+        self.decide(admission, req, false, Some(body))
+    }
+
+    /// Whether a request is judged by its JSON-RPC or MCP body, and then at most how many
+    /// bytes of it are read (the selected endpoint's `max_body_bytes`).
+    pub fn rpc_body_limit(&self, admission: &Admission, req: &Request<'_>) -> Option<usize> {
+        let d = self.decide(admission, req, false, None);
+        match d.basis {
+            RequestBasis::RpcBodyUnread => d
+                .endpoints
+                .first()
+                .map(|&r| self.endpoint(r).rpc.max_body_bytes),
+            _ => None,
+        }
+    }
+
+    /// The decision for one client text message on a WebSocket whose upgrade was `target`
+    /// (spec §5.4): judged as the synthetic method `WEBSOCKET_TEXT` on the upgrade's path
+    /// and query; its content is not a policy input.
+    pub fn decide_websocket_text<'p>(
+        &'p self,
+        admission: &Admission,
+        target: &[u8],
+    ) -> RequestDecision<'p> {
+        let req = Request {
+            method: "WEBSOCKET_TEXT",
+            target,
+            websocket_upgrade: false,
+        };
+        self.decide(admission, &req, true, None)
+    }
+
+    /// Whether the client's text messages on a WebSocket upgraded by a request so decided
+    /// are judged: the endpoints that decided it are `protocol: websocket` (through a
+    /// `rest` endpoint frames are relayed as they are, as in the reference).
+    pub fn inspects_websocket_messages(&self, decision: &RequestDecision<'_>) -> bool {
+        decision
+            .endpoints
+            .first()
+            .is_some_and(|&r| self.endpoint(r).protocol == Protocol::WebSocket)
+    }
+
+    /// `text`: a WebSocket text message (`req.method` is `WEBSOCKET_TEXT`); `body`: a
+    /// JSON-RPC or MCP request's body.
+    fn decide<'p>(
+        &'p self,
+        admission: &Admission,
+        req: &Request<'_>,
+        text: bool,
+        body: Option<Body<'_>>,
+    ) -> RequestDecision<'p> {
         let l7 = admission.l7_endpoints(self);
         if l7.is_empty() {
             return RequestDecision {
@@ -231,6 +309,7 @@ impl Policy {
                 reason: "L4 endpoint: requests are relayed without inspection".to_string(),
                 target: canon::canonicalize(req.target, true).ok(),
                 endpoints: admission.endpoints.clone(),
+                rpc: None,
             };
         }
         let hard = |basis: RequestBasis<'p>,
@@ -242,6 +321,7 @@ impl Policy {
             reason,
             target,
             endpoints,
+            rpc: None,
         };
 
         // Canonicalise strictly; retry with encoded slashes only if some endpoint allows them,
@@ -303,7 +383,7 @@ impl Policy {
             );
         }
         let protocol = selected[0].1.protocol;
-        if protocol == Protocol::WebSocket && !req.websocket_upgrade {
+        if protocol == Protocol::WebSocket && !req.websocket_upgrade && !text {
             let reason =
                 "websocket endpoint requires a valid WebSocket upgrade request".to_string();
             return hard(RequestBasis::WebSocketRequired, reason, Some(target), refs);
@@ -325,6 +405,74 @@ impl Policy {
             req.method.to_ascii_uppercase()
         };
         let path = target.path.as_str();
+        // The ambiguity check makes selected endpoints agree on enforcement, except where the
+        // reference's spelling rules differ (`Enforce`): then any enforcing one enforces.
+        let enforcement = if selected
+            .iter()
+            .any(|(_, e)| e.enforcement == Enforcement::Enforce)
+        {
+            Enforcement::Enforce
+        } else {
+            Enforcement::Audit
+        };
+        if protocol.is_rpc() {
+            // A WebSocket upgrade has no JSON-RPC body: refused as the reference refuses an
+            // empty one (its frames would never be judged).
+            let body = if req.websocket_upgrade {
+                Some(Body {
+                    bytes: b"",
+                    receive_stream: false,
+                })
+            } else {
+                body
+            };
+            let Some(body) = body else {
+                let reason = format!("{method} {path}: a JSON-RPC request is judged by its body");
+                return hard(RequestBasis::RpcBodyUnread, reason, Some(target), refs);
+            };
+            let matching: Vec<&Endpoint> = matching.iter().map(|(_, e)| *e).collect();
+            let selected: Vec<&Endpoint> = selected.iter().map(|(_, e)| *e).collect();
+            let case = rpc_decide::Case {
+                matching: &matching,
+                selected: &selected,
+                method: &method,
+                path,
+                query: &query,
+            };
+            let (found, parsed) = rpc_decide::decide(&case, body);
+            let (basis, reason) = match found {
+                Found::Allowed(Some(rule)) => (
+                    RequestBasis::Allowed(rule),
+                    format!("{method} {path} allowed by policy"),
+                ),
+                Found::Allowed(None) => (
+                    RequestBasis::RpcAllowed,
+                    format!("{method} {path} allowed by policy"),
+                ),
+                Found::Denied(rule) => (
+                    RequestBasis::DenyRule(rule),
+                    format!("{method} {path} blocked by deny rule"),
+                ),
+                Found::NotAllowed => (
+                    RequestBasis::NoAllowRule,
+                    format!("{method} {path} not permitted by policy"),
+                ),
+                Found::Hard(reason) => (RequestBasis::RpcRejected, reason),
+            };
+            let verdict = match (&basis, enforcement) {
+                (RequestBasis::Allowed(_) | RequestBasis::RpcAllowed, _) => Verdict::Allow,
+                (RequestBasis::RpcRejected, _) | (_, Enforcement::Enforce) => Verdict::Deny,
+                (_, Enforcement::Audit) => Verdict::Audit,
+            };
+            return RequestDecision {
+                verdict,
+                basis,
+                reason,
+                target: Some(target),
+                endpoints: refs,
+                rpc: parsed,
+            };
+        }
 
         // Deny rules apply from every endpoint whose selector matches, the broader ones too
         // (as in the reference); allow rules only from the most specific.
@@ -356,16 +504,6 @@ impl Policy {
                 format!("{method} {path} not permitted by policy"),
             )
         };
-        // The ambiguity check makes selected endpoints agree on enforcement, except where the
-        // reference's spelling rules differ (`Enforce`): then any enforcing one enforces.
-        let enforcement = if selected
-            .iter()
-            .any(|(_, e)| e.enforcement == Enforcement::Enforce)
-        {
-            Enforcement::Enforce
-        } else {
-            Enforcement::Audit
-        };
         let verdict = match (&basis, enforcement) {
             (RequestBasis::Allowed(_), _) => Verdict::Allow,
             (_, Enforcement::Audit) => Verdict::Audit,
@@ -377,6 +515,7 @@ impl Policy {
             reason,
             target: Some(target),
             endpoints: refs,
+            rpc: None,
         }
     }
 }
@@ -388,13 +527,6 @@ fn allow_query_matches(matchers: &[QueryMatcher], query: &[(String, String)]) ->
         let mut values = query.iter().filter(|(k, _)| *k == m.key).peekable();
         values.peek().is_some() && values.all(|(_, v)| m.value_matches(v))
     })
-}
-
-/// Deny side: every configured key present, and for each some value matching.
-fn deny_query_matches(matchers: &[QueryMatcher], query: &[(String, String)]) -> bool {
-    matchers
-        .iter()
-        .all(|m| query.iter().any(|(k, v)| *k == m.key && m.value_matches(v)))
 }
 
 /// The caller's cmdline paths for a reason, joined with `, `: the caller chooses them, so at

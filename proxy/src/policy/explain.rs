@@ -12,6 +12,7 @@ use super::authority;
 use super::canon::{self, CanonError};
 use super::compile::Policy;
 use super::decide::{Caller, L4Decision, L4DenyKind, Request, RequestBasis, Verdict};
+use super::rpc_decide::{Body, receive_stream};
 
 /// One question: may this caller reach host:port, and (optionally) send this request?
 #[derive(Clone, Debug)]
@@ -28,12 +29,21 @@ pub struct Question {
     pub request: Option<QuestionRequest>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct QuestionRequest {
     pub method: String,
     /// The raw request target, path and query.
     pub target: String,
     pub websocket_upgrade: bool,
+    /// The request's body (a JSON-RPC or MCP endpoint judges it).
+    pub body: Option<Vec<u8>>,
+    /// The request's headers (name, value): MCP's event stream is a `GET` accepting
+    /// `text/event-stream`.
+    pub headers: Vec<(String, String)>,
+    /// A text message sent after the upgrade (then `websocket_upgrade`): the answer is the
+    /// message's (`WEBSOCKET_TEXT`), or the upgrade's when it is refused or its messages
+    /// are not judged.
+    pub ws_text: Option<String>,
 }
 
 /// The answer, in the shape `--json` prints.
@@ -62,6 +72,13 @@ pub struct Explanation {
     pub rule_location: Option<String>,
     /// What would have to change for a denial to become an allow.
     pub suggestions: Vec<String>,
+    /// A question with a WebSocket text message: `upgrade` (the upgrade was refused),
+    /// `message` (the message was judged) or `none` (frames are relayed unjudged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ws_stage: Option<&'static str>,
+    /// JSON-RPC or MCP: the calls the body makes (`method` or `method tool`), names only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<Vec<String>>,
 }
 
 pub fn explain(policy: &Policy, q: &Question) -> Explanation {
@@ -83,6 +100,8 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         endpoint: None,
         rule_location: None,
         suggestions: Vec::new(),
+        ws_stage: None,
+        calls: None,
     };
     let host = match canon::normalize_host(&q.host) {
         Ok(h) => h,
@@ -198,14 +217,53 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         }
         target = path;
     }
-    let decision = policy.decide_request(
-        &admission,
-        &Request {
-            method: &req.method,
-            target: target.as_bytes(),
-            websocket_upgrade: req.websocket_upgrade,
-        },
-    );
+    let request = Request {
+        method: &req.method,
+        target: target.as_bytes(),
+        websocket_upgrade: req.websocket_upgrade || req.ws_text.is_some(),
+    };
+    let mut decision = policy.decide_request(&admission, &request);
+    if req.ws_text.is_some() {
+        out.ws_stage = Some("upgrade");
+        if decision.verdict != Verdict::Deny {
+            if policy.inspects_websocket_messages(&decision) {
+                out.ws_stage = Some("message");
+                out.method = Some("WEBSOCKET_TEXT".to_string());
+                decision = policy.decide_websocket_text(&admission, target.as_bytes());
+            } else {
+                out.ws_stage = Some("none");
+            }
+        }
+    } else if let Some(limit) = policy.rpc_body_limit(&admission, &request) {
+        let bytes = req.body.as_deref().unwrap_or_default();
+        if bytes.len() > limit {
+            out.reason = format!("HTTP request body exceeds {limit} byte inspection limit");
+            out.stage = Some("target");
+            out.suggestions.push(format!(
+                "send a body of at most {limit} bytes, or raise the endpoint's max_body_bytes"
+            ));
+            return out;
+        }
+        let accepts = req
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("accept"))
+            .map(|(_, v)| v.as_str());
+        let body = Body {
+            bytes,
+            receive_stream: receive_stream(&req.method, req.body.is_some(), accepts),
+        };
+        decision = policy.decide_rpc_request(&admission, &request, body);
+        out.calls = decision.rpc.as_ref().map(|b| {
+            b.calls
+                .iter()
+                .map(|c| match &c.tool {
+                    Some(t) => format!("{} {t}", c.method),
+                    None => c.method.clone(),
+                })
+                .collect()
+        });
+    }
     out.decision = decision.verdict.as_str();
     out.reason.clone_from(&decision.reason);
     out.canonical = decision.target.as_ref().map(|t| t.path.clone());
@@ -264,7 +322,13 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         RequestBasis::Target(_) => out
             .suggestions
             .push("send a well-formed, canonical request target".to_string()),
-        RequestBasis::Allowed(_) | RequestBasis::Uninspected => {}
+        RequestBasis::RpcBodyUnread => out.suggestions.push(
+            "a JSON-RPC or MCP endpoint judges each request by the calls in its body: give the body to judge".to_string(),
+        ),
+        RequestBasis::RpcRejected => out.suggestions.push(
+            "send one JSON-RPC 2.0 message or a non-empty batch of them (`\"jsonrpc\": \"2.0\"`, a string `method`)".to_string(),
+        ),
+        RequestBasis::Allowed(_) | RequestBasis::RpcAllowed | RequestBasis::Uninspected => {}
     }
     if decision.verdict == Verdict::Audit {
         out.suggestions.push(

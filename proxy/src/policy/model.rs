@@ -42,11 +42,23 @@ pub enum Protocol {
     Tcp,
     Rest,
     WebSocket,
+    /// `protocol: json-rpc`: POST bodies judged call by call.
+    JsonRpc,
+    /// `protocol: mcp`: JSON-RPC with MCP's methods and tools (streamable HTTP).
+    Mcp,
 }
 
 impl Protocol {
     pub(super) fn is_l7(self) -> bool {
-        matches!(self, Protocol::Rest | Protocol::WebSocket)
+        matches!(
+            self,
+            Protocol::Rest | Protocol::WebSocket | Protocol::JsonRpc | Protocol::Mcp
+        )
+    }
+
+    /// JSON-RPC or MCP: requests are judged by the calls their bodies make.
+    pub fn is_rpc(self) -> bool {
+        matches!(self, Protocol::JsonRpc | Protocol::Mcp)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -55,6 +67,8 @@ impl Protocol {
             Protocol::Tcp => "tcp",
             Protocol::Rest => "rest",
             Protocol::WebSocket => "websocket",
+            Protocol::JsonRpc => "json-rpc",
+            Protocol::Mcp => "mcp",
         }
     }
 }
@@ -210,6 +224,13 @@ impl QueryMatcher {
     }
 }
 
+/// Deny side: every configured key present, and for each some value matching.
+pub(super) fn deny_query_matches(matchers: &[QueryMatcher], query: &[(String, String)]) -> bool {
+    matchers
+        .iter()
+        .all(|m| query.iter().any(|(k, v)| *k == m.key && m.value_matches(v)))
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RuleKind {
     Allow,
@@ -248,13 +269,73 @@ pub struct Rule {
     pub method: MethodMatcher,
     pub path: PathMatcher,
     pub query: Vec<QueryMatcher>,
+    /// A JSON-RPC or MCP rule: what it matches in a call (`method`, `path`, `query` unused).
+    pub rpc: Option<RpcMatcher>,
     pub origin: RuleOrigin,
 }
 
 impl Rule {
-    /// The reference's short form, `METHOD path`, as in 403 bodies.
+    /// The reference's short form, `METHOD path`, as in 403 bodies; `rpc <method>` (and
+    /// its tool globs) for a JSON-RPC or MCP rule.
     pub(crate) fn summary(&self) -> String {
-        format!("{} {}", self.method.as_str(), self.path.as_str())
+        match &self.rpc {
+            Some(r) => r.summary(),
+            None => format!("{} {}", self.method.as_str(), self.path.as_str()),
+        }
+    }
+}
+
+/// A JSON-RPC method matcher: `*`, an exact name, or (MCP, `tools/` family) a glob.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RpcMethod {
+    Any,
+    Exact(String),
+    Glob(Glob),
+}
+
+/// What a JSON-RPC or MCP rule matches in one call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RpcMatcher {
+    pub method: RpcMethod,
+    /// Each `params` key (dotted; `tool` is `name`) and the globs its value may match:
+    /// every key must be present as a string matching one of them.
+    pub params: Vec<QueryMatcher>,
+}
+
+impl RpcMatcher {
+    pub(crate) fn summary(&self) -> String {
+        let method = match &self.method {
+            RpcMethod::Any => "*",
+            RpcMethod::Exact(m) => m.as_str(),
+            RpcMethod::Glob(g) => g.as_str(),
+        };
+        let mut out = format!("rpc {method}");
+        for p in &self.params {
+            let globs: Vec<&str> = p.globs.iter().map(Glob::as_str).collect();
+            out.push_str(&format!(" {}={}", p.key, globs.join("|")));
+        }
+        out
+    }
+}
+
+/// An endpoint's JSON-RPC and MCP options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RpcOptions {
+    /// The most body bytes read to judge a request (64 KiB by default).
+    pub max_body_bytes: usize,
+    /// MCP: `tools/call` names must match `^[A-Za-z0-9_.-]{1,128}$`.
+    pub strict_tool_names: bool,
+    /// MCP: every method is allowed unless a rule narrows `tools/call` by tool.
+    pub allow_all_known_methods: bool,
+}
+
+impl Default for RpcOptions {
+    fn default() -> Self {
+        RpcOptions {
+            max_body_bytes: 64 * 1024,
+            strict_tool_names: true,
+            allow_all_known_methods: false,
+        }
     }
 }
 
@@ -356,6 +437,8 @@ pub struct Endpoint {
     pub request_body_credential_rewrite: bool,
     pub websocket_credential_rewrite: bool,
     pub allow_uninspected_credentials: bool,
+    /// JSON-RPC and MCP options (defaults elsewhere).
+    pub rpc: RpcOptions,
 }
 
 impl Endpoint {

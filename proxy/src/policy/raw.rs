@@ -72,6 +72,19 @@ pub struct RawEndpoint {
     pub request_body_credential_rewrite: Option<Spanned<bool>>,
     pub websocket_credential_rewrite: Option<Spanned<bool>>,
     pub allow_uninspected_credentials: Option<Spanned<bool>>,
+    /// `json_rpc: {max_body_bytes}`.
+    pub json_rpc: Option<RawRpcOptions>,
+    /// `mcp: {max_body_bytes, strict_tool_names, allow_all_known_mcp_methods}`.
+    pub mcp: Option<RawRpcOptions>,
+}
+
+/// The `json_rpc` or `mcp` stanza of an endpoint.
+#[derive(Clone, Debug, Default)]
+pub struct RawRpcOptions {
+    pub pos: Pos,
+    pub max_body_bytes: Option<Spanned<i128>>,
+    pub strict_tool_names: Option<Spanned<bool>>,
+    pub allow_all_known_mcp_methods: Option<Spanned<bool>>,
 }
 
 #[derive(Clone, Debug)]
@@ -80,6 +93,11 @@ pub struct RawRule {
     pub method: Option<Spanned<String>>,
     pub path: Option<Spanned<String>>,
     pub query: Vec<RawQuery>,
+    /// MCP: the tool a `tools/call` names.
+    pub tool: Option<RawMatcher>,
+    /// MCP: `params` matchers, nested keys flattened to dotted ones (`params.name`).
+    pub params: Vec<RawQuery>,
+    pub params_pos: Option<Pos>,
 }
 
 #[derive(Clone, Debug)]
@@ -141,6 +159,14 @@ const ENDPOINT_FIELDS: &[&str] = &[
     "request_body_credential_rewrite",
     "websocket_credential_rewrite",
     "allow_uninspected_credentials",
+    "json_rpc",
+    "mcp",
+];
+const JSON_RPC_FIELDS: &[&str] = &["max_body_bytes"];
+const MCP_FIELDS: &[&str] = &[
+    "max_body_bytes",
+    "strict_tool_names",
+    "allow_all_known_mcp_methods",
 ];
 const ENDPOINT_UNSUPPORTED: &[(&str, &str)] = &[
     ("credential_signing", "SigV4 request signing"),
@@ -153,16 +179,12 @@ const ENDPOINT_UNSUPPORTED: &[(&str, &str)] = &[
     ("persisted_queries", "GraphQL inspection"),
     ("graphql_persisted_queries", "GraphQL inspection"),
     ("graphql_max_body_bytes", "GraphQL inspection"),
-    ("json_rpc", "JSON-RPC inspection"),
-    ("mcp", "MCP inspection"),
 ];
-const RULE_FIELDS: &[&str] = &["method", "path", "query"];
+const RULE_FIELDS: &[&str] = &["method", "path", "query", "tool", "params"];
 const RULE_UNSUPPORTED: &[(&str, &str)] = &[
     ("operation_type", "GraphQL rules"),
     ("operation_name", "GraphQL rules"),
     ("fields", "GraphQL rules"),
-    ("tool", "MCP rules"),
-    ("params", "MCP rules"),
     ("command", "SQL rules"),
 ];
 const ALLOW_WRAPPER_FIELDS: &[&str] = &["allow"];
@@ -646,6 +668,8 @@ impl Reader<'_> {
                 "allow_uninspected_credentials" => {
                     ep.allow_uninspected_credentials = self.bool(v, field);
                 }
+                "json_rpc" => ep.json_rpc = self.rpc_options(v, field, JSON_RPC_FIELDS),
+                "mcp" => ep.mcp = self.rpc_options(v, field, MCP_FIELDS),
                 _ => {}
             }
             if self.diags.error_count() > errors_before
@@ -712,6 +736,9 @@ impl Reader<'_> {
             method: None,
             path: None,
             query: Vec::new(),
+            tool: None,
+            params: Vec::new(),
+            params_pos: None,
         };
         for (k, v) in fields {
             let field = Field::Key(&path, k);
@@ -719,10 +746,94 @@ impl Reader<'_> {
                 "method" => rule.method = self.string(v, field),
                 "path" => rule.path = self.string(v, field),
                 "query" => rule.query = self.query(v, field),
+                "tool" => rule.tool = self.matcher(v, field),
+                "params" => {
+                    rule.params_pos = Some(v.pos);
+                    self.params(v, field, "", &mut rule.params);
+                }
                 _ => {}
             }
         }
         Some(rule)
+    }
+
+    /// A `json_rpc` or `mcp` stanza.
+    fn rpc_options(
+        &mut self,
+        node: &Node,
+        path: Field<'_>,
+        known: &[&str],
+    ) -> Option<RawRpcOptions> {
+        let fields = self.fields(node, path, known, &[])?;
+        let mut out = RawRpcOptions {
+            pos: node.pos,
+            ..RawRpcOptions::default()
+        };
+        for (k, v) in fields {
+            let field = Field::Key(&path, k);
+            match k {
+                "max_body_bytes" => out.max_body_bytes = self.int(v, field),
+                "strict_tool_names" => out.strict_tool_names = self.bool(v, field),
+                "allow_all_known_mcp_methods" => {
+                    out.allow_all_known_mcp_methods = self.bool(v, field);
+                }
+                _ => {}
+            }
+        }
+        Some(out)
+    }
+
+    /// A glob string or `{any: [...]}`.
+    fn matcher(&mut self, v: &Node, field: Field<'_>) -> Option<RawMatcher> {
+        match &v.kind {
+            Kind::Scalar(..) => self.string(v, field).map(RawMatcher::Glob),
+            Kind::Map(_) => {
+                let f = self.fields(v, field, ANY_FIELDS, &[])?;
+                match f.into_iter().next() {
+                    Some((_, list)) => self
+                        .strings(list, Field::Key(&field, "any"))
+                        .map(RawMatcher::Any),
+                    None => {
+                        self.error(v.pos, field, "a matcher mapping needs `any: [...]`");
+                        None
+                    }
+                }
+            }
+            Kind::Seq(_) => {
+                self.expected(v, field, "a glob string or `{any: [...]}`");
+                None
+            }
+        }
+    }
+
+    /// `params`: a mapping whose nested mappings (other than `{any: [...]}`) flatten to
+    /// dotted keys.
+    fn params(&mut self, node: &Node, path: Field<'_>, prefix: &str, out: &mut Vec<RawQuery>) {
+        let Kind::Map(pairs) = &node.kind else {
+            self.expected(node, path, "a mapping of parameter names to matchers");
+            return;
+        };
+        for (k, v) in pairs {
+            let Some(key) = self.string(k, path) else {
+                continue;
+            };
+            let field = Field::Key(&path, &key.value);
+            let full = format!("{prefix}{}", key.value);
+            let is_any = matches!(&v.kind, Kind::Map(p) if p.iter().any(|(k, _)| matches!(&k.kind, Kind::Scalar(s, _) if s == "any")));
+            if matches!(v.kind, Kind::Map(_)) && !is_any {
+                self.params(v, field, &format!("{full}."), out);
+                continue;
+            }
+            if let Some(matcher) = self.matcher(v, field) {
+                out.push(RawQuery {
+                    key: Spanned {
+                        value: full,
+                        pos: key.pos,
+                    },
+                    matcher,
+                });
+            }
+        }
     }
 
     fn query(&mut self, node: &Node, path: Field<'_>) -> Vec<RawQuery> {

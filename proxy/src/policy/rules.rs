@@ -6,8 +6,8 @@
 
 use super::glob::Glob;
 use super::model::{
-    Access, MethodMatcher, PathMatcher, PolicyKey, Protocol, QueryMatcher, Rule, RuleKind,
-    RuleOrigin,
+    Access, MethodMatcher, PathMatcher, PolicyKey, Protocol, QueryMatcher, RpcOptions, Rule,
+    RuleKind, RuleOrigin,
 };
 use super::raw::{RawEndpoint, RawMatcher, RawRule};
 use super::report::{Idx, Sub, Validator};
@@ -19,6 +19,8 @@ pub struct L7Rules {
     pub access: Option<Access>,
     pub rules: Vec<Rule>,
     pub deny_rules: Vec<Rule>,
+    /// JSON-RPC and MCP options (defaults for other protocols).
+    pub rpc: RpcOptions,
 }
 
 pub fn endpoint_rules(
@@ -34,6 +36,36 @@ pub fn endpoint_rules(
         ..L7Rules::default()
     };
     let field = |name: &'static str| Sub(&path, name);
+
+    if protocol.is_rpc() {
+        let r = super::rpc::endpoint_rules(v, entry, index, raw, protocol, path);
+        return L7Rules {
+            ok: r.ok,
+            access: None,
+            rules: r.rules,
+            deny_rules: r.deny_rules,
+            rpc: r.options,
+        };
+    }
+    // The `json_rpc` and `mcp` stanzas, and MCP's rule fields, are refused on any other
+    // protocol.
+    if super::rpc::options(v, raw, protocol, path).is_err() {
+        out.ok = false;
+    }
+    let lists = [("rules", &raw.rules), ("deny_rules", &raw.deny_rules)];
+    for (name, list) in lists {
+        for (i, rule) in list.iter().flat_map(|l| l.value.iter()).enumerate() {
+            if rule.tool.is_some() || rule.params_pos.is_some() {
+                let list_field = field(name);
+                v.error(
+                    rule.pos,
+                    Idx(&list_field, i),
+                    "`tool` and `params` (MCP rules) are only valid with `protocol: mcp`",
+                );
+                out.ok = false;
+            }
+        }
+    }
 
     if protocol == Protocol::Tcp {
         let l7_fields = [
@@ -228,6 +260,7 @@ fn preset_rules(
             method: method.clone(),
             path: PathMatcher::All,
             query: Vec::new(),
+            rpc: None,
             origin: RuleOrigin {
                 entry: entry.clone(),
                 endpoint,
@@ -456,6 +489,7 @@ fn compile_rule(
             method,
             path,
             query,
+            rpc: None,
             origin: RuleOrigin {
                 entry: entry.clone(),
                 endpoint,

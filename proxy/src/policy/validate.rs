@@ -231,8 +231,10 @@ impl Validator<'_> {
                 "" => Protocol::L4,
                 "rest" => Protocol::Rest,
                 "websocket" => Protocol::WebSocket,
+                "json-rpc" => Protocol::JsonRpc,
+                "mcp" => Protocol::Mcp,
                 t if t.eq_ignore_ascii_case("tcp") => Protocol::Tcp,
-                unsupported @ ("graphql" | "mcp" | "json-rpc" | "sql") => {
+                unsupported @ ("graphql" | "sql") => {
                     self.diags.error_of(
                         diag::Kind::Unsupported,
                         self.file,
@@ -247,6 +249,8 @@ impl Validator<'_> {
                     let known = match lower.as_str() {
                         "rest" => Some(Protocol::Rest),
                         "websocket" => Some(Protocol::WebSocket),
+                        "json-rpc" => Some(Protocol::JsonRpc),
+                        "mcp" => Some(Protocol::Mcp),
                         _ => None,
                     };
                     match known {
@@ -261,11 +265,7 @@ impl Validator<'_> {
                             }
                             proto
                         }
-                        None if matches!(
-                            lower.as_str(),
-                            "graphql" | "mcp" | "json-rpc" | "sql"
-                        ) =>
-                        {
+                        None if matches!(lower.as_str(), "graphql" | "sql") => {
                             self.diags.error_of(
                                 diag::Kind::Unsupported,
                                 self.file,
@@ -280,7 +280,7 @@ impl Validator<'_> {
                                 p.pos,
                                 field("protocol"),
                                 format!(
-                                    "unknown protocol `{other}`; expected rest, websocket or tcp"
+                                    "unknown protocol `{other}`; expected rest, websocket, json-rpc, mcp or tcp"
                                 ),
                             );
                             return None;
@@ -448,6 +448,7 @@ impl Validator<'_> {
             request_body_credential_rewrite: flag(&raw.request_body_credential_rewrite),
             websocket_credential_rewrite: flag(&raw.websocket_credential_rewrite),
             allow_uninspected_credentials: flag(&raw.allow_uninspected_credentials),
+            rpc: l7.rpc,
         })
     }
 

@@ -158,6 +158,7 @@ pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outc
             method: m.clone(),
             target: q.path.clone().unwrap_or_default(),
             websocket_upgrade: false,
+            ..Default::default()
         }),
     };
     let answer = explain::explain(policy, &question);

@@ -112,6 +112,7 @@ fn a_profile_becomes_a_provider_entry_with_its_endpoints_and_binaries() {
                 method: method.to_string(),
                 target: target.to_string(),
                 websocket_upgrade: false,
+                ..Default::default()
             }),
         };
         let answer = policy::explain::explain(p, &question);
@@ -276,14 +277,6 @@ fn what_would_weaken_enforcement_if_ignored_is_refused_by_name() {
             "prof.yaml:6:22: endpoints[0].rules[0].allow.operation_type: `operation_type` (GraphQL rules) is not supported by sluice yet",
         ),
         (
-            "endpoints:\n  - {host: a.example.com, port: 443, mcp: {}}\n",
-            "prof.yaml:3:38: endpoints[0].mcp: `mcp` (MCP inspection) is not supported by sluice yet",
-        ),
-        (
-            "endpoints:\n  - {host: a.example.com, port: 443, json_rpc: {}}\n",
-            "prof.yaml:3:38: endpoints[0].json_rpc: `json_rpc` (JSON-RPC inspection) is not supported by sluice yet",
-        ),
-        (
             "middlewares: [{name: x}]\nendpoints: [{host: a.example.com, port: 443}]\n",
             "prof.yaml:2:1: middlewares: `middlewares` (network middlewares) is not supported by sluice yet",
         ),
@@ -292,6 +285,19 @@ fn what_would_weaken_enforcement_if_ignored_is_refused_by_name() {
         let text = format!("id: x\n{body}");
         let got = profile_errors(&text);
         assert_eq!(got, [want], "\n{text}");
+    }
+    // The JSON-RPC and MCP stanzas load, and are refused where they would be ignored.
+    for stanza in ["mcp", "json_rpc"] {
+        let text =
+            format!("id: x\nendpoints:\n  - {{host: a.example.com, port: 443, {stanza}: {{}}}}\n");
+        let errors = compose(None, &text, Compat::Strict).unwrap_err();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains(&format!("endpoints[0].{stanza}"))
+                    && e.contains("only valid for protocol")),
+            "{errors:?}"
+        );
     }
 }
 

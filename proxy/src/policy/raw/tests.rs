@@ -47,7 +47,7 @@ fn unknown_and_unsupported_fields() {
     assert_eq!(
         diags,
         [
-            "p.yaml:5:9: network_policies.a.endpoints[0].hots: unknown field `hots` (did you mean `host`?); expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials",
+            "p.yaml:5:9: network_policies.a.endpoints[0].hots: unknown field `hots` (did you mean `host`?); expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials, json_rpc, mcp",
             "p.yaml:6:9: network_policies.a.endpoints[0].credential_signing: `credential_signing` (SigV4 request signing) is not supported by sluice yet",
         ]
     );

@@ -29,7 +29,7 @@ fn validation_messages() {
         ),
         (
             "host: h.example.com\n  port: 443\n  protocol: FTP\n  access: full",
-            "p.yaml:7:19: network_policies.p.endpoints[0].protocol: unknown protocol `FTP`; expected rest, websocket or tcp",
+            "p.yaml:7:19: network_policies.p.endpoints[0].protocol: unknown protocol `FTP`; expected rest, websocket, json-rpc, mcp or tcp",
         ),
         (
             "host: h.example.com\n  port: 443\n  protocol: graphql",

@@ -655,3 +655,39 @@ fn a_gateway_tenant_gets_only_entries_that_admit_every_program() {
     // The same entry still grants the program it names to a local caller.
     assert!(allowed(&p, CURL, "n.example.com", 443));
 }
+
+#[test]
+fn a_json_rpc_endpoint_decides_nothing_from_the_head_and_refuses_a_websocket_upgrade() {
+    let text = "version: 1\nnetwork_policies:\n  p:\n    endpoints:\n      - {host: mcp.example.com, port: 443, protocol: mcp, enforcement: audit, mcp: {allow_all_known_mcp_methods: true}}\n    binaries: [{path: /usr/bin/curl}]\n";
+    let p = policy(text);
+    let a = admission(&p, "mcp.example.com", 443);
+    let head = Request {
+        method: "POST",
+        target: b"/mcp",
+        websocket_upgrade: false,
+    };
+    // Without its body a request is refused, even under audit (the proxy judges it again
+    // with its body).
+    let d = p.decide_request(&a, &head);
+    assert_eq!(d.verdict, Verdict::Deny);
+    assert!(matches!(d.basis, RequestBasis::RpcBodyUnread));
+    assert_eq!(p.rpc_body_limit(&a, &head), Some(64 * 1024));
+    // An upgrade would relay frames nobody judges: refused even under audit.
+    let upgrade = Request {
+        method: "GET",
+        target: b"/mcp",
+        websocket_upgrade: true,
+    };
+    let d = p.decide_request(&a, &upgrade);
+    assert_eq!(d.verdict, Verdict::Deny, "{}", d.reason);
+    assert!(matches!(d.basis, RequestBasis::RpcRejected));
+    // With its body, every method is allowed here.
+    let body = rpc_decide::Body {
+        bytes: br#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"},"id":1}"#,
+        receive_stream: false,
+    };
+    assert_eq!(
+        p.decide_rpc_request(&a, &head, body).verdict,
+        Verdict::Allow
+    );
+}

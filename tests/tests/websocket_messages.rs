@@ -1,0 +1,197 @@
+//! End-to-end: the client's WebSocket text messages on a `protocol: websocket` endpoint are
+//! judged as `WEBSOCKET_TEXT <upgrade path>` (spec §5.4). A read-only endpoint lets a real
+//! client (Python `websockets`, through sluice as its HTTP proxy) open the socket but not
+//! send: its message never reaches the origin, it gets close code 1008, and the refusal is
+//! audited; a read-write endpoint echoes; an `enforcement: audit` endpoint forwards and
+//! audits. The origin is a real `websockets` server over TLS.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
+
+use std::process::Command;
+
+use serde_json::Value;
+use sluice_e2e::ocsf::action;
+use sluice_e2e::origin::{OriginProcess, Script, spawn_tls};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
+
+/// A TLS echo server (`websockets`): every text message it receives is appended to the file
+/// named by its third argument, then answered with `echo:<message>`.
+const ORIGIN: &str = r#"
+import ssl, sys
+from websockets.sync.server import serve
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+log = sys.argv[3]
+def echo(ws):
+    for m in ws:
+        with open(log, 'a') as f: f.write(ws.request.path + ' ' + str(m) + '\n')
+        ws.send('echo:' + str(m))
+with serve(echo, '127.0.0.1', 0, ssl=ctx) as server:
+    print(server.socket.getsockname()[1], flush=True)
+    server.serve_forever()
+"#;
+
+/// A `websockets` client through sluice (HTTP proxy, CONNECT), trusting sluice's CA:
+/// opens `path`, sends `message` (`BIG`: one byte over 4 MiB), and prints what came back:
+/// the echo, or the close code and reason.
+const CLIENT: &str = r#"
+import json, ssl, sys
+from websockets.sync.client import connect
+from websockets.exceptions import ConnectionClosed
+proxy, port, ca, path, message = sys.argv[1:6]
+if message == 'BIG':
+    message = 'a' * (4 * 1024 * 1024 + 1)
+ctx = ssl.create_default_context(cafile=ca)
+out = {'opened': False, 'echo': None, 'code': None, 'reason': None}
+ws = connect(f'wss://127.0.0.1:{port}{path}', proxy=f'http://{proxy}', ssl=ctx, open_timeout=10)
+out['opened'] = True
+try:
+    ws.send(message)
+    out['echo'] = ws.recv(timeout=10)
+    ws.close()
+except ConnectionClosed as e:
+    if e.rcvd is not None:
+        out['code'], out['reason'] = e.rcvd.code, e.rcvd.reason
+print(json.dumps(out))
+"#;
+
+struct Setup {
+    sluice: Sluice,
+    ca: std::path::PathBuf,
+    origin: OriginProcess,
+    log: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+fn setup() -> Setup {
+    let dir = TempDir::new("wsmsg");
+    let log = dir.path().join("received.log");
+    std::fs::write(&log, "").unwrap();
+    let (origin, origin_ca) = spawn_tls(
+        dir.path(),
+        Script::Python(ORIGIN),
+        &[&log],
+        "the websockets echo origin",
+    );
+    let port = origin.port;
+    let policy = format!(
+        "version: 1
+network_policies:
+  ws:
+    endpoints:
+      - {{host: 127.0.0.1, port: {port}, path: '/ro/**', protocol: websocket, enforcement: enforce, access: read-only}}
+      - {{host: 127.0.0.1, port: {port}, path: '/rw/**', protocol: websocket, enforcement: enforce, access: read-write}}
+      - {{host: 127.0.0.1, port: {port}, path: '/watch/**', protocol: websocket, access: read-only}}
+    binaries:
+      - path: {}
+",
+        python()
+    );
+    let (sluice, ca) = Sluice::intercepting(&dir, &policy, &[origin_ca.as_path()], None, &[]);
+    Setup {
+        sluice,
+        ca,
+        origin,
+        log,
+        _dir: dir,
+    }
+}
+
+fn send(s: &Setup, path: &str, message: &str) -> Value {
+    let (code, out, err) = run(Command::new("python3").args([
+        "-c",
+        CLIENT,
+        &s.sluice.addr().to_string(),
+        &s.origin.port.to_string(),
+        &s.ca.display().to_string(),
+        path,
+        message,
+    ]));
+    assert_eq!(code, 0, "{err}\n{}", s.sluice.stderr());
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"))
+}
+
+fn text_event<'a>(events: &'a [Value], path: &str) -> Option<&'a Value> {
+    events.iter().find(|e| {
+        e["class_uid"] == 4002
+            && e["activity_name"] == "WEBSOCKET_TEXT"
+            && e["http_request"]["url"]["path"] == path
+    })
+}
+
+#[test]
+fn a_read_only_websocket_opens_but_cannot_send() {
+    let s = setup();
+    let out = send(&s, "/ro/feed", "delete everything");
+    assert_eq!(out["opened"], true, "the upgrade is allowed: {out}");
+    assert_eq!(out["echo"], Value::Null, "{out}");
+    assert_eq!(out["code"], 1008, "{out}\n{}", s.sluice.stderr());
+    assert!(
+        out["reason"]
+            .as_str()
+            .unwrap()
+            .contains("WEBSOCKET_TEXT /ro/feed not permitted by policy"),
+        "{out}"
+    );
+    let received = std::fs::read_to_string(&s.log).unwrap();
+    assert!(
+        !received.contains("delete"),
+        "the origin got it: {received}"
+    );
+    s.sluice.wait_event("the refused message", |e| {
+        e["activity_name"] == "WEBSOCKET_TEXT" && action(e) == 2
+    });
+    let events = s.sluice.events();
+    let denied = text_event(&events, "/ro/feed").unwrap();
+    assert!(
+        denied.to_string().contains("not permitted by policy"),
+        "{denied}"
+    );
+    // The refusal names no rule (none allowed it), and a message's content is never
+    // audited (only the client's own command line, which carries it here, is).
+    assert_eq!(denied["firewall_rule"]["desc"], Value::Null, "{denied}");
+    let mut without_actor = denied.clone();
+    without_actor["actor"] = Value::Null;
+    assert!(
+        !without_actor.to_string().contains("delete everything"),
+        "{denied}"
+    );
+    assert_events_valid(&s.sluice);
+}
+
+#[test]
+fn read_write_sends_and_audit_mode_forwards_and_records() {
+    let s = setup();
+    let out = send(&s, "/rw/chat", "hello");
+    assert_eq!(out["echo"], "echo:hello", "{out}\n{}", s.sluice.stderr());
+    let out = send(&s, "/watch/x?since=1", "would be refused");
+    assert_eq!(out["echo"], "echo:would be refused", "{out}");
+    let received = std::fs::read_to_string(&s.log).unwrap();
+    assert_eq!(
+        received,
+        "/rw/chat hello\n/watch/x?since=1 would be refused\n"
+    );
+    let allowed = s.sluice.wait_event("the allowed message", |e| {
+        e["activity_name"] == "WEBSOCKET_TEXT" && e["http_request"]["url"]["path"] == "/rw/chat"
+    });
+    assert_eq!(action(&allowed), 1, "{allowed}");
+    let audited = s.sluice.wait_event("the audited message", |e| {
+        e["activity_name"] == "WEBSOCKET_TEXT" && e["http_request"]["url"]["path"] == "/watch/x"
+    });
+    assert!(
+        audited.to_string().contains("not permitted by policy"),
+        "{audited}"
+    );
+    assert_events_valid(&s.sluice);
+}
+
+#[test]
+fn a_text_message_over_four_mebibytes_closes_with_1009_before_the_origin() {
+    let s = setup();
+    let out = send(&s, "/rw/chat", "BIG");
+    assert_eq!(out["opened"], true, "{out}");
+    assert_eq!(out["code"], 1009, "{out}\n{}", s.sluice.stderr());
+    assert_eq!(
+        std::fs::read_to_string(&s.log).unwrap(),
+        "",
+        "the origin got it"
+    );
+}
