@@ -20,6 +20,7 @@ pub mod profile;
 pub(crate) mod rewrite;
 pub(crate) mod scrub;
 pub(crate) mod secrets;
+pub mod sigv4;
 
 use std::path::Path;
 

@@ -26,14 +26,14 @@ pub(crate) fn forwarded(
 }
 
 /// The upstream request: origin-form target, hop-by-hop and `Proxy-*` headers removed,
-/// `Host` from the URI, `Via` added.
+/// `Host` the destination's `authority` (its port left out when it is the scheme's default,
+/// as a signature over it expects), `Via` added.
 pub(crate) fn build_request(
     head: &RequestHead,
     chunked: bool,
     headers: &[(String, Vec<u8>)],
     origin_form: &str,
-    host: &str,
-    port: u16,
+    authority: &str,
     body: ChannelBody,
 ) -> Result<Request<ChannelBody>, String> {
     let nominated = head.connection_tokens();
@@ -41,12 +41,6 @@ pub(crate) fn build_request(
         .method(head.method.as_str())
         .uri(origin_form)
         .version(http::Version::HTTP_11);
-    let authority = match (host.contains(':'), port) {
-        (true, 80) => format!("[{host}]"),
-        (true, p) => format!("[{host}]:{p}"),
-        (false, 80) => host.to_string(),
-        (false, p) => format!("{host}:{p}"),
-    };
     builder = builder.header(http::header::HOST, authority);
     for (name, value) in headers {
         if !forwarded(name, value, &nominated, http::Version::HTTP_11) {

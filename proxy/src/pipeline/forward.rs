@@ -566,7 +566,7 @@ where
             && n > max as u64
         {
             // Refused before the client is asked for the body.
-            return refuse(wr, rec, &x.too_large()).await;
+            return refuse(wr, rec, &x.too_large(max)).await;
         }
         if expect_continue
             && wr
@@ -579,7 +579,7 @@ where
         let whole = match Box::pin(body::read_bounded(&mut *rd, buf, framing, max)).await {
             Ok(b) => b,
             Err(body::ReadWhole::TooLarge) => {
-                return refuse(wr, rec, &x.too_large()).await;
+                return refuse(wr, rec, &x.too_large(max)).await;
             }
             Err(body::ReadWhole::Failed(refusal)) => {
                 return refuse(wr, rec, &Denial::new(Engine::HttpParser, refusal)).await;
@@ -617,8 +617,7 @@ where
         framing == BodyFraming::Chunked,
         &prepared.headers,
         &prepared.origin_form,
-        dst.host(),
-        dst.port(),
+        &dst.to_uri_authority(admitted.scheme.default_port()),
         req_body,
     ) {
         Ok(r) => r,

@@ -376,7 +376,7 @@ async fn handle(
             Err(e) => {
                 let d = match tripped.get() {
                     Some(b) => x.body_failed(known, &rec, b),
-                    None if e.is::<http_body_util::LengthLimitError>() => x.too_large(),
+                    None if e.is::<http_body_util::LengthLimitError>() => x.too_large(max),
                     None => Denial::new(
                         Engine::HttpParser,
                         Refusal::new(400, Code::BadRequest, format!("request body: {e}")),

@@ -37,6 +37,8 @@ pub struct Record {
     pub rule: Option<String>,
     /// Names of the credentials injected into this request.
     pub credentials: Vec<String>,
+    /// How it was signed again (`credential_signing`), once it was.
+    pub signed: Option<String>,
     pub outcome: Outcome,
     pub engine: Engine,
     pub reason: Option<String>,
@@ -66,6 +68,7 @@ impl Record {
             policy: None,
             rule: None,
             credentials: Vec::new(),
+            signed: None,
             outcome: Outcome::Denied,
             engine: Engine::HttpParser,
             reason: None,
@@ -160,6 +163,7 @@ impl Record {
                 bytes_out: self.bytes_out,
                 duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 credentials: std::mem::take(&mut self.credentials),
+                signed: self.signed.take(),
             }));
     }
 }

@@ -78,13 +78,22 @@ pub struct Prepared {
     /// A form body whose `_method` fields must be judged before they go upstream (as it
     /// streams, `form::stream`; whole when it is read whole to rewrite).
     pub form: Option<Box<FormCheck>>,
+    /// A signature still to make once the body is read whole (`credential_signing`).
+    pub sign: Option<inject::ToSign>,
 }
 
 impl Prepared {
     /// The most body bytes read whole before any goes upstream (opt-in rewriting), or
     /// `None` when the body streams.
     pub fn reads_whole(&self) -> Option<usize> {
-        (self.body == BodyPlan::Rewrite).then_some(MAX_WHOLE_BODY)
+        if self.body == BodyPlan::Rewrite {
+            Some(MAX_WHOLE_BODY)
+        } else {
+            self.sign
+                .as_ref()
+                .filter(|s| s.needs_body())
+                .map(|_| credentials::sigv4::MAX_SIGNED_BODY_BYTES)
+        }
     }
 }
 
@@ -229,6 +238,23 @@ impl<'a> Exchange<'a> {
         // From here on the head may hold a secret: it is never logged or shown.
         let mut headers = head.headers;
         let mut origin_form = origin_form;
+        // A `credential_signing` endpoint: the client's own signature goes before anything
+        // reads the head (spec §3.8).
+        let signing = admission
+            .endpoints
+            .iter()
+            .find_map(|r| policy.endpoint(*r).signing.as_ref());
+        let sign_of = inject::SignOf {
+            method: head.method,
+            authority: dst.to_uri_authority(scheme.default_port()),
+            transport: scheme.transport(),
+            path: &rec.path,
+            sized: !head.has_body
+                || headers
+                    .iter()
+                    .any(|(n, _)| n.eq_ignore_ascii_case("content-length")),
+        };
+        let mut to_sign = inject::ToSign::begin(signing, sign_of, &mut headers)?;
         let dest = rec.dest(self.shared, known);
         // One credentials snapshot for the whole request (a reload applies from the next).
         let creds = self.shared.credentials(known.claim());
@@ -240,11 +266,22 @@ impl<'a> Exchange<'a> {
             &mut origin_form,
             &mut headers,
         )?;
+        // Signed now, unless the signature needs a body still to come.
+        let mut signed = None;
+        let mut signers = Vec::new();
+        if let Some(s) = to_sign.take_if(|s| !(s.needs_body() && head.has_body)) {
+            signed = Some(s.describe());
+            signers = s.sign(&dest, &creds, &origin_form, &mut headers, b"")?;
+        }
+        rec.signed = signed;
         rec.credentials = injected
             .credentials
             .iter()
             .map(ToString::to_string)
+            .chain(signers)
             .collect();
+        rec.credentials.sort();
+        rec.credentials.dedup();
 
         // A credentialed endpoint that does not opt in to body rewriting must never receive a
         // placeholder in a body (spec §3.5); bodies elsewhere pass as they are.
@@ -277,6 +314,7 @@ impl<'a> Exchange<'a> {
                 body,
                 creds,
                 form,
+                sign: to_sign,
             },
         ))
     }
@@ -332,15 +370,42 @@ impl<'a> Exchange<'a> {
         Ok(Some(Box::new(check)))
     }
 
-    /// The refusal of a body larger than [`Prepared::reads_whole`] allows.
-    pub fn too_large(&self) -> Denial {
-        Denial::new(Engine::HttpParser, body::too_large(MAX_WHOLE_BODY))
+    /// The refusal of a body larger than [`Prepared::reads_whole`] allows (`max`).
+    pub fn too_large(&self, max: usize) -> Denial {
+        Denial::new(Engine::HttpParser, body::too_large(max))
     }
 
     /// A body read whole (at most [`Prepared::reads_whole`] bytes): its form's `_method`
     /// fields judged, then rewritten (opt-in), or guarded and passed; the head's length is
-    /// fixed to what goes upstream.
+    /// fixed to what goes upstream; then signed, on a `credential_signing` endpoint.
     pub fn whole_body(
+        &self,
+        known: &Known,
+        rec: &mut Record,
+        prepared: &mut Prepared,
+        body: Bytes,
+    ) -> Result<Bytes, Denial> {
+        let body = self.checked_body(known, rec, prepared, body)?;
+        if let Some(s) = prepared.sign.take() {
+            let described = s.describe();
+            let dest = rec.dest(self.shared, known);
+            let used = s.sign(
+                &dest,
+                &prepared.creds,
+                &prepared.origin_form,
+                &mut prepared.headers,
+                &body,
+            )?;
+            rec.credentials.extend(used);
+            rec.credentials.sort();
+            rec.credentials.dedup();
+            rec.signed = Some(described);
+        }
+        Ok(body)
+    }
+
+    /// [`Exchange::whole_body`] before its signature.
+    fn checked_body(
         &self,
         known: &Known,
         rec: &mut Record,

@@ -187,6 +187,22 @@ fn conflicts(l: &Endpoint, r: &Endpoint) -> Vec<String> {
             l.request_body_credential_rewrite == r.request_body_credential_rewrite,
             &|e| e.request_body_credential_rewrite.to_string(),
         );
+        let signing = |e: &Endpoint| {
+            let s = e.signing.as_ref();
+            [
+                s.map_or("", |s| s.mode.as_str()).to_string(),
+                s.map_or("", |s| s.service.as_str()).to_string(),
+                s.and_then(|s| s.region.clone()).unwrap_or_default(),
+            ]
+        };
+        for (i, name) in ["credential_signing", "signing_service", "signing_region"]
+            .into_iter()
+            .enumerate()
+        {
+            cmp(name, signing(l)[i] == signing(r)[i], &|e| {
+                format!("{:?}", signing(e)[i])
+            });
+        }
     }
     out
 }

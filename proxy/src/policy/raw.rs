@@ -72,6 +72,9 @@ pub struct RawEndpoint {
     pub request_body_credential_rewrite: Option<Spanned<bool>>,
     pub websocket_credential_rewrite: Option<Spanned<bool>>,
     pub allow_uninspected_credentials: Option<Spanned<bool>>,
+    pub credential_signing: Option<Spanned<String>>,
+    pub signing_service: Option<Spanned<String>>,
+    pub signing_region: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Debug)]
@@ -141,11 +144,11 @@ const ENDPOINT_FIELDS: &[&str] = &[
     "request_body_credential_rewrite",
     "websocket_credential_rewrite",
     "allow_uninspected_credentials",
+    "credential_signing",
+    "signing_service",
+    "signing_region",
 ];
 const ENDPOINT_UNSUPPORTED: &[(&str, &str)] = &[
-    ("credential_signing", "SigV4 request signing"),
-    ("signing_service", "SigV4 request signing"),
-    ("signing_region", "SigV4 request signing"),
     (
         "credential_binding",
         "binding provider credentials from a policy endpoint",
@@ -646,6 +649,9 @@ impl Reader<'_> {
                 "allow_uninspected_credentials" => {
                     ep.allow_uninspected_credentials = self.bool(v, field);
                 }
+                "credential_signing" => ep.credential_signing = self.string(v, field),
+                "signing_service" => ep.signing_service = self.string(v, field),
+                "signing_region" => ep.signing_region = self.string(v, field),
                 _ => {}
             }
             if self.diags.error_count() > errors_before
