@@ -209,14 +209,20 @@ fn reflected(d: &Dest<'_>, credentials: &[String]) -> audit::Event {
 }
 
 /// A request body that cannot be scanned for placeholders where they must be found (it is
-/// compressed): refused before anything goes upstream.
+/// compressed): refused before anything goes upstream. `aws_chunked`: S3's streaming
+/// framing (`aws-chunked`, plain bytes in chunks) is allowed, on a request signed with it.
 pub(super) fn encoded_body<'h>(
-    mut content_encodings: impl Iterator<Item = &'h [u8]>,
+    content_encodings: impl Iterator<Item = &'h [u8]>,
+    aws_chunked: bool,
 ) -> Option<Denial> {
-    let coding = content_encodings.find_map(|v| {
-        let c = String::from_utf8_lossy(v).trim().to_ascii_lowercase();
-        (!c.is_empty() && c != "identity").then_some(c)
-    })?;
+    let coding = content_encodings
+        .flat_map(|v| {
+            String::from_utf8_lossy(v)
+                .split(',')
+                .map(|c| c.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .find(|c| !c.is_empty() && c != "identity" && !(aws_chunked && c == "aws-chunked"))?;
     let detail = format!(
         "a request body with Content-Encoding `{coding}` to a credentialed endpoint cannot be scanned for credential placeholders; send it uncompressed"
     );
@@ -274,6 +280,11 @@ impl ToSign {
             transport: of.transport,
             path: of.path.to_string(),
         }))
+    }
+
+    /// The body streams in S3's `aws-chunked` framing, with checksum trailers.
+    pub(super) fn streams_aws_chunked(&self) -> bool {
+        self.payload == Payload::StreamingTrailer
     }
 
     /// The body must be read whole (at most [`sigv4::MAX_SIGNED_BODY_BYTES`]) to be hashed.

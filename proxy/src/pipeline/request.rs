@@ -240,10 +240,7 @@ impl<'a> Exchange<'a> {
         let mut origin_form = origin_form;
         // A `credential_signing` endpoint: the client's own signature goes before anything
         // reads the head (spec §3.8).
-        let signing = admission
-            .endpoints
-            .iter()
-            .find_map(|r| policy.endpoint(*r).signing.as_ref());
+        let signing = admission.signing_for(policy, &rec.path);
         let sign_of = inject::SignOf {
             method: head.method,
             authority: dst.to_uri_authority(scheme.default_port()),
@@ -255,6 +252,9 @@ impl<'a> Exchange<'a> {
                     .any(|(n, _)| n.eq_ignore_ascii_case("content-length")),
         };
         let mut to_sign = inject::ToSign::begin(signing, sign_of, &mut headers)?;
+        let aws_chunked = to_sign
+            .as_ref()
+            .is_some_and(inject::ToSign::streams_aws_chunked);
         let dest = rec.dest(self.shared, known);
         // One credentials snapshot for the whole request (a reload applies from the next).
         let creds = self.shared.credentials(known.claim());
@@ -301,7 +301,7 @@ impl<'a> Exchange<'a> {
                 .iter()
                 .filter(|(n, _)| n.eq_ignore_ascii_case("content-encoding"))
                 .map(|(_, v)| v.as_slice());
-            if let Some(denied) = inject::encoded_body(encodings) {
+            if let Some(denied) = inject::encoded_body(encodings, aws_chunked) {
                 return Err(denied);
             }
         }

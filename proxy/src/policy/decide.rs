@@ -12,7 +12,7 @@ use std::fmt;
 
 use super::canon::{self, CanonError, Target};
 use super::compile::{EndpointRef, Policy};
-use super::model::{Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule};
+use super::model::{Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule, Signing};
 
 pub use super::model::Caller;
 
@@ -33,6 +33,18 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// The SigV4 re-signing of a request to `path` (canonical, no query): that of the most
+    /// specific admitted endpoint whose path selects it (the ambiguity check keeps endpoints
+    /// of the same specificity from disagreeing), if it signs.
+    pub fn signing_for<'p>(&self, policy: &'p Policy, path: &str) -> Option<&'p Signing> {
+        self.endpoints
+            .iter()
+            .map(|&r| policy.endpoint(r))
+            .filter(|e| e.selector.is_match(path))
+            .max_by_key(|e| e.selector.specificity())
+            .and_then(|e| e.signing.as_ref())
+    }
+
     /// The endpoints whose requests are inspected (L7 protocol, TLS not skipped).
     pub fn l7_endpoints<'p>(&self, policy: &'p Policy) -> Vec<(EndpointRef, &'p Endpoint)> {
         self.endpoints

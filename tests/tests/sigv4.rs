@@ -1,0 +1,256 @@
+//! End-to-end: SigV4 re-signing (`credential_signing`, spec §3.8) through the real `sluice`
+//! binary, intercepting TLS. The clients sign with the placeholder keys the sandboxed side
+//! gets (boto3 over HTTP/1.1, curl's `--aws-sigv4` over HTTP/2); the origin verifies every
+//! signature the way AWS does, with botocore's signer and the real secret key
+//! (`tests/clients/sigv4_origin.py`), and refuses any other. S3 (the default checksum
+//! trailer, `Expect: 100-continue`, a 2 MiB object) and Bedrock (the body hashed). Attacks:
+//! the client's own signature never reaches the origin; a reflected access key id and session
+//! token come back as placeholders; the secret key is in no response, no log line and no
+//! audit event; keys outside their binding sign nothing.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use sluice_e2e::origin::{H2Origin, OriginProcess, make_cert};
+use sluice_e2e::proxy::{Sluice, TempDir, python, run};
+
+const ACCESS: &str = "AKIAREALKEY7EXAMPLE1";
+const SECRET: &str = "real/SECRET+key-9f3b1c77aa0e4d2b8c6f";
+const TOKEN: &str = "real-session-TOKEN-5e8d2a41c9b7";
+/// What the sandboxed side holds instead (what `sluice exec` puts in its environment).
+const PLACEHOLDERS: [(&str, &str); 3] = [
+    ("AWS_ACCESS_KEY_ID", "openshell:resolve:env:AWS_ACCESS_KEY_ID"),
+    (
+        "AWS_SECRET_ACCESS_KEY",
+        "openshell:resolve:env:AWS_SECRET_ACCESS_KEY",
+    ),
+    ("AWS_SESSION_TOKEN", "openshell:resolve:env:AWS_SESSION_TOKEN"),
+];
+
+fn clients() -> PathBuf {
+    // This test's own package, not the library's (a build directory may be shared).
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("clients")
+}
+
+/// The AWS profile: the three keys, bound to the origin's S3 and Bedrock paths, signed.
+fn profile(port: u16) -> String {
+    format!(
+        "\
+id: aws-local
+credentials:
+  - {{name: access_key_id, env_vars: [AWS_ACCESS_KEY_ID]}}
+  - {{name: secret_access_key, env_vars: [AWS_SECRET_ACCESS_KEY]}}
+  - {{name: session_token, env_vars: [AWS_SESSION_TOKEN]}}
+endpoints:
+  - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full,
+     credential_signing: sigv4, signing_service: s3, signing_region: us-east-1}}
+  - {{host: 127.0.0.1, port: {port}, path: '/model/**', protocol: rest, enforcement: enforce,
+     access: full, credential_signing: 'sigv4:body', signing_service: bedrock,
+     signing_region: us-east-1}}
+binaries: [{python}, /usr/bin/curl]
+",
+        python = python()
+    )
+}
+
+const POLICY: &str = "version: 1\nnetwork_policies:\n  unrelated:\n    endpoints: [{host: unrelated.example.com, port: 443}]\n    binaries: [{path: /usr/bin/curl}]\n";
+
+/// The verifying origin: real keys in its environment, requests logged to `log`.
+fn origin(dir: &Path, log: &Path) -> (OriginProcess, PathBuf) {
+    let (ca, cert, key) = make_cert(dir);
+    let mut cmd = Command::new("python3");
+    cmd.arg(clients().join("sigv4_origin.py"))
+        .arg(&cert)
+        .arg(&key)
+        .arg(log)
+        .env("REAL_ACCESS_KEY_ID", ACCESS)
+        .env("REAL_SECRET_ACCESS_KEY", SECRET)
+        .env("REAL_SESSION_TOKEN", TOKEN)
+        .env("REGION", "us-east-1");
+    (OriginProcess::spawn(&mut cmd, "the SigV4 origin"), ca)
+}
+
+fn logged(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn boto(sluice: &Sluice, ca: &Path, port: u16, operation: &str) -> (i32, String) {
+    let (code, out, err) = run(Command::new("python3")
+        .arg(clients().join("sigv4_client.py"))
+        .arg(sluice.proxy_url())
+        .arg(ca)
+        .arg(format!("https://127.0.0.1:{port}"))
+        .arg(operation)
+        .envs(PLACEHOLDERS));
+    (code, format!("{out}{err}"))
+}
+
+fn start(dir: &TempDir, origin_ca: &Path, port: u16, env: &[(&str, &str)]) -> (Sluice, PathBuf) {
+    let providers = dir.write("aws.yaml", &profile(port));
+    Sluice::intercepting(dir, POLICY, &[origin_ca], Some(&providers), env)
+}
+
+fn assert_no_secret(sluice: &Sluice, seen: &str) {
+    assert!(!seen.contains(SECRET), "a client saw the secret key");
+    assert!(
+        !sluice.stderr().contains(SECRET),
+        "sluice's stderr holds the secret key"
+    );
+    let audit = serde_json::to_string(&sluice.events()).unwrap();
+    assert!(!audit.contains(SECRET), "the audit log holds the secret key");
+}
+
+#[test]
+fn boto3_signed_with_placeholders_reaches_a_verifying_origin_signed_with_the_real_keys() {
+    let dir = TempDir::new("sigv4-boto");
+    let log = dir.path().join("origin.jsonl");
+    let (origin, origin_ca) = origin(dir.path(), &log);
+    let port = origin.port;
+    let (sluice, ca) = start(
+        &dir,
+        &origin_ca,
+        port,
+        &[
+            ("AWS_ACCESS_KEY_ID", ACCESS),
+            ("AWS_SECRET_ACCESS_KEY", SECRET),
+            ("AWS_SESSION_TOKEN", TOKEN),
+        ],
+    );
+
+    let (code, s3) = boto(&sluice, &ca, port, "s3");
+    assert_eq!(code, 0, "{s3}\n{}", sluice.stderr());
+    assert!(s3.contains("small True"), "{s3}");
+    assert!(s3.contains("large True"), "{s3}");
+    let (code, bedrock) = boto(&sluice, &ca, port, "bedrock");
+    assert_eq!(code, 0, "{bedrock}\n{}", sluice.stderr());
+    assert!(bedrock.contains("bedrock True True"), "{bedrock}");
+
+    // Every request the origin saw was signed with the real keys, none with the client's.
+    let got = logged(&log);
+    assert_eq!(got.len(), 6, "{got:#?}");
+    for r in &got {
+        assert_eq!(r["verified"], true, "{r}");
+        let auth = r["authorization"].as_str().unwrap();
+        assert!(auth.contains(&format!("Credential={ACCESS}/")), "{auth}");
+        assert!(!auth.contains("openshell"), "the client's signature went up: {auth}");
+        assert_eq!(r["token"], TOKEN, "{r}");
+    }
+    // The payload modes: the checksum trailer streamed, Bedrock's body hashed.
+    let payloads: Vec<&str> = got.iter().filter_map(|r| r["payload"].as_str()).collect();
+    assert!(
+        payloads.contains(&"STREAMING-UNSIGNED-PAYLOAD-TRAILER")
+            || payloads.contains(&"UNSIGNED-PAYLOAD"),
+        "{payloads:?}"
+    );
+    let invoke = got.iter().find(|r| r["method"] == "POST").unwrap();
+    assert_eq!(invoke["payload"].as_str().unwrap().len(), 64, "{invoke}");
+
+    // A reflection of what signed comes back with placeholders, never the real values.
+    let echo = s3.lines().find(|l| l.starts_with("echo ")).unwrap();
+    assert!(!echo.contains(ACCESS), "{echo}");
+    assert!(!echo.contains(TOKEN), "{echo}");
+    assert!(
+        echo.contains("openshell:resolve:env:AWS_ACCESS_KEY_ID"),
+        "{echo}"
+    );
+
+    // Audited as re-signed, naming the credentials, never their values.
+    let events = sluice.events();
+    let signed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["unmapped"]["credentials_signed"].is_string())
+        .collect();
+    assert_eq!(signed.len(), 6, "{events:#?}");
+    assert!(
+        signed
+            .iter()
+            .any(|e| e["unmapped"]["credentials_signed"] == "sigv4:body/bedrock")
+    );
+    assert!(
+        signed
+            .iter()
+            .all(|e| e["unmapped"]["credentials_injected"]
+                .to_string()
+                .contains("aws-local/secret_access_key"))
+    );
+    assert!(!serde_json::to_string(&events).unwrap().contains(ACCESS));
+    assert_no_secret(&sluice, &format!("{s3}{bedrock}"));
+}
+
+#[test]
+fn curl_over_http2_is_signed_again_for_the_origin() {
+    let dir = TempDir::new("sigv4-h2");
+    let origin = H2Origin::start(dir.path());
+    let (sluice, ca) = start(
+        &dir,
+        &origin.cert,
+        origin.port(),
+        &[
+            ("AWS_ACCESS_KEY_ID", ACCESS),
+            ("AWS_SECRET_ACCESS_KEY", SECRET),
+            ("AWS_SESSION_TOKEN", TOKEN),
+        ],
+    );
+    let base = format!("https://127.0.0.1:{}", origin.port());
+    let mut seen = String::new();
+    for (args, url) in [
+        (vec!["-X", "PUT", "--data-binary", "h2 object"], "/bkt/h2"),
+        (vec![], "/bkt/h2?list-type=2&prefix=a%2Fb"),
+        (
+            vec!["-H", "content-type: application/json", "--data-binary", "{\"p\":1}"],
+            "/model/m1/invoke",
+        ),
+    ] {
+        let (_, out, err) = run(Command::new("/usr/bin/curl")
+            .args(["-s", "--http2", "--max-time", "20", "--cacert"])
+            .arg(&ca)
+            .args(["-x", &sluice.proxy_url(), "-w", "\n%{http_code} %{http_version}"])
+            .args(["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "AKIDCLIENT:client-secret"])
+            .args(["-H", "x-amz-security-token: openshell:resolve:env:AWS_SESSION_TOKEN"])
+            .args(&args)
+            .arg(format!("{base}{url}")));
+        assert!(out.ends_with("200 2"), "{url}: {out}{err}\n{}", sluice.stderr());
+        seen.push_str(&out);
+    }
+    // The origin logged what it received; botocore's signer verifies it with the real key.
+    let (code, out, err) = run(Command::new("python3")
+        .arg(clients().join("sigv4_origin.py"))
+        .arg("--verify")
+        .arg(&origin.log)
+        .env("REAL_ACCESS_KEY_ID", ACCESS)
+        .env("REAL_SECRET_ACCESS_KEY", SECRET)
+        .env("REAL_SESSION_TOKEN", TOKEN)
+        .env("REGION", "us-east-1"));
+    assert_eq!(code, 0, "{err}");
+    let verdicts: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(verdicts.len(), 3, "{out}");
+    for v in &verdicts {
+        assert_eq!(v["verified"], true, "{v}");
+    }
+    for r in origin.received() {
+        let auth = r["headers"]["authorization"].as_str().unwrap();
+        assert!(!auth.contains("AKIDCLIENT"), "{auth}");
+        assert!(auth.contains(&format!("Credential={ACCESS}/")), "{auth}");
+    }
+    assert_no_secret(&sluice, &seen);
+}
+
+#[test]
+fn keys_outside_their_binding_or_missing_sign_nothing() {
+    let dir = TempDir::new("sigv4-refused");
+    let log = dir.path().join("origin.jsonl");
+    let (origin, origin_ca) = origin(dir.path(), &log);
+    // No secret key in sluice's environment: refused before anything goes upstream.
+    let (sluice, ca) = start(&dir, &origin_ca, origin.port, &[("AWS_ACCESS_KEY_ID", ACCESS)]);
+    let (code, out) = boto(&sluice, &ca, origin.port, "bedrock");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("500"), "{out}");
+    assert!(logged(&log).is_empty(), "a request went up unsigned");
+    assert_no_secret(&sluice, &out);
+}
