@@ -142,7 +142,7 @@ endpoints: [{host: b.example.com, port: 443, bogus: 1}]
     assert_eq!(
         errors(text),
         [
-            "p.yaml:14:46: endpoints[0].bogus: unknown field `bogus`; expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials, allow_plaintext_credentials"
+            "p.yaml:14:46: endpoints[0].bogus: unknown field `bogus`; expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials, credential_signing, signing_service, signing_region, allow_plaintext_credentials"
         ]
     );
     let fixed = text.replace(", bogus: 1", "");
@@ -186,7 +186,7 @@ endpoints:
     path: v1
     protocol: rest
     access: read-only
-    credential_signing: sigv4
+    credential_binding: {provider: x}
   - host: a.example.com
     port: 443
     ports: [443]
@@ -213,7 +213,7 @@ extra: 1
         "p.yaml:17:11: endpoints[0].host: a wildcard host needs at least three labels (`*.com` would match a whole top-level domain)",
         "p.yaml:18:11: endpoints[0].port: port 70000 is out of range 1-65535",
         "p.yaml:19:11: endpoints[0].path: `v1` must start with `/` (or be `**`)",
-        "p.yaml:22:5: endpoints[0].credential_signing: `credential_signing` (SigV4 request signing) is not supported by sluice yet",
+        "p.yaml:22:5: endpoints[0].credential_binding: `credential_binding` (binding provider credentials from a policy endpoint) is not supported by sluice yet",
         "p.yaml:24:11: endpoints[1].port: `port` and `ports` are both given; write one",
         "p.yaml:26:5: endpoints[2]: an endpoint needs a `host`",
         "p.yaml:27:12: binaries[0]: `relative/path` is not an absolute path, so it can never match an executable",
