@@ -21,12 +21,18 @@ const SECRET: &str = "real/SECRET+key-9f3b1c77aa0e4d2b8c6f";
 const TOKEN: &str = "real-session-TOKEN-5e8d2a41c9b7";
 /// What the sandboxed side holds instead (what `sluice exec` puts in its environment).
 const PLACEHOLDERS: [(&str, &str); 3] = [
-    ("AWS_ACCESS_KEY_ID", "openshell:resolve:env:AWS_ACCESS_KEY_ID"),
+    (
+        "AWS_ACCESS_KEY_ID",
+        "openshell:resolve:env:AWS_ACCESS_KEY_ID",
+    ),
     (
         "AWS_SECRET_ACCESS_KEY",
         "openshell:resolve:env:AWS_SECRET_ACCESS_KEY",
     ),
-    ("AWS_SESSION_TOKEN", "openshell:resolve:env:AWS_SESSION_TOKEN"),
+    (
+        "AWS_SESSION_TOKEN",
+        "openshell:resolve:env:AWS_SESSION_TOKEN",
+    ),
 ];
 
 fn clients() -> PathBuf {
@@ -59,6 +65,11 @@ const POLICY: &str = "version: 1\nnetwork_policies:\n  unrelated:\n    endpoints
 
 /// The verifying origin: real keys in its environment, requests logged to `log`.
 fn origin(dir: &Path, log: &Path) -> (OriginProcess, PathBuf) {
+    origin_with(dir, log, Some(TOKEN))
+}
+
+/// [`origin`], expecting `token` as the session token (`None`: no session token).
+fn origin_with(dir: &Path, log: &Path, token: Option<&str>) -> (OriginProcess, PathBuf) {
     let (ca, cert, key) = make_cert(dir);
     let mut cmd = Command::new("python3");
     cmd.arg(clients().join("sigv4_origin.py"))
@@ -67,7 +78,7 @@ fn origin(dir: &Path, log: &Path) -> (OriginProcess, PathBuf) {
         .arg(log)
         .env("REAL_ACCESS_KEY_ID", ACCESS)
         .env("REAL_SECRET_ACCESS_KEY", SECRET)
-        .env("REAL_SESSION_TOKEN", TOKEN)
+        .env("REAL_SESSION_TOKEN", token.unwrap_or_default())
         .env("REGION", "us-east-1");
     (OriginProcess::spawn(&mut cmd, "the SigV4 origin"), ca)
 }
@@ -103,7 +114,10 @@ fn assert_no_secret(sluice: &Sluice, seen: &str) {
         "sluice's stderr holds the secret key"
     );
     let audit = serde_json::to_string(&sluice.events()).unwrap();
-    assert!(!audit.contains(SECRET), "the audit log holds the secret key");
+    assert!(
+        !audit.contains(SECRET),
+        "the audit log holds the secret key"
+    );
 }
 
 #[test]
@@ -138,7 +152,10 @@ fn boto3_signed_with_placeholders_reaches_a_verifying_origin_signed_with_the_rea
         assert_eq!(r["verified"], true, "{r}");
         let auth = r["authorization"].as_str().unwrap();
         assert!(auth.contains(&format!("Credential={ACCESS}/")), "{auth}");
-        assert!(!auth.contains("openshell"), "the client's signature went up: {auth}");
+        assert!(
+            !auth.contains("openshell"),
+            "the client's signature went up: {auth}"
+        );
         assert_eq!(r["token"], TOKEN, "{r}");
     }
     // The payload modes: the checksum trailer streamed, Bedrock's body hashed.
@@ -172,13 +189,11 @@ fn boto3_signed_with_placeholders_reaches_a_verifying_origin_signed_with_the_rea
             .iter()
             .any(|e| e["unmapped"]["credentials_signed"] == "sigv4:body/bedrock")
     );
-    assert!(
-        signed
-            .iter()
-            .all(|e| e["unmapped"]["credentials_injected"]
-                .to_string()
-                .contains("aws-local/secret_access_key"))
-    );
+    assert!(signed.iter().all(|e| {
+        e["unmapped"]["credentials_injected"]
+            .to_string()
+            .contains("aws-local/secret_access_key")
+    }));
     assert!(!serde_json::to_string(&events).unwrap().contains(ACCESS));
     assert_no_secret(&sluice, &format!("{s3}{bedrock}"));
 }
@@ -203,19 +218,41 @@ fn curl_over_http2_is_signed_again_for_the_origin() {
         (vec!["-X", "PUT", "--data-binary", "h2 object"], "/bkt/h2"),
         (vec![], "/bkt/h2?list-type=2&prefix=a%2Fb"),
         (
-            vec!["-H", "content-type: application/json", "--data-binary", "{\"p\":1}"],
+            vec![
+                "-H",
+                "content-type: application/json",
+                "--data-binary",
+                "{\"p\":1}",
+            ],
             "/model/m1/invoke",
         ),
     ] {
         let (_, out, err) = run(Command::new("/usr/bin/curl")
             .args(["-s", "--http2", "--max-time", "20", "--cacert"])
             .arg(&ca)
-            .args(["-x", &sluice.proxy_url(), "-w", "\n%{http_code} %{http_version}"])
-            .args(["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "AKIDCLIENT:client-secret"])
-            .args(["-H", "x-amz-security-token: openshell:resolve:env:AWS_SESSION_TOKEN"])
+            .args([
+                "-x",
+                &sluice.proxy_url(),
+                "-w",
+                "\n%{http_code} %{http_version}",
+            ])
+            .args([
+                "--aws-sigv4",
+                "aws:amz:us-east-1:s3",
+                "--user",
+                "AKIDCLIENT:client-secret",
+            ])
+            .args([
+                "-H",
+                "x-amz-security-token: openshell:resolve:env:AWS_SESSION_TOKEN",
+            ])
             .args(&args)
             .arg(format!("{base}{url}")));
-        assert!(out.ends_with("200 2"), "{url}: {out}{err}\n{}", sluice.stderr());
+        assert!(
+            out.ends_with("200 2"),
+            "{url}: {out}{err}\n{}",
+            sluice.stderr()
+        );
         seen.push_str(&out);
     }
     // The origin logged what it received; botocore's signer verifies it with the real key.
@@ -228,7 +265,10 @@ fn curl_over_http2_is_signed_again_for_the_origin() {
         .env("REAL_SESSION_TOKEN", TOKEN)
         .env("REGION", "us-east-1"));
     assert_eq!(code, 0, "{err}");
-    let verdicts: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let verdicts: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(verdicts.len(), 3, "{out}");
     for v in &verdicts {
         assert_eq!(v["verified"], true, "{v}");
@@ -245,12 +285,59 @@ fn curl_over_http2_is_signed_again_for_the_origin() {
 fn keys_outside_their_binding_or_missing_sign_nothing() {
     let dir = TempDir::new("sigv4-refused");
     let log = dir.path().join("origin.jsonl");
-    let (origin, origin_ca) = origin(dir.path(), &log);
+    let (bound, bound_ca) = origin_with(dir.path(), &log, None);
+    // A second AWS-shaped origin that a policy file (not the profile) asks to sign for: the
+    // profile's keys are not bound there.
+    let other_dir = TempDir::new("sigv4-other");
+    let other_log = other_dir.path().join("origin.jsonl");
+    let (other, other_ca) = origin_with(other_dir.path(), &other_log, None);
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  elsewhere:\n    endpoints:\n      - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full, credential_signing: sigv4, signing_service: bedrock, signing_region: us-east-1}}\n    binaries: [{{path: {}}}]\n",
+        other.port,
+        python()
+    );
+    let providers = dir.write("aws.yaml", &profile(bound.port));
+    let all_keys = [
+        ("AWS_ACCESS_KEY_ID", ACCESS),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+    ];
+    let (sluice, ca) = Sluice::intercepting(
+        &dir,
+        &policy,
+        &[&bound_ca, &other_ca],
+        Some(&providers),
+        &all_keys,
+    );
+    let (code, out) = boto(&sluice, &ca, other.port, "bedrock");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("403"), "{out}");
+    assert!(logged(&other_log).is_empty(), "signed outside the binding");
+    let finding = sluice.wait_event("the endpoint-mismatch finding", |e| {
+        e["finding_info"]["types"][0] == "openshell.provider_credential.endpoint_mismatch"
+    });
+    assert!(!finding.to_string().contains(SECRET));
+    // Where they are bound, the same request is signed (no session token: none is sent).
+    let (code, out) = boto(&sluice, &ca, bound.port, "bedrock");
+    assert_eq!(code, 0, "{out}");
+    let got = logged(&log);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["verified"], true, "{got:?}");
+    assert_eq!(got[0]["token"], Value::Null, "{got:?}");
+    assert_no_secret(&sluice, &out);
+    drop(sluice);
+
     // No secret key in sluice's environment: refused before anything goes upstream.
-    let (sluice, ca) = start(&dir, &origin_ca, origin.port, &[("AWS_ACCESS_KEY_ID", ACCESS)]);
+    let dir = TempDir::new("sigv4-nokey");
+    let log = dir.path().join("origin.jsonl");
+    let (origin, origin_ca) = origin(dir.path(), &log);
+    let (sluice, ca) = start(
+        &dir,
+        &origin_ca,
+        origin.port,
+        &[("AWS_ACCESS_KEY_ID", ACCESS)],
+    );
     let (code, out) = boto(&sluice, &ca, origin.port, "bedrock");
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("500"), "{out}");
     assert!(logged(&log).is_empty(), "a request went up unsigned");
-    assert_no_secret(&sluice, &out);
 }

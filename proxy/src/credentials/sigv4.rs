@@ -195,8 +195,9 @@ pub fn sign_request(
 ) -> Result<Vec<CredentialRef>, SignError> {
     let region = match &signing.region {
         Some(r) => r.clone(),
-        None => region_from_host(req.host)
-            .ok_or_else(|| SignError::NoRegion(req.host.to_string()))?,
+        None => {
+            region_from_host(req.host).ok_or_else(|| SignError::NoRegion(req.host.to_string()))?
+        }
     };
     let (access, access_ref) = required(keys, ACCESS_KEY_ID)?;
     let (secret, secret_ref) = required(keys, SECRET_ACCESS_KEY)?;
@@ -219,7 +220,8 @@ pub fn sign_request(
         if !wanted {
             continue;
         }
-        let text = std::str::from_utf8(value).map_err(|_| SignError::HeaderNotText(lower.clone()))?;
+        let text =
+            std::str::from_utf8(value).map_err(|_| SignError::HeaderNotText(lower.clone()))?;
         signed.push((lower, text.trim().to_string()));
     }
     let body = match payload {
@@ -288,12 +290,9 @@ fn optional(keys: &dyn Resolve, key: &str) -> Result<Option<(String, CredentialR
             reason: Unavailability::Unset,
             ..
         } => Ok(None),
-        Resolution::Unavailable { credential, reason } => Err(unavailable(
-            key,
-            Some(credential),
-            UnavailableReason::NoValue(reason),
-        )
-        .into()),
+        Resolution::Unavailable { credential, reason } => {
+            Err(unavailable(key, Some(credential), UnavailableReason::NoValue(reason)).into())
+        }
         Resolution::OutsideBinding { credential, reason } => {
             Err(CredentialError::EndpointMismatch {
                 credential,

@@ -36,7 +36,12 @@ endpoints:
         name: "aws.yaml".into(),
         text: text.into(),
     }])
-    .unwrap_or_else(|e| panic!("{:?}", e.errors().map(ToString::to_string).collect::<Vec<_>>()));
+    .unwrap_or_else(|e| {
+        panic!(
+            "{:?}",
+            e.errors().map(ToString::to_string).collect::<Vec<_>>()
+        )
+    });
     let env: Vec<(String, String)> = env
         .iter()
         .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
@@ -63,13 +68,25 @@ fn region_from_the_hosts_aws_writes() {
     for (host, region) in [
         ("bedrock-runtime.us-east-1.amazonaws.com", Some("us-east-1")),
         ("sts.us-east-2.amazonaws.com", Some("us-east-2")),
-        ("bedrock-runtime-fips.us-west-2.amazonaws.com", Some("us-west-2")),
+        (
+            "bedrock-runtime-fips.us-west-2.amazonaws.com",
+            Some("us-west-2"),
+        ),
         ("s3.dualstack.eu-west-1.amazonaws.com", Some("eu-west-1")),
-        ("s3-fips.dualstack.us-east-2.amazonaws.com", Some("us-east-2")),
+        (
+            "s3-fips.dualstack.us-east-2.amazonaws.com",
+            Some("us-east-2"),
+        ),
         ("my-bucket.s3.ap-south-1.amazonaws.com", Some("ap-south-1")),
-        ("my.dotted.bucket.s3.eu-central-1.amazonaws.com", Some("eu-central-1")),
+        (
+            "my.dotted.bucket.s3.eu-central-1.amazonaws.com",
+            Some("eu-central-1"),
+        ),
         ("s3.cn-north-1.amazonaws.com.cn", Some("cn-north-1")),
-        ("bucket.s3.cn-northwest-1.amazonaws.com.cn", Some("cn-northwest-1")),
+        (
+            "bucket.s3.cn-northwest-1.amazonaws.com.cn",
+            Some("cn-northwest-1"),
+        ),
         ("s3-fips.us-gov-west-1.amazonaws.com", Some("us-gov-west-1")),
         ("sts.us-gov-east-1.amazonaws.com", Some("us-gov-east-1")),
         ("s3-us-west-2.amazonaws.com", Some("us-west-2")),
@@ -113,16 +130,25 @@ fn payload_mode_from_the_endpoint_and_the_client() {
     }
     for mode in [Auto, Body, NoBody] {
         let e = payload_of(mode, &declared("STREAMING-AWS4-HMAC-SHA256-PAYLOAD"), false);
-        assert!(matches!(e, Err(SignError::ChunkSigned(_))), "{mode:?}: {e:?}");
+        assert!(
+            matches!(e, Err(SignError::ChunkSigned(_))),
+            "{mode:?}: {e:?}"
+        );
     }
 }
 
 #[test]
 fn the_clients_signature_is_dropped_and_nothing_else() {
     let mut headers = h(&[
-        ("Authorization", "AWS4-HMAC-SHA256 Credential=openshell:resolve:env:AWS_ACCESS_KEY_ID/x"),
+        (
+            "Authorization",
+            "AWS4-HMAC-SHA256 Credential=openshell:resolve:env:AWS_ACCESS_KEY_ID/x",
+        ),
         ("X-Amz-Date", "20260101T000000Z"),
-        ("x-amz-security-token", "openshell:resolve:env:AWS_SESSION_TOKEN"),
+        (
+            "x-amz-security-token",
+            "openshell:resolve:env:AWS_SESSION_TOKEN",
+        ),
         ("X-AMZ-CONTENT-SHA256", "UNSIGNED-PAYLOAD"),
         ("Content-Type", "application/json"),
         ("X-Amz-Meta-Note", "kept"),
@@ -130,11 +156,18 @@ fn the_clients_signature_is_dropped_and_nothing_else() {
     strip_client_signature(&mut headers);
     assert_eq!(
         headers,
-        h(&[("Content-Type", "application/json"), ("X-Amz-Meta-Note", "kept")])
+        h(&[
+            ("Content-Type", "application/json"),
+            ("X-Amz-Meta-Note", "kept")
+        ])
     );
 }
 
-fn sign_one(b: &Bindings, host: &str, headers: &mut Vec<(String, Vec<u8>)>) -> Result<Vec<CredentialRef>, SignError> {
+fn sign_one(
+    b: &Bindings,
+    host: &str,
+    headers: &mut Vec<(String, Vec<u8>)>,
+) -> Result<Vec<CredentialRef>, SignError> {
     let scoped = b.scoped(scope(host, 443, "/bucket/key", "/usr/bin/python3"));
     let req = Request {
         method: "PUT",
@@ -153,8 +186,13 @@ fn signed_with_the_bound_keys_and_the_hosts_region() {
         ("AWS_SECRET_ACCESS_KEY", SECRET),
         ("AWS_SESSION_TOKEN", "session-token-value"),
     ]);
-    let mut headers = h(&[("Content-Type", "text/plain"), ("X-Amz-Meta-A", "b"), ("Accept", "*/*")]);
-    let used = sign_one(&b, "s3.us-west-2.amazonaws.com", &mut headers).unwrap_or_else(|e| panic!("{e}"));
+    let mut headers = h(&[
+        ("Content-Type", "text/plain"),
+        ("X-Amz-Meta-A", "b"),
+        ("Accept", "*/*"),
+    ]);
+    let used =
+        sign_one(&b, "s3.us-west-2.amazonaws.com", &mut headers).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(used.len(), 3, "{used:?}");
     let get = |n: &str| {
         headers
@@ -189,7 +227,10 @@ fn signed_with_the_bound_keys_and_the_hosts_region() {
 
 #[test]
 fn keys_sign_only_where_bound_and_no_error_shows_one() {
-    let b = aws_bindings(&[("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"), ("AWS_SECRET_ACCESS_KEY", SECRET)]);
+    let b = aws_bindings(&[
+        ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+    ]);
     // Outside the profile's endpoints: refused as a placeholder there would be.
     let mut headers = h(&[]);
     let e = sign_one(&b, "s3.eu-west-1.amazonaws.com", &mut headers)
@@ -200,7 +241,8 @@ fn keys_sign_only_where_bound_and_no_error_shows_one() {
     assert!(!format!("{e} {e:?}").contains(SECRET));
     // No session token: signed without one.
     let mut headers = h(&[]);
-    let used = sign_one(&b, "s3.us-west-2.amazonaws.com", &mut headers).unwrap_or_else(|e| panic!("{e}"));
+    let used =
+        sign_one(&b, "s3.us-west-2.amazonaws.com", &mut headers).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(used.len(), 2);
     assert!(!headers.iter().any(|(n, _)| n == "x-amz-security-token"));
     // No secret key: 500, naming the key.
@@ -214,8 +256,16 @@ fn keys_sign_only_where_bound_and_no_error_shows_one() {
 
 #[test]
 fn a_global_host_needs_signing_region() {
-    let b = aws_bindings(&[("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"), ("AWS_SECRET_ACCESS_KEY", SECRET)]);
-    let scoped = b.scoped(scope("s3.us-west-2.amazonaws.com", 443, "/", "/usr/bin/python3"));
+    let b = aws_bindings(&[
+        ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+    ]);
+    let scoped = b.scoped(scope(
+        "s3.us-west-2.amazonaws.com",
+        443,
+        "/",
+        "/usr/bin/python3",
+    ));
     let req = Request {
         method: "GET",
         host: "s3.amazonaws.com",
