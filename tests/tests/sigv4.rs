@@ -341,3 +341,57 @@ fn keys_outside_their_binding_or_missing_sign_nothing() {
     assert!(out.contains("500"), "{out}");
     assert!(logged(&log).is_empty(), "a request went up unsigned");
 }
+
+/// An endpointless profile in the shape of OpenShell's `aws-bedrock` (credentials only,
+/// `endpoints: []`, `binaries: []`), bound by the policy endpoint that names it.
+const BEDROCK_PROFILE: &str = "\
+id: aws-bedrock
+display_name: AWS Bedrock
+category: inference
+inference_capable: true
+credentials:
+  - {name: aws_access_key_id, env_vars: [AWS_ACCESS_KEY_ID], required: false}
+  - {name: aws_secret_access_key, env_vars: [AWS_SECRET_ACCESS_KEY], required: false}
+  - {name: aws_session_token, env_vars: [AWS_SESSION_TOKEN], required: false}
+  - {name: aws_region, env_vars: [AWS_REGION, AWS_DEFAULT_REGION], required: false}
+discovery:
+  credentials: []
+endpoints: []
+binaries: []
+";
+
+#[test]
+fn an_endpointless_bedrock_profile_is_bound_where_a_policy_endpoint_names_it() {
+    let dir = TempDir::new("sigv4-binding");
+    let log = dir.path().join("origin.jsonl");
+    let (origin, origin_ca) = origin(dir.path(), &log);
+    let providers = dir.write("aws-bedrock.yaml", BEDROCK_PROFILE);
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  bedrock:\n    endpoints:\n      - host: 127.0.0.1\n        port: {}\n        protocol: rest\n        enforcement: enforce\n        credential_binding: {{provider: aws-bedrock}}\n        credential_signing: 'sigv4:body'\n        signing_service: bedrock\n        signing_region: us-east-1\n        rules:\n          - allow: {{method: POST, path: /model/*/invoke}}\n    binaries: [{{path: {}}}]\n",
+        origin.port,
+        python()
+    );
+    let (sluice, ca) = Sluice::intercepting(
+        &dir,
+        &policy,
+        &[&origin_ca],
+        Some(&providers),
+        &[
+            ("AWS_ACCESS_KEY_ID", ACCESS),
+            ("AWS_SECRET_ACCESS_KEY", SECRET),
+            ("AWS_SESSION_TOKEN", TOKEN),
+        ],
+    );
+    let (code, out) = boto(&sluice, &ca, origin.port, "bedrock");
+    assert_eq!(code, 0, "{out}\n{}", sluice.stderr());
+    assert!(out.contains("bedrock True True"), "{out}");
+    let got = logged(&log);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["verified"], true, "{got:?}");
+    // The rules still judge: S3 calls on the same host are refused, nothing goes up.
+    let (code, out) = boto(&sluice, &ca, origin.port, "s3");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("403"), "{out}");
+    assert_eq!(logged(&log).len(), 1);
+    assert_no_secret(&sluice, &out);
+}

@@ -179,11 +179,21 @@ fn load_with_env(
             .map_err(|e| ConfigError::Credentials(e.errors().map(ToString::to_string).collect()))?;
     let loaded = load_policy(&sources.policies, sources.compat, &profiles.composed)
         .map_err(ConfigError::Policy)?;
+    // Endpointless profiles are bound where policy endpoints name them (spec §3.4).
+    let mut profiles = profiles;
+    let bound = crate::credentials::policy_binding::bind_from_policy(
+        &mut profiles.profiles,
+        &loaded.policy,
+    );
+    if !bound.errors.is_empty() {
+        return Err(ConfigError::Credentials(bound.errors));
+    }
     let credentials =
         crate::credentials::with_profiles(profiles, env, sources.secrets_file.as_deref())
             .map_err(|e| ConfigError::Credentials(e.lines()))?;
     let mut redactor = credentials.bindings.redactor();
     let mut credential_warnings = credentials.warnings;
+    credential_warnings.extend(bound.warnings);
     let tenants = match &sources.tenants {
         None => Table::default(),
         Some(path) => {

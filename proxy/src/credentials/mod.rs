@@ -16,6 +16,7 @@
 pub(crate) mod binding;
 pub mod body;
 pub mod placeholder;
+pub mod policy_binding;
 pub mod profile;
 pub(crate) mod rewrite;
 pub(crate) mod scrub;

@@ -301,7 +301,7 @@ impl ProviderProfile {
     }
 
     /// Whether a request to `host:port` and `path` is inside this profile's endpoints.
-    pub(super) fn binds(&self, host: &str, port: u16, path: &str) -> bool {
+    pub(crate) fn binds(&self, host: &str, port: u16, path: &str) -> bool {
         self.endpoints.iter().any(|e| e.matches(host, port, path))
     }
 

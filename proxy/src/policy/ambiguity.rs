@@ -133,6 +133,7 @@ fn contributes_metadata(ep: &Endpoint) -> bool {
     (ep.protocol != Protocol::L4 && ep.protocol != Protocol::Tcp)
         || !ep.allowed_ips.is_empty()
         || ep.tls == TlsMode::Skip
+        || ep.credential_binding.is_some()
 }
 
 fn conflicts(l: &Endpoint, r: &Endpoint) -> Vec<String> {
@@ -195,6 +196,12 @@ fn conflicts(l: &Endpoint, r: &Endpoint) -> Vec<String> {
                 s.and_then(|s| s.region.clone()).unwrap_or_default(),
             ]
         };
+        let binding = |e: &Endpoint| e.credential_binding.clone().unwrap_or_default();
+        cmp(
+            "credential_binding.provider",
+            binding(l) == binding(r),
+            &|e| format!("{:?}", binding(e)),
+        );
         for (i, name) in ["credential_signing", "signing_service", "signing_region"]
             .into_iter()
             .enumerate()

@@ -397,6 +397,9 @@ pub struct Endpoint {
     pub allow_uninspected_credentials: bool,
     /// `credential_signing`: requests are signed again with the bound AWS keys.
     pub signing: Option<Signing>,
+    /// `credential_binding.provider`: the provider profile (by id) whose credentials this
+    /// endpoint binds (spec §3.4).
+    pub credential_binding: Option<String>,
 }
 
 impl Endpoint {

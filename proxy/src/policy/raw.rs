@@ -75,6 +75,9 @@ pub struct RawEndpoint {
     pub credential_signing: Option<Spanned<String>>,
     pub signing_service: Option<Spanned<String>>,
     pub signing_region: Option<Spanned<String>>,
+    /// `credential_binding: {provider: ID}`: the provider profile whose credentials this
+    /// endpoint binds.
+    pub credential_binding: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Debug)]
@@ -147,12 +150,10 @@ const ENDPOINT_FIELDS: &[&str] = &[
     "credential_signing",
     "signing_service",
     "signing_region",
+    "credential_binding",
 ];
+const CREDENTIAL_BINDING_FIELDS: &[&str] = &["provider"];
 const ENDPOINT_UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "credential_binding",
-        "binding provider credentials from a policy endpoint",
-    ),
     ("persisted_queries", "GraphQL inspection"),
     ("graphql_persisted_queries", "GraphQL inspection"),
     ("graphql_max_body_bytes", "GraphQL inspection"),
@@ -652,6 +653,18 @@ impl Reader<'_> {
                 "credential_signing" => ep.credential_signing = self.string(v, field),
                 "signing_service" => ep.signing_service = self.string(v, field),
                 "signing_region" => ep.signing_region = self.string(v, field),
+                "credential_binding" => {
+                    if let Some(fields) = self.fields(v, field, CREDENTIAL_BINDING_FIELDS, &[]) {
+                        for (k, value) in fields {
+                            ep.credential_binding = self.string(value, Field::Key(&field, k));
+                        }
+                        if ep.credential_binding.is_none()
+                            && self.diags.error_count() == errors_before
+                        {
+                            self.error(v.pos, field, "`credential_binding` needs a `provider`");
+                        }
+                    }
+                }
                 _ => {}
             }
             if self.diags.error_count() > errors_before

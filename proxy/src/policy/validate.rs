@@ -450,6 +450,7 @@ impl Validator<'_> {
             websocket_credential_rewrite: flag(&raw.websocket_credential_rewrite),
             allow_uninspected_credentials: flag(&raw.allow_uninspected_credentials),
             signing,
+            credential_binding: raw.credential_binding.as_ref().map(|b| b.value.clone()),
         })
     }
 

@@ -268,10 +268,6 @@ fn what_would_weaken_enforcement_if_ignored_is_refused_by_name() {
             "prof.yaml:3:30: credentials[0].token_grant: `token_grant` (SPIFFE token grants) is not supported by sluice yet",
         ),
         (
-            "endpoints: [{host: s3.amazonaws.com, port: 443, credential_binding: {provider: x}}]\n",
-            "prof.yaml:2:49: endpoints[0].credential_binding: `credential_binding` (binding provider credentials from a policy endpoint) is not supported by sluice yet",
-        ),
-        (
             "endpoints:\n  - host: a.example.com\n    port: 443\n    protocol: rest\n    rules: [{allow: {operation_type: query}}]\n",
             "prof.yaml:6:22: endpoints[0].rules[0].allow.operation_type: `operation_type` (GraphQL rules) is not supported by sluice yet",
         ),

@@ -173,7 +173,6 @@ impl Reader<'_> {
             binaries: Vec::new(),
             location: self.location(root.pos),
         };
-        let mut credentials_pos = None;
         let mut id_pos = root.pos;
         let mut policy_endpoints = Vec::new();
         for (key, value) in fields {
@@ -227,7 +226,6 @@ impl Reader<'_> {
                     None => ok = false,
                 },
                 "credentials" => {
-                    credentials_pos = Some(value.pos);
                     if !value.is_null() {
                         match self.credentials(value) {
                             Some(c) => profile.credentials = c,
@@ -255,14 +253,6 @@ impl Reader<'_> {
         }
         if !id_seen {
             self.error(root.pos, "id", "a provider profile needs an `id`");
-        }
-        if ok && !profile.credentials.is_empty() && profile.endpoints.is_empty() {
-            self.error(
-                credentials_pos.unwrap_or(root.pos),
-                "endpoints",
-                "a profile with credentials needs `endpoints`: sluice swaps a secret in only on its profile's endpoints (binding from policy endpoints, `credential_binding`, is not supported yet)",
-            );
-            ok = false;
         }
         if ok && !profile.credentials.is_empty() {
             for (i, ep) in policy_endpoints.iter().enumerate() {

@@ -41,14 +41,14 @@ fn reads_a_full_endpoint() {
 #[test]
 fn unknown_and_unsupported_fields() {
     let (_, diags) = read_str(
-        "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - hots: x\n        credential_binding: {provider: x}\n",
+        "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - hots: x\n        mcp: {}\n",
         Compat::Strict,
     );
     assert_eq!(
         diags,
         [
-            "p.yaml:5:9: network_policies.a.endpoints[0].hots: unknown field `hots` (did you mean `host`?); expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials, credential_signing, signing_service, signing_region",
-            "p.yaml:6:9: network_policies.a.endpoints[0].credential_binding: `credential_binding` (binding provider credentials from a policy endpoint) is not supported by sluice yet",
+            "p.yaml:5:9: network_policies.a.endpoints[0].hots: unknown field `hots` (did you mean `host`?); expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials, credential_signing, signing_service, signing_region, credential_binding",
+            "p.yaml:6:9: network_policies.a.endpoints[0].mcp: `mcp` (MCP inspection) is not supported by sluice yet",
         ]
     );
 }
