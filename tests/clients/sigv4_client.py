@@ -3,13 +3,14 @@ tests/tests/sigv4.rs. Arguments: PROXY CA ENDPOINT OPERATION. The keys come from
 environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN): placeholders.
 Prints one line per step; an AWS error prints `error <code> <status>` and exits 1.
 
-Operations: `s3` (PutObject with botocore's default checksum trailer, GetObject, a larger
+S3_ADDRESSING=virtual puts the bucket in the host name. Operations: `s3` (PutObject with botocore's default checksum trailer, GetObject, a larger
 PutObject with `Expect: 100-continue`, and a GetObject whose response reflects the signature
 headers the origin received); `bedrock` (InvokeModel, body signed).
 """
 
 import hashlib
 import json
+import os
 import sys
 
 import boto3
@@ -19,7 +20,7 @@ from botocore.exceptions import ClientError
 proxy, ca, endpoint, operation = sys.argv[1:5]
 config = Config(
     proxies={"https": proxy},
-    s3={"addressing_style": "path"},
+    s3={"addressing_style": os.environ.get("S3_ADDRESSING", "path")},
     retries={"max_attempts": 1, "mode": "standard"},
     region_name="us-east-1",
 )

@@ -395,3 +395,175 @@ fn an_endpointless_bedrock_profile_is_bound_where_a_policy_endpoint_names_it() {
     assert_eq!(logged(&log).len(), 1);
     assert_no_secret(&sluice, &out);
 }
+
+/// A certificate for AWS-shaped names (signed by a CA made here): (CA, certificate, key).
+fn aws_cert(dir: &Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
+    let p = |name: &str| dir.join(name).display().to_string();
+    let san: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
+    std::fs::write(
+        dir.join("aws.ext"),
+        format!(
+            "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName={}\n",
+            san.join(",")
+        ),
+    )
+    .unwrap();
+    for args in [
+        vec![
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=aws test CA",
+            "-keyout",
+            &p("aws-ca-key.pem"),
+            "-out",
+            &p("aws-ca.pem"),
+        ],
+        vec![
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            "/CN=aws",
+            "-keyout",
+            &p("aws-key.pem"),
+            "-out",
+            &p("aws.csr"),
+        ],
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            &p("aws.csr"),
+            "-CA",
+            &p("aws-ca.pem"),
+            "-CAkey",
+            &p("aws-ca-key.pem"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &p("aws.ext"),
+            "-out",
+            &p("aws-cert.pem"),
+        ],
+    ] {
+        let (code, _, err) = run(Command::new("openssl").args(&args));
+        assert_eq!(code, 0, "openssl {args:?}: {err}");
+    }
+    (
+        dir.join("aws-ca.pem"),
+        dir.join("aws-cert.pem"),
+        dir.join("aws-key.pem"),
+    )
+}
+
+#[test]
+fn the_region_comes_from_aws_host_names_dual_stack_and_virtual_hosted_s3() {
+    const NAMES: [&str; 3] = [
+        "bedrock-runtime.us-west-2.amazonaws.com",
+        "s3.dualstack.us-west-2.amazonaws.com",
+        "bkt.s3.dualstack.us-west-2.amazonaws.com",
+    ];
+    let dir = TempDir::new("sigv4-region");
+    let log = dir.path().join("origin.jsonl");
+    let (origin_ca, cert, key) = aws_cert(dir.path(), &NAMES);
+    let origin = OriginProcess::spawn(
+        Command::new("python3")
+            .arg(clients().join("sigv4_origin.py"))
+            .arg(&cert)
+            .arg(&key)
+            .arg(&log)
+            .env("REAL_ACCESS_KEY_ID", ACCESS)
+            .env("REAL_SECRET_ACCESS_KEY", SECRET)
+            .env("REAL_SESSION_TOKEN", "")
+            .env("REGION", "us-west-2"),
+        "the SigV4 origin",
+    );
+    let port = origin.port;
+    // No `signing_region`: the host names it.
+    let providers = dir.write(
+        "aws.yaml",
+        &format!(
+            "\
+id: aws-west
+credentials:
+  - {{name: access_key_id, env_vars: [AWS_ACCESS_KEY_ID]}}
+  - {{name: secret_access_key, env_vars: [AWS_SECRET_ACCESS_KEY]}}
+endpoints:
+  - {{host: bedrock-runtime.us-west-2.amazonaws.com, port: {port}, protocol: rest, enforcement: enforce,
+     access: full, credential_signing: 'sigv4:body', signing_service: bedrock}}
+  - {{host: '*.s3.dualstack.us-west-2.amazonaws.com', port: {port}, protocol: rest, enforcement: enforce,
+     access: full, credential_signing: sigv4, signing_service: s3}}
+  - {{host: s3.dualstack.us-west-2.amazonaws.com, port: {port}, protocol: rest, enforcement: enforce,
+     access: full, credential_signing: sigv4, signing_service: s3}}
+binaries: [{python}]
+",
+            python = python()
+        ),
+    );
+    let ca_dir = dir.path().join("ca");
+    let mut args = vec![
+        "--allow-loopback-upstream".to_string(),
+        "--ca-dir".to_string(),
+        ca_dir.display().to_string(),
+        "--upstream-ca".to_string(),
+        origin_ca.display().to_string(),
+        "--providers".to_string(),
+        providers.display().to_string(),
+    ];
+    for name in NAMES {
+        args.extend(["--resolve".to_string(), format!("{name}=127.0.0.1")]);
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sluice = Sluice::start_with_env(
+        POLICY,
+        &refs,
+        &[
+            ("AWS_ACCESS_KEY_ID", ACCESS),
+            ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ],
+    );
+    let ca = ca_dir.join("ca.pem");
+    let client = |endpoint: &str, operation: &str, addressing: &str| {
+        let (code, out, err) = run(Command::new("python3")
+            .arg(clients().join("sigv4_client.py"))
+            .arg(sluice.proxy_url())
+            .arg(&ca)
+            .arg(format!("https://{endpoint}:{port}"))
+            .arg(operation)
+            .env("S3_ADDRESSING", addressing)
+            .envs(PLACEHOLDERS));
+        (code, format!("{out}{err}"))
+    };
+    let (code, out) = client(NAMES[0], "bedrock", "path");
+    assert_eq!(code, 0, "{out}\n{}", sluice.stderr());
+    let (code, out) = client(NAMES[1], "s3", "virtual");
+    assert_eq!(code, 0, "{out}\n{}", sluice.stderr());
+    let (code, out) = client(NAMES[1], "s3", "path");
+    assert_eq!(code, 0, "{out}\n{}", sluice.stderr());
+    let got = logged(&log);
+    assert_eq!(got.len(), 1 + 5 + 5, "{got:#?}");
+    for r in &got {
+        assert_eq!(r["verified"], true, "{r}");
+        assert!(
+            r["authorization"].as_str().unwrap().contains("/us-west-2/"),
+            "{r}"
+        );
+    }
+    assert!(
+        got.iter()
+            .any(|r| r["host"] == format!("bkt.s3.dualstack.us-west-2.amazonaws.com:{port}")),
+        "{got:#?}"
+    );
+}
