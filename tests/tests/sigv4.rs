@@ -567,3 +567,51 @@ binaries: [{python}]
         "{got:#?}"
     );
 }
+
+#[test]
+fn a_body_to_hash_is_read_whole_up_to_ten_mib_and_a_larger_one_is_refused_before_it_is_sent() {
+    let dir = TempDir::new("sigv4-large");
+    let log = dir.path().join("origin.jsonl");
+    let (origin, origin_ca) = origin_with(dir.path(), &log, None);
+    let (sluice, ca) = start(
+        &dir,
+        &origin_ca,
+        origin.port,
+        &[
+            ("AWS_ACCESS_KEY_ID", ACCESS),
+            ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ],
+    );
+    let body = dir.path().join("body.bin");
+    let post = |size: usize| {
+        std::fs::write(&body, vec![b'x'; size]).unwrap();
+        let (_, out, err) = run(Command::new("/usr/bin/curl")
+            .args(["-s", "--http1.1", "--max-time", "60", "--cacert"])
+            .arg(&ca)
+            .args(["-x", &sluice.proxy_url(), "-w", "\n%{http_code}"])
+            .args([
+                "--aws-sigv4",
+                "aws:amz:us-east-1:bedrock",
+                "--user",
+                "AKIDCLIENT:client-secret",
+            ])
+            .args([
+                "-H",
+                "content-type: application/octet-stream",
+                "--data-binary",
+            ])
+            .arg(format!("@{}", body.display()))
+            .arg(format!("https://127.0.0.1:{}/model/m/invoke", origin.port)));
+        format!("{out}{err}")
+    };
+    // 10 MiB exactly: hashed and signed (`sigv4:body` on /model/**).
+    let out = post(10 * 1024 * 1024);
+    assert!(out.ends_with("200"), "{out}\n{}", sluice.stderr());
+    let got = logged(&log);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["verified"], true, "{got:?}");
+    // One byte more: 413, and nothing reaches the origin.
+    let out = post(10 * 1024 * 1024 + 1);
+    assert!(out.ends_with("413"), "{out}");
+    assert_eq!(logged(&log).len(), 1);
+}
