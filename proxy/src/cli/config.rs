@@ -29,6 +29,8 @@ pub struct Sources {
     /// `--ca-cert` and `--ca-key`: an operator's CA, read at every load (a rotated CA is
     /// taken by a reload).
     pub ca: Option<CaFiles>,
+    /// Refreshed credentials' tokens, which their env vars read first.
+    pub refresh: Option<Arc<crate::credentials::refresh::Refresher>>,
 }
 
 /// The files of an operator's CA.
@@ -161,7 +163,14 @@ impl ConfigError {
 /// Reads and validates everything `sources` names. Secrets come from `--secrets-file`, else
 /// from sluice's own environment.
 pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
-    let mut config = load_with_env(sources, &|k| std::env::var(k).ok())?;
+    let tokens = sources.refresh.as_ref().map(|r| Arc::clone(&r.tokens));
+    let env = |k: &str| {
+        tokens
+            .as_ref()
+            .and_then(|t| t.get(k))
+            .or_else(|| std::env::var(k).ok())
+    };
+    let mut config = load_with_env(sources, &env)?;
     if let Some(files) = &sources.ca {
         let ca = Ca::load(&files.cert, &files.key).map_err(|e| ConfigError::Ca(e.to_string()))?;
         config.ca = Some(Arc::new(ca));
@@ -372,5 +381,6 @@ fn tenant_sources(spec: &TenantSpec, compat: CompatArg) -> Sources {
         compat,
         tenants: None,
         ca: None,
+        refresh: None,
     }
 }

@@ -45,6 +45,8 @@ const MAX_DEBOUNCE_ROUNDS: usize = 20;
 pub enum Trigger {
     Signal,
     FileChange,
+    /// A refreshed credential's token changed (or expired unreplaced).
+    TokenRefresh,
 }
 
 impl Trigger {
@@ -52,6 +54,7 @@ impl Trigger {
         match self {
             Trigger::Signal => "SIGHUP",
             Trigger::FileChange => "file change",
+            Trigger::TokenRefresh => "token refresh",
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod body;
 pub mod placeholder;
 pub mod policy_binding;
 pub mod profile;
+pub mod refresh;
 pub(crate) mod rewrite;
 pub(crate) mod scrub;
 pub(crate) mod secrets;

@@ -236,6 +236,8 @@ pub struct CredentialSpec {
     pub path_template: Option<String>,
     /// Where the placeholder may be swapped, from the four fields above.
     pub placement: Placement,
+    /// `refresh` with a strategy sluice carries out: its value is a token sluice obtains.
+    pub refresh: Option<crate::credentials::refresh::Refresh>,
     pub location: Location,
 }
 

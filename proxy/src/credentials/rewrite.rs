@@ -132,6 +132,11 @@ impl CredentialError {
             CredentialError::EndpointMismatch { .. }
             | CredentialError::PlacementMismatch { .. }
             | CredentialError::RequiresTls { .. } => 403,
+            // A refreshed credential whose refresh is failing: the service is what is missing.
+            CredentialError::Unavailable {
+                reason: UnavailableReason::NoValue(Unavailability::NotRefreshed),
+                ..
+            } => 503,
             CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => 500,
         }
     }
