@@ -175,16 +175,18 @@ pub async fn run(
 ) {
     let mut wait = first_wait;
     let mut backoff = Duration::from_secs(1);
+    let primary = job.keys.first().map(|k| k.as_str().to_string());
+    // Whether the configuration in force holds a token (the first load took it in).
+    let mut in_force = primary.as_deref().is_some_and(|k| tokens.valid(k));
     loop {
         tokio::time::sleep(wait).await;
-        let primary = job.keys.first().map(|k| k.as_str().to_string());
-        let had = primary.as_deref().is_some_and(|k| tokens.valid(k));
         match refresh_once(&mut job, &tokens, &client).await {
             Ok(lifetime) => {
                 backoff = Duration::from_secs(1);
                 wait = lifetime
                     .saturating_sub(job.refresh.refresh_before)
                     .max(MIN_WAIT);
+                in_force = true;
                 changed();
             }
             Err(e) => {
@@ -194,7 +196,9 @@ pub async fn run(
                     backoff.as_secs()
                 );
                 let left = primary.as_deref().and_then(|k| tokens.remaining(k));
-                if had && left.is_none() {
+                if in_force && left.is_none() {
+                    // Expired unreplaced: taken out, so requests get 503, not a dead token.
+                    in_force = false;
                     changed();
                 }
                 // The next attempt, or the last token's expiry (to drop it), if sooner.
