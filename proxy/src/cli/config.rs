@@ -324,6 +324,16 @@ pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<
                 .flatten()
         };
         match load_with_env(&tenant_sources(&spec, compat), &env) {
+            Ok(c)
+                if c.bindings
+                    .profiles()
+                    .iter()
+                    .flat_map(|p| &p.credentials)
+                    .any(|cr| cr.refresh.is_some()) =>
+            {
+                // Refused, not left without tokens.
+                errors.push(format!("{}: tenant `{}`: a refreshed credential (`refresh` with an OAuth strategy) is not supported for gateway tenants yet", spec.location, spec.name));
+            }
             Ok(c) => {
                 redactor.merge(&c.bindings.redactor());
                 warnings.extend(c.policy_warnings.iter().map(ToString::to_string));

@@ -809,18 +809,7 @@ async fn serve(args: RunArgs) -> ExitCode {
         super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor)
             .with_ca_dir(args.ca_dir.clone()),
     );
-    if let Some(r) = refresher {
-        // Each new token (or one expired unreplaced) is taken in by a reload: the redactor
-        // learns it, the one it replaces is still scrubbed from responses.
-        let rl = Arc::clone(&reloader);
-        let changed: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-            let rl = Arc::clone(&rl);
-            drop(tokio::task::spawn_blocking(move || {
-                rl.reload(super::reload::Trigger::TokenRefresh)
-            }));
-        });
-        r.spawn(&changed);
-    }
+    keep_refreshed(&reloader, refresher.as_deref());
     if let Err(e) = super::reload::watch(reloader, hup, args.watch_interval) {
         eprintln!("sluice: cannot start the configuration watcher: {e}");
         return ExitCode::from(1);
@@ -1123,6 +1112,26 @@ impl Shutdown {
 }
 
 /// The files a `run` loads and watches (policies, provider profiles, secrets).
+/// Starts refreshing `refresher`'s credentials: each new token (or one expired unreplaced)
+/// is taken in by a reload, so the redactor learns it and the one it replaces is still
+/// scrubbed from responses.
+pub(super) fn keep_refreshed(
+    reloader: &Arc<super::reload::Reloader>,
+    refresher: Option<&crate::credentials::refresh::Refresher>,
+) {
+    let Some(r) = refresher else {
+        return;
+    };
+    let rl = Arc::clone(reloader);
+    let changed: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+        let rl = Arc::clone(&rl);
+        drop(tokio::task::spawn_blocking(move || {
+            rl.reload(super::reload::Trigger::TokenRefresh)
+        }));
+    });
+    r.spawn(&changed);
+}
+
 /// The refreshing of the profiles' refreshed credentials (`refresh`), their first tokens
 /// asked for: `None` when no credential is refreshed (or the profiles do not load: the load
 /// reports why). Gateway tenants' profiles are not refreshed yet.

@@ -238,14 +238,10 @@ impl Reader<'_> {
                     Some(a) => profile.annotations = a,
                     None => ok = false,
                 },
-                "credentials" => {
-                    if !value.is_null() {
-                        match self.credentials(value) {
-                            Some(c) => profile.credentials = c,
-                            None => ok = false,
-                        }
-                    }
-                }
+                "credentials" if !value.is_null() => match self.credentials(value) {
+                    Some(c) => profile.credentials = c,
+                    None => ok = false,
+                },
                 "endpoints" if !value.is_null() => match self.endpoints(value) {
                     Some(e) => {
                         (profile.endpoints, policy_endpoints) = e.into_iter().unzip();
