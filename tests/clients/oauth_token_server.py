@@ -4,7 +4,9 @@ CLIENT_SECRET) and one refresh token (REFRESH_TOKEN) from its environment, check
 oauthlib does, and issues bearer tokens `tok-<n>-<random>` that live EXPIRES_IN seconds (a rotated
 refresh token with each refresh-token grant). `POST /fail` makes every later request fail
 with 503 (the endpoint is down), `POST /recover` undoes it. One JSON line per token request
-goes to LOG: grant type, whether it was granted, the token issued. Prints its port first.
+goes to LOG: grant type, whether it was granted, the token issued. With SA_EMAIL and
+SA_PUBLIC_KEY (a PEM file), RS256 service-account assertions (RFC 7523, Google's
+`google_service_account_jwt`) are verified with PyJWT and granted too. Prints its port first.
 """
 
 import json
@@ -15,12 +17,16 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import jwt
 from oauthlib.oauth2 import RequestValidator, Server
 
 CLIENT_ID = os.environ["CLIENT_ID"]
 CLIENT_SECRET = os.environ["CLIENT_SECRET"]
 REFRESH = {os.environ["REFRESH_TOKEN"]}
 EXPIRES_IN = int(os.environ.get("EXPIRES_IN", "3"))
+# A service account: its e-mail and the public half of its RS256 key (PEM file).
+SA_EMAIL = os.environ.get("SA_EMAIL")
+SA_PUBLIC = open(os.environ["SA_PUBLIC_KEY"]).read() if os.environ.get("SA_PUBLIC_KEY") else None
 LOCK = threading.Lock()
 STATE = {"n": 0, "down": False}
 
@@ -89,6 +95,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, {}, b"ok\n")
         if STATE["down"]:
             return self.reply(503, {"Content-Type": "application/json"}, b'{"error":"temporarily_unavailable"}')
+        form = dict(p.split("=", 1) for p in body.split("&") if "=" in p)
+        if form.get("grant_type") == "urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer":
+            return jwt_bearer_grant(self, form.get("assertion", ""))
         headers, answer, status = SERVER.create_token_response(
             f"https://localhost{self.path}", "POST", body, dict(self.headers)
         )
@@ -97,6 +106,27 @@ class Handler(BaseHTTPRequestHandler):
             grant = dict(p.split("=", 1) for p in body.split("&") if "=" in p).get("grant_type")
             f.write(json.dumps({"grant": grant, "status": status, "token": parsed.get("access_token")}) + "\n")
         self.reply(status, headers, answer.encode())
+
+
+def jwt_bearer_grant(handler, assertion):
+    """RFC 7523 §2.1 as Google's token endpoint does it: an RS256 assertion from the service
+    account, for this endpoint, current, with a scope."""
+    audience = f"https://127.0.0.1:{handler.server.server_address[1]}/token"
+    try:
+        claims = jwt.decode(
+            assertion, SA_PUBLIC, algorithms=["RS256"], audience=audience, issuer=SA_EMAIL,
+            options={"require": ["iss", "aud", "iat", "exp"]},
+        )
+        ok = claims.get("scope") == "https://www.googleapis.com/auth/cloud-platform"
+    except jwt.PyJWTError:
+        ok = False
+    token = token_generator(None) if ok else None
+    with LOCK, open(sys.argv[3], "a") as f:
+        f.write(json.dumps({"grant": "jwt-bearer", "status": 200 if ok else 400, "token": token}) + "\n")
+    if not ok:
+        return handler.reply(400, {"Content-Type": "application/json"}, b'{"error":"invalid_grant"}')
+    answer = {"access_token": token, "token_type": "Bearer", "expires_in": EXPIRES_IN}
+    handler.reply(200, {"Content-Type": "application/json"}, json.dumps(answer).encode())
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -226,3 +226,130 @@ fn missing_material_refuses_to_start_naming_the_variable() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_service_account_signs_its_own_assertions_for_tokens() {
+    let token_dir = TempDir::new("refresh-sa-token");
+    let key = token_dir.path().join("sa-key.pem");
+    let public = token_dir.path().join("sa-public.pem");
+    let (code, _, err) = run(Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+        ])
+        .arg(&key));
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(Command::new("openssl")
+        .args(["pkey", "-pubout", "-in"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&public));
+    assert_eq!(code, 0, "{err}");
+    let token_log = token_dir.path().join("tokens.jsonl");
+    let (ca, cert, tls_key) = make_cert(token_dir.path());
+    let tokens = OriginProcess::spawn(
+        Command::new("python3")
+            .arg(clients().join("oauth_token_server.py"))
+            .arg(&cert)
+            .arg(&tls_key)
+            .arg(&token_log)
+            .env("CLIENT_ID", CLIENT_ID)
+            .env("CLIENT_SECRET", CLIENT_SECRET)
+            .env("REFRESH_TOKEN", REFRESH_TOKEN)
+            .env("EXPIRES_IN", "3")
+            .env("SA_EMAIL", "agent@project.iam.gserviceaccount.com")
+            .env("SA_PUBLIC_KEY", &public),
+        "the token endpoint",
+    );
+    let dir = TempDir::new("refresh-sa");
+    let origin = EchoOrigin::start(dir.path());
+    let providers = dir.write(
+        "gcp.yaml",
+        &format!(
+            "\
+id: google-cloud
+credentials:
+  - name: service_account_token
+    env_vars: [GCP_SA_ACCESS_TOKEN]
+    auth_style: bearer
+    header_name: authorization
+    refresh:
+      strategy: google_service_account_jwt
+      token_url: 'https://127.0.0.1:{}/token'
+      scopes: [https://www.googleapis.com/auth/cloud-platform]
+      refresh_before_seconds: 1
+      material: [{{name: client_email}}, {{name: private_key, secret: true}}]
+endpoints:
+  - {{host: 127.0.0.1, port: {}, protocol: rest, enforcement: enforce, access: full}}
+binaries: [/usr/bin/curl]
+",
+            tokens.port,
+            origin.port()
+        ),
+    );
+    let pem = std::fs::read_to_string(&key).unwrap();
+    let (sluice, sluice_ca) = Sluice::intercepting(
+        &dir,
+        POLICY,
+        &[&origin.cert, &ca],
+        Some(&providers),
+        &[
+            (
+                "GCP_SA_ACCESS_TOKEN_CLIENT_EMAIL",
+                "agent@project.iam.gserviceaccount.com",
+            ),
+            ("GCP_SA_ACCESS_TOKEN_PRIVATE_KEY", &pem),
+        ],
+    );
+    let url = format!("https://127.0.0.1:{}/echo", origin.port());
+    let start = Instant::now();
+    let mut seen = String::new();
+    while start.elapsed() < Duration::from_secs(5) {
+        let (_, out, _) = run(Command::new("/usr/bin/curl")
+            .args(["-s", "--max-time", "20", "--cacert"])
+            .arg(&sluice_ca)
+            .args(["-x", &sluice.proxy_url(), "-w", "\n%{http_code}"])
+            .args([
+                "-H",
+                "Authorization: Bearer openshell:resolve:env:GCP_SA_ACCESS_TOKEN",
+            ])
+            .arg(&url));
+        assert!(out.ends_with("200"), "{out}\n{}", sluice.stderr());
+        seen.push_str(&out);
+        sleep(Duration::from_millis(400));
+    }
+    let grants: Vec<Value> = std::fs::read_to_string(&token_log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(grants.len() >= 2, "{grants:?}");
+    assert!(
+        grants
+            .iter()
+            .all(|g| g["grant"] == "jwt-bearer" && g["status"] == 200),
+        "{grants:?}"
+    );
+    let received: Vec<Value> = std::fs::read_to_string(&origin.log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let bearer: BTreeSet<&str> = received
+        .iter()
+        .map(|r| r["headers"]["authorization"].as_str().unwrap())
+        .collect();
+    assert!(bearer.len() >= 2, "{bearer:?}");
+    let key_body = pem.lines().nth(1).unwrap();
+    for text in [
+        seen,
+        sluice.stderr(),
+        serde_json::to_string(&sluice.events()).unwrap(),
+    ] {
+        assert!(!text.contains(key_body), "the private key leaked");
+    }
+}

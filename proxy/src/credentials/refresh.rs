@@ -19,6 +19,7 @@ use zeroize::Zeroizing;
 
 use super::profile::{CredentialRef, EnvKey};
 
+mod jwt;
 pub mod oauth;
 
 /// The refresh strategies sluice carries out.
@@ -29,6 +30,9 @@ pub enum Strategy {
     RefreshToken,
     /// `oauth2_client_credentials`: a client id and secret traded for an access token.
     ClientCredentials,
+    /// `google_service_account_jwt`: an RS256 JWT signed with the service account's key
+    /// traded for an access token (RFC 7523 §2.1).
+    ServiceAccountJwt,
 }
 
 impl Strategy {
@@ -36,6 +40,7 @@ impl Strategy {
         Some(match text {
             "oauth2_refresh_token" => Strategy::RefreshToken,
             "oauth2_client_credentials" => Strategy::ClientCredentials,
+            "google_service_account_jwt" => Strategy::ServiceAccountJwt,
             _ => return None,
         })
     }
@@ -45,6 +50,7 @@ impl Strategy {
         match self {
             Strategy::RefreshToken => &["client_id", "refresh_token"],
             Strategy::ClientCredentials => &["client_id", "client_secret"],
+            Strategy::ServiceAccountJwt => &["client_email", "private_key"],
         }
     }
 }
@@ -59,6 +65,16 @@ pub struct Refresh {
     pub refresh_before: Duration,
     pub max_lifetime: Duration,
 }
+
+/// The material sluice reads for a refresh (each strategy uses its own).
+const MATERIAL: [&str; 6] = [
+    "client_id",
+    "client_secret",
+    "refresh_token",
+    "client_email",
+    "private_key",
+    "subject",
+];
 
 /// Default `refresh_before_seconds`.
 pub const DEFAULT_REFRESH_BEFORE: Duration = Duration::from_secs(300);
@@ -246,7 +262,7 @@ impl Refresher {
                     continue;
                 };
                 let mut values = HashMap::new();
-                for name in ["client_id", "client_secret", "refresh_token"] {
+                for name in MATERIAL {
                     let key = material_key(primary, name);
                     match material(&key) {
                         Some(v) if !v.is_empty() => {

@@ -261,7 +261,7 @@ fn what_would_weaken_enforcement_if_ignored_is_refused_by_name() {
     let cases = [
         (
             "credentials:\n  - {name: k, env_vars: [K], refresh: {strategy: aws_sts_assume_role}}\nendpoints: [{host: a.example.com, port: 443}]\n",
-            "prof.yaml:3:50: credentials[0].refresh.strategy: `refresh` strategy `aws_sts_assume_role` (credential refresh) is not supported by sluice yet; only `static`, `oauth2_refresh_token` and `oauth2_client_credentials` are",
+            "prof.yaml:3:50: credentials[0].refresh.strategy: `refresh` strategy `aws_sts_assume_role` (credential refresh) is not supported by sluice yet; only `static`, `oauth2_refresh_token`, `oauth2_client_credentials` and `google_service_account_jwt` are",
         ),
         (
             "credentials:\n  - {name: k, env_vars: [K], token_grant: {token_endpoint: 'https://t.example.com'}}\nendpoints: [{host: a.example.com, port: 443}]\n",

@@ -505,7 +505,7 @@ impl Reader<'_> {
             self.error(
                 v.pos,
                 &field,
-                format!("`refresh` strategy `{text}` (credential refresh) is not supported by sluice yet; only `static`, `oauth2_refresh_token` and `oauth2_client_credentials` are"),
+                format!("`refresh` strategy `{text}` (credential refresh) is not supported by sluice yet; only `static`, `oauth2_refresh_token`, `oauth2_client_credentials` and `google_service_account_jwt` are"),
             );
             return None;
         };

@@ -30,6 +30,8 @@ pub enum TokenError {
     Url(String),
     #[error("material `{0}` is not set")]
     Material(String),
+    #[error("material `{0}` is not usable: {1}")]
+    BadMaterial(String, &'static str),
     #[error("{url}: {reason}")]
     Transport { url: String, reason: String },
     #[error("{url} answered {status}{}", .error.as_ref().map(|e| format!(" ({e})")).unwrap_or_default())]
@@ -177,12 +179,20 @@ fn form(
             .map(|v| v.as_str())
             .ok_or_else(|| TokenError::Material(name.to_string()))
     };
+    let assertion;
     match refresh.strategy {
         Strategy::RefreshToken => {
             pairs.push(("grant_type", "refresh_token"));
             pairs.push(("refresh_token", get("refresh_token")?));
         }
         Strategy::ClientCredentials => pairs.push(("grant_type", "client_credentials")),
+        Strategy::ServiceAccountJwt => {
+            // The scopes go in the assertion, not the form.
+            assertion = super::jwt::assertion(refresh, material)?;
+            pairs.push(("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"));
+            pairs.push(("assertion", assertion.as_str()));
+            return Ok(encode_form(&pairs));
+        }
     }
     pairs.push(("client_id", get("client_id")?));
     if let Some(secret) = material.get("client_secret") {
@@ -194,6 +204,11 @@ fn form(
     if !scope.is_empty() {
         pairs.push(("scope", &scope));
     }
+    Ok(encode_form(&pairs))
+}
+
+/// `k=v&...`, each value encoded.
+fn encode_form(pairs: &[(&str, &str)]) -> Zeroizing<String> {
     let mut out = Zeroizing::new(String::new());
     for (i, (k, v)) in pairs.iter().enumerate() {
         if i > 0 {
@@ -203,7 +218,7 @@ fn form(
         out.push('=');
         encode_into(&mut out, v);
     }
-    Ok(out)
+    out
 }
 
 /// `application/x-www-form-urlencoded`: unreserved bytes kept, the rest `%XX`.
