@@ -30,7 +30,10 @@ use crate::policy::{Compat, Source};
 use super::placeholder;
 
 mod placement;
+mod refresh_block;
 mod schema;
+
+pub use refresh_block::{DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Refresh, Strategy};
 
 use schema::{ReadProfile, Reader};
 
@@ -237,7 +240,7 @@ pub struct CredentialSpec {
     /// Where the placeholder may be swapped, from the four fields above.
     pub placement: Placement,
     /// `refresh` with a strategy sluice carries out: its value is a token sluice obtains.
-    pub refresh: Option<crate::credentials::refresh::Refresh>,
+    pub refresh: Option<Refresh>,
     pub location: Location,
 }
 

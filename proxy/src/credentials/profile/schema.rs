@@ -19,9 +19,7 @@ use crate::policy::raw::{RawEndpoint, read_endpoint};
 use crate::policy::validate::selector_for;
 use crate::policy::yaml::{Kind, Node, Pos, Style, parse_bool, parse_int};
 
-use crate::credentials::refresh::{
-    DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Refresh, Strategy,
-};
+use super::refresh_block::{DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Refresh, Strategy};
 
 use super::{
     AuthStyle, Category, CredentialName, CredentialSpec, EnvKey, Placement, ProfileEndpoint,

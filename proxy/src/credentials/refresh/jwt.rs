@@ -12,19 +12,21 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use zeroize::Zeroizing;
 
 use super::Refresh;
-use super::oauth::TokenError;
+
+/// Why no assertion could be made: material missing (by name), or the key unusable (why).
+#[derive(Debug)]
+pub(super) enum JwtError {
+    Missing(&'static str),
+    BadKey(&'static str),
+}
 
 /// The signed assertion.
 pub(super) fn assertion(
     refresh: &Refresh,
     material: &HashMap<String, Zeroizing<String>>,
-) -> Result<Zeroizing<String>, TokenError> {
-    let get = |name: &str| {
-        material
-            .get(name)
-            .ok_or_else(|| TokenError::Material(name.to_string()))
-    };
-    let bad = |why| TokenError::BadMaterial("private_key".to_string(), why);
+) -> Result<Zeroizing<String>, JwtError> {
+    let get = |name: &'static str| material.get(name).ok_or(JwtError::Missing(name));
+    let bad = JwtError::BadKey;
     let pem = Zeroizing::new(get("private_key")?.replace("\\n", "\n"));
     let body: Zeroizing<String> = Zeroizing::new(
         pem.lines()

@@ -188,7 +188,12 @@ fn form(
         Strategy::ClientCredentials => pairs.push(("grant_type", "client_credentials")),
         Strategy::ServiceAccountJwt => {
             // The scopes go in the assertion, not the form.
-            assertion = super::jwt::assertion(refresh, material)?;
+            assertion = super::jwt::assertion(refresh, material).map_err(|e| match e {
+                super::jwt::JwtError::Missing(name) => TokenError::Material(name.to_string()),
+                super::jwt::JwtError::BadKey(why) => {
+                    TokenError::BadMaterial("private_key".to_string(), why)
+                }
+            })?;
             pairs.push(("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"));
             pairs.push(("assertion", assertion.as_str()));
             return Ok(encode_form(&pairs));
