@@ -36,6 +36,8 @@ pub enum Code {
     CredentialPlacementMismatch,
     CredentialRequiresTls,
     CredentialUnavailable,
+    /// A credential sluice refreshes itself has no valid token: its refreshes are failing.
+    CredentialRefreshFailed,
     CredentialResponseEncoded,
     CredentialResponsePartial,
     CredentialScanEncodedBody,
@@ -78,9 +80,10 @@ impl Code {
             Code::UpstreamUnreachable
             | Code::CredentialResponseEncoded
             | Code::CredentialResponsePartial => 502,
-            Code::TlsTerminationUnavailable | Code::TooManyConnections | Code::AuditUnavailable => {
-                503
-            }
+            Code::TlsTerminationUnavailable
+            | Code::TooManyConnections
+            | Code::AuditUnavailable
+            | Code::CredentialRefreshFailed => 503,
             Code::UpstreamTimeout => 504,
         }
     }
@@ -116,6 +119,7 @@ impl Code {
             Code::CredentialPlacementMismatch => "credential_placement_mismatch",
             Code::CredentialRequiresTls => "credential_requires_tls",
             Code::CredentialUnavailable => "credential_unavailable",
+            Code::CredentialRefreshFailed => "credential_refresh_failed",
             Code::CredentialResponseEncoded => "credential_response_encoded",
             Code::CredentialResponsePartial => "credential_response_partial",
             Code::CredentialScanEncodedBody => "credential_scan_encoded_body",

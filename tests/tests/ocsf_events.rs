@@ -162,6 +162,7 @@ fn request(method: &str, scheme: &'static str, port: u16, path: &str) -> HttpReq
         bytes_out: 200,
         duration_ms: 12,
         credentials: vec!["GITHUB_TOKEN".into(), "NPM_TOKEN".into()],
+        signed: None,
     }
 }
 

@@ -135,15 +135,27 @@ binaries: [/usr/bin/curl]
     );
 
     // A feature that would weaken enforcement if ignored: refused by name.
+    let refresh = dir.write(
+        "api.yaml",
+        "id: api\ncredentials: [{name: k, env_vars: [API_TOKEN], refresh: {strategy: external}}]\nendpoints:\n  - {host: api.example.com, port: 443, protocol: rest, access: full}\n",
+    );
+    let r = path(&refresh);
+    let (code, _, stderr) = out_of(&["policy", "check", "--providers", &r]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{r}:2:68: credentials[0].refresh.strategy: `refresh` strategy `external` (credential refresh) is not supported by sluice yet")),
+        "{stderr}"
+    );
+    // SigV4 signing is checked like any endpoint field, at its line.
     let signing = dir.write(
         "aws.yaml",
-        "id: aws\ncredentials: [{name: k, env_vars: [AWS_ACCESS_KEY_ID]}]\nendpoints:\n  - {host: s3.amazonaws.com, port: 443, protocol: rest, credential_signing: sigv4}\n",
+        "id: aws\ncredentials: [{name: k, env_vars: [AWS_ACCESS_KEY_ID]}]\nendpoints:\n  - {host: s3.amazonaws.com, port: 443, protocol: rest, access: full, credential_signing: sigv4}\n",
     );
     let s = path(&signing);
     let (code, _, stderr) = out_of(&["policy", "check", "--providers", &s]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains(&format!("{s}:4:57: endpoints[0].credential_signing: `credential_signing` (SigV4 request signing) is not supported by sluice yet")),
+        stderr.contains(&format!("{s}:4:91: network_policies._provider_aws.endpoints[0].credential_signing: `credential_signing` needs `signing_service`")),
         "{stderr}"
     );
 }

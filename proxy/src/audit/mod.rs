@@ -187,6 +187,8 @@ pub struct HttpRequest {
     pub duration_ms: u64,
     /// Names (never values) of credentials injected into this request.
     pub credentials: Vec<String>,
+    /// How the request was signed again (`credential_signing`): `sigv4/s3`.
+    pub signed: Option<String>,
 }
 
 /// A policy load or a failed load (Device Config State Change 5019).

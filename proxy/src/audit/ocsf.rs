@@ -508,9 +508,13 @@ fn http_request<'a>(e: &'a HttpRequest, ctx: &'a Context) -> Record<'a> {
     let unmapped = Unmapped {
         http_method: standard.is_none().then_some(e.method.as_str()),
         credentials_injected: (!e.credentials.is_empty()).then_some(e.credentials.as_slice()),
+        credentials_signed: e.signed.as_deref(),
         ..Unmapped::default()
     };
-    if unmapped.http_method.is_some() || unmapped.credentials_injected.is_some() {
+    if unmapped.http_method.is_some()
+        || unmapped.credentials_injected.is_some()
+        || unmapped.credentials_signed.is_some()
+    {
         r.unmapped = Some(unmapped);
     }
     r

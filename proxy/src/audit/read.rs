@@ -259,6 +259,7 @@ mod tests {
             rule: None,
             reason: Some("POST /v1/x not permitted by policy".into()),
             credentials: Vec::new(),
+            signed: None,
             bytes_in: 0,
             bytes_out: 0,
             duration_ms: 1,

@@ -137,6 +137,11 @@ fn request(e: &HttpRequest, sev: &str) -> String {
         push_clean(&mut s, &e.credentials.join(","));
         s.push(']');
     }
+    if let Some(signed) = &e.signed {
+        s.push_str(" [re-signed:");
+        push_clean(&mut s, signed);
+        s.push(']');
+    }
     push_reason(&mut s, e.outcome, e.reason.as_deref());
     s
 }

@@ -30,6 +30,8 @@ pub struct Sources {
     /// `--ca-cert` and `--ca-key`: an operator's CA, read at every load (a rotated CA is
     /// taken by a reload).
     pub ca: Option<CaFiles>,
+    /// Refreshed credentials' tokens, which their env vars read first.
+    pub refresh: Option<Arc<crate::credentials::refresh::Refresher>>,
     /// `--tls-cert`, `--tls-key` and `--client-ca` of a running TLS hop: read at every reload
     /// (a renewed certificate is taken by it; at start the hop is loaded on its own).
     pub hop: Option<HopFiles>,
@@ -185,7 +187,14 @@ impl ConfigError {
 /// Reads and validates everything `sources` names. Secrets come from `--secrets-file`, else
 /// from sluice's own environment.
 pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
-    let mut config = load_with_env(sources, &|k| std::env::var(k).ok())?;
+    let tokens = sources.refresh.as_ref().map(|r| Arc::clone(&r.tokens));
+    let env = |k: &str| {
+        tokens
+            .as_ref()
+            .and_then(|t| t.get(k))
+            .or_else(|| std::env::var(k).ok())
+    };
+    let mut config = load_with_env(sources, &env)?;
     if let Some(files) = &sources.ca {
         let ca = Ca::load(&files.cert, &files.key).map_err(|e| ConfigError::Ca(e.to_string()))?;
         config.ca = Some(Arc::new(ca));
@@ -208,11 +217,21 @@ fn load_with_env(
             .map_err(|e| ConfigError::Credentials(e.errors().map(ToString::to_string).collect()))?;
     let loaded = load_policy(&sources.policies, sources.compat, &profiles.composed)
         .map_err(ConfigError::Policy)?;
+    // Endpointless profiles are bound where policy endpoints name them (spec §3.4).
+    let mut profiles = profiles;
+    let bound = crate::credentials::policy_binding::bind_from_policy(
+        &mut profiles.profiles,
+        &loaded.policy,
+    );
+    if !bound.errors.is_empty() {
+        return Err(ConfigError::Credentials(bound.errors));
+    }
     let credentials =
         crate::credentials::with_profiles(profiles, env, sources.secrets_file.as_deref())
             .map_err(|e| ConfigError::Credentials(e.lines()))?;
     let mut redactor = credentials.bindings.redactor();
     let mut credential_warnings = credentials.warnings;
+    credential_warnings.extend(bound.warnings);
     let tenants = match &sources.tenants {
         None => Table::default(),
         Some(path) => {
@@ -335,6 +354,16 @@ pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<
                 .flatten()
         };
         match load_with_env(&tenant_sources(&spec, compat), &env) {
+            Ok(c)
+                if c.bindings
+                    .profiles()
+                    .iter()
+                    .flat_map(|p| &p.credentials)
+                    .any(|cr| cr.refresh.is_some()) =>
+            {
+                // Refused, not left without tokens.
+                errors.push(format!("{}: tenant `{}`: a refreshed credential (`refresh` with an OAuth strategy) is not supported for gateway tenants yet", spec.location, spec.name));
+            }
             Ok(c) => {
                 redactor.merge(&c.bindings.redactor());
                 warnings.extend(c.policy_warnings.iter().map(ToString::to_string));
@@ -393,5 +422,6 @@ fn tenant_sources(spec: &TenantSpec, compat: CompatArg) -> Sources {
         tenants: None,
         ca: None,
         hop: None,
+        refresh: None,
     }
 }

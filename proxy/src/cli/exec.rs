@@ -330,13 +330,23 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         shared,
         audit: sink,
         ca_files,
-        ..
+        sources,
+        redactor,
     } = match prepare(&args.run).await {
         Ok(p) => p,
         // Whatever stopped the proxy from starting (its own message is out), the command was
         // not started.
         Err(_) => return ExitCode::from(EXIT_REFUSED),
     };
+    // Refreshed credentials stay fresh for as long as the command runs.
+    let refresher = sources.refresh.clone();
+    let reloader = Arc::new(super::reload::Reloader::new(
+        Arc::clone(&shared),
+        Arc::clone(&sink),
+        sources,
+        redactor,
+    ));
+    super::run::keep_refreshed(&reloader, refresher.as_deref());
     let Some((ca_cert, ca_bundle)) = ca_files else {
         eprintln!(
             "sluice: TLS is unavailable, so the command could not trust sluice; refusing to run it"

@@ -47,6 +47,8 @@ const MAX_DEBOUNCE_ROUNDS: usize = 20;
 pub enum Trigger {
     Signal,
     FileChange,
+    /// A refreshed credential's token changed (or expired unreplaced).
+    TokenRefresh,
 }
 
 impl Trigger {
@@ -54,6 +56,7 @@ impl Trigger {
         match self {
             Trigger::Signal => "SIGHUP",
             Trigger::FileChange => "file change",
+            Trigger::TokenRefresh => "token refresh",
         }
     }
 }

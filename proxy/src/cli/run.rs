@@ -404,7 +404,9 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         start_metrics(addr, args.max_connections, &audit).await?;
     }
     start_otlp(args.otlp_endpoint.as_deref(), &audit)?;
-    let sources = sources_of(args);
+    let mut sources = sources_of(args);
+    // Refreshed credentials' first tokens, before the first load needs them.
+    sources.refresh = start_refresh(args, &sources).await?;
     let result = super::config::load(&sources);
     audit.emit(&super::config::change_event(&sources, &result));
     let config = match result {
@@ -814,11 +816,14 @@ async fn serve(args: RunArgs) -> ExitCode {
             client_ca: args.client_ca.clone(),
         });
     }
-    let reloader =
+    let refresher = sources.refresh.clone();
+    let reloader = Arc::new(
         super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor)
             .with_ca_dir(args.ca_dir.clone())
-            .with_hop(hop.clone());
-    if let Err(e) = super::reload::watch(Arc::new(reloader), hup, args.watch_interval) {
+            .with_hop(hop.clone()),
+    );
+    keep_refreshed(&reloader, refresher.as_deref());
+    if let Err(e) = super::reload::watch(reloader, hup, args.watch_interval) {
         eprintln!("sluice: cannot start the configuration watcher: {e}");
         return ExitCode::from(1);
     }
@@ -1120,6 +1125,85 @@ impl Shutdown {
 }
 
 /// The files a `run` loads and watches (policies, provider profiles, secrets).
+/// Starts refreshing `refresher`'s credentials: each new token (or one expired unreplaced)
+/// is taken in by a reload, so the redactor learns it and the one it replaces is still
+/// scrubbed from responses.
+pub(super) fn keep_refreshed(
+    reloader: &Arc<super::reload::Reloader>,
+    refresher: Option<&crate::credentials::refresh::Refresher>,
+) {
+    let Some(r) = refresher else {
+        return;
+    };
+    let rl = Arc::clone(reloader);
+    let changed: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+        let rl = Arc::clone(&rl);
+        drop(tokio::task::spawn_blocking(move || {
+            rl.reload(super::reload::Trigger::TokenRefresh)
+        }));
+    });
+    r.spawn(&changed);
+}
+
+/// The refreshing of the profiles' refreshed credentials (`refresh`), their first tokens
+/// asked for: `None` when no credential is refreshed (or the profiles do not load: the load
+/// reports why). Gateway tenants' profiles are not refreshed yet.
+async fn start_refresh(
+    args: &RunArgs,
+    sources: &super::config::Sources,
+) -> Result<Option<Arc<crate::credentials::refresh::Refresher>>, ExitCode> {
+    use crate::credentials::refresh::{Refresher, oauth};
+    if sources.tenants.is_some() {
+        return Ok(None);
+    }
+    let Ok(profiles) =
+        crate::credentials::profile::load_files_compat(&sources.providers, sources.compat.into())
+    else {
+        return Ok(None);
+    };
+    if !profiles
+        .profiles
+        .iter()
+        .flat_map(|p| &p.credentials)
+        .any(|c| c.refresh.is_some())
+    {
+        return Ok(None);
+    }
+    let file = match &sources.secrets_file {
+        Some(path) => match crate::credentials::secrets::read_secrets_file(path) {
+            Ok(values) => values,
+            Err(errors) => {
+                for e in errors {
+                    eprintln!("sluice: {e}");
+                }
+                return Err(ExitCode::from(1));
+            }
+        },
+        None => std::collections::HashMap::new(),
+    };
+    let material = |k: &str| {
+        file.get(k)
+            .map(|(v, _)| v.clone())
+            .or_else(|| std::env::var(k).ok())
+    };
+    let tls = match crate::tls::upstream::UpstreamTls::new(&args.upstream_cas) {
+        Ok(t) => t.config(crate::tls::upstream::Offer::Http11),
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return Err(ExitCode::from(1));
+        }
+    };
+    match Refresher::start(&profiles.profiles, &material, oauth::Client::new(tls)).await {
+        Ok(r) => Ok(Some(Arc::new(r))),
+        Err(lines) => {
+            for l in lines {
+                eprintln!("sluice: {l}");
+            }
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
 pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
     super::config::Sources {
         policies: args.policies.clone(),
@@ -1135,6 +1219,7 @@ pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
             _ => None,
         },
         hop: None,
+        refresh: None,
     }
 }
 

@@ -16,10 +16,13 @@
 pub(crate) mod binding;
 pub mod body;
 pub mod placeholder;
+pub mod policy_binding;
 pub mod profile;
+pub mod refresh;
 pub(crate) mod rewrite;
 pub(crate) mod scrub;
 pub(crate) mod secrets;
+pub mod sigv4;
 
 use std::path::Path;
 

@@ -30,7 +30,10 @@ use crate::policy::{Compat, Source};
 use super::placeholder;
 
 mod placement;
+mod refresh_block;
 mod schema;
+
+pub use refresh_block::{DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Refresh, Strategy};
 
 use schema::{ReadProfile, Reader};
 
@@ -236,6 +239,8 @@ pub struct CredentialSpec {
     pub path_template: Option<String>,
     /// Where the placeholder may be swapped, from the four fields above.
     pub placement: Placement,
+    /// `refresh` with a strategy sluice carries out: its value is a token sluice obtains.
+    pub refresh: Option<Refresh>,
     pub location: Location,
 }
 
@@ -301,7 +306,7 @@ impl ProviderProfile {
     }
 
     /// Whether a request to `host:port` and `path` is inside this profile's endpoints.
-    pub(super) fn binds(&self, host: &str, port: u16, path: &str) -> bool {
+    pub(crate) fn binds(&self, host: &str, port: u16, path: &str) -> bool {
         self.endpoints.iter().any(|e| e.matches(host, port, path))
     }
 

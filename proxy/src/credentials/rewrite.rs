@@ -136,6 +136,11 @@ impl CredentialError {
                 crate::refusal_code::Code::CredentialPlacementMismatch
             }
             CredentialError::RequiresTls { .. } => crate::refusal_code::Code::CredentialRequiresTls,
+            // A refreshed credential whose refresh is failing: the service is what is missing.
+            CredentialError::Unavailable {
+                reason: UnavailableReason::NoValue(Unavailability::NotRefreshed),
+                ..
+            } => crate::refusal_code::Code::CredentialRefreshFailed,
             CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => {
                 crate::refusal_code::Code::CredentialUnavailable
             }

@@ -81,6 +81,8 @@ pub enum Unavailability {
     Unset,
     /// The value contains CR, LF or NUL.
     ForbiddenCharacters,
+    /// A refreshed credential without a valid token: the refresh is failing (`503`).
+    NotRefreshed,
 }
 
 impl fmt::Display for Unavailability {
@@ -88,6 +90,9 @@ impl fmt::Display for Unavailability {
         f.write_str(match self {
             Unavailability::Unset => "no value is set",
             Unavailability::ForbiddenCharacters => "its value contains CR, LF or NUL",
+            Unavailability::NotRefreshed => {
+                "its token could not be refreshed (the last one has expired)"
+            }
         })
     }
 }
@@ -303,12 +308,14 @@ impl SecretStore {
                             Ok((store.secrets.len() - 1, origin))
                         }
                         Some(Err(reason)) => Err(reason),
+                        // The refresh supplies it; none valid now: the refresh is failing.
+                        None if credential.refresh.is_some() => Err(Unavailability::NotRefreshed),
                         None => Err(Unavailability::Unset),
                     };
                     own.push(entry);
                 }
                 let first = own.iter().find_map(|e| e.as_ref().ok()).cloned();
-                if credential.required && first.is_none() {
+                if credential.required && first.is_none() && credential.refresh.is_none() {
                     match own
                         .iter()
                         .zip(&credential.env_vars)
@@ -332,6 +339,7 @@ impl SecretStore {
                     };
                     if let Err(reason) = entry
                         && !credential.required
+                        && credential.refresh.is_none()
                     {
                         warnings.push(SecretsWarning::Unavailable {
                             credential: cref.clone(),
@@ -397,9 +405,9 @@ impl SecretStore {
 // === The secrets file ===
 
 /// A parsed secrets file: name → (value, line). Values drop into `Secret`s or are zeroized.
-type FileValues = HashMap<String, (String, usize)>;
+pub(crate) type FileValues = HashMap<String, (String, usize)>;
 
-fn read_secrets_file(path: &Path) -> Result<FileValues, Vec<SecretsError>> {
+pub(crate) fn read_secrets_file(path: &Path) -> Result<FileValues, Vec<SecretsError>> {
     // A regular file within its limit, read off the proxy's workers (`config_file`); the
     // owner and mode checked are those of the file that was read.
     let contents =

@@ -3,7 +3,9 @@
 //! finding), ask for an unencoded response when a secret went in or any is bound to the
 //! endpoint, scrub the response of every such secret (with a finding when one comes back,
 //! whether or not its request carried it), and refuse what cannot be inspected
-//! (an encoded request body where placeholders must be found, a placeholder in trailers).
+//! (an encoded request body where placeholders must be found, a placeholder in trailers);
+//! and, on a `credential_signing` endpoint, sign the request again with the bound AWS keys
+//! (`ToSign`; the signature itself is `credentials::sigv4`).
 //!
 //! The rules themselves live in `credentials` (`rewrite`, `binding`, `scrub`); this module
 //! only binds them to a request's destination and to audit.
@@ -20,9 +22,11 @@ use super::caller::Known;
 use super::denial::Denial;
 use super::shared::Shared;
 use crate::audit::{self, Engine};
+use crate::credentials::sigv4::{self, Payload, SignError};
 use crate::credentials::{self, CredentialError, Injected, ScrubSet, Scrubbed, Transport};
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
+use crate::policy::model::Signing;
 
 /// Where an inspected request goes, as its findings name it.
 #[derive(Debug)]
@@ -206,17 +210,136 @@ fn reflected(d: &Dest<'_>, credentials: &[String]) -> audit::Event {
 }
 
 /// A request body that cannot be scanned for placeholders where they must be found (it is
-/// compressed): refused before anything goes upstream.
+/// compressed): refused before anything goes upstream. `aws_chunked`: S3's streaming
+/// framing (`aws-chunked`, plain bytes in chunks) is allowed, on a request signed with it.
 pub(super) fn encoded_body<'h>(
-    mut content_encodings: impl Iterator<Item = &'h [u8]>,
+    content_encodings: impl Iterator<Item = &'h [u8]>,
+    aws_chunked: bool,
 ) -> Option<Denial> {
-    let coding = content_encodings.find_map(|v| {
-        let c = String::from_utf8_lossy(v).trim().to_ascii_lowercase();
-        (!c.is_empty() && c != "identity").then_some(c)
-    })?;
+    let coding = content_encodings
+        .flat_map(|v| {
+            String::from_utf8_lossy(v)
+                .split(',')
+                .map(|c| c.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .find(|c| !c.is_empty() && c != "identity" && !(aws_chunked && c == "aws-chunked"))?;
     let detail = format!(
         "a request body with Content-Encoding `{coding}` to a credentialed endpoint cannot be scanned for credential placeholders; send it uncompressed"
     );
     let refusal = Refusal::new(Code::CredentialScanEncodedBody, detail.clone()).with_reason(detail);
     Some(Denial::new(Engine::L7, refusal))
+}
+
+/// A request to an endpoint with `credential_signing` (spec §3.8), between its head and its
+/// signature: what signing needs once the target is final and, for a hashed payload, the
+/// body read (see [`credentials::sigv4`]).
+#[derive(Debug)]
+pub struct ToSign {
+    signing: Signing,
+    payload: Payload,
+    method: String,
+    /// The `Host` the upstream receives.
+    authority: String,
+    transport: Transport,
+    /// The canonical path policy judged (for the keys' binding).
+    path: String,
+}
+
+/// What [`ToSign::begin`] needs of a request.
+#[derive(Debug)]
+pub(super) struct SignOf<'a> {
+    pub(super) method: &'a str,
+    pub(super) authority: String,
+    pub(super) transport: Transport,
+    pub(super) path: &'a str,
+    /// No body, or one with a known length.
+    pub(super) sized: bool,
+}
+
+impl ToSign {
+    /// For an endpoint with `signing`: the payload mode chosen, and the client's own
+    /// signature dropped from `headers`, before anything else reads the head (it carries
+    /// the client's placeholder key id).
+    pub(super) fn begin(
+        signing: Option<&Signing>,
+        of: SignOf<'_>,
+        headers: &mut Vec<(String, Vec<u8>)>,
+    ) -> Result<Option<ToSign>, Denial> {
+        let Some(signing) = signing else {
+            return Ok(None);
+        };
+        let payload = sigv4::payload_of(signing.mode, headers, of.sized)
+            .map_err(|e| refuse_signing(None, &e))?;
+        sigv4::strip_client_signature(headers);
+        Ok(Some(ToSign {
+            signing: signing.clone(),
+            payload,
+            method: of.method.to_string(),
+            authority: of.authority,
+            transport: of.transport,
+            path: of.path.to_string(),
+        }))
+    }
+
+    /// The body streams in S3's `aws-chunked` framing, with checksum trailers.
+    pub(super) fn streams_aws_chunked(&self) -> bool {
+        self.payload == Payload::StreamingTrailer
+    }
+
+    /// The body must be read whole (at most [`sigv4::MAX_SIGNED_BODY_BYTES`]) to be hashed.
+    pub(super) fn needs_body(&self) -> bool {
+        self.payload == Payload::Hashed
+    }
+
+    /// Signs the request with the keys bound here; returns the credentials used, as the
+    /// audit record names them.
+    pub(super) fn sign(
+        self,
+        d: &Dest<'_>,
+        creds: &credentials::Bindings,
+        target: &str,
+        headers: &mut Vec<(String, Vec<u8>)>,
+        body: &[u8],
+    ) -> Result<Vec<String>, Denial> {
+        let scope = credentials::RequestScope {
+            host: d.host,
+            port: d.port,
+            path: &self.path,
+            caller: d.caller.policy_caller(),
+            transport: self.transport,
+        };
+        let req = sigv4::Request {
+            method: &self.method,
+            host: d.host,
+            authority: &self.authority,
+            target,
+            body,
+        };
+        let used = sigv4::sign_request(
+            &self.signing,
+            self.payload,
+            &req,
+            headers,
+            &creds.scoped(scope),
+        )
+        .map_err(|e| refuse_signing(Some(d), &e))?;
+        Ok(used.iter().map(ToString::to_string).collect())
+    }
+
+    /// How the audit record names this signature: `<mode>/<service>`.
+    pub(super) fn describe(&self) -> String {
+        format!("{}/{}", self.signing.mode.as_str(), self.signing.service)
+    }
+}
+
+/// The refusal of a request that could not be signed (a key's misuse with its finding).
+fn refuse_signing(d: Option<&Dest<'_>>, e: &SignError) -> Denial {
+    match (e, d) {
+        (SignError::Credential(c), Some(d)) => refuse_credential(d, c),
+        _ => {
+            let refusal = Refusal::new(e.code(), e.to_string()).with_reason(e.to_string());
+            Denial::new(Engine::L7, refusal)
+        }
+    }
 }

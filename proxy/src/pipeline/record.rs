@@ -38,6 +38,8 @@ pub struct Record {
     pub rule: Option<String>,
     /// Names of the credentials injected into this request.
     pub credentials: Vec<String>,
+    /// How it was signed again (`credential_signing`), once it was.
+    pub signed: Option<String>,
     pub outcome: Outcome,
     pub engine: Engine,
     pub reason: Option<String>,
@@ -67,6 +69,7 @@ impl Record {
             policy: None,
             rule: None,
             credentials: Vec::new(),
+            signed: None,
             outcome: Outcome::Denied,
             engine: Engine::HttpParser,
             reason: None,
@@ -101,6 +104,7 @@ impl Record {
             policy: self.policy.clone(),
             rule: self.rule.clone(),
             credentials: Vec::new(),
+            signed: None,
             outcome: self.outcome,
             engine: self.engine,
             reason: None,
@@ -195,6 +199,7 @@ impl Record {
                 bytes_out: self.bytes_out,
                 duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 credentials: std::mem::take(&mut self.credentials),
+                signed: self.signed.take(),
             }));
     }
 }

@@ -83,6 +83,8 @@ pub struct Prepared {
     /// A request to a JSON-RPC or MCP endpoint: judged by its body, read whole (at most the
     /// second field), before any of it goes upstream (`protocol_body`).
     pub rpc: Option<(Box<RpcCheck>, usize)>,
+    /// A signature still to make once the body is read whole (`credential_signing`).
+    pub sign: Option<inject::ToSign>,
 }
 
 impl Prepared {
@@ -90,11 +92,13 @@ impl Prepared {
     /// judged by its protocol), or `None` when the body streams.
     pub fn reads_whole(&self) -> Option<usize> {
         let rewrite = (self.body == BodyPlan::Rewrite).then_some(MAX_WHOLE_BODY);
-        match (&self.rpc, rewrite) {
-            (Some((_, limit)), Some(r)) => Some(r.min(*limit)),
-            (Some((_, limit)), None) => Some(*limit),
-            (None, r) => r,
-        }
+        let rpc = self.rpc.as_ref().map(|(_, limit)| *limit);
+        let sign = self
+            .sign
+            .as_ref()
+            .filter(|s| s.needs_body())
+            .map(|_| credentials::sigv4::MAX_SIGNED_BODY_BYTES);
+        [rewrite, rpc, sign].into_iter().flatten().min()
     }
 }
 
@@ -257,6 +261,23 @@ impl<'a> Exchange<'a> {
         // From here on the head may hold a secret: it is never logged or shown.
         let mut headers = head.headers;
         let mut origin_form = origin_form;
+        // A `credential_signing` endpoint: the client's own signature goes before anything
+        // reads the head (spec §3.8).
+        let signing = admission.signing_for(policy, &rec.path);
+        let sign_of = inject::SignOf {
+            method: head.method,
+            authority: dst.to_uri_authority(scheme.default_port()),
+            transport: scheme.transport(),
+            path: &rec.path,
+            sized: !head.has_body
+                || headers
+                    .iter()
+                    .any(|(n, _)| n.eq_ignore_ascii_case("content-length")),
+        };
+        let mut to_sign = inject::ToSign::begin(signing, sign_of, &mut headers)?;
+        let aws_chunked = to_sign
+            .as_ref()
+            .is_some_and(inject::ToSign::streams_aws_chunked);
         let dest = rec.dest(self.shared, known);
         // One credentials snapshot for the whole request (a reload applies from the next).
         let creds = self.shared.credentials(known.claim());
@@ -268,11 +289,22 @@ impl<'a> Exchange<'a> {
             &mut origin_form,
             &mut headers,
         )?;
+        // Signed now, unless the signature needs a body still to come.
+        let mut signed = None;
+        let mut signers = Vec::new();
+        if let Some(s) = to_sign.take_if(|s| !(s.needs_body() && head.has_body)) {
+            signed = Some(s.describe());
+            signers = s.sign(&dest, &creds, &origin_form, &mut headers, b"")?;
+        }
+        rec.signed = signed;
         rec.credentials = injected
             .credentials
             .iter()
             .map(ToString::to_string)
+            .chain(signers)
             .collect();
+        rec.credentials.sort();
+        rec.credentials.dedup();
 
         // A credentialed endpoint that does not opt in to body rewriting must never receive a
         // placeholder in a body (spec §3.5); bodies elsewhere pass as they are.
@@ -292,7 +324,7 @@ impl<'a> Exchange<'a> {
                 .iter()
                 .filter(|(n, _)| n.eq_ignore_ascii_case("content-encoding"))
                 .map(|(_, v)| v.as_slice());
-            if let Some(denied) = inject::encoded_body(encodings) {
+            if let Some(denied) = inject::encoded_body(encodings, aws_chunked) {
                 return Err(denied);
             }
         }
@@ -306,6 +338,7 @@ impl<'a> Exchange<'a> {
                 creds,
                 form,
                 rpc,
+                sign: to_sign,
             },
         ))
     }
@@ -368,7 +401,7 @@ impl<'a> Exchange<'a> {
 
     /// A body read whole (at most [`Prepared::reads_whole`] bytes): its form's `_method`
     /// fields judged, then rewritten (opt-in), or guarded and passed; the head's length is
-    /// fixed to what goes upstream.
+    /// fixed to what goes upstream; then signed, on a `credential_signing` endpoint.
     pub fn whole_body(
         &self,
         known: &Known,
@@ -379,6 +412,33 @@ impl<'a> Exchange<'a> {
         if let Some((check, _)) = prepared.rpc.take() {
             protocol_body::judge(&check, &body, rec)?;
         }
+        let body = self.checked_body(known, rec, prepared, body)?;
+        if let Some(s) = prepared.sign.take() {
+            let described = s.describe();
+            let dest = rec.dest(self.shared, known);
+            let used = s.sign(
+                &dest,
+                &prepared.creds,
+                &prepared.origin_form,
+                &mut prepared.headers,
+                &body,
+            )?;
+            rec.credentials.extend(used);
+            rec.credentials.sort();
+            rec.credentials.dedup();
+            rec.signed = Some(described);
+        }
+        Ok(body)
+    }
+
+    /// [`Exchange::whole_body`] before its signature.
+    fn checked_body(
+        &self,
+        known: &Known,
+        rec: &mut Record,
+        prepared: &mut Prepared,
+        body: Bytes,
+    ) -> Result<Bytes, Denial> {
         if let Some(check) = prepared.form.take() {
             let named = body_override::from_body(&check.kind, &body).map_err(|e| {
                 let refusal = Refusal::new(Code::InvalidMethodOverride, e.to_string());

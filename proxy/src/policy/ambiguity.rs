@@ -133,6 +133,7 @@ fn contributes_metadata(ep: &Endpoint) -> bool {
     (ep.protocol != Protocol::L4 && ep.protocol != Protocol::Tcp)
         || !ep.allowed_ips.is_empty()
         || ep.tls == TlsMode::Skip
+        || ep.credential_binding.is_some()
 }
 
 fn conflicts(l: &Endpoint, r: &Endpoint) -> Vec<String> {
@@ -187,6 +188,28 @@ fn conflicts(l: &Endpoint, r: &Endpoint) -> Vec<String> {
             l.request_body_credential_rewrite == r.request_body_credential_rewrite,
             &|e| e.request_body_credential_rewrite.to_string(),
         );
+        let signing = |e: &Endpoint| {
+            let s = e.signing.as_ref();
+            [
+                s.map_or("", |s| s.mode.as_str()).to_string(),
+                s.map_or("", |s| s.service.as_str()).to_string(),
+                s.and_then(|s| s.region.clone()).unwrap_or_default(),
+            ]
+        };
+        let binding = |e: &Endpoint| e.credential_binding.clone().unwrap_or_default();
+        cmp(
+            "credential_binding.provider",
+            binding(l) == binding(r),
+            &|e| format!("{:?}", binding(e)),
+        );
+        for (i, name) in ["credential_signing", "signing_service", "signing_region"]
+            .into_iter()
+            .enumerate()
+        {
+            cmp(name, signing(l)[i] == signing(r)[i], &|e| {
+                format!("{:?}", signing(e)[i])
+            });
+        }
         if l.protocol.is_rpc() && l.protocol == r.protocol {
             cmp(
                 "json_rpc_max_body_bytes",

@@ -13,7 +13,7 @@ use std::fmt;
 use super::canon::{self, CanonError, Target};
 use super::compile::{EndpointRef, Policy};
 use super::model::{
-    Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule, deny_query_matches,
+    Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule, Signing, deny_query_matches,
 };
 use super::rpc_body::RpcBody;
 use super::rpc_decide::{self, Body, Found};
@@ -37,6 +37,18 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// The SigV4 re-signing of a request to `path` (canonical, no query): that of the most
+    /// specific admitted endpoint whose path selects it (the ambiguity check keeps endpoints
+    /// of the same specificity from disagreeing), if it signs.
+    pub fn signing_for<'p>(&self, policy: &'p Policy, path: &str) -> Option<&'p Signing> {
+        self.endpoints
+            .iter()
+            .map(|&r| policy.endpoint(r))
+            .filter(|e| e.selector.is_match(path))
+            .max_by_key(|e| e.selector.specificity())
+            .and_then(|e| e.signing.as_ref())
+    }
+
     /// The endpoints whose requests are inspected (L7 protocol, TLS not skipped).
     pub fn l7_endpoints<'p>(&self, policy: &'p Policy) -> Vec<(EndpointRef, &'p Endpoint)> {
         self.endpoints

@@ -73,6 +73,45 @@ impl Protocol {
     }
 }
 
+/// `credential_signing`: how a request's payload enters its SigV4 signature (spec §3.8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SigningMode {
+    /// `sigv4`: from the client's own `X-Amz-Content-Sha256` (or its `Content-Length`).
+    Auto,
+    /// `sigv4:body`: the body is read whole (bounded) and hashed.
+    Body,
+    /// `sigv4:no_body`: `UNSIGNED-PAYLOAD`, the body streams.
+    NoBody,
+}
+
+impl SigningMode {
+    pub fn parse(text: &str) -> Option<SigningMode> {
+        Some(match text {
+            "sigv4" => SigningMode::Auto,
+            "sigv4:body" => SigningMode::Body,
+            "sigv4:no_body" => SigningMode::NoBody,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SigningMode::Auto => "sigv4",
+            SigningMode::Body => "sigv4:body",
+            SigningMode::NoBody => "sigv4:no_body",
+        }
+    }
+}
+
+/// An endpoint's SigV4 re-signing: the mode, the AWS service the signature is scoped to and
+/// the region (else read from the request's host).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Signing {
+    pub mode: SigningMode,
+    pub service: String,
+    pub region: Option<String>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TlsMode {
     Auto,
@@ -439,6 +478,11 @@ pub struct Endpoint {
     pub allow_uninspected_credentials: bool,
     /// JSON-RPC and MCP options (defaults elsewhere).
     pub rpc: RpcOptions,
+    /// `credential_signing`: requests are signed again with the bound AWS keys.
+    pub signing: Option<Signing>,
+    /// `credential_binding.provider`: the provider profile (by id) whose credentials this
+    /// endpoint binds (spec §3.4).
+    pub credential_binding: Option<String>,
 }
 
 impl Endpoint {

@@ -72,6 +72,12 @@ pub struct RawEndpoint {
     pub request_body_credential_rewrite: Option<Spanned<bool>>,
     pub websocket_credential_rewrite: Option<Spanned<bool>>,
     pub allow_uninspected_credentials: Option<Spanned<bool>>,
+    pub credential_signing: Option<Spanned<String>>,
+    pub signing_service: Option<Spanned<String>>,
+    pub signing_region: Option<Spanned<String>>,
+    /// `credential_binding: {provider: ID}`: the provider profile whose credentials this
+    /// endpoint binds.
+    pub credential_binding: Option<Spanned<String>>,
     /// `json_rpc: {max_body_bytes}`.
     pub json_rpc: Option<RawRpcOptions>,
     /// `mcp: {max_body_bytes, strict_tool_names, allow_all_known_mcp_methods}`.
@@ -159,6 +165,10 @@ const ENDPOINT_FIELDS: &[&str] = &[
     "request_body_credential_rewrite",
     "websocket_credential_rewrite",
     "allow_uninspected_credentials",
+    "credential_signing",
+    "signing_service",
+    "signing_region",
+    "credential_binding",
     "json_rpc",
     "mcp",
 ];
@@ -168,14 +178,8 @@ const MCP_FIELDS: &[&str] = &[
     "strict_tool_names",
     "allow_all_known_mcp_methods",
 ];
+const CREDENTIAL_BINDING_FIELDS: &[&str] = &["provider"];
 const ENDPOINT_UNSUPPORTED: &[(&str, &str)] = &[
-    ("credential_signing", "SigV4 request signing"),
-    ("signing_service", "SigV4 request signing"),
-    ("signing_region", "SigV4 request signing"),
-    (
-        "credential_binding",
-        "binding provider credentials from a policy endpoint",
-    ),
     ("persisted_queries", "GraphQL inspection"),
     ("graphql_persisted_queries", "GraphQL inspection"),
     ("graphql_max_body_bytes", "GraphQL inspection"),
@@ -670,6 +674,21 @@ impl Reader<'_> {
                 }
                 "json_rpc" => ep.json_rpc = self.rpc_options(v, field, JSON_RPC_FIELDS),
                 "mcp" => ep.mcp = self.rpc_options(v, field, MCP_FIELDS),
+                "credential_signing" => ep.credential_signing = self.string(v, field),
+                "signing_service" => ep.signing_service = self.string(v, field),
+                "signing_region" => ep.signing_region = self.string(v, field),
+                "credential_binding" => {
+                    if let Some(fields) = self.fields(v, field, CREDENTIAL_BINDING_FIELDS, &[]) {
+                        for (k, value) in fields {
+                            ep.credential_binding = self.string(value, Field::Key(&field, k));
+                        }
+                        if ep.credential_binding.is_none()
+                            && self.diags.error_count() == errors_before
+                        {
+                            self.error(v.pos, field, "`credential_binding` needs a `provider`");
+                        }
+                    }
+                }
                 _ => {}
             }
             if self.diags.error_count() > errors_before

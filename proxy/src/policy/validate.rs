@@ -21,7 +21,7 @@ use super::diag::{self, Location};
 use super::glob::{Glob, HostPattern, HostPatternError};
 use super::model::{
     AllowedIps, Binary, BinaryMatcher, Endpoint, Enforcement, Entry, LandlockCompat, PathSelector,
-    PolicyKey, Protocol, RunAs, Sandbox, TlsMode,
+    PolicyKey, Protocol, RunAs, Sandbox, Signing, SigningMode, TlsMode,
 };
 use super::raw::{RawBinary, RawDocument, RawEndpoint, RawEntry, Spanned};
 use super::report::{Idx, Sub, Validator};
@@ -422,6 +422,7 @@ impl Validator<'_> {
             );
             ok = false;
         }
+        let signing = self.signing(raw, protocol, tls, path, &mut ok);
         if !ok {
             return None;
         }
@@ -449,6 +450,109 @@ impl Validator<'_> {
             websocket_credential_rewrite: flag(&raw.websocket_credential_rewrite),
             allow_uninspected_credentials: flag(&raw.allow_uninspected_credentials),
             rpc: l7.rpc,
+            signing,
+            credential_binding: raw.credential_binding.as_ref().map(|b| b.value.clone()),
+        })
+    }
+
+    /// `credential_signing`, `signing_service`, `signing_region` (spec §3.8): a known mode,
+    /// a service, names that can go into a signature's scope, and a request sluice sees.
+    fn signing(
+        &mut self,
+        raw: &RawEndpoint,
+        protocol: Protocol,
+        tls: TlsMode,
+        path: &str,
+        ok: &mut bool,
+    ) -> Option<Signing> {
+        let field = |name: &'static str| Sub(&path, name);
+        let scope_name = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 64
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        };
+        for (name, value) in [
+            ("signing_service", &raw.signing_service),
+            ("signing_region", &raw.signing_region),
+        ] {
+            if let Some(v) = value
+                && !scope_name(&v.value)
+            {
+                self.error(
+                    v.pos,
+                    field(name),
+                    format!(
+                        "`{}` is not an AWS {} name (lower-case letters, digits and `-`)",
+                        v.value,
+                        name.trim_start_matches("signing_")
+                    ),
+                );
+                *ok = false;
+            }
+        }
+        let Some(written) = &raw.credential_signing else {
+            for (name, value) in [
+                ("signing_service", &raw.signing_service),
+                ("signing_region", &raw.signing_region),
+            ] {
+                if let Some(v) = value {
+                    self.warning(
+                        v.pos,
+                        field(name),
+                        format!("`{name}` has no effect without `credential_signing`"),
+                    );
+                }
+            }
+            return None;
+        };
+        let Some(mode) = SigningMode::parse(&written.value) else {
+            self.error(
+                written.pos,
+                field("credential_signing"),
+                format!(
+                    "unknown credential_signing `{}`; expected one of: sigv4, sigv4:body, sigv4:no_body",
+                    written.value
+                ),
+            );
+            *ok = false;
+            return None;
+        };
+        let Some(service) = raw.signing_service.as_ref().filter(|s| !s.value.is_empty()) else {
+            self.error(
+                written.pos,
+                field("credential_signing"),
+                "`credential_signing` needs `signing_service` (the AWS service the signature is for: `s3`, `bedrock`, `sts`, ...)",
+            );
+            *ok = false;
+            return None;
+        };
+        if raw
+            .request_body_credential_rewrite
+            .as_ref()
+            .is_some_and(|v| v.value)
+        {
+            self.error(
+                written.pos,
+                field("credential_signing"),
+                "`credential_signing` and `request_body_credential_rewrite` cannot both be set: the signature covers the body as it is sent",
+            );
+            *ok = false;
+        }
+        if (protocol != Protocol::Rest || tls == TlsMode::Skip)
+            && !self.lenient(
+                written.pos,
+                field("credential_signing"),
+                "`credential_signing` signs only requests sluice inspects: it needs `protocol: rest` without `tls: skip`",
+                "relays such requests unsigned",
+            )
+        {
+            *ok = false;
+        }
+        Some(Signing {
+            mode,
+            service: service.value.clone(),
+            region: raw.signing_region.as_ref().map(|r| r.value.clone()),
         })
     }
 

@@ -58,6 +58,8 @@ pub(super) struct Unmapped<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) credentials_injected: Option<&'a [String]>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) credentials_signed: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) policy_sources: Option<&'a [String]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) policy_entries: Option<usize>,

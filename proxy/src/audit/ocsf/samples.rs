@@ -125,6 +125,7 @@ pub(crate) fn request(outcome: Outcome) -> HttpRequest {
         bytes_out: 2048,
         duration_ms: 35,
         credentials: vec!["GITHUB_TOKEN".into()],
+        signed: None,
     }
 }
 

@@ -261,16 +261,12 @@ fn a_credentialed_endpoint_without_protocol_binds_by_path_and_grants_the_host_at
 fn what_would_weaken_enforcement_if_ignored_is_refused_by_name() {
     let cases = [
         (
-            "credentials:\n  - {name: k, env_vars: [K], refresh: {strategy: oauth2_client_credentials}}\nendpoints: [{host: a.example.com, port: 443}]\n",
-            "prof.yaml:3:50: credentials[0].refresh.strategy: `refresh` strategy `oauth2_client_credentials` (credential refresh) is not supported by sluice yet; only `static` is",
+            "credentials:\n  - {name: k, env_vars: [K], refresh: {strategy: aws_sts_assume_role}}\nendpoints: [{host: a.example.com, port: 443}]\n",
+            "prof.yaml:3:50: credentials[0].refresh.strategy: `refresh` strategy `aws_sts_assume_role` (credential refresh) is not supported by sluice yet; only `static`, `oauth2_refresh_token`, `oauth2_client_credentials` and `google_service_account_jwt` are",
         ),
         (
             "credentials:\n  - {name: k, env_vars: [K], token_grant: {token_endpoint: 'https://t.example.com'}}\nendpoints: [{host: a.example.com, port: 443}]\n",
             "prof.yaml:3:30: credentials[0].token_grant: `token_grant` (SPIFFE token grants) is not supported by sluice yet",
-        ),
-        (
-            "endpoints: [{host: s3.amazonaws.com, port: 443, credential_signing: sigv4}]\n",
-            "prof.yaml:2:49: endpoints[0].credential_signing: `credential_signing` (SigV4 request signing) is not supported by sluice yet",
         ),
         (
             "endpoints:\n  - host: a.example.com\n    port: 443\n    protocol: rest\n    rules: [{allow: {operation_type: query}}]\n",

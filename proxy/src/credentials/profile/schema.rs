@@ -19,6 +19,8 @@ use crate::policy::raw::{RawEndpoint, read_endpoint};
 use crate::policy::validate::selector_for;
 use crate::policy::yaml::{Kind, Node, Pos, Style, parse_bool, parse_int};
 
+use super::refresh_block::{DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Refresh, Strategy};
+
 use super::{
     AuthStyle, Category, CredentialName, CredentialSpec, EnvKey, Placement, ProfileEndpoint,
     ProfileId, ProviderProfile, placeholder,
@@ -58,6 +60,15 @@ const CREDENTIAL_FIELDS: &[&str] = &[
     "query_param",
     "path_template",
     "refresh",
+];
+const REFRESH_FIELDS: &[&str] = &[
+    "strategy",
+    "token_url",
+    "scopes",
+    "refresh_before_seconds",
+    "max_lifetime_seconds",
+    "material",
+    "additional_outputs",
 ];
 const CREDENTIAL_UNSUPPORTED: &[(&str, &str)] = &[(
     "token_grant",
@@ -173,7 +184,6 @@ impl Reader<'_> {
             binaries: Vec::new(),
             location: self.location(root.pos),
         };
-        let mut credentials_pos = None;
         let mut id_pos = root.pos;
         let mut policy_endpoints = Vec::new();
         for (key, value) in fields {
@@ -226,15 +236,10 @@ impl Reader<'_> {
                     Some(a) => profile.annotations = a,
                     None => ok = false,
                 },
-                "credentials" => {
-                    credentials_pos = Some(value.pos);
-                    if !value.is_null() {
-                        match self.credentials(value) {
-                            Some(c) => profile.credentials = c,
-                            None => ok = false,
-                        }
-                    }
-                }
+                "credentials" if !value.is_null() => match self.credentials(value) {
+                    Some(c) => profile.credentials = c,
+                    None => ok = false,
+                },
                 "endpoints" if !value.is_null() => match self.endpoints(value) {
                     Some(e) => {
                         (profile.endpoints, policy_endpoints) = e.into_iter().unzip();
@@ -255,14 +260,6 @@ impl Reader<'_> {
         }
         if !id_seen {
             self.error(root.pos, "id", "a provider profile needs an `id`");
-        }
-        if ok && !profile.credentials.is_empty() && profile.endpoints.is_empty() {
-            self.error(
-                credentials_pos.unwrap_or(root.pos),
-                "endpoints",
-                "a profile with credentials needs `endpoints`: sluice swaps a secret in only on its profile's endpoints (binding from policy endpoints, `credential_binding`, is not supported yet)",
-            );
-            ok = false;
         }
         if ok && !profile.credentials.is_empty() {
             for (i, ep) in policy_endpoints.iter().enumerate() {
@@ -376,6 +373,7 @@ impl Reader<'_> {
             query_param: None,
             path_template: None,
             placement: Placement::AnyHeader,
+            refresh: None,
             location: self.location(node.pos),
         };
         for (key, value) in fields {
@@ -436,7 +434,10 @@ impl Reader<'_> {
                     }
                     None => ok = false,
                 },
-                "refresh" => ok &= self.refresh(value, &field),
+                "refresh" => match self.refresh(value, &field) {
+                    Some(r) => spec.refresh = r,
+                    None => ok = false,
+                },
                 "path_template" => match self.string(value, &field) {
                     Some(text) if text.matches("{credential}").count() == 1 => {
                         spec.path_template = Some(text);
@@ -474,41 +475,116 @@ impl Reader<'_> {
         ok.then_some(spec)
     }
 
-    /// `refresh`: `strategy: static` is what sluice does anyway (a note says so); any other
-    /// strategy would leave a stale or missing secret if ignored, so it is refused.
-    fn refresh(&mut self, node: &Node<'_>, path: &str) -> bool {
-        let Kind::Map(pairs) = &node.kind else {
-            self.expected(node, path, "a mapping for `refresh`");
-            return false;
-        };
-        let strategy = pairs.iter().find_map(|(k, v)| match &k.kind {
-            Kind::Scalar(key, _) if key == "strategy" => Some(v),
-            _ => None,
-        });
+    /// `refresh`: `strategy: static` is what sluice does anyway (a note says so);
+    /// `oauth2_refresh_token` and `oauth2_client_credentials` are read into a `Refresh`
+    /// (`None` inside for `static`); any other strategy would leave a stale or missing secret
+    /// if ignored, so it is refused by name.
+    fn refresh(&mut self, node: &Node<'_>, path: &str) -> Option<Option<Refresh>> {
+        let fields = self.fields(node, path, REFRESH_FIELDS, &[])?;
+        let strategy = fields
+            .iter()
+            .find(|(k, _)| *k == "strategy")
+            .map(|(_, v)| *v);
         let field = join_field(path, "strategy");
-        match strategy.map(|v| (v, self.string(v, &field))) {
-            Some((v, Some(text))) if text == "static" => {
-                self.warning(
-                    v.pos,
-                    &field,
-                    "`refresh` with `strategy: static` has no effect: sluice reads the secret once, at start",
-                );
-                true
-            }
-            Some((v, Some(text))) => {
-                self.error(
-                    v.pos,
-                    &field,
-                    format!("`refresh` strategy `{text}` (credential refresh) is not supported by sluice yet; only `static` is"),
-                );
-                false
-            }
-            Some((_, None)) => false,
-            None => {
-                self.error(node.pos, path, "`refresh` needs a `strategy`");
-                false
+        let Some(v) = strategy else {
+            self.error(node.pos, path, "`refresh` needs a `strategy`");
+            return None;
+        };
+        let text = self.string(v, &field)?;
+        if text == "static" {
+            self.warning(
+                v.pos,
+                &field,
+                "`refresh` with `strategy: static` has no effect: sluice reads the secret once, at start",
+            );
+            return Some(None);
+        }
+        let Some(strategy) = Strategy::parse(&text) else {
+            self.error(
+                v.pos,
+                &field,
+                format!("`refresh` strategy `{text}` (credential refresh) is not supported by sluice yet; only `static`, `oauth2_refresh_token`, `oauth2_client_credentials` and `google_service_account_jwt` are"),
+            );
+            return None;
+        };
+        let mut ok = true;
+        let mut refresh = Refresh {
+            strategy,
+            token_url: String::new(),
+            scopes: Vec::new(),
+            refresh_before: DEFAULT_REFRESH_BEFORE,
+            max_lifetime: DEFAULT_MAX_LIFETIME,
+        };
+        for (key, value) in fields {
+            let field = join_field(path, key);
+            match key {
+                "token_url" => match self.string(value, &field) {
+                    Some(url) if url.starts_with("https://") && url.len() > 8 => {
+                        refresh.token_url = url
+                    }
+                    Some(url) => {
+                        self.error(value.pos, &field, format!("`{url}` is not an https:// URL: sluice sends client secrets and refresh tokens only inside TLS"));
+                        ok = false;
+                    }
+                    None => ok = false,
+                },
+                "scopes" => match self.list(value, &field) {
+                    Some(items) => {
+                        for (i, item) in items.iter().enumerate() {
+                            match self.string(item, &format!("{field}[{i}]")) {
+                                Some(s) => refresh.scopes.push(s),
+                                None => ok = false,
+                            }
+                        }
+                    }
+                    None => ok = false,
+                },
+                "refresh_before_seconds" | "max_lifetime_seconds" => {
+                    match self.int(value, &field) {
+                        Some(n)
+                            if (0..=86_400 * 366).contains(&n)
+                                && (n > 0 || key == "refresh_before_seconds") =>
+                        {
+                            let d = std::time::Duration::from_secs(
+                                u64::try_from(n).unwrap_or_default(),
+                            );
+                            if key == "max_lifetime_seconds" {
+                                refresh.max_lifetime = d;
+                            } else {
+                                refresh.refresh_before = d;
+                            }
+                        }
+                        Some(n) => {
+                            self.error(value.pos, &field, format!("{n} seconds is out of range"));
+                            ok = false;
+                        }
+                        None => ok = false,
+                    }
+                }
+                "additional_outputs" => {
+                    self.error(
+                        value.pos,
+                        &field,
+                        format!(
+                            "`additional_outputs` applies to `aws_sts_assume_role`, not `{text}`"
+                        ),
+                    );
+                    ok = false;
+                }
+                // Names only: the values come from `<first env var>_<NAME>`.
+                "material" => ok &= self.list(value, &field).is_some(),
+                _ => {}
             }
         }
+        if refresh.token_url.is_empty() && ok {
+            self.error(
+                node.pos,
+                path,
+                format!("`refresh` strategy `{text}` needs a `token_url`"),
+            );
+            ok = false;
+        }
+        ok.then_some(Some(refresh))
     }
 
     fn env_vars(&mut self, node: &Node<'_>, path: &str) -> Option<Vec<EnvKey>> {

@@ -142,7 +142,7 @@ endpoints: [{host: b.example.com, port: 443, bogus: 1}]
     assert_eq!(
         errors(text),
         [
-            "p.yaml:14:46: endpoints[0].bogus: unknown field `bogus`; expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials, json_rpc, mcp, allow_plaintext_credentials"
+            "p.yaml:14:46: endpoints[0].bogus: unknown field `bogus`; expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials, credential_signing, signing_service, signing_region, credential_binding, json_rpc, mcp, allow_plaintext_credentials"
         ]
     );
     let fixed = text.replace(", bogus: 1", "");
@@ -175,7 +175,7 @@ credentials:
     auth_style: digest
     header_name: 'x api'
     path_template: /bot/{credential}/{credential}
-    refresh: {strategy: oauth2_refresh_token, token_url: 'https://x.example.com/t'}
+    refresh: {strategy: external, token_url: 'https://x.example.com/t'}
     token_grant: {token_endpoint: x}
   - name: tok
     env_vars: [OTHER]
@@ -186,7 +186,7 @@ endpoints:
     path: v1
     protocol: rest
     access: read-only
-    credential_signing: sigv4
+    mcp: {}
   - host: a.example.com
     port: 443
     ports: [443]
@@ -205,7 +205,7 @@ extra: 1
         "p.yaml:8:17: credentials[0].auth_style: unknown auth_style `digest`; expected one of: basic, bearer, header, query, path",
         "p.yaml:9:18: credentials[0].header_name: `x api` is not a valid HTTP header name",
         "p.yaml:10:20: credentials[0].path_template: `path_template` must contain `{credential}` exactly once (found 2)",
-        "p.yaml:11:25: credentials[0].refresh.strategy: `refresh` strategy `oauth2_refresh_token` (credential refresh) is not supported by sluice yet; only `static` is",
+        "p.yaml:11:25: credentials[0].refresh.strategy: `refresh` strategy `external` (credential refresh) is not supported by sluice yet; only `static`, `oauth2_refresh_token`, `oauth2_client_credentials` and `google_service_account_jwt` are",
         "p.yaml:12:5: credentials[0].token_grant: `token_grant` (SPIFFE token grants) is not supported by sluice yet",
         "p.yaml:13:5: credentials[1].name: credential `tok` is already defined at line 6",
         "p.yaml:15:5: credentials[2]: a credential needs a `name`",
@@ -213,7 +213,7 @@ extra: 1
         "p.yaml:17:11: endpoints[0].host: a wildcard host needs at least three labels (`*.com` would match a whole top-level domain)",
         "p.yaml:18:11: endpoints[0].port: port 70000 is out of range 1-65535",
         "p.yaml:19:11: endpoints[0].path: `v1` must start with `/` (or be `**`)",
-        "p.yaml:22:5: endpoints[0].credential_signing: `credential_signing` (SigV4 request signing) is not supported by sluice yet",
+        "p.yaml:22:5: endpoints[0].mcp: `mcp` (MCP inspection) is not supported by sluice yet",
         "p.yaml:24:11: endpoints[1].port: `port` and `ports` are both given; write one",
         "p.yaml:26:5: endpoints[2]: an endpoint needs a `host`",
         "p.yaml:27:12: binaries[0]: `relative/path` is not an absolute path, so it can never match an executable",
@@ -243,13 +243,11 @@ fn ids_and_env_vars_are_unique_across_files() {
 }
 
 #[test]
-fn credentials_need_endpoints_and_ids_are_required() {
-    assert_eq!(
-        errors("id: x\ncredentials: [{name: a, env_vars: [A]}]\n"),
-        [
-            "p.yaml:2:14: endpoints: a profile with credentials needs `endpoints`: sluice swaps a secret in only on its profile's endpoints (binding from policy endpoints, `credential_binding`, is not supported yet)"
-        ]
-    );
+fn endpointless_profiles_load_and_ids_are_required() {
+    // Bound where a policy endpoint names it (`credential_binding`, `policy_binding.rs`).
+    let loaded = load_str("id: x\ncredentials: [{name: a, env_vars: [A]}]\n").unwrap();
+    assert!(loaded.profiles[0].endpoints.is_empty());
+    assert!(loaded.composed.is_empty());
     assert_eq!(
         errors("display_name: X\n"),
         ["p.yaml:1:1: id: a provider profile needs an `id`"]

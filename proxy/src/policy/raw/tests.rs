@@ -41,14 +41,14 @@ fn reads_a_full_endpoint() {
 #[test]
 fn unknown_and_unsupported_fields() {
     let (_, diags) = read_str(
-        "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - hots: x\n        credential_signing: sigv4\n",
+        "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - hots: x\n        persisted_queries: {}\n",
         Compat::Strict,
     );
     assert_eq!(
         diags,
         [
-            "p.yaml:5:9: network_policies.a.endpoints[0].hots: unknown field `hots` (did you mean `host`?); expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials, json_rpc, mcp",
-            "p.yaml:6:9: network_policies.a.endpoints[0].credential_signing: `credential_signing` (SigV4 request signing) is not supported by sluice yet",
+            "p.yaml:5:9: network_policies.a.endpoints[0].hots: unknown field `hots` (did you mean `host`?); expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials, credential_signing, signing_service, signing_region, credential_binding, json_rpc, mcp",
+            "p.yaml:6:9: network_policies.a.endpoints[0].persisted_queries: `persisted_queries` (GraphQL inspection) is not supported by sluice yet",
         ]
     );
 }

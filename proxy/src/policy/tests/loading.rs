@@ -544,3 +544,76 @@ fn http_methods_on_a_websocket_endpoint_warn_that_they_never_apply() {
         "{w:?}"
     );
 }
+
+#[test]
+fn credential_signing_is_checked_at_load() {
+    let signed = |extra: &str| {
+        one(&format!(
+            "host: s3.us-east-1.amazonaws.com\n  port: 443\n  protocol: rest\n  enforcement: enforce\n  access: full\n{extra}"
+        ))
+    };
+    let p = policy(&signed(
+        "  credential_signing: 'sigv4:body'\n  signing_service: bedrock\n  signing_region: us-east-1",
+    ));
+    let r = p.endpoints_for("s3.us-east-1.amazonaws.com", 443);
+    let s = p.endpoint(r[0]).signing.as_ref().unwrap();
+    assert_eq!(
+        (s.mode, s.service.as_str()),
+        (model::SigningMode::Body, "bedrock")
+    );
+    assert_eq!(s.region.as_deref(), Some("us-east-1"));
+    for (extra, want) in [
+        (
+            "  credential_signing: hmac\n  signing_service: s3",
+            "unknown credential_signing `hmac`; expected one of: sigv4, sigv4:body, sigv4:no_body",
+        ),
+        (
+            "  credential_signing: sigv4",
+            "`credential_signing` needs `signing_service`",
+        ),
+        (
+            "  credential_signing: sigv4\n  signing_service: s3\n  request_body_credential_rewrite: true",
+            "cannot both be set",
+        ),
+        (
+            "  credential_signing: sigv4\n  signing_service: 'S3\\n'",
+            "is not an AWS service name",
+        ),
+        (
+            "  credential_signing: sigv4\n  signing_service: s3\n  signing_region: 'us-east-1/x'",
+            "is not an AWS region name",
+        ),
+    ] {
+        let e = errors(&signed(extra));
+        assert!(e.iter().any(|e| e.contains(want)), "{extra}: {e:?}");
+    }
+    // Signing needs requests sluice sees: strict refuses an L4 endpoint, compat warns.
+    let l4 = one(
+        "host: s3.us-east-1.amazonaws.com\n  port: 443\n  credential_signing: sigv4\n  signing_service: s3",
+    );
+    let e = errors(&l4);
+    assert!(
+        e.iter()
+            .any(|e| e.contains("signs only requests sluice inspects")),
+        "{e:?}"
+    );
+    assert!(errors_in(&l4, Compat::OpenShell).is_empty());
+    // Without credential_signing, the service and region do nothing: a warning says so.
+    let w = warnings_in(&signed("  signing_service: s3"), Compat::Strict);
+    assert!(
+        w.iter()
+            .any(|w| w.contains("has no effect without `credential_signing`")),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn endpoints_that_disagree_on_signing_are_ambiguous() {
+    let text = "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - {host: s3.us-east-1.amazonaws.com, port: 443, protocol: rest, enforcement: enforce, access: full, credential_signing: sigv4, signing_service: s3}\n    binaries: [{path: /usr/bin/curl}]\n  b:\n    endpoints:\n      - {host: s3.us-east-1.amazonaws.com, port: 443, protocol: rest, enforcement: enforce, access: full, credential_signing: 'sigv4:no_body', signing_service: s3}\n    binaries: [{path: /usr/bin/git}]\n";
+    let e = errors(text);
+    assert!(
+        e.iter()
+            .any(|e| e.contains("credential_signing=\"sigv4\" vs \"sigv4:no_body\"")),
+        "{e:?}"
+    );
+}
