@@ -213,7 +213,6 @@ extra: 1
         "p.yaml:17:11: endpoints[0].host: a wildcard host needs at least three labels (`*.com` would match a whole top-level domain)",
         "p.yaml:18:11: endpoints[0].port: port 70000 is out of range 1-65535",
         "p.yaml:19:11: endpoints[0].path: `v1` must start with `/` (or be `**`)",
-        "p.yaml:22:5: endpoints[0].mcp: `mcp` (MCP inspection) is not supported by sluice yet",
         "p.yaml:24:11: endpoints[1].port: `port` and `ports` are both given; write one",
         "p.yaml:26:5: endpoints[2]: an endpoint needs a `host`",
         "p.yaml:27:12: binaries[0]: `relative/path` is not an absolute path, so it can never match an executable",
