@@ -148,8 +148,15 @@ impl http_body::Body for Guarded {
             this.pacer.record(waited, n);
             this.received.fetch_add(n as u64, Ordering::Relaxed);
             if let (Some(g), Some(data)) = (this.guard.as_mut(), frame.data_ref())
-                && g.feed(data)
+                && let Some(before) = g.feed_until(data)
             {
+                // The hold reads the bytes before the marker first (as `BodySink` does).
+                let before = data.slice(..before);
+                let held = this.hold.as_mut().map(|h| h.feed(before, &mut Vec::new()));
+                if let Some(Err(e)) = held {
+                    let _ = this.tripped.set(e.clone());
+                    return Poll::Ready(Some(Err(Box::new(e))));
+                }
                 let _ = this.tripped.set(body::BodyError::Placeholder);
                 return Poll::Ready(Some(Err(
                     "credential placeholder in the request body".into()
