@@ -220,6 +220,11 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("transparent_sniff", transparent_sniff),
     ("websocket_frames", websocket_frames),
     ("proxy_protocol", proxy_protocol),
+    ("dns_query", dns_query),
+    ("tenants_file", tenants_file),
+    ("audit_lines", audit_lines),
+    ("policy_yaml", policy_yaml),
+    ("provider_profile", provider_profile),
 ];
 
 /// The entry point of the target named `name`.
@@ -553,6 +558,35 @@ pub fn transparent_sniff(data: &[u8]) {
     }
 }
 
+/// What the frame scrubber writes for an upstream's bytes read in `pieces`, and the error
+/// that ended the relay, if one did.
+fn ws_scrubbed<'a>(
+    pieces: impl Iterator<Item = &'a [u8]>,
+) -> (Vec<u8>, Option<crate::pipeline::ws_frame::FrameError>) {
+    let mut scrubber = crate::pipeline::ws_scrub::FrameScrubber::new(ws_scrub_set());
+    let mut out = Vec::new();
+    for piece in pieces {
+        if let Err(e) = scrubber.push(piece, &mut out) {
+            return (out, Some(e));
+        }
+    }
+    (out, None)
+}
+
+/// The frame scrubber writes the same frames, and stops at the same error, for an
+/// upstream's bytes however they are cut: at every split point in two, and in pieces of
+/// every size from 1 to 16 bytes. (The property tests run this; the fuzz target, one cut
+/// per input.)
+pub fn websocket_frames_splits(data: &[u8]) {
+    let whole = ws_scrubbed(cut_at(data, data.len()));
+    for at in 0..=data.len() {
+        assert_eq!(ws_scrubbed(cut_at(data, at)), whole, "frames cut at {at}");
+    }
+    for piece in 1..=16 {
+        assert_eq!(ws_scrubbed(data.chunks(piece)), whole, "frames read {piece} bytes at a time");
+    }
+}
+
 /// The secret the WebSocket target scrubs (short, so mutations meet it often).
 pub const WS_SECRET: &str = "Zq7SECRET";
 
@@ -589,13 +623,12 @@ pub fn websocket_frames(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };
-    let mut scrubber = crate::pipeline::ws_scrub::FrameScrubber::new(ws_scrub_set());
-    let mut out = Vec::new();
-    for piece in rest.chunks(usize::from(pick % 32) + 1) {
-        if scrubber.push(piece, &mut out).is_err() {
-            break;
-        }
-    }
+    let piece = usize::from(pick % 32) + 1;
+    let (out, ended) = ws_scrubbed(rest.chunks(piece));
+    let whole = ws_scrubbed(cut_at(rest, rest.len()));
+    assert_eq!((&out, &ended), (&whole.0, &whole.1), "frames read {piece} bytes at a time");
+    let at = usize::from(pick).min(rest.len());
+    assert_eq!(ws_scrubbed(cut_at(rest, at)), (out.clone(), ended), "frames cut at {at}");
     let holds_secret = |b: &[u8]| {
         b.windows(WS_SECRET.len())
             .any(|w| w == WS_SECRET.as_bytes())
@@ -633,4 +666,132 @@ pub fn websocket_frames(data: &[u8]) {
             assert!(!holds_secret(&whole), "a message holds the secret");
         }
     }
+}
+
+/// The policy DNS every `dns_query` input is asked of: one entry allowing
+/// `a.example.com`, answered from a fixed override (no lookup leaves the process), no audit
+/// log, no rate limit a fuzzer reaches.
+fn dns_server() -> &'static crate::dns::server::DnsServer {
+    static SERVER: std::sync::OnceLock<crate::dns::server::DnsServer> = std::sync::OnceLock::new();
+    SERVER.get_or_init(|| {
+        use crate::dns::answer::Responder;
+        let source = crate::policy::Source {
+            name: "dns.yaml".into(),
+            text: "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - { host: a.example.com, port: 443 }\n      - { host: \"*.wild.example\", port: 443 }\n    binaries:\n      - { path: /usr/bin/curl }\n".into(),
+        };
+        let Ok(loaded) = crate::policy::load(&[source], crate::policy::Compat::Strict) else {
+            panic!("the fixed policy loads");
+        };
+        let policy = std::sync::Arc::new(loaded.policy);
+        let names = ["a.example.com=93.184.215.7".to_string(), "x.wild.example=10.0.0.1".to_string()];
+        let Ok(overrides) = sluice_resolver::Overrides::from_args(&names) else {
+            panic!("the fixed overrides parse");
+        };
+        crate::dns::server::DnsServer {
+            responder: Responder {
+                policy: std::sync::Arc::new(move || std::sync::Arc::clone(&policy)),
+                resolver: sluice_resolver::Resolver::overrides_only(overrides),
+                compat: crate::policy::Compat::Strict,
+                vet: sluice_resolver::VetOptions::default(),
+                table: std::sync::Arc::new(crate::dns::table::HandedOut::default()),
+                ttl: std::time::Duration::from_secs(30),
+            },
+            audit: std::sync::Arc::new(crate::audit::AuditSink::disabled()),
+            limit: crate::dns::limit::RateLimit::new(u32::MAX),
+        }
+    })
+}
+
+/// A message to the policy DNS (the first byte picks UDP or TCP), through the server's
+/// whole answer path. What comes back, if anything, is a DNS response with the question's
+/// id, no larger over UDP than the client may take.
+pub fn dns_query(data: &[u8]) {
+    use hickory_proto::op::{Message, MessageType};
+    use crate::dns::server::{UDP_EDNS_MAX, UDP_PLAIN_MAX};
+    let Some((&pick, packet)) = data.split_first() else {
+        return;
+    };
+    let udp = pick & 1 == 0;
+    let Some(reply) = block_on(dns_server().answer_loopback(packet, udp)).flatten() else {
+        return;
+    };
+    if udp {
+        assert!(reply.len() <= usize::from(UDP_EDNS_MAX).max(UDP_PLAIN_MAX), "a UDP reply of {} bytes", reply.len());
+    }
+    let m = match Message::from_vec(&reply) {
+        Ok(m) => m,
+        Err(e) => panic!("sluice sent a reply that does not parse: {e}"),
+    };
+    assert_eq!(m.metadata.message_type, MessageType::Response);
+    assert!(packet.len() >= 2 && m.metadata.id == u16::from_be_bytes([packet[0], packet[1]]));
+}
+
+/// A tenants file (`sluice run --tenants FILE`): read and checked, every problem reported
+/// with a position inside the file; every tenant read has a name unique in the file.
+pub fn tenants_file(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match crate::tenants::file::parse("tenants.yaml", text, &|name| name.starts_with('S')) {
+        Ok(specs) => {
+            let mut names: Vec<&str> = specs.iter().map(|t| &*t.name).collect();
+            names.sort_unstable();
+            let before = names.len();
+            names.dedup();
+            assert_eq!(names.len(), before, "two tenants of one name");
+        }
+        Err(diags) => assert!(!diags.is_empty(), "refused without a reason"),
+    }
+}
+
+/// Lines of an audit log as `sluice audit` reads them back (they carry what clients sent:
+/// hosts, paths, reasons): each parsed, printed as `sluice audit` prints it, counted for
+/// `--summary` and drafted by `sluice policy suggest`. A printed line holds no control or
+/// invisible format character (no terminal escape reaches the operator's terminal).
+pub fn audit_lines(data: &[u8]) {
+    use crate::audit::report::{self, Colour};
+    let text = String::from_utf8_lossy(data);
+    let mut summary = report::Summary::default();
+    let mut draft = crate::audit::suggest::Draft::default();
+    for line in text.lines() {
+        let Ok(record) = crate::audit::read::parse(line) else {
+            continue;
+        };
+        let shown = report::line(&record, Colour::Off);
+        assert!(
+            !shown.chars().any(|c| c.is_control() || crate::audit::shorthand::is_invisible_format(c)),
+            "a printed line holds a control character: {shown:?}"
+        );
+        let _ = report::line(&record, Colour::On);
+        summary.add(&record);
+        draft.add(&record);
+    }
+    let _ = summary.render();
+    let _ = draft.render("fuzz.jsonl");
+}
+
+/// A policy file, loaded strictly and with the reference's (OpenShell) compatibility.
+pub fn policy_yaml(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    for compat in [crate::policy::Compat::Strict, crate::policy::Compat::OpenShell] {
+        let source = crate::policy::Source {
+            name: "policy.yaml".into(),
+            text: text.into(),
+        };
+        let _ = crate::policy::load(&[source], compat);
+    }
+}
+
+/// A provider profile file (`--providers`), loaded.
+pub fn provider_profile(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let source = crate::policy::Source {
+        name: "profile.yaml".into(),
+        text: text.into(),
+    };
+    let _ = crate::credentials::profile::load(&[source]);
 }

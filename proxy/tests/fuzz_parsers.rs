@@ -1,7 +1,11 @@
 //! The parsers of what a hostile client sends never panic: request heads, request bodies
 //! (chunked and fixed-length), CONNECT authorities, absolute-form targets, credential
 //! placeholders with their percent and `Basic` decoding, ClientHello peeking, the
-//! transparent listener's sniff of SNI or `Host`, and a balancer's PROXY protocol header. Each runs
+//! transparent listener's sniff of SNI or `Host`, a balancer's PROXY protocol header,
+//! messages to the policy DNS, the tenants file, the audit lines `sluice audit` reads back,
+//! policy files and provider profiles; and the streamed readers (request bodies' `_method`
+//! readers and placeholder guard, WebSocket frames) give the same verdict however their
+//! input is cut, at every split point. Each runs
 //! the entry point in `sluice::fuzz` (the same the coverage-guided targets in `fuzz/` run) on
 //! arbitrary bytes and on mutations of well-formed seeds, which reach far deeper than random
 //! bytes do.
@@ -91,6 +95,22 @@ fn input(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = Vec<u8>> {
         4 => (prop::sample::select(seeds), prop::collection::vec(edit(), 0..8))
             .prop_map(|(seed, edits)| apply(&seed, &edits)),
     ]
+}
+
+/// The committed seeds of `target` (`fuzz/seeds/TARGET/`).
+fn committed(target: &str) -> Vec<Vec<u8>> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/seeds")
+        .join(target);
+    let mut out: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|f| std::fs::read(f.path()).ok())
+        .collect();
+    out.sort();
+    assert!(!out.is_empty(), "no seeds in {}", dir.display());
+    out
 }
 
 fn seeds(list: &[&str]) -> Vec<Vec<u8>> {
@@ -426,5 +446,35 @@ proptest! {
     #[test]
     fn websocket_frames(data in input(websocket_seeds())) {
         fuzz::websocket_frames(&data);
+    }
+
+    #[test]
+    fn dns_queries(data in input(committed("dns_query"))) {
+        fuzz::dns_query(&data);
+    }
+
+    #[test]
+    fn tenants_files(data in input(committed("tenants_file"))) {
+        fuzz::tenants_file(&data);
+    }
+
+    #[test]
+    fn audit_lines(data in input(committed("audit_lines"))) {
+        fuzz::audit_lines(&data);
+    }
+
+    #[test]
+    fn policy_files(data in input(committed("policy_yaml"))) {
+        fuzz::policy_yaml(&data);
+    }
+
+    #[test]
+    fn provider_profiles(data in input(committed("provider_profile"))) {
+        fuzz::provider_profile(&data);
+    }
+
+    #[test]
+    fn websocket_frames_cut_anywhere(data in input(websocket_seeds())) {
+        fuzz::websocket_frames_splits(data.get(1..).unwrap_or_default());
     }
 }
