@@ -69,11 +69,26 @@ fn cut_at(body: &[u8], at: usize) -> impl Iterator<Item = &[u8]> {
 fn body_kinds(pick: u8) -> [BodyKind; 5] {
     let multipart = FormKind::Multipart(vec![b'-'; usize::from(pick % 4)]);
     [
-        BodyKind { form: Some(FormKind::Urlencoded), json: false },
-        BodyKind { form: Some(multipart.clone()), json: false },
-        BodyKind { form: None, json: true },
-        BodyKind { form: Some(FormKind::Urlencoded), json: true },
-        BodyKind { form: Some(multipart), json: true },
+        BodyKind {
+            form: Some(FormKind::Urlencoded),
+            json: false,
+        },
+        BodyKind {
+            form: Some(multipart.clone()),
+            json: false,
+        },
+        BodyKind {
+            form: None,
+            json: true,
+        },
+        BodyKind {
+            form: Some(FormKind::Urlencoded),
+            json: true,
+        },
+        BodyKind {
+            form: Some(multipart),
+            json: true,
+        },
     ]
 }
 
@@ -82,10 +97,20 @@ fn body_whole(kind: &BodyKind, body: &[u8]) -> Read {
     let whole = crate::http::body_override::from_body(kind, body);
     // The readers alone, as their own `from_body` reads them, agree.
     match kind {
-        BodyKind { form: Some(form), json: false } => {
-            assert_eq!(whole, form_scan::from_body(form, body), "the form scan alone");
+        BodyKind {
+            form: Some(form),
+            json: false,
+        } => {
+            assert_eq!(
+                whole,
+                form_scan::from_body(form, body),
+                "the form scan alone"
+            );
         }
-        BodyKind { form: None, json: true } => {
+        BodyKind {
+            form: None,
+            json: true,
+        } => {
             assert_eq!(whole, json_scan::from_body(body), "the JSON scan alone");
         }
         _ => {}
@@ -95,11 +120,20 @@ fn body_whole(kind: &BodyKind, body: &[u8]) -> Read {
 
 /// The same verdict for `body` read whole and read in `pieces`; a body that is not refused
 /// is handed back whole, in order.
-fn agrees<'a>(kind: &BodyKind, body: &[u8], whole: &Read, pieces: impl Iterator<Item = &'a [u8]>, how: &str) {
+fn agrees<'a>(
+    kind: &BodyKind,
+    body: &[u8],
+    whole: &Read,
+    pieces: impl Iterator<Item = &'a [u8]>,
+    how: &str,
+) {
     let (verdict, out) = body_streamed(kind, pieces);
     assert_eq!(verdict, whole.0, "{kind:?} read {how}");
     if verdict.is_ok() {
-        assert!(out == body, "{kind:?} read {how}: the stream handed back other bytes");
+        assert!(
+            out == body,
+            "{kind:?} read {how}: the stream handed back other bytes"
+        );
     }
 }
 
@@ -112,10 +146,22 @@ pub fn request_body_splits(pick: u8, body: &[u8]) {
     for kind in body_kinds(pick) {
         let whole = body_whole(&kind, body);
         for at in 0..=body.len() {
-            agrees(&kind, body, &whole, cut_at(body, at), &format!("cut at {at}"));
+            agrees(
+                &kind,
+                body,
+                &whole,
+                cut_at(body, at),
+                &format!("cut at {at}"),
+            );
         }
         for piece in 1..=16 {
-            agrees(&kind, body, &whole, body.chunks(piece), &format!("in pieces of {piece}"));
+            agrees(
+                &kind,
+                body,
+                &whole,
+                body.chunks(piece),
+                &format!("in pieces of {piece}"),
+            );
         }
     }
     let whole = marker_end(body.chunks(body.len().max(1)));
@@ -123,12 +169,20 @@ pub fn request_body_splits(pick: u8, body: &[u8]) {
         assert_eq!(marker_end(cut_at(body, at)), whole, "a guard cut at {at}");
     }
     for piece in [1, 7] {
-        assert_eq!(marker_end(body.chunks(piece)), whole, "a guard fed pieces of {piece}");
+        assert_eq!(
+            marker_end(body.chunks(piece)),
+            whole,
+            "a guard fed pieces of {piece}"
+        );
     }
     for kind in body_kinds(pick) {
         let whole = sink_verdict(&kind, body, body.len().max(1));
         for step in [1, 2, 3, 5, 8, 13] {
-            assert_eq!(sink_verdict(&kind, body, step), whole, "{kind:?} pumped {step} bytes at a time");
+            assert_eq!(
+                sink_verdict(&kind, body, step),
+                whole,
+                "{kind:?} pumped {step} bytes at a time"
+            );
         }
     }
 }
@@ -155,8 +209,14 @@ struct ScanHold {
 }
 
 impl ScanHold {
-    fn keep(&mut self, read: Result<(), method_override::InvalidOverride>) -> Result<(), body::BodyError> {
-        let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fn keep(
+        &mut self,
+        read: Result<(), method_override::InvalidOverride>,
+    ) -> Result<(), body::BodyError> {
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Ok(found) = seen.0.as_mut() {
             found.extend(self.scan.take_new());
         }
@@ -168,7 +228,11 @@ impl ScanHold {
 }
 
 impl body::Hold for ScanHold {
-    fn feed(&mut self, chunk: bytes::Bytes, out: &mut Vec<bytes::Bytes>) -> Result<(), body::BodyError> {
+    fn feed(
+        &mut self,
+        chunk: bytes::Bytes,
+        out: &mut Vec<bytes::Bytes>,
+    ) -> Result<(), body::BodyError> {
         let read = self.scan.feed(chunk, out);
         self.keep(read)
     }
@@ -187,7 +251,10 @@ fn sink_verdict(kind: &BodyKind, body: &[u8], step: usize) -> (Result<u64, body:
         return (Ok(0), (Ok(Vec::new()), Vec::new()));
     };
     let seen = std::sync::Arc::new(std::sync::Mutex::new((Ok(Vec::new()), Vec::new())));
-    let hold = ScanHold { scan, seen: seen.clone() };
+    let hold = ScanHold {
+        scan,
+        seen: seen.clone(),
+    };
     let pumped = block_on(async {
         let (tx, upstream) = ChannelBody::channel(None);
         let collect = async move { upstream.collect().await.map(|c| c.to_bytes().to_vec()) };
@@ -202,15 +269,21 @@ fn sink_verdict(kind: &BodyKind, body: &[u8], step: usize) -> (Result<u64, body:
     let Some((pumped, sent)) = pumped else {
         return (Ok(0), (Ok(Vec::new()), Vec::new()));
     };
-    let mut read = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let mut read = seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
     // What went upstream before a refusal depends on the cut; after none, it is the body.
     read.1 = if pumped.is_ok() { sent } else { Vec::new() };
     (pumped, read)
 }
 
+/// A fuzz target's entry point: one input, checked (a failed check panics).
+pub type Entry = fn(&[u8]);
+
 /// Every fuzz target: its name (its binary in `fuzz/src/bin/` and its seed directory in
 /// `fuzz/seeds/`) and its entry point. The suite replays every seed through this table.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Entry)] = &[
     ("http_head", http_head),
     ("request_body", request_body),
     ("connect_authority", connect_authority),
@@ -228,7 +301,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
 ];
 
 /// The entry point of the target named `name`.
-pub fn target(name: &str) -> Option<fn(&[u8])> {
+pub fn target(name: &str) -> Option<Entry> {
     TARGETS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
 }
 
@@ -274,8 +347,20 @@ pub fn request_body(data: &[u8]) {
     let at = usize::from(pick).min(rest.len());
     for kind in body_kinds(pick) {
         let whole = body_whole(&kind, rest);
-        agrees(&kind, rest, &whole, rest.chunks(piece), &format!("in pieces of {piece}"));
-        agrees(&kind, rest, &whole, cut_at(rest, at), &format!("cut at {at}"));
+        agrees(
+            &kind,
+            rest,
+            &whole,
+            rest.chunks(piece),
+            &format!("in pieces of {piece}"),
+        );
+        agrees(
+            &kind,
+            rest,
+            &whole,
+            cut_at(rest, at),
+            &format!("cut at {at}"),
+        );
     }
     let kind = &body_kinds(pick)[usize::from(pick >> 4) % 5];
     assert_eq!(
@@ -583,7 +668,11 @@ pub fn websocket_frames_splits(data: &[u8]) {
         assert_eq!(ws_scrubbed(cut_at(data, at)), whole, "frames cut at {at}");
     }
     for piece in 1..=16 {
-        assert_eq!(ws_scrubbed(data.chunks(piece)), whole, "frames read {piece} bytes at a time");
+        assert_eq!(
+            ws_scrubbed(data.chunks(piece)),
+            whole,
+            "frames read {piece} bytes at a time"
+        );
     }
 }
 
@@ -626,9 +715,17 @@ pub fn websocket_frames(data: &[u8]) {
     let piece = usize::from(pick % 32) + 1;
     let (out, ended) = ws_scrubbed(rest.chunks(piece));
     let whole = ws_scrubbed(cut_at(rest, rest.len()));
-    assert_eq!((&out, &ended), (&whole.0, &whole.1), "frames read {piece} bytes at a time");
+    assert_eq!(
+        (&out, &ended),
+        (&whole.0, &whole.1),
+        "frames read {piece} bytes at a time"
+    );
     let at = usize::from(pick).min(rest.len());
-    assert_eq!(ws_scrubbed(cut_at(rest, at)), (out.clone(), ended), "frames cut at {at}");
+    assert_eq!(
+        ws_scrubbed(cut_at(rest, at)),
+        (out.clone(), ended),
+        "frames cut at {at}"
+    );
     let holds_secret = |b: &[u8]| {
         b.windows(WS_SECRET.len())
             .any(|w| w == WS_SECRET.as_bytes())
@@ -706,8 +803,8 @@ fn dns_server() -> &'static crate::dns::server::DnsServer {
 /// whole answer path. What comes back, if anything, is a DNS response with the question's
 /// id, no larger over UDP than the client may take.
 pub fn dns_query(data: &[u8]) {
-    use hickory_proto::op::{Message, MessageType};
     use crate::dns::server::{UDP_EDNS_MAX, UDP_PLAIN_MAX};
+    use hickory_proto::op::{Message, MessageType};
     let Some((&pick, packet)) = data.split_first() else {
         return;
     };
@@ -716,7 +813,11 @@ pub fn dns_query(data: &[u8]) {
         return;
     };
     if udp {
-        assert!(reply.len() <= usize::from(UDP_EDNS_MAX).max(UDP_PLAIN_MAX), "a UDP reply of {} bytes", reply.len());
+        assert!(
+            reply.len() <= usize::from(UDP_EDNS_MAX).max(UDP_PLAIN_MAX),
+            "a UDP reply of {} bytes",
+            reply.len()
+        );
     }
     let m = match Message::from_vec(&reply) {
         Ok(m) => m,
@@ -759,7 +860,9 @@ pub fn audit_lines(data: &[u8]) {
         };
         let shown = report::line(&record, Colour::Off);
         assert!(
-            !shown.chars().any(|c| c.is_control() || crate::audit::shorthand::is_invisible_format(c)),
+            !shown
+                .chars()
+                .any(|c| c.is_control() || crate::audit::shorthand::is_invisible_format(c)),
             "a printed line holds a control character: {shown:?}"
         );
         let _ = report::line(&record, Colour::On);
@@ -775,7 +878,10 @@ pub fn policy_yaml(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    for compat in [crate::policy::Compat::Strict, crate::policy::Compat::OpenShell] {
+    for compat in [
+        crate::policy::Compat::Strict,
+        crate::policy::Compat::OpenShell,
+    ] {
         let source = crate::policy::Source {
             name: "policy.yaml".into(),
             text: text.into(),

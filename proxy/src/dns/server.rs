@@ -359,7 +359,11 @@ impl DnsServer {
         let peer = Peer {
             src: SocketAddr::from(([127, 0, 0, 1], 5353)),
             dst: SocketAddr::from(([127, 0, 0, 1], 53)),
-            transport: if udp { DnsTransport::Udp } else { DnsTransport::Tcp },
+            transport: if udp {
+                DnsTransport::Udp
+            } else {
+                DnsTransport::Tcp
+            },
         };
         self.answer(packet, peer).await
     }

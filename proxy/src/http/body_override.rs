@@ -122,7 +122,11 @@ impl BodyScan {
 }
 
 /// [`BodyScan::note_found`] for the chained readers, while they are borrowed.
-fn note(form: &FormScan, json: &JsonScan, (seen, found): (&mut (usize, usize), &mut Vec<Override>)) {
+fn note(
+    form: &FormScan,
+    json: &JsonScan,
+    (seen, found): (&mut (usize, usize), &mut Vec<Override>),
+) {
     found.extend_from_slice(&form.found()[seen.0..]);
     found.extend_from_slice(&json.found()[seen.1..]);
     *seen = (form.found().len(), json.found().len());

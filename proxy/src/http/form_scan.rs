@@ -108,9 +108,10 @@ impl FormScan {
     /// multipart line's start: a reader in step with this one may read such a run at once.)
     pub fn quiet_len(&self, next: &[u8]) -> usize {
         match &self.inner {
-            Inner::Url(u) if u.state == UrlState::Pass => {
-                next.iter().position(|&b| is_separator(b)).unwrap_or(next.len())
-            }
+            Inner::Url(u) if u.state == UrlState::Pass => next
+                .iter()
+                .position(|&b| is_separator(b))
+                .unwrap_or(next.len()),
             Inner::Multipart(m)
                 if m.held.is_empty() && m.state == (PartState::Open { line_start: false }) =>
             {
