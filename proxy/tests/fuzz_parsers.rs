@@ -123,6 +123,11 @@ fn committed(target: &str) -> Vec<Vec<u8>> {
     out
 }
 
+/// The seeds of at most 512 bytes: the split properties read each at every split point.
+fn short(seeds: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    seeds.into_iter().filter(|s| s.len() <= 512).collect()
+}
+
 fn seeds(list: &[&str]) -> Vec<Vec<u8>> {
     list.iter().map(|s| s.as_bytes().to_vec()).collect()
 }
@@ -488,7 +493,7 @@ proptest! {
     #![proptest_config(config_cut())]
 
     #[test]
-    fn request_bodies_cut_anywhere(data in input([body_seeds(), committed("request_body")].concat())) {
+    fn request_bodies_cut_anywhere(data in input([body_seeds(), short(committed("request_body"))].concat())) {
         let (&pick, rest) = data.split_first().unwrap_or((&0, &[]));
         fuzz::request_body_splits(pick, rest);
     }
