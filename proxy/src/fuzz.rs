@@ -28,16 +28,16 @@ use crate::pipeline::target;
 use crate::policy::canon;
 use crate::tls::upstream::Offer;
 
-/// A body of `kind` fed to its streaming readers (form and JSON, chained) in pieces of
-/// `piece` bytes: what they found, and the bytes they handed back.
-fn body_streamed(
-    kind: &BodyKind,
-    body: &[u8],
-    piece: usize,
-) -> (
+/// What a body's readers made of it: the methods found (or the refusal), and the bytes
+/// handed back.
+type Read = (
     Result<Vec<method_override::Override>, method_override::InvalidOverride>,
     Vec<u8>,
-) {
+);
+
+/// A body of `kind` fed to its streaming readers (form and JSON, chained) in the pieces
+/// `pieces` gives: what they found, and the bytes they handed back.
+fn body_streamed<'a>(kind: &BodyKind, pieces: impl Iterator<Item = &'a [u8]>) -> Read {
     let mut out = Vec::new();
     let mut scan = match BodyScan::new(kind) {
         Ok(s) => s,
@@ -45,7 +45,7 @@ fn body_streamed(
     };
     let mut found = Vec::new();
     let mut released = Vec::new();
-    for chunk in body.chunks(piece) {
+    for chunk in pieces {
         if let Err(e) = scan.feed(bytes::Bytes::copy_from_slice(chunk), &mut released) {
             return (Err(e), out);
         }
@@ -56,6 +56,253 @@ fn body_streamed(
     found.extend(scan.take_new());
     out.extend(released.drain(..).flat_map(|b| b.to_vec()));
     (ended.map(|()| found), out)
+}
+
+/// `body` in two pieces, cut at `at`.
+fn cut_at(body: &[u8], at: usize) -> impl Iterator<Item = &[u8]> {
+    let (a, b) = body.split_at(at.min(body.len()));
+    [a, b].into_iter()
+}
+
+/// Every kind of body a `_method` reader reads, the multipart boundary `pick % 4` dashes:
+/// a form alone (urlencoded, multipart), JSON alone, and each form chained with JSON.
+fn body_kinds(pick: u8) -> [BodyKind; 5] {
+    let multipart = FormKind::Multipart(vec![b'-'; usize::from(pick % 4)]);
+    [
+        BodyKind {
+            form: Some(FormKind::Urlencoded),
+            json: false,
+        },
+        BodyKind {
+            form: Some(multipart.clone()),
+            json: false,
+        },
+        BodyKind {
+            form: None,
+            json: true,
+        },
+        BodyKind {
+            form: Some(FormKind::Urlencoded),
+            json: true,
+        },
+        BodyKind {
+            form: Some(multipart),
+            json: true,
+        },
+    ]
+}
+
+/// The readers of `body`, as `kind`, read whole: what they found, and the bytes handed back.
+fn body_whole(kind: &BodyKind, body: &[u8]) -> Read {
+    let whole = crate::http::body_override::from_body(kind, body);
+    // The readers alone, as their own `from_body` reads them, agree.
+    match kind {
+        BodyKind {
+            form: Some(form),
+            json: false,
+        } => {
+            assert_eq!(
+                whole,
+                form_scan::from_body(form, body),
+                "the form scan alone"
+            );
+        }
+        BodyKind {
+            form: None,
+            json: true,
+        } => {
+            assert_eq!(whole, json_scan::from_body(body), "the JSON scan alone");
+        }
+        _ => {}
+    }
+    (whole, body.to_vec())
+}
+
+/// The same verdict for `body` read whole and read in `pieces`; a body that is not refused
+/// is handed back whole, in order.
+fn agrees<'a>(
+    kind: &BodyKind,
+    body: &[u8],
+    whole: &Read,
+    pieces: impl Iterator<Item = &'a [u8]>,
+    how: &str,
+) {
+    let (verdict, out) = body_streamed(kind, pieces);
+    assert_eq!(verdict, whole.0, "{kind:?} read {how}");
+    if verdict.is_ok() {
+        assert!(
+            out == body,
+            "{kind:?} read {how}: the stream handed back other bytes"
+        );
+    }
+}
+
+/// The `_method` readers of request bodies give the same verdict for `body` however it is
+/// cut: at every split point in two, and in pieces of every size from 1 to 16 bytes. The
+/// body placeholder guard ends a marker at the same byte of the body, and the guard with a
+/// reader after it gives the same answer, however the body is cut. `pick` picks the
+/// multipart boundary. (The property tests run this; the fuzz target, one cut per input.)
+pub fn request_body_splits(pick: u8, body: &[u8]) {
+    for kind in body_kinds(pick) {
+        let whole = body_whole(&kind, body);
+        for at in 0..=body.len() {
+            agrees(
+                &kind,
+                body,
+                &whole,
+                cut_at(body, at),
+                &format!("cut at {at}"),
+            );
+        }
+        for piece in 1..=16 {
+            agrees(
+                &kind,
+                body,
+                &whole,
+                body.chunks(piece),
+                &format!("in pieces of {piece}"),
+            );
+        }
+    }
+    let whole = marker_end(body.chunks(body.len().max(1)));
+    for at in 0..=body.len() {
+        assert_eq!(marker_end(cut_at(body, at)), whole, "a guard cut at {at}");
+    }
+    for piece in [1, 7] {
+        assert_eq!(
+            marker_end(body.chunks(piece)),
+            whole,
+            "a guard fed pieces of {piece}"
+        );
+    }
+    for kind in body_kinds(pick) {
+        let whole = sink_verdict(&kind, body, body.len().max(1));
+        for step in [1, 2, 3, 5, 8, 13] {
+            assert_eq!(
+                sink_verdict(&kind, body, step),
+                whole,
+                "{kind:?} pumped {step} bytes at a time"
+            );
+        }
+    }
+}
+
+/// Where the body placeholder guard, fed `pieces`, saw a marker end (its last byte's
+/// offset in the body).
+fn marker_end<'a>(pieces: impl Iterator<Item = &'a [u8]>) -> Option<usize> {
+    let mut guard = crate::credentials::BodyGuard::new();
+    let mut at = 0;
+    for piece in pieces {
+        if let Some(before) = guard.feed_until(piece) {
+            return Some(at + before);
+        }
+        at += piece.len();
+    }
+    None
+}
+
+/// A [`body::Hold`] over the `_method` readers, keeping what they found and refused.
+#[derive(Debug)]
+struct ScanHold {
+    scan: BodyScan,
+    seen: std::sync::Arc<std::sync::Mutex<Read>>,
+}
+
+impl ScanHold {
+    fn keep(
+        &mut self,
+        read: Result<(), method_override::InvalidOverride>,
+    ) -> Result<(), body::BodyError> {
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Ok(found) = seen.0.as_mut() {
+            found.extend(self.scan.take_new());
+        }
+        read.map_err(|e| {
+            seen.0 = Err(e);
+            body::BodyError::Held
+        })
+    }
+}
+
+impl body::Hold for ScanHold {
+    fn feed(
+        &mut self,
+        chunk: bytes::Bytes,
+        out: &mut Vec<bytes::Bytes>,
+    ) -> Result<(), body::BodyError> {
+        let read = self.scan.feed(chunk, out);
+        self.keep(read)
+    }
+
+    fn finish(&mut self, out: &mut Vec<bytes::Bytes>) -> Result<(), body::BodyError> {
+        let read = self.scan.finish(out);
+        self.keep(read)
+    }
+}
+
+/// `body` pumped as the proxy pumps a `Content-Length` body, guard on and the readers of
+/// `kind` after it, read from the client `step` bytes at a time: how the pump ended, what
+/// the readers found or refused, and the bytes that went upstream.
+fn sink_verdict(kind: &BodyKind, body: &[u8], step: usize) -> (Result<u64, body::BodyError>, Read) {
+    let Ok(scan) = BodyScan::new(kind) else {
+        return (Ok(0), (Ok(Vec::new()), Vec::new()));
+    };
+    let seen = std::sync::Arc::new(std::sync::Mutex::new((Ok(Vec::new()), Vec::new())));
+    let hold = ScanHold {
+        scan,
+        seen: seen.clone(),
+    };
+    let pumped = block_on(async {
+        let (tx, upstream) = ChannelBody::channel(None);
+        let collect = async move { upstream.collect().await.map(|c| c.to_bytes().to_vec()) };
+        let mut reader = Trickle::new(body, step);
+        let mut buf = BytesMut::new();
+        let sink = BodySink::new(tx, true).holding(Some(Box::new(hold)));
+        let framing = BodyFraming::Length(body.len() as u64);
+        let pump = body::pump(&mut reader, &mut buf, framing, sink);
+        let (pumped, sent) = tokio::join!(pump, collect);
+        (pumped, sent.unwrap_or_default())
+    });
+    let Some((pumped, sent)) = pumped else {
+        return (Ok(0), (Ok(Vec::new()), Vec::new()));
+    };
+    let mut read = seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    // What went upstream before a refusal depends on the cut; after none, it is the body.
+    read.1 = if pumped.is_ok() { sent } else { Vec::new() };
+    (pumped, read)
+}
+
+/// A fuzz target's entry point: one input, checked (a failed check panics).
+pub type Entry = fn(&[u8]);
+
+/// Every fuzz target: its name (its binary in `fuzz/src/bin/` and its seed directory in
+/// `fuzz/seeds/`) and its entry point. The suite replays every seed through this table.
+pub const TARGETS: &[(&str, Entry)] = &[
+    ("http_head", http_head),
+    ("request_body", request_body),
+    ("connect_authority", connect_authority),
+    ("absolute_target", absolute_target),
+    ("credential_rewrite", credential_rewrite),
+    ("client_hello", client_hello),
+    ("transparent_sniff", transparent_sniff),
+    ("websocket_frames", websocket_frames),
+    ("proxy_protocol", proxy_protocol),
+    ("dns_query", dns_query),
+    ("tenants_file", tenants_file),
+    ("audit_lines", audit_lines),
+    ("policy_yaml", policy_yaml),
+    ("provider_profile", provider_profile),
+];
+
+/// The entry point of the target named `name`.
+pub fn target(name: &str) -> Option<Entry> {
+    TARGETS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
 }
 
 /// Longest head the proxy accepts by default (`--max-head-bytes`).
@@ -87,47 +334,45 @@ pub fn http_head(data: &[u8]) {
 
 /// A request body: the first byte picks the framing (chunked, or a Content-Length), the rest
 /// is the body as sent, decoded through the same pump as the proxy, guard on; the same bytes
-/// are also read as a form body for `_method` fields, urlencoded and multipart, whole and
-/// streamed in pieces of a size the first byte picks: the two must find the same, and the
-/// stream must hand every byte back, in order, when it finds no refusal. The same holds of
-/// the bytes read as a JSON body for `_method` members, alone and chained after the form.
+/// are also read by the `_method` readers (form alone, urlencoded and multipart; JSON alone;
+/// each form chained with JSON), whole and streamed in pieces of a size the first byte
+/// picks, and cut in two where it says: each must give the same verdict, and the stream must
+/// hand every byte back, in order, when it finds no refusal. The guard with the readers after
+/// it gives the same answer pumped whole and a few bytes at a time.
 pub fn request_body(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };
-    for kind in [
-        FormKind::Urlencoded,
-        FormKind::Multipart(vec![b'-'; usize::from(pick % 4)]),
-    ] {
-        let whole = form_scan::from_body(&kind, rest);
-        let piece = usize::from(pick % 13) + 1;
-        let form_only = BodyKind {
-            form: Some(kind.clone()),
-            json: false,
-        };
-        let (streamed, out) = body_streamed(&form_only, rest, piece);
-        assert_eq!(streamed, whole, "a form read in pieces of {piece} bytes");
-        if streamed.is_ok() {
-            assert!(out == rest, "the stream handed back other bytes");
-        }
-    }
-    let json = json_scan::from_body(rest);
-    for form in [None, Some(FormKind::Urlencoded)] {
-        let kind = BodyKind { form, json: true };
-        let whole = crate::http::body_override::from_body(&kind, rest);
-        if kind.form.is_none() {
-            assert_eq!(whole, json, "the JSON scan alone");
-        }
-        let piece = usize::from(pick % 13) + 1;
-        let (streamed, out) = body_streamed(&kind, rest, piece);
-        assert_eq!(
-            streamed, whole,
-            "a JSON body read in pieces of {piece} bytes"
+    let piece = usize::from(pick % 13) + 1;
+    let at = usize::from(pick).min(rest.len());
+    for kind in body_kinds(pick) {
+        let whole = body_whole(&kind, rest);
+        agrees(
+            &kind,
+            rest,
+            &whole,
+            rest.chunks(piece),
+            &format!("in pieces of {piece}"),
         );
-        if streamed.is_ok() {
-            assert!(out == rest, "the stream handed back other bytes");
-        }
+        agrees(
+            &kind,
+            rest,
+            &whole,
+            cut_at(rest, at),
+            &format!("cut at {at}"),
+        );
     }
+    let kind = &body_kinds(pick)[usize::from(pick >> 4) % 5];
+    assert_eq!(
+        sink_verdict(kind, rest, usize::from(pick % 5) + 1),
+        sink_verdict(kind, rest, rest.len().max(1)),
+        "{kind:?} pumped in pieces"
+    );
+    assert_eq!(
+        marker_end(rest.chunks(piece)),
+        marker_end(cut_at(rest, rest.len())),
+        "a guard fed pieces of {piece}"
+    );
     let framing = match pick % 4 {
         0 | 1 => BodyFraming::Chunked,
         2 => BodyFraming::Length(u64::from(pick)),
@@ -398,6 +643,39 @@ pub fn transparent_sniff(data: &[u8]) {
     }
 }
 
+/// What the frame scrubber writes for an upstream's bytes read in `pieces`, and the error
+/// that ended the relay, if one did.
+fn ws_scrubbed<'a>(
+    pieces: impl Iterator<Item = &'a [u8]>,
+) -> (Vec<u8>, Option<crate::pipeline::ws_frame::FrameError>) {
+    let mut scrubber = crate::pipeline::ws_scrub::FrameScrubber::new(ws_scrub_set());
+    let mut out = Vec::new();
+    for piece in pieces {
+        if let Err(e) = scrubber.push(piece, &mut out) {
+            return (out, Some(e));
+        }
+    }
+    (out, None)
+}
+
+/// The frame scrubber writes the same frames, and stops at the same error, for an
+/// upstream's bytes however they are cut: at every split point in two, and in pieces of
+/// every size from 1 to 16 bytes. (The property tests run this; the fuzz target, one cut
+/// per input.)
+pub fn websocket_frames_splits(data: &[u8]) {
+    let whole = ws_scrubbed(cut_at(data, data.len()));
+    for at in 0..=data.len() {
+        assert_eq!(ws_scrubbed(cut_at(data, at)), whole, "frames cut at {at}");
+    }
+    for piece in 1..=16 {
+        assert_eq!(
+            ws_scrubbed(data.chunks(piece)),
+            whole,
+            "frames read {piece} bytes at a time"
+        );
+    }
+}
+
 /// The secret the WebSocket target scrubs (short, so mutations meet it often).
 pub const WS_SECRET: &str = "Zq7SECRET";
 
@@ -434,13 +712,20 @@ pub fn websocket_frames(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };
-    let mut scrubber = crate::pipeline::ws_scrub::FrameScrubber::new(ws_scrub_set());
-    let mut out = Vec::new();
-    for piece in rest.chunks(usize::from(pick % 32) + 1) {
-        if scrubber.push(piece, &mut out).is_err() {
-            break;
-        }
-    }
+    let piece = usize::from(pick % 32) + 1;
+    let (out, ended) = ws_scrubbed(rest.chunks(piece));
+    let whole = ws_scrubbed(cut_at(rest, rest.len()));
+    assert_eq!(
+        (&out, &ended),
+        (&whole.0, &whole.1),
+        "frames read {piece} bytes at a time"
+    );
+    let at = usize::from(pick).min(rest.len());
+    assert_eq!(
+        ws_scrubbed(cut_at(rest, at)),
+        (out.clone(), ended),
+        "frames cut at {at}"
+    );
     let holds_secret = |b: &[u8]| {
         b.windows(WS_SECRET.len())
             .any(|w| w == WS_SECRET.as_bytes())
@@ -478,4 +763,141 @@ pub fn websocket_frames(data: &[u8]) {
             assert!(!holds_secret(&whole), "a message holds the secret");
         }
     }
+}
+
+/// The policy DNS every `dns_query` input is asked of: one entry allowing
+/// `a.example.com`, answered from a fixed override (no lookup leaves the process), no audit
+/// log, no rate limit a fuzzer reaches.
+fn dns_server() -> &'static crate::dns::server::DnsServer {
+    static SERVER: std::sync::OnceLock<crate::dns::server::DnsServer> = std::sync::OnceLock::new();
+    SERVER.get_or_init(|| {
+        use crate::dns::answer::Responder;
+        let source = crate::policy::Source {
+            name: "dns.yaml".into(),
+            text: "version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - { host: a.example.com, port: 443 }\n      - { host: \"*.wild.example\", port: 443 }\n    binaries:\n      - { path: /usr/bin/curl }\n".into(),
+        };
+        let Ok(loaded) = crate::policy::load(&[source], crate::policy::Compat::Strict) else {
+            panic!("the fixed policy loads");
+        };
+        let policy = std::sync::Arc::new(loaded.policy);
+        let names = ["a.example.com=93.184.215.7".to_string(), "x.wild.example=10.0.0.1".to_string()];
+        let Ok(overrides) = sluice_resolver::Overrides::from_args(&names) else {
+            panic!("the fixed overrides parse");
+        };
+        crate::dns::server::DnsServer {
+            responder: Responder {
+                policy: std::sync::Arc::new(move || std::sync::Arc::clone(&policy)),
+                resolver: sluice_resolver::Resolver::overrides_only(overrides),
+                compat: crate::policy::Compat::Strict,
+                vet: sluice_resolver::VetOptions::default(),
+                table: std::sync::Arc::new(crate::dns::table::HandedOut::default()),
+                ttl: std::time::Duration::from_secs(30),
+            },
+            audit: std::sync::Arc::new(crate::audit::AuditSink::disabled()),
+            limit: crate::dns::limit::RateLimit::new(u32::MAX),
+        }
+    })
+}
+
+/// A message to the policy DNS (the first byte picks UDP or TCP), through the server's
+/// whole answer path. What comes back, if anything, is a DNS response with the question's
+/// id, no larger over UDP than the client may take.
+pub fn dns_query(data: &[u8]) {
+    use crate::dns::server::{UDP_EDNS_MAX, UDP_PLAIN_MAX};
+    use hickory_proto::op::{Message, MessageType};
+    let Some((&pick, packet)) = data.split_first() else {
+        return;
+    };
+    let udp = pick & 1 == 0;
+    let Some(reply) = block_on(dns_server().answer_loopback(packet, udp)).flatten() else {
+        return;
+    };
+    if udp {
+        assert!(
+            reply.len() <= usize::from(UDP_EDNS_MAX).max(UDP_PLAIN_MAX),
+            "a UDP reply of {} bytes",
+            reply.len()
+        );
+    }
+    let m = match Message::from_vec(&reply) {
+        Ok(m) => m,
+        Err(e) => panic!("sluice sent a reply that does not parse: {e}"),
+    };
+    assert_eq!(m.metadata.message_type, MessageType::Response);
+    assert!(packet.len() >= 2 && m.metadata.id == u16::from_be_bytes([packet[0], packet[1]]));
+}
+
+/// A tenants file (`sluice run --tenants FILE`): read and checked, every problem reported
+/// with a position inside the file; every tenant read has a name unique in the file.
+pub fn tenants_file(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match crate::tenants::file::parse("tenants.yaml", text, &|name| name.starts_with('S')) {
+        Ok(specs) => {
+            let mut names: Vec<&str> = specs.iter().map(|t| &*t.name).collect();
+            names.sort_unstable();
+            let before = names.len();
+            names.dedup();
+            assert_eq!(names.len(), before, "two tenants of one name");
+        }
+        Err(diags) => assert!(!diags.is_empty(), "refused without a reason"),
+    }
+}
+
+/// Lines of an audit log as `sluice audit` reads them back (they carry what clients sent:
+/// hosts, paths, reasons): each parsed, printed as `sluice audit` prints it, counted for
+/// `--summary` and drafted by `sluice policy suggest`. A printed line holds no control or
+/// invisible format character (no terminal escape reaches the operator's terminal).
+pub fn audit_lines(data: &[u8]) {
+    use crate::audit::report::{self, Colour};
+    let text = String::from_utf8_lossy(data);
+    let mut summary = report::Summary::default();
+    let mut draft = crate::audit::suggest::Draft::default();
+    for line in text.lines() {
+        let Ok(record) = crate::audit::read::parse(line) else {
+            continue;
+        };
+        let shown = report::line(&record, Colour::Off);
+        assert!(
+            !shown
+                .chars()
+                .any(|c| c.is_control() || crate::audit::shorthand::is_invisible_format(c)),
+            "a printed line holds a control character: {shown:?}"
+        );
+        let _ = report::line(&record, Colour::On);
+        summary.add(&record);
+        draft.add(&record);
+    }
+    let _ = summary.render();
+    let _ = draft.render("fuzz.jsonl");
+}
+
+/// A policy file, loaded strictly and with the reference's (OpenShell) compatibility.
+pub fn policy_yaml(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    for compat in [
+        crate::policy::Compat::Strict,
+        crate::policy::Compat::OpenShell,
+    ] {
+        let source = crate::policy::Source {
+            name: "policy.yaml".into(),
+            text: text.into(),
+        };
+        let _ = crate::policy::load(&[source], compat);
+    }
+}
+
+/// A provider profile file (`--providers`), loaded.
+pub fn provider_profile(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let source = crate::policy::Source {
+        name: "profile.yaml".into(),
+        text: text.into(),
+    };
+    let _ = crate::credentials::profile::load(&[source]);
 }

@@ -99,6 +99,34 @@ impl BodyGuard {
     pub fn found(&self) -> bool {
         self.found
     }
+
+    /// [`BodyGuard::feed`], and where in `chunk` the marker ends: `Some(n)` when a marker
+    /// was seen, `chunk[..n]` being the bytes before its last one (0 when one was seen in an
+    /// earlier chunk). A reader after the guard reads those bytes before the guard's
+    /// refusal, so whichever finds something first in the body answers, however it was cut.
+    pub(crate) fn feed_until(&mut self, chunk: &[u8]) -> Option<usize> {
+        if self.found {
+            return Some(0);
+        }
+        if !self.feed(chunk) {
+            return None;
+        }
+        // The tail is as it was before `chunk` (a feed that finds a marker keeps it). A
+        // marker in a prefix is in every longer one (a cut-off escape reads as its `%` or
+        // `\`, never a marker's character): the shortest prefix that holds one ends it.
+        let mut joined = self.tail[..self.tail_len].to_vec();
+        joined.extend_from_slice(chunk);
+        let (mut lo, mut hi) = (0, chunk.len());
+        while lo + 1 < hi {
+            let mid = lo + (hi - lo) / 2;
+            if placeholder::contains_marker(&joined[..self.tail_len + mid]) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        Some(hi - 1)
+    }
 }
 
 // === rewrite_body ===

@@ -47,8 +47,8 @@ pub const TCP_READ_TIMEOUT: Duration = Duration::from_secs(3);
 /// Questions one TCP connection may ask; then it is closed (RFC 7766 lets a server close).
 pub const MAX_TCP_QUESTIONS: usize = 32;
 /// The largest UDP reply without EDNS (RFC 1035 §4.2.1); with EDNS, at most this.
-const UDP_PLAIN_MAX: usize = 512;
-const UDP_EDNS_MAX: u16 = 1232;
+pub(crate) const UDP_PLAIN_MAX: usize = 512;
+pub(crate) const UDP_EDNS_MAX: u16 = 1232;
 
 /// A running policy DNS: what every question shares.
 #[derive(Debug)]
@@ -353,6 +353,21 @@ impl DnsServer {
 }
 
 impl DnsServer {
+    /// The reply to one message from a loopback client over UDP (`udp`) or TCP, as
+    /// [`DnsServer::answer`] gives it: for `sluice::fuzz`.
+    pub(crate) async fn answer_loopback(&self, packet: &[u8], udp: bool) -> Option<Vec<u8>> {
+        let peer = Peer {
+            src: SocketAddr::from(([127, 0, 0, 1], 5353)),
+            dst: SocketAddr::from(([127, 0, 0, 1], 53)),
+            transport: if udp {
+                DnsTransport::Udp
+            } else {
+                DnsTransport::Tcp
+            },
+        };
+        self.answer(packet, peer).await
+    }
+
     /// REFUSED for a question over the client's rate limit (nothing for bytes that are not a
     /// query), counted; only the first of a burst is audited.
     fn rate_limited(

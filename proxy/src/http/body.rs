@@ -193,9 +193,12 @@ impl BodyCheck {
 
     /// A chunk of payload: what may go upstream now is pushed to `out`.
     pub(crate) fn data(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), BodyError> {
-        if let Some(g) = self.guard.as_mut()
-            && g.feed(&chunk)
-        {
+        if let Some(before) = self.guard.as_mut().and_then(|g| g.feed_until(&chunk)) {
+            // The hold reads the bytes before the marker first: what it refuses there is
+            // the answer, as it would be had the body been cut at the marker.
+            if let Some(hold) = self.hold.as_mut() {
+                hold.feed(chunk.slice(..before), &mut Vec::new())?;
+            }
             return Err(BodyError::Placeholder);
         }
         match self.hold.as_mut() {

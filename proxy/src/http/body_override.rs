@@ -4,11 +4,19 @@
 //! and the JSON scan chained (what the first hands back is fed to the second), so a body
 //! that both may read is held wherever either holds it. The caller judges
 //! [`BodyScan::take_new`] before what a call hands back goes upstream.
+//!
+//! Chained, the two read the body in step, one byte at a time (or a run of bytes the form
+//! scan only passes, in one step): each step, the form scan reads first, then the JSON scan
+//! reads what the form handed back. What they find, and the first refusal, come in the order
+//! of those steps, which the body's bytes alone decide: the verdict is the same however the
+//! network cut the body (a chunk read whole, the form scan would read to its end before the
+//! JSON scan read its first byte, and a later form refusal would win over an earlier JSON
+//! one).
 
 use bytes::Bytes;
 
 use super::form_override::FormKind;
-use super::form_scan::FormScan;
+use super::form_scan::{self, FormScan};
 use super::json_scan::{self, JsonScan};
 use super::method_override::{InvalidOverride, Override};
 
@@ -34,8 +42,13 @@ impl BodyKind {
 pub struct BodyScan {
     form: Option<FormScan>,
     json: Option<JsonScan>,
-    /// How many of each reader's methods [`BodyScan::take_new`] returned.
-    taken: (usize, usize),
+    /// How many of each reader's methods are in `found`.
+    seen: (usize, usize),
+    /// Every method found, in the order of the steps that found them (within one, the
+    /// form's first).
+    found: Vec<Override>,
+    /// How many of `found` [`BodyScan::take_new`] returned.
+    taken: usize,
 }
 
 impl BodyScan {
@@ -44,18 +57,21 @@ impl BodyScan {
         Ok(BodyScan {
             form: kind.form.as_ref().map(FormScan::new).transpose()?,
             json: kind.json.then(JsonScan::default),
-            taken: (0, 0),
+            seen: (0, 0),
+            found: Vec::new(),
+            taken: 0,
         })
     }
 
     /// The next chunk: what may go upstream (once [`BodyScan::take_new`] is judged) is
     /// pushed to `out`, in order.
     pub fn feed(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), InvalidOverride> {
-        match (&mut self.form, &mut self.json) {
+        let fed = match (&mut self.form, &mut self.json) {
             (Some(form), Some(json)) => {
-                let mut passed = Vec::new();
-                form.feed(chunk, &mut passed)?;
-                passed.into_iter().try_for_each(|b| json.feed(b, out))
+                let from = out.len();
+                let fed = feed_in_step(form, json, &chunk, out, (&mut self.seen, &mut self.found));
+                form_scan::coalesce(out, from);
+                fed
             }
             (Some(form), None) => form.feed(chunk, out),
             (None, Some(json)) => json.feed(chunk, out),
@@ -63,39 +79,82 @@ impl BodyScan {
                 out.push(chunk);
                 Ok(())
             }
-        }
+        };
+        self.note_found();
+        fed
     }
 
     /// The body ended: what is still held is pushed to `out`, if it may go.
     pub fn finish(&mut self, out: &mut Vec<Bytes>) -> Result<(), InvalidOverride> {
-        match (&mut self.form, &mut self.json) {
+        let finished = match (&mut self.form, &mut self.json) {
             (Some(form), Some(json)) => {
                 let mut passed = Vec::new();
-                form.finish(&mut passed)?;
-                passed.into_iter().try_for_each(|b| json.feed(b, out))?;
-                json.finish(out)
+                form.finish(&mut passed).and_then(|()| {
+                    note(form, json, (&mut self.seen, &mut self.found));
+                    passed.into_iter().try_for_each(|b| json.feed(b, out))?;
+                    json.finish(out)
+                })
             }
             (Some(form), None) => form.finish(out),
             (None, Some(json)) => json.finish(out),
             (None, None) => Ok(()),
-        }
+        };
+        self.note_found();
+        finished
     }
 
-    /// The methods found since the last call, form fields first.
+    /// The methods found since the last call, in the order they were found (see the
+    /// module's doc). Those found before a refusal are here too.
     pub fn take_new(&mut self) -> Vec<Override> {
+        let new = self.found[self.taken..].to_vec();
+        self.taken = self.found.len();
+        new
+    }
+
+    /// What the readers found since the last note, added to `found` (form fields first).
+    fn note_found(&mut self) {
         let form = self.form.as_ref().map(FormScan::found).unwrap_or_default();
         let json = self.json.as_ref().map(JsonScan::found).unwrap_or_default();
-        let new: Vec<Override> = form[self.taken.0..]
-            .iter()
-            .chain(&json[self.taken.1..])
-            .cloned()
-            .collect();
-        self.taken = (form.len(), json.len());
-        new
+        self.found.extend_from_slice(&form[self.seen.0..]);
+        self.found.extend_from_slice(&json[self.seen.1..]);
+        self.seen = (form.len(), json.len());
     }
 }
 
-/// The methods a whole body of `kind` names, in order (form fields first).
+/// [`BodyScan::note_found`] for the chained readers, while they are borrowed.
+fn note(
+    form: &FormScan,
+    json: &JsonScan,
+    (seen, found): (&mut (usize, usize), &mut Vec<Override>),
+) {
+    found.extend_from_slice(&form.found()[seen.0..]);
+    found.extend_from_slice(&json.found()[seen.1..]);
+    *seen = (form.found().len(), json.found().len());
+}
+
+/// `chunk` read by the chained readers in step (see the module's doc): each step, the form
+/// scan reads one byte, or the run of bytes it only passes, and the JSON scan what the form
+/// scan handed back; what they found is noted after each step.
+fn feed_in_step(
+    form: &mut FormScan,
+    json: &mut JsonScan,
+    chunk: &Bytes,
+    out: &mut Vec<Bytes>,
+    (seen, found): (&mut (usize, usize), &mut Vec<Override>),
+) -> Result<(), InvalidOverride> {
+    let mut passed = Vec::new();
+    let mut i = 0;
+    while i < chunk.len() {
+        let n = form.quiet_len(&chunk[i..]).max(1);
+        form.feed(chunk.slice(i..i + n), &mut passed)?;
+        passed.drain(..).try_for_each(|b| json.feed(b, out))?;
+        note(form, json, (&mut *seen, &mut *found));
+        i += n;
+    }
+    Ok(())
+}
+
+/// The methods a whole body of `kind` names, in the order [`BodyScan`] finds them.
 pub fn from_body(kind: &BodyKind, body: &[u8]) -> Result<Vec<Override>, InvalidOverride> {
     let mut scan = BodyScan::new(kind)?;
     let mut out = Vec::new();

@@ -102,6 +102,25 @@ impl FormScan {
         fed
     }
 
+    /// How many of the first bytes of `next` this scan would only pass, as they come, without
+    /// finding, holding or refusing anything: fed them in one piece or byte by byte, it ends
+    /// in the same state. (What is neither a urlencoded pair's name or `_method` value nor a
+    /// multipart line's start: a reader in step with this one may read such a run at once.)
+    pub fn quiet_len(&self, next: &[u8]) -> usize {
+        match &self.inner {
+            Inner::Url(u) if u.state == UrlState::Pass => next
+                .iter()
+                .position(|&b| is_separator(b))
+                .unwrap_or(next.len()),
+            Inner::Multipart(m)
+                if m.held.is_empty() && m.state == (PartState::Open { line_start: false }) =>
+            {
+                memchr::memchr(b'\n', next).unwrap_or(next.len())
+            }
+            Inner::Url(_) | Inner::Multipart(_) => 0,
+        }
+    }
+
     /// The body ended: a field still held is read as ended here (conservatively, even
     /// where a parser would find it unterminated), and what is left pushed to `out`.
     pub fn finish(&mut self, out: &mut Vec<Bytes>) -> Result<(), InvalidOverride> {
@@ -118,7 +137,7 @@ impl FormScan {
 /// The pieces handed back from `from` on, as one when there are more than two: each piece
 /// goes upstream as a frame of its own, and a chunk of one-byte fields would otherwise be a
 /// frame per byte (an HTTP/2 DATA frame's 9-byte header each, a channel hand-off each).
-fn coalesce(out: &mut Vec<Bytes>, from: usize) {
+pub(super) fn coalesce(out: &mut Vec<Bytes>, from: usize) {
     if out.len().saturating_sub(from) <= 2 {
         return;
     }

@@ -99,23 +99,20 @@ fn unreadable(e: &InvalidOverride) -> Denial {
 
 impl FormJudge {
     /// Judges the methods the scan found since the last call; a refusal stops the body.
+    /// The methods found before a refusal of the scan are judged first: they come before it
+    /// in the body, and a cut elsewhere would have judged them in an earlier call.
     fn judge_new(&mut self, scanned: Result<(), InvalidOverride>) -> Result<(), BodyError> {
-        let denied = match scanned {
-            Err(e) => Some(unreadable(&e)),
-            Ok(()) => {
-                let named = self.scan.take_new();
-                if named.is_empty() {
-                    return Ok(());
-                }
-                match self.check.also(&self.known).judge(&mut self.judged, &named) {
-                    Ok(()) => None,
-                    Err(boxed) => {
-                        let (refusal, j) = *boxed;
-                        self.judged = j;
-                        Some(Denial::new(self.judged.engine, refusal))
-                    }
-                }
+        let named = self.scan.take_new();
+        if named.is_empty() && scanned.is_ok() {
+            return Ok(());
+        }
+        let denied = match self.check.also(&self.known).judge(&mut self.judged, &named) {
+            Err(boxed) => {
+                let (refusal, j) = *boxed;
+                self.judged = j;
+                Some(Denial::new(self.judged.engine, refusal))
             }
+            Ok(()) => scanned.err().map(|e| unreadable(&e)),
         };
         let mut found = self
             .verdict

@@ -70,18 +70,29 @@ pub fn read(
     path: &str,
     has_env: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<TenantSpec>, Vec<Diagnostic>> {
-    let file: Arc<str> = Arc::from(path);
-    let mut diags = Diagnostics::default();
     let text =
         match crate::config_file::read_text(Path::new(path), crate::config_file::Kind::Tenants) {
             Ok(t) => t,
             Err(e) => {
-                diags.error(&file, Pos::new(0, 0), "", e);
+                let mut diags = Diagnostics::default();
+                diags.error(&Arc::from(path), Pos::new(0, 0), "", e);
                 return Err(diags.into_sorted());
             }
         };
+    parse(path, &text, has_env)
+}
+
+/// Checks `text`, the tenants file read from `path` (relative paths in it are resolved
+/// against `path`'s directory): every tenant, or every problem found.
+pub fn parse(
+    path: &str,
+    text: &str,
+    has_env: &dyn Fn(&str) -> bool,
+) -> Result<Vec<TenantSpec>, Vec<Diagnostic>> {
+    let file: Arc<str> = Arc::from(path);
+    let mut diags = Diagnostics::default();
     let base = Path::new(path).parent().unwrap_or(Path::new(""));
-    let specs = match yaml::parse(&text) {
+    let specs = match yaml::parse(text) {
         Ok(Some(root)) => Reader {
             file: &file,
             base,
