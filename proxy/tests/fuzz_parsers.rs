@@ -484,6 +484,16 @@ proptest! {
     }
 
     #[test]
+    fn rpc_bodies(data in input(committed("rpc_body"))) {
+        fuzz::rpc_body(&data);
+    }
+
+    #[test]
+    fn sigv4_requests(data in input(committed("sigv4_request"))) {
+        fuzz::sigv4_request(&data);
+    }
+
+    #[test]
     fn websocket_frames_cut_anywhere(data in input(websocket_seeds())) {
         fuzz::websocket_frames_splits(data.get(1..).unwrap_or_default());
     }
