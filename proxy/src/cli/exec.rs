@@ -332,6 +332,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         ca_files,
         sources,
         redactor,
+        first: _,
     } = match prepare(&args.run).await {
         Ok(p) => p,
         // Whatever stopped the proxy from starting (its own message is out), the command was

@@ -209,21 +209,56 @@ type FileState = (Option<PathBuf>, Result<Vec<u8>, String>);
 /// Each file read as its loader reads it (`config_file::read`: a FIFO, a device or a huge
 /// file is an error here too, never a wait), and hashed.
 fn fingerprint(files: &[(PathBuf, Kind)]) -> Vec<FileState> {
-    files
-        .iter()
-        .map(|(f, kind)| {
-            let target = std::fs::canonicalize(f).ok();
-            // The content (the secrets file's too) is wiped when it drops.
-            let digest = config_file::read(f, *kind)
-                .map(|c| {
-                    ring::digest::digest(&ring::digest::SHA256, &c.bytes)
-                        .as_ref()
-                        .to_vec()
-                })
-                .map_err(|e| e.to_string());
-            (target, digest)
+    files.iter().map(|(f, kind)| state_of(f, *kind)).collect()
+}
+
+/// One file's [`FileState`].
+fn state_of(f: &std::path::Path, kind: Kind) -> FileState {
+    let target = std::fs::canonicalize(f).ok();
+    // The content (the secrets file's too) is wiped when it drops.
+    let digest = config_file::read(f, kind)
+        .map(|c| {
+            ring::digest::digest(&ring::digest::SHA256, &c.bytes)
+                .as_ref()
+                .to_vec()
         })
-        .collect()
+        .map_err(|e| e.to_string());
+    (target, digest)
+}
+
+/// The configuration files as they were just before the first load read them: the watcher
+/// starts from these, so that a file changed between that load and the watcher's start (an
+/// operator's swap right after start) is still a change.
+#[derive(Debug)]
+pub struct Seen(Vec<(PathBuf, FileState)>);
+
+/// Takes [`Seen`]: call it right before the first load.
+pub fn seen(sources: &Sources) -> Seen {
+    Seen(
+        sources
+            .files()
+            .into_iter()
+            .map(|(f, kind)| {
+                let state = state_of(&f, kind);
+                (f, state)
+            })
+            .collect(),
+    )
+}
+
+impl Seen {
+    /// `files` as first seen: from before the first load where that saw them, else now
+    /// (files only a later step adds, such as the TLS hop's).
+    fn of(self, files: &[(PathBuf, Kind)]) -> Vec<FileState> {
+        let mut before = self.0;
+        files
+            .iter()
+            .map(|(f, kind)| match before.iter().position(|(p, _)| p == f) {
+                Some(i) => before.swap_remove(i).1,
+                None => state_of(f, *kind),
+            })
+            .collect()
+    }
 }
 
 /// SIGHUP's stream, registered before the listeners announce themselves (until then, SIGHUP
@@ -248,6 +283,7 @@ pub fn watch(
     reloader: Arc<Reloader>,
     hup: Option<tokio::signal::unix::Signal>,
     interval: Duration,
+    first: Seen,
 ) -> std::io::Result<()> {
     let (signals, hups) = mpsc::channel::<()>();
     // Without a SIGHUP stream, the sender stays with the thread: the channel never
@@ -271,15 +307,15 @@ pub fn watch(
         .spawn(move || {
             let _kept = kept;
             let _in = runtime.enter();
-            watch_files(&reloader, &hups, interval);
+            watch_files(&reloader, &hups, interval, first);
         })?;
     Ok(())
 }
 
 /// The watcher thread's loop: every `interval`, or at a SIGHUP, until the signal task ends.
-fn watch_files(reloader: &Reloader, hups: &mpsc::Receiver<()>, interval: Duration) {
+fn watch_files(reloader: &Reloader, hups: &mpsc::Receiver<()>, interval: Duration, first: Seen) {
     let mut files = reloader.sources.files();
-    let mut seen = fingerprint(&files);
+    let mut seen = first.of(&files);
     let mut tick = Instant::now() + interval;
     loop {
         let trigger = match hups.recv_timeout(tick.saturating_duration_since(Instant::now())) {
@@ -317,5 +353,33 @@ fn settle(files: &[(PathBuf, Kind)]) {
             return;
         }
         last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file changed after the first load read it, but before the watcher started, is a
+    /// change to the watcher (it starts from what the load saw, not from what it finds).
+    #[test]
+    fn a_change_before_the_watcher_starts_is_still_a_change() {
+        let dir = std::env::temp_dir().join(format!("sluice-seen-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let policy = dir.join("policy.yaml");
+        let hop = dir.join("hop.pem");
+        std::fs::write(&policy, "version: 1\n").unwrap();
+        std::fs::write(&hop, "hop\n").unwrap();
+        let first = Seen(vec![(policy.clone(), state_of(&policy, Kind::Policy))]);
+        // Swapped between the first load and the watcher's start.
+        std::fs::write(&policy, "version: 1\nnetwork_policies: {}\n").unwrap();
+        let files = vec![(policy.clone(), Kind::Policy), (hop.clone(), Kind::Pem)];
+        let seen = first.of(&files);
+        assert_ne!(seen, fingerprint(&files), "the swap went unseen");
+        // A file the first load did not read (the TLS hop's) is taken as it is now.
+        assert_eq!(seen[1], fingerprint(&files)[1]);
+        let unchanged = Seen(vec![(policy.clone(), state_of(&policy, Kind::Policy))]);
+        assert_eq!(unchanged.of(&files), fingerprint(&files));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

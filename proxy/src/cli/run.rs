@@ -375,6 +375,8 @@ pub struct Prepared {
     pub sources: super::config::Sources,
     /// Every secret value loaded (what the audit sink redacts).
     pub redactor: crate::credentials::ScrubSet,
+    /// The configuration files as the first load found them (where the watcher starts).
+    pub first: super::reload::Seen,
 }
 
 /// Everything of `run` before the listeners: audit sink, policy, resolver, identity, TLS.
@@ -407,6 +409,7 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
     let mut sources = sources_of(args);
     // Refreshed credentials' first tokens, before the first load needs them.
     sources.refresh = start_refresh(args, &sources).await?;
+    let first = super::reload::seen(&sources);
     let result = super::config::load(&sources);
     audit.emit(&super::config::change_event(&sources, &result));
     let config = match result {
@@ -515,6 +518,7 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
         ca_files,
         sources,
         redactor,
+        first,
     })
 }
 
@@ -599,6 +603,7 @@ async fn serve(args: RunArgs) -> ExitCode {
         ca_files,
         sources,
         redactor,
+        first,
     } = match prepare(&args).await {
         Ok(p) => p,
         Err(code) => return code,
@@ -823,7 +828,7 @@ async fn serve(args: RunArgs) -> ExitCode {
             .with_hop(hop.clone()),
     );
     keep_refreshed(&reloader, refresher.as_deref());
-    if let Err(e) = super::reload::watch(reloader, hup, args.watch_interval) {
+    if let Err(e) = super::reload::watch(reloader, hup, args.watch_interval, first) {
         eprintln!("sluice: cannot start the configuration watcher: {e}");
         return ExitCode::from(1);
     }
