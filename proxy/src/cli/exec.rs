@@ -257,14 +257,16 @@ fn choose_user(
 ) -> Result<invoker::Chosen, String> {
     use std::os::unix::fs::MetadataExt;
     let owner = std::fs::metadata(workdir)
-        .map(|m| (m.uid(), m.gid()))
+        .map(|m| m.uid())
         .map_err(|e| format!("the working directory {}: {e}", workdir.display()))?;
+    let login_defs = std::fs::read_to_string("/etc/login.defs").unwrap_or_default();
     invoker::choose(&invoker::Inputs {
         sandbox,
         invocation: &invoker::Invocation::current(),
         flag: args.user.as_deref(),
         workdir,
         workdir_owner: owner,
+        uid_min: invoker::uid_min(&login_defs),
         accounts,
     })
     .map_err(|e| e.to_string())
