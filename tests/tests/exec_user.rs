@@ -370,3 +370,39 @@ fn an_account_in_root_s_group_is_refused_by_sluice_not_the_shim() {
         assert!(!ran.exists(), "the command ran: {out}");
     }
 }
+
+#[test]
+fn the_shim_refuses_a_working_directory_other_than_the_one_sluice_pinned() {
+    if !privileged("the_shim_refuses_a_working_directory_other_than_the_one_sluice_pinned") {
+        return;
+    }
+    // Between sluice's last check and the shim's chdir, the path could be swapped for a link
+    // to another user's directory: the shim compares what it entered with the pinned id.
+    let (_dir, work) = setup("exec-pinned", USER);
+    let other = TempDir::new("exec-pinned-other");
+    let id = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        format!("{}:{}", m.dev(), m.ino())
+    };
+    let w = work.to_str().unwrap();
+    for (pinned, code) in [(id(other.path()), 125), (id(&work), 0)] {
+        let (got, out, err) = run(Command::new(sluice_bin())
+            .args(["__shim", "--proxy", "127.0.0.1:9", "--uid", "4321", "--gid"])
+            .args([
+                "65534", "--ro", "/usr", "--ro", "/lib", "--ro", "/etc", "--exec",
+            ])
+            .args(["/usr/bin", "--ro", w, "--workdir", w, "--allow-host-netns"])
+            .args(["--", "/usr/bin/pwd"])
+            .env("SLUICE_SHIM_WORKDIR_ID", &pinned));
+        assert_eq!(got, code, "{out}{err}");
+        if code == 0 {
+            assert_eq!(out.trim(), w, "{err}");
+        } else {
+            assert!(
+                err.contains("the working directory is not the one the supervisor started in"),
+                "{err}"
+            );
+            assert!(out.is_empty(), "the command ran: {out}");
+        }
+    }
+}

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// The environment variable telling the built-in shim which directory (`DEV:INO`) its
 /// `--workdir` must be once entered.
-pub const SHIM_ENV: &str = "SLUICE_SHIM_WORKDIR_ID";
+pub const SHIM_ENV: &str = sluice_shim::process::WORKDIR_ID_ENV;
 
 /// The working directory: its path, owner and identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
