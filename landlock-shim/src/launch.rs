@@ -282,6 +282,8 @@ fn launch(policy: &Policy, sink: &mut StatusSink) -> Result<Infallible, LaunchEr
     // 13. Working directory, as the target uid.
     if let Some(dir) = &policy.workdir {
         process::change_dir(dir.as_path())?;
+        let pinned = std::env::var(process::WORKDIR_ID_ENV).ok();
+        process::verify_workdir(pinned.as_deref())?;
     }
 
     // 14. Landlock.

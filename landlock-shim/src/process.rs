@@ -48,6 +48,17 @@ pub enum ProcessError {
         /// The current parent.
         found: u32,
     },
+    /// The directory entered is not the one the supervisor pinned.
+    #[error(
+        "the working directory is not the one the supervisor started in (expected {expected}, \
+         found {found} as DEV:INO): it was replaced"
+    )]
+    WorkdirReplaced {
+        /// `DEV:INO` the supervisor gave.
+        expected: String,
+        /// `DEV:INO` of the directory entered.
+        found: String,
+    },
     /// A set value did not read back.
     #[error("{what} did not hold (read back {found})")]
     Verify {
@@ -280,9 +291,50 @@ pub fn change_dir(dir: &Path) -> Result<(), ProcessError> {
     std::env::set_current_dir(dir).map_err(syscall("chdir --workdir"))
 }
 
+/// The environment variable in which a supervisor (`sluice exec`, which pinned the directory
+/// when it started) names the directory `--workdir` must be once entered, as `DEV:INO`.
+pub const WORKDIR_ID_ENV: &str = "SLUICE_SHIM_WORKDIR_ID";
+
+/// Step 13, continued: the directory entered is the one the supervisor named, if it named one
+/// (the path could have been swapped for a link to another's directory in between).
+pub fn verify_workdir(expected: Option<&str>) -> Result<(), ProcessError> {
+    verify_dir_id(Path::new("."), expected)
+}
+
+fn verify_dir_id(dir: &Path, expected: Option<&str>) -> Result<(), ProcessError> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    let m = std::fs::metadata(dir).map_err(syscall("stat --workdir"))?;
+    let found = format!("{}:{}", m.dev(), m.ino());
+    if found != expected {
+        return Err(ProcessError::WorkdirReplaced {
+            expected: expected.to_string(),
+            found,
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workdir_other_than_the_one_named_is_refused() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir();
+        let m = std::fs::metadata(&dir).unwrap();
+        let id = format!("{}:{}", m.dev(), m.ino());
+        assert!(verify_dir_id(&dir, None).is_ok());
+        assert!(verify_dir_id(&dir, Some(&id)).is_ok());
+        let other = verify_dir_id(Path::new("/"), Some(&id)).unwrap_err();
+        assert!(
+            matches!(other, ProcessError::WorkdirReplaced { .. }),
+            "{other}"
+        );
+    }
 
     #[test]
     fn netns_by_comparison_with_pid_1() {

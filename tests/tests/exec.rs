@@ -15,7 +15,8 @@ use sluice_e2e::sluice_bin;
 const SECRET: &str = "s3cr3t-EXEC-91bd44";
 
 /// A directory the confined command may write, owned by uid 65534: the user sluice exec,
-/// as root, runs the command as (the owner of the working directory).
+/// as root, runs the command as (`--user 65534`: sluice chooses only a normal user's
+/// directory by itself).
 fn workdir(dir: &TempDir, name: &str) -> std::path::PathBuf {
     let w = dir.path().join(name);
     std::fs::create_dir_all(&w).unwrap();
@@ -42,6 +43,7 @@ fn exec(
         .arg(&policy_path)
         .arg("--audit-log")
         .arg(dir.path().join("audit.jsonl"))
+        .args(["--user", "65534"])
         .args(flags)
         .arg("--")
         .args(cmd)
@@ -154,6 +156,7 @@ fn in_its_own_network_namespace_the_child_has_no_way_out_but_sluice() {
         .arg(&policy_path)
         .arg("--audit-log")
         .arg(dir.path().join("audit.jsonl"))
+        .args(["--user", "65534"])
         .args(&flags)
         .arg("--")
         .args(&c)

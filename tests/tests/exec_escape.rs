@@ -17,8 +17,8 @@ use sluice_e2e::sluice_bin;
 const POLICY: &str = "version: 1\nnetwork_policies: {}\n";
 
 /// A test directory the confined command (another uid) may enter, with a writable `work/`
-/// owned by uid 65534 (whom sluice exec, as root, runs the command as: the owner of the
-/// working directory).
+/// owned by uid 65534 (whom sluice exec, as root, runs the command as: `--user 65534`, since
+/// sluice chooses only a normal user's directory by itself).
 fn setup(tag: &str) -> (TempDir, PathBuf) {
     let dir = TempDir::new(tag);
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -55,6 +55,12 @@ fn exec_in(
     }
     if !flags.contains(&"--audit-log") {
         c.arg("--audit-log").arg(dir.path().join("audit.jsonl"));
+    }
+    // As root (not through sudo), nobody by name: sluice chooses only a normal user's
+    // directory by itself.
+    let sudo = env.iter().any(|(k, _)| *k == "SUDO_UID");
+    if sluice_e2e::proxy::is_root() && !sudo && !flags.contains(&"--user") {
+        c.args(["--user", "65534"]);
     }
     c.args(flags).arg("--").args(cmd).current_dir(cwd);
     for (k, v) in env {

@@ -96,7 +96,7 @@ fn the_readme_headline_as_root_clones_commits_and_writes_home() {
     let w = work.display();
     for line in [
         format!(
-            "sluice: the command runs as uid {USER} (gid {USER}, no account in /etc/passwd): the owner of the working directory (--user chooses another)"
+            "sluice: the command runs as uid {USER} (gid 65534, no account in /etc/passwd): the owner of the working directory (--user chooses another)"
         ),
         format!("sluice: its HOME is {w} (the working directory"),
         format!("sluice: it may write: {w} (the working directory"),
@@ -266,4 +266,143 @@ fn doctor_blames_an_unwritable_home_for_eacces() {
         "{npm_line}"
     );
     assert!(!npm_line.contains(".npmrc"), "{npm_line}");
+}
+
+/// `sluice exec --policy P --audit-log A [extra] -- sh -c SCRIPT` in `work`, `wrap` (a command
+/// and its arguments) before sluice when given.
+fn exec_script(
+    dir: &TempDir,
+    work: &Path,
+    extra: &[&str],
+    script: &str,
+    wrap: &[&str],
+) -> (i32, String, String) {
+    let policy = minimal_policy(dir);
+    let audit = dir.path().join("audit.jsonl");
+    let mut c = Command::new(wrap.first().copied().unwrap_or("env"));
+    c.args(wrap.iter().skip(1)).arg(sluice_bin()).arg("exec");
+    c.args(["--policy", &policy, "--audit-log", audit.to_str().unwrap()]);
+    c.args(extra)
+        .args(["--", "sh", "-c", script])
+        .current_dir(work);
+    run(&mut c)
+}
+
+#[test]
+fn a_working_directory_s_group_is_never_the_command_s() {
+    if !privileged("a_working_directory_s_group_is_never_the_command_s") {
+        return;
+    }
+    // Owned by a uid without an account, in group 42 (`shadow` on Debian): whoever owns the
+    // directory chose that group, so the command must not get it.
+    let (dir, work) = setup("exec-dir-group", 4242);
+    std::os::unix::fs::chown(&work, Some(4242), Some(42)).unwrap();
+    let script = "id -g; id -G; cat /etc/shadow >/dev/null 2>&1 && echo 'shadow read' || echo 'shadow refused'";
+    let (code, out, err) = exec_script(&dir, &work, &[], script, &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out, "65534\n65534\nshadow refused\n", "{err}");
+    assert!(
+        err.contains("sluice: the command runs as uid 4242 (gid 65534, no account in /etc/passwd)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_system_account_s_working_directory_is_refused_unless_user_says_whom() {
+    if !privileged("a_system_account_s_working_directory_is_refused_unless_user_says_whom") {
+        return;
+    }
+    // Below UID_MIN (a service such as postgres, with or without an account) and nobody.
+    for owner in [999, 100, 65534] {
+        let (dir, work) = setup("exec-system-owned", owner);
+        let ran = work.join("ran");
+        let script = format!("touch {} && id -u", ran.display());
+        let (code, out, err) = exec_script(&dir, &work, &[], &script, &[]);
+        assert_eq!(code, 125, "{out}{err}");
+        assert!(
+            err.contains(&format!(
+                "sluice: the working directory {} is owned by uid {owner}, not a normal user's (uid 1000 to 65533",
+                work.display()
+            )) && err.contains("pass --user NAME"),
+            "{err}"
+        );
+        assert!(!ran.exists(), "the command ran as {owner}");
+        // Named by the operator, a system account is allowed.
+        let user = owner.to_string();
+        let (code, out, err) = exec_script(&dir, &work, &["--user", &user], &script, &[]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert_eq!(out.trim(), user, "{err}");
+    }
+}
+
+#[test]
+fn an_account_in_root_s_group_is_refused_by_sluice_not_the_shim() {
+    if !privileged("an_account_in_root_s_group_is_refused_by_sluice_not_the_shim") {
+        return;
+    }
+    // An account whose primary group is root's, in a passwd file bind-mounted over
+    // /etc/passwd in a private mount namespace (the host's is untouched).
+    let (dir, work) = setup("exec-root-group", 4400);
+    let mut passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    passwd.push_str("h25op:x:4400:0::/nonexistent:/bin/sh\n");
+    let fake = dir.write("passwd", &passwd);
+    let fake = fake.to_str().unwrap();
+    let wrap = [
+        "unshare",
+        "--mount",
+        "sh",
+        "-c",
+        "mount --bind \"$0\" /etc/passwd && exec \"$@\"",
+        fake,
+    ];
+    let ran = work.join("ran");
+    let script = format!("touch {} && id", ran.display());
+    for extra in [&[][..], &["--user", "h25op"][..], &["--user", "4400"][..]] {
+        let (code, out, err) = exec_script(&dir, &work, extra, &script, &wrap);
+        assert_eq!(code, 125, "{extra:?}: {out}{err}");
+        assert!(
+            err.contains(
+                "its group is root's (gid 0), and the command never runs with root's group"
+            ),
+            "{extra:?}: {err}"
+        );
+        assert!(!err.contains("Usage"), "{err}");
+        assert!(!ran.exists(), "the command ran: {out}");
+    }
+}
+
+#[test]
+fn the_shim_refuses_a_working_directory_other_than_the_one_sluice_pinned() {
+    if !privileged("the_shim_refuses_a_working_directory_other_than_the_one_sluice_pinned") {
+        return;
+    }
+    // Between sluice's last check and the shim's chdir, the path could be swapped for a link
+    // to another user's directory: the shim compares what it entered with the pinned id.
+    let (_dir, work) = setup("exec-pinned", USER);
+    let other = TempDir::new("exec-pinned-other");
+    let id = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        format!("{}:{}", m.dev(), m.ino())
+    };
+    let w = work.to_str().unwrap();
+    for (pinned, code) in [(id(other.path()), 125), (id(&work), 0)] {
+        let (got, out, err) = run(Command::new(sluice_bin())
+            .args(["__shim", "--proxy", "127.0.0.1:9", "--uid", "4321", "--gid"])
+            .args([
+                "65534", "--ro", "/usr", "--ro", "/lib", "--ro", "/etc", "--exec",
+            ])
+            .args(["/usr/bin", "--ro", w, "--workdir", w, "--allow-host-netns"])
+            .args(["--", "/usr/bin/pwd"])
+            .env("SLUICE_SHIM_WORKDIR_ID", &pinned));
+        assert_eq!(got, code, "{out}{err}");
+        if code == 0 {
+            assert_eq!(out.trim(), w, "{err}");
+        } else {
+            assert!(
+                err.contains("the working directory is not the one the supervisor started in"),
+                "{err}"
+            );
+            assert!(out.is_empty(), "the command ran: {out}");
+        }
+    }
 }

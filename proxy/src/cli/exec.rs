@@ -8,7 +8,8 @@
 //! `HOME` and the start-up lines saying so (`home`), what it may touch (`grants`,
 //! `toolchain`) and the refusal when that covers the secrets file or
 //! the audit log (`reach`), its network (`fence`), the shim (this binary, re-executed with a
-//! hidden first argument, unless `--shim` names another), forwarding signals to the child,
+//! hidden first argument, unless `--shim` names another), the working directory pinned from
+//! start to the shim's `chdir` (`workdir`), forwarding signals to the child,
 //! and exiting with its status. Audit goes to sluice's state directory by default, never to
 //! the working directory the command may write.
 
@@ -19,6 +20,7 @@ mod invoker;
 mod reach;
 mod sandbox_dir;
 mod toolchain;
+mod workdir;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -252,19 +254,17 @@ pub fn exec(args: ExecArgs) -> ExitCode {
 fn choose_user(
     args: &ExecArgs,
     sandbox: &Sandbox,
-    workdir: &Path,
+    workdir: &workdir::Pinned,
     accounts: &[invoker::Account],
 ) -> Result<invoker::Chosen, String> {
-    use std::os::unix::fs::MetadataExt;
-    let owner = std::fs::metadata(workdir)
-        .map(|m| (m.uid(), m.gid()))
-        .map_err(|e| format!("the working directory {}: {e}", workdir.display()))?;
+    let login_defs = std::fs::read_to_string("/etc/login.defs").unwrap_or_default();
     invoker::choose(&invoker::Inputs {
         sandbox,
         invocation: &invoker::Invocation::current(),
         flag: args.user.as_deref(),
-        workdir,
-        workdir_owner: owner,
+        workdir: &workdir.path,
+        workdir_owner: workdir.uid,
+        uid_min: invoker::uid_min(&login_defs),
         accounts,
     })
     .map_err(|e| e.to_string())
@@ -300,13 +300,21 @@ fn all_grants(args: &ExecArgs, s: &GrantSources<'_>) -> Vec<Grant> {
 }
 
 async fn exec_async(mut args: ExecArgs) -> ExitCode {
+    // Before anything else: the directory itself, not its path (see `workdir`).
+    let pinned = match workdir::Pinned::current() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return ExitCode::from(EXIT_REFUSED);
+        }
+    };
+    let workdir = pinned.path.clone();
     if !args.run.dns_listen.is_empty() {
         eprintln!(
             "sluice: --dns-listen is for `sluice run` (a sidecar or a pod); exec does not serve DNS"
         );
         return ExitCode::from(EXIT_REFUSED);
     }
-    let workdir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     // The CA files and the command's TMPDIR live in a private directory of unpredictable name.
     let mut private = match SandboxDir::create(&std::env::temp_dir()) {
         Ok(d) => d,
@@ -356,7 +364,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
     };
     let policy = shared.policy.load_full();
     let accounts = invoker::accounts(&std::fs::read_to_string("/etc/passwd").unwrap_or_default());
-    let chosen = match choose_user(&args, policy.sandbox(), &workdir, &accounts) {
+    let chosen = match choose_user(&args, policy.sandbox(), &pinned, &accounts) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("sluice: {e}");
@@ -528,7 +536,13 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         command: &args.command,
     };
     let (mut shim, shim_name) = shim_command(args.shim.as_ref());
+    // The path the shim enters is still the directory the user was chosen from.
+    if let Err(e) = pinned.check() {
+        eprintln!("sluice: {e}");
+        return ExitCode::from(EXIT_REFUSED);
+    }
     let child = match shim
+        .env(workdir::SHIM_ENV, pinned.shim_env())
         .args(shim_args(&inputs).into_iter().map(OsString::from))
         .spawn()
     {

@@ -1,10 +1,12 @@
 //! Who the confined command runs as. In order: the policy's `process.run_as_user/group`;
 //! `--user NAME|UID`; sluice's own user when sluice is not root; through `sudo`, the user
 //! `SUDO_UID`/`SUDO_GID` name; as plain root, the owner of the working directory (the user
-//! whose files the command works on, so that it can write them; without an account, the
-//! directory's group unless that is root's, then `nogroup`). Never root: where none of
-//! these gives a user but root (a working directory root owns), sluice refuses and says how
-//! to choose. Pure: the caller reads the ids, the directory's owner and /etc/passwd.
+//! whose files the command works on, so that it can write them), but only a normal user's
+//! uid (`UID_MIN` from /etc/login.defs up to 65533): its primary group, `nogroup` without an
+//! account, never the directory's group (whoever owns the directory sets that). Never root
+//! and never root's group: where none of these gives a user but root or a system account
+//! (a working directory root or a service owns), sluice refuses and says how to choose.
+//! Pure: the caller reads the ids, the directory's owner, /etc/passwd and /etc/login.defs.
 
 use std::path::Path;
 
@@ -117,6 +119,29 @@ pub enum NoUser {
         "the working directory {dir} is owned by root, and the command never runs as root: pass --user NAME (the user whose files the command works on, or --user nobody), or run sluice exec from a directory that user owns"
     )]
     RootOwnedWorkdir { dir: String },
+    #[error(
+        "the working directory {dir} is owned by uid {uid}, not a normal user's (uid {uid_min} to 65533, UID_MIN from /etc/login.defs): sluice chooses only a normal user by itself; pass --user NAME (the user whose files the command works on, or --user nobody)"
+    )]
+    SystemOwnedWorkdir { dir: String, uid: u32, uid_min: u32 },
+    #[error(
+        "{who}: its group is root's (gid 0), and the command never runs with root's group: choose a user whose primary group is not root's (--user NAME)"
+    )]
+    RootGroup { who: String },
+}
+
+/// The first uid of a normal user when /etc/login.defs does not say.
+pub const DEFAULT_UID_MIN: u32 = 1000;
+
+/// `UID_MIN` from a login.defs(5) file's contents, else [`DEFAULT_UID_MIN`].
+pub fn uid_min(login_defs: &str) -> u32 {
+    login_defs
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some("UID_MIN")).then(|| words.next()?.parse().ok())?
+        })
+        .next_back()
+        .unwrap_or(DEFAULT_UID_MIN)
 }
 
 /// What the choice is made from.
@@ -127,8 +152,11 @@ pub struct Inputs<'a> {
     /// `--user`, as given.
     pub flag: Option<&'a str>,
     pub workdir: &'a Path,
-    /// The working directory's owner and group.
-    pub workdir_owner: (u32, u32),
+    /// The working directory's owner (its group is never used: whoever owns the directory
+    /// sets that).
+    pub workdir_owner: u32,
+    /// The first uid of a normal user (`UID_MIN`).
+    pub uid_min: u32,
     pub accounts: &'a [Account],
 }
 
@@ -155,8 +183,24 @@ fn primary_gid(uid: u32, accounts: &[Account]) -> Option<u32> {
     accounts.iter().find(|a| a.uid == uid).map(|a| a.gid)
 }
 
-/// The command's user and group, or why there is none but root.
+/// The command's user and group, or why there is none but root (or root's group).
 pub fn choose(i: &Inputs<'_>) -> Result<Chosen, NoUser> {
+    let c = choose_any_group(i)?;
+    if c.gid == 0 {
+        let who = match (c.source, i.flag) {
+            (Source::Flag, Some(f)) => format!("--user {f}"),
+            _ => format!(
+                "{} ({})",
+                describe(c.uid, c.gid, i.accounts),
+                c.source.as_str()
+            ),
+        };
+        return Err(NoUser::RootGroup { who });
+    }
+    Ok(c)
+}
+
+fn choose_any_group(i: &Inputs<'_>) -> Result<Chosen, NoUser> {
     let flag = i.flag.map(|f| resolve(f, i.accounts)).transpose()?;
     let pick = |r: Option<RunAs>| match r {
         Some(RunAs::Id(n)) => Some(n),
@@ -201,15 +245,21 @@ pub fn choose(i: &Inputs<'_>) -> Result<Chosen, NoUser> {
     if let Some(ids) = inv.sudo_user() {
         return Ok(chosen(ids, Source::Sudo));
     }
-    let (owner, dir_gid) = i.workdir_owner;
+    let owner = i.workdir_owner;
+    let dir = i.workdir.display().to_string();
     if owner == 0 {
-        return Err(NoUser::RootOwnedWorkdir {
-            dir: i.workdir.display().to_string(),
+        return Err(NoUser::RootOwnedWorkdir { dir });
+    }
+    // A service's directory (postgres's data) is not a user's work: only a normal uid.
+    if owner < i.uid_min || owner >= NOBODY {
+        return Err(NoUser::SystemOwnedWorkdir {
+            dir,
+            uid: owner,
+            uid_min: i.uid_min,
         });
     }
-    // Without an account: the directory's group, unless that is root's.
-    let fallback = if dir_gid == 0 { NOBODY } else { dir_gid };
-    let gid = primary_gid(owner, i.accounts).unwrap_or(fallback);
+    // Without an account: `nogroup`, never the directory's group.
+    let gid = primary_gid(owner, i.accounts).unwrap_or(NOBODY);
     Ok(chosen((owner, gid), Source::WorkdirOwner))
 }
 
@@ -240,7 +290,7 @@ mod tests {
         sandbox: &Sandbox,
         invocation: &Invocation,
         flag: Option<&str>,
-        owner: (u32, u32),
+        owner: u32,
     ) -> Result<(u32, u32, Source), NoUser> {
         let accounts = accounts(PASSWD);
         choose(&Inputs {
@@ -249,6 +299,7 @@ mod tests {
             flag,
             workdir: Path::new("/w"),
             workdir_owner: owner,
+            uid_min: DEFAULT_UID_MIN,
             accounts: &accounts,
         })
         .map(|c| (c.uid, c.gid, c.source))
@@ -260,48 +311,54 @@ mod tests {
         let root = inv(0, None);
         // Owned by alice: alice, with her primary group.
         assert_eq!(
-            pick(&none, &root, None, (1000, 50)),
+            pick(&none, &root, None, 1000),
             Ok((1000, 1001, Source::WorkdirOwner))
         );
-        // An owner without an account: its uid, the directory's group.
+        // An owner without an account: its uid, `nogroup`, never the directory's group.
         assert_eq!(
-            pick(&none, &root, None, (4242, 4243)),
-            Ok((4242, 4243, Source::WorkdirOwner))
+            pick(&none, &root, None, 4242),
+            Ok((4242, NOBODY, Source::WorkdirOwner))
         );
         // Owned by root: no safe choice.
-        let no = pick(&none, &root, None, (0, 0)).unwrap_err();
+        let no = pick(&none, &root, None, 0).unwrap_err();
         assert!(no.to_string().contains("pass --user NAME"), "{no}");
         // --user chooses, by name or number, and never root.
         assert_eq!(
-            pick(&none, &root, Some("nobody"), (0, 0)),
+            pick(&none, &root, Some("nobody"), 0),
             Ok((NOBODY, NOBODY, Source::Flag))
         );
         assert_eq!(
-            pick(&none, &root, Some("1000"), (0, 0)),
+            pick(&none, &root, Some("1000"), 0),
             Ok((1000, 1001, Source::Flag))
         );
         assert_eq!(
-            pick(&none, &root, Some("777"), (0, 0)),
+            pick(&none, &root, Some("777"), 0),
             Ok((777, NOBODY, Source::Flag))
         );
         // -1 would leave the ids unchanged (root): refused.
         assert_eq!(
-            pick(&none, &root, Some("4294967295"), (0, 0)),
+            pick(&none, &root, Some("4294967295"), 0),
             Err(NoUser::Invalid("4294967295".to_string()))
         );
-        // An owner without an account in root's group: never gid 0.
+        // A system account's directory, or nobody's: refused, with or without an account.
+        for system in [1, 999, 65534, 70000] {
+            let no = pick(&none, &root, None, system).unwrap_err();
+            assert!(matches!(no, NoUser::SystemOwnedWorkdir { .. }), "{no}");
+            assert!(no.to_string().contains("pass --user NAME"), "{no}");
+        }
+        // Named, a system account is the operator's choice.
         assert_eq!(
-            pick(&none, &root, None, (4242, 0)),
-            Ok((4242, NOBODY, Source::WorkdirOwner))
+            pick(&none, &root, Some("999"), 0),
+            Ok((999, NOBODY, Source::Flag))
         );
         for r in ["root", "0"] {
             assert_eq!(
-                pick(&none, &root, Some(r), (1000, 1000)),
+                pick(&none, &root, Some(r), 1000),
                 Err(NoUser::Root(r.to_string()))
             );
         }
         assert_eq!(
-            pick(&none, &root, Some("mallory"), (1000, 1000)),
+            pick(&none, &root, Some("mallory"), 1000),
             Err(NoUser::Unknown("mallory".to_string()))
         );
     }
@@ -310,26 +367,26 @@ mod tests {
     fn sudo_and_a_normal_user_are_the_invoker() {
         let none = Sandbox::default();
         assert_eq!(
-            pick(&none, &inv(1000, None), None, (0, 0)),
+            pick(&none, &inv(1000, None), None, 0),
             Ok((1000, 1000, Source::Own))
         );
         assert_eq!(
-            pick(&none, &inv(0, Some(("1001", "1002"))), None, (0, 0)),
+            pick(&none, &inv(0, Some(("1001", "1002"))), None, 0),
             Ok((1001, 1002, Source::Sudo))
         );
         // sudo from root, or garbage: the directory's owner, never root.
         assert_eq!(
-            pick(&none, &inv(0, Some(("0", "0"))), None, (1000, 1)),
+            pick(&none, &inv(0, Some(("0", "0"))), None, 1000),
             Ok((1000, 1001, Source::WorkdirOwner))
         );
-        assert!(pick(&none, &inv(0, Some(("x", "1"))), None, (0, 0)).is_err());
+        assert!(pick(&none, &inv(0, Some(("x", "1"))), None, 0).is_err());
         // Not root: --user may only name itself.
         assert_eq!(
-            pick(&none, &inv(1000, None), Some("alice"), (0, 0)),
+            pick(&none, &inv(1000, None), Some("alice"), 0),
             Ok((1000, 1001, Source::Flag))
         );
         assert!(matches!(
-            pick(&none, &inv(1000, None), Some("nobody"), (0, 0)),
+            pick(&none, &inv(1000, None), Some("nobody"), 0),
             Err(NoUser::NotRoot { .. })
         ));
     }
@@ -343,15 +400,15 @@ mod tests {
         };
         let root = inv(0, Some(("1001", "1002")));
         assert_eq!(
-            pick(&policy, &root, None, (0, 0)),
+            pick(&policy, &root, None, 0),
             Ok((1000, NOBODY, Source::Policy))
         );
         assert_eq!(
-            pick(&policy, &root, Some("alice"), (0, 0)),
+            pick(&policy, &root, Some("alice"), 0),
             Ok((1000, NOBODY, Source::Policy))
         );
         assert!(matches!(
-            pick(&policy, &root, Some("nobody"), (0, 0)),
+            pick(&policy, &root, Some("nobody"), 0),
             Err(NoUser::Policy { .. })
         ));
         let sandbox_user = Sandbox {
@@ -359,9 +416,49 @@ mod tests {
             ..Sandbox::default()
         };
         assert_eq!(
-            pick(&sandbox_user, &inv(0, None), None, (0, 0)),
+            pick(&sandbox_user, &inv(0, None), None, 0),
             Ok((NOBODY, NOBODY, Source::Policy))
         );
+    }
+
+    #[test]
+    fn never_root_s_group() {
+        let passwd = "op:x:1500:0::/home/op:/bin/sh\n";
+        let accounts = accounts(passwd);
+        let root = inv(0, None);
+        let none = Sandbox::default();
+        let with = |flag, sandbox: &Sandbox| {
+            choose(&Inputs {
+                sandbox,
+                invocation: &root,
+                flag,
+                workdir: Path::new("/w"),
+                workdir_owner: 1500,
+                uid_min: DEFAULT_UID_MIN,
+                accounts: &accounts,
+            })
+        };
+        for flag in [None, Some("op"), Some("1500")] {
+            let no = with(flag, &none).unwrap_err();
+            assert!(matches!(no, NoUser::RootGroup { .. }), "{no}");
+            assert!(no.to_string().contains("root's group"), "{no}");
+        }
+        let root_group = Sandbox {
+            run_as_user: Some(RunAs::Id(1500)),
+            run_as_group: Some(RunAs::Id(0)),
+            ..Sandbox::default()
+        };
+        assert!(with(None, &root_group).is_err());
+    }
+
+    #[test]
+    fn uid_min_from_login_defs() {
+        assert_eq!(uid_min(""), 1000);
+        assert_eq!(
+            uid_min("# UID_MIN 5\nUID_MIN\t\t 2000\nSYS_UID_MIN 100\n"),
+            2000
+        );
+        assert_eq!(uid_min("UID_MIN x\n"), 1000);
     }
 
     #[test]
