@@ -260,9 +260,10 @@ fn the_readme_walk_through_runs_as_written() {
     assert!(first.starts_with(build), "{first}");
     // The checkout stands in as a directory holding target/release/sluice, made inside the
     // fresh /tmp below.
+    // The binary is copied to a tmpfs of the test's own mount namespace first: the fresh
+    // /tmp hides it when the checkout itself is under /tmp.
     let body = format!(
-        "set -e\nmkdir -p /tmp/checkout/target/release\nln -s {} /tmp/checkout/target/release/sluice\ncd /tmp/checkout\n{}\n{rest}\n",
-        sluice_bin().display(),
+        "set -e\nmkdir -p /tmp/checkout/target/release\nln -s /mnt/sluice /tmp/checkout/target/release/sluice\ncd /tmp/checkout\n{}\n{rest}\n",
         &first[build.len()..]
     );
     // Its own network, pid and mount namespaces: the fixed ports (3128, 8443) are its own,
@@ -271,9 +272,10 @@ fn the_readme_walk_through_runs_as_written() {
         .args(["--net", "--pid", "--fork", "--mount", "--mount-proc", "--"])
         .args(["bash", "-c"])
         .arg(
-            "mount -t tmpfs tmpfs /tmp && ip link set lo up && timeout 120 bash -c \"$0\"; rc=$?; cat /tmp/sluice-try/sluice.log >&2; exit $rc",
+            "mount -t tmpfs tmpfs /mnt && cp \"$1\" /mnt/sluice && mount -t tmpfs tmpfs /tmp && ip link set lo up && timeout 120 bash -c \"$0\"; rc=$?; cat /tmp/sluice-try/sluice.log >&2; exit $rc",
         )
-        .arg(body));
+        .arg(body)
+        .arg(sluice_bin()));
     assert_eq!(code, 0, "the walk-through failed:\n{out}\n{err}");
     // What it prints is what the README says it prints (the audit lines in any order: a
     // connection's close may be written after the next one opens).

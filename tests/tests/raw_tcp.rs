@@ -397,7 +397,14 @@ fn both_ways(pod: &Pod, via: &[&str], direct: &[&str], expect: &str) -> (Duratio
 fn ttfb(pod: &Pod, direct: bool, host: &str, port: &str, proto: &str) -> (f64, f64) {
     let py = python();
     let (out, _) = pod.client(direct, &[&py, "-c", TTFB, host, port, proto, "20"]);
-    assert!(out.status.success(), "ttfb {host}:{port}: {}", text(&out));
+    assert!(
+        out.status.success(),
+        "ttfb {host}:{port} (direct: {direct}): {}\nsluice: {}\naudit: {}\nsmtpd: {}",
+        text(&out),
+        pod.log("sluice.log"),
+        pod.audit(),
+        pod.log("smtpd.log")
+    );
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut it = said.split_whitespace().map(|v| v.parse::<f64>().unwrap());
     (it.next().unwrap(), it.next().unwrap())
