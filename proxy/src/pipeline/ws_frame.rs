@@ -93,16 +93,8 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Header, usize)>, FrameError> {
         return Err(FrameError::Masked);
     }
     let fin = b0 & 0x80 != 0;
-    let (len, n) = match b1 & 0x7f {
-        126 => match buf.get(2..4) {
-            Some(b) => (u64::from(u16::from_be_bytes([b[0], b[1]])), 4),
-            None => return Ok(None),
-        },
-        127 => match buf.get(2..10).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
-            Some(b) => (u64::from_be_bytes(b), 10),
-            None => return Ok(None),
-        },
-        short => (u64::from(short), 2),
+    let Some((len, n)) = payload_len(buf, b1) else {
+        return Ok(None);
     };
     if len >> 63 != 0 {
         return Err(FrameError::Length);
@@ -168,16 +160,8 @@ pub(crate) fn parse_client(buf: &[u8]) -> Result<Option<(ClientHeader, usize)>, 
         return Err(ClientFrameError::Unmasked);
     }
     let fin = b0 & 0x80 != 0;
-    let (len, n) = match b1 & 0x7f {
-        126 => match buf.get(2..4) {
-            Some(b) => (u64::from(u16::from_be_bytes([b[0], b[1]])), 4),
-            None => return Ok(None),
-        },
-        127 => match buf.get(2..10).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
-            Some(b) => (u64::from_be_bytes(b), 10),
-            None => return Ok(None),
-        },
-        short => (u64::from(short), 2),
+    let Some((len, n)) = payload_len(buf, b1) else {
+        return Ok(None);
     };
     let minimal = match n {
         4 => len >= 126,
@@ -227,6 +211,22 @@ pub(crate) fn encode_masked(
     out[start + 1] |= 0x80;
     out.splice(start + header..start + header, mask);
     apply_mask(&mut out[start + header + 4..], mask, 0);
+}
+
+/// The payload length a frame's second byte `b1` announces (RFC 6455 §5.2: 7 bits, or 16 or
+/// 64 more after it) and the header bytes read so far to learn it; `None` until `buf` holds
+/// them. The one reading of the length for the upstream's frames and the client's.
+fn payload_len(buf: &[u8], b1: u8) -> Option<(u64, usize)> {
+    match b1 & 0x7f {
+        126 => buf
+            .get(2..4)
+            .map(|b| (u64::from(u16::from_be_bytes([b[0], b[1]])), 4)),
+        127 => buf
+            .get(2..10)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(|b| (u64::from_be_bytes(b), 10)),
+        short => Some((u64::from(short), 2)),
+    }
 }
 
 #[cfg(test)]
