@@ -134,16 +134,18 @@ binaries: [/usr/bin/curl]
         "{stderr}"
     );
 
-    // A feature that would weaken enforcement if ignored: refused by name.
+    // A refresh sluice does not know would leave a stale secret: refused by name.
     let refresh = dir.write(
         "api.yaml",
-        "id: api\ncredentials: [{name: k, env_vars: [API_TOKEN], refresh: {strategy: external}}]\nendpoints:\n  - {host: api.example.com, port: 443, protocol: rest, access: full}\n",
+        "id: api\ncredentials: [{name: k, env_vars: [API_TOKEN], refresh: {strategy: bespoke}}]\nendpoints:\n  - {host: api.example.com, port: 443, protocol: rest, access: full}\n",
     );
     let r = path(&refresh);
     let (code, _, stderr) = out_of(&["policy", "check", "--providers", &r]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains(&format!("{r}:2:68: credentials[0].refresh.strategy: `refresh` strategy `external` (credential refresh) is not supported by sluice yet")),
+        stderr.contains(&format!(
+            "{r}:2:68: credentials[0].refresh.strategy: unknown `refresh` strategy `bespoke`"
+        )),
         "{stderr}"
     );
     // SigV4 signing is checked like any endpoint field, at its line.

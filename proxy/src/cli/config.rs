@@ -188,11 +188,10 @@ impl ConfigError {
 /// from sluice's own environment.
 pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
     let tokens = sources.refresh.as_ref().map(|r| Arc::clone(&r.tokens));
-    let env = |k: &str| {
-        tokens
-            .as_ref()
-            .and_then(|t| t.get(k))
-            .or_else(|| std::env::var(k).ok())
+    // A key a refresh supplies comes from it alone: never the environment's stale value.
+    let env = |k: &str| match &tokens {
+        Some(t) if t.manages(k) => t.get(k),
+        _ => std::env::var(k).ok(),
     };
     let mut config = load_with_env(sources, &env)?;
     if let Some(files) = &sources.ca {

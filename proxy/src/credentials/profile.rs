@@ -33,7 +33,7 @@ mod placement;
 mod refresh_block;
 mod schema;
 
-pub use refresh_block::{DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Refresh, Strategy};
+pub use refresh_block::{DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Output, Refresh, Strategy};
 
 use schema::{ReadProfile, Reader};
 
@@ -241,7 +241,18 @@ pub struct CredentialSpec {
     pub placement: Placement,
     /// `refresh` with a strategy sluice carries out: its value is a token sluice obtains.
     pub refresh: Option<Refresh>,
+    /// Named by another credential's `additional_outputs`: that credential's refresh mints
+    /// this value too (an AssumeRole's secret key or session token).
+    pub refreshed_by: Option<CredentialName>,
     pub location: Location,
+}
+
+impl CredentialSpec {
+    /// Whether a refresh, this credential's or a sibling's, supplies the value: it is then
+    /// never read from the environment or the secrets file directly.
+    pub fn is_refreshed(&self) -> bool {
+        self.refresh.is_some() || self.refreshed_by.is_some()
+    }
 }
 
 /// A profile endpoint: where the profile's secrets may be swapped in.

@@ -8,8 +8,10 @@
 //! refresh in flight per credential, `refresh_before_seconds` ahead of expiry, never past
 //! `max_lifetime_seconds`, a failure retried with backoff while the last good token serves
 //! until it expires). Each `material` value comes from sluice's environment or secrets file
-//! as `<first env var>_<NAME>`. The token request itself is `oauth.rs`. Tokens are held
-//! zeroized and never logged; errors name credentials, never values.
+//! as `<first env var>_<NAME>`. The token request itself is `oauth.rs` (STS's AssumeRole,
+//! `sts.rs`, whose secret key and session token go to the sibling credentials its
+//! `additional_outputs` name). Tokens are held zeroized and never logged; errors name
+//! credentials, never values.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,19 +20,27 @@ use std::time::{Duration, SystemTime};
 use zeroize::Zeroizing;
 
 use super::profile::{CredentialRef, EnvKey};
-pub use super::profile::{DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Refresh, Strategy};
+pub use super::profile::{DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Output, Refresh, Strategy};
 
 mod jwt;
 pub mod oauth;
+mod sts;
 
 /// The material sluice reads for a refresh (each strategy uses its own).
-const MATERIAL: [&str; 6] = [
+const MATERIAL: [&str; 13] = [
     "client_id",
     "client_secret",
     "refresh_token",
     "client_email",
     "private_key",
     "subject",
+    "role_arn",
+    "session_name",
+    "external_id",
+    "aws_region",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
 ];
 
 /// The longest wait between two attempts after failures.
@@ -53,6 +63,29 @@ struct Token {
 #[derive(Default)]
 pub struct Tokens {
     by_key: Mutex<HashMap<String, Token>>,
+}
+
+impl Tokens {
+    /// Whether a refresh supplies `key` (a token now or not): its value then never comes from
+    /// anywhere else, so a failed refresh is a `503`, never a stale value.
+    pub fn manages(&self, key: &str) -> bool {
+        self.by_key
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(key)
+    }
+
+    /// Marks `keys` as supplied by a refresh, without a token yet.
+    fn manage(&self, keys: &[EnvKey]) {
+        let mut map = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        for key in keys {
+            map.entry(key.as_str().to_string())
+                .or_insert_with(|| Token {
+                    value: Zeroizing::new(String::new()),
+                    expires: SystemTime::UNIX_EPOCH,
+                });
+        }
+    }
 }
 
 impl std::fmt::Debug for Tokens {
@@ -105,6 +138,8 @@ pub struct Job {
     pub refresh: Refresh,
     /// Material by name (`client_id`, `client_secret`, `refresh_token`, ...).
     pub material: HashMap<String, Zeroizing<String>>,
+    /// The env vars of the sibling credential each co-minted value goes to.
+    pub outputs: Vec<(Output, Vec<EnvKey>)>,
 }
 
 /// Obtains a token for `job` now and stores it; its lifetime, bounded by
@@ -119,11 +154,20 @@ pub async fn refresh_once(
         .expires_in
         .unwrap_or(job.refresh.max_lifetime)
         .min(job.refresh.max_lifetime);
-    tokens.set(
-        &job.keys,
-        &granted.access_token,
-        SystemTime::now() + lifetime,
-    );
+    let expires = SystemTime::now() + lifetime;
+    // Every output before the token: a reader never sees a new key with an old secret.
+    for (output, keys) in &job.outputs {
+        let value = granted
+            .outputs
+            .iter()
+            .find(|(o, _)| o == output)
+            .map(|(_, v)| v)
+            .ok_or_else(|| oauth::TokenError::Malformed {
+                url: job.refresh.token_url.clone(),
+            })?;
+        tokens.set(keys, value, expires);
+    }
+    tokens.set(&job.keys, &granted.access_token, expires);
     if let Some(rotated) = granted.refresh_token {
         // A rotating authorization server: the next refresh uses the new one.
         job.material.insert("refresh_token".to_string(), rotated);
@@ -214,6 +258,14 @@ impl Refresher {
                 else {
                     continue;
                 };
+                let outputs = refresh
+                    .outputs
+                    .iter()
+                    .filter_map(|(output, name)| {
+                        let sibling = profile.credentials.iter().find(|s| &s.name == name)?;
+                        Some((*output, sibling.env_vars.clone()))
+                    })
+                    .collect();
                 let mut values = HashMap::new();
                 for name in MATERIAL {
                     let key = material_key(primary, name);
@@ -232,6 +284,7 @@ impl Refresher {
                     keys: c.env_vars.clone(),
                     refresh: refresh.clone(),
                     material: values,
+                    outputs,
                 });
             }
         }
@@ -241,6 +294,10 @@ impl Refresher {
         let tokens = Arc::new(Tokens::default());
         let mut started = Vec::new();
         for mut job in jobs {
+            tokens.manage(&job.keys);
+            for (_, keys) in &job.outputs {
+                tokens.manage(keys);
+            }
             let wait = match refresh_once(&mut job, &tokens, &client).await {
                 Ok(lifetime) => lifetime
                     .saturating_sub(job.refresh.refresh_before)

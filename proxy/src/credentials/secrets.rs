@@ -287,6 +287,12 @@ impl SecretStore {
                 let mut own: Vec<Result<(usize, SecretOrigin), Unavailability>> = Vec::new();
                 for key in &credential.env_vars {
                     let (value, source) = match file_values.remove(key.as_str()) {
+                        // A refreshed value comes from its refresh alone (`env` holds the
+                        // current token): never a file's, which may be stale or expired.
+                        Some((mut value, _line)) if credential.is_refreshed() => {
+                            value.zeroize();
+                            (env(key.as_str()), SecretSource::Environment)
+                        }
                         Some((value, _line)) => (Some(value), SecretSource::SecretsFile),
                         None => (env(key.as_str()), SecretSource::Environment),
                     };
@@ -309,13 +315,13 @@ impl SecretStore {
                         }
                         Some(Err(reason)) => Err(reason),
                         // The refresh supplies it; none valid now: the refresh is failing.
-                        None if credential.refresh.is_some() => Err(Unavailability::NotRefreshed),
+                        None if credential.is_refreshed() => Err(Unavailability::NotRefreshed),
                         None => Err(Unavailability::Unset),
                     };
                     own.push(entry);
                 }
                 let first = own.iter().find_map(|e| e.as_ref().ok()).cloned();
-                if credential.required && first.is_none() && credential.refresh.is_none() {
+                if credential.required && first.is_none() && !credential.is_refreshed() {
                     match own
                         .iter()
                         .zip(&credential.env_vars)
@@ -339,7 +345,7 @@ impl SecretStore {
                     };
                     if let Err(reason) = entry
                         && !credential.required
-                        && credential.refresh.is_none()
+                        && !credential.is_refreshed()
                     {
                         warnings.push(SecretsWarning::Unavailable {
                             credential: cref.clone(),

@@ -261,8 +261,8 @@ fn a_credentialed_endpoint_without_protocol_binds_by_path_and_grants_the_host_at
 fn what_would_weaken_enforcement_if_ignored_is_refused_by_name() {
     let cases = [
         (
-            "credentials:\n  - {name: k, env_vars: [K], refresh: {strategy: aws_sts_assume_role}}\nendpoints: [{host: a.example.com, port: 443}]\n",
-            "prof.yaml:3:50: credentials[0].refresh.strategy: `refresh` strategy `aws_sts_assume_role` (credential refresh) is not supported by sluice yet; only `static`, `oauth2_refresh_token`, `oauth2_client_credentials` and `google_service_account_jwt` are",
+            "credentials:\n  - {name: k, env_vars: [K], refresh: {strategy: bespoke}}\nendpoints: [{host: a.example.com, port: 443}]\n",
+            "prof.yaml:3:50: credentials[0].refresh.strategy: unknown `refresh` strategy `bespoke`; expected one of: static, external, oauth2_refresh_token, oauth2_client_credentials, google_service_account_jwt, aws_sts_assume_role",
         ),
         (
             "credentials:\n  - {name: k, env_vars: [K], token_grant: {token_endpoint: 'https://t.example.com'}}\nendpoints: [{host: a.example.com, port: 443}]\n",

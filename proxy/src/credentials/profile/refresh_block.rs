@@ -1,7 +1,10 @@
 //! A credential's `refresh` block, typed (spec §3.1): the strategy sluice carries out, its
-//! token endpoint, scopes and timing. Read by `schema.rs`; carried out by `credentials::refresh`.
+//! token endpoint, scopes and timing, and the sibling credentials an AssumeRole co-mints
+//! (`additional_outputs`). Read by `schema.rs`; carried out by `credentials::refresh`.
 
 use std::time::Duration;
+
+use super::CredentialName;
 
 /// The refresh strategies sluice carries out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -14,6 +17,14 @@ pub enum Strategy {
     /// `google_service_account_jwt`: an RS256 JWT signed with the service account's key
     /// traded for an access token (RFC 7523 §2.1).
     ServiceAccountJwt,
+    /// `aws_sts_assume_role`: STS `AssumeRole`, signed with long-lived keys, mints a
+    /// temporary access key id (this credential), secret key and session token (the
+    /// `additional_outputs`).
+    AwsStsAssumeRole,
+    /// `external`: a process outside sluice keeps the value current in the secrets file (or
+    /// directory) together with its expiry, `<first env var>_EXPIRES_AT`; sluice mints nothing
+    /// and refuses the value once that instant has passed or when it is missing.
+    External,
 }
 
 impl Strategy {
@@ -22,6 +33,8 @@ impl Strategy {
             "oauth2_refresh_token" => Strategy::RefreshToken,
             "oauth2_client_credentials" => Strategy::ClientCredentials,
             "google_service_account_jwt" => Strategy::ServiceAccountJwt,
+            "aws_sts_assume_role" => Strategy::AwsStsAssumeRole,
+            "external" => Strategy::External,
             _ => return None,
         })
     }
@@ -32,6 +45,46 @@ impl Strategy {
             Strategy::RefreshToken => &["client_id", "refresh_token"],
             Strategy::ClientCredentials => &["client_id", "client_secret"],
             Strategy::ServiceAccountJwt => &["client_email", "private_key"],
+            // sluice has no ambient AWS identity to fall back on: the source keys are named.
+            Strategy::AwsStsAssumeRole => {
+                &["role_arn", "aws_access_key_id", "aws_secret_access_key"]
+            }
+            Strategy::External => &[],
+        }
+    }
+
+    /// Whether sluice asks an endpoint for the value (every strategy but `external`).
+    pub fn mints(self) -> bool {
+        self != Strategy::External
+    }
+}
+
+/// A value an AssumeRole mints besides the access key id (`additional_outputs[].output`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Output {
+    SecretAccessKey,
+    SessionToken,
+}
+
+impl Output {
+    pub const ALL: [Output; 2] = [Output::SecretAccessKey, Output::SessionToken];
+
+    pub fn parse(text: &str) -> Option<Output> {
+        Output::ALL.into_iter().find(|o| o.name() == text)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Output::SecretAccessKey => "secret_access_key",
+            Output::SessionToken => "session_token",
+        }
+    }
+
+    /// The env var the SigV4 signer reads this value under: the sibling must use it.
+    pub fn env_var(self) -> &'static str {
+        match self {
+            Output::SecretAccessKey => "AWS_SECRET_ACCESS_KEY",
+            Output::SessionToken => "AWS_SESSION_TOKEN",
         }
     }
 }
@@ -40,11 +93,15 @@ impl Strategy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refresh {
     pub strategy: Strategy,
-    /// `https://...`.
+    /// `https://...`. For `aws_sts_assume_role`, the STS endpoint (empty: the regional
+    /// endpoint of the `aws_region` material, `https://sts.<region>.amazonaws.com/`); empty
+    /// for `external`.
     pub token_url: String,
     pub scopes: Vec<String>,
     pub refresh_before: Duration,
     pub max_lifetime: Duration,
+    /// `additional_outputs`: which sibling credential receives each co-minted value.
+    pub outputs: Vec<(Output, CredentialName)>,
 }
 
 /// Default `refresh_before_seconds`.

@@ -19,7 +19,9 @@ use crate::policy::raw::{RawEndpoint, read_endpoint};
 use crate::policy::validate::selector_for;
 use crate::policy::yaml::{Kind, Node, Pos, Style, parse_bool, parse_int};
 
-use super::refresh_block::{DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Refresh, Strategy};
+use super::refresh_block::{
+    DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Output, Refresh, Strategy,
+};
 
 use super::{
     AuthStyle, Category, CredentialName, CredentialSpec, EnvKey, Placement, ProfileEndpoint,
@@ -354,7 +356,65 @@ impl Reader<'_> {
                 None => ok = false,
             }
         }
+        ok &= self.co_minted(node, &mut out);
         ok.then_some(out)
+    }
+
+    /// `additional_outputs`: each names a sibling credential (declared, without its own
+    /// `refresh`, with the one env var the SigV4 signer reads that value under), which is then
+    /// marked as refreshed by the primary; the primary maps to `AWS_ACCESS_KEY_ID`.
+    fn co_minted(&mut self, node: &Node<'_>, credentials: &mut [CredentialSpec]) -> bool {
+        let mut ok = true;
+        let mut marks = Vec::new();
+        for (i, c) in credentials.iter().enumerate() {
+            let Some(refresh) = &c.refresh else { continue };
+            if refresh.strategy != Strategy::AwsStsAssumeRole {
+                continue;
+            }
+            let field = format!("credentials[{i}].refresh.additional_outputs");
+            if c.env_vars.len() != 1
+                || c.env_vars[0].as_str() != crate::credentials::sigv4::ACCESS_KEY_ID
+            {
+                self.error(node.pos, &format!("credentials[{i}].env_vars"), format!("`aws_sts_assume_role` mints the access key id: credential `{}` must have `env_vars: [AWS_ACCESS_KEY_ID]`", c.name));
+                ok = false;
+            }
+            for output in Output::ALL {
+                if !refresh.outputs.iter().any(|(o, _)| *o == output) {
+                    self.error(node.pos, &field, format!("`aws_sts_assume_role` needs an output `{}` naming the credential it goes to", output.name()));
+                    ok = false;
+                }
+            }
+            for (output, name) in &refresh.outputs {
+                let Some(j) = credentials.iter().position(|s| &s.name == name) else {
+                    self.error(
+                        node.pos,
+                        &field,
+                        format!(
+                            "output `{}` names credential `{name}`, which is not declared",
+                            output.name()
+                        ),
+                    );
+                    ok = false;
+                    continue;
+                };
+                let sibling = &credentials[j];
+                if sibling.refresh.is_some() || j == i {
+                    self.error(node.pos, &field, format!("credential `{name}` receives output `{}`: it must not have its own `refresh`", output.name()));
+                    ok = false;
+                } else if sibling.env_vars.len() != 1
+                    || sibling.env_vars[0].as_str() != output.env_var()
+                {
+                    self.error(node.pos, &field, format!("credential `{name}` receives output `{}`: it must have `env_vars: [{}]`", output.name(), output.env_var()));
+                    ok = false;
+                } else {
+                    marks.push((j, c.name.clone()));
+                }
+            }
+        }
+        for (j, by) in marks {
+            credentials[j].refreshed_by = Some(by);
+        }
+        ok
     }
 
     fn credential(&mut self, node: &Node<'_>, path: &str) -> Option<CredentialSpec> {
@@ -374,6 +434,7 @@ impl Reader<'_> {
             path_template: None,
             placement: Placement::AnyHeader,
             refresh: None,
+            refreshed_by: None,
             location: self.location(node.pos),
         };
         for (key, value) in fields {
@@ -503,7 +564,7 @@ impl Reader<'_> {
             self.error(
                 v.pos,
                 &field,
-                format!("`refresh` strategy `{text}` (credential refresh) is not supported by sluice yet; only `static`, `oauth2_refresh_token`, `oauth2_client_credentials` and `google_service_account_jwt` are"),
+                format!("unknown `refresh` strategy `{text}`; expected one of: static, external, oauth2_refresh_token, oauth2_client_credentials, google_service_account_jwt, aws_sts_assume_role"),
             );
             return None;
         };
@@ -514,6 +575,7 @@ impl Reader<'_> {
             scopes: Vec::new(),
             refresh_before: DEFAULT_REFRESH_BEFORE,
             max_lifetime: DEFAULT_MAX_LIFETIME,
+            outputs: Vec::new(),
         };
         for (key, value) in fields {
             let field = join_field(path, key);
@@ -561,6 +623,12 @@ impl Reader<'_> {
                         None => ok = false,
                     }
                 }
+                "additional_outputs" if strategy == Strategy::AwsStsAssumeRole => {
+                    match self.outputs(value, &field) {
+                        Some(outputs) => refresh.outputs = outputs,
+                        None => ok = false,
+                    }
+                }
                 "additional_outputs" => {
                     self.error(
                         value.pos,
@@ -576,7 +644,9 @@ impl Reader<'_> {
                 _ => {}
             }
         }
-        if refresh.token_url.is_empty() && ok {
+        // STS defaults to the region's endpoint; `external` asks no endpoint.
+        let needs_url = !matches!(strategy, Strategy::AwsStsAssumeRole | Strategy::External);
+        if refresh.token_url.is_empty() && needs_url && ok {
             self.error(
                 node.pos,
                 path,
@@ -585,6 +655,63 @@ impl Reader<'_> {
             ok = false;
         }
         ok.then_some(Some(refresh))
+    }
+
+    /// `additional_outputs: [{output, credential}]`, each output once.
+    fn outputs(&mut self, node: &Node<'_>, path: &str) -> Option<Vec<(Output, CredentialName)>> {
+        let items = self.list(node, path)?;
+        let mut out: Vec<(Output, CredentialName)> = Vec::new();
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            let field = format!("{path}[{i}]");
+            let fields = self.fields(item, &field, &["output", "credential"], &[])?;
+            let mut output = None;
+            let mut credential = None;
+            for (key, value) in fields {
+                let f = join_field(&field, key);
+                let Some(text) = self.string(value, &f) else {
+                    ok = false;
+                    continue;
+                };
+                match key {
+                    "output" => match Output::parse(&text) {
+                        Some(o) if out.iter().any(|(p, _)| *p == o) => {
+                            self.error(value.pos, &f, format!("output `{text}` is listed twice"));
+                            ok = false;
+                        }
+                        Some(o) => output = Some(o),
+                        None => {
+                            self.error(value.pos, &f, format!("`aws_sts_assume_role` has no output `{text}`; it mints `secret_access_key` and `session_token`"));
+                            ok = false;
+                        }
+                    },
+                    _ => match CredentialName::new(&text) {
+                        Some(n) => credential = Some(n),
+                        None => {
+                            self.error(
+                                value.pos,
+                                &f,
+                                format!("`{text}` is not a valid credential name"),
+                            );
+                            ok = false;
+                        }
+                    },
+                }
+            }
+            match (output, credential) {
+                (Some(o), Some(c)) => out.push((o, c)),
+                _ if ok => {
+                    self.error(
+                        item.pos,
+                        &field,
+                        "an additional output needs `output` and `credential`",
+                    );
+                    ok = false;
+                }
+                _ => {}
+            }
+        }
+        ok.then_some(out)
     }
 
     fn env_vars(&mut self, node: &Node<'_>, path: &str) -> Option<Vec<EnvKey>> {

@@ -175,7 +175,7 @@ credentials:
     auth_style: digest
     header_name: 'x api'
     path_template: /bot/{credential}/{credential}
-    refresh: {strategy: external, token_url: 'https://x.example.com/t'}
+    refresh: {strategy: bespoke, token_url: 'https://x.example.com/t'}
     token_grant: {token_endpoint: x}
   - name: tok
     env_vars: [OTHER]
@@ -205,7 +205,7 @@ extra: 1
         "p.yaml:8:17: credentials[0].auth_style: unknown auth_style `digest`; expected one of: basic, bearer, header, query, path",
         "p.yaml:9:18: credentials[0].header_name: `x api` is not a valid HTTP header name",
         "p.yaml:10:20: credentials[0].path_template: `path_template` must contain `{credential}` exactly once (found 2)",
-        "p.yaml:11:25: credentials[0].refresh.strategy: `refresh` strategy `external` (credential refresh) is not supported by sluice yet; only `static`, `oauth2_refresh_token`, `oauth2_client_credentials` and `google_service_account_jwt` are",
+        "p.yaml:11:25: credentials[0].refresh.strategy: unknown `refresh` strategy `bespoke`; expected one of: static, external, oauth2_refresh_token, oauth2_client_credentials, google_service_account_jwt, aws_sts_assume_role",
         "p.yaml:12:5: credentials[0].token_grant: `token_grant` (SPIFFE token grants) is not supported by sluice yet",
         "p.yaml:13:5: credentials[1].name: credential `tok` is already defined at line 6",
         "p.yaml:15:5: credentials[2]: a credential needs a `name`",

@@ -16,7 +16,7 @@ use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
 use zeroize::Zeroizing;
 
-use super::{Refresh, Strategy};
+use super::{Output, Refresh, Strategy};
 
 /// How long one token request may take, connection to answer.
 const TIMEOUT: Duration = Duration::from_secs(15);
@@ -50,6 +50,9 @@ pub struct Granted {
     pub access_token: Zeroizing<String>,
     pub expires_in: Option<Duration>,
     pub refresh_token: Option<Zeroizing<String>>,
+    /// Values minted with the token (`additional_outputs`: an AssumeRole's secret key and
+    /// session token).
+    pub outputs: Vec<(Output, Zeroizing<String>)>,
 }
 
 /// The token client: TLS verified with sluice's upstream trust.
@@ -69,9 +72,16 @@ impl Client {
         refresh: &Refresh,
         material: &HashMap<String, Zeroizing<String>>,
     ) -> Result<Granted, TokenError> {
-        let form = form(refresh, material)?;
         let url = refresh.token_url.clone();
-        match tokio::time::timeout(TIMEOUT, self.post(&url, form)).await {
+        let exchange = async {
+            match refresh.strategy {
+                Strategy::AwsStsAssumeRole => {
+                    super::sts::assume_role(self, refresh, material).await
+                }
+                _ => self.post(&url, form(refresh, material)?).await,
+            }
+        };
+        match tokio::time::timeout(TIMEOUT, exchange).await {
             Ok(r) => r,
             Err(_) => Err(TokenError::Transport {
                 url,
@@ -80,7 +90,14 @@ impl Client {
         }
     }
 
-    async fn post(&self, url: &str, form: Zeroizing<String>) -> Result<Granted, TokenError> {
+    /// POSTs `form` to `url` over verified TLS with `headers` besides `Host`, `Content-Type`
+    /// and `Accept`; the status and the answer (at most 64 KiB).
+    pub(super) async fn send_form(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        form: Zeroizing<String>,
+    ) -> Result<(u16, Bytes), TokenError> {
         let uri: http::Uri = url.parse().map_err(|_| TokenError::Url(url.to_string()))?;
         let (Some("https"), Some(host)) = (uri.scheme_str(), uri.host()) else {
             return Err(TokenError::Url(url.to_string()));
@@ -111,13 +128,17 @@ impl Client {
         });
         let authority = uri.authority().map_or(host.clone(), ToString::to_string);
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        let request = http::Request::post(path)
+        let mut request = http::Request::post(path)
             .header(http::header::HOST, authority)
             .header(
                 http::header::CONTENT_TYPE,
                 "application/x-www-form-urlencoded",
             )
-            .header(http::header::ACCEPT, "application/json")
+            .header(http::header::ACCEPT, "application/json");
+        for (name, value) in headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        let request = request
             .body(Full::new(Bytes::from(form.as_bytes().to_vec())))
             .map_err(|e| transport(e.to_string()))?;
         let response = sender
@@ -130,6 +151,11 @@ impl Client {
             .await
             .map_err(|e| transport(format!("reading the answer: {e}")))?
             .to_bytes();
+        Ok((status, body))
+    }
+
+    async fn post(&self, url: &str, form: Zeroizing<String>) -> Result<Granted, TokenError> {
+        let (status, body) = self.send_form(url, &[], form).await?;
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         if status != 200 {
             // Only the error code, and only if it is a plain code: nothing else the server
@@ -163,6 +189,7 @@ impl Client {
             access_token,
             expires_in,
             refresh_token,
+            outputs: Vec::new(),
         })
     }
 }
@@ -186,6 +213,11 @@ fn form(
             pairs.push(("refresh_token", get("refresh_token")?));
         }
         Strategy::ClientCredentials => pairs.push(("grant_type", "client_credentials")),
+        // Neither asks an OAuth endpoint (`request` sends STS its own; `external` mints
+        // nothing).
+        Strategy::AwsStsAssumeRole | Strategy::External => {
+            return Err(TokenError::Url(refresh.token_url.clone()));
+        }
         Strategy::ServiceAccountJwt => {
             // The scopes go in the assertion, not the form.
             assertion = super::jwt::assertion(refresh, material).map_err(|e| match e {
@@ -213,7 +245,7 @@ fn form(
 }
 
 /// `k=v&...`, each value encoded.
-fn encode_form(pairs: &[(&str, &str)]) -> Zeroizing<String> {
+pub(super) fn encode_form(pairs: &[(&str, &str)]) -> Zeroizing<String> {
     let mut out = Zeroizing::new(String::new());
     for (i, (k, v)) in pairs.iter().enumerate() {
         if i > 0 {
