@@ -136,7 +136,9 @@ def origin_app(environ, start_response):
         creds = Credentials(role.access_key_id, role.secret_access_key, role.session_token)
         why = signature_ok(environ["REQUEST_METHOD"], url_of(environ, headers), headers, body, creds)
         code = why and "SignatureDoesNotMatch"
-    log({"server": "origin", "path": path, "access": access, "verified": why is None, "why": why})
+    # The issued secret and token too, so that the test can sweep for them everywhere.
+    issued_secrets = role and [role.secret_access_key, role.session_token]
+    log({"server": "origin", "path": path, "access": access, "verified": why is None, "why": why, "issued": issued_secrets})
     if why:
         reply, status = {"code": code, "why": why}, "403 Forbidden"
     elif path.endswith("/echo-auth"):

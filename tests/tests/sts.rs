@@ -211,10 +211,16 @@ fn sluice_assumes_the_role_itself_and_signs_with_credentials_that_outlive_their_
     // No issued key, the source secret, or STS's answer reaches the client, a log or the audit.
     let audit = serde_json::to_string(&sluice.events()).unwrap();
     let stderr = sluice.stderr();
-    for secret in [SOURCE_SECRET] {
-        assert!(
-            !client_saw.contains(secret) && !audit.contains(secret) && !stderr.contains(secret)
-        );
+    let issued: BTreeSet<&str> = served
+        .iter()
+        .flat_map(|e| e["issued"].as_array().unwrap())
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(issued.len() >= 6, "{issued:?}");
+    for secret in issued.iter().copied().chain([SOURCE_SECRET]) {
+        assert!(!client_saw.contains(secret), "the client saw a secret");
+        assert!(!audit.contains(secret), "the audit log holds a secret");
+        assert!(!stderr.contains(secret), "sluice's log holds a secret");
     }
     for key in &keys {
         assert!(!client_saw.contains(key), "the client saw issued key {key}");

@@ -1174,23 +1174,24 @@ async fn start_refresh(
     {
         return Ok(None);
     }
-    let file = match &sources.secrets_file {
-        Some(path) => match crate::credentials::secrets::read_secrets_file(path) {
-            Ok(values) => values,
-            Err(errors) => {
-                for e in errors {
-                    eprintln!("sluice: {e}");
-                }
-                return Err(ExitCode::from(1));
-            }
-        },
-        None => std::collections::HashMap::new(),
-    };
-    let material = |k: &str| {
-        file.get(k)
-            .map(|(v, _)| v.clone())
-            .or_else(|| std::env::var(k).ok())
-    };
+    if let Some(path) = &sources.secrets_file
+        && let Err(errors) = crate::credentials::secrets::read_secrets_file(path)
+    {
+        for e in errors {
+            eprintln!("sluice: {e}");
+        }
+        return Err(ExitCode::from(1));
+    }
+    // Read again on each call: `external` values change while sluice runs.
+    let file = sources.secrets_file.clone();
+    let material: crate::credentials::refresh::Source = Arc::new(move |k: &str| {
+        let from_file = file
+            .as_deref()
+            .and_then(|p| crate::credentials::secrets::read_secrets_file(p).ok())
+            .and_then(|mut values| values.remove(k))
+            .map(|(v, _)| v);
+        from_file.or_else(|| std::env::var(k).ok())
+    });
     let tls = match crate::tls::upstream::UpstreamTls::new(&args.upstream_cas) {
         Ok(t) => t.config(crate::tls::upstream::Offer::Http11),
         Err(e) => {
@@ -1198,7 +1199,7 @@ async fn start_refresh(
             return Err(ExitCode::from(1));
         }
     };
-    match Refresher::start(&profiles.profiles, &material, oauth::Client::new(tls)).await {
+    match Refresher::start(&profiles.profiles, material, oauth::Client::new(tls)).await {
         Ok(r) => Ok(Some(Arc::new(r))),
         Err(lines) => {
             for l in lines {

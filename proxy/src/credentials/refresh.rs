@@ -22,9 +22,14 @@ use zeroize::Zeroizing;
 use super::profile::{CredentialRef, EnvKey};
 pub use super::profile::{DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Output, Refresh, Strategy};
 
+mod external;
 mod jwt;
 pub mod oauth;
 mod sts;
+
+/// Where material (and `external` values) are read, by env var name: the secrets file, read
+/// again on each call, then sluice's environment.
+pub type Source = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// The material sluice reads for a refresh (each strategy uses its own).
 const MATERIAL: [&str; 13] = [
@@ -113,6 +118,16 @@ impl Tokens {
                     expires,
                 },
             );
+        }
+    }
+
+    /// Ends `keys`' tokens now.
+    fn revoke(&self, keys: &[EnvKey]) {
+        let mut map = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        for key in keys {
+            if let Some(t) = map.get_mut(key.as_str()) {
+                t.expires = SystemTime::UNIX_EPOCH;
+            }
         }
     }
 
@@ -230,6 +245,7 @@ mod tests;
 pub struct Refresher {
     pub tokens: Arc<Tokens>,
     client: Arc<oauth::Client>,
+    source: Source,
     /// Each job with the wait before its next refresh; taken by `spawn`.
     jobs: Mutex<Vec<(Job, Duration)>>,
 }
@@ -246,7 +262,7 @@ impl Refresher {
     /// retried soon: the credential is unavailable until then). Missing material refuses.
     pub async fn start(
         profiles: &[super::ProviderProfile],
-        material: &dyn Fn(&str) -> Option<String>,
+        material: Source,
         client: oauth::Client,
     ) -> Result<Refresher, Vec<String>> {
         let mut jobs = Vec::new();
@@ -298,6 +314,11 @@ impl Refresher {
             for (_, keys) in &job.outputs {
                 tokens.manage(keys);
             }
+            if !job.refresh.strategy.mints() {
+                external::take_in(&job, &tokens, &material);
+                started.push((job, Duration::ZERO));
+                continue;
+            }
             let wait = match refresh_once(&mut job, &tokens, &client).await {
                 Ok(lifetime) => lifetime
                     .saturating_sub(job.refresh.refresh_before)
@@ -315,6 +336,7 @@ impl Refresher {
         Ok(Refresher {
             tokens,
             client: Arc::new(client),
+            source: material,
             jobs: Mutex::new(started),
         })
     }
@@ -331,6 +353,15 @@ impl Refresher {
     pub fn spawn(&self, changed: &Arc<dyn Fn() + Send + Sync>) {
         let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(PoisonError::into_inner));
         for (job, wait) in jobs {
+            if !job.refresh.strategy.mints() {
+                tokio::spawn(external::watch(
+                    job,
+                    Arc::clone(&self.tokens),
+                    Arc::clone(&self.source),
+                    Arc::clone(changed),
+                ));
+                continue;
+            }
             tokio::spawn(run(
                 job,
                 Arc::clone(&self.tokens),

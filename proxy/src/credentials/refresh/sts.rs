@@ -189,7 +189,7 @@ fn unescape(text: &str) -> Zeroizing<String> {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS[.fff]Z`, as STS writes `Expiration`.
-fn parse_time(text: &str) -> Option<SystemTime> {
+pub(super) fn parse_time(text: &str) -> Option<SystemTime> {
     let b = text.as_bytes();
     if b.len() < 20 || !text.ends_with('Z') || b[4] != b'-' || b[10] != b'T' {
         return None;
