@@ -32,8 +32,10 @@ use super::placeholder;
 mod placement;
 mod refresh_block;
 mod schema;
+mod token_grant_block;
 
 pub use refresh_block::{DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Output, Refresh, Strategy};
+pub use token_grant_block::{AudienceOverride, DEFAULT_ASSERTION_TYPE, TokenGrant};
 
 use schema::{ReadProfile, Reader};
 
@@ -244,6 +246,9 @@ pub struct CredentialSpec {
     /// Named by another credential's `additional_outputs`: that credential's refresh mints
     /// this value too (an AssumeRole's secret key or session token).
     pub refreshed_by: Option<CredentialName>,
+    /// `token_grant`: sluice trades the workload's SPIFFE identity for this credential's
+    /// tokens and sets them on matching requests (its `keys` are appended to `env_vars`).
+    pub token_grant: Option<TokenGrant>,
     pub location: Location,
 }
 
@@ -251,7 +256,7 @@ impl CredentialSpec {
     /// Whether a refresh, this credential's or a sibling's, supplies the value: it is then
     /// never read from the environment or the secrets file directly.
     pub fn is_refreshed(&self) -> bool {
-        self.refresh.is_some() || self.refreshed_by.is_some()
+        self.refresh.is_some() || self.refreshed_by.is_some() || self.token_grant.is_some()
     }
 }
 

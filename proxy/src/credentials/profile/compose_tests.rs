@@ -265,10 +265,6 @@ fn what_would_weaken_enforcement_if_ignored_is_refused_by_name() {
             "prof.yaml:3:50: credentials[0].refresh.strategy: unknown `refresh` strategy `bespoke`; expected one of: static, external, oauth2_refresh_token, oauth2_client_credentials, google_service_account_jwt, aws_sts_assume_role",
         ),
         (
-            "credentials:\n  - {name: k, env_vars: [K], token_grant: {token_endpoint: 'https://t.example.com'}}\nendpoints: [{host: a.example.com, port: 443}]\n",
-            "prof.yaml:3:30: credentials[0].token_grant: `token_grant` (SPIFFE token grants) is not supported by sluice yet",
-        ),
-        (
             "endpoints:\n  - host: a.example.com\n    port: 443\n    protocol: rest\n    rules: [{allow: {operation_type: query}}]\n",
             "prof.yaml:6:22: endpoints[0].rules[0].allow.operation_type: `operation_type` (GraphQL rules) is not supported by sluice yet",
         ),

@@ -206,7 +206,7 @@ extra: 1
         "p.yaml:9:18: credentials[0].header_name: `x api` is not a valid HTTP header name",
         "p.yaml:10:20: credentials[0].path_template: `path_template` must contain `{credential}` exactly once (found 2)",
         "p.yaml:11:25: credentials[0].refresh.strategy: unknown `refresh` strategy `bespoke`; expected one of: static, external, oauth2_refresh_token, oauth2_client_credentials, google_service_account_jwt, aws_sts_assume_role",
-        "p.yaml:12:5: credentials[0].token_grant: `token_grant` (SPIFFE token grants) is not supported by sluice yet",
+        "p.yaml:12:35: credentials[0].token_grant.token_endpoint: `x` is not an https:// URL: sluice sends the workload's JWT-SVID only inside TLS (or to a loopback or in-cluster service host)",
         "p.yaml:13:5: credentials[1].name: credential `tok` is already defined at line 6",
         "p.yaml:15:5: credentials[2]: a credential needs a `name`",
         "p.yaml:15:15: credentials[2].env_vars: `env_vars` must list at least one env var name",
