@@ -1170,7 +1170,7 @@ async fn start_refresh(
         .profiles
         .iter()
         .flat_map(|p| &p.credentials)
-        .any(|c| c.refresh.is_some())
+        .any(|c| c.refresh.is_some() || c.token_grant.is_some())
     {
         return Ok(None);
     }
@@ -1199,7 +1199,11 @@ async fn start_refresh(
             return Err(ExitCode::from(1));
         }
     };
-    match Refresher::start(&profiles.profiles, material, oauth::Client::new(tls)).await {
+    // The Workload API socket of token grants: sluice's own, never the sandbox's.
+    let socket = std::env::var(crate::credentials::token_grant::workload::SOCKET_ENV)
+        .ok()
+        .and_then(|v| crate::credentials::token_grant::workload::socket_path(&v));
+    match Refresher::start(&profiles.profiles, material, oauth::Client::new(tls), socket).await {
         Ok(r) => Ok(Some(Arc::new(r))),
         Err(lines) => {
             for l in lines {

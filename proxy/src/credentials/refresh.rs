@@ -81,7 +81,7 @@ impl Tokens {
     }
 
     /// Marks `keys` as supplied by a refresh, without a token yet.
-    fn manage(&self, keys: &[EnvKey]) {
+    pub(crate) fn manage(&self, keys: &[EnvKey]) {
         let mut map = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         for key in keys {
             map.entry(key.as_str().to_string())
@@ -108,7 +108,7 @@ impl Tokens {
             .map(|t| t.value.to_string())
     }
 
-    fn set(&self, keys: &[EnvKey], value: &str, expires: SystemTime) {
+    pub(crate) fn set(&self, keys: &[EnvKey], value: &str, expires: SystemTime) {
         let mut map = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         for key in keys {
             map.insert(
@@ -132,7 +132,7 @@ impl Tokens {
     }
 
     /// Whether `key` has a token that is still valid.
-    fn valid(&self, key: &str) -> bool {
+    pub(crate) fn valid(&self, key: &str) -> bool {
         self.remaining(key).is_some()
     }
 
@@ -246,6 +246,9 @@ pub struct Refresher {
     pub tokens: Arc<Tokens>,
     client: Arc<oauth::Client>,
     source: Source,
+    /// Token grants to keep current, and the Workload API socket they ask.
+    grants: Mutex<Vec<(super::token_grant::Grant, Duration)>>,
+    socket: Option<std::path::PathBuf>,
     /// Each job with the wait before its next refresh; taken by `spawn`.
     jobs: Mutex<Vec<(Job, Duration)>>,
 }
@@ -264,6 +267,7 @@ impl Refresher {
         profiles: &[super::ProviderProfile],
         material: Source,
         client: oauth::Client,
+        socket: Option<std::path::PathBuf>,
     ) -> Result<Refresher, Vec<String>> {
         let mut jobs = Vec::new();
         let mut errors = Vec::new();
@@ -333,10 +337,32 @@ impl Refresher {
             };
             started.push((job, wait));
         }
+        // Token grants: each one's first token asked for now (a failure is printed; the task
+        // retries).
+        let mut grants = Vec::new();
+        for grant in super::token_grant::grants_of(profiles) {
+            tokens.manage(std::slice::from_ref(&grant.key));
+            let wait = match super::token_grant::obtain(&grant, socket.as_ref(), &client).await {
+                Ok((token, ttl)) => {
+                    tokens.set(std::slice::from_ref(&grant.key), &token, SystemTime::now() + ttl);
+                    super::token_grant::renew_after(ttl)
+                }
+                Err(e) => {
+                    eprintln!(
+                        "sluice: credential {}: first token grant failed: {e}; retrying",
+                        grant.credential
+                    );
+                    Duration::from_secs(1)
+                }
+            };
+            grants.push((grant, wait));
+        }
         Ok(Refresher {
             tokens,
             client: Arc::new(client),
             source: material,
+            grants: Mutex::new(grants),
+            socket,
             jobs: Mutex::new(started),
         })
     }
@@ -347,10 +373,29 @@ impl Refresher {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .is_empty()
+            && self
+                .grants
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty()
     }
 
     /// Starts one task per credential (once); `changed` runs when a token changes.
     pub fn spawn(&self, changed: &Arc<dyn Fn() + Send + Sync>) {
+        let grants = std::mem::take(&mut *self.grants.lock().unwrap_or_else(PoisonError::into_inner));
+        for (grant, wait) in grants {
+            let tokens = Arc::clone(&self.tokens);
+            let client = Arc::clone(&self.client);
+            let changed = Arc::clone(changed);
+            let socket = self.socket.clone();
+            let keeper = super::token_grant::Keeper {
+                tokens,
+                socket,
+                client,
+                changed,
+            };
+            tokio::spawn(keeper.keep(grant, wait));
+        }
         let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(PoisonError::into_inner));
         for (job, wait) in jobs {
             if !job.refresh.strategy.mints() {

@@ -5,7 +5,8 @@
 //! whether or not its request carried it), and refuse what cannot be inspected
 //! (an encoded request body where placeholders must be found, a placeholder in trailers);
 //! and, on a `credential_signing` endpoint, sign the request again with the bound AWS keys
-//! (`ToSign`; the signature itself is `credentials::sigv4`).
+//! (`ToSign`; the signature itself is `credentials::sigv4`); set the token of a `token_grant`
+//! bound to the destination (`credentials::token_grant`).
 //!
 //! The rules themselves live in `credentials` (`rewrite`, `binding`, `scrub`); this module
 //! only binds them to a request's destination and to audit.
@@ -89,15 +90,6 @@ pub(super) fn inject_head(
     // Whatever the request carries, the response is scrubbed of every secret bound to this
     // endpoint (one stored upstream earlier may come back in any answer).
     let bound = creds.endpoint_secrets(d.host, d.port);
-    if !credentials::head_has_marker(target, headers) {
-        if !bound.is_empty() {
-            credentials::ask_whole_plain_response(headers);
-        }
-        return Ok(Injected {
-            credentials: Vec::new(),
-            scrub: bound,
-        });
-    }
     let scope = credentials::RequestScope {
         host: d.host,
         port: d.port,
@@ -106,8 +98,26 @@ pub(super) fn inject_head(
         transport,
     };
     let scoped = creds.scoped(scope);
+    // A token grant bound here sets its header whatever the client sent (spec §3.7).
+    let granted = credentials::token_grant::set_grant_headers(
+        creds.profiles(),
+        &scoped,
+        (d.host, d.port, path),
+        headers,
+    )
+    .map_err(|e| refuse_credential(d, &e))?;
+    if !credentials::head_has_marker(target, headers) {
+        if !bound.is_empty() {
+            credentials::ask_whole_plain_response(headers);
+        }
+        return Ok(Injected {
+            credentials: granted,
+            scrub: bound,
+        });
+    }
     match credentials::rewrite_request(target, headers, &scoped) {
         Ok(mut injected) => {
+            injected.credentials.extend(granted);
             injected.scrub.merge(&bound);
             if !injected.scrub.is_empty() {
                 credentials::ask_whole_plain_response(headers);

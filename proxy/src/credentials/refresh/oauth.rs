@@ -98,15 +98,46 @@ impl Client {
         headers: &[(String, String)],
         form: Zeroizing<String>,
     ) -> Result<(u16, Bytes), TokenError> {
+        self.send(url, headers, form, false).await
+    }
+
+    /// [`Client::send_form`] without extra headers, to an `https://` URL or, when the profile
+    /// loader admitted it (a token grant's loopback or in-cluster endpoint), an `http://` one.
+    pub(crate) async fn send_form_any(
+        &self,
+        url: &str,
+        form: Zeroizing<String>,
+    ) -> Result<(u16, Bytes), TokenError> {
+        match tokio::time::timeout(TIMEOUT, self.send(url, &[], form, true)).await {
+            Ok(r) => r,
+            Err(_) => Err(TokenError::Transport {
+                url: url.to_string(),
+                reason: format!("no answer within {} s", TIMEOUT.as_secs()),
+            }),
+        }
+    }
+
+    async fn send(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        form: Zeroizing<String>,
+        plain_ok: bool,
+    ) -> Result<(u16, Bytes), TokenError> {
         let uri: http::Uri = url.parse().map_err(|_| TokenError::Url(url.to_string()))?;
-        let (Some("https"), Some(host)) = (uri.scheme_str(), uri.host()) else {
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") if plain_ok => false,
+            _ => return Err(TokenError::Url(url.to_string())),
+        };
+        let Some(host) = uri.host() else {
             return Err(TokenError::Url(url.to_string()));
         };
         let host = host
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
-        let port = uri.port_u16().unwrap_or(443);
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
         let transport = |reason: String| TokenError::Transport {
             url: url.to_string(),
             reason,
@@ -114,18 +145,6 @@ impl Client {
         let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
             .await
             .map_err(|e| transport(format!("connect: {e}")))?;
-        let name =
-            ServerName::try_from(host.clone()).map_err(|_| TokenError::Url(url.to_string()))?;
-        let tls = tokio_rustls::TlsConnector::from(Arc::clone(&self.tls))
-            .connect(name, tcp)
-            .await
-            .map_err(|e| transport(format!("TLS: {e}")))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| transport(format!("HTTP: {e}")))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
         let authority = uri.authority().map_or(host.clone(), ToString::to_string);
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         let mut request = http::Request::post(path)
@@ -141,17 +160,16 @@ impl Client {
         let request = request
             .body(Full::new(Bytes::from(form.as_bytes().to_vec())))
             .map_err(|e| transport(e.to_string()))?;
-        let response = sender
-            .send_request(request)
+        if !tls {
+            return exchange(tcp, request, url).await;
+        }
+        let name =
+            ServerName::try_from(host.clone()).map_err(|_| TokenError::Url(url.to_string()))?;
+        let stream = tokio_rustls::TlsConnector::from(Arc::clone(&self.tls))
+            .connect(name, tcp)
             .await
-            .map_err(|e| transport(format!("HTTP: {e}")))?;
-        let status = response.status().as_u16();
-        let body = Limited::new(response.into_body(), MAX_RESPONSE)
-            .collect()
-            .await
-            .map_err(|e| transport(format!("reading the answer: {e}")))?
-            .to_bytes();
-        Ok((status, body))
+            .map_err(|e| transport(format!("TLS: {e}")))?;
+        exchange(stream, request, url).await
     }
 
     async fn post(&self, url: &str, form: Zeroizing<String>) -> Result<Granted, TokenError> {
@@ -192,6 +210,38 @@ impl Client {
             outputs: Vec::new(),
         })
     }
+}
+
+/// One HTTP/1.1 request on `io`: the status and the answer (at most 64 KiB).
+async fn exchange<T>(
+    io: T,
+    request: http::Request<Full<Bytes>>,
+    url: &str,
+) -> Result<(u16, Bytes), TokenError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let transport = |reason: String| TokenError::Transport {
+        url: url.to_string(),
+        reason,
+    };
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| transport(format!("HTTP: {e}")))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| transport(format!("HTTP: {e}")))?;
+    let status = response.status().as_u16();
+    let body = Limited::new(response.into_body(), MAX_RESPONSE)
+        .collect()
+        .await
+        .map_err(|e| transport(format!("reading the answer: {e}")))?
+        .to_bytes();
+    Ok((status, body))
 }
 
 /// The form of the grant: `grant_type`, the strategy's material, `scope`.
@@ -245,7 +295,7 @@ fn form(
 }
 
 /// `k=v&...`, each value encoded.
-pub(super) fn encode_form(pairs: &[(&str, &str)]) -> Zeroizing<String> {
+pub(crate) fn encode_form(pairs: &[(&str, &str)]) -> Zeroizing<String> {
     let mut out = Zeroizing::new(String::new());
     for (i, (k, v)) in pairs.iter().enumerate() {
         if i > 0 {
