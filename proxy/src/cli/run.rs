@@ -1203,7 +1203,14 @@ async fn start_refresh(
     let socket = std::env::var(crate::credentials::token_grant::workload::SOCKET_ENV)
         .ok()
         .and_then(|v| crate::credentials::token_grant::workload::socket_path(&v));
-    match Refresher::start(&profiles.profiles, material, oauth::Client::new(tls), socket).await {
+    match Refresher::start(
+        &profiles.profiles,
+        material,
+        oauth::Client::new(tls),
+        socket,
+    )
+    .await
+    {
         Ok(r) => Ok(Some(Arc::new(r))),
         Err(lines) => {
             for l in lines {

@@ -344,7 +344,11 @@ impl Refresher {
             tokens.manage(std::slice::from_ref(&grant.key));
             let wait = match super::token_grant::obtain(&grant, socket.as_ref(), &client).await {
                 Ok((token, ttl)) => {
-                    tokens.set(std::slice::from_ref(&grant.key), &token, SystemTime::now() + ttl);
+                    tokens.set(
+                        std::slice::from_ref(&grant.key),
+                        &token,
+                        SystemTime::now() + ttl,
+                    );
                     super::token_grant::renew_after(ttl)
                 }
                 Err(e) => {
@@ -382,7 +386,8 @@ impl Refresher {
 
     /// Starts one task per credential (once); `changed` runs when a token changes.
     pub fn spawn(&self, changed: &Arc<dyn Fn() + Send + Sync>) {
-        let grants = std::mem::take(&mut *self.grants.lock().unwrap_or_else(PoisonError::into_inner));
+        let grants =
+            std::mem::take(&mut *self.grants.lock().unwrap_or_else(PoisonError::into_inner));
         for (grant, wait) in grants {
             let tokens = Arc::clone(&self.tokens);
             let client = Arc::clone(&self.client);

@@ -43,7 +43,9 @@ pub enum GrantError {
     #[error("SPIFFE Workload API: {0}")]
     Workload(String),
     /// sluice has no Workload API socket.
-    #[error("no SPIFFE Workload API socket: set SPIFFE_ENDPOINT_SOCKET (an absolute unix: path) in sluice's environment")]
+    #[error(
+        "no SPIFFE Workload API socket: set SPIFFE_ENDPOINT_SOCKET (an absolute unix: path) in sluice's environment"
+    )]
     NoSocket,
     /// The token endpoint refused or could not be reached.
     #[error(transparent)]

@@ -63,7 +63,10 @@ pub fn socket_path(value: &str) -> Option<PathBuf> {
 }
 
 /// A JWT-SVID for `audience` from the Workload API at `socket`.
-pub async fn fetch_jwt_svid(socket: &Path, audience: &str) -> Result<Zeroizing<String>, GrantError> {
+pub async fn fetch_jwt_svid(
+    socket: &Path,
+    audience: &str,
+) -> Result<Zeroizing<String>, GrantError> {
     match tokio::time::timeout(TIMEOUT, fetch(socket, audience)).await {
         Ok(r) => r,
         Err(_) => Err(GrantError::Workload(format!(
