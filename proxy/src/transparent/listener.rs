@@ -28,7 +28,7 @@ use super::target::{self, TargetInput};
 use crate::audit::{self, Engine, Outcome, Via};
 use crate::dns::table::HandedOut;
 use crate::pipeline::authority::Authority;
-use crate::pipeline::connect::{self, Entry, Start};
+use crate::pipeline::transports::tunnel::{self, Entry, Start};
 use crate::pipeline::{self, Conn, Shared};
 
 /// What every transparent connection of a running proxy shares beyond [`Shared`].
@@ -251,5 +251,5 @@ pub async fn serve(
         target: Authority::new(decided.host, decided.port),
         entry: Entry::Transparent { original },
     };
-    connect::tunnel(start, (rd, wr), BytesMut::from(&sniffed.replay[..])).await;
+    tunnel::tunnel(start, (rd, wr), BytesMut::from(&sniffed.replay[..])).await;
 }
