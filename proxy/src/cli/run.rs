@@ -1200,9 +1200,9 @@ async fn start_refresh(
         }
     };
     // The Workload API socket of token grants: sluice's own, never the sandbox's.
-    let socket = std::env::var(crate::credentials::token_grant::workload::SOCKET_ENV)
+    let socket = std::env::var(crate::credentials::refresh::token_grant::workload::SOCKET_ENV)
         .ok()
-        .and_then(|v| crate::credentials::token_grant::workload::socket_path(&v));
+        .and_then(|v| crate::credentials::refresh::token_grant::workload::socket_path(&v));
     match Refresher::start(
         &profiles.profiles,
         material,

@@ -23,7 +23,6 @@ pub(crate) mod rewrite;
 pub(crate) mod scrub;
 pub(crate) mod secrets;
 pub mod sigv4;
-pub mod token_grant;
 
 use std::path::Path;
 

@@ -26,6 +26,7 @@ mod external;
 mod jwt;
 pub mod oauth;
 mod sts;
+pub mod token_grant;
 
 /// Where material (and `external` values) are read, by env var name: the secrets file, read
 /// again on each call, then sluice's environment.
@@ -164,7 +165,18 @@ pub async fn refresh_once(
     tokens: &Tokens,
     client: &oauth::Client,
 ) -> Result<Duration, oauth::TokenError> {
-    let granted = client.request(&job.refresh, &job.material).await?;
+    let granted = match job.refresh.strategy {
+        Strategy::AwsStsAssumeRole => {
+            let call = sts::assume_role(client, &job.refresh, &job.material);
+            tokio::time::timeout(oauth::TIMEOUT, call)
+                .await
+                .map_err(|_| oauth::TokenError::Transport {
+                    url: job.refresh.token_url.clone(),
+                    reason: format!("no answer within {} s", oauth::TIMEOUT.as_secs()),
+                })??
+        }
+        _ => client.request(&job.refresh, &job.material).await?,
+    };
     let lifetime = granted
         .expires_in
         .unwrap_or(job.refresh.max_lifetime)
@@ -247,7 +259,7 @@ pub struct Refresher {
     client: Arc<oauth::Client>,
     source: Source,
     /// Token grants to keep current, and the Workload API socket they ask.
-    grants: Mutex<Vec<(super::token_grant::Grant, Duration)>>,
+    grants: Mutex<Vec<(token_grant::Grant, Duration)>>,
     socket: Option<std::path::PathBuf>,
     /// Each job with the wait before its next refresh; taken by `spawn`.
     jobs: Mutex<Vec<(Job, Duration)>>,
@@ -340,16 +352,16 @@ impl Refresher {
         // Token grants: each one's first token asked for now (a failure is printed; the task
         // retries).
         let mut grants = Vec::new();
-        for grant in super::token_grant::grants_of(profiles) {
+        for grant in token_grant::grants_of(profiles) {
             tokens.manage(std::slice::from_ref(&grant.key));
-            let wait = match super::token_grant::obtain(&grant, socket.as_ref(), &client).await {
+            let wait = match token_grant::obtain(&grant, socket.as_ref(), &client).await {
                 Ok((token, ttl)) => {
                     tokens.set(
                         std::slice::from_ref(&grant.key),
                         &token,
                         SystemTime::now() + ttl,
                     );
-                    super::token_grant::renew_after(ttl)
+                    token_grant::renew_after(ttl)
                 }
                 Err(e) => {
                     eprintln!(
@@ -393,7 +405,7 @@ impl Refresher {
             let client = Arc::clone(&self.client);
             let changed = Arc::clone(changed);
             let socket = self.socket.clone();
-            let keeper = super::token_grant::Keeper {
+            let keeper = token_grant::Keeper {
                 tokens,
                 socket,
                 client,

@@ -67,6 +67,8 @@ pub enum Output {
 }
 
 impl Output {
+    /// The env var the access key id an AssumeRole mints goes under (the SigV4 signer's).
+    pub const PRIMARY_ENV_VAR: &'static str = "AWS_ACCESS_KEY_ID";
     pub const ALL: [Output; 2] = [Output::SecretAccessKey, Output::SessionToken];
 
     pub fn parse(text: &str) -> Option<Output> {

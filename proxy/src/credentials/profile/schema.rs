@@ -381,9 +381,7 @@ impl Reader<'_> {
                 continue;
             }
             let field = format!("credentials[{i}].refresh.additional_outputs");
-            if c.env_vars.len() != 1
-                || c.env_vars[0].as_str() != crate::credentials::sigv4::ACCESS_KEY_ID
-            {
+            if c.env_vars.len() != 1 || c.env_vars[0].as_str() != Output::PRIMARY_ENV_VAR {
                 self.error(node.pos, &format!("credentials[{i}].env_vars"), format!("`aws_sts_assume_role` mints the access key id: credential `{}` must have `env_vars: [AWS_ACCESS_KEY_ID]`", c.name));
                 ok = false;
             }

@@ -19,7 +19,7 @@ use zeroize::Zeroizing;
 use super::{Output, Refresh, Strategy};
 
 /// How long one token request may take, connection to answer.
-const TIMEOUT: Duration = Duration::from_secs(15);
+pub(super) const TIMEOUT: Duration = Duration::from_secs(15);
 /// The largest token response read.
 const MAX_RESPONSE: usize = 64 * 1024;
 
@@ -73,14 +73,7 @@ impl Client {
         material: &HashMap<String, Zeroizing<String>>,
     ) -> Result<Granted, TokenError> {
         let url = refresh.token_url.clone();
-        let exchange = async {
-            match refresh.strategy {
-                Strategy::AwsStsAssumeRole => {
-                    super::sts::assume_role(self, refresh, material).await
-                }
-                _ => self.post(&url, form(refresh, material)?).await,
-            }
-        };
+        let exchange = async { self.post(&url, form(refresh, material)?).await };
         match tokio::time::timeout(TIMEOUT, exchange).await {
             Ok(r) => r,
             Err(_) => Err(TokenError::Transport {
@@ -263,8 +256,8 @@ fn form(
             pairs.push(("refresh_token", get("refresh_token")?));
         }
         Strategy::ClientCredentials => pairs.push(("grant_type", "client_credentials")),
-        // Neither asks an OAuth endpoint (`request` sends STS its own; `external` mints
-        // nothing).
+        // Neither asks an OAuth endpoint (`refresh::refresh_once` sends STS its own;
+        // `external` mints nothing).
         Strategy::AwsStsAssumeRole | Strategy::External => {
             return Err(TokenError::Url(refresh.token_url.clone()));
         }

@@ -99,7 +99,7 @@ pub(crate) fn inject_head(
     };
     let scoped = creds.scoped(scope);
     // A token grant bound here sets its header whatever the client sent (spec §3.7).
-    let granted = credentials::token_grant::set_grant_headers(
+    let granted = credentials::refresh::token_grant::set_grant_headers(
         creds.profiles(),
         &scoped,
         (d.host, d.port, path),

@@ -21,9 +21,9 @@ use std::time::{Duration, SystemTime};
 
 use zeroize::Zeroizing;
 
-use super::profile::{EnvKey, TokenGrant};
-use super::refresh::Tokens;
-use super::refresh::oauth;
+use super::super::profile::{EnvKey, TokenGrant};
+use super::Tokens;
+use super::oauth;
 
 pub mod workload;
 
@@ -67,7 +67,7 @@ pub struct Grant {
 }
 
 /// Every grant of `profiles`' `token_grant` credentials.
-pub fn grants_of(profiles: &[super::ProviderProfile]) -> Vec<Grant> {
+pub fn grants_of(profiles: &[super::super::ProviderProfile]) -> Vec<Grant> {
     let mut out = Vec::new();
     for p in profiles {
         for c in &p.credentials {
@@ -206,21 +206,6 @@ impl Keeper {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_token68_values_are_set_in_a_header() {
-        for good in ["abc", "a.b-c_d~e+f/g==", "eyJ0eXAi.eyJzdWIi.sig"] {
-            assert!(is_token68(good), "{good}");
-        }
-        for bad in ["", "==", "a b", "a\r\nX-Evil: 1", "a=b", "tok\"en"] {
-            assert!(!is_token68(bad), "{bad}");
-        }
-    }
-}
-
 /// Sets the token of each `token_grant` credential bound where `scoped` points (the grant of
 /// the most specific override for `host`, `port`, `path`) on `headers`, replacing whatever
 /// the client sent under that name: `Authorization: Bearer <token>`, or `<header_name>:
@@ -229,13 +214,13 @@ mod tests {
 /// the request (`503 credential_refresh_failed`, `403 credential_requires_tls`). The
 /// credentials whose tokens went in.
 pub fn set_grant_headers(
-    profiles: &[super::ProviderProfile],
-    scoped: &dyn super::Resolve,
+    profiles: &[super::super::ProviderProfile],
+    scoped: &dyn super::super::Resolve,
     target: (&str, u16, &str),
     headers: &mut Vec<(String, Vec<u8>)>,
-) -> Result<Vec<super::CredentialRef>, super::CredentialError> {
-    use super::profile::AuthStyle;
-    use super::{CredentialError, Resolution, Site};
+) -> Result<Vec<super::super::CredentialRef>, super::super::CredentialError> {
+    use super::super::profile::AuthStyle;
+    use super::super::{CredentialError, Resolution, Site};
     let (host, port, path) = target;
     let mut used = Vec::new();
     for c in profiles.iter().flat_map(|p| &p.credentials) {
@@ -268,7 +253,7 @@ pub fn set_grant_headers(
                 return Err(CredentialError::Unavailable {
                     key: key.as_str().to_string(),
                     credential: Some(credential),
-                    reason: super::rewrite::UnavailableReason::NoValue(reason),
+                    reason: super::super::rewrite::UnavailableReason::NoValue(reason),
                     site: site(),
                 });
             }
@@ -281,4 +266,19 @@ pub fn set_grant_headers(
         }
     }
     Ok(used)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_token68_values_are_set_in_a_header() {
+        for good in ["abc", "a.b-c_d~e+f/g==", "eyJ0eXAi.eyJzdWIi.sig"] {
+            assert!(is_token68(good), "{good}");
+        }
+        for bad in ["", "==", "a b", "a\r\nX-Evil: 1", "a=b", "tok\"en"] {
+            assert!(!is_token68(bad), "{bad}");
+        }
+    }
 }
