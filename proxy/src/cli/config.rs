@@ -358,10 +358,10 @@ pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<
                     .profiles()
                     .iter()
                     .flat_map(|p| &p.credentials)
-                    .any(|cr| cr.refresh.is_some()) =>
+                    .any(|cr| cr.is_refreshed()) =>
             {
                 // Refused, not left without tokens.
-                errors.push(format!("{}: tenant `{}`: a refreshed credential (`refresh` with an OAuth strategy) is not supported for gateway tenants yet", spec.location, spec.name));
+                errors.push(format!("{}: tenant `{}`: a refreshed credential (`refresh` other than `static`, or `token_grant`) is not supported for gateway tenants yet", spec.location, spec.name));
             }
             Ok(c) => {
                 redactor.merge(&c.bindings.redactor());
