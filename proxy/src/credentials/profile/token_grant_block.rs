@@ -92,3 +92,67 @@ pub fn issuer_of(token_endpoint: &str) -> String {
     }
     token_endpoint.to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::validate::selector_for;
+
+    fn key(name: &str) -> EnvKey {
+        EnvKey::new(name).unwrap()
+    }
+
+    fn entry(host: &str, port: Option<u16>, path: &str, audience: &str) -> AudienceOverride {
+        AudienceOverride {
+            host: HostPattern::new(host).unwrap(),
+            port,
+            path: if path.is_empty() {
+                PathSelector::All
+            } else {
+                selector_for(path).unwrap()
+            },
+            path_text: path.to_string(),
+            audience: audience.to_string(),
+            scopes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_most_specific_override_picks_the_grant() {
+        let grant = TokenGrant {
+            token_endpoint: "https://t.example.com/token".into(),
+            audience: "default".into(),
+            svid_audience: String::new(),
+            assertion_type: DEFAULT_ASSERTION_TYPE.into(),
+            scopes: Vec::new(),
+            cache_ttl: None,
+            overrides: vec![
+                entry("*.example.com", None, "", "wild"),
+                entry("api.example.com", Some(443), "", "host"),
+                entry("api.example.com", Some(443), "/v2/**", "path"),
+            ],
+            keys: ["K_0", "K_1", "K_2", "K_3"].map(key).to_vec(),
+        };
+        let pick = |host, port, path| grant.key_for(host, port, path).as_str().to_string();
+        assert_eq!(pick("other.org", 443, "/"), "K_0");
+        assert_eq!(pick("www.example.com", 443, "/"), "K_1");
+        assert_eq!(pick("api.example.com", 443, "/v1/x"), "K_2");
+        assert_eq!(pick("api.example.com", 443, "/v2/x"), "K_3");
+        // The port is part of the match.
+        assert_eq!(pick("api.example.com", 8443, "/v2/x"), "K_1");
+        let audiences: Vec<&str> = grant.grants().iter().map(|g| g.1).collect();
+        assert_eq!(audiences, ["default", "wild", "host", "path"]);
+    }
+
+    #[test]
+    fn the_svid_audience_defaults_to_the_issuer() {
+        assert_eq!(
+            issuer_of("https://auth.example.com/realms/agents/protocol/openid-connect/token"),
+            "https://auth.example.com/realms/agents"
+        );
+        assert_eq!(
+            issuer_of("https://t.example.com/oauth/token"),
+            "https://t.example.com/oauth/token"
+        );
+    }
+}
