@@ -38,6 +38,8 @@ pub enum Code {
     CredentialUnavailable,
     /// A credential sluice refreshes itself has no valid token: its refreshes are failing.
     CredentialRefreshFailed,
+    /// A `token_grant` credential has no current token (spec §3.5: `502 token_grant_failed`).
+    TokenGrantFailed,
     CredentialResponseEncoded,
     CredentialResponsePartial,
     CredentialScanEncodedBody,
@@ -97,6 +99,7 @@ impl Code {
             Code::RequestHeaderFieldsTooLarge => 431,
             Code::CredentialUnavailable => 500,
             Code::UpstreamUnreachable
+            | Code::TokenGrantFailed
             | Code::CredentialResponseEncoded
             | Code::CredentialResponsePartial => 502,
             Code::TlsTerminationUnavailable
@@ -139,6 +142,7 @@ impl Code {
             Code::CredentialRequiresTls => "credential_requires_tls",
             Code::CredentialUnavailable => "credential_unavailable",
             Code::CredentialRefreshFailed => "credential_refresh_failed",
+            Code::TokenGrantFailed => "token_grant_failed",
             Code::CredentialResponseEncoded => "credential_response_encoded",
             Code::CredentialResponsePartial => "credential_response_partial",
             Code::CredentialScanEncodedBody => "credential_scan_encoded_body",

@@ -8,7 +8,8 @@
 //! back by the origin never reaches the client; no token or SVID in sluice's log or audit; a
 //! host the grant is not bound to gets none; a bound endpoint over plain HTTP is refused, not
 //! sent the token; a sluice without a usable Workload API socket (the sandbox cannot name
-//! one) and a token endpoint that stops granting both end in `503 credential_refresh_failed`.
+//! one) and a token endpoint that stops granting both end in `502 token_grant_failed`, as the
+//! reference answers.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::collections::BTreeSet;
@@ -243,7 +244,7 @@ fn svids_are_traded_for_tokens_set_on_bound_requests_across_expiries() {
             .all(|e| e["audience"][0] == SVID_AUDIENCE)
     );
 
-    // The token endpoint stops granting: once the last token expires, 503.
+    // The token endpoint stops granting: once the last token expires, 502.
     let (code, _, err) = run(Command::new("/usr/bin/curl")
         .args(["-s", "-X", "POST", "--cacert"])
         .arg(&grants.ca)
@@ -252,8 +253,8 @@ fn svids_are_traded_for_tokens_set_on_bound_requests_across_expiries() {
     let down = Instant::now();
     loop {
         let out = get(&sluice, &ca, &format!("{base}/echo"), None);
-        if out.ends_with("503") {
-            assert!(out.contains("credential_refresh_failed"), "{out}");
+        if out.ends_with("502") {
+            assert!(out.contains("token_grant_failed"), "{out}");
             break;
         }
         assert!(down.elapsed() < Duration::from_secs(10), "{out}");
@@ -262,7 +263,7 @@ fn svids_are_traded_for_tokens_set_on_bound_requests_across_expiries() {
 }
 
 #[test]
-fn without_a_usable_workload_socket_there_is_no_token_and_a_503() {
+fn without_a_usable_workload_socket_there_is_no_token_and_a_502() {
     let dir = TempDir::new("token-grant-socket");
     let grants = grant_server(dir.path());
     let api = EchoOrigin::start(&sub(dir.path(), "api"));
@@ -276,8 +277,8 @@ fn without_a_usable_workload_socket_there_is_no_token_and_a_503() {
         &format!("https://127.0.0.1:{}/echo", api.port()),
         Some("Bearer agent-made-up"),
     );
-    assert!(out.ends_with("503"), "{out}");
-    assert!(out.contains("credential_refresh_failed"), "{out}");
+    assert!(out.ends_with("502"), "{out}");
+    assert!(out.contains("token_grant_failed"), "{out}");
     assert!(
         sluice.stderr().contains("SPIFFE_ENDPOINT_SOCKET"),
         "{}",

@@ -62,6 +62,8 @@ pub enum UnavailableReason {
     /// The value would change the shape of the site (a `/` in a path segment, a control
     /// byte in a header).
     UnsafeForSite,
+    /// A token grant bound here has no current token: its grants are failing.
+    GrantFailed,
 }
 
 impl fmt::Display for UnavailableReason {
@@ -71,6 +73,9 @@ impl fmt::Display for UnavailableReason {
             UnavailableReason::NoValue(u) => u.fmt(f),
             UnavailableReason::UnsafeForSite => {
                 f.write_str("its value has characters that are not allowed there")
+            }
+            UnavailableReason::GrantFailed => {
+                f.write_str("its token grant is failing (no current token)")
             }
         }
     }
@@ -141,6 +146,10 @@ impl CredentialError {
                 reason: UnavailableReason::NoValue(Unavailability::NotRefreshed),
                 ..
             } => crate::refusal_code::Code::CredentialRefreshFailed,
+            CredentialError::Unavailable {
+                reason: UnavailableReason::GrantFailed,
+                ..
+            } => crate::refusal_code::Code::TokenGrantFailed,
             CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => {
                 crate::refusal_code::Code::CredentialUnavailable
             }
@@ -159,6 +168,10 @@ impl CredentialError {
             CredentialError::RequiresTls { .. } => {
                 "Credential may only be sent over TLS to a verified upstream"
             }
+            CredentialError::Unavailable {
+                reason: UnavailableReason::GrantFailed,
+                ..
+            } => "Token grant failed",
             CredentialError::Unavailable { .. } | CredentialError::InvalidPlaceholder { .. } => {
                 "Credential placeholder could not be resolved"
             }

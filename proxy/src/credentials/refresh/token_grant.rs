@@ -211,7 +211,7 @@ impl Keeper {
 /// the client sent under that name: `Authorization: Bearer <token>`, or `<header_name>:
 /// <token>` with `auth_style: header`. A grant not bound here sets nothing; one bound here
 /// without a current token, or over plain HTTP to an endpoint that does not allow it, refuses
-/// the request (`503 credential_refresh_failed`, `403 credential_requires_tls`). The
+/// the request (`502 token_grant_failed` as the reference answers, `403 credential_requires_tls`). The
 /// credentials whose tokens went in.
 pub fn set_grant_headers(
     profiles: &[super::super::ProviderProfile],
@@ -249,11 +249,11 @@ pub fn set_grant_headers(
                 used.push(credential);
             }
             Resolution::Unknown | Resolution::OutsideBinding { .. } => {}
-            Resolution::Unavailable { credential, reason } => {
+            Resolution::Unavailable { credential, .. } => {
                 return Err(CredentialError::Unavailable {
                     key: key.as_str().to_string(),
                     credential: Some(credential),
-                    reason: super::super::rewrite::UnavailableReason::NoValue(reason),
+                    reason: super::super::rewrite::UnavailableReason::GrantFailed,
                     site: site(),
                 });
             }
