@@ -34,7 +34,9 @@ use super::target::{host_matches, parse_absolute, tunnel_target};
 use super::unread;
 use super::upstream;
 use super::websocket::{self, Client, Handshake};
+use super::ws_rewrite::Rewrite;
 use crate::audit::{self, Engine};
+use crate::credentials::ScrubSet;
 use crate::http::body::{self, ChannelBody};
 use crate::http::head::{self, BodyFraming, HeadError, RequestHead};
 use crate::http::respond::{self, Code, Refusal};
@@ -651,6 +653,11 @@ where
             key: head.header("sec-websocket-key").map(<[u8]>::to_vec),
             scrub: prepared.scrub,
             target: path_and_query.clone(),
+            rewrite: prepared.ws_rewrite.then(|| Rewrite {
+                creds: prepared.creds,
+                path: rec.path.clone(),
+                scrubbed: ScrubSet::default(),
+            }),
         };
         let client = Client { rd, wr, buf };
         Box::pin(websocket::relay(

@@ -44,6 +44,7 @@ mod websocket;
 pub(crate) mod ws_frame;
 mod ws_judged;
 mod ws_messages;
+mod ws_rewrite;
 pub(crate) mod ws_scrub;
 
 pub use client_io::{ClientRead, ClientStream, ClientWrite, HopTls};

@@ -85,6 +85,8 @@ pub struct Prepared {
     pub rpc: Option<(Box<RpcCheck>, usize)>,
     /// A signature still to make once the body is read whole (`credential_signing`).
     pub sign: Option<inject::ToSign>,
+    /// A WebSocket handshake to an endpoint with `websocket_credential_rewrite`.
+    pub ws_rewrite: bool,
 }
 
 impl Prepared {
@@ -312,6 +314,11 @@ impl<'a> Exchange<'a> {
             .endpoints
             .iter()
             .any(|r| policy.endpoint(*r).request_body_credential_rewrite);
+        let ws_rewrite = head.websocket
+            && admission
+                .endpoints
+                .iter()
+                .any(|r| policy.endpoint(*r).websocket_credential_rewrite);
         let body = match (rewrite, head.websocket) {
             (true, false) => BodyPlan::Rewrite,
             (true, true) => BodyPlan::Pass,
@@ -339,6 +346,7 @@ impl<'a> Exchange<'a> {
                 form,
                 rpc,
                 sign: to_sign,
+                ws_rewrite,
             },
         ))
     }

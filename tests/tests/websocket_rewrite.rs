@@ -1,0 +1,251 @@
+//! End-to-end: `websocket_credential_rewrite: true` swaps the placeholders of the client's
+//! WebSocket text messages for the secret (a real `websockets` client through sluice, a real
+//! `websockets` TLS origin that records what it receives and echoes each message back cut in
+//! five-character fragments, so the secret comes back split across frames): the origin gets
+//! the secret, the client never does (it sees the placeholder back). Attacks, each closed
+//! with 1008 before the placeholder reaches the origin whole: a placeholder in a binary
+//! message, in a ping, in a close reason, in a message on a path the credential is not bound
+//! to; a compressed (RSV1) frame with the placeholder deflated inside is a protocol error
+//! (1002), and the client's offer of compression never reaches the origin. The secret is in
+//! no log line and no audit event.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
+
+use std::process::Command;
+
+use serde_json::Value;
+use sluice_e2e::origin::{OriginProcess, Script, spawn_tls};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
+
+const SECRET: &str = "ws-s3cr3t-VALUE-5e1d7a";
+const PLACEHOLDER: &str = "openshell:resolve:env:TEST_API_KEY";
+
+/// A TLS origin (`websockets`): every message and ping it receives is appended to the file
+/// named by its third argument (`path kind repr`), the extensions it was offered too; each
+/// text message is echoed back as `echo:<message>` in five-character fragments.
+const ORIGIN: &str = r#"
+import ssl, sys
+from websockets.sync.server import serve
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+log = sys.argv[3]
+def note(ws, kind, what):
+    with open(log, 'a') as f: f.write(f'{ws.request.path} {kind} {what!r}\n')
+def echo(ws):
+    note(ws, 'extensions', ws.request.headers.get('Sec-WebSocket-Extensions'))
+    try:
+        for m in ws:
+            note(ws, type(m).__name__, m)
+            if isinstance(m, str):
+                e = 'echo:' + m
+                ws.send([e[i:i + 5] for i in range(0, len(e), 5)])
+    finally:
+        if ws.close_reason: note(ws, 'close', ws.close_reason)
+with serve(echo, '127.0.0.1', 0, ssl=ctx, compression=None, ping_interval=None) as server:
+    print(server.socket.getsockname()[1], flush=True)
+    server.serve_forever()
+"#;
+
+/// A `websockets` client through sluice (HTTP proxy, CONNECT) trusting sluice's CA, offering
+/// compression: opens `path` and, per `mode`, sends `text` (the message), `fragments` (the
+/// message in fragments cut inside the placeholder), `binary`, `ping`, `close` (the
+/// placeholder as the close reason), or `deflated` (a raw RSV1 frame whose payload is the
+/// message deflated); prints the echo, or the close code and reason.
+const CLIENT: &str = r#"
+import json, os, ssl, sys, zlib
+from websockets.sync.client import connect
+from websockets.exceptions import ConnectionClosed
+proxy, port, ca, path, mode, message = sys.argv[1:7]
+ctx = ssl.create_default_context(cafile=ca)
+out = {'opened': False, 'echo': None, 'code': None, 'reason': None, 'extensions': None}
+ws = connect(f'wss://127.0.0.1:{port}{path}', proxy=f'http://{proxy}', ssl=ctx,
+    open_timeout=10, compression='deflate', ping_interval=None)
+out['opened'] = True
+out['extensions'] = ws.response.headers.get('Sec-WebSocket-Extensions')
+try:
+    if mode == 'text':
+        ws.send(message)
+    elif mode == 'fragments':
+        ws.send([message[:10], message[10:25], message[25:]])
+    elif mode == 'binary':
+        ws.send(message.encode())
+    elif mode == 'ping':
+        ws.ping(message.encode()[:120])
+    elif mode == 'close':
+        ws.close(1000, message)
+    elif mode == 'deflated':
+        c = zlib.compressobj(wbits=-15)
+        p = c.compress(message.encode()) + c.flush(zlib.Z_SYNC_FLUSH)
+        p = p[:-4]
+        key = os.urandom(4)
+        masked = bytes(b ^ key[i % 4] for i, b in enumerate(p))
+        ws.socket.sendall(bytes([0xC1, 0x80 | len(p)]) + key + masked)
+    out['echo'] = ws.recv(timeout=10)
+    ws.close()
+except ConnectionClosed as e:
+    if e.rcvd is not None:
+        out['code'], out['reason'] = e.rcvd.code, e.rcvd.reason
+except TimeoutError:
+    out['echo'] = 'TIMEOUT'
+print(json.dumps(out))
+"#;
+
+struct Setup {
+    sluice: Sluice,
+    ca: std::path::PathBuf,
+    origin: OriginProcess,
+    log: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+fn setup() -> Setup {
+    let dir = TempDir::new("wsrewrite");
+    let log = dir.path().join("received.log");
+    std::fs::write(&log, "").unwrap();
+    let (origin, origin_ca) = spawn_tls(
+        dir.path(),
+        Script::Python(ORIGIN),
+        &[&log],
+        "the websockets echo origin",
+    );
+    let port = origin.port;
+    let policy = format!(
+        "version: 1
+network_policies:
+  ws:
+    endpoints:
+      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full, websocket_credential_rewrite: true}}
+    binaries:
+      - path: {}
+",
+        python()
+    );
+    let providers = dir.write(
+        "providers.yaml",
+        &format!(
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {port}\n    path: /bound/**\n"
+        ),
+    );
+    let (sluice, ca) = Sluice::intercepting(
+        &dir,
+        &policy,
+        &[origin_ca.as_path()],
+        Some(&providers),
+        &[("TEST_API_KEY", SECRET)],
+    );
+    Setup {
+        sluice,
+        ca,
+        origin,
+        log,
+        _dir: dir,
+    }
+}
+
+fn send(s: &Setup, path: &str, mode: &str, message: &str) -> Value {
+    let (code, out, err) = run(Command::new("python3").args([
+        "-c",
+        CLIENT,
+        &s.sluice.addr().to_string(),
+        &s.origin.port.to_string(),
+        &s.ca.display().to_string(),
+        path,
+        mode,
+        message,
+    ]));
+    assert_eq!(code, 0, "{err}\n{}", s.sluice.stderr());
+    assert!(!out.contains(SECRET), "the client got the secret: {out}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"))
+}
+
+fn received(s: &Setup) -> String {
+    std::fs::read_to_string(&s.log).unwrap()
+}
+
+/// Neither sluice's log nor its audit holds the secret.
+fn assert_secret_nowhere(s: &Setup) {
+    let events: Vec<String> = s.sluice.events().iter().map(Value::to_string).collect();
+    let all = format!("{}\n{}", s.sluice.stderr(), events.join("\n"));
+    assert!(!all.contains(SECRET), "the secret is in sluice's output:\n{all}");
+    assert_events_valid(&s.sluice);
+}
+
+#[test]
+fn a_text_message_gets_the_secret_and_its_echo_comes_back_scrubbed() {
+    let s = setup();
+    let message = format!("auth {PLACEHOLDER} please");
+    for mode in ["text", "fragments"] {
+        let out = send(&s, "/bound/chat", mode, &message);
+        assert_eq!(
+            out["echo"],
+            format!("echo:{message}"),
+            "{mode}: {out}\n{}",
+            s.sluice.stderr()
+        );
+        assert_eq!(out["extensions"], Value::Null, "{out}");
+    }
+    let got = received(&s);
+    assert_eq!(
+        got.matches(&format!("/bound/chat str 'auth {SECRET} please'"))
+            .count(),
+        2,
+        "the origin did not get the secret twice: {got}"
+    );
+    assert!(!got.contains(PLACEHOLDER), "{got}");
+    // The client's offer of compression never reached the origin.
+    assert!(got.contains("/bound/chat extensions None"), "{got}");
+    let swapped = s.sluice.wait_event("the swapped message", |e| {
+        e["activity_name"] == "WEBSOCKET_TEXT"
+            && e.to_string().contains("credential placeholders swapped")
+    });
+    assert!(swapped.to_string().contains("api-key"), "{swapped}");
+    s.sluice.wait_event("the echoed secret's finding", |e| {
+        e["class_uid"] == 2004 && e.to_string().contains("reflected")
+    });
+    assert_secret_nowhere(&s);
+}
+
+#[test]
+fn a_placeholder_outside_a_text_message_closes_the_websocket_before_the_origin() {
+    let s = setup();
+    let message = format!("auth {PLACEHOLDER}");
+    for mode in ["binary", "ping", "close"] {
+        let out = send(&s, "/bound/chat", mode, &message);
+        assert_eq!(out["opened"], true, "{out}");
+        assert_eq!(out["code"], 1008, "{mode}: {out}\n{}", s.sluice.stderr());
+        assert!(
+            out["reason"]
+                .as_str()
+                .unwrap()
+                .contains("only text messages have their placeholders swapped"),
+            "{mode}: {out}"
+        );
+    }
+    let got = received(&s);
+    assert!(!got.contains(SECRET), "{got}");
+    assert!(!got.contains(PLACEHOLDER), "a placeholder reached the origin: {got}");
+    s.sluice.wait_event("the uninspectable finding", |e| {
+        e["class_uid"] == 2004 && e.to_string().contains("only text messages")
+    });
+    assert_secret_nowhere(&s);
+}
+
+#[test]
+fn a_compressed_frame_or_an_unbound_path_never_carries_the_secret() {
+    let s = setup();
+    let message = format!("auth {PLACEHOLDER}");
+    let out = send(&s, "/bound/chat", "deflated", &message);
+    assert_eq!(out["code"], 1002, "{out}\n{}", s.sluice.stderr());
+    // Where the credential is not bound: refused as a request would be.
+    let out = send(&s, "/elsewhere", "text", &message);
+    assert_eq!(out["code"], 1008, "{out}\n{}", s.sluice.stderr());
+    assert!(
+        out["reason"].as_str().unwrap().contains("not authorized"),
+        "{out}"
+    );
+    let got = received(&s);
+    assert!(!got.contains(SECRET), "{got}");
+    assert!(!got.contains("str"), "a message reached the origin: {got}");
+    s.sluice.wait_event("the mismatch finding", |e| {
+        e["class_uid"] == 2004 && e.to_string().contains("endpoint_mismatch")
+    });
+    assert_secret_nowhere(&s);
+}
