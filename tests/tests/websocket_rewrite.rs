@@ -164,7 +164,10 @@ fn received(s: &Setup) -> String {
 fn assert_secret_nowhere(s: &Setup) {
     let events: Vec<String> = s.sluice.events().iter().map(Value::to_string).collect();
     let all = format!("{}\n{}", s.sluice.stderr(), events.join("\n"));
-    assert!(!all.contains(SECRET), "the secret is in sluice's output:\n{all}");
+    assert!(
+        !all.contains(SECRET),
+        "the secret is in sluice's output:\n{all}"
+    );
     assert_events_valid(&s.sluice);
 }
 
@@ -221,7 +224,10 @@ fn a_placeholder_outside_a_text_message_closes_the_websocket_before_the_origin()
     }
     let got = received(&s);
     assert!(!got.contains(SECRET), "{got}");
-    assert!(!got.contains(PLACEHOLDER), "a placeholder reached the origin: {got}");
+    assert!(
+        !got.contains(PLACEHOLDER),
+        "a placeholder reached the origin: {got}"
+    );
     s.sluice.wait_event("the uninspectable finding", |e| {
         e["class_uid"] == 2004 && e.to_string().contains("only text messages")
     });

@@ -24,6 +24,9 @@ pub struct Sources {
     pub policies: Vec<String>,
     pub providers: Vec<String>,
     pub secrets_file: Option<PathBuf>,
+    /// `--secrets-dir`: one file per key, read after the secrets file, before the
+    /// environment.
+    pub secrets_dir: Option<PathBuf>,
     pub compat: CompatArg,
     /// `--tenants`: the gateway's tenants file (then the three above are empty).
     pub tenants: Option<String>,
@@ -86,6 +89,12 @@ impl Sources {
                     .map(|p| (PathBuf::from(p), Kind::Profiles)),
             )
             .chain(self.secrets_file.clone().map(|p| (p, Kind::Secrets)))
+            .chain(
+                self.secrets_dir
+                    .iter()
+                    .flat_map(|d| crate::credentials::secrets_dir::watched(d))
+                    .map(|p| (p, Kind::Secrets)),
+            )
             .collect();
         if let Some(t) = &self.tenants {
             files.extend(tenant_files(t));
@@ -226,6 +235,13 @@ fn load_with_env(
     if !bound.errors.is_empty() {
         return Err(ConfigError::Credentials(bound.errors));
     }
+    // The directory's values come before the environment's (the secrets file's first).
+    let dir = match &sources.secrets_dir {
+        Some(d) => crate::credentials::secrets_dir::read(d)
+            .map_err(|e| ConfigError::Credentials(e.iter().map(ToString::to_string).collect()))?,
+        None => std::collections::HashMap::new(),
+    };
+    let env = |k: &str| dir.get(k).map(|(v, _)| v.clone()).or_else(|| env(k));
     let credentials =
         crate::credentials::with_profiles(profiles, env, sources.secrets_file.as_deref())
             .map_err(|e| ConfigError::Credentials(e.lines()))?;
@@ -418,6 +434,7 @@ fn tenant_sources(spec: &TenantSpec, compat: CompatArg) -> Sources {
         policies: spec.policies.clone(),
         providers: spec.providers.clone(),
         secrets_file: spec.secrets_file.clone(),
+        secrets_dir: None,
         compat,
         tenants: None,
         ca: None,

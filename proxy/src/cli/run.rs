@@ -96,6 +96,10 @@ pub(super) struct RunArgs {
     /// values come from sluice's own environment.
     #[arg(long, value_name = "FILE")]
     pub secrets_file: Option<std::path::PathBuf>,
+    /// Secret values as one file per key (a Kubernetes Secret volume, a Vault agent's
+    /// output), each checked like --secrets-file; re-read when they change.
+    #[arg(long, value_name = "DIR")]
+    pub secrets_dir: Option<std::path::PathBuf>,
     /// Static DNS answers, like curl --resolve: HOST=IP[,IP...].
     #[arg(long = "resolve", value_name = "HOST=IP")]
     pub resolve: Vec<String>,
@@ -204,7 +208,7 @@ pub(super) struct RunArgs {
     #[arg(
         long,
         value_name = "FILE",
-        conflicts_with_all = ["policies", "providers", "secrets_file", "dns_listen"]
+        conflicts_with_all = ["policies", "providers", "secrets_file", "secrets_dir", "dns_listen"]
     )]
     pub tenants: Option<String>,
     /// The CA that signs the leaves sluice presents, instead of the ephemeral one: a PEM
@@ -1186,8 +1190,21 @@ async fn start_refresh(
         },
         None => std::collections::HashMap::new(),
     };
+    let dir = match &sources.secrets_dir {
+        Some(path) => match crate::credentials::secrets_dir::read(path) {
+            Ok(values) => values,
+            Err(errors) => {
+                for e in errors {
+                    eprintln!("sluice: {e}");
+                }
+                return Err(ExitCode::from(1));
+            }
+        },
+        None => std::collections::HashMap::new(),
+    };
     let material = |k: &str| {
         file.get(k)
+            .or_else(|| dir.get(k))
             .map(|(v, _)| v.clone())
             .or_else(|| std::env::var(k).ok())
     };
@@ -1214,6 +1231,7 @@ pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
         policies: args.policies.clone(),
         providers: args.providers.clone(),
         secrets_file: args.secrets_file.clone(),
+        secrets_dir: args.secrets_dir.clone(),
         compat: args.compat,
         tenants: args.tenants.clone(),
         ca: match (&args.ca_cert, &args.ca_key) {

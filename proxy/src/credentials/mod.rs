@@ -22,6 +22,7 @@ pub mod refresh;
 pub(crate) mod rewrite;
 pub(crate) mod scrub;
 pub(crate) mod secrets;
+pub(crate) mod secrets_dir;
 pub mod sigv4;
 
 use std::path::Path;

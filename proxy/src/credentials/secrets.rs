@@ -142,6 +142,19 @@ pub enum SecretsError {
         path.display()
     )]
     UnknownUid { path: PathBuf },
+    /// `--secrets-dir` cannot be listed.
+    #[error("secrets directory {}: {source}", path.display())]
+    DirUnusable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An entry of `--secrets-dir` that leads (by a link) out of it.
+    #[error(
+        "secrets directory entry {} leads outside the directory; refused",
+        path.display()
+    )]
+    OutsideDir { path: PathBuf },
     #[error("{}:{line}: {problem}", path.display())]
     Malformed {
         path: PathBuf,
@@ -421,7 +434,7 @@ pub(crate) fn read_secrets_file(path: &Path) -> Result<FileValues, Vec<SecretsEr
     parse_secrets(path, &contents.bytes)
 }
 
-fn check_file(path: &Path, meta: &std::fs::Metadata) -> Result<(), SecretsError> {
+pub(super) fn check_file(path: &Path, meta: &std::fs::Metadata) -> Result<(), SecretsError> {
     let uid = current_uid().ok_or_else(|| SecretsError::UnknownUid {
         path: path.to_path_buf(),
     })?;

@@ -211,7 +211,9 @@ pub(super) async fn relay<R, W>(
     let (ur, uw) = tokio::io::split(TokioIo::new(upgraded));
     let leftover = buf.split();
     let idle = x.shared.limits.idle_timeout;
-    let judge = judge.is_some().then_some(&mut judge as &mut (dyn Judge + Send));
+    let judge = judge
+        .is_some()
+        .then_some(&mut judge as &mut (dyn Judge + Send));
     if let Some(reports) = reports {
         let ur = ScrubbedFrames::new(ur, &hs.scrub, reports);
         pass(

@@ -194,7 +194,11 @@ impl ClientFrames {
                 if let Some(guard) = self.guard.as_mut() {
                     // Unmasked to be scanned; the frame goes up as the client masked it.
                     let mut plain = Zeroizing::new(bytes.to_vec());
-                    ws_frame::apply_mask(&mut plain, frame.header.mask, frame.header.len - frame.left);
+                    ws_frame::apply_mask(
+                        &mut plain,
+                        frame.header.mask,
+                        frame.header.len - frame.left,
+                    );
                     if guard.feed(&plain) {
                         return Err(judge.unswapped("binary message"));
                     }

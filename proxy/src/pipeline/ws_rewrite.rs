@@ -100,10 +100,8 @@ impl Judge for Rewriter<'_> {
                     BodyError::Credential(e) => {
                         if let Some(rec) = &rec {
                             // The finding (misuse) and the refusal's wording of a request's.
-                            let _ = inject::refuse_credential(
-                                &rec.dest(self.x.shared, self.known),
-                                e,
-                            );
+                            let _ =
+                                inject::refuse_credential(&rec.dest(self.x.shared, self.known), e);
                         }
                         e.client_message().to_string()
                     }
@@ -138,7 +136,8 @@ impl Judge for Rewriter<'_> {
             rec.credentials.dedup();
             rec.bytes_in = message.len() as u64;
             rec.outcome = Outcome::Allowed;
-            rec.reason = Some("websocket text message: credential placeholders swapped".to_string());
+            rec.reason =
+                Some("websocket text message: credential placeholders swapped".to_string());
             rec.finish();
         }
         Ok(Some(Zeroizing::new(done.body.into_owned())))

@@ -47,14 +47,16 @@ pub fn covering<'a>(file: &Path, grants: &'a [Grant]) -> Option<(PathBuf, &'a Gr
     })
 }
 
-/// Refuses when the secrets file or the audit log lies within a grant.
+/// Refuses when the secrets file or directory or the audit log lies within a grant.
 pub fn check(
-    secrets_file: Option<&Path>,
+    secrets: [Option<&Path>; 2],
     audit_log: Option<&Path>,
     grants: &[Grant],
 ) -> Result<(), Box<InReach>> {
+    let [secrets_file, secrets_dir] = secrets;
     for (what, flag, file) in [
         ("secrets file", "secrets-file", secrets_file),
+        ("secrets directory", "secrets-dir", secrets_dir),
         ("audit log", "audit-log", audit_log),
     ] {
         if let Some((file, grant)) = file.and_then(|f| covering(f, grants)) {
@@ -87,14 +89,14 @@ mod tests {
             access: Access::ReadWrite,
             why: "the working directory".into(),
         }];
-        let err = check(Some(&base.join("work/secrets.env")), None, &grants).unwrap_err();
+        let err = check([Some(&base.join("work/secrets.env")), None], None, &grants).unwrap_err();
         assert!(err.to_string().contains("secrets file"), "{err}");
         assert!(err.to_string().contains("read and write"), "{err}");
         // An audit log that does not exist yet, in a granted directory.
-        let err = check(None, Some(&base.join("link/audit.jsonl")), &grants).unwrap_err();
+        let err = check([None, None], Some(&base.join("link/audit.jsonl")), &grants).unwrap_err();
         assert_eq!(err.flag, "audit-log");
-        assert!(check(None, Some(&base.join("outside/a.jsonl")), &grants).is_ok());
-        assert!(check(None, Some(Path::new("/dev/null")), &grants).is_ok());
+        assert!(check([None, None], Some(&base.join("outside/a.jsonl")), &grants).is_ok());
+        assert!(check([None, None], Some(Path::new("/dev/null")), &grants).is_ok());
         std::fs::remove_dir_all(&base).unwrap();
     }
 }
