@@ -204,6 +204,10 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
             .or_else(|| std::env::var(k).ok())
     };
     let mut config = load_with_env(sources, &env)?;
+    // Each token serves until its expiry, not until the next swap.
+    if let Some(t) = &tokens {
+        config.bindings.take_tokens(&|k| t.current(k));
+    }
     if let Some(files) = &sources.ca {
         let ca = Ca::load(&files.cert, &files.key).map_err(|e| ConfigError::Ca(e.to_string()))?;
         config.ca = Some(Arc::new(ca));

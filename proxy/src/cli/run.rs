@@ -1135,8 +1135,8 @@ impl Shutdown {
 
 /// The files a `run` loads and watches (policies, provider profiles, secrets).
 /// Starts refreshing `refresher`'s credentials: each new token (or one expired unreplaced)
-/// is taken in by a reload, so the redactor learns it and the one it replaces is still
-/// scrubbed from responses.
+/// is swapped into the credentials in force (`Reloader::take_tokens`, no reload), so the
+/// redactor learns it and the one it replaces is still scrubbed from responses.
 pub(super) fn keep_refreshed(
     reloader: &Arc<super::reload::Reloader>,
     refresher: Option<&crate::credentials::refresh::Refresher>,
@@ -1147,9 +1147,7 @@ pub(super) fn keep_refreshed(
     let rl = Arc::clone(reloader);
     let changed: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
         let rl = Arc::clone(&rl);
-        drop(tokio::task::spawn_blocking(move || {
-            rl.reload(super::reload::Trigger::TokenRefresh)
-        }));
+        drop(tokio::task::spawn_blocking(move || rl.take_tokens()));
     });
     r.spawn(&changed);
 }

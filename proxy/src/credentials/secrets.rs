@@ -255,6 +255,9 @@ fn join_keys(keys: &[EnvKey]) -> String {
 pub struct SecretStore {
     secrets: Vec<Secret>,
     keys: HashMap<EnvKey, Result<(usize, SecretOrigin), Unavailability>>,
+    /// A refreshed credential's token stops serving at its expiry (it is still scrubbed and
+    /// redacted: `get` still gives it).
+    expires: HashMap<EnvKey, std::time::SystemTime>,
 }
 
 /// A successful load, and what the operator should hear about.
@@ -398,6 +401,60 @@ impl SecretStore {
             Ok((index, _)) => self.secrets.get(*index).ok_or(Unavailability::Unset),
             Err(reason) => Err(*reason),
         })
+    }
+
+    /// [`SecretStore::get`] for a request: a refreshed token past its expiry is not served.
+    pub(super) fn serving(&self, key: &str) -> Option<Result<&Secret, Unavailability>> {
+        let found = self.get(key)?;
+        let expired = self
+            .expires
+            .get(key)
+            .is_some_and(|at| std::time::SystemTime::now() >= *at);
+        Some(if expired {
+            Err(Unavailability::NotRefreshed)
+        } else {
+            found
+        })
+    }
+
+    /// A refreshed credential's env var takes `token` (its value and expiry) in place of
+    /// what it held; `None` (no token yet): what it held, if anything, is no longer served.
+    pub(super) fn set_refreshed(
+        &mut self,
+        key: &EnvKey,
+        token: Option<(Secret, std::time::SystemTime)>,
+    ) {
+        let Some((secret, expires)) = token else {
+            self.expires.insert(key.clone(), std::time::UNIX_EPOCH);
+            return;
+        };
+        self.expires.insert(key.clone(), expires);
+        let origin = SecretOrigin {
+            source: SecretSource::Environment,
+            key: key.clone(),
+        };
+        match self.keys.get(key) {
+            // Its own slot (another env var of the credential may share it: same token).
+            Some(Ok((index, _))) => {
+                if let Some(slot) = self.secrets.get_mut(*index) {
+                    *slot = secret;
+                }
+            }
+            _ => {
+                self.secrets.push(secret);
+                self.keys
+                    .insert(key.clone(), Ok((self.secrets.len() - 1, origin)));
+            }
+        }
+    }
+
+    /// A second copy of every value (zeroized on drop like the first).
+    pub(super) fn copy(&self) -> SecretStore {
+        SecretStore {
+            secrets: self.secrets.iter().map(Secret::copy).collect(),
+            keys: self.keys.clone(),
+            expires: self.expires.clone(),
+        }
     }
 
     /// Where an env var's value came from (for a startup summary), or why there is none.
