@@ -13,6 +13,7 @@
 //! and the headers just before writing upstream, and maps a `CredentialError` to its status,
 //! code and finding. A secret never appears in an error, a `Debug` output or a log line.
 
+pub(crate) mod aws_chunks;
 pub(crate) mod binding;
 pub mod body;
 pub mod placeholder;

@@ -688,6 +688,7 @@ where
         let result = match tx {
             Some(tx) => {
                 let sink = body::BodySink::new(tx, guard)
+                    .aws_chunked(prepared.aws_chunked)
                     .paced(shared.limits.body_pace)
                     .holding(hold);
                 body::pump(&mut *rd, buf, framing, sink).await
