@@ -367,7 +367,7 @@ pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<
         };
         // A tenant with a secrets file has its secrets from it alone; one without has them
         // from sluice's environment, but never a proxy password.
-        let own_file = spec.secrets_file.is_some();
+        let own_file = spec.secrets_file.is_some() || spec.secrets_dir.is_some();
         let env = |k: &str| {
             (!own_file && !passwords.iter().any(|p| p == k))
                 .then(|| std::env::var(k).ok())
@@ -438,7 +438,7 @@ fn tenant_sources(spec: &TenantSpec, compat: CompatArg) -> Sources {
         policies: spec.policies.clone(),
         providers: spec.providers.clone(),
         secrets_file: spec.secrets_file.clone(),
-        secrets_dir: None,
+        secrets_dir: spec.secrets_dir.clone(),
         compat,
         tenants: None,
         ca: None,
