@@ -6,8 +6,9 @@
 //! with 1008 before the placeholder reaches the origin whole: a placeholder in a binary
 //! message, in a ping, in a close reason, in a message on a path the credential is not bound
 //! to; a compressed (RSV1) frame with the placeholder deflated inside is a protocol error
-//! (1002), and the client's offer of compression never reaches the origin. The secret is in
-//! no log line and no audit event.
+//! (1002), and the client's offer of compression never reaches the origin; over plaintext
+//! (`ws://`) a placeholder is refused (1008), never swapped. The secret is in no log line and
+//! no audit event.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::process::Command;
@@ -44,6 +45,20 @@ with serve(echo, '127.0.0.1', 0, ssl=ctx, compression=None, ping_interval=None) 
     server.serve_forever()
 "#;
 
+/// [`ORIGIN`] without TLS (`ws://`): its one argument is the log.
+const PLAIN_ORIGIN: &str = r#"
+import sys
+from websockets.sync.server import serve
+log = sys.argv[1]
+def echo(ws):
+    for m in ws:
+        with open(log, 'a') as f: f.write(f'{ws.request.path} {type(m).__name__} {m!r}\n')
+        ws.send('echo:' + str(m))
+with serve(echo, '127.0.0.1', 0, compression=None, ping_interval=None) as server:
+    print(server.socket.getsockname()[1], flush=True)
+    server.serve_forever()
+"#;
+
 /// A `websockets` client through sluice (HTTP proxy, CONNECT) trusting sluice's CA, offering
 /// compression: opens `path` and, per `mode`, sends `text` (the message), `fragments` (the
 /// message in fragments cut inside the placeholder), `binary`, `ping`, `close` (the
@@ -54,9 +69,10 @@ import json, os, ssl, sys, zlib
 from websockets.sync.client import connect
 from websockets.exceptions import ConnectionClosed
 proxy, port, ca, path, mode, message = sys.argv[1:7]
-ctx = ssl.create_default_context(cafile=ca)
+scheme = sys.argv[7] if len(sys.argv) > 7 else 'wss'
+tls = {'ssl': ssl.create_default_context(cafile=ca)} if scheme == 'wss' else {}
 out = {'opened': False, 'echo': None, 'code': None, 'reason': None, 'extensions': None}
-ws = connect(f'wss://127.0.0.1:{port}{path}', proxy=f'http://{proxy}', ssl=ctx,
+ws = connect(f'{scheme}://127.0.0.1:{port}{path}', proxy=f'http://{proxy}', **tls,
     open_timeout=10, compression='deflate', ping_interval=None)
 out['opened'] = True
 out['extensions'] = ws.response.headers.get('Sec-WebSocket-Extensions')
@@ -141,15 +157,20 @@ network_policies:
 }
 
 fn send(s: &Setup, path: &str, mode: &str, message: &str) -> Value {
+    send_to(s, s.origin.port, path, mode, message, "wss")
+}
+
+fn send_to(s: &Setup, port: u16, path: &str, mode: &str, message: &str, scheme: &str) -> Value {
     let (code, out, err) = run(Command::new("python3").args([
         "-c",
         CLIENT,
         &s.sluice.addr().to_string(),
-        &s.origin.port.to_string(),
+        &port.to_string(),
         &s.ca.display().to_string(),
         path,
         mode,
         message,
+        scheme,
     ]));
     assert_eq!(code, 0, "{err}\n{}", s.sluice.stderr());
     assert!(!out.contains(SECRET), "the client got the secret: {out}");
@@ -253,5 +274,75 @@ fn a_compressed_frame_or_an_unbound_path_never_carries_the_secret() {
     s.sluice.wait_event("the mismatch finding", |e| {
         e["class_uid"] == 2004 && e.to_string().contains("endpoint_mismatch")
     });
+    assert_secret_nowhere(&s);
+}
+
+#[test]
+fn over_plaintext_the_placeholder_is_refused_not_swapped() {
+    let dir = TempDir::new("wsrewrite-plain");
+    let log = dir.path().join("received.log");
+    std::fs::write(&log, "").unwrap();
+    let origin = OriginProcess::spawn(
+        Command::new("python3").args(["-c", PLAIN_ORIGIN]).arg(&log),
+        "the plain websockets origin",
+    );
+    let port = origin.port;
+    let policy = format!(
+        "version: 1
+network_policies:
+  ws:
+    endpoints:
+      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full, websocket_credential_rewrite: true}}
+    binaries:
+      - path: {}
+",
+        python()
+    );
+    let providers = dir.write(
+        "providers.yaml",
+        &format!(
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {port}\n"
+        ),
+    );
+    let (sluice, ca) = Sluice::intercepting(
+        &dir,
+        &policy,
+        &[],
+        Some(&providers),
+        &[("TEST_API_KEY", SECRET)],
+    );
+    let s = Setup {
+        sluice,
+        ca,
+        origin,
+        log,
+        _dir: dir,
+    };
+    let out = send_to(&s, port, "/chat", "text", "no placeholder", "ws");
+    assert_eq!(
+        out["echo"],
+        "echo:no placeholder",
+        "{out}\n{}",
+        s.sluice.stderr()
+    );
+    let out = send_to(
+        &s,
+        port,
+        "/chat",
+        "text",
+        &format!("auth {PLACEHOLDER}"),
+        "ws",
+    );
+    assert_eq!(out["code"], 1008, "{out}\n{}", s.sluice.stderr());
+    assert!(
+        out["reason"]
+            .as_str()
+            .unwrap()
+            .contains("only be sent over TLS"),
+        "{out}"
+    );
+    let got = received(&s);
+    assert!(!got.contains(SECRET), "{got}");
+    assert!(!got.contains(PLACEHOLDER), "{got}");
     assert_secret_nowhere(&s);
 }
