@@ -7,8 +7,9 @@
 //! message, in a ping, in a close reason, in a message on a path the credential is not bound
 //! to; a compressed (RSV1) frame with the placeholder deflated inside is a protocol error
 //! (1002), and the client's offer of compression never reaches the origin; over plaintext
-//! (`ws://`) a placeholder is refused (1008), never swapped. The secret is in no log line and
-//! no audit event.
+//! (`ws://`) a placeholder is refused (1008), never swapped; a value rotated while the socket
+//! is open closes it (1012) rather than going up unscrubbable. The secret is in no log line
+//! and no audit event.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::process::Command;
@@ -65,7 +66,7 @@ with serve(echo, '127.0.0.1', 0, compression=None, ping_interval=None) as server
 /// placeholder as the close reason), or `deflated` (a raw RSV1 frame whose payload is the
 /// message deflated); prints the echo, or the close code and reason.
 const CLIENT: &str = r#"
-import json, os, ssl, sys, zlib
+import json, os, ssl, sys, time, zlib
 from websockets.sync.client import connect
 from websockets.exceptions import ConnectionClosed
 proxy, port, ca, path, mode, message = sys.argv[1:7]
@@ -87,6 +88,14 @@ try:
         ws.ping(message.encode()[:120])
     elif mode == 'close':
         ws.close(1000, message)
+    elif mode == 'rotate':
+        ws.send(message)
+        out['first'] = ws.recv(timeout=10)
+        go = sys.argv[8]
+        for _ in range(400):
+            if os.path.exists(go): break
+            time.sleep(0.05)
+        ws.send(message)
     elif mode == 'deflated':
         c = zlib.compressobj(wbits=-15)
         p = c.compress(message.encode()) + c.flush(zlib.Z_SYNC_FLUSH)
@@ -345,4 +354,112 @@ network_policies:
     assert!(!got.contains(SECRET), "{got}");
     assert!(!got.contains(PLACEHOLDER), "{got}");
     assert_secret_nowhere(&s);
+}
+
+/// The credential's value changes (a reload of `--secrets-file`) while a WebSocket is open:
+/// its upstream frames are scrubbed of the values bound at the upgrade, so the next message
+/// with the placeholder closes with 1012 (the client reconnects) rather than sending a value
+/// whose echo would not be scrubbed.
+#[test]
+fn a_value_rotated_while_the_websocket_is_open_closes_it_with_1012() {
+    use std::os::unix::fs::OpenOptionsExt;
+    const NEW: &str = "ws-n3w-VALUE-8d2c41";
+    let dir = TempDir::new("wsrewrite-rotate");
+    let log = dir.path().join("received.log");
+    std::fs::write(&log, "").unwrap();
+    let (origin, origin_ca) = spawn_tls(
+        dir.path(),
+        Script::Python(ORIGIN),
+        &[&log],
+        "the websockets echo origin",
+    );
+    let port = origin.port;
+    let secrets = dir.path().join("secrets.env");
+    let write = |value: &str| {
+        let tmp = dir.path().join("secrets.tmp");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .unwrap();
+        std::io::Write::write_all(&mut f, format!("TEST_API_KEY={value}\n").as_bytes()).unwrap();
+        std::fs::rename(&tmp, &secrets).unwrap();
+    };
+    write(SECRET);
+    let policy = format!(
+        "version: 1
+network_policies:
+  ws:
+    endpoints:
+      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full, websocket_credential_rewrite: true}}
+    binaries:
+      - path: {}
+",
+        python()
+    );
+    let providers = dir.write(
+        "providers.yaml",
+        &format!(
+            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {port}\n"
+        ),
+    );
+    let (sluice, ca) = Sluice::intercepting_with(
+        &dir,
+        &policy,
+        &[origin_ca.as_path()],
+        Some(&providers),
+        &[],
+        &["--secrets-file", secrets.to_str().unwrap()],
+    );
+    let go = dir.path().join("go");
+    let message = format!("auth {PLACEHOLDER}");
+    let client = Command::new("python3")
+        .args([
+            "-c",
+            CLIENT,
+            &sluice.addr().to_string(),
+            &port.to_string(),
+            &ca.display().to_string(),
+            "/chat",
+            "rotate",
+            &message,
+            "wss",
+            go.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(&log).unwrap().contains(SECRET) {
+        assert!(start.elapsed().as_secs() < 20, "no first message");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    write(NEW);
+    sluice.wait_event("the reload", |e| {
+        e["class_uid"] == 5019
+            && sluice
+                .events()
+                .iter()
+                .filter(|e| e["class_uid"] == 5019)
+                .count()
+                >= 2
+    });
+    std::fs::write(&go, "").unwrap();
+    let out = client.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    let out: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(out["first"], format!("echo:{message}"), "{out}");
+    assert_eq!(out["code"], 1012, "{out}\n{}", sluice.stderr());
+    let got = std::fs::read_to_string(&log).unwrap();
+    assert!(!got.contains(NEW), "the new value went up: {got}");
+    let all = format!(
+        "{}\n{}",
+        sluice.stderr(),
+        serde_json::to_string(&sluice.events()).unwrap()
+    );
+    for secret in [SECRET, NEW] {
+        assert!(!all.contains(secret), "sluice's output holds a secret");
+    }
 }

@@ -654,7 +654,6 @@ where
             scrub: prepared.scrub,
             target: path_and_query.clone(),
             rewrite: prepared.ws_rewrite.then(|| Rewrite {
-                creds: prepared.creds,
                 path: rec.path.clone(),
                 scrubbed: ScrubSet::default(),
             }),

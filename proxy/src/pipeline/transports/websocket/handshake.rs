@@ -56,8 +56,8 @@ pub(crate) struct Handshake {
     pub(crate) scrub: ScrubSet,
     /// The request target as the client sent it (its messages are judged on it).
     pub(crate) target: String,
-    /// `websocket_credential_rewrite`: the bindings and canonical path its text messages'
-    /// placeholders are swapped by (`scrubbed` is filled in here).
+    /// `websocket_credential_rewrite`: the canonical path its text messages' placeholders
+    /// are swapped for (`scrubbed` is filled in here).
     pub(crate) rewrite: Option<Rewrite>,
 }
 

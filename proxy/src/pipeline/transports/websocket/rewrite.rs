@@ -10,24 +10,22 @@
 //! A message that carried a secret is audited as `WEBSOCKET_TEXT` with its credentials'
 //! names.
 
-use std::sync::Arc;
-
 use zeroize::Zeroizing;
 
 use super::judged::PolicyJudge;
 use super::messages::{Close, Judge, unswapped_reason};
 use crate::audit::{Engine, Outcome};
-use crate::credentials::{self, Bindings, BodyError, ScrubSet, Transport};
+use crate::credentials::{self, BodyError, ScrubSet, Transport};
 use crate::pipeline::caller::identify::Known;
 use crate::pipeline::phases::inject;
 use crate::pipeline::phases::record::Record;
 use crate::pipeline::phases::request::Exchange;
+use crate::pipeline::state::live::InForce;
 
 /// Swaps the placeholders of one WebSocket's text messages.
 pub(super) struct Rewriter<'a> {
     x: Exchange<'a>,
     known: &'a Known,
-    creds: Arc<Bindings>,
     /// The canonical path of the upgrade (the credentials' binding is judged on it).
     path: String,
     transport: Transport,
@@ -39,7 +37,6 @@ pub(super) struct Rewriter<'a> {
 
 /// What a [`Rewriter`] is made of, besides the exchange and its caller.
 pub(crate) struct Rewrite {
-    pub(crate) creds: Arc<Bindings>,
     pub(crate) path: String,
     /// What the upstream's frames are scrubbed of (empty: they are not).
     pub(crate) scrubbed: ScrubSet,
@@ -56,7 +53,6 @@ impl<'a> Rewriter<'a> {
             transport: x.admitted.scheme.transport(),
             x,
             known,
-            creds: rewrite.creds,
             path: rewrite.path,
             scrubbed: rewrite.scrubbed,
             upgrade: Some(rec.copy()),
@@ -87,7 +83,10 @@ impl Judge for Rewriter<'_> {
             caller: self.known.policy_caller(),
             transport: self.transport,
         };
-        let scoped = self.creds.scoped(scope);
+        // The credentials in force now (a refreshed token, a reload), not the upgrade's: a
+        // value the upstream's frames are not scrubbed of is refused below.
+        let creds = self.x.shared.credentials(self.known.claim());
+        let scoped = creds.scoped(scope);
         let mut rec = self.record();
         let done = match credentials::rewrite_body(
             Some("text/plain; charset=utf-8"),
