@@ -22,11 +22,12 @@ pub struct InReach {
     pub grant: Grant,
 }
 
-/// The canonical path of `file`, or of its directory joined with its name when it does not
-/// exist yet. None for a path that is not a regular file (a terminal, `/dev/null`).
+/// The canonical path of `file` (a regular file or a directory: `--secrets-dir`), or of its
+/// directory joined with its name when it does not exist yet. None for a path that is
+/// neither (a terminal, `/dev/null`).
 fn canonical(file: &Path) -> Option<PathBuf> {
     match std::fs::metadata(file) {
-        Ok(m) if m.is_file() => std::fs::canonicalize(file).ok(),
+        Ok(m) if m.is_file() || m.is_dir() => std::fs::canonicalize(file).ok(),
         Ok(_) => None,
         Err(_) => {
             let dir = match file.parent() {
@@ -54,6 +55,19 @@ pub fn check(
     grants: &[Grant],
 ) -> Result<(), Box<InReach>> {
     let [secrets_file, secrets_dir] = secrets;
+    // A grant inside the secrets directory exposes what it holds there.
+    if let Some(dir) = secrets_dir.and_then(canonical)
+        && let Some(grant) = grants
+            .iter()
+            .find(|g| std::fs::canonicalize(&g.path).is_ok_and(|root| root.starts_with(&dir)))
+    {
+        return Err(Box::new(InReach {
+            what: "secrets directory",
+            flag: "secrets-dir",
+            file: dir,
+            grant: grant.clone(),
+        }));
+    }
     for (what, flag, file) in [
         ("secrets file", "secrets-file", secrets_file),
         ("secrets directory", "secrets-dir", secrets_dir),
@@ -95,6 +109,13 @@ mod tests {
         // An audit log that does not exist yet, in a granted directory.
         let err = check([None, None], Some(&base.join("link/audit.jsonl")), &grants).unwrap_err();
         assert_eq!(err.flag, "audit-log");
+        // A secrets directory the command could read.
+        let err = check([None, Some(&base.join("work"))], None, &grants).unwrap_err();
+        assert_eq!(err.flag, "secrets-dir");
+        assert!(check([None, Some(&base.join("outside"))], None, &grants).is_ok());
+        // A grant inside it.
+        let err = check([None, Some(&base)], None, &grants).unwrap_err();
+        assert_eq!(err.flag, "secrets-dir");
         assert!(check([None, None], Some(&base.join("outside/a.jsonl")), &grants).is_ok());
         assert!(check([None, None], Some(Path::new("/dev/null")), &grants).is_ok());
         std::fs::remove_dir_all(&base).unwrap();
