@@ -408,20 +408,6 @@ impl Validator<'_> {
             }
         }
 
-        if let Some(v) = &raw.websocket_credential_rewrite
-            && v.value
-            && protocol.is_l7()
-        {
-            // Not silently ignored: the client's frames would go up with their placeholders.
-            self.diags.error_of(
-                diag::Kind::Unsupported,
-                self.file,
-                v.pos,
-                field("websocket_credential_rewrite"),
-                "`websocket_credential_rewrite` is not supported by sluice yet: placeholders in the client's WebSocket frames would not be replaced (the handshake's headers are); remove it, or put the credential in the handshake".to_string(),
-            );
-            ok = false;
-        }
         let signing = self.signing(raw, protocol, tls, path, &mut ok);
         if !ok {
             return None;

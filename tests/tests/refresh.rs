@@ -171,6 +171,19 @@ fn tokens_are_refreshed_before_they_expire_and_a_failing_endpoint_ends_in_503() 
         client_saw.contains("openshell:resolve:env:CC_TOKEN"),
         "the echo was not scrubbed back"
     );
+    // Each new token was swapped into the credentials alone: the configuration was loaded
+    // once, at start (one Device Config State Change), not once per refresh.
+    let loads = sluice
+        .events()
+        .iter()
+        .filter(|e| e["class_uid"] == 5019)
+        .count();
+    assert_eq!(loads, 1, "{}", sluice.stderr());
+    assert!(
+        !sluice.stderr().contains("configuration reloaded"),
+        "{}",
+        sluice.stderr()
+    );
 
     // The endpoint goes down: the last token serves until it expires, then 503.
     control(&token_ca, tokens.port, "fail");

@@ -502,3 +502,83 @@ fn a_configmap_symlink_swap_is_reloaded() {
     assert_eq!(client.get("/b/2").0, 200);
     assert_events_valid(&sluice);
 }
+
+/// Publishes `value` as `TEST_API_KEY` in `dir` the way the kubelet updates a Secret volume:
+/// a new timestamped directory (mode 0400 file), then the `..data` link swapped to it by a
+/// rename; the key's own link (`TEST_API_KEY -> ..data/TEST_API_KEY`) never changes.
+fn publish_k8s(dir: &Path, version: usize, value: &str) {
+    use std::os::unix::fs::{OpenOptionsExt, symlink};
+    let name = format!("..2026_12_07_v{version}");
+    std::fs::create_dir(dir.join(&name)).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o400)
+        .open(dir.join(&name).join("TEST_API_KEY"))
+        .unwrap();
+    f.write_all(value.as_bytes()).unwrap();
+    drop(f);
+    symlink(&name, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    if version == 0 {
+        symlink("..data/TEST_API_KEY", dir.join("TEST_API_KEY")).unwrap();
+    }
+}
+
+#[test]
+fn a_secrets_dir_swapped_like_a_kubernetes_volume_injects_the_new_value_and_scrubs_the_old() {
+    const VALUES: [&str; 2] = ["k8s-first-s3cr3t-2f9c", "k8s-second-s3cr3t-7b31"];
+    let dir = TempDir::new("reload-secrets-dir");
+    let origin = EchoOrigin::start(dir.path());
+    let port = origin.port();
+    let (providers, _) = provider_and_secrets(&dir, port);
+    let volume = dir.path().join("volume");
+    std::fs::create_dir(&volume).unwrap();
+    publish_k8s(&volume, 0, VALUES[0]);
+    let (sluice, ca) = start(
+        &dir,
+        &policy(port, &["/store/**", "/fetch/**", "/auth/**"]),
+        &origin,
+        &[
+            "--providers",
+            providers.to_str().unwrap(),
+            "--secrets-dir",
+            volume.to_str().unwrap(),
+        ],
+    );
+    let mut client = Client::start("h1", &sluice, &ca, port);
+    // The origin keeps the first value it was sent.
+    assert_eq!(client.get("/store/1").0, 200, "{}", sluice.stderr());
+    let placeholder = "Bearer openshell:resolve:env:TEST_API_KEY";
+    publish_k8s(&volume, 1, VALUES[1]);
+    assert!(
+        succeeded(&wait_config_event(&sluice, 2)),
+        "{}",
+        sluice.stderr()
+    );
+    // The new value goes up; the stored old one still comes back as its placeholder.
+    assert_eq!(client.get("/auth/1").0, 200);
+    let (status, _, body) = client.get_body("/fetch/1");
+    assert_eq!((status, body.as_str()), (200, placeholder));
+    let seen: Vec<(String, String)> = origin
+        .received()
+        .iter()
+        .filter_map(|r| {
+            let auth = r["headers"]["authorization"].as_str()?;
+            Some((r["url"].as_str()?.to_string(), auth.to_string()))
+        })
+        .collect();
+    assert_eq!(
+        seen[..2],
+        [
+            ("/store/1".to_string(), format!("Bearer {}", VALUES[0])),
+            ("/auth/1".to_string(), format!("Bearer {}", VALUES[1])),
+        ]
+    );
+    let audit = std::fs::read_to_string(&sluice.audit_path).unwrap();
+    for secret in VALUES {
+        assert!(!audit.contains(secret), "the audit log holds a secret");
+        assert!(!sluice.stderr().contains(secret), "stderr holds a secret");
+    }
+    assert_events_valid(&sluice);
+}

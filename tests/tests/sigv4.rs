@@ -615,3 +615,72 @@ fn a_body_to_hash_is_read_whole_up_to_ten_mib_and_a_larger_one_is_refused_before
     assert!(out.ends_with("413"), "{out}");
     assert_eq!(logged(&log).len(), 1);
 }
+
+/// A placeholder cut by `aws-chunked` framing (`openshell:res` `\r\n8\r\n` `olve:env:...`):
+/// the upstream joins the chunks' data, so sluice scans the data as joined, not only the
+/// wire bytes, and the body never reaches the origin whole; the object is never stored.
+#[test]
+fn a_placeholder_cut_by_aws_chunked_framing_never_reaches_the_origin() {
+    let dir = TempDir::new("sigv4-awschunked");
+    let log = dir.path().join("origin.jsonl");
+    let (origin, origin_ca) = origin(dir.path(), &log);
+    let (sluice, ca) = start(
+        &dir,
+        &origin_ca,
+        origin.port,
+        &[
+            ("AWS_ACCESS_KEY_ID", ACCESS),
+            ("AWS_SECRET_ACCESS_KEY", SECRET),
+            ("AWS_SESSION_TOKEN", TOKEN),
+        ],
+    );
+    let data = b"key=openshell:resolve:env:AWS_SECRET_ACCESS_KEY;";
+    let mut framed = Vec::new();
+    for piece in data.chunks(8) {
+        framed.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        framed.extend_from_slice(piece);
+        framed.extend_from_slice(b"\r\n");
+    }
+    framed.extend_from_slice(b"0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n");
+    let body = dir.path().join("body");
+    std::fs::write(&body, &framed).unwrap();
+    let url = format!("https://127.0.0.1:{}/bkt/split", origin.port);
+    let decoded = format!("x-amz-decoded-content-length: {}", data.len());
+    let (_, put, err) = run(Command::new("/usr/bin/curl")
+        .args(["-s", "--http1.1", "--max-time", "20", "--cacert"])
+        .arg(&ca)
+        .args([
+            "-x",
+            &sluice.proxy_url(),
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            "PUT",
+        ])
+        .args([
+            "-H",
+            "x-amz-content-sha256: STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+            "-H",
+            "content-encoding: aws-chunked",
+            "-H",
+            "x-amz-trailer: x-amz-checksum-crc32",
+            "-H",
+            &decoded,
+            "--data-binary",
+        ])
+        .arg(format!("@{}", body.display()))
+        .arg(&url));
+    assert!(
+        !put.ends_with("200"),
+        "the body went through: {put}{err}\n{}",
+        sluice.stderr()
+    );
+    let (_, get, _) = run(Command::new("/usr/bin/curl")
+        .args(["-s", "--http1.1", "--max-time", "20", "--cacert"])
+        .arg(&ca)
+        .args(["-x", &sluice.proxy_url(), "-w", "\n%{http_code}"])
+        .arg(&url));
+    assert!(!get.contains("openshell"), "the origin stored it: {get}");
+    assert!(get.ends_with("404"), "{get}");
+    assert_no_secret(&sluice, &format!("{put}{get}"));
+}

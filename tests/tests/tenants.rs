@@ -158,14 +158,17 @@ fn each_tenant_gets_its_own_secret_values() {
     dir.write("api.yaml", &rest_policy(&[("api", port)]));
     dir.write("providers.yaml", &token_provider(port));
     write_secrets(&dir, "alpha.env", &format!("TOKEN={ALPHA_SECRET}\n"));
-    write_secrets(&dir, "beta.env", &format!("TOKEN={BETA_SECRET}\n"));
+    // beta's come from a directory, one file per key (`secrets_dir`, as Kubernetes renders
+    // a Secret volume).
+    std::fs::create_dir(dir.path().join("beta.keys")).unwrap();
+    write_secrets(&dir, "beta.keys/TOKEN", &format!("{BETA_SECRET}\n"));
     // delta has no secrets file: its values come from sluice's environment.
     let tenants = dir.write(
         "tenants.yaml",
         &format!(
             "tenants:\n  \
                - name: alpha\n    sources: [\"{ALPHA}\"]\n    policy: [api.yaml]\n    providers: [providers.yaml]\n    secrets_file: alpha.env\n  \
-               - name: beta\n    sources: [\"{BETA}\"]\n    policy: [api.yaml]\n    providers: [providers.yaml]\n    secrets_file: beta.env\n  \
+               - name: beta\n    sources: [\"{BETA}\"]\n    policy: [api.yaml]\n    providers: [providers.yaml]\n    secrets_dir: beta.keys\n  \
                - name: delta\n    sources: [\"127.0.0.4\"]\n    policy: [api.yaml]\n    providers: [providers.yaml]\n"
         ),
     );

@@ -24,6 +24,9 @@ pub struct Sources {
     pub policies: Vec<String>,
     pub providers: Vec<String>,
     pub secrets_file: Option<PathBuf>,
+    /// `--secrets-dir`: one file per key, read after the secrets file, before the
+    /// environment.
+    pub secrets_dir: Option<PathBuf>,
     pub compat: CompatArg,
     /// `--tenants`: the gateway's tenants file (then the three above are empty).
     pub tenants: Option<String>,
@@ -86,6 +89,12 @@ impl Sources {
                     .map(|p| (PathBuf::from(p), Kind::Profiles)),
             )
             .chain(self.secrets_file.clone().map(|p| (p, Kind::Secrets)))
+            .chain(
+                self.secrets_dir
+                    .iter()
+                    .flat_map(|d| crate::credentials::secrets_dir::watched(d))
+                    .map(|p| (p, Kind::Secrets)),
+            )
             .collect();
         if let Some(t) = &self.tenants {
             files.extend(tenant_files(t));
@@ -194,6 +203,10 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
         _ => std::env::var(k).ok(),
     };
     let mut config = load_with_env(sources, &env)?;
+    // Each token serves until its expiry, not until the next swap.
+    if let Some(t) = &tokens {
+        config.bindings.take_tokens(&|k| t.current(k));
+    }
     if let Some(files) = &sources.ca {
         let ca = Ca::load(&files.cert, &files.key).map_err(|e| ConfigError::Ca(e.to_string()))?;
         config.ca = Some(Arc::new(ca));
@@ -225,6 +238,13 @@ fn load_with_env(
     if !bound.errors.is_empty() {
         return Err(ConfigError::Credentials(bound.errors));
     }
+    // The directory's values come before the environment's (the secrets file's first).
+    let dir = match &sources.secrets_dir {
+        Some(d) => crate::credentials::secrets_dir::read(d)
+            .map_err(|e| ConfigError::Credentials(e.iter().map(ToString::to_string).collect()))?,
+        None => std::collections::HashMap::new(),
+    };
+    let env = |k: &str| dir.get(k).map(|(v, _)| v.clone()).or_else(|| env(k));
     let credentials =
         crate::credentials::with_profiles(profiles, env, sources.secrets_file.as_deref())
             .map_err(|e| ConfigError::Credentials(e.lines()))?;
@@ -346,7 +366,7 @@ pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<
         };
         // A tenant with a secrets file has its secrets from it alone; one without has them
         // from sluice's environment, but never a proxy password.
-        let own_file = spec.secrets_file.is_some();
+        let own_file = spec.secrets_file.is_some() || spec.secrets_dir.is_some();
         let env = |k: &str| {
             (!own_file && !passwords.iter().any(|p| p == k))
                 .then(|| std::env::var(k).ok())
@@ -417,6 +437,7 @@ fn tenant_sources(spec: &TenantSpec, compat: CompatArg) -> Sources {
         policies: spec.policies.clone(),
         providers: spec.providers.clone(),
         secrets_file: spec.secrets_file.clone(),
+        secrets_dir: spec.secrets_dir.clone(),
         compat,
         tenants: None,
         ca: None,

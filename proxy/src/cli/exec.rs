@@ -421,7 +421,10 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         .filter(|l| *l != "-")
         .map(PathBuf::from);
     if let Err(e) = reach::check(
-        args.run.secrets_file.as_deref(),
+        [
+            args.run.secrets_file.as_deref(),
+            args.run.secrets_dir.as_deref(),
+        ],
         audit_path.as_deref(),
         &grants,
     ) {

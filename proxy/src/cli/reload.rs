@@ -47,8 +47,6 @@ const MAX_DEBOUNCE_ROUNDS: usize = 20;
 pub enum Trigger {
     Signal,
     FileChange,
-    /// A refreshed credential's token changed (or expired unreplaced).
-    TokenRefresh,
 }
 
 impl Trigger {
@@ -56,7 +54,6 @@ impl Trigger {
         match self {
             Trigger::Signal => "SIGHUP",
             Trigger::FileChange => "file change",
-            Trigger::TokenRefresh => "token refresh",
         }
     }
 }
@@ -80,6 +77,9 @@ pub struct Reloader {
     ca_dir: Option<PathBuf>,
     /// The running TLS hop, which a reload hands its files loaded again.
     hop: Option<Arc<crate::listen::hop::Hop>>,
+    /// Held while bindings are swapped (a reload, a token refresh), so neither swaps in
+    /// bindings made from what the other replaced.
+    swapping: Mutex<()>,
 }
 
 impl Reloader {
@@ -96,6 +96,7 @@ impl Reloader {
             redactor: Mutex::new(redactor),
             ca_dir: None,
             hop: None,
+            swapping: Mutex::new(()),
         }
     }
 
@@ -130,8 +131,30 @@ impl Reloader {
         );
     }
 
+    /// A refreshed credential's token changed (or expired unreplaced): only the credentials
+    /// in force take the current tokens. No file is read again and no configuration change
+    /// is audited; the redactor learns the new token before any request can use it, and the
+    /// one it replaces is still scrubbed from what comes back from where it was bound.
+    pub fn take_tokens(&self) {
+        let Some(refresher) = &self.sources.refresh else {
+            return;
+        };
+        let _swapping = self.swapping.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self.shared.credentials.load();
+        let mut next = current.copy();
+        next.take_tokens(&|k| refresher.tokens.current(k));
+        {
+            let mut known = self.redactor.lock().unwrap_or_else(PoisonError::into_inner);
+            known.merge(&next.redactor());
+            self.audit.set_redactor(Arc::new(known.clone()));
+        }
+        next.retire_from(&current);
+        self.shared.credentials.store(Arc::new(next));
+    }
+
     /// Loads the configuration again and, when it is valid, swaps it in.
     pub fn reload(&self, trigger: Trigger) -> ReloadOutcome {
+        let _swapping = self.swapping.lock().unwrap_or_else(PoisonError::into_inner);
         let result = config::load(&self.sources);
         let event = config::change_event(&self.sources, &result);
         let ok = match result {

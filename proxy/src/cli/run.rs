@@ -96,6 +96,10 @@ pub(super) struct RunArgs {
     /// values come from sluice's own environment.
     #[arg(long, value_name = "FILE")]
     pub secrets_file: Option<std::path::PathBuf>,
+    /// Secret values as one file per key (a Kubernetes Secret volume, a Vault agent's
+    /// output), each checked like --secrets-file; re-read when they change.
+    #[arg(long, value_name = "DIR")]
+    pub secrets_dir: Option<std::path::PathBuf>,
     /// Static DNS answers, like curl --resolve: HOST=IP[,IP...].
     #[arg(long = "resolve", value_name = "HOST=IP")]
     pub resolve: Vec<String>,
@@ -204,7 +208,7 @@ pub(super) struct RunArgs {
     #[arg(
         long,
         value_name = "FILE",
-        conflicts_with_all = ["policies", "providers", "secrets_file", "dns_listen"]
+        conflicts_with_all = ["policies", "providers", "secrets_file", "secrets_dir", "dns_listen"]
     )]
     pub tenants: Option<String>,
     /// The CA that signs the leaves sluice presents, instead of the ephemeral one: a PEM
@@ -1131,8 +1135,8 @@ impl Shutdown {
 
 /// The files a `run` loads and watches (policies, provider profiles, secrets).
 /// Starts refreshing `refresher`'s credentials: each new token (or one expired unreplaced)
-/// is taken in by a reload, so the redactor learns it and the one it replaces is still
-/// scrubbed from responses.
+/// is swapped into the credentials in force (`Reloader::take_tokens`, no reload), so the
+/// redactor learns it and the one it replaces is still scrubbed from responses.
 pub(super) fn keep_refreshed(
     reloader: &Arc<super::reload::Reloader>,
     refresher: Option<&crate::credentials::refresh::Refresher>,
@@ -1143,9 +1147,7 @@ pub(super) fn keep_refreshed(
     let rl = Arc::clone(reloader);
     let changed: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
         let rl = Arc::clone(&rl);
-        drop(tokio::task::spawn_blocking(move || {
-            rl.reload(super::reload::Trigger::TokenRefresh)
-        }));
+        drop(tokio::task::spawn_blocking(move || rl.take_tokens()));
     });
     r.spawn(&changed);
 }
@@ -1182,15 +1184,32 @@ async fn start_refresh(
         }
         return Err(ExitCode::from(1));
     }
-    // Read again on each call: `external` values change while sluice runs.
+    if let Some(path) = &sources.secrets_dir
+        && let Err(errors) = crate::credentials::secrets_dir::read(path)
+    {
+        for e in errors {
+            eprintln!("sluice: {e}");
+        }
+        return Err(ExitCode::from(1));
+    }
+    // Read again on each call: `external` values change while sluice runs. The secrets file
+    // first, then the secrets directory, then sluice's environment, as for static secrets.
     let file = sources.secrets_file.clone();
+    let dir = sources.secrets_dir.clone();
     let material: crate::credentials::refresh::Source = Arc::new(move |k: &str| {
         let from_file = file
             .as_deref()
             .and_then(|p| crate::credentials::secrets::read_secrets_file(p).ok())
-            .and_then(|mut values| values.remove(k))
-            .map(|(v, _)| v);
-        from_file.or_else(|| std::env::var(k).ok())
+            .and_then(|mut values| values.remove(k));
+        let from_dir = || {
+            dir.as_deref()
+                .and_then(|p| crate::credentials::secrets_dir::read(p).ok())
+                .and_then(|mut values| values.remove(k))
+        };
+        from_file
+            .or_else(from_dir)
+            .map(|(v, _)| v)
+            .or_else(|| std::env::var(k).ok())
     });
     let tls = match crate::tls::upstream::UpstreamTls::new(&args.upstream_cas) {
         Ok(t) => t.config(crate::tls::upstream::Offer::Http11),
@@ -1226,6 +1245,7 @@ pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
         policies: args.policies.clone(),
         providers: args.providers.clone(),
         secrets_file: args.secrets_file.clone(),
+        secrets_dir: args.secrets_dir.clone(),
         compat: args.compat,
         tenants: args.tenants.clone(),
         ca: match (&args.ca_cert, &args.ca_key) {

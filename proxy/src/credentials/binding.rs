@@ -10,6 +10,7 @@
 //! It rewrites nothing (`rewrite.rs`, `body.rs`) and reads no files.
 
 use std::collections::HashMap;
+use std::time::SystemTime;
 
 use crate::policy::decide::Caller;
 use crate::policy::model::Endpoint;
@@ -174,6 +175,42 @@ impl Bindings {
         self.retired = retired;
     }
 
+    /// A second copy (the secrets zeroized on drop like the first's).
+    pub fn copy(&self) -> Bindings {
+        Bindings {
+            profiles: self.profiles.clone(),
+            keys: self.keys.clone(),
+            store: self.store.copy(),
+            retired: self
+                .retired
+                .iter()
+                .map(|r| Retired {
+                    endpoints: r.endpoints.clone(),
+                    placeholder: r.placeholder.clone(),
+                    secret: r.secret.copy(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Each refreshed credential's env vars take their current token (`token`: the value and
+    /// its expiry), which serves until it expires; one without a token serves nothing.
+    /// Nothing else changes: what a token refresh swaps in, without a reload.
+    pub fn take_tokens(&mut self, token: &dyn Fn(&str) -> Option<(String, SystemTime)>) {
+        let keys: Vec<EnvKey> = self
+            .profiles
+            .iter()
+            .flat_map(|p| &p.credentials)
+            .filter(|c| c.refresh.is_some())
+            .flat_map(|c| c.env_vars.iter().cloned())
+            .collect();
+        for key in keys {
+            let current = token(key.as_str())
+                .and_then(|(value, expires)| Some((Secret::new(value).ok()?, expires)));
+            self.store.set_refreshed(&key, current);
+        }
+    }
+
     /// Every value in service: its profile's endpoints, its placeholder, the value.
     fn in_service(&self) -> impl Iterator<Item = (&[ProfileEndpoint], String, &Secret)> {
         self.credentialed_profiles().flat_map(move |profile| {
@@ -235,7 +272,7 @@ impl Bindings {
         {
             return Resolution::RequiresTls { credential };
         }
-        match self.store.get(key) {
+        match self.store.serving(key) {
             Some(Ok(secret)) => Resolution::Allow {
                 secret,
                 credential,

@@ -13,6 +13,7 @@
 //! and the headers just before writing upstream, and maps a `CredentialError` to its status,
 //! code and finding. A secret never appears in an error, a `Debug` output or a log line.
 
+pub(crate) mod aws_chunks;
 pub(crate) mod binding;
 pub mod body;
 pub mod placeholder;
@@ -22,6 +23,7 @@ pub mod refresh;
 pub(crate) mod rewrite;
 pub(crate) mod scrub;
 pub(crate) mod secrets;
+pub(crate) mod secrets_dir;
 pub mod sigv4;
 
 use std::path::Path;

@@ -109,6 +109,13 @@ impl Tokens {
             .map(|t| t.value.to_string())
     }
 
+    /// The token for `key` and when it expires, valid or not (`Bindings::take_tokens`: an
+    /// expired one is still scrubbed, never served).
+    pub fn current(&self, key: &str) -> Option<(String, SystemTime)> {
+        let map = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(key).map(|t| (t.value.to_string(), t.expires))
+    }
+
     pub(crate) fn set(&self, keys: &[EnvKey], value: &str, expires: SystemTime) {
         let mut map = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         for key in keys {

@@ -95,6 +95,15 @@ impl ScrubSet {
         self.pairs.is_empty()
     }
 
+    /// Whether every secret of `other` is one of this set's (a stream scrubbed by this set
+    /// is scrubbed of them too).
+    pub(crate) fn covers(&self, other: &ScrubSet) -> bool {
+        other
+            .pairs
+            .iter()
+            .all(|(s, _)| self.pairs.iter().any(|(mine, _)| **mine == **s))
+    }
+
     /// The same secrets, each replaced by as many `*`: for bodies whose framing counts bytes
     /// (gRPC messages, protobuf), where a replacement of another length would corrupt it.
     pub(crate) fn masked(&self) -> ScrubSet {

@@ -142,6 +142,19 @@ pub enum SecretsError {
         path.display()
     )]
     UnknownUid { path: PathBuf },
+    /// `--secrets-dir` cannot be listed.
+    #[error("secrets directory {}: {source}", path.display())]
+    DirUnusable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An entry of `--secrets-dir` that leads (by a link) out of it.
+    #[error(
+        "secrets directory entry {} leads outside the directory; refused",
+        path.display()
+    )]
+    OutsideDir { path: PathBuf },
     #[error("{}:{line}: {problem}", path.display())]
     Malformed {
         path: PathBuf,
@@ -242,6 +255,9 @@ fn join_keys(keys: &[EnvKey]) -> String {
 pub struct SecretStore {
     secrets: Vec<Secret>,
     keys: HashMap<EnvKey, Result<(usize, SecretOrigin), Unavailability>>,
+    /// A refreshed credential's token stops serving at its expiry (it is still scrubbed and
+    /// redacted: `get` still gives it).
+    expires: HashMap<EnvKey, std::time::SystemTime>,
 }
 
 /// A successful load, and what the operator should hear about.
@@ -393,6 +409,60 @@ impl SecretStore {
         })
     }
 
+    /// [`SecretStore::get`] for a request: a refreshed token past its expiry is not served.
+    pub(super) fn serving(&self, key: &str) -> Option<Result<&Secret, Unavailability>> {
+        let found = self.get(key)?;
+        let expired = self
+            .expires
+            .get(key)
+            .is_some_and(|at| std::time::SystemTime::now() >= *at);
+        Some(if expired {
+            Err(Unavailability::NotRefreshed)
+        } else {
+            found
+        })
+    }
+
+    /// A refreshed credential's env var takes `token` (its value and expiry) in place of
+    /// what it held; `None` (no token yet): what it held, if anything, is no longer served.
+    pub(super) fn set_refreshed(
+        &mut self,
+        key: &EnvKey,
+        token: Option<(Secret, std::time::SystemTime)>,
+    ) {
+        let Some((secret, expires)) = token else {
+            self.expires.insert(key.clone(), std::time::UNIX_EPOCH);
+            return;
+        };
+        self.expires.insert(key.clone(), expires);
+        let origin = SecretOrigin {
+            source: SecretSource::Environment,
+            key: key.clone(),
+        };
+        match self.keys.get(key) {
+            // Its own slot (another env var of the credential may share it: same token).
+            Some(Ok((index, _))) => {
+                if let Some(slot) = self.secrets.get_mut(*index) {
+                    *slot = secret;
+                }
+            }
+            _ => {
+                self.secrets.push(secret);
+                self.keys
+                    .insert(key.clone(), Ok((self.secrets.len() - 1, origin)));
+            }
+        }
+    }
+
+    /// A second copy of every value (zeroized on drop like the first).
+    pub(super) fn copy(&self) -> SecretStore {
+        SecretStore {
+            secrets: self.secrets.iter().map(Secret::copy).collect(),
+            keys: self.keys.clone(),
+            expires: self.expires.clone(),
+        }
+    }
+
     /// Where an env var's value came from (for a startup summary), or why there is none.
     pub fn origin(&self, key: &str) -> Option<Result<&SecretOrigin, Unavailability>> {
         let entry = self.keys.get(key)?;
@@ -427,7 +497,7 @@ pub(crate) fn read_secrets_file(path: &Path) -> Result<FileValues, Vec<SecretsEr
     parse_secrets(path, &contents.bytes)
 }
 
-fn check_file(path: &Path, meta: &std::fs::Metadata) -> Result<(), SecretsError> {
+pub(super) fn check_file(path: &Path, meta: &std::fs::Metadata) -> Result<(), SecretsError> {
     let uid = current_uid().ok_or_else(|| SecretsError::UnknownUid {
         path: path.to_path_buf(),
     })?;

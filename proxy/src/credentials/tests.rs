@@ -305,3 +305,63 @@ fn unbound_static_credentials_are_never_resolvable() {
     ));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A refreshed token is swapped into a copy of the bindings in force (no reload): the new
+/// one serves, the one it replaced is still scrubbed, and an expired one never serves
+/// (however late the next swap) while it is still scrubbed.
+#[test]
+fn a_refreshed_token_serves_until_its_expiry_and_is_scrubbed_after() {
+    use std::time::{Duration, SystemTime};
+    let profiles = profile::load(&[Source {
+        name: "p.yaml".into(),
+        text: "id: p\ncredentials:\n  - name: t\n    env_vars: [T_TOKEN]\n    refresh: {strategy: oauth2_client_credentials, token_url: 'https://auth.example.com/token'}\nendpoints: [{host: api.example.com, port: 443}]\n".into(),
+    }])
+    .unwrap_or_else(|e| panic!("{e}"))
+    .profiles;
+    let store = SecretStore::load(&profiles, |_| None, None)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .store;
+    let mut first = Bindings::new(profiles, store);
+    let later = SystemTime::now() + Duration::from_secs(60);
+    first.take_tokens(&|_| Some(("token-one-8c1f2a".to_string(), later)));
+    let inside = || scope("api.example.com", 443, "/", "/usr/bin/curl");
+    let served = |b: &Bindings| match b.scoped(inside()).resolve("T_TOKEN") {
+        Resolution::Allow { secret, .. } => Some(secret.expose().to_string()),
+        _ => None,
+    };
+    let scrubs = |b: &Bindings, value: &str| {
+        let mut out = Vec::new();
+        b.endpoint_secrets("api.example.com", 443)
+            .replace_all(value.as_bytes(), &mut out)
+            == 1
+    };
+    assert_eq!(served(&first).as_deref(), Some("token-one-8c1f2a"));
+
+    let mut second = first.copy();
+    second.take_tokens(&|_| Some(("token-two-3e9d70".to_string(), later)));
+    second.retire_from(&first);
+    assert_eq!(served(&second).as_deref(), Some("token-two-3e9d70"));
+    assert!(scrubs(&second, "token-one-8c1f2a"), "the replaced token");
+    assert!(scrubs(&second, "token-two-3e9d70"));
+    assert!(
+        second
+            .redactor()
+            .replace_all(b"token-two-3e9d70", &mut Vec::new())
+            == 1
+    );
+
+    // Expired, and no new token yet: not served, still scrubbed.
+    let mut third = second.copy();
+    third.take_tokens(&|_| Some(("token-two-3e9d70".to_string(), SystemTime::UNIX_EPOCH)));
+    third.retire_from(&second);
+    assert_eq!(served(&third), None);
+    assert!(matches!(
+        third.scoped(inside()).resolve("T_TOKEN"),
+        Resolution::Unavailable {
+            reason: Unavailability::NotRefreshed,
+            ..
+        }
+    ));
+    assert!(scrubs(&third, "token-two-3e9d70"));
+    assert!(scrubs(&third, "token-one-8c1f2a"));
+}

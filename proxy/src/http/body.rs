@@ -179,6 +179,8 @@ impl Pacer {
 #[derive(Debug, Default)]
 pub(crate) struct BodyCheck {
     guard: Option<crate::credentials::BodyGuard>,
+    /// The same guard over the joined data of an `aws-chunked` body.
+    aws: Option<crate::credentials::aws_chunks::AwsChunks>,
     hold: Option<Box<dyn Hold>>,
 }
 
@@ -187,13 +189,28 @@ impl BodyCheck {
     pub(crate) fn new(guard: bool, hold: Option<Box<dyn Hold>>) -> BodyCheck {
         BodyCheck {
             guard: guard.then(crate::credentials::BodyGuard::new),
+            aws: None,
             hold,
         }
     }
 
+    /// A guarded body framed as `aws-chunked` is also scanned as its chunks join.
+    pub(crate) fn aws_chunked(mut self, framed: bool) -> BodyCheck {
+        if framed && self.guard.is_some() {
+            self.aws = Some(crate::credentials::aws_chunks::AwsChunks::default());
+        }
+        self
+    }
+
     /// A chunk of payload: what may go upstream now is pushed to `out`.
     pub(crate) fn data(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), BodyError> {
-        if let Some(before) = self.guard.as_mut().and_then(|g| g.feed_until(&chunk)) {
+        let raw = self.guard.as_mut().and_then(|g| g.feed_until(&chunk));
+        let joined = self.aws.as_mut().and_then(|a| a.feed_until(&chunk));
+        let hit = match (raw, joined) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(before) = hit {
             // The hold reads the bytes before the marker first: what it refuses there is
             // the answer, as it would be had the body been cut at the marker.
             if let Some(hold) = self.hold.as_mut() {
@@ -252,6 +269,12 @@ impl BodySink {
             check: BodyCheck::new(guard, None),
             pacer: Pacer::new(BodyPace::default()),
         }
+    }
+
+    /// The same sink, its guard also over an `aws-chunked` body's joined data.
+    pub(crate) fn aws_chunked(mut self, framed: bool) -> BodySink {
+        self.check = std::mem::take(&mut self.check).aws_chunked(framed);
+        self
     }
 
     /// The same sink with `hold` between the guard and the upstream.

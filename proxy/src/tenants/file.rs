@@ -27,6 +27,7 @@ const TENANT_FIELDS: &[&str] = &[
     "policy",
     "providers",
     "secrets_file",
+    "secrets_dir",
 ];
 const AUTH_FIELDS: &[&str] = &["username", "password_env"];
 const CERT_FIELDS: &[&str] = &["subject", "spiffe_id"];
@@ -51,6 +52,8 @@ pub struct TenantSpec {
     pub policies: Vec<String>,
     pub providers: Vec<String>,
     pub secrets_file: Option<PathBuf>,
+    /// `secrets_dir`: one file per key (`--secrets-dir`), resolved like `secrets_file`.
+    pub secrets_dir: Option<PathBuf>,
 }
 
 /// `proxy_auth`: Basic credentials in `Proxy-Authorization`; the password is read from
@@ -239,6 +242,7 @@ impl Reader<'_> {
         let mut policies = Vec::new();
         let mut providers = Vec::new();
         let mut secrets_file = None;
+        let mut secrets_dir = None;
         for (key, value) in fields {
             let field = join_field(path, key);
             match key {
@@ -251,6 +255,9 @@ impl Reader<'_> {
                 "client_certs" => certs = self.certs(value, &field),
                 "policy" => policies = self.files(value, &field),
                 "providers" => providers = self.files(value, &field),
+                "secrets_dir" => {
+                    secrets_dir = self.string(value, &field).map(|s| self.path(&s));
+                }
                 _ => {
                     secrets_file = self.string(value, &field).map(|s| self.path(&s));
                 }
@@ -289,6 +296,7 @@ impl Reader<'_> {
             policies,
             providers,
             secrets_file,
+            secrets_dir,
         })
     }
 
@@ -559,7 +567,7 @@ mod tests {
     #[test]
     fn a_good_file_reads_with_paths_next_to_it() {
         let specs = read_text(
-            "tenants:\n  - name: alpha\n    sources: [10.0.0.0/8, 192.0.2.7]\n    policy: a.yaml\n    secrets_file: a.env\n  - name: beta\n    proxy_auth: {username: beta, password_env: B}\n    policy: [/etc/b.yaml]\n    providers: [p.yaml]\n",
+            "tenants:\n  - name: alpha\n    sources: [10.0.0.0/8, 192.0.2.7]\n    policy: a.yaml\n    secrets_file: a.env\n    secrets_dir: keys\n  - name: beta\n    proxy_auth: {username: beta, password_env: B}\n    policy: [/etc/b.yaml]\n    providers: [p.yaml]\n",
         )
         .unwrap();
         assert_eq!(specs.len(), 2);
@@ -568,6 +576,8 @@ mod tests {
         assert!(specs[0].policies[0].ends_with("/a.yaml"));
         assert!(specs[0].policies[0].starts_with('/'));
         assert!(specs[0].secrets_file.as_ref().unwrap().ends_with("a.env"));
+        assert!(specs[0].secrets_dir.as_ref().unwrap().ends_with("keys"));
+        assert!(specs[1].secrets_dir.is_none());
         assert_eq!(specs[1].policies, vec!["/etc/b.yaml".to_string()]);
         assert_eq!(specs[1].auth.as_ref().unwrap().password_env, "B");
     }

@@ -22,11 +22,12 @@ pub struct InReach {
     pub grant: Grant,
 }
 
-/// The canonical path of `file`, or of its directory joined with its name when it does not
-/// exist yet. None for a path that is not a regular file (a terminal, `/dev/null`).
+/// The canonical path of `file` (a regular file or a directory: `--secrets-dir`), or of its
+/// directory joined with its name when it does not exist yet. None for a path that is
+/// neither (a terminal, `/dev/null`).
 fn canonical(file: &Path) -> Option<PathBuf> {
     match std::fs::metadata(file) {
-        Ok(m) if m.is_file() => std::fs::canonicalize(file).ok(),
+        Ok(m) if m.is_file() || m.is_dir() => std::fs::canonicalize(file).ok(),
         Ok(_) => None,
         Err(_) => {
             let dir = match file.parent() {
@@ -47,14 +48,29 @@ pub fn covering<'a>(file: &Path, grants: &'a [Grant]) -> Option<(PathBuf, &'a Gr
     })
 }
 
-/// Refuses when the secrets file or the audit log lies within a grant.
+/// Refuses when the secrets file or directory or the audit log lies within a grant.
 pub fn check(
-    secrets_file: Option<&Path>,
+    secrets: [Option<&Path>; 2],
     audit_log: Option<&Path>,
     grants: &[Grant],
 ) -> Result<(), Box<InReach>> {
+    let [secrets_file, secrets_dir] = secrets;
+    // A grant inside the secrets directory exposes what it holds there.
+    if let Some(dir) = secrets_dir.and_then(canonical)
+        && let Some(grant) = grants
+            .iter()
+            .find(|g| std::fs::canonicalize(&g.path).is_ok_and(|root| root.starts_with(&dir)))
+    {
+        return Err(Box::new(InReach {
+            what: "secrets directory",
+            flag: "secrets-dir",
+            file: dir,
+            grant: grant.clone(),
+        }));
+    }
     for (what, flag, file) in [
         ("secrets file", "secrets-file", secrets_file),
+        ("secrets directory", "secrets-dir", secrets_dir),
         ("audit log", "audit-log", audit_log),
     ] {
         if let Some((file, grant)) = file.and_then(|f| covering(f, grants)) {
@@ -87,14 +103,21 @@ mod tests {
             access: Access::ReadWrite,
             why: "the working directory".into(),
         }];
-        let err = check(Some(&base.join("work/secrets.env")), None, &grants).unwrap_err();
+        let err = check([Some(&base.join("work/secrets.env")), None], None, &grants).unwrap_err();
         assert!(err.to_string().contains("secrets file"), "{err}");
         assert!(err.to_string().contains("read and write"), "{err}");
         // An audit log that does not exist yet, in a granted directory.
-        let err = check(None, Some(&base.join("link/audit.jsonl")), &grants).unwrap_err();
+        let err = check([None, None], Some(&base.join("link/audit.jsonl")), &grants).unwrap_err();
         assert_eq!(err.flag, "audit-log");
-        assert!(check(None, Some(&base.join("outside/a.jsonl")), &grants).is_ok());
-        assert!(check(None, Some(Path::new("/dev/null")), &grants).is_ok());
+        // A secrets directory the command could read.
+        let err = check([None, Some(&base.join("work"))], None, &grants).unwrap_err();
+        assert_eq!(err.flag, "secrets-dir");
+        assert!(check([None, Some(&base.join("outside"))], None, &grants).is_ok());
+        // A grant inside it.
+        let err = check([None, Some(&base)], None, &grants).unwrap_err();
+        assert_eq!(err.flag, "secrets-dir");
+        assert!(check([None, None], Some(&base.join("outside/a.jsonl")), &grants).is_ok());
+        assert!(check([None, None], Some(Path::new("/dev/null")), &grants).is_ok());
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

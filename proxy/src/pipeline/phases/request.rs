@@ -85,6 +85,11 @@ pub struct Prepared {
     pub rpc: Option<(Box<RpcCheck>, usize)>,
     /// A signature still to make once the body is read whole (`credential_signing`).
     pub sign: Option<inject::ToSign>,
+    /// A WebSocket handshake to an endpoint with `websocket_credential_rewrite`.
+    pub ws_rewrite: bool,
+    /// The body is (or says it is) S3's `aws-chunked` framing: a guarded body is also scanned
+    /// as the upstream joins its chunks (`credentials::aws_chunks`).
+    pub aws_chunked: bool,
 }
 
 impl Prepared {
@@ -278,6 +283,16 @@ impl<'a> Exchange<'a> {
         let aws_chunked = to_sign
             .as_ref()
             .is_some_and(inject::ToSign::streams_aws_chunked);
+        // Framed as aws-chunked by the signing mode, or by what the client says.
+        let aws_framed = aws_chunked
+            || headers.iter().any(|(n, v)| {
+                (n.eq_ignore_ascii_case("content-encoding")
+                    && String::from_utf8_lossy(v)
+                        .to_ascii_lowercase()
+                        .contains("aws-chunked"))
+                    || (n.eq_ignore_ascii_case("x-amz-content-sha256")
+                        && v.to_ascii_uppercase().starts_with(b"STREAMING-"))
+            });
         let dest = rec.dest(self.shared, known);
         // One credentials snapshot for the whole request (a reload applies from the next).
         let creds = self.shared.credentials(known.claim());
@@ -312,6 +327,11 @@ impl<'a> Exchange<'a> {
             .endpoints
             .iter()
             .any(|r| policy.endpoint(*r).request_body_credential_rewrite);
+        let ws_rewrite = head.websocket
+            && admission
+                .endpoints
+                .iter()
+                .any(|r| policy.endpoint(*r).websocket_credential_rewrite);
         let body = match (rewrite, head.websocket) {
             (true, false) => BodyPlan::Rewrite,
             (true, true) => BodyPlan::Pass,
@@ -339,6 +359,8 @@ impl<'a> Exchange<'a> {
                 form,
                 rpc,
                 sign: to_sign,
+                ws_rewrite,
+                aws_chunked: aws_framed,
             },
         ))
     }
@@ -456,7 +478,15 @@ impl<'a> Exchange<'a> {
         match prepared.body {
             BodyPlan::Rewrite => self.rewrite_body(known, rec, prepared, body),
             plan => {
-                if plan == BodyPlan::Guard && credentials::BodyGuard::new().feed(&body) {
+                let framed = || {
+                    prepared.aws_chunked
+                        && credentials::aws_chunks::AwsChunks::default()
+                            .feed_until(&body)
+                            .is_some()
+                };
+                if plan == BodyPlan::Guard
+                    && (credentials::BodyGuard::new().feed(&body) || framed())
+                {
                     return Err(self.body_failed(known, rec, &BodyError::Placeholder));
                 }
                 credentials::set_content_length(&mut prepared.headers, body.len());

@@ -20,7 +20,9 @@ use tokio::sync::oneshot;
 
 use super::lease::{self, Lease};
 use super::unread;
+use super::websocket::rewrite::Rewrite;
 use crate::audit::{self, Engine};
+use crate::credentials::ScrubSet;
 use crate::http::body::{self, ChannelBody};
 use crate::http::head::{self, BodyFraming, HeadError, RequestHead};
 use crate::http::respond::{self, Code, Refusal};
@@ -651,6 +653,10 @@ where
             key: head.header("sec-websocket-key").map(<[u8]>::to_vec),
             scrub: prepared.scrub,
             target: path_and_query.clone(),
+            rewrite: prepared.ws_rewrite.then(|| Rewrite {
+                path: rec.path.clone(),
+                scrubbed: ScrubSet::default(),
+            }),
         };
         let client = Client { rd, wr, buf };
         Box::pin(handshake::relay(
@@ -681,6 +687,7 @@ where
         let result = match tx {
             Some(tx) => {
                 let sink = body::BodySink::new(tx, guard)
+                    .aws_chunked(prepared.aws_chunked)
                     .paced(shared.limits.body_pace)
                     .holding(hold);
                 body::pump(&mut *rd, buf, framing, sink).await

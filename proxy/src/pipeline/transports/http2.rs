@@ -349,7 +349,7 @@ async fn handle(
     let guard = prepared.body == BodyPlan::Guard && reads_whole.is_none();
     let mut guarded = Guarded {
         inner: body,
-        check: body::BodyCheck::new(guard, hold),
+        check: body::BodyCheck::new(guard, hold).aws_chunked(prepared.aws_chunked),
         ready: std::collections::VecDeque::new(),
         tripped: Arc::clone(&tripped),
         pacer: body::Pacer::new(t.shared.limits.body_pace),

@@ -9,7 +9,8 @@
 //! such secret (`ws_scrub`); the client's frames go up as they are. Otherwise both sides are
 //! relayed raw. On a `protocol: websocket` endpoint the client's text messages are judged
 //! (`ws_judged`), and no extension is negotiated either (a compressed message could not be
-//! judged).
+//! judged). With `websocket_credential_rewrite` the client's text messages have their
+//! placeholders swapped (`rewrite`), through the same relay, without extensions.
 
 use bytes::BytesMut;
 use http::Request;
@@ -19,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::judged::{self, Halves, PolicyJudge};
 use super::messages::Judge;
+use super::rewrite::{Messages, Rewrite, Rewriter};
 use super::scrub::{Reports, ScrubbedFrames};
 use crate::audit::Engine;
 use crate::credentials::ScrubSet;
@@ -54,6 +56,9 @@ pub(crate) struct Handshake {
     pub(crate) scrub: ScrubSet,
     /// The request target as the client sent it (its messages are judged on it).
     pub(crate) target: String,
+    /// `websocket_credential_rewrite`: the canonical path its text messages' placeholders
+    /// are swapped for (`scrubbed` is filled in here).
+    pub(crate) rewrite: Option<Rewrite>,
 }
 
 /// Answers the handshake with a refusal and audits it.
@@ -80,7 +85,13 @@ pub(crate) async fn relay<R, W>(
     let Client { rd, wr, buf } = client;
     // A handshake that carried a secret: its answer is scrubbed of it (see `inject`).
     let scrubbing = !hs.scrub.is_empty();
-    let mut judge = PolicyJudge::for_upgrade(*x, known, &hs.target, &rec);
+    let mut judge = Messages {
+        policy: PolicyJudge::for_upgrade(*x, known, &hs.target, &rec),
+        rewrite: hs.rewrite.map(|mut r| {
+            r.scrubbed = hs.scrub.clone();
+            Rewriter::new(*x, known, r, &rec)
+        }),
+    };
     // Frames read by sluice: no extension, a compressed frame could not be read.
     let plain = scrubbing || judge.is_some();
     let mut request = hs.request;
@@ -200,7 +211,9 @@ pub(crate) async fn relay<R, W>(
     let (ur, uw) = tokio::io::split(TokioIo::new(upgraded));
     let leftover = buf.split();
     let idle = x.shared.limits.idle_timeout;
-    let judge = judge.as_mut().map(|j| j as &mut (dyn Judge + Send));
+    let judge = judge
+        .is_some()
+        .then_some(&mut judge as &mut (dyn Judge + Send));
     if let Some(reports) = reports {
         let ur = ScrubbedFrames::new(ur, &hs.scrub, reports);
         pass(

@@ -4,9 +4,16 @@
 //! upstream as one masked frame; binary messages and control frames pass as they come.
 //! Anything else closes the WebSocket with the reference's codes: 1008 refused by policy,
 //! 1009 too big, 1007 not UTF-8, 1002 a protocol error, 1012 the policy was reloaded.
+//! With `websocket_credential_rewrite` the judge also swaps a text message's placeholders
+//! (`Judge::rewrite`), and guards the rest: a placeholder in a binary message (however its
+//! frames cut it), a ping, a pong or a close reason closes with 1008 before it goes up whole.
 //! Pure: bytes in, bytes out; the relay that moves them is `ws_judged`.
 
+use zeroize::Zeroizing;
+
 use super::frame::{self, ClientHeader, MAX_CONTROL, OpCode};
+use crate::credentials::body::BodyGuard;
+use crate::credentials::placeholder;
 
 /// The largest text message judged (the reference's middleware payload limit).
 pub(crate) const MAX_TEXT_MESSAGE: usize = 4 * 1024 * 1024;
@@ -28,29 +35,35 @@ pub(crate) enum Close {
     Protocol(String),
     /// The policy changed since the upgrade: the client reconnects under the new one.
     Reload,
+    /// A credential placeholder where sluice does not swap it (why).
+    Placeholder(String),
+    /// A credential's value changed since the upgrade: the upstream's frames are scrubbed of
+    /// the values bound then, so the client reconnects.
+    Rotated,
 }
 
 impl Close {
     /// The close code (RFC 6455 §7.4.1).
     pub(crate) fn code(&self) -> u16 {
         match self {
-            Close::Policy(_) => 1008,
+            Close::Policy(_) | Close::Placeholder(_) => 1008,
             Close::TooBig => 1009,
             Close::Utf8 => 1007,
             Close::Protocol(_) => 1002,
-            Close::Reload => 1012,
+            Close::Reload | Close::Rotated => 1012,
         }
     }
 
     /// Why, for the audit record and the close frame.
     pub(crate) fn reason(&self) -> String {
         match self {
-            Close::Policy(r) | Close::Protocol(r) => r.clone(),
+            Close::Policy(r) | Close::Protocol(r) | Close::Placeholder(r) => r.clone(),
             Close::TooBig => {
                 format!("websocket text message exceeds {MAX_TEXT_MESSAGE} byte limit")
             }
             Close::Utf8 => "websocket text message is not valid UTF-8".to_string(),
             Close::Reload => "the policy was reloaded".to_string(),
+            Close::Rotated => "a credential was rotated; reconnect".to_string(),
         }
     }
 
@@ -71,6 +84,31 @@ impl Close {
 /// Judges one whole text message: `Ok` sends it upstream, `Err` closes the WebSocket.
 pub(crate) trait Judge {
     fn text(&mut self, message: &str) -> Result<(), Close>;
+
+    /// The judged message as it goes upstream when it is not the one the client sent (its
+    /// placeholders swapped); `None`: as it is.
+    fn rewrite(&mut self, _message: &str) -> Result<Option<Zeroizing<Vec<u8>>>, Close> {
+        Ok(None)
+    }
+
+    /// Whether a placeholder anywhere but in a text message closes the WebSocket
+    /// ([`Judge::unswapped`]) rather than going up as it is.
+    fn guards(&self) -> bool {
+        false
+    }
+
+    /// The close for a placeholder found in `frame` (a binary message, a ping, ...) when
+    /// [`Judge::guards`].
+    fn unswapped(&mut self, frame: &str) -> Close {
+        Close::Placeholder(unswapped_reason(frame))
+    }
+}
+
+/// Why a placeholder outside a text message closes the WebSocket.
+pub(crate) fn unswapped_reason(frame: &str) -> String {
+    format!(
+        "a credential placeholder in a WebSocket {frame}: only text messages have their placeholders swapped"
+    )
 }
 
 /// The frame being read.
@@ -96,6 +134,9 @@ pub(crate) struct ClientFrames {
     message: Option<Message>,
     /// The client sent its close frame: nothing may follow.
     closed: bool,
+    /// Placeholders outside text messages are refused ([`Judge::guards`]): the scanner of
+    /// the binary message in progress.
+    guard: Option<Box<BodyGuard>>,
 }
 
 impl ClientFrames {
@@ -131,7 +172,7 @@ impl ClientFrames {
                 let Some((header, n)) = parsed else {
                     return Ok(());
                 };
-                self.begin(&header)?;
+                self.begin(&header, judge.guards())?;
                 if self.streams(&header) {
                     up.extend_from_slice(&self.input[*at..*at + n]);
                 }
@@ -150,6 +191,14 @@ impl ClientFrames {
             let take = usize::try_from(frame.left).unwrap_or(usize::MAX).min(avail);
             let bytes = &self.input[*at..*at + take];
             if streams {
+                if let Some(guard) = self.guard.as_mut() {
+                    // Unmasked to be scanned; the frame goes up as the client masked it.
+                    let mut plain = Zeroizing::new(bytes.to_vec());
+                    frame::apply_mask(&mut plain, frame.header.mask, frame.header.len - frame.left);
+                    if guard.feed(&plain) {
+                        return Err(judge.unswapped("binary message"));
+                    }
+                }
                 up.extend_from_slice(bytes);
             } else {
                 let offset = frame.header.len - frame.left;
@@ -178,7 +227,7 @@ impl ClientFrames {
     }
 
     /// A frame's header: it must fit the sequence so far and the limits.
-    fn begin(&mut self, header: &ClientHeader) -> Result<(), Close> {
+    fn begin(&mut self, header: &ClientHeader, guards: bool) -> Result<(), Close> {
         if self.closed {
             return Err(Close::Protocol(
                 "websocket frame received after close frame".to_string(),
@@ -208,6 +257,7 @@ impl ClientFrames {
                     return protocol("websocket binary frame exceeds 16777216 byte relay limit");
                 }
                 self.message = Some(Message::Binary { fragments: 1 });
+                self.guard = guards.then(|| Box::new(BodyGuard::new()));
                 Ok(())
             }
             (OpCode::Continuation, Some(Message::Text { payload, fragments })) => {
@@ -246,6 +296,16 @@ impl ClientFrames {
         if opcode.is_control() {
             if opcode == OpCode::Close {
                 check_close(&frame.payload)?;
+            }
+            if judge.guards() && placeholder::contains_marker(&frame.payload) {
+                let what = match opcode {
+                    OpCode::Ping => "ping",
+                    OpCode::Pong => "pong",
+                    _ => "close frame",
+                };
+                return Err(judge.unswapped(what));
+            }
+            if opcode == OpCode::Close {
                 self.closed = true;
             }
             frame::encode_masked(true, opcode, &frame.payload, mask, up);
@@ -254,6 +314,7 @@ impl ClientFrames {
         if matches!(self.message, Some(Message::Binary { .. })) {
             if fin {
                 self.message = None;
+                self.guard = None;
             }
             return Ok(());
         }
@@ -269,7 +330,10 @@ impl ClientFrames {
         self.message = None;
         let text = std::str::from_utf8(&whole).map_err(|_| Close::Utf8)?;
         judge.text(text)?;
-        frame::encode_masked(true, OpCode::Text, &whole, mask, up);
+        match judge.rewrite(text)? {
+            Some(swapped) => frame::encode_masked(true, OpCode::Text, &swapped, mask, up),
+            None => frame::encode_masked(true, OpCode::Text, &whole, mask, up),
+        }
         Ok(())
     }
 }

@@ -1,8 +1,10 @@
 //! WebSocket: the handshake (`handshake`), the frames as a server sends them (`frame`), the
-//! client's messages judged (`messages`, `judged`) and the upstream's scrubbed (`scrub`).
+//! client's messages judged (`messages`, `judged`), their placeholders swapped (`rewrite`),
+//! and the upstream's scrubbed (`scrub`).
 
 pub(crate) mod frame;
 pub(in crate::pipeline) mod handshake;
 pub(in crate::pipeline) mod judged;
 pub(in crate::pipeline) mod messages;
+pub(in crate::pipeline) mod rewrite;
 pub(crate) mod scrub;

@@ -173,3 +173,86 @@ fn a_close_payload_fits_a_control_frame_and_names_the_code() {
     assert_eq!(&p[..2], &1008u16.to_be_bytes());
     assert!(std::str::from_utf8(&p[2..]).is_ok());
 }
+
+/// A judge that guards placeholders outside text messages (`websocket_credential_rewrite`)
+/// and swaps `PH` in text for `SWAPPED`.
+#[derive(Default)]
+struct Swapper;
+
+impl Judge for Swapper {
+    fn text(&mut self, _message: &str) -> Result<(), Close> {
+        Ok(())
+    }
+
+    fn rewrite(&mut self, message: &str) -> Result<Option<Zeroizing<Vec<u8>>>, Close> {
+        Ok(message
+            .contains(PH)
+            .then(|| Zeroizing::new(message.replace(PH, "SWAPPED").into_bytes())))
+    }
+
+    fn guards(&self) -> bool {
+        true
+    }
+}
+
+const PH: &str = "openshell:resolve:env:API_KEY";
+
+/// Pushes `input` one byte at a time through a guarding judge: what went up, and the close.
+fn guarded(input: &[u8]) -> (Vec<u8>, Result<(), Close>) {
+    let (mut frames, mut judge, mut up) = (ClientFrames::default(), Swapper, Vec::new());
+    for b in input {
+        let r = frames.push(&[*b], &mut judge, &mut up);
+        if r.is_err() {
+            return (up, r);
+        }
+    }
+    (up, Ok(()))
+}
+
+/// The unmasked payloads of the frames in `up` (masked client frames, as encoded here).
+fn unmasked(up: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Ok(Some((h, n))) = frame::parse_client(&up[at..]) {
+        let end = (at + n + usize::try_from(h.len).unwrap()).min(up.len());
+        let mut p = up[at + n..end].to_vec();
+        frame::apply_mask(&mut p, h.mask, 0);
+        out.extend(p);
+        at = end;
+    }
+    out
+}
+
+#[test]
+fn a_text_message_goes_up_swapped_and_a_placeholder_elsewhere_closes() {
+    let (up, r) = guarded(&frame(true, OpCode::Text, format!("a {PH} b").as_bytes()));
+    assert_eq!(r, Ok(()));
+    assert_eq!(unmasked(&up), b"a SWAPPED b");
+    // A binary message cut inside the placeholder, a ping between: closed before the
+    // placeholder's last byte goes up.
+    let cut = 20;
+    let mut input = frame(false, OpCode::Binary, &PH.as_bytes()[..cut]);
+    input.extend(frame(true, OpCode::Ping, b"p"));
+    input.extend(frame(true, OpCode::Continuation, &PH.as_bytes()[cut..]));
+    let (up, r) = guarded(&input);
+    assert!(matches!(r, Err(Close::Placeholder(_))), "{r:?}");
+    let sent = unmasked(&up);
+    assert!(
+        !sent.windows(PH.len()).any(|w| w == PH.as_bytes()),
+        "{}",
+        String::from_utf8_lossy(&sent)
+    );
+    for (op, payload) in [
+        (OpCode::Ping, PH.as_bytes().to_vec()),
+        (OpCode::Pong, PH.as_bytes().to_vec()),
+        (
+            OpCode::Close,
+            [&1000u16.to_be_bytes()[..], PH.as_bytes()].concat(),
+        ),
+    ] {
+        let (up, r) = guarded(&frame(true, op, &payload));
+        assert!(matches!(r, Err(Close::Placeholder(_))), "{op:?}: {r:?}");
+        assert!(up.is_empty(), "{op:?}");
+        assert_eq!(r.unwrap_err().code(), 1008);
+    }
+}
