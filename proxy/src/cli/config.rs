@@ -244,7 +244,19 @@ fn load_with_env(
             .map_err(|e| ConfigError::Credentials(e.iter().map(ToString::to_string).collect()))?,
         None => std::collections::HashMap::new(),
     };
-    let env = |k: &str| dir.get(k).map(|(v, _)| v.clone()).or_else(|| env(k));
+    // A refreshed credential's value comes from its refresh alone (as for the secrets
+    // file): a directory entry of the same name, maybe stale, is never served for it.
+    let refreshed: std::collections::HashSet<String> = profiles
+        .profiles
+        .iter()
+        .flat_map(|p| p.credentials.iter())
+        .filter(|c| c.is_refreshed())
+        .flat_map(|c| c.env_vars.iter().map(|k| k.as_str().to_string()))
+        .collect();
+    let env = |k: &str| match refreshed.contains(k) {
+        true => env(k),
+        false => dir.get(k).map(|(v, _)| v.clone()).or_else(|| env(k)),
+    };
     let credentials =
         crate::credentials::with_profiles(profiles, env, sources.secrets_file.as_deref())
             .map_err(|e| ConfigError::Credentials(e.lines()))?;
