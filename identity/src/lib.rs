@@ -28,8 +28,9 @@
 //!
 //! Only where to look is cached (one netlink socket per network namespace, a bounded list of
 //! recent client pids checked against their start time, each identified process's
-//! `/proc/<pid>` kept open while identities read from it last (and, for 16 of them, the
-//! files its re-checks read), and the `/proc` files of the
+//! `/proc/<pid>` kept open while identities read from it last, and for the four identified
+//! last after that (and, for 16 of them, the files its re-checks read), and the `/proc`
+//! files of the
 //! last 16 ancestors met, used only after a read through them succeeds); what a process is, is
 //! read again for every lookup because execve and reparenting change it under the same pid.
 //! Three things are kept beside it, each used only while what it was reached from is
@@ -111,12 +112,16 @@ pub use error::IdentityError;
 /// The most file descriptors an [`IdentityResolver`] keeps open across lookups under an
 /// open-file limit of `open_file_limit`: the `/proc` files of the ancestors it keeps (a tenth
 /// of the limit at most, see the crate documentation), under a limit of 2048 or more the
-/// other `/proc` files of the 16 identified processes it keeps them for, and its netlink
-/// sockets (the diag pool, and the process connector's). Besides these, it keeps one per
-/// identified process while connections it identified last (its `/proc/<pid>`), and a lookup
-/// opens a few while it runs.
+/// other `/proc` files of the 16 identified processes it keeps them for, its netlink
+/// sockets (the diag pool, and the process connector's), and the `/proc/<pid>` of the four
+/// processes identified last. Besides these, it keeps one per identified process while
+/// connections it identified last (its `/proc/<pid>`), and a lookup opens a few while it
+/// runs.
 pub fn descriptors_kept(open_file_limit: u64) -> u64 {
-    kept::most_descriptors(open_file_limit) + netns::POOL_SIZE as u64 + 1
+    kept::most_descriptors(open_file_limit)
+        + netns::POOL_SIZE as u64
+        + 1
+        + resolver::LATEST_PINS as u64
 }
 pub use identity::{Ancestor, ClientSocket, Identity};
 pub use owners::full_scan_owners;

@@ -233,6 +233,7 @@ impl ProcFs {
             pid,
             files: Files::Own(fd),
             stat: OnceCell::new(),
+            quiet: OnceCell::new(),
         })
     }
 
@@ -444,6 +445,10 @@ pub(crate) struct ProcDir {
     /// an earlier read is as good as a later one (see `identity::next_ancestor`), and it is
     /// read by the search, the owner set completion and the identity alike.
     stat: OnceCell<(StatFields, u64)>,
+    /// The scheduling counts under which this lookup found the process quiet (its kept fd
+    /// table answered, or was kept: see `quiet`), read before anything else this handle
+    /// read after its fd table.
+    quiet: OnceCell<quiet::Ran>,
 }
 
 /// Where a [`ProcDir`] reads from: `/proc/<pid>` opened for this lookup, or a process's
@@ -474,16 +479,18 @@ impl Files {
         }
     }
 
-    /// `known`: the process's `stat` as read before, if it was.
+    /// `known`: the process's `stat` as read before, if it was; `quiet` is set to the
+    /// counts under which a kept process was found quiet (see `quiet`).
     fn holding_fd(
         &self,
         link: &SocketLink,
         reads: &mut Reads,
         known: Option<StatFields>,
+        quiet: &OnceCell<quiet::Ran>,
     ) -> io::Result<Option<u32>> {
         if let Files::Kept(kept) = self
             && let Some(found) =
-                kept.with_fd_dir(|dir| holding_fd_kept(kept, dir, link, reads, known))
+                kept.with_fd_dir(|dir| holding_fd_kept(kept, dir, link, reads, (known, quiet)))
         {
             return Ok(found?);
         }
@@ -503,6 +510,7 @@ impl ProcDir {
             pid: kept.pid(),
             files: Files::Kept(kept),
             stat: OnceCell::from((stat, read_at)),
+            quiet: OnceCell::new(),
         }
     }
 
@@ -525,7 +533,27 @@ impl ProcDir {
         reads: &mut Reads,
     ) -> io::Result<Option<u32>> {
         let known = self.stat.get().map(|(stat, _)| *stat);
-        self.files.holding_fd(link, reads, known)
+        self.files.holding_fd(link, reads, known, &self.quiet)
+    }
+
+    /// The executable path this process was credited with as an ancestor (vouched for, or
+    /// empty) when it was last read under the scheduling counts it was found quiet under in
+    /// this lookup: it has not run since, so nothing that path depends on has changed (see
+    /// `quiet::Quiet::exe`). `None` when this lookup did not find it quiet, or nothing was
+    /// kept.
+    pub(crate) fn quiet_exe(&self) -> Option<String> {
+        let Files::Kept(kept) = &self.files else {
+            return None;
+        };
+        kept.quiet().exe(*self.quiet.get()?)
+    }
+
+    /// Keeps `exe`, read through this handle after it was found quiet, for
+    /// [`Self::quiet_exe`].
+    pub(crate) fn keep_quiet_exe(&self, exe: &str) {
+        if let (Files::Kept(kept), Some(ran)) = (&self.files, self.quiet.get()) {
+            kept.quiet().keep_exe(*ran, exe);
+        }
     }
 
     /// Whether descriptor `fd` is the socket now (one `readlink`; false when it is closed, is
@@ -815,7 +843,7 @@ impl Pinned {
         link: &SocketLink,
         reads: &mut Reads,
     ) -> io::Result<Option<u32>> {
-        self.files.holding_fd(link, reads, None)
+        self.files.holding_fd(link, reads, None, &OnceCell::new())
     }
 
     /// See [`ProcDir::exe_raw`].
@@ -858,7 +886,7 @@ fn holding_fd_kept(
     dir: &mut Dir,
     link: &SocketLink,
     reads: &mut Reads,
-    known: Option<StatFields>,
+    (known, found_quiet): (Option<StatFields>, &OnceCell<quiet::Ran>),
 ) -> rustix::io::Result<Option<u32>> {
     if known.is_some_and(|stat| stat.num_threads > 1) {
         // Several threads: nothing is kept for it (and what was, it has run since).
@@ -874,6 +902,7 @@ fn holding_fd_kept(
         && let Some(holds) = kept.quiet().holds(ran, link.inode)
     {
         reads.small(1);
+        let _ = found_quiet.set(ran);
         if !holds {
             return Ok(None);
         }
@@ -893,8 +922,11 @@ fn holding_fd_kept(
     let mut sockets = Vec::new();
     let held = holding_fd_noting(dir, link, reads, Some(&mut sockets))?;
     let whole = held.is_none() && !reads.spent();
-    kept.quiet()
-        .keep(quiet_now.filter(|_| whole).map(|ran| (ran, sockets)));
+    let keep = quiet_now.filter(|_| whole);
+    if let Some(ran) = keep {
+        let _ = found_quiet.set(ran);
+    }
+    kept.quiet().keep(keep.map(|ran| (ran, sockets)));
     Ok(held)
 }
 

@@ -67,6 +67,9 @@ pub(crate) struct Quiet(Mutex<Option<Kept>>);
 struct Kept {
     ran: Ran,
     sockets: Vec<u64>,
+    /// The executable path the process was credited with as an ancestor, read under the
+    /// same counts (see [`Quiet::exe`]).
+    exe: Option<String>,
 }
 
 impl Quiet {
@@ -81,7 +84,34 @@ impl Quiet {
     /// Keeps `sockets`, the whole table read after the process was seen blocked with the
     /// counts `ran` (steps 1 to 4 of the module documentation); `None` forgets what was kept.
     pub(crate) fn keep(&self, read: Option<(Ran, Vec<u64>)>) {
-        *lock(&self.0) = read.map(|(ran, sockets)| Kept { ran, sockets });
+        *lock(&self.0) = read.map(|(ran, sockets)| Kept {
+            ran,
+            sockets,
+            exe: None,
+        });
+    }
+
+    /// The executable path (vouched for, or empty) the process was credited with when its
+    /// counts read `ran`, as they do now: `None` when none was kept under them.
+    ///
+    /// What an ancestor's path is worth changes only with what the process does itself
+    /// (`execve`; `unshare` or `setns` of its user namespace; a new `exe` link with
+    /// `prctl`), and a process that has not run since does none of it. (A process sharing its
+    /// memory with `clone(CLONE_VM)` but not its counts could set that memory's `exe` link
+    /// from a namespace of its own: then the path kept is the one the process had, not the
+    /// one it was given; a process sharing memory is the process, see "what identification
+    /// cannot see".)
+    pub(crate) fn exe(&self, ran: Ran) -> Option<String> {
+        let kept = lock(&self.0);
+        kept.as_ref().filter(|kept| kept.ran == ran)?.exe.clone()
+    }
+
+    /// Keeps `exe`, read after the counts read `ran`, with the table kept under them (nothing
+    /// when the table kept is under other counts, or none is).
+    pub(crate) fn keep_exe(&self, ran: Ran, exe: &str) {
+        if let Some(kept) = lock(&self.0).as_mut().filter(|kept| kept.ran == ran) {
+            kept.exe = Some(exe.to_owned());
+        }
     }
 }
 
@@ -138,5 +168,34 @@ mod tests {
         assert_eq!(quiet.holds(longer, 9), None);
         quiet.keep(None);
         assert_eq!(quiet.holds(ran, 9), None);
+    }
+
+    #[test]
+    fn a_kept_path_answers_only_under_the_counts_of_the_table_kept_with_it() {
+        let quiet = Quiet::default();
+        let ran = Ran {
+            ns: 10,
+            arrivals: 2,
+        };
+        let later = Ran {
+            ns: 12,
+            arrivals: 3,
+        };
+        // Nothing kept: no path kept either.
+        quiet.keep_exe(ran, "/usr/bin/make");
+        assert_eq!(quiet.exe(ran), None);
+        quiet.keep(Some((ran, vec![7])));
+        assert_eq!(quiet.exe(ran), None);
+        // A path read under other counts than the table's is not kept.
+        quiet.keep_exe(later, "/usr/bin/make");
+        assert_eq!(quiet.exe(ran), None);
+        quiet.keep_exe(ran, "/usr/bin/make");
+        assert_eq!(quiet.exe(ran).as_deref(), Some("/usr/bin/make"));
+        // It ran since: nothing.
+        assert_eq!(quiet.exe(later), None);
+        // A table kept again (it ran, then blocked) starts without a path.
+        quiet.keep(Some((later, vec![7])));
+        assert_eq!(quiet.exe(later), None);
+        assert_eq!(quiet.exe(ran), None);
     }
 }

@@ -501,6 +501,56 @@ fn a_quiet_kept_process_is_answered_from_its_last_table_until_it_runs() {
     taker.wait().unwrap();
 }
 
+/// The path an ancestor was credited with is answered from what was kept only through a
+/// handle that found the process quiet in the same lookup, and only until it runs.
+#[test]
+fn a_quiet_kept_process_keeps_its_path_until_it_runs() {
+    if std::fs::read("/proc/self/schedstat")
+        .ok()
+        .and_then(|contents| quiet::parse_schedstat(&contents))
+        .is_none()
+    {
+        return;
+    }
+    let proc = ProcFs::open(Path::new("/proc")).unwrap();
+    let mut taker = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", SOCKET_TAKER])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = taker.id();
+    let mut stdin = taker.stdin.take().unwrap();
+    let mut stdout = io::BufReader::new(taker.stdout.take().unwrap());
+    let mut take = || {
+        io::Write::write_all(&mut stdin, b"take\n").unwrap();
+        let mut line = String::new();
+        io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    };
+    take();
+    wait_until_blocked(pid);
+    let other = SocketLink::new(1);
+    let looked = || {
+        let dir = proc.pid_dir_kept(pid).unwrap();
+        dir.holding_fd(&other, &mut Reads::unlimited()).unwrap();
+        dir
+    };
+    // Found quiet and its table kept: nothing kept of its path yet.
+    let dir = looked();
+    assert_eq!(dir.quiet_exe(), None);
+    // A made-up path, so that an answer can only come from what was kept.
+    dir.keep_quiet_exe("/kept/path");
+    assert_eq!(looked().quiet_exe().as_deref(), Some("/kept/path"));
+    // A handle that has not found it quiet in its own lookup is not answered.
+    assert_eq!(proc.pid_dir_kept(pid).unwrap().quiet_exe(), None);
+    // It runs: its table is read and kept again, without the path.
+    take();
+    wait_until_blocked(pid);
+    assert_eq!(looked().quiet_exe(), None);
+    drop(stdin);
+    taker.wait().unwrap();
+}
+
 /// A process that never blocks is never answered from a kept table.
 #[test]
 fn a_running_process_has_its_table_read_every_time() {
