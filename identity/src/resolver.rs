@@ -411,7 +411,11 @@ struct Pins {
 impl Pins {
     /// Makes `pinned` the latest process identified.
     fn hold_latest(&mut self, pinned: &Arc<Pinned>) {
-        if self.latest.front().is_some_and(|first| Arc::ptr_eq(first, pinned)) {
+        if self
+            .latest
+            .front()
+            .is_some_and(|first| Arc::ptr_eq(first, pinned))
+        {
             return;
         }
         self.latest.retain(|held| !Arc::ptr_eq(held, pinned));
