@@ -38,8 +38,9 @@
 //! same file, read again with its user namespace at every lookup), the sockets each sibling
 //! held when its fd table was last read (module `siblings`: while the process connector says
 //! its pid still names that process, and only for the sockets it could hold by fork), and
-//! the sockets a kept one-threaded process held when its fd table was read while it was
-//! blocked (module `quiet`: while its scheduling counts say it has not run since).
+//! the sockets a kept process of up to six threads held when its fd table was read while
+//! each was blocked, with the path it was credited with as an ancestor (module `quiet`:
+//! while its threads' scheduling counts say it has not run since).
 //! [`IdentityResolver::confirm`] reads through the kept handle, which the kernel ties to the
 //! process it was opened for (a pid reused since is not it): one `readlink` of the descriptor
 //! the process last held the socket under and one of its `exe`.

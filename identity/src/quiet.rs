@@ -1,5 +1,5 @@
 //! Whether a kept process can have changed its fd table since it was last read: a process
-//! whose one thread has not been given a CPU since has not run, and a process's fd table
+//! none of whose threads has been given a CPU since has not run, and a process's fd table
 //! changes only when a thread that uses it runs.
 //!
 //! A descriptor reaches a process only through something its own thread executes: `recvmsg`
@@ -7,8 +7,8 @@
 //! descriptor (installed by the target in its own context), a binder transaction's (the
 //! same). Nothing another process does (`pidfd_getfd` reads a table, it does not write one;
 //! `ptrace` and `process_vm_writev` change memory, which runs only when the process does)
-//! writes into it while it is off every CPU. So a table read while the process's one thread
-//! was blocked, and not run since, is the table now.
+//! writes into it while it is off every CPU. So a table read while each of the process's
+//! threads was blocked, none run since, is the table now.
 //!
 //! How "not run since" is read, for processes of at most six threads (`kept::THREADS_KEPT`):
 //!
