@@ -342,13 +342,21 @@ fn next_ancestor<'a>(
         // place in the chain with an empty exe; a failure because it exited re-reads the hop.
         // So does one whose path may not name the file it runs (`vouch`): it matches no
         // entry's binaries.
-        let exe = dir.exe_raw().map(|raw| {
-            let (exe, deleted) = strip_deleted(raw, exists);
-            match dir.vouch(&exe, deleted) {
-                Ok(Vouch::Believed) => exe,
-                _ => String::new(),
-            }
-        });
+        // One that has not run since this lookup found it quiet is credited with the path
+        // it had when it was last read so (see `quiet::Quiet::exe`).
+        let exe = match dir.quiet_exe() {
+            Some(exe) => Ok(exe),
+            None => dir.exe_raw().map(|raw| {
+                let (exe, deleted) = strip_deleted(raw, exists);
+                let believed = match dir.vouch(&exe, deleted) {
+                    Ok(Vouch::Believed) => exe,
+                    Ok(_) => String::new(),
+                    Err(_) => return String::new(),
+                };
+                dir.keep_quiet_exe(&believed);
+                believed
+            }),
+        };
         let cmdline = dir.cmdline();
         if (exe.is_err() || cmdline.is_err()) && dir.stat_fresh().is_err() {
             ppid = child.stat_fresh().map_err(child_gone)?.ppid;

@@ -28,8 +28,9 @@
 //!
 //! Only where to look is cached (one netlink socket per network namespace, a bounded list of
 //! recent client pids checked against their start time, each identified process's
-//! `/proc/<pid>` kept open while identities read from it last (and, for 16 of them, the
-//! files its re-checks read), and the `/proc` files of the
+//! `/proc/<pid>` kept open while identities read from it last, and for the four identified
+//! last after that (and, for 16 of them, the files its re-checks read), and the `/proc`
+//! files of the
 //! last 16 ancestors met, used only after a read through them succeeds); what a process is, is
 //! read again for every lookup because execve and reparenting change it under the same pid.
 //! Three things are kept beside it, each used only while what it was reached from is
@@ -37,8 +38,9 @@
 //! same file, read again with its user namespace at every lookup), the sockets each sibling
 //! held when its fd table was last read (module `siblings`: while the process connector says
 //! its pid still names that process, and only for the sockets it could hold by fork), and
-//! the sockets a kept one-threaded process held when its fd table was read while it was
-//! blocked (module `quiet`: while its scheduling counts say it has not run since).
+//! the sockets a kept process of up to six threads held when its fd table was read while
+//! each was blocked, with the path it was credited with as an ancestor (module `quiet`:
+//! while its threads' scheduling counts say it has not run since).
 //! [`IdentityResolver::confirm`] reads through the kept handle, which the kernel ties to the
 //! process it was opened for (a pid reused since is not it): one `readlink` of the descriptor
 //! the process last held the socket under and one of its `exe`.
@@ -111,12 +113,16 @@ pub use error::IdentityError;
 /// The most file descriptors an [`IdentityResolver`] keeps open across lookups under an
 /// open-file limit of `open_file_limit`: the `/proc` files of the ancestors it keeps (a tenth
 /// of the limit at most, see the crate documentation), under a limit of 2048 or more the
-/// other `/proc` files of the 16 identified processes it keeps them for, and its netlink
-/// sockets (the diag pool, and the process connector's). Besides these, it keeps one per
-/// identified process while connections it identified last (its `/proc/<pid>`), and a lookup
-/// opens a few while it runs.
+/// other `/proc` files of the 16 identified processes it keeps them for, its netlink
+/// sockets (the diag pool, and the process connector's), and the `/proc/<pid>` of the four
+/// processes identified last. Besides these, it keeps one per identified process while
+/// connections it identified last (its `/proc/<pid>`), and a lookup opens a few while it
+/// runs.
 pub fn descriptors_kept(open_file_limit: u64) -> u64 {
-    kept::most_descriptors(open_file_limit) + netns::POOL_SIZE as u64 + 1
+    kept::most_descriptors(open_file_limit)
+        + netns::POOL_SIZE as u64
+        + 1
+        + resolver::LATEST_PINS as u64
 }
 pub use identity::{Ancestor, ClientSocket, Identity};
 pub use owners::full_scan_owners;

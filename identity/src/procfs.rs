@@ -233,6 +233,7 @@ impl ProcFs {
             pid,
             files: Files::Own(fd),
             stat: OnceCell::new(),
+            quiet: OnceCell::new(),
         })
     }
 
@@ -444,6 +445,10 @@ pub(crate) struct ProcDir {
     /// an earlier read is as good as a later one (see `identity::next_ancestor`), and it is
     /// read by the search, the owner set completion and the identity alike.
     stat: OnceCell<(StatFields, u64)>,
+    /// The scheduling counts under which this lookup found the process quiet (its kept fd
+    /// table answered, or was kept: see `quiet`), read before anything else this handle
+    /// read after its fd table.
+    quiet: OnceCell<quiet::Counts>,
 }
 
 /// Where a [`ProcDir`] reads from: `/proc/<pid>` opened for this lookup, or a process's
@@ -474,16 +479,18 @@ impl Files {
         }
     }
 
-    /// `known`: the process's `stat` as read before, if it was.
+    /// `known`: the process's `stat` as read before, if it was; `quiet` is set to the
+    /// counts under which a kept process was found quiet (see `quiet`).
     fn holding_fd(
         &self,
         link: &SocketLink,
         reads: &mut Reads,
         known: Option<StatFields>,
+        quiet: &OnceCell<quiet::Counts>,
     ) -> io::Result<Option<u32>> {
         if let Files::Kept(kept) = self
             && let Some(found) =
-                kept.with_fd_dir(|dir| holding_fd_kept(kept, dir, link, reads, known))
+                kept.with_fd_dir(|dir| holding_fd_kept(kept, dir, link, reads, (known, quiet)))
         {
             return Ok(found?);
         }
@@ -503,6 +510,7 @@ impl ProcDir {
             pid: kept.pid(),
             files: Files::Kept(kept),
             stat: OnceCell::from((stat, read_at)),
+            quiet: OnceCell::new(),
         }
     }
 
@@ -525,7 +533,27 @@ impl ProcDir {
         reads: &mut Reads,
     ) -> io::Result<Option<u32>> {
         let known = self.stat.get().map(|(stat, _)| *stat);
-        self.files.holding_fd(link, reads, known)
+        self.files.holding_fd(link, reads, known, &self.quiet)
+    }
+
+    /// The executable path this process was credited with as an ancestor (vouched for, or
+    /// empty) when it was last read under the scheduling counts it was found quiet under in
+    /// this lookup: it has not run since, so nothing that path depends on has changed (see
+    /// `quiet::Quiet::exe`). `None` when this lookup did not find it quiet, or nothing was
+    /// kept.
+    pub(crate) fn quiet_exe(&self) -> Option<String> {
+        let Files::Kept(kept) = &self.files else {
+            return None;
+        };
+        kept.quiet().exe(self.quiet.get()?)
+    }
+
+    /// Keeps `exe`, read through this handle after it was found quiet, for
+    /// [`Self::quiet_exe`].
+    pub(crate) fn keep_quiet_exe(&self, exe: &str) {
+        if let (Files::Kept(kept), Some(ran)) = (&self.files, self.quiet.get()) {
+            kept.quiet().keep_exe(ran, exe);
+        }
     }
 
     /// Whether descriptor `fd` is the socket now (one `readlink`; false when it is closed, is
@@ -815,7 +843,7 @@ impl Pinned {
         link: &SocketLink,
         reads: &mut Reads,
     ) -> io::Result<Option<u32>> {
-        self.files.holding_fd(link, reads, None)
+        self.files.holding_fd(link, reads, None, &OnceCell::new())
     }
 
     /// See [`ProcDir::exe_raw`].
@@ -849,53 +877,133 @@ fn holding_fd_in(
 }
 
 /// [`holding_fd_in`] for a kept process: answered from the table read last when the process
-/// has not run since (see `quiet`), else read, and kept when it was read whole while the
-/// process was blocked with one thread. `known`, its `stat` read before, saves the reads
-/// that cannot lead to keeping anything: none for a process with several threads, no
-/// `wchan` for one that was running.
+/// has not run since (see `quiet`), else read, and kept when it was read whole while every
+/// thread of the process was blocked. `known`, its `stat` read before, saves the reads that
+/// cannot lead to keeping anything: none for a process with more threads than
+/// [`THREADS_KEPT`], no `wchan` for one whose first thread was running.
 fn holding_fd_kept(
     kept: &KeptFiles,
     dir: &mut Dir,
     link: &SocketLink,
     reads: &mut Reads,
-    known: Option<StatFields>,
+    (known, found_quiet): (Option<StatFields>, &OnceCell<quiet::Counts>),
 ) -> rustix::io::Result<Option<u32>> {
-    if known.is_some_and(|stat| stat.num_threads > 1) {
-        // Several threads: nothing is kept for it (and what was, it has run since).
+    let threads = known.map_or(1, |stat| stat.num_threads.max(1));
+    if usize::try_from(threads).map_or(true, |n| n > THREADS_KEPT) {
+        // Too many threads to count: nothing is kept for it.
         return holding_fd_in(dir, link, reads);
     }
-    let small = |file| read_limited(file, SMALL_FILE_LIMIT, Complete::OnShortRead).ok();
-    let ran = kept
-        .file(KeptFile::Schedstat)
-        .ok()
-        .and_then(small)
-        .and_then(|contents| quiet::parse_schedstat(&contents));
-    if let Some(ran) = ran
+    // The counts of the threads the table was kept under (or of the one thread) now.
+    let tids = kept
+        .quiet()
+        .tids()
+        .or_else(|| (threads == 1).then(|| vec![kept.pid()]));
+    let ran = tids.as_deref().and_then(|tids| thread_counts(kept, tids));
+    if let Some(ran) = &ran
         && let Some(holds) = kept.quiet().holds(ran, link.inode)
     {
-        reads.small(1);
+        reads.small(tids.as_ref().map_or(1, Vec::len));
+        let _ = found_quiet.set(ran.clone());
         if !holds {
             return Ok(None);
         }
         // Held: the table says under which descriptor (what is kept stays true).
         return holding_fd_in(dir, link, reads);
     }
-    // Steps 2 and 3 of `quiet`, after the counts were read: blocked, then one thread.
-    let quiet_now = ran.filter(|_| {
-        !known.is_some_and(|stat| stat.running)
-            && kept
-                .file(KeptFile::Wchan)
-                .ok()
-                .and_then(small)
-                .is_some_and(|wchan| quiet::blocked(&wchan))
-            && read_stat(kept.stat()).is_ok_and(|stat| stat.num_threads == 1)
-    });
+    // Steps 0 to 3 of `quiet`: the threads, their counts, each blocked, then as many
+    // threads as listed.
+    let quiet_now = if known.is_some_and(|stat| stat.running) {
+        None
+    } else {
+        let listed = if threads == 1 {
+            Some(vec![kept.pid()])
+        } else {
+            kept_tids(kept)
+        };
+        listed
+            .filter(|listed| listed.len() <= THREADS_KEPT)
+            .and_then(|listed| {
+                // Counts read before the listing say nothing of threads listed after them.
+                let counts = match ran {
+                    Some(ran) if threads == 1 && ran.tids() == listed => ran,
+                    _ => thread_counts(kept, &listed)?,
+                };
+                let blocked = listed.iter().all(|tid| thread_blocked(kept, *tid));
+                (blocked
+                    && read_stat(kept.stat())
+                        .is_ok_and(|stat| usize::try_from(stat.num_threads) == Ok(listed.len())))
+                .then_some(counts)
+            })
+    };
     let mut sockets = Vec::new();
     let held = holding_fd_noting(dir, link, reads, Some(&mut sockets))?;
     let whole = held.is_none() && !reads.spent();
-    kept.quiet()
-        .keep(quiet_now.filter(|_| whole).map(|ran| (ran, sockets)));
+    let keep = quiet_now.filter(|_| whole);
+    if let Some(ran) = &keep {
+        let _ = found_quiet.set(ran.clone());
+    }
+    kept.quiet().keep(keep.map(|ran| (ran, sockets)));
     Ok(held)
+}
+
+/// The threads of a kept process (`task/`), through the listing kept with it: `None` when
+/// another lookup is reading it, or it cannot be read.
+fn kept_tids(kept: &KeptFiles) -> Option<Vec<u32>> {
+    kept.with_threads(|threads| -> io::Result<Vec<u32>> {
+        let task = match &mut threads.task {
+            Some(task) => {
+                task.rewind();
+                task
+            }
+            None => threads.task.insert(Dir::new(crate::exhaust::openat(
+                kept.dir(),
+                "task",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?)?),
+        };
+        let mut tids = Vec::new();
+        while let Some(entry) = task.read() {
+            if let Some(tid) = numeric_name(entry?.file_name().to_bytes()) {
+                tids.push(tid);
+            }
+        }
+        Ok(tids)
+    })?
+    .ok()
+}
+
+/// The `schedstat` counts of the threads `tids` of a kept process now (see `quiet`): the
+/// first thread's through the file kept with it, another's read through `task/<tid>/`.
+/// `None` when one cannot be read (a thread that has exited) or the kernel keeps none.
+fn thread_counts(kept: &KeptFiles, tids: &[u32]) -> Option<quiet::Counts> {
+    let mut counts = Vec::with_capacity(tids.len());
+    for &tid in tids {
+        let contents = thread_file(kept, tid, KeptFile::Schedstat, "schedstat")?;
+        counts.push((tid, quiet::parse_schedstat(&contents)?));
+    }
+    Some(quiet::Counts::new(counts))
+}
+
+/// Whether the thread `tid` of a kept process is blocked off the run queue (`wchan`).
+fn thread_blocked(kept: &KeptFiles, tid: u32) -> bool {
+    thread_file(kept, tid, KeptFile::Wchan, "wchan").is_some_and(|wchan| quiet::blocked(&wchan))
+}
+
+/// A small file of the thread `tid` of a kept process: the first thread's kept as `file`,
+/// another's (`task/<tid>/<name>`) opened for this read.
+fn thread_file(kept: &KeptFiles, tid: u32, file: KeptFile, name: &str) -> Option<Vec<u8>> {
+    if tid == kept.pid() {
+        let fd = kept.file(file).ok()?;
+        return read_limited(fd, SMALL_FILE_LIMIT, Complete::OnShortRead).ok();
+    }
+    read_at(
+        kept.dir(),
+        &format!("task/{tid}/{name}"),
+        SMALL_FILE_LIMIT,
+        Complete::OnShortRead,
+    )
+    .ok()
 }
 
 /// [`holding_fd_in`], noting in `sockets` the inode of every socket the table holds (left

@@ -79,6 +79,7 @@ impl IdentityResolver {
             pins: Mutex::new(Pins {
                 by_pid: HashMap::new(),
                 sweep_at: PINS_SWEEP_MIN,
+                latest: std::collections::VecDeque::with_capacity(LATEST_PINS),
             }),
             siblings: Siblings::default(),
             own_pid: std::process::id(),
@@ -320,9 +321,11 @@ impl IdentityResolver {
         if let Some(kept) = pins.by_pid.get(&owner.pid()).and_then(Weak::upgrade)
             && kept.start_time() == start_time
         {
+            pins.hold_latest(&kept);
             return kept;
         }
         let pinned = Arc::new(owner.pin(start_time));
+        pins.hold_latest(&pinned);
         if pins.by_pid.len() >= pins.sweep_at {
             pins.by_pid.retain(|_, kept| kept.strong_count() > 0);
             pins.sweep_at = (pins.by_pid.len() * 2).max(PINS_SWEEP_MIN);
@@ -399,10 +402,36 @@ fn still_held(proc: &ProcFs, previous: &Identity, reads: &mut Reads) -> bool {
 struct Pins {
     by_pid: HashMap<u32, Weak<Pinned>>,
     sweep_at: usize,
+    /// The [`LATEST_PINS`] processes identified last, kept after their connections end: a
+    /// client that opens one connection after another (and closes each before the next)
+    /// is read through the files kept with it, as one that keeps them open is.
+    latest: std::collections::VecDeque<Arc<Pinned>>,
+}
+
+impl Pins {
+    /// Makes `pinned` the latest process identified.
+    fn hold_latest(&mut self, pinned: &Arc<Pinned>) {
+        if self
+            .latest
+            .front()
+            .is_some_and(|first| Arc::ptr_eq(first, pinned))
+        {
+            return;
+        }
+        self.latest.retain(|held| !Arc::ptr_eq(held, pinned));
+        if self.latest.len() >= LATEST_PINS {
+            self.latest.pop_back();
+        }
+        self.latest.push_front(Arc::clone(pinned));
+    }
 }
 
 /// The size below which the kept handles are not swept.
 const PINS_SWEEP_MIN: usize = 64;
+
+/// Processes kept open after their last connection ended (see [`Pins::latest`]): each holds
+/// its `/proc/<pid>`, and its other files within the places `kept::pinned_files_slot` gives.
+pub(crate) const LATEST_PINS: usize = 4;
 
 /// Both locked structures stay consistent under a panicking holder (each critical section is
 /// one collection operation, or a sweep of dead entries), so a poisoned lock is used as is.

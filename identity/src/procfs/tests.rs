@@ -501,6 +501,139 @@ fn a_quiet_kept_process_is_answered_from_its_last_table_until_it_runs() {
     taker.wait().unwrap();
 }
 
+/// [`SOCKET_TAKER`] with two threads: its second takes the sockets, its first waits for it.
+const THREADED_TAKER: &str = "import os, socket, sys, threading\n\
+    kept = []\n\
+    def take():\n\
+    \x20   for line in sys.stdin:\n\
+    \x20       kept.extend(socket.socketpair())\n\
+    \x20       os.write(1, b'%d\\n' % os.fstat(kept[-1].fileno()).st_ino)\n\
+    t = threading.Thread(target=take)\n\
+    t.start()\n\
+    t.join()\n";
+
+/// Waits (up to 10 s) until every thread of `pid` is blocked off the run queue; the threads.
+fn wait_until_all_blocked(pid: u32) -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let tids: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .collect();
+        if tids
+            .iter()
+            .all(|tid| std::fs::read(tid.join("wchan")).is_ok_and(|w| quiet::blocked(&w)))
+        {
+            return tids.len();
+        }
+        assert!(std::time::Instant::now() < deadline, "{pid} never blocked");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// A process of two threads is answered from its kept table while neither runs; once the
+/// one that is not its first runs (and takes a socket meanwhile), the table is read again.
+#[test]
+fn a_quiet_process_of_several_threads_is_answered_until_one_of_them_runs() {
+    if std::fs::read("/proc/self/schedstat")
+        .ok()
+        .and_then(|contents| quiet::parse_schedstat(&contents))
+        .is_none()
+    {
+        return;
+    }
+    let proc = ProcFs::open(Path::new("/proc")).unwrap();
+    let mut taker = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", THREADED_TAKER])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = taker.id();
+    let mut stdin = taker.stdin.take().unwrap();
+    let mut stdout = io::BufReader::new(taker.stdout.take().unwrap());
+    let mut take = || {
+        io::Write::write_all(&mut stdin, b"take\n").unwrap();
+        let mut line = String::new();
+        io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        line.trim().parse::<u64>().unwrap()
+    };
+    take();
+    assert_eq!(wait_until_all_blocked(pid), 2);
+    let ours = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = rustix::fs::fstat(&ours).unwrap().st_ino;
+    // The process's `stat` is read first, as a search does (it says how many threads).
+    let table_reads = |inode| {
+        let dir = proc.pid_dir_kept(pid).unwrap();
+        dir.stat().unwrap();
+        let mut reads = Reads::unlimited();
+        let held = dir.holding_fd(&SocketLink::new(inode), &mut reads).unwrap();
+        (held, reads.descriptors)
+    };
+    let (held, read) = table_reads(other);
+    assert_eq!(held, None);
+    assert!(read >= 3, "{read}");
+    assert_eq!(table_reads(other), (None, 0));
+    // Its second thread runs and takes another socket: read again, and found.
+    let second = take();
+    wait_until_all_blocked(pid);
+    let (held, read) = table_reads(second);
+    assert!(held.is_some() && read > 0, "{held:?} {read}");
+    drop(stdin);
+    taker.wait().unwrap();
+}
+
+/// The path an ancestor was credited with is answered from what was kept only through a
+/// handle that found the process quiet in the same lookup, and only until it runs.
+#[test]
+fn a_quiet_kept_process_keeps_its_path_until_it_runs() {
+    if std::fs::read("/proc/self/schedstat")
+        .ok()
+        .and_then(|contents| quiet::parse_schedstat(&contents))
+        .is_none()
+    {
+        return;
+    }
+    let proc = ProcFs::open(Path::new("/proc")).unwrap();
+    let mut taker = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", SOCKET_TAKER])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = taker.id();
+    let mut stdin = taker.stdin.take().unwrap();
+    let mut stdout = io::BufReader::new(taker.stdout.take().unwrap());
+    let mut take = || {
+        io::Write::write_all(&mut stdin, b"take\n").unwrap();
+        let mut line = String::new();
+        io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    };
+    take();
+    wait_until_blocked(pid);
+    let other = SocketLink::new(1);
+    let looked = || {
+        let dir = proc.pid_dir_kept(pid).unwrap();
+        dir.holding_fd(&other, &mut Reads::unlimited()).unwrap();
+        dir
+    };
+    // Found quiet and its table kept: nothing kept of its path yet.
+    let dir = looked();
+    assert_eq!(dir.quiet_exe(), None);
+    // A made-up path, so that an answer can only come from what was kept.
+    dir.keep_quiet_exe("/kept/path");
+    assert_eq!(looked().quiet_exe().as_deref(), Some("/kept/path"));
+    // A handle that has not found it quiet in its own lookup is not answered.
+    assert_eq!(proc.pid_dir_kept(pid).unwrap().quiet_exe(), None);
+    // It runs: its table is read and kept again, without the path.
+    take();
+    wait_until_blocked(pid);
+    assert_eq!(looked().quiet_exe(), None);
+    drop(stdin);
+    taker.wait().unwrap();
+}
+
 /// A process that never blocks is never answered from a kept table.
 #[test]
 fn a_running_process_has_its_table_read_every_time() {
