@@ -186,8 +186,7 @@ fn dns_facts(v: &Value) -> DnsFacts {
         str_at(v, &["src_endpoint", "ip"]),
         u64_at(v, &["src_endpoint", "port"]),
     ) {
-        (Some(ip), Some(port)) if ip.contains(':') => format!("[{ip}]:{port}"),
-        (Some(ip), Some(port)) => format!("{ip}:{port}"),
+        (Some(ip), Some(port)) => format!("{}:{port}", sluice_addr::UriHost(ip)),
         (Some(ip), None) => ip.to_string(),
         _ => "?".to_string(),
     };
