@@ -4,7 +4,7 @@
 //! upstream as one masked frame; binary messages and control frames pass as they come.
 //! Anything else closes the WebSocket with the reference's codes: 1008 refused by policy,
 //! 1009 too big, 1007 not UTF-8, 1002 a protocol error, 1012 the policy was reloaded.
-//! Pure: bytes in, bytes out; the relay that moves them is `ws_judged`.
+//! Pure: bytes in, bytes out; the relay that moves them is `judged`.
 
 use super::frame::{self, ClientHeader, MAX_CONTROL, OpCode};
 
