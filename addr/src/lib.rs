@@ -83,11 +83,7 @@ impl Authority {
 
     /// The host as a URI or a `Host` header writes it: an IPv6 literal in brackets.
     pub fn uri_host(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        }
+        UriHost(&self.host).to_string()
     }
 
     /// `host[:port]` for a URI or a `Host` header, the port left out when it is the
@@ -103,10 +99,22 @@ impl Authority {
 
 impl fmt::Display for Authority {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
+        write!(f, "{}:{}", UriHost(&self.host), self.port)
+    }
+}
+
+/// A host as it is written before a port or in a URI: an IPv6 literal in brackets (a host
+/// already bracketed is kept), any other host as it is. The one place that brackets.
+#[derive(Clone, Copy, Debug)]
+pub struct UriHost<'a>(pub &'a str);
+
+impl fmt::Display for UriHost<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let UriHost(host) = *self;
+        if host.contains(':') && !host.starts_with('[') {
+            write!(f, "[{host}]")
         } else {
-            write!(f, "{}:{}", self.host, self.port)
+            f.write_str(host)
         }
     }
 }
@@ -119,11 +127,7 @@ pub struct HostPort<'a>(pub &'a str, pub u16);
 impl fmt::Display for HostPort<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let HostPort(host, port) = *self;
-        if host.contains(':') && !host.starts_with('[') {
-            write!(f, "[{host}]:{port}")
-        } else {
-            write!(f, "{host}:{port}")
-        }
+        write!(f, "{}:{port}", UriHost(host))
     }
 }
 
@@ -176,6 +180,14 @@ mod tests {
         assert_eq!(name.to_string(), "api.x.com:443");
         assert_eq!(name.to_uri_authority(443), "api.x.com");
         assert_eq!(name.to_uri_authority(80), "api.x.com:443");
+    }
+
+    #[test]
+    fn hosts_are_bracketed_once() {
+        assert_eq!(UriHost("::1").to_string(), "[::1]");
+        assert_eq!(UriHost("[::1]").to_string(), "[::1]");
+        assert_eq!(UriHost("api.test").to_string(), "api.test");
+        assert_eq!(format!("{}:?", UriHost("fe80::1")), "[fe80::1]:?");
     }
 
     #[test]

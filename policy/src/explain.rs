@@ -194,11 +194,7 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
             );
             return out;
         }
-        let host_header = if host.contains(':') {
-            format!("[{host}]:{}", q.port)
-        } else {
-            format!("{host}:{}", q.port)
-        };
+        let host_header = sluice_addr::HostPort(&host, q.port).to_string();
         let (path, authority_ok) = authority::tunnel_request(
             &req.target,
             Some(host_header.as_bytes()),

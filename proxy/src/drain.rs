@@ -3,7 +3,7 @@
 //!
 //! Owns the signal only: the accept loops stop accepting when it is raised (`listen`), a
 //! kept-alive connection waiting for its next request closes instead of waiting
-//! (`pipeline::forward`), `/readyz` answers 503 (`metrics`), and `cli::run` waits for the work
+//! (`pipeline::transports::http1`), `/readyz` answers 503 (`metrics`), and `cli::run` waits for the work
 //! in flight up to `--drain-timeout`, then stops the rest. It imports nothing of sluice, so
 //! that every layer can hold it.
 

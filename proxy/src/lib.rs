@@ -11,7 +11,7 @@
 //! their property-test runner share.
 #![forbid(unsafe_code)]
 
-pub mod audit;
+pub use sluice_audit as audit;
 pub mod cli;
 pub mod config_file;
 pub mod credentials;

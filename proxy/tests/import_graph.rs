@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 const CRATES: &[&str] = &[
     "proxy/src/lib.rs",
     "policy/src/lib.rs",
+    "audit/src/lib.rs",
     "landlock-shim/src/lib.rs",
     "identity/src/lib.rs",
     "resolver/src/lib.rs",

@@ -11,8 +11,8 @@ pub(super) fn url_shaped_host(text: &str) -> Option<String> {
     };
     let path_at = rest.find('/');
     let authority = &rest[..path_at.unwrap_or(rest.len())];
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') && p.bytes().all(|b| b.is_ascii_digit()) => (h, Some(p)),
+    let (host, port) = match sluice_addr::split_host_port(authority) {
+        Some((h, Some(p))) if p.bytes().all(|b| b.is_ascii_digit()) => (h, Some(p)),
         _ => (authority, None),
     };
     if scheme.is_none() && path_at.is_none() && port.is_none() {

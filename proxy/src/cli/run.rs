@@ -282,8 +282,8 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
     }
-    match s.rsplit_once(':') {
-        Some((host, port)) if host.eq_ignore_ascii_case("localhost") => port
+    match sluice_addr::split_host_port(s) {
+        Some((host, Some(port))) if host.eq_ignore_ascii_case("localhost") => port
             .parse::<u16>()
             .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
             .map_err(|_| format!("invalid port `{port}` in `{s}`")),

@@ -172,7 +172,7 @@ impl Pacer {
 }
 
 /// What a streamed request body passes on its way upstream, the same over HTTP/1.1
-/// ([`BodySink`]) and HTTP/2 (`pipeline::h2`): the guard that stops it at the first
+/// ([`BodySink`]) and HTTP/2 (`pipeline::transports::http2`): the guard that stops it at the first
 /// credential placeholder (across chunk boundaries), then the [`Hold`]; and its trailers,
 /// which never carry a placeholder (they are headers, and only the head's are swapped).
 /// The one place a streamed body is judged.

@@ -2,9 +2,9 @@
 //! the same for every entry point (spec: "one pipeline").
 //!
 //! Owns the shared state of a running proxy (`Shared`), the per-connection entry point
-//! (`serve`), the first request head, and the dispatch to `connect` (CONNECT tunnels) or
-//! `forward` (absolute-form HTTP). The policy decision, the caller lookup and the destination
-//! check live in `caller.rs`, the policy module and `destination.rs`, and both entry points
+//! (`serve`), the first request head, and the dispatch to `tunnel` (CONNECT tunnels) or
+//! `http1` (absolute-form HTTP). The policy decision, the caller lookup and the destination
+//! check live in `caller/identify.rs`, the policy module and `upstream/destination.rs`, and both entry points
 //! call the same ones.
 
 pub mod authority;

@@ -4,12 +4,12 @@
 //! A socket can move between processes (`SCM_RIGHTS`) after any one look, so a tunnel
 //! identified at its start could be handed to another program and used by it for hours. Owns
 //! the periodic re-check of a connection's caller (`--caller-recheck-interval`), which raises
-//! the connection's stop signal (`stop.rs`) when the holder changed: each long-lived path
+//! the connection's stop signal (`client/stop.rs`) when the holder changed: each long-lived path
 //! (the L4 relay, an inspected tunnel, a forwarded connection) ends on that signal and
 //! audits the reason. Per-request checks are made where the requests are read
-//! (`forward.rs`, `h2.rs`), with `identify::recheck`.
+//! (`transports/http1.rs`, `transports/http2.rs`), with `identify::recheck`.
 //!
-//! The periodic re-checks of all connections run on one thread of their own (`rechecks.rs`).
+//! The periodic re-checks of all connections run on one thread of their own (`state/rechecks.rs`).
 
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@
 //! netlink) and the conversion of their answers: the lookup when a connection is accepted, and
 //! the confirmation that the same process (pid, start time, executable) still holds the socket
 //! when its request arrives, at every later request on an inspected or kept-alive connection,
-//! and periodically on tunnels (`holder.rs`). On a gateway it owns the choice of tenant: by
+//! and periodically on tunnels (`caller/holder.rs`). On a gateway it owns the choice of tenant: by
 //! the client's address when the connection is accepted, and by the proxy credentials of its
 //! first request head (`tenants::Table::identify`). A failed lookup or confirmation is an
 //! error the pipeline turns into a denial: sluice never guesses who is calling (fail closed).

@@ -1,6 +1,6 @@
 //! The stop signal of one client connection: raised once, from outside the connection's
-//! own traffic, with a typed reason. Raised by the caller watcher (`holder.rs`) when the
-//! caller no longer holds the socket, by the live registry (`live.rs`) when a reloaded
+//! own traffic, with a typed reason. Raised by the caller watcher (`caller/holder.rs`) when the
+//! caller no longer holds the socket, by the live registry (`state/live.rs`) when a reloaded
 //! policy no longer allows the connection, and at the end of a drain whose time ran out;
 //! every long-lived path waits on it.
 

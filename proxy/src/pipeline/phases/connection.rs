@@ -2,15 +2,15 @@
 //! CONNECT authority, an absolute-form request's host, a transparently redirected connection's
 //! claimed name, dialled only at its original destination): the target normalised, its caller
 //! required, the L4 decision, and the dial through the destination plan (SSRF-checked,
-//! `destination.rs`).
+//! `upstream/destination.rs`).
 //!
 //! ```text
 //! normalize(target) → admit(caller, L4) → Admitted → dial(plan) → upstream socket
 //! ```
 //!
-//! Each step answers a refusal as a [`Denial`]; the entry points (`connect.rs`,
-//! `forward.rs`) only write it. An inspected tunnel dials through [`dial_inspected`], which
-//! may leave the dial to after the ClientHello when the pool (`pool.rs`) holds a connection
+//! Each step answers a refusal as a [`Denial`]; the entry points (`transports/tunnel.rs`,
+//! `transports/http1.rs`) only write it. An inspected tunnel dials through [`dial_inspected`], which
+//! may leave the dial to after the ClientHello when the pool (`state/pool.rs`) holds a connection
 //! this tunnel's own destination plan would have dialled.
 //!
 //! An admitted connection is then [`hold`]: registered as live until it ends, and re-judged

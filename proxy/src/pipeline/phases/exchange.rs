@@ -1,8 +1,8 @@
 //! One request's exchange on an admitted connection, in the order every transport follows
-//! (HTTP/1.1 in `forward.rs`, HTTP/2 in `h2.rs`, the WebSocket handshake in `websocket.rs`):
+//! (HTTP/1.1 in `transports/http1.rs`, HTTP/2 in `transports/http2.rs`, the WebSocket handshake in `transports/websocket/handshake.rs`):
 //!
 //! ```text
-//! begin      the phase (`request.rs`): audit gate, authority, caller, judgement,
+//! begin      the phase (`phases/request.rs`): audit gate, authority, caller, judgement,
 //!            credentials of the head, body plan; a form's `_method` hold
 //! body       judged here and only here: streamed through `http::body::BodyCheck`
 //!            (placeholder guard, hold, trailers), or read whole (bounded) and passed to

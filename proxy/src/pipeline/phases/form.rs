@@ -1,7 +1,7 @@
 //! The `_method` fields of a form body, judged while the body streams upstream.
 //!
 //! Owns [`FormJudge`], the [`Hold`] both transports run on a form body that may name another
-//! method (`request.rs` decides which: [`FormCheck`]): `form_scan` holds back each field that
+//! method (`phases/request.rs` decides which: [`FormCheck`]): `form_scan` holds back each field that
 //! may be `_method` (`json_scan` each top-level member of a JSON body; `body_override` chains
 //! them) until it is read, each method it names is judged like the request line's,
 //! and only then does the field go upstream. A denied or unreadable one stops the body: the

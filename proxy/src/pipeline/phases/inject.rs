@@ -1,5 +1,5 @@
-//! The credential steps of one inspected request, shared by HTTP/1.1 (`forward.rs`) and
-//! HTTP/2 (`h2.rs`): swap the head's placeholders (refusing misuse with its status, code and
+//! The credential steps of one inspected request, shared by HTTP/1.1 (`transports/http1.rs`) and
+//! HTTP/2 (`transports/http2.rs`): swap the head's placeholders (refusing misuse with its status, code and
 //! finding), ask for an unencoded response when a secret went in or any is bound to the
 //! endpoint, scrub the response of every such secret (with a finding when one comes back,
 //! whether or not its request carried it), and refuse what cannot be inspected

@@ -1,16 +1,16 @@
 //! The request phase, written once for every transport: a request on an admitted connection
 //! is checked for its authority (it must name the admitted destination), its caller, the L7
 //! judgement, the credentials of its head and the policy for its body, then goes upstream;
-//! its body's failures and its upstream's are refused the same way. HTTP/1.1 (`forward.rs`),
-//! HTTP/2 (`h2.rs`) and WebSocket handshakes (`websocket.rs`) call these steps, and do only
+//! its body's failures and its upstream's are refused the same way. HTTP/1.1 (`transports/http1.rs`),
+//! HTTP/2 (`transports/http2.rs`) and WebSocket handshakes (`transports/websocket/handshake.rs`) call these steps, and do only
 //! what their wire format needs themselves (reading heads and bodies, writing answers). The
-//! order of the whole exchange, and its steps past this phase, are in `exchange.rs`.
+//! order of the whole exchange, and its steps past this phase, are in `phases/exchange.rs`.
 //!
 //! ```text
 //! prepare:  authority → caller → judge → credentials (head) → body plan
 //! body:     Guard (stream, stop at a placeholder) | Rewrite (bounded, swapped) | Pass;
 //!           a form body that may name another method streams, each field that may be
-//!           `_method` held until it is judged (`form.rs`)
+//!           `_method` held until it is judged (`phases/form.rs`)
 //! answer:   the upstream's response, scrubbed where secrets are bound; or a Denial
 //! audit:    the request's Record, emitted once when the exchange ends
 //! ```

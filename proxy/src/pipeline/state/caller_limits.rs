@@ -6,7 +6,7 @@
 //! the slot a connection holds while it lasts. The table is bounded: a caller
 //! with open connections keeps its entry (at most `--max-connections` of them), and entries of
 //! callers with none are dropped first when the table is full, those that carry no state
-//! (a full bucket) before the others. It does not identify callers (`caller.rs`) nor answer
+//! (a full bucket) before the others. It does not identify callers (`caller/identify.rs`) nor answer
 //! them (the pipeline turns a [`Refused`] into a 429).
 //!
 //! Also owns the bound on the gateway connections still awaiting their credentials, all

@@ -1,4 +1,4 @@
-//! The thread that runs the periodic re-checks of every connection's caller (`holder.rs`),
+//! The thread that runs the periodic re-checks of every connection's caller (`caller/holder.rs`),
 //! one after another.
 //!
 //! They are background work that reads /proc at a steady rate (every idle connection, each

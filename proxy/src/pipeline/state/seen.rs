@@ -1,5 +1,5 @@
 //! The audit form of the callers of live connections, shared: one copy per process while
-//! what audit records of it is unchanged. Owns that sharing only; `caller.rs` builds the
+//! what audit records of it is unchanged. Owns that sharing only; `caller/identify.rs` builds the
 //! records.
 
 use std::collections::HashMap;

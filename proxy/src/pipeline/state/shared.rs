@@ -101,14 +101,14 @@ pub struct Shared {
     pub compat: Compat,
     /// Per-caller connection limits (`--max-connections-per-caller` and the rate).
     pub callers: Arc<caller_limits::CallerLimits>,
-    /// The admitted connections alive now, re-judged after a reload (`live.rs`,
+    /// The admitted connections alive now, re-judged after a reload (`state/live.rs`,
     /// `connection::hold`).
     pub(crate) live: Live,
     /// Idle upstream connections of inspected tunnels, kept per caller and destination.
     pub(crate) pool: Arc<super::pool::Pool>,
-    /// The audit form of live connections' callers, one per unchanged process (`caller.rs`).
+    /// The audit form of live connections' callers, one per unchanged process (`caller/identify.rs`).
     pub(crate) seen: super::seen::Seen,
-    /// The thread that runs the periodic re-checks of every connection's caller (`rechecks.rs`).
+    /// The thread that runs the periodic re-checks of every connection's caller (`state/rechecks.rs`).
     pub(crate) rechecks: super::rechecks::Rechecks,
     /// Raised on SIGTERM: the listeners stop accepting and idle kept-alive connections close
     /// (`cli::run` waits for the rest).

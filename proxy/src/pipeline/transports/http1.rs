@@ -1,7 +1,7 @@
 //! HTTP/1.1 on one client connection: absolute-form requests (`GET http://host/path`), each
-//! admitted on its own by the connection phase (`connection.rs`) and forwarded with
+//! admitted on its own by the connection phase (`phases/connection.rs`) and forwarded with
 //! keep-alive on both sides, or the requests inside an admitted tunnel (TLS-terminated, or
-//! plaintext HTTP). Every request goes through the exchange (`exchange.rs`) in the same
+//! plaintext HTTP). Every request goes through the exchange (`phases/exchange.rs`) in the same
 //! order and with the same steps as HTTP/2's.
 //!
 //! Owns HTTP/1.1's wire: reading heads, pumping a body by its framing (through the shared

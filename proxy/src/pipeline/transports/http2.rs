@@ -1,7 +1,7 @@
 //! HTTP/2 in an inspected tunnel: hyper's HTTP/2 server on the client's TLS stream, hyper's
 //! HTTP/2 client on the upstream's, and the same judgement (`judge`) per stream as HTTP/1.
 //!
-//! Owns the HTTP/2 transport of the exchange (`exchange.rs`, the same order and steps as
+//! Owns the HTTP/2 transport of the exchange (`phases/exchange.rs`, the same order and steps as
 //! HTTP/1.1): the stream's authority (`:authority` or `Host`) and head handed to it, the body
 //! streamed upstream with HTTP/2 flow control as backpressure (through the shared body check,
 //! or buffered when read whole), and the response streamed back, its bytes counted

@@ -8,13 +8,13 @@
 //! first, the upstream is offered the same ALPN, the client handshake completes with what the
 //! upstream chose) and the tunnel's upstream HTTP connection.
 //!
-//! Both legs speak the same protocol: HTTP/2 (`h2.rs`) when the upstream chose `h2` from the
+//! Both legs speak the same protocol: HTTP/2 (`transports/http2.rs`) when the upstream chose `h2` from the
 //! client's offer, else HTTP/1.1 through the one request loop, so an h1-only upstream never
 //! sees HTTP/2 and a gRPC client gets h2 end to end.
 //!
-//! The upstream TLS connection may come from the pool (`pool.rs`) instead, when one fits this
+//! The upstream TLS connection may come from the pool (`state/pool.rs`) instead, when one fits this
 //! caller, destination, vetted address, offer and configuration. An HTTP/1.1 tunnel's goes
-//! back to it whenever the client idles and when the client leaves (`lease.rs`); an h2
+//! back to it whenever the client idles and when the client leaves (`transports/lease.rs`); an h2
 //! tunnel's, whose streams share it, when the client leaves.
 
 use std::net::SocketAddr;
@@ -316,7 +316,7 @@ pub async fn run(
             };
             let (crd, mut cwr) = tokio::io::split(client_tls);
             // The upstream connection goes back to the pool whenever the client idles
-            // (`lease.rs`), and when it leaves.
+            // (`transports/lease.rs`), and when it leaves.
             let lease = Lease::new(key, addr, offer, alpn, epoch);
             let session = Session {
                 shared,

@@ -1,6 +1,6 @@
 //! An inspected HTTP/1.1 tunnel's hold on an upstream connection, kept only while its client
 //! is busy: when the client connection goes idle, its upstream connection goes back to the
-//! pool (`pool.rs`) for any client connection of the same caller and destination; the next
+//! pool (`state/pool.rs`) for any client connection of the same caller and destination; the next
 //! request takes one again, or dials.
 //!
 //! The downstream and upstream lifetimes are separate, as in Envoy or pingora, and nothing

@@ -1,8 +1,8 @@
 //! Tunnels: a connection whose destination is named once for its whole life. `CONNECT
 //! host:port` enters through [`run`]; every tunnel (a transparently redirected connection too,
 //! from `transparent::listener`) goes through [`tunnel`]: the connection phase
-//! (`connection.rs`: normalise, caller, L4), the tunnel's own checks, the dial, `200`, then the
-//! inspected tunnel (`inspect.rs`) or the raw relay, until either side closes or the caller no
+//! (`phases/connection.rs`: normalise, caller, L4), the tunnel's own checks, the dial, `200`, then the
+//! inspected tunnel (`transports/inspect.rs`) or the raw relay, until either side closes or the caller no
 //! longer holds the socket.
 //!
 //! Every refusal is an HTTP status with a JSON body sent before any `200` (policy 403, SSRF
@@ -270,7 +270,7 @@ pub async fn tunnel(start: Start<'_>, (rd, mut wr): (ClientRead, ClientWrite), b
     if let Err(d) = tunnel_checks(shared, conn, known, &admitted, inspect) {
         return ctx.refuse(&mut wr, &d, entry).await;
     }
-    // An inspected tunnel may take a pooled upstream connection instead (`pool.rs`); a
+    // An inspected tunnel may take a pooled upstream connection instead (`state/pool.rs`); a
     // transparent one dials only the address its client dialled. Boxed, as every one-off
     // phase of a tunnel: the connection's future keeps only the size of the state it idles
     // in.
@@ -310,7 +310,7 @@ pub async fn tunnel(start: Start<'_>, (rd, mut wr): (ClientRead, ClientWrite), b
         200,
         Some(addr.ip()),
     );
-    // Live until the tunnel ends: a reload that no longer allows it stops it (`live.rs`).
+    // Live until the tunnel ends: a reload that no longer allows it stops it (`state/live.rs`).
     let kind = if inspect {
         connection::Kind::InspectedTunnel
     } else {
@@ -362,7 +362,7 @@ pub async fn tunnel(start: Start<'_>, (rd, mut wr): (ClientRead, ClientWrite), b
         unused: Some(shared.limits.unused_tunnel_timeout),
     };
     // The caller is checked again when it first uses the tunnel (a socket handed over right
-    // after connecting can pass both earlier looks), then periodically (`holder.rs`). A full
+    // after connecting can pass both earlier looks), then periodically (`caller/holder.rs`). A full
     // re-check, not just a confirmation: the listed process may still hold its copy while the
     // program that took the socket back writes the first bytes, and only the fork-family scan
     // sees that second holder.

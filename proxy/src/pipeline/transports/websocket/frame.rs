@@ -3,9 +3,9 @@
 //! new payload (`encode`). A frame sluice cannot relay faithfully is an error: a reserved
 //! bit set (no extension was negotiated), a reserved opcode, a masked server frame, a length
 //! with its top bit set, or a control frame that is fragmented or longer than 125 bytes.
-//! What frames mean in sequence (fragmented messages) is `ws_scrub`'s. A client's frames
+//! What frames mean in sequence (fragmented messages) is `scrub`'s. A client's frames
 //! (masked, §5.3) are read by `parse_client`, whose errors close the WebSocket with 1002
-//! (`ws_messages`), and written by `encode_masked`.
+//! (`messages`), and written by `encode_masked`.
 
 /// The longest control frame payload (RFC 6455 §5.5).
 pub(crate) const MAX_CONTROL: usize = 125;

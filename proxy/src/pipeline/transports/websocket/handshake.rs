@@ -6,9 +6,9 @@
 //! When the handshake carried a secret or the endpoint has one bound, the client's offer of
 //! extensions is not sent upstream (a compressed frame could hide the secret from the scan),
 //! a `101` that names one anyway is refused, and the upstream's frames are scrubbed of every
-//! such secret (`ws_scrub`); the client's frames go up as they are. Otherwise both sides are
+//! such secret (`scrub`); the client's frames go up as they are. Otherwise both sides are
 //! relayed raw. On a `protocol: websocket` endpoint the client's text messages are judged
-//! (`ws_judged`), and no extension is negotiated either (a compressed message could not be
+//! (`judged`), and no extension is negotiated either (a compressed message could not be
 //! judged). With `websocket_credential_rewrite` the client's text messages have their
 //! placeholders swapped (`rewrite`), through the same relay, without extensions.
 

@@ -1,8 +1,8 @@
 //! A WebSocket whose client messages are judged (`protocol: websocket`, spec §5.4): the relay
-//! after the `101` runs the client's bytes through `ws_messages` and the upstream's as they
-//! are (scrubbed when `ws_scrub` wraps them); each text message is judged as
+//! after the `101` runs the client's bytes through `messages` and the upstream's as they
+//! are (scrubbed when `scrub` wraps them); each text message is judged as
 //! `WEBSOCKET_TEXT <upgrade path>` (with the upgrade's query) by the policy the upgrade was
-//! judged by, and audited; a refusal (or any close `ws_messages` decides, or a text
+//! judged by, and audited; a refusal (or any close `messages` decides, or a text
 //! message assembled for more than 30 s idle or 120 s in all) sends a close frame with its
 //! code to both sides and ends the relay. A reload of the policy closes with 1012, as in the
 //! reference: the client reconnects and its upgrade is judged again.
@@ -202,7 +202,7 @@ where
                     upstream_open = false;
                     let _ = client_wr.shutdown().await;
                 }
-                // A frame the upstream should not have sent (`ws_scrub`): both sides close.
+                // A frame the upstream should not have sent (`scrub`): both sides close.
                 Err(_) => break None,
             },
             () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {

@@ -7,7 +7,7 @@
 //! With `websocket_credential_rewrite` the judge also swaps a text message's placeholders
 //! (`Judge::rewrite`), and guards the rest: a placeholder in a binary message (however its
 //! frames cut it), a ping, a pong or a close reason closes with 1008 before it goes up whole.
-//! Pure: bytes in, bytes out; the relay that moves them is `ws_judged`.
+//! Pure: bytes in, bytes out; the relay that moves them is `judged`.
 
 use zeroize::Zeroizing;
 

@@ -392,13 +392,13 @@ fn a_callers_json_written_once_is_what_writing_it_again_would_give() {
 /// guards against it is the finding's own, not read from its type's spelling.
 #[test]
 fn a_finding_names_an_ipv6_destination_in_brackets_and_its_guard() {
-    let finding = |host: &str, guard: crate::audit::Guard| {
+    let finding = |host: &str, guard: crate::Guard| {
         Event::Finding(Finding {
             time: std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_710_000_307),
             id: 7,
             caller: None,
             src: "10.0.0.2:50000".parse().unwrap(),
-            dst: crate::audit::Destination {
+            dst: crate::Destination {
                 host: host.to_string(),
                 port: 443,
                 ip: None,
@@ -411,10 +411,10 @@ fn a_finding_names_an_ipv6_destination_in_brackets_and_its_guard() {
             severity: Severity::High,
         })
     };
-    let v = json_of(finding("::1", crate::audit::Guard::Http));
+    let v = json_of(finding("::1", crate::Guard::Http));
     assert_eq!(v["unmapped"]["destination"], "[::1]:443");
     assert_eq!(v["firewall_rule"]["type"], "http");
-    let v = json_of(finding("api.test", crate::audit::Guard::Audit));
+    let v = json_of(finding("api.test", crate::Guard::Audit));
     assert_eq!(v["unmapped"]["destination"], "api.test:443");
     assert_eq!(v["firewall_rule"]["type"], "audit");
 }

@@ -261,7 +261,7 @@ pub(crate) fn push_clean(s: &mut String, text: &str) {
 /// separators: invisible, and able to reorder or split what a reader sees (a right-to-left
 /// override makes `/tmp/evil\u{202e}lru\u{202d}c` read as something else). Escaped like
 /// control characters in every line a person reads.
-pub(crate) fn is_invisible_format(c: char) -> bool {
+pub fn is_invisible_format(c: char) -> bool {
     matches!(
         u32::from(c),
         0x00AD

@@ -711,8 +711,9 @@ use objects::*;
 mod text;
 use text::{HostPort, Message, Shown, TypeName, Uid, UrlString};
 
-/// Events for the unit tests of `ocsf`, `shorthand`, `sink` and `metrics`.
-#[cfg(test)]
-pub(crate) mod samples;
+/// Events for the unit tests of `ocsf`, `shorthand`, `sink` and, through the feature
+/// `samples`, of `sluice`'s `metrics`.
+#[cfg(any(test, feature = "samples"))]
+pub mod samples;
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
 //! Audit: what sluice allowed and denied, as OCSF 1.8 events (one JSON object per line) and
 //! as human shorthand lines on stderr.
 //!
-//! This module owns the event *model*: plain data that the pipeline fills in. `ocsf.rs`
+//! This crate (re-exported as `sluice::audit`) owns the event *model*: plain data that the pipeline fills in. `ocsf.rs`
 //! turns a model into an OCSF JSON object (pure), `shorthand.rs` into the spec §7.3 one-line
 //! form (pure), and `sink.rs` writes both out. Nothing here decides anything; no secret,
 //! placeholder or query string is ever put into a model (callers pass canonical paths
@@ -95,7 +95,7 @@ pub enum Engine {
 }
 
 impl Engine {
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Engine::L4 => "l4",
             Engine::L7 => "l7",
@@ -115,7 +115,7 @@ pub enum Via {
     /// An absolute-form `http://` request.
     Forward,
     /// A connection nftables redirected to the transparent listener (its host from the
-    /// original destination, SNI or `Host`, or the policy DNS; see `crate::transparent`).
+    /// original destination, SNI or `Host`, or the policy DNS; see `sluice::transparent`).
     Transparent,
 }
 

@@ -264,11 +264,7 @@ pub fn authority(r: &Record) -> String {
         .port
         .filter(|&p| p != 0)
         .map_or_else(|| "?".to_string(), |p| p.to_string());
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
+    format!("{}:{port}", sluice_addr::UriHost(host))
 }
 
 /// How many rows the summary's top lists have.

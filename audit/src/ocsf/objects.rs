@@ -348,7 +348,7 @@ impl Serialize for ProcessObject<'_> {
         } else {
             // An ancestor's line is cut to what the chain has left: a deep chain of long
             // command lines cannot make every event of the caller tens of kilobytes.
-            let line = crate::audit::cmdline::cut(Joined(&p.cmdline).to_string(), left);
+            let line = crate::cmdline::cut(Joined(&p.cmdline).to_string(), left);
             left = left.saturating_sub(line.len());
             m.serialize_entry("cmd_line", &line)?;
         }

@@ -9,7 +9,7 @@ use super::{
     Activity, Class, Common, Context, HOST, Message, Record, SECURITY_CONTROL, Uid, decision,
     firewall_rule, header, metadata, outcome_severity,
 };
-use crate::audit::{DnsQuery, DnsRcode, DnsTransport, Engine, Outcome};
+use crate::{DnsQuery, DnsRcode, DnsTransport, Engine, Outcome};
 
 const DNS_ACTIVITY: Class = Class {
     uid: 4003,
@@ -155,7 +155,7 @@ mod tests {
 
     use super::super::samples;
     use super::*;
-    use crate::audit::Event;
+    use crate::Event;
 
     pub(crate) fn sample(outcome: Outcome) -> DnsQuery {
         DnsQuery {
@@ -199,7 +199,7 @@ mod tests {
         );
         assert_eq!(v["action_id"], 1);
         assert_eq!(v["connection_info"]["protocol_name"], "udp");
-        let line = crate::audit::shorthand::shorthand(&Event::Dns(sample(Outcome::Allowed)));
+        let line = crate::shorthand::shorthand(&Event::Dns(sample(Outcome::Allowed)));
         assert_eq!(
             line,
             "DNS:QUERY [INFO] ALLOWED 10.0.0.5:40000 -> api.example.com A NOERROR 203.0.113.7 [policy:api engine:dns]"
@@ -215,7 +215,7 @@ mod tests {
         assert_eq!(v["disposition_id"], 2);
         assert_eq!(v["status_detail"], "no policy endpoint allows it");
         assert_eq!(v["answers"], json!([]));
-        let line = crate::audit::shorthand::shorthand(&Event::Dns(sample(Outcome::Denied)));
+        let line = crate::shorthand::shorthand(&Event::Dns(sample(Outcome::Denied)));
         assert!(line.starts_with("DNS:QUERY [MED] DENIED"), "{line}");
         assert!(
             line.ends_with("[reason:no policy endpoint allows it]"),

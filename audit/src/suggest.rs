@@ -220,7 +220,7 @@ fn unique(taken: &mut BTreeSet<String>, name: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::Severity;
+    use crate::Severity;
 
     fn denied(engine: &str, binary: &str, port: u16, request: Option<(&str, &str)>) -> Record {
         Record {
@@ -260,11 +260,11 @@ mod tests {
                 .any(super::super::shorthand::is_invisible_format),
             "{text}"
         );
-        let source = crate::policy::Source {
+        let source = sluice_policy::Source {
             name: "draft.yaml".into(),
             text,
         };
-        let loaded = crate::policy::load(&[source], crate::policy::Compat::Strict).unwrap();
+        let loaded = sluice_policy::load(&[source], sluice_policy::Compat::Strict).unwrap();
         let entry = &loaded.policy.entries()[0];
         assert!(
             format!("{entry:?}").contains(&format!("{sneaky:?}")),
@@ -300,11 +300,11 @@ mod tests {
         );
         assert!(text.contains("# Not drafted: 1 denial(s) refused a request whose method and path were not recorded"), "{text}");
         // What it drafts loads, and allows exactly the refused request.
-        let source = crate::policy::Source {
+        let source = sluice_policy::Source {
             name: "draft.yaml".into(),
             text,
         };
-        crate::policy::load(&[source], crate::policy::Compat::Strict).unwrap();
+        sluice_policy::load(&[source], sluice_policy::Compat::Strict).unwrap();
     }
 
     #[test]

@@ -1,3 +1,6 @@
+//! Sample events, one of each kind, for tests (`cfg(test)` here, feature `samples` for
+//! `sluice`'s tests): never built into the binary.
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -10,7 +13,7 @@ fn time() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(1_710_000_307_123)
 }
 
-pub(crate) fn ctx() -> Context {
+pub fn ctx() -> Context {
     Context {
         instance: "i-1".into(),
         hostname: "build-7".into(),
@@ -47,7 +50,7 @@ fn src() -> SocketAddr {
     SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 50_123)
 }
 
-pub(crate) fn open(outcome: Outcome) -> ConnectionOpen {
+pub fn open(outcome: Outcome) -> ConnectionOpen {
     let denied = outcome == Outcome::Denied;
     ConnectionOpen {
         time: time(),
@@ -73,7 +76,7 @@ pub(crate) fn open(outcome: Outcome) -> ConnectionOpen {
     }
 }
 
-pub(crate) fn close() -> ConnectionClose {
+pub fn close() -> ConnectionClose {
     ConnectionClose {
         time: time(),
         id: 7,
@@ -94,7 +97,7 @@ pub(crate) fn close() -> ConnectionClose {
     }
 }
 
-pub(crate) fn request(outcome: Outcome) -> HttpRequest {
+pub fn request(outcome: Outcome) -> HttpRequest {
     HttpRequest {
         time: time(),
         id: 9,
@@ -129,7 +132,7 @@ pub(crate) fn request(outcome: Outcome) -> HttpRequest {
     }
 }
 
-pub(crate) fn policy_loaded() -> PolicyChange {
+pub fn policy_loaded() -> PolicyChange {
     PolicyChange {
         time: time(),
         sources: vec!["a.yaml".into(), "b.yaml".into()],
@@ -139,7 +142,7 @@ pub(crate) fn policy_loaded() -> PolicyChange {
     }
 }
 
-pub(crate) fn policy_failed() -> PolicyChange {
+pub fn policy_failed() -> PolicyChange {
     PolicyChange {
         time: time(),
         sources: vec!["a.yaml".into()],
@@ -152,7 +155,7 @@ pub(crate) fn policy_failed() -> PolicyChange {
     }
 }
 
-pub(crate) fn start() -> Lifecycle {
+pub fn start() -> Lifecycle {
     Lifecycle {
         time: time(),
         started: true,

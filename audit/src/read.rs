@@ -186,8 +186,7 @@ fn dns_facts(v: &Value) -> DnsFacts {
         str_at(v, &["src_endpoint", "ip"]),
         u64_at(v, &["src_endpoint", "port"]),
     ) {
-        (Some(ip), Some(port)) if ip.contains(':') => format!("[{ip}]:{port}"),
-        (Some(ip), Some(port)) => format!("{ip}:{port}"),
+        (Some(ip), Some(port)) => format!("{}:{port}", sluice_addr::UriHost(ip)),
         (Some(ip), None) => ip.to_string(),
         _ => "?".to_string(),
     };
@@ -219,8 +218,8 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use super::*;
-    use crate::audit::ocsf::{self, Context};
-    use crate::audit::{Caller, Destination, Engine, Event, HttpRequest, Outcome, Process};
+    use crate::ocsf::{self, Context};
+    use crate::{Caller, Destination, Engine, Event, HttpRequest, Outcome, Process};
 
     fn ctx() -> Context {
         Context {
@@ -280,10 +279,10 @@ mod tests {
 
     #[test]
     fn a_gateway_tenant_reads_back_as_tenant_colon_name() {
-        let event = Event::ConnectionOpen(crate::audit::ConnectionOpen {
+        let event = Event::ConnectionOpen(crate::ConnectionOpen {
             time: SystemTime::UNIX_EPOCH,
             id: 1,
-            via: crate::audit::Via::Connect,
+            via: crate::Via::Connect,
             caller: Some(std::sync::Arc::new(Caller {
                 tenant: Some("alpha".into()),
                 ..Caller::default()
@@ -323,14 +322,14 @@ mod tests {
     fn a_policy_dns_question_reads_back_as_the_name_asked_for() {
         // The finding: shown as `DENIED 127.0.0.1:60891 [engine:l4]`, the client's address as
         // the destination.
-        let q = crate::audit::DnsQuery {
+        let q = crate::DnsQuery {
             time: SystemTime::UNIX_EPOCH,
             src: "10.0.0.5:40000".parse().unwrap(),
             dst: "127.0.0.1:15053".parse().unwrap(),
-            transport: crate::audit::DnsTransport::Udp,
+            transport: crate::DnsTransport::Udp,
             name: "nowhere.example.org".into(),
             qtype: "A".into(),
-            rcode: crate::audit::DnsRcode::Refused,
+            rcode: crate::DnsRcode::Refused,
             answers: vec![],
             ttl: 30,
             outcome: Outcome::Denied,
