@@ -128,7 +128,7 @@ fn agrees<'a>(
     body: &[u8],
     whole: &Read,
     pieces: impl Iterator<Item = &'a [u8]>,
-    how: &str,
+    how: std::fmt::Arguments<'_>,
 ) {
     let (verdict, out) = body_streamed(kind, pieces);
     assert_eq!(verdict, whole.0, "{kind:?} read {how}");
@@ -154,7 +154,7 @@ pub fn request_body_splits(pick: u8, body: &[u8]) {
                 body,
                 &whole,
                 cut_at(body, at),
-                &format!("cut at {at}"),
+                format_args!("cut at {at}"),
             );
         }
         for piece in 1..=16 {
@@ -163,7 +163,7 @@ pub fn request_body_splits(pick: u8, body: &[u8]) {
                 body,
                 &whole,
                 body.chunks(piece),
-                &format!("in pieces of {piece}"),
+                format_args!("in pieces of {piece}"),
             );
         }
     }
@@ -339,35 +339,42 @@ pub fn http_head(data: &[u8]) {
 
 /// A request body: the first byte picks the framing (chunked, or a Content-Length), the rest
 /// is the body as sent, decoded through the same pump as the proxy, guard on; the same bytes
-/// are also read by the `_method` readers (form alone, urlencoded and multipart; JSON alone;
-/// each form chained with JSON), whole and streamed in pieces of a size the first byte
-/// picks, and cut in two where it says: each must give the same verdict, and the stream must
-/// hand every byte back, in order, when it finds no refusal. The guard with the readers after
-/// it gives the same answer pumped whole and a few bytes at a time.
+/// are also read whole by the `_method` readers of every kind (form alone, urlencoded and
+/// multipart; JSON alone; each form chained with JSON), each agreeing with the reader alone,
+/// and, for the kind the first byte picks, streamed in pieces of a size it picks and cut in
+/// two where it says: each must give the same verdict as the whole, and the stream must hand
+/// every byte back, in order, when it finds no refusal. The guard with that kind's readers
+/// after it gives the same answer pumped whole and a few bytes at a time. (One kind streamed
+/// per input, not five: the fuzzer varies the first byte, and five cost five times the time;
+/// the property tests stream every kind at every cut.)
 pub fn request_body(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };
     let piece = usize::from(pick % 13) + 1;
     let at = usize::from(pick).min(rest.len());
-    for kind in body_kinds(pick) {
-        let whole = body_whole(&kind, rest);
+    let chosen = usize::from(pick >> 4) % 5;
+    for (i, kind) in body_kinds(pick).iter().enumerate() {
+        let whole = body_whole(kind, rest);
+        if i != chosen {
+            continue;
+        }
         agrees(
-            &kind,
+            kind,
             rest,
             &whole,
             rest.chunks(piece),
-            &format!("in pieces of {piece}"),
+            format_args!("in pieces of {piece}"),
         );
         agrees(
-            &kind,
+            kind,
             rest,
             &whole,
             cut_at(rest, at),
-            &format!("cut at {at}"),
+            format_args!("cut at {at}"),
         );
     }
-    let kind = &body_kinds(pick)[usize::from(pick >> 4) % 5];
+    let kind = &body_kinds(pick)[chosen];
     assert_eq!(
         sink_verdict(kind, rest, usize::from(pick % 5) + 1),
         sink_verdict(kind, rest, rest.len().max(1)),
@@ -609,18 +616,12 @@ fn block_on<F: Future>(future: F) -> Option<F::Output> {
 pub fn transparent_sniff(data: &[u8]) {
     use crate::transparent::sniff::{self, Hello, SniffLimits};
     use crate::transparent::target::{TargetInput, decide_target};
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-    else {
-        return;
-    };
     let limits = SniffLimits {
         timeout: std::time::Duration::from_millis(20),
         max_bytes: MAX_HEAD,
     };
     let mut reader = data;
-    let Ok(sniffed) = rt.block_on(sniff::sniff(&mut reader, limits)) else {
+    let Some(Ok(sniffed)) = block_on(sniff::sniff(&mut reader, limits)) else {
         return;
     };
     assert!(data.starts_with(&sniffed.replay));

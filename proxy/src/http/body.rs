@@ -393,7 +393,12 @@ async fn fill<R: AsyncRead + Unpin>(
     sink: &mut BodySink,
 ) -> Result<(), BodyError> {
     let allowance = sink.pacer.allowance()?;
-    buf.reserve(FRAME);
+    // A new frame's room only when a quarter of one is left: reserving a whole frame on
+    // every read made a client that sends a byte at a time cost a 64 KiB buffer a byte,
+    // whenever what was read before still went upstream.
+    if buf.capacity() - buf.len() < FRAME / 4 {
+        buf.reserve(FRAME);
+    }
     let started = tokio::time::Instant::now();
     let read = tokio::time::timeout(allowance, reader.read_buf(buf)).await;
     let waited = started.elapsed();
