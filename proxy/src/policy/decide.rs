@@ -15,7 +15,9 @@ use super::compile::{EndpointRef, Policy};
 use super::model::{
     Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule, Signing, deny_query_matches,
 };
+use super::graphql_body::{self, GraphqlRequest};
 use super::rpc_body::RpcBody;
+use super::graphql_decide;
 use super::rpc_decide::{self, Body, Found};
 
 pub use super::model::Caller;
@@ -145,12 +147,14 @@ pub enum RequestBasis<'p> {
     WebSocketRequired,
     /// The target could not be canonicalised (or its query decoded).
     Target(CanonError),
-    /// A request to a JSON-RPC or MCP endpoint judged without its body (the proxy judges
-    /// it again with it, [`Policy::decide_rpc_request`]): refused.
+    /// A request to a JSON-RPC, MCP or GraphQL endpoint judged without its body (the
+    /// proxy judges it again with it, [`Policy::decide_rpc_request`]): refused.
     RpcBodyUnread,
     /// A JSON-RPC or MCP body refused even under audit: it does not parse, or (JSON-RPC) it
     /// carries a response.
     RpcRejected,
+    /// A GraphQL request refused even under audit: it does not parse.
+    GraphqlRejected,
     /// A JSON-RPC or MCP body whose calls the rules allow without naming one (MCP's event
     /// stream and client responses, `allow_all_known_mcp_methods`).
     RpcAllowed,
@@ -168,6 +172,8 @@ pub struct RequestDecision<'p> {
     pub endpoints: Vec<EndpointRef>,
     /// A JSON-RPC or MCP request: what its body asked (for audit), when it was read.
     pub rpc: Option<RpcBody>,
+    /// A GraphQL request: the operations it asked (for audit), when it was read.
+    pub graphql: Option<GraphqlRequest>,
 }
 
 impl RequestDecision<'_> {
@@ -265,15 +271,20 @@ impl Policy {
         self.decide(admission, req, false, Some(body))
     }
 
-    /// Whether a request is judged by its JSON-RPC or MCP body, and then at most how many
-    /// bytes of it are read (the selected endpoint's `max_body_bytes`).
+    /// Whether a request is judged by its JSON-RPC, MCP or GraphQL body, and then at most
+    /// how many bytes of it are read (the selected endpoint's `max_body_bytes` or
+    /// `graphql_max_body_bytes`).
     pub fn rpc_body_limit(&self, admission: &Admission, req: &Request<'_>) -> Option<usize> {
         let d = self.decide(admission, req, false, None);
         match d.basis {
-            RequestBasis::RpcBodyUnread => d
-                .endpoints
-                .first()
-                .map(|&r| self.endpoint(r).rpc.max_body_bytes),
+            RequestBasis::RpcBodyUnread => d.endpoints.first().map(|&r| {
+                let e = self.endpoint(r);
+                if e.protocol == Protocol::Graphql {
+                    e.graphql.max_body_bytes
+                } else {
+                    e.rpc.max_body_bytes
+                }
+            }),
             _ => None,
         }
     }
@@ -322,6 +333,7 @@ impl Policy {
                 target: canon::canonicalize(req.target, true).ok(),
                 endpoints: admission.endpoints.clone(),
                 rpc: None,
+                graphql: None,
             };
         }
         let hard = |basis: RequestBasis<'p>,
@@ -334,6 +346,7 @@ impl Policy {
             target,
             endpoints,
             rpc: None,
+            graphql: None,
         };
 
         // Canonicalise strictly; retry with encoded slashes only if some endpoint allows them,
@@ -483,6 +496,58 @@ impl Policy {
                 target: Some(target),
                 endpoints: refs,
                 rpc: parsed,
+                graphql: None,
+            };
+        }
+        if protocol == Protocol::Graphql {
+            let bytes = match (req.websocket_upgrade, body) {
+                (true, _) => b"".as_slice(),
+                (false, Some(b)) => b.bytes,
+                (false, None) => {
+                    let reason = format!("{method} {path}: a GraphQL request is judged by its operations");
+                    return hard(RequestBasis::RpcBodyUnread, reason, Some(target), refs);
+                }
+            };
+            let parsed = graphql_body::parse(&method, &query, bytes);
+            let matching: Vec<&Endpoint> = matching.iter().map(|(_, e)| *e).collect();
+            let selected: Vec<&Endpoint> = selected.iter().map(|(_, e)| *e).collect();
+            let case = rpc_decide::Case {
+                matching: &matching,
+                selected: &selected,
+                method: &method,
+                path,
+                query: &query,
+            };
+            let (found, refused) = graphql_decide::decide(&case, &parsed);
+            let refused_reason = graphql_decide::reason(&parsed, selected[0]).to_string();
+            let (basis, reason) = match found {
+                Found::Allowed(Some(rule)) => (
+                    RequestBasis::Allowed(rule),
+                    format!("{method} {path} allowed by policy"),
+                ),
+                Found::Allowed(None) => (
+                    RequestBasis::RpcAllowed,
+                    format!("{method} {path} allowed by policy"),
+                ),
+                Found::Denied(rule) => (RequestBasis::DenyRule(rule), refused_reason),
+                Found::NotAllowed => (RequestBasis::NoAllowRule, refused_reason),
+                Found::Hard(reason) => (RequestBasis::GraphqlRejected, reason),
+            };
+            let verdict = match (&basis, enforcement) {
+                (RequestBasis::Allowed(_) | RequestBasis::RpcAllowed, _) => Verdict::Allow,
+                (RequestBasis::GraphqlRejected, _) | (_, Enforcement::Enforce) => Verdict::Deny,
+                (_, Enforcement::Audit) => Verdict::Audit,
+            };
+            let mut parsed = parsed;
+            parsed.refused = refused;
+            return RequestDecision {
+                verdict,
+                basis,
+                reason,
+                target: Some(target),
+                endpoints: refs,
+                rpc: None,
+                graphql: Some(parsed),
             };
         }
 
@@ -492,7 +557,8 @@ impl Policy {
             .iter()
             .flat_map(|(_, e)| e.deny_rules.iter())
             .find(|r| {
-                r.method.matches(&method)
+                r.graphql.is_none()
+                    && r.method.matches(&method)
                     && r.path.is_match(path)
                     && deny_query_matches(&r.query, &query)
             });
@@ -502,7 +568,8 @@ impl Policy {
                 format!("{method} {path} blocked by deny rule"),
             )
         } else if let Some(rule) = selected.iter().flat_map(|(_, e)| e.rules.iter()).find(|r| {
-            r.method.matches(&method)
+            r.graphql.is_none()
+                && r.method.matches(&method)
                 && r.path.is_match(path)
                 && allow_query_matches(&r.query, &query)
         }) {
@@ -528,6 +595,7 @@ impl Policy {
             target: Some(target),
             endpoints: refs,
             rpc: None,
+            graphql: None,
         }
     }
 }

@@ -323,7 +323,10 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
             .suggestions
             .push("send a well-formed, canonical request target".to_string()),
         RequestBasis::RpcBodyUnread => out.suggestions.push(
-            "a JSON-RPC or MCP endpoint judges each request by the calls in its body: give the body to judge".to_string(),
+            "a JSON-RPC, MCP or GraphQL endpoint judges each request by what its body asks: give the body to judge".to_string(),
+        ),
+        RequestBasis::GraphqlRejected => out.suggestions.push(
+            "send a GraphQL request that parses: a GET with `query` (each parameter once), or a POST of one JSON envelope `{\"query\": ...}` or a non-empty batch of them, naming `operationName` when the document has several operations".to_string(),
         ),
         RequestBasis::RpcRejected => out.suggestions.push(
             "send one JSON-RPC 2.0 message or a non-empty batch of them (`\"jsonrpc\": \"2.0\"`, a string `method`)".to_string(),

@@ -130,7 +130,8 @@ fn unit<'p>(case: &Case<'_, 'p>, u: Unit<'_>) -> Found<'p> {
     for e in case.matching {
         let hit = e.deny_rules.iter().find(|r| match (&r.rpc, u) {
             (None, _) => {
-                r.method.matches(case.method)
+                r.graphql.is_none()
+                    && r.method.matches(case.method)
                     && r.path.is_match(case.path)
                     && super::model::deny_query_matches(&r.query, case.query)
             }
