@@ -16,6 +16,8 @@ pub enum Code {
     InvalidMethodOverride,
     /// A JSON-RPC or MCP body that is not a valid JSON-RPC 2.0 message.
     InvalidJsonrpcRequest,
+    /// A GraphQL request that does not parse, or whose body is compressed or multipart.
+    InvalidGraphqlRequest,
     RequestAuthorityMismatch,
     RequestHeaderFieldsTooLarge,
     RequestBodyTooLarge,
@@ -59,7 +61,8 @@ impl Code {
             | Code::InvalidTarget
             | Code::InvalidRequestTarget
             | Code::InvalidMethodOverride
-            | Code::InvalidJsonrpcRequest => 400,
+            | Code::InvalidJsonrpcRequest
+            | Code::InvalidGraphqlRequest => 400,
             Code::RequestAuthorityMismatch
             | Code::PolicyDenied
             | Code::SsrfDenied
@@ -99,6 +102,7 @@ impl Code {
             Code::InvalidRequestTarget => "invalid_request_target",
             Code::InvalidMethodOverride => "invalid_method_override",
             Code::InvalidJsonrpcRequest => "invalid_jsonrpc_request",
+            Code::InvalidGraphqlRequest => "invalid_graphql_request",
             Code::RequestAuthorityMismatch => "request_authority_mismatch",
             Code::RequestHeaderFieldsTooLarge => "request_header_fields_too_large",
             Code::RequestBodyTooLarge => "request_body_too_large",

@@ -22,6 +22,7 @@ pub mod doctor;
 mod exchange;
 mod form;
 mod forward;
+mod graphql_judged;
 mod h2;
 mod holder;
 mod inject;

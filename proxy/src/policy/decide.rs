@@ -447,6 +447,7 @@ impl Policy {
                 Some(Body {
                     bytes: b"",
                     receive_stream: false,
+                    unreadable: None,
                 })
             } else {
                 body
@@ -508,7 +509,13 @@ impl Policy {
                     return hard(RequestBasis::RpcBodyUnread, reason, Some(target), refs);
                 }
             };
-            let parsed = graphql_body::parse(&method, &query, bytes);
+            let mut parsed = graphql_body::parse(&method, &query, bytes);
+            if let Some(why) = body.and_then(|b| b.unreadable) {
+                parsed = GraphqlRequest {
+                    error: Some(why.to_string()),
+                    ..GraphqlRequest::default()
+                };
+            }
             let matching: Vec<&Endpoint> = matching.iter().map(|(_, e)| *e).collect();
             let selected: Vec<&Endpoint> = selected.iter().map(|(_, e)| *e).collect();
             let case = rpc_decide::Case {

@@ -87,6 +87,24 @@ pub fn parse(method: &str, query: &[(String, String)], body: &[u8]) -> GraphqlRe
     })
 }
 
+/// Why the reference's reader refuses a request's body before reading it, from its
+/// headers: a `Content-Encoding` other than `identity`, or a `multipart/` content type.
+pub fn unreadable<'a>(headers: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Option<String> {
+    for (name, value) in headers {
+        let value = String::from_utf8_lossy(value).trim().to_ascii_lowercase();
+        if name.eq_ignore_ascii_case("content-encoding") && !value.is_empty() && value != "identity"
+        {
+            return Some(format!(
+                "GraphQL request content-encoding {value:?} is not supported"
+            ));
+        }
+        if name.eq_ignore_ascii_case("content-type") && value.starts_with("multipart/") {
+            return Some("GraphQL multipart requests are not supported".to_string());
+        }
+    }
+    None
+}
+
 /// One JSON envelope (a WebSocket `subscribe` payload).
 pub fn envelope_value(value: &Value) -> GraphqlRequest {
     GraphqlRequest::of(envelope(value))

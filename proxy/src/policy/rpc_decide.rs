@@ -16,6 +16,9 @@ pub struct Body<'a> {
     pub bytes: &'a [u8],
     /// A `GET` without a body that accepts `text/event-stream` (MCP's receive stream).
     pub receive_stream: bool,
+    /// GraphQL: why the body cannot be read (compressed, multipart;
+    /// `graphql_body::unreadable`): refused even under audit.
+    pub unreadable: Option<&'a str>,
 }
 
 /// One thing judged: a call, a client response, or the receive stream.

@@ -182,9 +182,13 @@ fn decision(case: &corpus::DecisionCase, loaded: &Result<Loaded, LoadError>) -> 
                                 .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
                         })
                 });
+            let unreadable = sluice::policy::graphql_body::unreadable(
+                q.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
+            );
             let body = Body {
                 bytes,
                 receive_stream,
+                unreadable: unreadable.as_deref(),
             };
             policy.decide_rpc_request(&admission, &req, body)
         }
