@@ -292,17 +292,27 @@ impl Policy {
     /// The decision for one client text message on a WebSocket whose upgrade was `target`
     /// (spec §5.4): judged as the synthetic method `WEBSOCKET_TEXT` on the upgrade's path
     /// and query; its content is not a policy input.
+    ///
+    /// On a WebSocket endpoint with GraphQL policy the message is classified instead
+    /// (graphql-transport-ws `subscribe`, legacy graphql-ws `start`) and its operation
+    /// judged by the GraphQL rules; lifecycle messages are allowed.
     pub fn decide_websocket_text<'p>(
         &'p self,
         admission: &Admission,
         target: &[u8],
+        message: &[u8],
     ) -> RequestDecision<'p> {
         let req = Request {
             method: "WEBSOCKET_TEXT",
             target,
             websocket_upgrade: false,
         };
-        self.decide(admission, &req, true, None)
+        let body = Body {
+            bytes: message,
+            receive_stream: false,
+            unreadable: None,
+        };
+        self.decide(admission, &req, true, Some(body))
     }
 
     /// Whether the client's text messages on a WebSocket upgraded by a request so decided
@@ -440,6 +450,25 @@ impl Policy {
         } else {
             Enforcement::Audit
         };
+        let graphql_ws = text && protocol == Protocol::WebSocket && selected[0].1.graphql.websocket_policy;
+        if protocol == Protocol::Graphql || graphql_ws {
+            let matching: Vec<&Endpoint> = matching.iter().map(|(_, e)| *e).collect();
+            let selected: Vec<&Endpoint> = selected.iter().map(|(_, e)| *e).collect();
+            let case = rpc_decide::Case {
+                matching: &matching,
+                selected: &selected,
+                method: &method,
+                path,
+                query: &query,
+            };
+            let facts = GraphqlFacts {
+                websocket: graphql_ws,
+                upgrade: req.websocket_upgrade,
+                body,
+                enforcement,
+            };
+            return graphql_decision(&case, &facts, target.clone(), refs);
+        }
         if protocol.is_rpc() {
             // A WebSocket upgrade has no JSON-RPC body: refused as the reference refuses an
             // empty one (its frames would never be judged).
@@ -500,64 +529,6 @@ impl Policy {
                 graphql: None,
             };
         }
-        if protocol == Protocol::Graphql {
-            let bytes = match (req.websocket_upgrade, body) {
-                (true, _) => b"".as_slice(),
-                (false, Some(b)) => b.bytes,
-                (false, None) => {
-                    let reason = format!("{method} {path}: a GraphQL request is judged by its operations");
-                    return hard(RequestBasis::RpcBodyUnread, reason, Some(target), refs);
-                }
-            };
-            let mut parsed = graphql_body::parse(&method, &query, bytes);
-            if let Some(why) = body.and_then(|b| b.unreadable) {
-                parsed = GraphqlRequest {
-                    error: Some(why.to_string()),
-                    ..GraphqlRequest::default()
-                };
-            }
-            let matching: Vec<&Endpoint> = matching.iter().map(|(_, e)| *e).collect();
-            let selected: Vec<&Endpoint> = selected.iter().map(|(_, e)| *e).collect();
-            let case = rpc_decide::Case {
-                matching: &matching,
-                selected: &selected,
-                method: &method,
-                path,
-                query: &query,
-            };
-            let (found, refused) = graphql_decide::decide(&case, &parsed);
-            let refused_reason = graphql_decide::reason(&parsed, selected[0]).to_string();
-            let (basis, reason) = match found {
-                Found::Allowed(Some(rule)) => (
-                    RequestBasis::Allowed(rule),
-                    format!("{method} {path} allowed by policy"),
-                ),
-                Found::Allowed(None) => (
-                    RequestBasis::RpcAllowed,
-                    format!("{method} {path} allowed by policy"),
-                ),
-                Found::Denied(rule) => (RequestBasis::DenyRule(rule), refused_reason),
-                Found::NotAllowed => (RequestBasis::NoAllowRule, refused_reason),
-                Found::Hard(reason) => (RequestBasis::GraphqlRejected, reason),
-            };
-            let verdict = match (&basis, enforcement) {
-                (RequestBasis::Allowed(_) | RequestBasis::RpcAllowed, _) => Verdict::Allow,
-                (RequestBasis::GraphqlRejected, _) | (_, Enforcement::Enforce) => Verdict::Deny,
-                (_, Enforcement::Audit) => Verdict::Audit,
-            };
-            let mut parsed = parsed;
-            parsed.refused = refused;
-            return RequestDecision {
-                verdict,
-                basis,
-                reason,
-                target: Some(target),
-                endpoints: refs,
-                rpc: None,
-                graphql: Some(parsed),
-            };
-        }
-
         // Deny rules apply from every endpoint whose selector matches, the broader ones too
         // (as in the reference); allow rules only from the most specific.
         let deny = matching
@@ -605,6 +576,98 @@ impl Policy {
             graphql: None,
         }
     }
+}
+
+/// What a GraphQL decision reads besides the rules.
+struct GraphqlFacts<'a> {
+    /// A text message on a WebSocket with GraphQL policy (else an HTTP request).
+    websocket: bool,
+    /// An HTTP WebSocket upgrade to a GraphQL endpoint: judged with no body.
+    upgrade: bool,
+    body: Option<Body<'a>>,
+    enforcement: Enforcement,
+}
+
+/// The decision on a GraphQL request, or on a client message of a WebSocket with GraphQL
+/// policy (spec §5.4, §5.5).
+fn graphql_decision<'p>(
+    case: &rpc_decide::Case<'_, 'p>,
+    facts: &GraphqlFacts<'_>,
+    target: Target,
+    refs: Vec<EndpointRef>,
+) -> RequestDecision<'p> {
+    let (method, path) = (case.method, case.path);
+    let decided = |verdict, basis, reason, graphql| RequestDecision {
+        verdict,
+        basis,
+        reason,
+        target: Some(target.clone()),
+        endpoints: refs.clone(),
+        rpc: None,
+        graphql,
+    };
+    let parsed = match (facts.websocket, facts.upgrade, facts.body) {
+        (true, _, body) => {
+            let message = body.map_or(&b""[..], |b| b.bytes);
+            match graphql_body::websocket_message(message) {
+                graphql_body::WsMessage::Control(kind) => {
+                    let reason = format!("GraphQL WebSocket control message {kind}");
+                    return decided(Verdict::Allow, RequestBasis::RpcAllowed, reason, None);
+                }
+                graphql_body::WsMessage::Operation(mut g) => {
+                    if let Some(e) = g.error.take() {
+                        let reason = format!("GraphQL WebSocket message rejected: {e}");
+                        g.error = Some(e);
+                        return decided(Verdict::Deny, RequestBasis::GraphqlRejected, reason, Some(g));
+                    }
+                    g
+                }
+            }
+        }
+        (false, true, _) => graphql_body::parse(method, case.query, b""),
+        (false, false, Some(b)) => match b.unreadable {
+            Some(why) => GraphqlRequest {
+                error: Some(why.to_string()),
+                ..GraphqlRequest::default()
+            },
+            None => graphql_body::parse(method, case.query, b.bytes),
+        },
+        (false, false, None) => {
+            let reason = format!("{method} {path}: a GraphQL request is judged by its operations");
+            return RequestDecision {
+                verdict: Verdict::Deny,
+                basis: RequestBasis::RpcBodyUnread,
+                reason,
+                target: Some(target),
+                endpoints: refs,
+                rpc: None,
+                graphql: None,
+            };
+        }
+    };
+    let (found, refused) = graphql_decide::decide(case, &parsed);
+    let refused_reason = case.selected.first().map_or(graphql_decide::BLOCKED, |e| graphql_decide::reason(&parsed, e));
+    let (basis, reason) = match found {
+        Found::Allowed(Some(rule)) => (
+            RequestBasis::Allowed(rule),
+            format!("{method} {path} allowed by policy"),
+        ),
+        Found::Allowed(None) => (
+            RequestBasis::RpcAllowed,
+            format!("{method} {path} allowed by policy"),
+        ),
+        Found::Denied(rule) => (RequestBasis::DenyRule(rule), refused_reason.to_string()),
+        Found::NotAllowed => (RequestBasis::NoAllowRule, refused_reason.to_string()),
+        Found::Hard(reason) => (RequestBasis::GraphqlRejected, reason),
+    };
+    let verdict = match (&basis, facts.enforcement) {
+        (RequestBasis::Allowed(_) | RequestBasis::RpcAllowed, _) => Verdict::Allow,
+        (RequestBasis::GraphqlRejected, _) | (_, Enforcement::Enforce) => Verdict::Deny,
+        (_, Enforcement::Audit) => Verdict::Audit,
+    };
+    let mut parsed = parsed;
+    parsed.refused = refused;
+    decided(verdict, basis, reason, Some(parsed))
 }
 
 /// Allow side: every configured key present with at least one value, and every value

@@ -230,7 +230,9 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
             if policy.inspects_websocket_messages(&decision) {
                 out.ws_stage = Some("message");
                 out.method = Some("WEBSOCKET_TEXT".to_string());
-                decision = policy.decide_websocket_text(&admission, target.as_bytes());
+                let text = req.ws_text.as_deref().unwrap_or_default();
+                decision =
+                    policy.decide_websocket_text(&admission, target.as_bytes(), text.as_bytes());
             } else {
                 out.ws_stage = Some("none");
             }

@@ -105,9 +105,56 @@ pub fn unreadable<'a>(headers: impl IntoIterator<Item = (&'a str, &'a [u8])>) ->
     None
 }
 
-/// One JSON envelope (a WebSocket `subscribe` payload).
-pub fn envelope_value(value: &Value) -> GraphqlRequest {
-    GraphqlRequest::of(envelope(value))
+/// A client text message on a WebSocket with GraphQL policy (graphql-transport-ws,
+/// legacy graphql-ws).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WsMessage {
+    /// A lifecycle message (`connection_init`, `ping`, `pong`, `complete`, `stop`,
+    /// `connection_terminate`): allowed.
+    Control(String),
+    /// `subscribe` / `start` (its payload's operation), or anything else (an error).
+    Operation(GraphqlRequest),
+}
+
+/// Classifies a client text message (the reference's `classify_graphql_websocket_message`).
+pub fn websocket_message(text: &[u8]) -> WsMessage {
+    let error = |e: String| {
+        WsMessage::Operation(GraphqlRequest {
+            error: Some(e),
+            ..GraphqlRequest::default()
+        })
+    };
+    let value: Value = match serde_json::from_slice(text) {
+        Ok(v) => v,
+        Err(e) => return error(format!("GraphQL WebSocket message is not valid JSON: {e}")),
+    };
+    let Some(obj) = value.as_object() else {
+        return error("GraphQL WebSocket message must be a JSON object".into());
+    };
+    let Some(kind) = obj.get("type").and_then(Value::as_str) else {
+        return error("GraphQL WebSocket message missing string type".into());
+    };
+    match kind {
+        "subscribe" | "start" => {
+            if obj
+                .get("id")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                return error("GraphQL WebSocket operation message missing non-empty id".into());
+            }
+            match obj.get("payload").filter(|p| p.is_object()) {
+                Some(payload) => WsMessage::Operation(GraphqlRequest::of(envelope(payload))),
+                None => error("GraphQL WebSocket operation message missing object payload".into()),
+            }
+        }
+        "connection_init" | "connection_terminate" | "ping" | "pong" | "complete" | "stop" => {
+            WsMessage::Control(kind.to_string())
+        }
+        other => error(format!(
+            "unsupported GraphQL WebSocket client message type {other:?}"
+        )),
+    }
 }
 
 fn get(query: &[(String, String)]) -> Result<Vec<Operation>, String> {

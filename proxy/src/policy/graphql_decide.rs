@@ -123,9 +123,6 @@ pub(super) fn decide<'p>(
         if !matches!(e.protocol, Protocol::Graphql | Protocol::WebSocket) {
             continue;
         }
-        if e.protocol == Protocol::WebSocket && !e.graphql.websocket_policy {
-            continue;
-        }
         if let Some(i) = req.operations.iter().position(|op| allowed_by(op, e).is_none()) {
             return (Found::NotAllowed, Some(i));
         }
