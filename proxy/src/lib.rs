@@ -24,7 +24,7 @@ pub mod netfence;
 pub mod nofollow;
 pub mod otlp;
 pub mod pipeline;
-pub mod policy;
+pub use sluice_policy as policy;
 pub mod proxy_protocol;
 pub mod refusal_code;
 pub mod relay;

@@ -334,7 +334,7 @@ pub struct Rule {
 impl Rule {
     /// The reference's short form, `METHOD path`, as in 403 bodies; `rpc <method>` (and
     /// its tool globs) for a JSON-RPC or MCP rule.
-    pub(crate) fn summary(&self) -> String {
+    pub fn summary(&self) -> String {
         match (&self.rpc, &self.graphql) {
             (Some(r), _) => r.summary(),
             (None, Some(g)) => g.summary(),
@@ -361,7 +361,7 @@ pub struct RpcMatcher {
 }
 
 impl RpcMatcher {
-    pub(crate) fn summary(&self) -> String {
+    pub fn summary(&self) -> String {
         let method = match &self.method {
             RpcMethod::Any => "*",
             RpcMethod::Exact(m) => m.as_str(),
@@ -470,7 +470,7 @@ pub enum PathSelector {
 }
 
 impl PathSelector {
-    pub(crate) fn is_match(&self, path: &str) -> bool {
+    pub fn is_match(&self, path: &str) -> bool {
         match self {
             PathSelector::All => true,
             PathSelector::Glob(g) => g.is_match(path),
@@ -571,7 +571,7 @@ impl Endpoint {
     }
 
     /// Requests on this endpoint are inspected (L7 protocol and TLS not skipped).
-    pub(crate) fn inspects_requests(&self) -> bool {
+    pub fn inspects_requests(&self) -> bool {
         self.protocol.is_l7() && self.tls == TlsMode::Auto
     }
 
@@ -597,7 +597,7 @@ pub enum BinaryMatcher {
 }
 
 impl BinaryMatcher {
-    pub(crate) fn is_match(&self, exe: &str) -> bool {
+    pub fn is_match(&self, exe: &str) -> bool {
         match self {
             BinaryMatcher::Exact(p) => p == exe,
             BinaryMatcher::Any => true,

@@ -11,10 +11,10 @@
 //! but the diagnostics.
 
 pub mod ambiguity;
-pub(crate) mod authority;
+pub mod authority;
 pub mod canon;
 mod compile;
-pub(crate) mod compose;
+pub mod compose;
 pub mod decide;
 pub mod diag;
 pub mod explain;
@@ -30,7 +30,7 @@ pub mod rpc_body;
 pub mod rpc_decide;
 mod rules;
 mod selector;
-pub(crate) mod validate;
+pub mod validate;
 pub mod yaml;
 
 use std::collections::HashMap;

@@ -55,7 +55,7 @@ pub struct Target {
 
 impl Target {
     /// The origin-form request target to write upstream.
-    pub(crate) fn to_origin_form(&self) -> String {
+    pub fn to_origin_form(&self) -> String {
         match &self.query {
             Some(q) => format!("{}?{q}", self.path),
             None => self.path.clone(),

@@ -7,7 +7,7 @@
 
 /// Why a request target is refused before anything else looks at it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum TargetError {
+pub enum TargetError {
     #[error("empty request target")]
     Empty,
     /// Visible ASCII only: no controls, spaces or non-ASCII (spec §13 row 17).
@@ -16,7 +16,7 @@ pub(crate) enum TargetError {
 }
 
 /// The request line's rule for a target: not empty, visible ASCII only.
-pub(crate) fn check_request_target(target: &[u8]) -> Result<(), TargetError> {
+pub fn check_request_target(target: &[u8]) -> Result<(), TargetError> {
     if target.is_empty() {
         return Err(TargetError::Empty);
     }
@@ -31,7 +31,7 @@ pub(crate) fn check_request_target(target: &[u8]) -> Result<(), TargetError> {
 /// default port may be left out; HTTP/1.0 may leave `Host` out); an absolute-form target
 /// must name the same authority (its scheme's default port applies), and so must a `Host`
 /// header beside it.
-pub(crate) fn tunnel_request(
+pub fn tunnel_request(
     target: &str,
     host_header: Option<&[u8]>,
     http10: bool,

@@ -1,7 +1,7 @@
 //! Unit tests of `raw`.
 
 use super::*;
-use crate::policy::yaml;
+use crate::yaml;
 
 fn read_str(text: &str, compat: Compat) -> (RawDocument, Vec<String>) {
     let file: Arc<str> = Arc::from("p.yaml");
