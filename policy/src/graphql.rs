@@ -104,6 +104,13 @@ pub(super) fn options(
         }
     }
     out.websocket_policy = protocol == Protocol::WebSocket && websocket_policy(raw);
+    if out.websocket_policy {
+        v.warning(
+            raw.pos,
+            path,
+            "this WebSocket endpoint has GraphQL policy, so its client messages are read as GraphQL over WebSocket: lifecycle messages pass, and every `subscribe`/`start` operation is refused (as in the reference, no allow rule naming operations can be written for a WebSocket endpoint; its deny rules and registry only narrow the refusal)",
+        );
+    }
     if ok { Ok(out) } else { Err(()) }
 }
 

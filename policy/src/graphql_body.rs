@@ -285,6 +285,19 @@ fn operation(document: &str, name: Option<&str>) -> Result<Operation, String> {
     if operations.is_empty() {
         return Err("GraphQL document contains no executable operation".to_string());
     }
+    // Two operations of one name make a document invalid (GraphQL spec, "Operation Name
+    // Uniqueness"): which one a server would run is not for sluice to guess.
+    let mut names = HashSet::new();
+    for op in &operations {
+        if let Some(n) = op.name()
+            && !names.insert(n.text().to_string())
+        {
+            return Err(format!(
+                "GraphQL document has more than one operation named {:?}",
+                n.text().as_str()
+            ));
+        }
+    }
     let selected = match name.filter(|n| !n.is_empty()) {
         Some(wanted) => operations
             .into_iter()
