@@ -13,7 +13,7 @@
 use std::process::Command;
 
 use serde_json::Value;
-use sluice_e2e::origin::{Script, spawn_tls};
+use sluice_e2e::origin::{H2Origin, Script, spawn_tls};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
 
 /// The GraphQL server: Strawberry's ASGI app (queries, mutations, a subscription over
@@ -102,7 +102,7 @@ def raw(method, path, body=None, headers=None):
         r = h.request(method, base + path, content=body, headers=headers or {'content-type': 'application/json'})
         try: j = r.json()
         except Exception: j = None
-        return {'status': r.status_code, 'json': j}
+        return {'status': r.status_code, 'json': j, 'version': r.http_version}
 attacks = {
   'persisted_registered': ('POST', '/graphql', json.dumps({'extensions': {'persistedQuery': {'version': 1, 'sha256Hash': 'registeredhash'}}})),
   'persisted_unregistered': ('POST', '/graphql', json.dumps({'extensions': {'persistedQuery': {'version': 1, 'sha256Hash': 'otherhash'}}})),
@@ -209,9 +209,6 @@ network_policies:
     assert_eq!(got["mutation_allowed"]["data"]["addComment"], "commented hi", "{ctx}");
     assert_eq!(got["batch_allowed"]["data"][1]["addComment"], "commented b", "{ctx}");
     assert_eq!(got["get_query"]["data"]["status"], 200, "{ctx}");
-    // A GET is judged by its URL's query (as the reference and the server read it); a body
-    // beside it goes up, and the server runs the URL's query, never the body's mutation.
-    assert_eq!(got["get_with_body"]["data"]["json"]["data"]["viewer"], "octocat", "{ctx}");
     // The registered persisted query reaches the server (which has no store of its own).
     assert!(received.contains("registeredhash"), "{ctx}");
     assert_eq!(got["subscription_open"]["data"], serde_json::json!([0, 1, 2]), "{ctx}");
@@ -231,6 +228,7 @@ network_policies:
         ("gzip", 400),
         ("get_mutation", 403),
         ("get_duplicate", 400),
+        ("get_with_body", 400),
     ];
     for (name, status) in statuses {
         assert_eq!(got[name]["data"]["status"], status, "{name}: {ctx}");
@@ -291,4 +289,97 @@ network_policies:
     );
     assert_events_valid(&sluice);
     drop(origin);
+}
+
+/// Posts each body of argv[5:] with `httpx` (HTTP/2 when argv[4] is `2`) and prints the HTTP
+/// version, status and body of each answer.
+const WIRE_CLIENT: &str = r#"
+import httpx, json, sys
+proxy, url, ca, version = sys.argv[1:5]
+out = []
+with httpx.Client(proxy=proxy, verify=ca, http2=(version == '2')) as c:
+    for body in sys.argv[5:]:
+        r = c.post(url, content=body, headers={'Content-Type': 'application/json'})
+        out.append({'version': r.http_version, 'status': r.status_code, 'body': r.text})
+print(json.dumps(out))
+"#;
+
+/// The same judgement over HTTP/1.1 and HTTP/2 (one place judges a body read whole): an
+/// allowed query reaches the origin, a refused mutation gets a 403 naming the operation and
+/// the rule it would need, a document that does not parse `400 invalid_graphql_request`.
+#[test]
+fn graphql_is_judged_alike_over_http1_and_http2() {
+    let dir = TempDir::new("graphqlwire");
+    let origin = H2Origin::start(dir.path());
+    let port = origin.addr.port();
+    let policy = format!(
+        "version: 1
+network_policies:
+  gql:
+    endpoints:
+      - host: 127.0.0.1
+        port: {port}
+        protocol: graphql
+        enforcement: enforce
+        access: read-only
+    binaries:
+      - path: {}
+",
+        python()
+    );
+    let (sluice, ca) = Sluice::intercepting(&dir, &policy, &[origin.cert.as_path()], None, &[]);
+    let allowed = r#"{"query":"query Viewer { viewer { login } }"}"#;
+    let refused = r#"{"query":"mutation Drop($v: String) { gone: deleteRepository(name: $v) { id } }","variables":{"v":"secret-variable"}}"#;
+    for version in ["1", "2"] {
+        let (code, out, err) = run(Command::new("python3").args([
+            "-c",
+            WIRE_CLIENT,
+            &format!("http://{}", sluice.addr()),
+            &format!("https://127.0.0.1:{port}/graphql"),
+            &ca.display().to_string(),
+            version,
+            allowed,
+            refused,
+            "{\"query\": \"{\"}",
+        ]));
+        assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
+        let got: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let want = if version == "2" { "HTTP/2" } else { "HTTP/1.1" };
+        assert!(got.as_array().unwrap().iter().all(|a| a["version"] == want), "{got}");
+        assert_eq!(got[0]["status"], 200, "{got}\n{}", sluice.stderr());
+        assert_eq!(got[1]["status"], 403, "{got}");
+        let body: Value = serde_json::from_str(got[1]["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["error"], "policy_denied", "{body}");
+        assert_eq!(body["operation_type"], "mutation", "{body}");
+        assert_eq!(body["operation_name"], "Drop", "{body}");
+        assert_eq!(
+            body["missing"],
+            serde_json::json!({"operation_type": "mutation", "operation_name": "Drop", "fields": ["deleteRepository"]}),
+            "{body}"
+        );
+        assert_eq!(got[2]["status"], 400, "{got}");
+        let body: Value = serde_json::from_str(got[2]["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["error"], "invalid_graphql_request", "{body}");
+    }
+    let received = std::fs::read_to_string(&origin.log).unwrap();
+    assert_eq!(received.matches("Viewer").count(), 2, "{received}");
+    assert!(!received.contains("deleteRepository"), "{received}");
+    // Without the client's own command line (which carries the bodies here).
+    let audit: Vec<String> = sluice
+        .events()
+        .into_iter()
+        .map(|mut e| {
+            e["actor"] = Value::Null;
+            e.to_string()
+        })
+        .collect();
+    assert!(
+        audit.iter().any(|e| e.contains("graphql: mutation Drop") && e.contains("\"action_id\":2")),
+        "{audit:#?}"
+    );
+    assert!(
+        !audit.iter().any(|e| e.contains("secret-variable")),
+        "variables are never audited"
+    );
+    assert_events_valid(&sluice);
 }
