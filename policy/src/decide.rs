@@ -12,12 +12,12 @@ use std::fmt;
 
 use super::canon::{self, CanonError, Target};
 use super::compile::{EndpointRef, Policy};
+use super::graphql_body::{self, GraphqlRequest};
+use super::graphql_decide;
 use super::model::{
     Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule, Signing, deny_query_matches,
 };
-use super::graphql_body::{self, GraphqlRequest};
 use super::rpc_body::RpcBody;
-use super::graphql_decide;
 use super::rpc_decide::{self, Body, Found};
 
 pub use super::model::Caller;
@@ -450,7 +450,8 @@ impl Policy {
         } else {
             Enforcement::Audit
         };
-        let graphql_ws = text && protocol == Protocol::WebSocket && selected[0].1.graphql.websocket_policy;
+        let graphql_ws =
+            text && protocol == Protocol::WebSocket && selected[0].1.graphql.websocket_policy;
         if protocol == Protocol::Graphql || graphql_ws {
             let matching: Vec<&Endpoint> = matching.iter().map(|(_, e)| *e).collect();
             let selected: Vec<&Endpoint> = selected.iter().map(|(_, e)| *e).collect();
@@ -618,7 +619,12 @@ fn graphql_decision<'p>(
                     if let Some(e) = g.error.take() {
                         let reason = format!("GraphQL WebSocket message rejected: {e}");
                         g.error = Some(e);
-                        return decided(Verdict::Deny, RequestBasis::GraphqlRejected, reason, Some(g));
+                        return decided(
+                            Verdict::Deny,
+                            RequestBasis::GraphqlRejected,
+                            reason,
+                            Some(g),
+                        );
                     }
                     g
                 }
@@ -646,7 +652,9 @@ fn graphql_decision<'p>(
         }
     };
     let (found, refused) = graphql_decide::decide(case, &parsed);
-    let refused_reason = case.selected.first().map_or(graphql_decide::BLOCKED, |e| graphql_decide::reason(&parsed, e));
+    let refused_reason = case.selected.first().map_or(graphql_decide::BLOCKED, |e| {
+        graphql_decide::reason(&parsed, e)
+    });
     let (basis, reason) = match found {
         Found::Allowed(Some(rule)) => (
             RequestBasis::Allowed(rule),

@@ -253,9 +253,7 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
             .filter(|(n, _)| n.eq_ignore_ascii_case("accept"))
             .map(|(_, v)| v.as_str());
         let unreadable = super::graphql_body::unreadable(
-            req.headers
-                .iter()
-                .map(|(n, v)| (n.as_str(), v.as_bytes())),
+            req.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
         );
         let body = Body {
             bytes,
@@ -273,7 +271,12 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
                 .collect()
         });
         if let Some(g) = &decision.graphql {
-            out.calls = Some(g.operations.iter().map(super::graphql_body::Operation::describe).collect());
+            out.calls = Some(
+                g.operations
+                    .iter()
+                    .map(super::graphql_body::Operation::describe)
+                    .collect(),
+            );
         }
     }
     out.decision = decision.verdict.as_str();

@@ -63,7 +63,9 @@ pub(super) fn options(
                 v.error(
                     m.pos,
                     field("persisted_queries"),
-                    format!("persisted_queries must be 'deny' or 'allow_registered', got '{other}'"),
+                    format!(
+                        "persisted_queries must be 'deny' or 'allow_registered', got '{other}'"
+                    ),
                 );
                 ok = false;
             }
@@ -303,4 +305,3 @@ pub(super) fn preset_rules(
         })
         .collect()
 }
-

@@ -386,21 +386,43 @@ mod tests {
     fn errors_batches_and_persisted_queries() {
         assert!(post_ops("").error.is_some());
         assert!(post_ops("[]").error.unwrap().contains("empty"));
-        assert!(post_ops(r#"{"query":"query A{a} query B{b}"}"#).error.unwrap().contains("multiple operations"));
-        assert!(post_ops(r#"{"query":"query A{a}","operationName":"B"}"#).error.unwrap().contains("not found"));
+        assert!(
+            post_ops(r#"{"query":"query A{a} query B{b}"}"#)
+                .error
+                .unwrap()
+                .contains("multiple operations")
+        );
+        assert!(
+            post_ops(r#"{"query":"query A{a}","operationName":"B"}"#)
+                .error
+                .unwrap()
+                .contains("not found")
+        );
         let b = post_ops(r#"[{"query":"{a}"},{"query":"mutation{b}"}]"#);
         assert_eq!(b.operations.len(), 2);
         let p = post_ops(r#"{"extensions":{"persistedQuery":{"sha256Hash":"abc"}}}"#);
         assert!(p.operations[0].needs_registry());
         assert_eq!(p.operations[0].registry_key(), Some("abc"));
-        let dup = [("query".to_string(), "{a}".to_string()), ("query".to_string(), "{b}".to_string())];
-        assert!(parse("GET", &dup, b"").error.unwrap().contains("more than once"));
+        let dup = [
+            ("query".to_string(), "{a}".to_string()),
+            ("query".to_string(), "{b}".to_string()),
+        ];
+        assert!(
+            parse("GET", &dup, b"")
+                .error
+                .unwrap()
+                .contains("more than once")
+        );
         assert!(parse("PUT", &[], b"").error.is_some());
     }
 
     #[test]
     fn deep_documents_and_fragment_chains_are_bounded() {
-        let deep = format!("{{\"query\":\"{}{}\"}}", "{a".repeat(5000), "}".repeat(5000));
+        let deep = format!(
+            "{{\"query\":\"{}{}\"}}",
+            "{a".repeat(5000),
+            "}".repeat(5000)
+        );
         assert!(post_ops(&deep).error.is_some());
         let mut chain = String::from("query Q { ...F0 } ");
         for i in 0..2000 {

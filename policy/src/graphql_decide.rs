@@ -62,8 +62,7 @@ fn allows(m: &GraphqlMatcher, op: &Effective<'_>) -> bool {
 
 /// A deny rule: type, name, and one root field when it lists fields.
 fn denies(m: &GraphqlMatcher, op: &Effective<'_>) -> bool {
-    type_and_name(m, op)
-        && (m.fields.is_empty() || op.fields.iter().any(|f| field_matches(m, f)))
+    type_and_name(m, op) && (m.fields.is_empty() || op.fields.iter().any(|f| field_matches(m, f)))
 }
 
 /// A hash-only persisted query the endpoint does not trust.
@@ -87,10 +86,7 @@ fn allowed_by<'p>(op: &Operation, e: &'p Endpoint) -> Option<&'p Rule> {
 }
 
 /// The request's decision, with the index of the operation refused (if one was).
-pub(super) fn decide<'p>(
-    case: &Case<'_, 'p>,
-    req: &GraphqlRequest,
-) -> (Found<'p>, Option<usize>) {
+pub(super) fn decide<'p>(case: &Case<'_, 'p>, req: &GraphqlRequest) -> (Found<'p>, Option<usize>) {
     if let Some(e) = &req.error {
         return (Found::Hard(format!("GraphQL request rejected: {e}")), None);
     }
@@ -123,7 +119,11 @@ pub(super) fn decide<'p>(
         if !matches!(e.protocol, Protocol::Graphql | Protocol::WebSocket) {
             continue;
         }
-        if let Some(i) = req.operations.iter().position(|op| allowed_by(op, e).is_none()) {
+        if let Some(i) = req
+            .operations
+            .iter()
+            .position(|op| allowed_by(op, e).is_none())
+        {
             return (Found::NotAllowed, Some(i));
         }
     }

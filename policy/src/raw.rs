@@ -85,9 +85,13 @@ pub struct RawEndpoint {
     /// GraphQL: `persisted_queries` (`deny` or `allow_registered`).
     pub persisted_queries: Option<Spanned<String>>,
     /// GraphQL: `graphql_persisted_queries`, the trusted registry (id or hash → operation).
-    pub graphql_persisted_queries: Option<Spanned<Vec<(Spanned<String>, RawRule)>>>,
+    pub graphql_persisted_queries: Option<Spanned<RawRegistry>>,
     pub graphql_max_body_bytes: Option<Spanned<i128>>,
 }
+
+/// `graphql_persisted_queries`: each id (or hash) and the operation it stands for (read as
+/// a rule of `operation_type`, `operation_name`, `fields`).
+pub type RawRegistry = Vec<(Spanned<String>, RawRule)>;
 
 /// The `json_rpc` or `mcp` stanza of an endpoint.
 #[derive(Clone, Debug, Default)]
@@ -778,11 +782,7 @@ impl Reader<'_> {
     }
 
     /// `graphql_persisted_queries`: a mapping of ids (or hashes) to operations.
-    fn registry(
-        &mut self,
-        node: &Node,
-        path: Field<'_>,
-    ) -> Option<Spanned<Vec<(Spanned<String>, RawRule)>>> {
+    fn registry(&mut self, node: &Node, path: Field<'_>) -> Option<Spanned<RawRegistry>> {
         let Kind::Map(pairs) = &node.kind else {
             self.expected(node, path, "a mapping of persisted-query ids to operations");
             return None;

@@ -206,12 +206,22 @@ network_policies:
 
     // Allowed: answered by the server.
     assert_eq!(got["query"]["data"]["viewer"], "octocat", "{ctx}");
-    assert_eq!(got["mutation_allowed"]["data"]["addComment"], "commented hi", "{ctx}");
-    assert_eq!(got["batch_allowed"]["data"][1]["addComment"], "commented b", "{ctx}");
+    assert_eq!(
+        got["mutation_allowed"]["data"]["addComment"], "commented hi",
+        "{ctx}"
+    );
+    assert_eq!(
+        got["batch_allowed"]["data"][1]["addComment"], "commented b",
+        "{ctx}"
+    );
     assert_eq!(got["get_query"]["data"]["status"], 200, "{ctx}");
     // The registered persisted query reaches the server (which has no store of its own).
     assert!(received.contains("registeredhash"), "{ctx}");
-    assert_eq!(got["subscription_open"]["data"], serde_json::json!([0, 1, 2]), "{ctx}");
+    assert_eq!(
+        got["subscription_open"]["data"],
+        serde_json::json!([0, 1, 2]),
+        "{ctx}"
+    );
 
     // Refused: never reached the server.
     for refused in ["mutation_refused", "alias", "fragment", "batch"] {
@@ -242,7 +252,10 @@ network_policies:
         "{ctx}"
     );
     for leaked in ["deleteRepository", "otherhash", "secret"] {
-        assert!(!received.contains(leaked), "{leaked} reached the server: {ctx}");
+        assert!(
+            !received.contains(leaked),
+            "{leaked} reached the server: {ctx}"
+        );
     }
     assert!(!received.contains("deleteRepository"), "{ctx}");
     // Over WebSocket with GraphQL policy: connection_init passes (the server answered it),
@@ -256,9 +269,9 @@ network_policies:
     for judged in ["subscription_judged", "subscription_judged_transport_ws"] {
         assert!(got[judged]["error"].is_string(), "{judged}: {ctx}");
     }
-    let operations = received
-        .lines()
-        .filter(|l| l.starts_with("WS ") && (l.contains("\"start\"") || l.contains("\"subscribe\"")));
+    let operations = received.lines().filter(|l| {
+        l.starts_with("WS ") && (l.contains("\"start\"") || l.contains("\"subscribe\""))
+    });
     assert_eq!(
         operations.count(),
         2,
@@ -276,15 +289,20 @@ network_policies:
         .iter()
         .find(|e| e.contains("mutation Del") && e.contains("\"action_id\":2"))
         .unwrap_or_else(|| panic!("no refusal of mutation Del audited: {http:#?}"));
-    assert!(!denied.contains("sluice\\\""), "arguments are never audited: {denied}");
+    assert!(
+        !denied.contains("sluice\\\""),
+        "arguments are never audited: {denied}"
+    );
     assert!(
         http.iter()
             .any(|e| e.contains("query Viewer") && e.contains("\"action_id\":1")),
         "{http:#?}"
     );
     assert!(
-        http.iter().any(|e| e.contains("GraphQL operation blocked by endpoint policy")
-            && e.contains("subscription Count")),
+        http.iter().any(
+            |e| e.contains("GraphQL operation blocked by endpoint policy")
+                && e.contains("subscription Count")
+        ),
         "the refused subscription is audited by name: {http:#?}"
     );
     assert_events_valid(&sluice);
@@ -345,7 +363,10 @@ network_policies:
         assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
         let got: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
         let want = if version == "2" { "HTTP/2" } else { "HTTP/1.1" };
-        assert!(got.as_array().unwrap().iter().all(|a| a["version"] == want), "{got}");
+        assert!(
+            got.as_array().unwrap().iter().all(|a| a["version"] == want),
+            "{got}"
+        );
         assert_eq!(got[0]["status"], 200, "{got}\n{}", sluice.stderr());
         assert_eq!(got[1]["status"], 403, "{got}");
         let body: Value = serde_json::from_str(got[1]["body"].as_str().unwrap()).unwrap();
@@ -374,7 +395,9 @@ network_policies:
         })
         .collect();
     assert!(
-        audit.iter().any(|e| e.contains("graphql: mutation Drop") && e.contains("\"action_id\":2")),
+        audit
+            .iter()
+            .any(|e| e.contains("graphql: mutation Drop") && e.contains("\"action_id\":2")),
         "{audit:#?}"
     );
     assert!(

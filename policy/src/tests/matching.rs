@@ -685,6 +685,7 @@ fn a_json_rpc_endpoint_decides_nothing_from_the_head_and_refuses_a_websocket_upg
     let body = rpc_decide::Body {
         bytes: br#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"},"id":1}"#,
         receive_stream: false,
+        unreadable: None,
     };
     assert_eq!(
         p.decide_rpc_request(&a, &head, body).verdict,

@@ -21,7 +21,7 @@ pub(super) enum PolicyCommand {
     /// Validate policy files; print every error and warning as FILE:LINE:COL: field: message.
     Check(CheckArgs),
     /// Explain the decision for a program reaching a URL (or host:port) under a policy.
-    Explain(ExplainArgs),
+    Explain(Box<ExplainArgs>),
     /// Print the embedded default policy (deny all egress).
     Default,
     /// Draft policy entries that would have allowed the denied requests of an audit log.
@@ -337,7 +337,11 @@ fn explain_cmd(args: &ExplainArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let default_method = if args.graphql.is_some() { "POST" } else { "GET" };
+    let default_method = if args.graphql.is_some() {
+        "POST"
+    } else {
+        "GET"
+    };
     let question = Question {
         binary: binary.to_string(),
         ancestors: args.ancestors.clone(),

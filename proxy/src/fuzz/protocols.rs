@@ -57,7 +57,10 @@ pub fn graphql_body(data: &[u8]) {
         assert!(r.error.is_none() != r.operations.is_empty(), "{r:?}");
         for op in &r.operations {
             let known = ["query", "mutation", "subscription"].contains(&op.operation_type.as_str());
-            assert!(known || (op.needs_registry() && op.registry_key().is_some()), "{op:?}");
+            assert!(
+                known || (op.needs_registry() && op.registry_key().is_some()),
+                "{op:?}"
+            );
             assert!(op.fields.windows(2).all(|w| w[0] < w[1]), "{op:?}");
         }
     };

@@ -16,7 +16,11 @@ use crate::policy::graphql_body::Operation;
 use crate::policy::graphql_decide::UNREGISTERED;
 
 /// Judges into `rec` a request `d` decided: `Ok` lets it go upstream.
-pub(super) fn judge(check: &RpcCheck, d: &RequestDecision<'_>, rec: &mut Record) -> Result<(), Denial> {
+pub(super) fn judge(
+    check: &RpcCheck,
+    d: &RequestDecision<'_>,
+    rec: &mut Record,
+) -> Result<(), Denial> {
     let parsed = d.graphql.clone().unwrap_or_default();
     let refused: Option<&Operation> = parsed.refused.and_then(|i| parsed.operations.get(i));
     let named: Vec<String> = match refused {
@@ -55,18 +59,16 @@ pub(super) fn judge(check: &RpcCheck, d: &RequestDecision<'_>, rec: &mut Record)
         return Err(Denial::new(Engine::L7, refusal));
     }
     let policy = rec.policy.clone().unwrap_or_default();
-    let rule_needed = refused
-        .filter(|op| !op.needs_registry())
-        .map(|op| {
-            let mut rule = json!({"operation_type": op.operation_type});
-            if let Some(n) = &op.operation_name {
-                rule["operation_name"] = json!(n);
-            }
-            if !op.fields.is_empty() {
-                rule["fields"] = json!(op.fields);
-            }
-            rule
-        });
+    let rule_needed = refused.filter(|op| !op.needs_registry()).map(|op| {
+        let mut rule = json!({"operation_type": op.operation_type});
+        if let Some(n) = &op.operation_name {
+            rule["operation_name"] = json!(n);
+        }
+        if !op.fields.is_empty() {
+            rule["fields"] = json!(op.fields);
+        }
+        rule
+    });
     let step = match (&d.basis, &rule_needed) {
         (RequestBasis::DenyRule(r), _) => format!(
             "a deny rule (`{}`) of policy entry `{}` blocks it; deny rules win over allow rules",

@@ -113,10 +113,14 @@ impl Judge for PolicyJudge<'_> {
             Verdict::Deny => Outcome::Denied,
         };
         // A GraphQL message: its operations by type and name (never its variables).
-        let named = d.graphql.as_ref().filter(|g| !g.operations.is_empty()).map(|g| {
-            let ops: Vec<String> = g.operations.iter().map(|o| o.describe()).collect();
-            format!(" (graphql: {})", ops.join(", "))
-        });
+        let named = d
+            .graphql
+            .as_ref()
+            .filter(|g| !g.operations.is_empty())
+            .map(|g| {
+                let ops: Vec<String> = g.operations.iter().map(|o| o.describe()).collect();
+                format!(" (graphql: {})", ops.join(", "))
+            });
         rec.reason = Some(format!("{}{}", d.reason, named.unwrap_or_default()));
         rec.finish();
         match d.verdict {
