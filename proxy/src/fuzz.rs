@@ -653,8 +653,12 @@ pub fn transparent_sniff(data: &[u8]) {
 /// that ended the relay, if one did.
 fn ws_scrubbed<'a>(
     pieces: impl Iterator<Item = &'a [u8]>,
-) -> (Vec<u8>, Option<crate::pipeline::ws_frame::FrameError>) {
-    let mut scrubber = crate::pipeline::ws_scrub::FrameScrubber::new(ws_scrub_set());
+) -> (
+    Vec<u8>,
+    Option<crate::pipeline::transports::websocket::frame::FrameError>,
+) {
+    let mut scrubber =
+        crate::pipeline::transports::websocket::scrub::FrameScrubber::new(ws_scrub_set());
     let mut out = Vec::new();
     for piece in pieces {
         if let Err(e) = scrubber.push(piece, &mut out) {
@@ -714,7 +718,7 @@ fn ws_scrub_set() -> &'static crate::credentials::ScrubSet {
 /// reads it. What comes out (until the first error) is whole, valid server frames, and no
 /// control frame or message a client reassembles from them holds the secret.
 pub fn websocket_frames(data: &[u8]) {
-    use crate::pipeline::ws_frame::{self, OpCode};
+    use crate::pipeline::transports::websocket::frame::{self as ws_frame, OpCode};
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };

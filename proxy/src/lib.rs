@@ -7,7 +7,8 @@
 //! `transparent` (what a redirected connection is for), `dns` (the policy DNS responder),
 //! `netfence` (the nftables fence of a sandboxed namespace or pod);
 //! decide, dial, relay), `http` (strict HTTP/1 on the client side), `relay` and `audit`; `metrics` (Prometheus, derived from the audit events);
-//! `fuzz` holds the entry points the fuzz targets and their property-test runner share.
+//! `fuzz` (feature `fuzz`, off in the binary) holds the entry points the fuzz targets and
+//! their property-test runner share.
 #![forbid(unsafe_code)]
 
 pub mod audit;
@@ -16,6 +17,7 @@ pub mod config_file;
 pub mod credentials;
 pub mod dns;
 pub mod drain;
+#[cfg(feature = "fuzz")]
 pub mod fuzz;
 pub mod http;
 pub mod listen;

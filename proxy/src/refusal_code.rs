@@ -47,6 +47,19 @@ pub enum Code {
     CredentialInTrailers,
     ProxyAuthRequired,
     TooManyFailedLogins,
+    /// A transparently redirected connection whose original destination is sluice itself.
+    TransparentLoop,
+    /// A transparently redirected connection whose original destination cannot be read.
+    NoOriginalDestination,
+    /// A transparent connection whose first bytes are neither a TLS ClientHello nor an
+    /// HTTP head sluice can read.
+    MalformedClientHello,
+    /// A transparent TLS connection without SNI where the policy needs a name.
+    TlsSniRequired,
+    /// A transparent connection that names no host where the policy needs a name.
+    HostNameRequired,
+    /// A transparent connection's claimed name does not stand for its original destination.
+    HostNameMismatch,
 }
 
 impl Code {
@@ -62,7 +75,9 @@ impl Code {
             | Code::InvalidRequestTarget
             | Code::InvalidMethodOverride
             | Code::InvalidJsonrpcRequest
-            | Code::InvalidGraphqlRequest => 400,
+            | Code::InvalidGraphqlRequest
+            | Code::NoOriginalDestination
+            | Code::MalformedClientHello => 400,
             Code::RequestAuthorityMismatch
             | Code::PolicyDenied
             | Code::SsrfDenied
@@ -72,7 +87,11 @@ impl Code {
             | Code::CredentialPlacementMismatch
             | Code::CredentialRequiresTls
             | Code::CredentialInBody
-            | Code::CredentialInTrailers => 403,
+            | Code::CredentialInTrailers
+            | Code::TransparentLoop
+            | Code::TlsSniRequired
+            | Code::HostNameRequired
+            | Code::HostNameMismatch => 403,
             Code::ProxyAuthRequired => 407,
             Code::RequestTimeout => 408,
             Code::RequestBodyTooLarge => 413,
@@ -131,6 +150,12 @@ impl Code {
             Code::CredentialInTrailers => "credential_in_trailers",
             Code::ProxyAuthRequired => "proxy_auth_required",
             Code::TooManyFailedLogins => "too_many_failed_logins",
+            Code::TransparentLoop => "transparent_loop",
+            Code::NoOriginalDestination => "no_original_destination",
+            Code::MalformedClientHello => "malformed_client_hello",
+            Code::TlsSniRequired => "tls_sni_required",
+            Code::HostNameRequired => "host_name_required",
+            Code::HostNameMismatch => "host_name_mismatch",
         }
     }
 }

@@ -5,7 +5,7 @@
 //! binary, has a host pattern that matches it: the policy DNS cannot know which program asks
 //! or where it will connect, and the connection itself is judged later in full. The
 //! addresses go through the same destination plan and check as a connection to that name
-//! (`pipeline::destination::plan_for`, `sluice_resolver::vet`), so an allowed name whose DNS
+//! (`pipeline::upstream::destination::plan_for`, `sluice_resolver::vet`), so an allowed name whose DNS
 //! points at a private, loopback or metadata address is refused here too. Everything else
 //! is `REFUSED`, and nothing about a refused name is ever sent to a real resolver.
 
@@ -103,7 +103,7 @@ pub fn answerable(
         endpoint: first,
         endpoints,
     };
-    let plan = crate::pipeline::destination::plan_for(policy, &admission, name, compat);
+    let plan = crate::pipeline::upstream::destination::plan_for(policy, &admission, name, compat);
     Some((entry.to_string(), plan))
 }
 

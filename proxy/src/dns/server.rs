@@ -355,6 +355,7 @@ impl DnsServer {
 impl DnsServer {
     /// The reply to one message from a loopback client over UDP (`udp`) or TCP, as
     /// [`DnsServer::answer`] gives it: for `sluice::fuzz`.
+    #[cfg(feature = "fuzz")]
     pub(crate) async fn answer_loopback(&self, packet: &[u8], udp: bool) -> Option<Vec<u8>> {
         let peer = Peer {
             src: SocketAddr::from(([127, 0, 0, 1], 5353)),

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::conn::Conn;
-use super::shared::Shared;
 use crate::audit::{self, AuditSink, Engine};
 use crate::http::head::HeadError;
 use crate::http::respond::{Code, Refusal};
+use crate::pipeline::client::accepted::Conn;
+use crate::pipeline::state::shared::Shared;
 
 /// A refusal and the engine that made it.
 #[derive(Clone, Debug)]

@@ -59,9 +59,9 @@ pub async fn serve<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: I) {
 /// A CONNECT to the doctor host: `200`, then TLS with a leaf from sluice's CA (or plain
 /// HTTP), then the fixed pages.
 pub async fn tunnel(
-    shared: &super::shared::Shared,
-    rd: super::client_io::ClientRead,
-    mut wr: super::client_io::ClientWrite,
+    shared: &crate::pipeline::state::shared::Shared,
+    rd: crate::pipeline::client::stream::ClientRead,
+    mut wr: crate::pipeline::client::stream::ClientWrite,
     buf: bytes::BytesMut,
 ) {
     use tokio::io::AsyncWriteExt;
@@ -86,7 +86,7 @@ pub async fn tunnel(
         }
     }
     let is_tls = buf.first() == Some(&0x16);
-    let stream = super::counted::Prefixed::new(buf, stream);
+    let stream = crate::pipeline::client::counted::Prefixed::new(buf, stream);
     if !is_tls {
         serve(stream).await;
         return;

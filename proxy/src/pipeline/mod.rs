@@ -7,52 +7,23 @@
 //! check live in `caller.rs`, the policy module and `destination.rs`, and both entry points
 //! call the same ones.
 
-mod admission;
 pub mod authority;
 mod caller;
-mod client_io;
-mod conn;
-/// The tunnel entry (`connect::tunnel`), where a transparent listener enters too.
-pub(crate) mod connect;
-mod connection;
-mod counted;
+mod client;
 mod denial;
-pub mod destination;
 pub mod doctor;
-mod exchange;
-mod form;
-mod forward;
-mod graphql_judged;
-mod h2;
-mod holder;
-mod inject;
-mod inspect;
-mod judge;
-mod lease;
-mod live;
-mod pool;
-mod protocol_body;
-mod rechecks;
-mod record;
-mod request;
-mod seen;
-mod shared;
-mod stop;
+mod phases;
+mod state;
 pub mod target;
-mod unread;
-mod upstream;
-mod websocket;
-pub(crate) mod ws_frame;
-mod ws_judged;
-mod ws_messages;
-pub(crate) mod ws_scrub;
+pub(crate) mod transports;
+pub mod upstream;
 
-pub use client_io::{ClientRead, ClientStream, ClientWrite, HopTls};
-pub use conn::Conn;
-pub use connection::revoke_disallowed;
-pub(crate) use counted::Prefixed;
-pub use live::InForce;
-pub use shared::{Limits, Parts, Shared, TlsState};
+pub use client::accepted::Conn;
+pub(crate) use client::counted::Prefixed;
+pub use client::stream::{ClientRead, ClientStream, ClientWrite, HopTls};
+pub use phases::connection::revoke_disallowed;
+pub use state::live::InForce;
+pub use state::shared::{Limits, Parts, Shared, TlsState};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -67,27 +38,27 @@ use crate::http::head::{self, HeadError};
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
 use crate::tenants::cert::PeerCert;
-use caller::CallerState;
+use caller::identify::CallerState;
 use denial::head_refusal;
 
 /// A client connection as it arrives, before it names a target: its id and addresses, its
 /// caller looked up at once (before it could hand the socket to another program), the
 /// signal that stops it, and its per-caller slot. Every entry starts with [`arrive`] and,
 /// once the client has sent its first bytes, [`settle`]s: the explicit proxy ([`serve`]),
-/// and next a transparent listener, which then enters `connect::tunnel`.
+/// and next a transparent listener, which then enters `transports::tunnel::tunnel`.
 #[derive(Debug)]
 pub(crate) struct Arrival {
     pub(crate) conn: Conn,
     pub(crate) caller: CallerState,
     /// A gateway client whose tenant waits for its first head's credentials holds one of
-    /// its address's slots until then ([`admission::awaiting_credentials`]); `None` only
+    /// its address's slots until then ([`state::caller_limits::awaiting_credentials`]); `None` only
     /// while [`by_credentials`] swaps it for its tenant's.
-    slot: Option<admission::CallerSlot>,
+    slot: Option<state::caller_limits::CallerSlot>,
     /// The slot is its address's, held until the first head says whose connection it is.
     provisional: bool,
     /// While provisional, its place among the connections awaiting credentials, all
-    /// addresses together ([`admission::CallerLimits::awaiting`]).
-    awaiting: Option<admission::Awaiting>,
+    /// addresses together ([`state::caller_limits::CallerLimits::awaiting`]).
+    awaiting: Option<state::caller_limits::Awaiting>,
     /// The client's first head had arrived whole before its caller was looked up.
     head_before_lookup: bool,
 }
@@ -115,8 +86,8 @@ pub(crate) enum FirstHead {
 pub(crate) struct Settled {
     pub(crate) conn: Conn,
     pub(crate) caller: CallerState,
-    _slot: Option<admission::CallerSlot>,
-    _watcher: Option<holder::Watcher>,
+    _slot: Option<state::caller_limits::CallerSlot>,
+    _watcher: Option<caller::holder::Watcher>,
 }
 
 /// The first step of every client connection: identify its caller, take its slot.
@@ -141,7 +112,7 @@ async fn arrive_presenting(
     heads: FirstHead,
     head_before_lookup: bool,
 ) -> Result<Arrival, Limited> {
-    let (raise, stop) = stop::signal();
+    let (raise, stop) = client::stop::signal();
     let conn = Conn {
         id: shared.next_id(),
         peer,
@@ -152,15 +123,18 @@ async fn arrive_presenting(
         raise,
     };
     // The caller, looked up at once: before it could hand the socket to another program.
-    let caller = caller::identify(shared, &conn).await;
+    let caller = caller::identify::identify(shared, &conn).await;
     // On a gateway whose tenants may send credentials, the first head of an explicit-proxy
     // connection says whose it is (an address of one tenant may carry another's
     // credentials): until then it is counted by its address, so that one client sending
     // nothing cannot hold every connection the gateway has, nor take another tenant's.
-    let provisional = caller::awaits_credentials(&caller)
+    let provisional = caller::identify::awaits_credentials(&caller)
         || (heads == FirstHead::MayName && shared.tenants.load().has_credentials());
     let slot = if provisional {
-        admit(shared, &admission::awaiting_credentials(peer.ip()))
+        admit(
+            shared,
+            &state::caller_limits::awaiting_credentials(peer.ip()),
+        )
     } else {
         take_slot(shared, &caller)
     };
@@ -182,18 +156,21 @@ async fn arrive_presenting(
 }
 
 /// The caller's per-caller slot, or the 429 refusal of one past its limits.
-fn take_slot(shared: &Shared, caller: &CallerState) -> Result<admission::CallerSlot, Refusal> {
+fn take_slot(
+    shared: &Shared,
+    caller: &CallerState,
+) -> Result<state::caller_limits::CallerSlot, Refusal> {
     // Connections whose caller cannot be identified (refused later at the identity stage)
     // share one slot table entry, so that a flood of them cannot fill --max-connections.
     let exe = match caller {
         Ok(known) => known.exe.as_str(),
-        Err(_) => admission::UNIDENTIFIED,
+        Err(_) => state::caller_limits::UNIDENTIFIED,
     };
     admit(shared, exe)
 }
 
 /// A slot counted under `key`, or the 429 refusal of one past its limits.
-fn admit(shared: &Shared, key: &str) -> Result<admission::CallerSlot, Refusal> {
+fn admit(shared: &Shared, key: &str) -> Result<state::caller_limits::CallerSlot, Refusal> {
     shared
         .callers
         .admit(key, std::time::Instant::now())
@@ -202,7 +179,7 @@ fn admit(shared: &Shared, key: &str) -> Result<admission::CallerSlot, Refusal> {
 
 /// Resolves when a connection awaiting its credentials was displaced by a newer one; never
 /// for one that awaits nothing.
-async fn displaced(awaiting: Option<&admission::Awaiting>) {
+async fn displaced(awaiting: Option<&state::caller_limits::Awaiting>) {
     match awaiting {
         Some(a) => a.displaced().await,
         None => std::future::pending().await,
@@ -249,7 +226,8 @@ async fn by_credentials(
 ) -> Option<Arrival> {
     // Its head is here: it awaits nothing more.
     arrival.awaiting = None;
-    let changed = caller::by_credentials(shared, &mut arrival.caller, &arrival.conn, head, true);
+    let changed =
+        caller::identify::by_credentials(shared, &mut arrival.caller, &arrival.conn, head, true);
     // Its own caller's slot already, or credentials that name no tenant (refused next): the
     // slot it was admitted with stays (a failed guess is not counted in a bucket other
     // clients share).
@@ -293,13 +271,15 @@ pub(crate) async fn settle(shared: &Arc<Shared>, arrival: Arrival) -> Settled {
     } = arrival;
     let caller = match caller {
         Ok(known) if head_before_lookup => Ok(known),
-        Ok(known) => caller::recheck(shared, &known).await.map(|()| known),
+        Ok(known) => caller::identify::recheck(shared, &known)
+            .await
+            .map(|()| known),
         Err(e) => Err(e),
     };
     let watcher = caller
         .as_ref()
         .ok()
-        .and_then(|known| holder::watch(Arc::clone(shared), known, conn.raise.clone()));
+        .and_then(|known| caller::holder::watch(Arc::clone(shared), known, conn.raise.clone()));
     Settled {
         conn,
         caller,
@@ -504,20 +484,20 @@ pub async fn serve_client(shared: Arc<Shared>, client: Client) {
     } = Box::pin(settle(&shared, arrival)).await;
     let conn = &conn;
     if head.method.eq_ignore_ascii_case("CONNECT") {
-        connect::run(&shared, conn, caller, head, rd, wr, buf).await;
+        transports::tunnel::run(&shared, conn, caller, head, rd, wr, buf).await;
     } else {
         let known = caller.as_ref().ok().cloned();
-        let session = forward::Session {
+        let session = transports::http1::Session {
             shared: &shared,
             conn,
             caller,
-            route: forward::Route::Forward,
+            route: transports::http1::Route::Forward,
             rd,
             wr,
             buf,
         };
         // Boxed: `select!` would hold a second copy of the future it is handed.
-        let forwarded = Box::pin(forward::serve(session, Some(head)));
+        let forwarded = Box::pin(transports::http1::serve(session, Some(head)));
         tokio::select! {
             () = forwarded => {}
             reason = conn.stop.wait() => stopped_forward(&shared, conn, known, reason),
@@ -530,8 +510,8 @@ pub async fn serve_client(shared: Arc<Shared>, client: Client) {
 fn stopped_forward(
     shared: &Shared,
     conn: &Conn,
-    known: Option<caller::Known>,
-    reason: stop::StopReason,
+    known: Option<caller::identify::Known>,
+    reason: client::stop::StopReason,
 ) {
     let revoked = reason.revoked();
     shared
@@ -596,7 +576,7 @@ async fn refuse_limited(
         }));
     // At most an eighth of the proxy's slots linger this way, all callers together.
     let cap = shared.limits.max_connections / 8;
-    unread::linger_refused(&mut rd, cap).await;
+    transports::unread::linger_refused(&mut rd, cap).await;
 }
 
 /// Audits a connection its listener refused before handing it over (a trusted balancer's
@@ -630,7 +610,7 @@ async fn refuse_early(
     conn: &Conn,
     wr: &mut ClientWrite,
     refusal: Refusal,
-    caller: Option<&caller::Known>,
+    caller: Option<&caller::identify::Known>,
 ) {
     let _ = wr.write_all(&refusal.to_bytes()).await;
     let _ = wr.shutdown().await;

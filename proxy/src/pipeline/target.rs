@@ -2,10 +2,10 @@
 //! (`http://host[:port]/path?query`), and, inside a tunnel, whether a request's authority
 //! (its target and `Host` header) names the tunnel's own host and port.
 
-use super::connection::Admitted;
 use crate::http::head::RequestHead;
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
+use crate::pipeline::phases::connection::Admitted;
 use crate::policy::authority;
 pub use crate::policy::authority::host_matches;
 

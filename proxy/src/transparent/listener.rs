@@ -28,8 +28,9 @@ use super::target::{self, TargetInput};
 use crate::audit::{self, Engine, Outcome, Via};
 use crate::dns::table::HandedOut;
 use crate::pipeline::authority::Authority;
-use crate::pipeline::connect::{self, Entry, Start};
+use crate::pipeline::transports::tunnel::{self, Entry, Start};
 use crate::pipeline::{self, Conn, Shared};
+use crate::refusal_code::Code;
 
 /// What every transparent connection of a running proxy shares beyond [`Shared`].
 #[derive(Debug, Default)]
@@ -50,7 +51,8 @@ struct Early<'a> {
 }
 
 impl Early<'_> {
-    fn audit(&self, engine: Engine, code: &str, reason: &str, status: u16) {
+    /// Audits the refusal: `code` names it and gives its status.
+    fn audit(&self, engine: Engine, code: Code, reason: &str) {
         self.shared
             .audit
             .emit(&audit::Event::ConnectionOpen(audit::ConnectionOpen {
@@ -71,7 +73,7 @@ impl Early<'_> {
                 policy: None,
                 engine,
                 reason: Some(format!("{code}: {reason}")),
-                status,
+                status: code.status(),
             }));
     }
 }
@@ -109,7 +111,7 @@ pub async fn serve(
                     original: original.as_ref().ok().copied(),
                 };
                 let r = &limited.refusal;
-                early.audit(Engine::Proxy, r.error.as_str(), &r.detail, r.status);
+                early.audit(Engine::Proxy, r.error, &r.detail);
                 let _ = wr.shutdown().await;
                 return;
             }
@@ -125,9 +127,8 @@ pub async fn serve(
         Err(e) => {
             early.audit(
                 Engine::HttpParser,
-                "no_original_destination",
+                Code::NoOriginalDestination,
                 &e.to_string(),
-                400,
             );
             let _ = wr.shutdown().await;
             return;
@@ -136,7 +137,7 @@ pub async fn serve(
     // A connection to sluice itself is refused before anything else is read.
     if target::is_own_listener(original, &context.own_listeners) {
         let refusal = target::TargetRefusal::Loop { original };
-        early.audit(Engine::L4, refusal.code(), &refusal.to_string(), 403);
+        early.audit(Engine::L4, refusal.code(), &refusal.to_string());
         let _ = wr.shutdown().await;
         return;
     }
@@ -164,9 +165,8 @@ pub async fn serve(
         Err(e) => {
             early.audit(
                 Engine::HttpParser,
-                "malformed_client_hello",
+                Code::MalformedClientHello,
                 &e.to_string(),
-                400,
             );
             let _ = wr.shutdown().await;
             return;
@@ -186,7 +186,7 @@ pub async fn serve(
             caller: None,
             original: Some(original),
         };
-        early.audit(Engine::Identity, "policy_denied", &e.to_string(), 403);
+        early.audit(Engine::Identity, Code::PolicyDenied, &e.to_string());
         let _ = wr.shutdown().await;
         return;
     }
@@ -207,7 +207,7 @@ pub async fn serve(
             "`{name}` (claimed for {original}) is allowed at port {} by no policy endpoint; not looked up",
             original.port()
         );
-        early.audit(Engine::L4, "policy_denied", &reason, 403);
+        early.audit(Engine::L4, Code::PolicyDenied, &reason);
         let _ = wr.shutdown().await;
         return;
     }
@@ -239,7 +239,7 @@ pub async fn serve(
                 caller: settled.caller.as_ref().ok().map(|k| Arc::clone(&k.audit)),
                 original: Some(original),
             };
-            early.audit(Engine::L4, refusal.code(), &refusal.to_string(), 403);
+            early.audit(Engine::L4, refusal.code(), &refusal.to_string());
             let _ = wr.shutdown().await;
             return;
         }
@@ -251,5 +251,5 @@ pub async fn serve(
         target: Authority::new(decided.host, decided.port),
         entry: Entry::Transparent { original },
     };
-    connect::tunnel(start, (rd, wr), BytesMut::from(&sniffed.replay[..])).await;
+    tunnel::tunnel(start, (rd, wr), BytesMut::from(&sniffed.replay[..])).await;
 }

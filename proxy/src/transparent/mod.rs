@@ -13,7 +13,7 @@
 //!    evidence (a lookup through `sluice_resolver`, the policy DNS table).
 //!
 //! [`listener`] puts the three together for one accepted connection and hands the target to
-//! the pipeline's tunnel phases (`pipeline::connect::tunnel`).
+//! the pipeline's tunnel phases (`pipeline::transports::tunnel::tunnel`).
 //!
 //! It does not judge the connection against policy, dial, or relay: the pipeline's phases do,
 //! with the [`target::TransparentTarget`] this module produces.

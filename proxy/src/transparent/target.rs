@@ -20,6 +20,7 @@ use sluice_resolver::Resolver;
 
 use super::sniff::Hello;
 use crate::dns::table::HandedOut;
+use crate::refusal_code::Code;
 
 /// Where a client's claimed name came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,13 +93,13 @@ pub enum TargetRefusal {
 }
 
 impl TargetRefusal {
-    /// The reason code for refusals and audit events.
-    pub fn code(&self) -> &'static str {
+    /// The reason code for refusals and audit events (its status is the code's).
+    pub fn code(&self) -> Code {
         match self {
-            TargetRefusal::Loop { .. } => "transparent_loop",
-            TargetRefusal::NoSni { .. } => "tls_sni_required",
-            TargetRefusal::NoName { .. } => "host_name_required",
-            TargetRefusal::Forged { .. } => "host_name_mismatch",
+            TargetRefusal::Loop { .. } => Code::TransparentLoop,
+            TargetRefusal::NoSni { .. } => Code::TlsSniRequired,
+            TargetRefusal::NoName { .. } => Code::HostNameRequired,
+            TargetRefusal::Forged { .. } => Code::HostNameMismatch,
         }
     }
 }
@@ -330,6 +331,35 @@ mod tests {
         Hello::Tls {
             sni: Some(n.to_string()),
         }
+    }
+
+    #[test]
+    fn every_refusal_before_policy_is_a_typed_code_answered_403() {
+        let original: SocketAddr = "203.0.113.7:443".parse().unwrap();
+        let refusals = [
+            TargetRefusal::Loop { original },
+            TargetRefusal::NoSni { original },
+            TargetRefusal::NoName { original },
+            TargetRefusal::Forged {
+                name: "api.example.com".into(),
+                claimed_by: NameSource::Sni,
+                original,
+                why: "it resolves elsewhere".into(),
+            },
+        ];
+        let codes: Vec<_> = refusals.iter().map(TargetRefusal::code).collect();
+        assert_eq!(
+            codes,
+            [
+                "transparent_loop",
+                "tls_sni_required",
+                "host_name_required",
+                "host_name_mismatch"
+            ]
+        );
+        assert!(codes.iter().all(|c| c.status() == 403), "{codes:?}");
+        assert_eq!(Code::NoOriginalDestination.status(), 400);
+        assert_eq!(Code::MalformedClientHello.status(), 400);
     }
 
     #[test]

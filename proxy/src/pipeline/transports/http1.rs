@@ -1,0 +1,779 @@
+//! HTTP/1.1 on one client connection: absolute-form requests (`GET http://host/path`), each
+//! admitted on its own by the connection phase (`connection.rs`) and forwarded with
+//! keep-alive on both sides, or the requests inside an admitted tunnel (TLS-terminated, or
+//! plaintext HTTP). Every request goes through the exchange (`exchange.rs`) in the same
+//! order and with the same steps as HTTP/2's.
+//!
+//! Owns HTTP/1.1's wire: reading heads, pumping a body by its framing (through the shared
+//! body check, paced, with backpressure) or reading it whole, `100 Continue`, writing
+//! answers, and this connection's upstream connections. Hop-by-hop and `Proxy-*` headers
+//! never cross; the canonical path is what goes upstream.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::task::Poll;
+
+use bytes::BytesMut;
+use hyper::client::conn::http1::SendRequest;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::oneshot;
+
+use super::lease::{self, Lease};
+use super::unread;
+use crate::audit::{self, Engine};
+use crate::http::body::{self, ChannelBody};
+use crate::http::head::{self, BodyFraming, HeadError, RequestHead};
+use crate::http::respond::{self, Code, Refusal};
+use crate::pipeline::authority::Authority;
+use crate::pipeline::caller::identify::{self, CallerState};
+use crate::pipeline::client::accepted::Conn;
+use crate::pipeline::denial::Denial;
+use crate::pipeline::denial::{head_refusal, smuggling_finding};
+use crate::pipeline::phases::connection;
+use crate::pipeline::phases::connection::{Admitted, Scheme};
+use crate::pipeline::phases::exchange::{self, Begun, Unanswered, Wire};
+use crate::pipeline::phases::record::Record;
+use crate::pipeline::phases::request::{BodyPlan, Exchange, Head};
+use crate::pipeline::state::shared::Shared;
+use crate::pipeline::target::{host_matches, parse_absolute, tunnel_target};
+use crate::pipeline::transports::websocket::handshake::{self, Client, Handshake};
+use crate::pipeline::upstream::open;
+
+/// Upstream connections kept per client connection.
+const MAX_UPSTREAMS: usize = 8;
+
+/// An upstream HTTP/1.1 connection and the address it reached.
+pub(crate) struct Upstream {
+    pub(crate) sender: SendRequest<ChannelBody>,
+    addr: SocketAddr,
+    /// Its last exchange ended cleanly: the request body sent whole, the response read whole
+    /// and not delimited by the close, no upgrade. Only then may it serve another client.
+    reusable: bool,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one request did to the connection.
+pub(crate) struct Step {
+    pub(crate) keep_alive: bool,
+}
+
+/// How requests on this connection find their upstream.
+#[derive(Debug)]
+pub enum Route {
+    /// Absolute-form requests: each names its own host, admitted and dialled per request.
+    Forward,
+    /// Requests inside an admitted CONNECT tunnel (TLS-terminated, or plaintext HTTP).
+    Tunnel(Box<Tunnel>),
+}
+
+/// An admitted tunnel: its destination and admission, and its upstream connection: one for
+/// its whole life (plaintext HTTP), or, under a [`Lease`], held only while a request is in
+/// flight (TLS).
+#[derive(Debug)]
+pub struct Tunnel {
+    admitted: Admitted,
+    /// `None` while the lease has given it back.
+    upstream: Option<Upstream>,
+    lease: Option<Lease>,
+}
+
+impl Tunnel {
+    /// A tunnel that keeps `sender`'s connection for its whole life.
+    pub fn new(admitted: Admitted, sender: SendRequest<ChannelBody>, addr: SocketAddr) -> Tunnel {
+        Tunnel {
+            admitted,
+            upstream: Some(Upstream {
+                sender,
+                addr,
+                reusable: false,
+            }),
+            lease: None,
+        }
+    }
+
+    /// A tunnel whose upstream connection, first `sender`'s, goes back to the pool whenever
+    /// its client idles.
+    pub(crate) fn leased(
+        admitted: Admitted,
+        sender: SendRequest<ChannelBody>,
+        lease: Lease,
+    ) -> Tunnel {
+        Tunnel {
+            admitted,
+            upstream: Some(Upstream {
+                sender,
+                addr: lease.addr(),
+                reusable: false,
+            }),
+            lease: Some(lease),
+        }
+    }
+
+    /// Gives a leased upstream connection back (pooled if its last exchange ended cleanly);
+    /// an unleased one is kept.
+    pub(crate) fn release(&mut self, shared: &Shared) {
+        if let Some(lease) = &self.lease
+            && let Some(u) = self.upstream.take()
+        {
+            let current = connection::current_epoch(shared, &self.admitted);
+            lease.release(&shared.pool, current, u.sender, u.reusable);
+        }
+    }
+}
+
+/// One client connection's HTTP/1.1 session: what its requests share.
+pub struct Session<'a, R, W> {
+    pub shared: &'a Shared,
+    pub conn: &'a Conn,
+    /// The caller, confirmed again at every later request.
+    pub caller: CallerState,
+    pub route: Route,
+    pub rd: R,
+    pub wr: W,
+    /// Bytes read from the client and not yet consumed.
+    pub buf: BytesMut,
+}
+
+impl<R, W> std::fmt::Debug for Session<'_, R, W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("conn", &self.conn.id)
+            .field("route", &self.route)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Serves HTTP/1 requests on a client connection until it closes: absolute-form requests
+/// (`Route::Forward`, with the first head already read) or requests in a tunnel.
+pub async fn serve<R, W>(s: Session<'_, R, W>, first: Option<RequestHead>)
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    serve_route(s, first).await;
+}
+
+/// Like [`serve`], and hands back the route (a tunnel's upstream connection, for the pool).
+pub async fn serve_route<R, W>(mut s: Session<'_, R, W>, first: Option<RequestHead>) -> Route
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    let mut upstreams: HashMap<Authority, Upstream> = HashMap::new();
+    let mut next = first;
+    // A tunnel's first request is awaited even while sluice drains (the client opened the
+    // tunnel to send it); only a connection idle after a request is closed for the drain.
+    let mut served = false;
+    loop {
+        let head = match next.take() {
+            Some(h) => h,
+            None => match read_next(&mut s, served).await {
+                Some(h) => {
+                    // Each later request is the caller's only if it still holds the socket,
+                    // and no other program of its family does too (on a gateway: if its proxy credentials, when sent, are still its
+                    // tenant's; they are the proxy hop's, so only absolute-form requests
+                    // carry them: inside a tunnel, `Proxy-Authorization` is not sluice's and
+                    // is dropped like every `Proxy-*` header).
+                    identify::reconfirm(s.shared, &mut s.caller).await;
+                    if matches!(s.route, Route::Forward) {
+                        identify::by_credentials(s.shared, &mut s.caller, s.conn, &h, false);
+                    }
+                    h
+                }
+                None => break,
+            },
+        };
+        // Boxed: the request phase's state (kilobytes) exists only while a request is
+        // in flight, not while the connection waits idle for the next one.
+        let step = Box::pin(one(&mut s, &mut upstreams, &head)).await;
+        served = true;
+        if !step.keep_alive {
+            // The client may still be sending (a refused request's body): read it before
+            // closing, so that closing does not reset the answer away.
+            let _ = s.wr.shutdown().await;
+            unread::linger(&mut s.rd).await;
+            break;
+        }
+    }
+    let _ = s.wr.shutdown().await;
+    s.route
+}
+
+/// The next request head on a kept-alive connection; `None` ends the connection (after
+/// answering a malformed head, or, once a request was `served`, when sluice drains). While the client sends nothing, the connection holds no
+/// head buffer, and a leased tunnel gives its upstream connection back once the client has
+/// idled [`lease::RELEASE_AFTER`].
+async fn read_next<R, W>(s: &mut Session<'_, R, W>, served: bool) -> Option<RequestHead>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    let Session {
+        shared,
+        conn,
+        caller,
+        route,
+        rd,
+        wr,
+        buf,
+    } = s;
+    let deadline = tokio::time::Instant::now() + shared.limits.keepalive_timeout;
+    let limit = shared.limits.max_head_bytes;
+    if buf.is_empty() {
+        // A draining sluice serves no new request on a kept-alive connection: it closes it
+        // now rather than wait for one (the client's next request opens a new connection,
+        // to a replica that is not draining).
+        if served && shared.drain.is_draining() {
+            return None;
+        }
+        // The last request's buffer goes; the first bytes of the next are read into one of
+        // their size (`read_head` grows it if the head needs more).
+        *buf = BytesMut::new();
+        let waiting = async {
+            match tokio::time::timeout(lease::RELEASE_AFTER, read_first(rd, buf, limit)).await {
+                Ok(read) => Some(read),
+                Err(_) => {
+                    if let Route::Tunnel(t) = route {
+                        t.release(shared);
+                    }
+                    tokio::time::timeout_at(deadline, read_first(rd, buf, limit))
+                        .await
+                        .ok()
+                }
+            }
+        };
+        // Biased: a request that has arrived is served, not dropped for the drain.
+        let drained = async {
+            if served {
+                shared.drain.started().await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let first = tokio::select! {
+            biased;
+            first = waiting => first?,
+            () = drained => return None,
+        };
+        if !matches!(first, Ok(n) if n > 0) {
+            return None;
+        }
+    }
+    match tokio::time::timeout_at(
+        deadline,
+        head::read_head(rd, buf, shared.limits.max_head_bytes),
+    )
+    .await
+    {
+        Ok(Ok(h)) if h.method.eq_ignore_ascii_case("CONNECT") => {
+            let refusal = Refusal::new(
+                Code::BadRequest,
+                "CONNECT after a forwarded request on the same connection: open a new connection",
+            );
+            let mut rec = later_record(shared, conn, caller, route);
+            rec.request(&h.method, "");
+            if matches!(route, Route::Forward)
+                && let Ok(asked) = Authority::parse_connect(&h.target)
+            {
+                rec.dst = asked;
+            }
+            refuse(wr, rec, &Denial::new(Engine::HttpParser, refusal)).await;
+            None
+        }
+        Ok(Ok(h)) => Some(h),
+        Ok(Err(HeadError::Closed)) | Err(_) => None,
+        Ok(Err(e)) => {
+            let dst = match route {
+                Route::Tunnel(t) => audit::Destination {
+                    host: t.admitted.dst.host().to_string(),
+                    port: t.admitted.dst.port(),
+                    ip: None,
+                },
+                Route::Forward => audit::Destination {
+                    host: String::new(),
+                    port: 0,
+                    ip: None,
+                },
+            };
+            let known = caller
+                .as_ref()
+                .ok()
+                .map(|k| std::sync::Arc::clone(&k.audit));
+            smuggling_finding(shared, conn, known, dst, &e);
+            let mut rec = later_record(shared, conn, caller, route);
+            rec.request(line_method(buf), "");
+            refuse(wr, rec, &Denial::new(Engine::HttpParser, head_refusal(&e))).await;
+            None
+        }
+    }
+}
+
+/// The method of a head that could not be read, from its request line when it names one
+/// (a token), else `-`: what its audit record names.
+fn line_method(raw: &[u8]) -> &str {
+    let token = raw.split(|b| *b == b' ').next().unwrap_or_default();
+    match std::str::from_utf8(token) {
+        Ok(m) if (1..=32).contains(&m.len()) && m.bytes().all(|b| b.is_ascii_alphabetic()) => m,
+        _ => "-",
+    }
+}
+
+/// The audit record of a later request refused before it could be read (a malformed head, a
+/// `CONNECT`): audited like the first, with the tunnel's destination when it is in one.
+fn later_record(shared: &Shared, conn: &Conn, caller: &CallerState, route: &Route) -> Record {
+    let mut rec = Record::open(shared, conn.id, conn.peer, caller.as_ref().ok());
+    if let Route::Tunnel(t) = route {
+        rec.on(&t.admitted);
+    }
+    rec
+}
+
+/// Reads the first bytes of the next request into `buf` (empty) through a buffer on the
+/// stack: while the client idles the connection holds no buffer, and what arrives lands in
+/// one allocation of its size (not a small one grown, and copied, as the head comes in).
+/// At most `limit` bytes (the head limit), so that a head past it is still refused.
+async fn read_first<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    limit: usize,
+) -> std::io::Result<usize> {
+    std::future::poll_fn(|cx| {
+        let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let at_most = limit.clamp(1, stack.len());
+        let mut read = ReadBuf::uninit(&mut stack[..at_most]);
+        match std::pin::Pin::new(&mut *rd).poll_read(cx, &mut read) {
+            Poll::Ready(Ok(())) => {
+                buf.extend_from_slice(read.filled());
+                Poll::Ready(Ok(read.filled().len()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Answers a request with a refusal (the connection closes after it) and audits it.
+async fn refuse<W: AsyncWrite + Unpin>(wr: &mut W, mut rec: Record, d: &Denial) -> Step {
+    let _ = wr.write_all(&d.refusal.to_bytes()).await;
+    rec.deny(d);
+    rec.finish();
+    Step { keep_alive: false }
+}
+
+/// A WebSocket handshake: `GET` with `Upgrade: websocket` and `Connection: upgrade`.
+fn is_websocket(head: &RequestHead) -> bool {
+    head.method.eq_ignore_ascii_case("GET")
+        && head
+            .header("upgrade")
+            .is_some_and(|u| u.eq_ignore_ascii_case(b"websocket"))
+        && head.connection_tokens().iter().any(|t| t == "upgrade")
+}
+
+/// An absolute-form request's connection phase: its target parsed and normalised, the
+/// doctor host answered, its `Host` header checked, its caller and L4 decision. `None`: the
+/// request was answered (the doctor host, for a known caller; the connection closes).
+async fn admit_forward<W: AsyncWrite + Unpin>(
+    shared: &Shared,
+    caller: &CallerState,
+    head: &RequestHead,
+    wr: &mut W,
+    rec: &mut Record,
+) -> Result<Option<(Admitted, String)>, Denial> {
+    let target = parse_absolute(&head.target).map_err(|r| Denial::new(Engine::HttpParser, r))?;
+    rec.request(&head.method, &target.path_and_query);
+    let asked = Authority::new(target.host.to_ascii_lowercase(), target.port);
+    rec.dst = asked.clone();
+    let dst = connection::normalize(&rec.method, &asked)?;
+    rec.dst = dst.clone();
+    if dst.host() == crate::pipeline::doctor::HOST && caller.is_ok() && !shared.audit.refusing() {
+        let _ = wr
+            .write_all(&crate::pipeline::doctor::plain_response(&rec.path))
+            .await;
+        rec.outcome = audit::Outcome::Allowed;
+        rec.engine = Engine::Proxy;
+        rec.status = Some(200);
+        rec.reason = Some(format!(
+            "answered by sluice itself ({})",
+            crate::pipeline::doctor::HOST
+        ));
+        return Ok(None);
+    }
+    if let Some(h) = head.header("host")
+        && !host_matches(h, dst.host(), dst.port(), 80)
+    {
+        let refusal = Refusal::new(
+            Code::BadRequest,
+            "the Host header does not match the request URI's authority",
+        );
+        return Err(Denial::new(Engine::HttpParser, refusal));
+    }
+    let what = format!("{} {dst}{}", rec.method, rec.path);
+    let (_, admitted) = connection::admit(shared, caller.as_ref(), &dst, Scheme::Http, &what)?;
+    Ok(Some((admitted, target.path_and_query)))
+}
+
+/// The upstream for a request: the tunnel's one connection, or this client's connection to
+/// the forward target (reused, else dialled). `Ok(None)`: the tunnel's upstream is gone.
+async fn upstream_for<'u>(
+    x: &Exchange<'_>,
+    route: &'u mut Route,
+    upstreams: &'u mut HashMap<Authority, Upstream>,
+    verb: &str,
+) -> Result<Option<&'u mut Upstream>, Denial> {
+    match route {
+        Route::Tunnel(t) => {
+            if let Some(u) = &mut t.upstream
+                && u.sender.ready().await.is_err()
+            {
+                t.upstream = None;
+            }
+            // Gone (closed by the upstream while the client idled) or given back: a leased
+            // tunnel takes another for this request, else the tunnel ends.
+            if t.upstream.is_none() {
+                let Some(lease) = &mut t.lease else {
+                    return Ok(None);
+                };
+                // Boxed, as the dials below: a handshake's state (kilobytes) would otherwise
+                // be part of every request's.
+                let sender = Box::pin(lease.acquire(x.shared, &t.admitted))
+                    .await
+                    .map_err(|e| x.upstream_failed(e))?;
+                t.upstream = Some(Upstream {
+                    sender,
+                    addr: lease.addr(),
+                    reusable: false,
+                });
+            }
+            Ok(t.upstream.as_mut())
+        }
+        Route::Forward => {
+            let key = &x.admitted.dst;
+            // Each request is admitted again: its upstream connection is reused only at an
+            // address the destination plan in force still allows.
+            let reusable = match upstreams.get_mut(key) {
+                Some(u) => {
+                    connection::still_allows(x.shared, x.admitted, u.addr)
+                        && u.sender.ready().await.is_ok()
+                }
+                None => false,
+            };
+            if !reusable {
+                upstreams.remove(key);
+                if upstreams.len() >= MAX_UPSTREAMS {
+                    upstreams.clear();
+                }
+                let (stream, addr) = Box::pin(connection::dial(x.shared, x.admitted, verb)).await?;
+                match Box::pin(open::http1(stream)).await {
+                    Ok(sender) => {
+                        upstreams.insert(
+                            key.clone(),
+                            Upstream {
+                                sender,
+                                addr,
+                                reusable: false,
+                            },
+                        );
+                    }
+                    Err(e) => return Err(x.upstream_failed(e.to_string())),
+                }
+            }
+            Ok(upstreams.get_mut(key))
+        }
+    }
+}
+
+async fn one<R, W>(
+    s: &mut Session<'_, R, W>,
+    upstreams: &mut HashMap<Authority, Upstream>,
+    head: &RequestHead,
+) -> Step
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    let Session {
+        shared,
+        conn,
+        caller,
+        route,
+        rd,
+        wr,
+        buf,
+    } = s;
+    let shared: &Shared = shared;
+    let mut rec = Record::open(shared, conn.id, conn.peer, caller.as_ref().ok());
+    // Named from the start: a request refused before its target is parsed is audited with it.
+    rec.method = head.method.to_ascii_uppercase();
+    // The connection phase (absolute-form), or the tunnel's admission.
+    let (admitted, path_and_query, authority_ok) = match route {
+        Route::Forward => match admit_forward(shared, caller, head, wr, &mut rec).await {
+            Ok(Some((admitted, pq))) => (admitted, pq, true),
+            // The doctor host, answered.
+            Ok(None) => {
+                rec.finish();
+                return Step { keep_alive: false };
+            }
+            Err(d) => return refuse(wr, rec, &d).await,
+        },
+        Route::Tunnel(t) => {
+            let (pq, ok) = tunnel_target(head, &t.admitted);
+            rec.request(&head.method, &pq);
+            (t.admitted.clone(), pq, ok)
+        }
+    };
+    let forward = matches!(route, Route::Forward);
+    let x = Exchange {
+        shared,
+        admitted: &admitted,
+    };
+    // The request phase: authority, caller, judgement, credentials, body plan.
+    let websocket = is_websocket(head);
+    let framing = head.framing();
+    let req = Head {
+        method: &head.method,
+        target: &path_and_query,
+        authority_ok,
+        headers: head.headers.clone(),
+        websocket,
+        has_body: framing != BodyFraming::None,
+    };
+    let Begun {
+        known,
+        mut prepared,
+        hold,
+        form,
+    } = match x.begin(caller.as_ref(), req, &mut rec) {
+        Ok(b) => b,
+        Err(d) => return refuse(wr, rec, &d).await,
+    };
+    let upstream = match upstream_for(&x, route, upstreams, &rec.method).await {
+        Ok(Some(u)) => u,
+        Ok(None) => {
+            rec.discard();
+            return Step { keep_alive: false };
+        }
+        Err(d) => return refuse(wr, rec, &d).await,
+    };
+    // Reusable again only if this exchange ends cleanly.
+    upstream.reusable = false;
+    rec.ip = Some(upstream.addr.ip());
+    // An absolute-form request is live until it ends (its response, or its WebSocket): a
+    // reload that no longer allows it, or no longer allows the address its upstream was
+    // dialled at (per request, or kept from an earlier one at an address still allowed),
+    // stops the connection. A tunnel registered itself.
+    let _live = forward.then(|| {
+        let kind = connection::Kind::Forward;
+        connection::hold(shared, conn, known, &admitted, kind, Some(upstream.addr))
+    });
+
+    let expect_continue = head
+        .header("expect")
+        .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
+    // Opt-in body rewriting: the body is read whole (at most 256 KiB) before any of it goes
+    // upstream.
+    let mut framing = framing;
+    let mut rewritten: Option<bytes::Bytes> = None;
+    if let Some(max) = prepared.reads_whole()
+        && framing != BodyFraming::None
+    {
+        if let BodyFraming::Length(n) = framing
+            && n > max as u64
+        {
+            // Refused before the client is asked for the body.
+            return refuse(wr, rec, &x.too_large(max)).await;
+        }
+        if expect_continue
+            && wr
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                .await
+                .is_err()
+        {
+            return Step { keep_alive: false };
+        }
+        let whole = match Box::pin(body::read_bounded(&mut *rd, buf, framing, max)).await {
+            Ok(b) => b,
+            Err(body::ReadWhole::TooLarge) => {
+                return refuse(wr, rec, &x.too_large(max)).await;
+            }
+            Err(body::ReadWhole::Failed(refusal)) => {
+                return refuse(wr, rec, &Denial::new(Engine::HttpParser, refusal)).await;
+            }
+        };
+        rec.bytes_in = whole.len() as u64;
+        match x.whole_body(known, &mut rec, &mut prepared, whole) {
+            Ok(b) => {
+                framing = BodyFraming::Length(b.len() as u64);
+                rewritten = Some(b);
+            }
+            Err(d) => return refuse(wr, rec, &d).await,
+        }
+    }
+    let (tx, req_body) = match (framing, rewritten) {
+        (_, Some(b)) => {
+            let (tx, body) = ChannelBody::channel(Some(b.len() as u64));
+            // Capacity 2: one frame fits without waiting.
+            let _ = tx.try_send(Ok(http_body::Frame::data(b)));
+            (None, body)
+        }
+        (BodyFraming::None, None) => (None, ChannelBody::empty()),
+        (BodyFraming::Length(n), None) => {
+            let (tx, b) = ChannelBody::channel(Some(n));
+            (Some(tx), b)
+        }
+        (BodyFraming::Chunked, None) => {
+            let (tx, b) = ChannelBody::channel(None);
+            (Some(tx), b)
+        }
+    };
+    let nominated = head.connection_tokens();
+    let wire = Wire {
+        method: &head.method,
+        version: http::Version::HTTP_11,
+        nominated: &nominated,
+        chunked: framing == BodyFraming::Chunked,
+        websocket,
+    };
+    let request = match x.upstream_request(&prepared, &wire, req_body) {
+        Ok(r) => r,
+        Err(d) => return refuse(wr, rec, &d).await,
+    };
+    if websocket {
+        let handshake = Handshake {
+            request,
+            key: head.header("sec-websocket-key").map(<[u8]>::to_vec),
+            scrub: prepared.scrub,
+            target: path_and_query.clone(),
+        };
+        let client = Client { rd, wr, buf };
+        Box::pin(handshake::relay(
+            &x,
+            known,
+            rec,
+            client,
+            &mut upstream.sender,
+            handshake,
+        ))
+        .await;
+        return Step { keep_alive: false };
+    }
+    if expect_continue
+        && tx.is_some()
+        && wr
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .is_err()
+    {
+        return Step { keep_alive: false };
+    }
+
+    // The body goes up as the response comes down; either may finish first.
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    let guard = prepared.body == BodyPlan::Guard;
+    let pump = async {
+        let result = match tx {
+            Some(tx) => {
+                let sink = body::BodySink::new(tx, guard)
+                    .paced(shared.limits.body_pace)
+                    .holding(hold);
+                body::pump(&mut *rd, buf, framing, sink).await
+            }
+            None => Ok(0),
+        };
+        let _ = done_tx.send(());
+        result
+    };
+    let upstream_timeout = shared.limits.upstream_timeout;
+    let is_head = head.method.eq_ignore_ascii_case("HEAD");
+    let client_keep_alive = head.keep_alive();
+    let scrub = prepared.scrub;
+    let rec_ref = &rec;
+    let x_ref = &x;
+    let exchange = async {
+        let sent = upstream.sender.send_request(request);
+        let response = exchange::within(sent, done_rx, upstream_timeout)
+            .await
+            .ok_or(Failure::Unanswered(Unanswered::Timeout))?
+            .map_err(|e| Failure::Unanswered(Unanswered::Failed(e.to_string())))?;
+        let status = response.status().as_u16();
+        let response = x_ref
+            .answer(known, rec_ref, scrub, response)
+            .await
+            .map_err(Failure::Refused)?;
+        let written = respond::write_response(
+            &mut *wr,
+            response,
+            is_head,
+            head.minor_version,
+            client_keep_alive,
+        )
+        .await;
+        written
+            .map(|w| (status, w))
+            .map_err(|e| Failure::Midway(e.to_string()))
+    };
+    let (pumped, exchanged) = {
+        tokio::pin!(pump);
+        tokio::pin!(exchange);
+        tokio::select! {
+            e = &mut exchange => {
+                // The response is out; the body should be done too (a server may answer early).
+                let p = tokio::time::timeout(std::time::Duration::from_millis(500), &mut pump).await.ok();
+                (p, e)
+            }
+            p = &mut pump => {
+                let e = exchange.await;
+                (Some(p), e)
+            }
+        }
+    };
+    if let Some(Ok(n)) = &pumped {
+        rec.bytes_in += *n;
+    }
+    let form_denied = form.as_ref().and_then(|f| f.apply(&mut rec));
+    let failed = match exchanged {
+        Ok((status, written)) => {
+            rec.status = Some(status);
+            rec.bytes_out = written.body_bytes;
+            rec.finish();
+            let body_complete = matches!(pumped, Some(Ok(_)));
+            upstream.reusable = body_complete && !written.close_delimited;
+            return Step {
+                keep_alive: client_keep_alive && body_complete && !written.close_delimited,
+            };
+        }
+        Err(Failure::Midway(e)) => {
+            // The head was sent: the only honest signal left is closing the connection.
+            rec.reason = Some(format!("response interrupted: {e}"));
+            rec.finish();
+            return Step { keep_alive: false };
+        }
+        Err(Failure::Unanswered(why)) => {
+            let stopped = match &pumped {
+                Some(Err(e)) => Some(e),
+                _ => None,
+            };
+            x.unanswered(known, &rec, why, stopped, form_denied)
+        }
+        Err(Failure::Refused(d)) => d,
+    };
+    upstreams.remove(&admitted.dst);
+    refuse(wr, rec, &failed).await
+}
+
+/// Why an exchange with the upstream did not complete.
+enum Failure {
+    /// No response head in time, or the upstream failed before answering.
+    Unanswered(Unanswered),
+    /// The response may not reach the client (it cannot be scrubbed of a secret).
+    Refused(Denial),
+    /// Writing the response failed after its head was sent.
+    Midway(String),
+}

@@ -1,0 +1,269 @@
+//! WebSocket over HTTP/1.1: the handshake of an allowed GET goes upstream; only a `101`
+//! whose `Sec-WebSocket-Accept` answers the client's key (RFC 6455 §4.2.2) and whose
+//! `Upgrade` is `websocket` is passed on, then both sides are relayed until either closes.
+//! Any other answer is an ordinary response.
+//!
+//! When the handshake carried a secret or the endpoint has one bound, the client's offer of
+//! extensions is not sent upstream (a compressed frame could hide the secret from the scan),
+//! a `101` that names one anyway is refused, and the upstream's frames are scrubbed of every
+//! such secret (`ws_scrub`); the client's frames go up as they are. Otherwise both sides are
+//! relayed raw. On a `protocol: websocket` endpoint the client's text messages are judged
+//! (`ws_judged`), and no extension is negotiated either (a compressed message could not be
+//! judged).
+
+use bytes::BytesMut;
+use http::Request;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use super::judged::{self, Halves, PolicyJudge};
+use super::messages::Judge;
+use super::scrub::{Reports, ScrubbedFrames};
+use crate::audit::Engine;
+use crate::credentials::ScrubSet;
+use crate::http::body::ChannelBody;
+use crate::http::respond::{self, Code, Refusal};
+use crate::pipeline::caller::identify::Known;
+use crate::pipeline::denial::Denial;
+use crate::pipeline::phases::exchange::{self, Unanswered};
+use crate::pipeline::phases::record::Record;
+use crate::pipeline::phases::request::Exchange;
+use crate::relay;
+
+/// The handshake's expected `Sec-WebSocket-Accept` (RFC 6455 §4.2.2).
+fn websocket_accept(key: &[u8]) -> String {
+    use base64::Engine as _;
+    let mut input = key.to_vec();
+    input.extend_from_slice(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &input);
+    base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
+}
+
+/// The client side of the connection: its halves and the bytes read and not yet consumed.
+pub(crate) struct Client<'a, R, W> {
+    pub(crate) rd: &'a mut R,
+    pub(crate) wr: &'a mut W,
+    pub(crate) buf: &'a mut BytesMut,
+}
+
+/// The handshake as it goes upstream, the client's key, and what its answer is scrubbed of.
+pub(crate) struct Handshake {
+    pub(crate) request: Request<ChannelBody>,
+    pub(crate) key: Option<Vec<u8>>,
+    pub(crate) scrub: ScrubSet,
+    /// The request target as the client sent it (its messages are judged on it).
+    pub(crate) target: String,
+}
+
+/// Answers the handshake with a refusal and audits it.
+async fn refuse<W: AsyncWrite + Unpin>(wr: &mut W, mut rec: Record, d: &Denial) {
+    let _ = wr.write_all(&d.refusal.to_bytes()).await;
+    rec.deny(d);
+    rec.finish();
+}
+
+/// A WebSocket handshake (already through the request phase): sent upstream; a valid `101`
+/// is passed on, audited, and the two sides are relayed raw until either closes; anything
+/// else is an ordinary response. The connection is not kept alive after it.
+pub(crate) async fn relay<R, W>(
+    x: &Exchange<'_>,
+    known: &Known,
+    mut rec: Record,
+    client: Client<'_, R, W>,
+    sender: &mut SendRequest<ChannelBody>,
+    hs: Handshake,
+) where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    let Client { rd, wr, buf } = client;
+    // A handshake that carried a secret: its answer is scrubbed of it (see `inject`).
+    let scrubbing = !hs.scrub.is_empty();
+    let mut judge = PolicyJudge::for_upgrade(*x, known, &hs.target, &rec);
+    // Frames read by sluice: no extension, a compressed frame could not be read.
+    let plain = scrubbing || judge.is_some();
+    let mut request = hs.request;
+    if plain {
+        // No extension: a compressed frame could not be scanned for the secret.
+        request.headers_mut().remove("sec-websocket-extensions");
+    }
+    // A handshake has no body: the upstream's time starts now.
+    let timeout = x.shared.limits.upstream_timeout;
+    let sent = exchange::already_sent();
+    let response = match exchange::within(sender.send_request(request), sent, timeout).await {
+        Some(Ok(r)) => r,
+        unanswered => {
+            let why = match unanswered {
+                Some(Err(e)) => Unanswered::Failed(e.to_string()),
+                _ => Unanswered::Timeout,
+            };
+            let d = x.unanswered(known, &rec, why, None, None);
+            return refuse(wr, rec, &d).await;
+        }
+    };
+    let status = response.status().as_u16();
+    if status != 101 {
+        let written = match x.answer(known, &rec, hs.scrub, response).await {
+            Ok(r) => respond::write_response(wr, r, false, 1, false).await,
+            Err(d) => return refuse(wr, rec, &d).await,
+        };
+        rec.status = Some(status);
+        rec.bytes_out = written.map_or(0, |w| w.body_bytes);
+        rec.finish();
+        return;
+    }
+    let accept_ok = match (&hs.key, response.headers().get("sec-websocket-accept")) {
+        (Some(k), Some(a)) => a.as_bytes() == websocket_accept(k).as_bytes(),
+        _ => false,
+    };
+    let upgrade_ok = response
+        .headers()
+        .get(http::header::UPGRADE)
+        .is_some_and(|u| u.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    if !accept_ok || !upgrade_ok {
+        let refusal = Refusal::new(
+            Code::UpstreamUnreachable,
+            "the upstream's WebSocket handshake answer is not valid (RFC 6455)",
+        );
+        return refuse(wr, rec, &Denial::new(Engine::Proxy, refusal)).await;
+    }
+    let mut response = response;
+    if scrubbing {
+        crate::pipeline::phases::inject::scrub_head(
+            &rec.dest(x.shared, known),
+            &hs.scrub,
+            &rec.credentials,
+            response.headers_mut(),
+        );
+    }
+    // Named after the scrub: the upstream wrote it, and it goes to the client.
+    if plain && let Some(ext) = response.headers().get("sec-websocket-extensions") {
+        let text = String::from_utf8_lossy(ext.as_bytes());
+        let name: String = text
+            .split([';', ','])
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .chars()
+            .take(64)
+            .collect();
+        let detail = if scrubbing {
+            format!(
+                "the upstream answered a WebSocket handshake to a credentialed endpoint with extension `{name}` although none was offered; sluice does not relay frames it cannot scan for the secret"
+            )
+        } else {
+            format!(
+                "the upstream answered a WebSocket handshake with extension `{name}` although none was offered; sluice does not relay messages it cannot judge"
+            )
+        };
+        let refusal =
+            Refusal::new(Code::CredentialResponseEncoded, detail.clone()).with_reason(detail);
+        return refuse(wr, rec, &Denial::new(Engine::L7, refusal)).await;
+    }
+    let mut head = b"HTTP/1.1 101 Switching Protocols\r\n".to_vec();
+    for (name, value) in response.headers() {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    let upgraded = match hyper::upgrade::on(response).await {
+        Ok(u) => u,
+        Err(e) => {
+            let refusal = Refusal::new(Code::UpstreamUnreachable, format!("upgrade failed: {e}"));
+            return refuse(wr, rec, &Denial::new(Engine::Proxy, refusal)).await;
+        }
+    };
+    if wr.write_all(&head).await.is_err() {
+        // The handshake went upstream (with its credential): audited, whatever became of the
+        // client.
+        rec.status = Some(101);
+        rec.reason = Some("websocket upgrade; the client was gone before the 101".to_string());
+        rec.finish();
+        return;
+    }
+    // What the upstream's frames report, a secret found or a frame that ends the relay (the
+    // record is gone by then).
+    let reports = scrubbing.then(|| {
+        let d = rec.dest(x.shared, known);
+        Reports {
+            hit: crate::pipeline::phases::inject::reflected_report(&d, &rec.credentials),
+            refused: crate::pipeline::phases::inject::uninspectable_report(&d),
+        }
+    });
+    // The handshake's record goes out at the upgrade; the relay's bytes are the tunnel's.
+    rec.status = Some(101);
+    rec.reason = Some("websocket upgrade".to_string());
+    rec.finish();
+    let (ur, uw) = tokio::io::split(TokioIo::new(upgraded));
+    let leftover = buf.split();
+    let idle = x.shared.limits.idle_timeout;
+    let judge = judge.as_mut().map(|j| j as &mut (dyn Judge + Send));
+    if let Some(reports) = reports {
+        let ur = ScrubbedFrames::new(ur, &hs.scrub, reports);
+        pass(
+            Halves {
+                client_rd: rd,
+                client_wr: wr,
+                upstream_rd: ur,
+                upstream_wr: uw,
+            },
+            &leftover,
+            idle,
+            judge,
+        )
+        .await;
+    } else {
+        pass(
+            Halves {
+                client_rd: rd,
+                client_wr: wr,
+                upstream_rd: ur,
+                upstream_wr: uw,
+            },
+            &leftover,
+            idle,
+            judge,
+        )
+        .await;
+    }
+}
+
+/// Relays the upgraded connection: the client's messages through `judge` when there is one,
+/// else raw.
+async fn pass<CR, CW, UR, UW>(
+    halves: Halves<&mut CR, &mut CW, UR, UW>,
+    leftover: &[u8],
+    idle: std::time::Duration,
+    judge: Option<&mut (dyn Judge + Send)>,
+) where
+    CR: AsyncRead + Unpin + Send,
+    CW: AsyncWrite + Unpin + Send,
+    UR: AsyncRead + Unpin + Send,
+    UW: AsyncWrite + Unpin + Send,
+{
+    match judge {
+        Some(judge) => {
+            judged::relay(halves, leftover, idle, judge).await;
+        }
+        None => {
+            let Halves {
+                client_rd,
+                client_wr,
+                upstream_rd,
+                upstream_wr,
+            } = halves;
+            let _ = relay::relay(
+                client_rd,
+                client_wr,
+                upstream_rd,
+                upstream_wr,
+                leftover,
+                idle,
+            )
+            .await;
+        }
+    }
+}

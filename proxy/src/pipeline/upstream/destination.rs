@@ -1,0 +1,222 @@
+//! From an admitted host:port to a connected upstream socket, SSRF-safe.
+//!
+//! Owns the choice of destination plan from the policy match (spec §6.4: `allowed_ips`, an IP
+//! literal target, an exact declared host, else public addresses only), the single lookup,
+//! the vetting of every address (all must pass), and dialling only vetted addresses, each in
+//! turn with a timeout. The address classes and the vetting rules themselves are in the
+//! `sluice-resolver` crate.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use sluice_resolver::{DestinationPlan, VetOptions};
+use tokio::net::TcpStream;
+
+use crate::audit::Engine;
+use crate::http::respond::{Code, Refusal};
+use crate::pipeline::authority::Authority;
+use crate::pipeline::denial::Denial;
+use crate::pipeline::state::shared::Shared;
+use crate::policy::decide::Admission;
+use crate::policy::glob::HostPattern;
+use crate::policy::{Compat, Policy};
+
+/// Why no upstream connection was made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DialError {
+    /// The host is a cloud metadata service name (403 `ssrf_denied`).
+    #[error("{host} is a cloud metadata service name")]
+    MetadataHost { host: String },
+    /// The destination check refused an address (403 `ssrf_denied`).
+    #[error(transparent)]
+    Refused(#[from] sluice_resolver::Refusal),
+    /// The name did not resolve (502).
+    #[error(transparent)]
+    Resolve(#[from] sluice_resolver::ResolverError),
+    /// Every vetted address refused or failed (502 `upstream_unreachable`): the last one.
+    #[error("{addr}: {source}")]
+    Unreachable {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Some vetted addresses timed out, and the others refused: the last timed out.
+    #[error("{addr}: connect timed out after {} s", .after.as_secs_f32())]
+    LastTimedOut { addr: SocketAddr, after: Duration },
+    /// There was no address to dial.
+    #[error("no address to dial")]
+    NoAddress,
+    /// Every vetted address timed out (504).
+    #[error("connect timed out")]
+    Timeout,
+}
+
+impl DialError {
+    /// The refusal of a failed destination step: `verb` is the refused request's method
+    /// (`CONNECT`, `GET`), `dst` where it went.
+    pub fn denial(&self, verb: &str, dst: &Authority) -> Denial {
+        match self {
+            DialError::MetadataHost { .. } => Denial::new(
+                Engine::Ssrf,
+                Refusal::new(
+                    Code::SsrfDenied,
+                    format!("{verb} {dst} blocked: metadata host"),
+                )
+                .with_reason(self.to_string()),
+            ),
+            DialError::Refused(r) => Denial::new(
+                Engine::Ssrf,
+                Refusal::new(
+                    Code::SsrfDenied,
+                    format!("{verb} {dst} blocked: {}", r.kind),
+                )
+                .with_reason(r.detail.clone()),
+            ),
+            DialError::Timeout => Denial::new(
+                Engine::Proxy,
+                Refusal::new(
+                    Code::UpstreamTimeout,
+                    format!("connection to {dst} timed out"),
+                ),
+            ),
+            DialError::Resolve(_)
+            | DialError::Unreachable { .. }
+            | DialError::LastTimedOut { .. }
+            | DialError::NoAddress => Denial::new(
+                Engine::Proxy,
+                Refusal::new(
+                    Code::UpstreamUnreachable,
+                    format!("connection to {dst} failed"),
+                )
+                .with_reason(self.to_string()),
+            ),
+        }
+    }
+}
+
+/// The destination plan for an admitted connection.
+///
+/// By default a name must resolve to public addresses unless an endpoint lists `allowed_ips`
+/// (an IP-literal target is its own declaration). The reference also lets an exactly declared
+/// host name reach private ranges (spec §6.4 "ExactDeclaredHost"), so a DNS answer can steer
+/// an allowed name into the internal network; sluice does that only in `--compat openshell`.
+pub fn plan_for(
+    policy: &Policy,
+    admission: &Admission,
+    host: &str,
+    compat: Compat,
+) -> DestinationPlan {
+    let mut nets = Vec::new();
+    let mut has_invalid = false;
+    let mut exact = false;
+    for r in &admission.endpoints {
+        let ep = policy.endpoint(*r);
+        nets.extend(ep.allowed_ips.nets.iter().copied());
+        has_invalid |= ep.allowed_ips.has_invalid;
+        exact |= matches!(&ep.host, HostPattern::Exact(h) if h == host);
+    }
+    if !nets.is_empty() || has_invalid {
+        DestinationPlan::ExplicitAllowedIps { nets, has_invalid }
+    } else if let Ok(ip) = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    {
+        DestinationPlan::ImplicitIpLiteral(ip)
+    } else if exact && compat == Compat::OpenShell {
+        DestinationPlan::ExactDeclaredHost
+    } else {
+        DestinationPlan::DefaultPublicOnly
+    }
+}
+
+/// Resolves, vets and dials. On success returns the stream and the address dialled.
+pub async fn connect(
+    shared: &Shared,
+    plan: &DestinationPlan,
+    host: &str,
+    port: u16,
+) -> Result<(TcpStream, SocketAddr), DialError> {
+    let vetted = vet(shared, plan, host, port).await?;
+    crate::metrics::upstream_connect(dial(&vetted, shared.limits.connect_timeout)).await
+}
+
+/// Resolves and vets: the addresses `plan` lets this connection dial, in order.
+pub async fn vet(
+    shared: &Shared,
+    plan: &DestinationPlan,
+    host: &str,
+    port: u16,
+) -> Result<Vec<SocketAddr>, DialError> {
+    if sluice_resolver::is_metadata_host(host) {
+        return Err(DialError::MetadataHost {
+            host: host.to_string(),
+        });
+    }
+    let addrs = shared.resolver.resolve(host).await?;
+    Ok(sluice_resolver::vet(
+        plan,
+        &addrs,
+        port,
+        VetOptions {
+            allow_loopback: shared.allow_loopback,
+        },
+    )?)
+}
+
+/// Vets one given address (no lookup) against the plan and dials it: the pinned dial of a
+/// transparently redirected connection.
+pub async fn connect_at(
+    shared: &Shared,
+    plan: &DestinationPlan,
+    host: &str,
+    addr: SocketAddr,
+) -> Result<(TcpStream, SocketAddr), DialError> {
+    if sluice_resolver::is_metadata_host(host) {
+        return Err(DialError::MetadataHost {
+            host: host.to_string(),
+        });
+    }
+    let vetted = sluice_resolver::vet(
+        plan,
+        &[addr.ip()],
+        addr.port(),
+        VetOptions {
+            allow_loopback: shared.allow_loopback,
+        },
+    )?;
+    crate::metrics::upstream_connect(dial(&vetted, shared.limits.connect_timeout)).await
+}
+
+/// Dials each address in turn; a refusal moves on at once, a timeout after `timeout`.
+pub async fn dial(
+    addrs: &[SocketAddr],
+    timeout: Duration,
+) -> Result<(TcpStream, SocketAddr), DialError> {
+    let mut last = DialError::NoAddress;
+    let mut all_timed_out = !addrs.is_empty();
+    for &addr in addrs {
+        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok((stream, addr));
+            }
+            Ok(Err(source)) => {
+                all_timed_out = false;
+                last = DialError::Unreachable { addr, source };
+            }
+            Err(_) => {
+                last = DialError::LastTimedOut {
+                    addr,
+                    after: timeout,
+                }
+            }
+        }
+    }
+    if all_timed_out {
+        Err(DialError::Timeout)
+    } else {
+        Err(last)
+    }
+}
