@@ -6,11 +6,11 @@
 
 use serde_json::json;
 
-use crate::pipeline::denial::Denial;
 use super::protocol_body::RpcCheck;
 use super::record::Record;
 use crate::audit::{Engine, Outcome};
 use crate::http::respond::{Code, Refusal};
+use crate::pipeline::denial::Denial;
 use crate::policy::decide::{RequestBasis, RequestDecision, Verdict};
 use crate::policy::graphql_body::Operation;
 use crate::policy::graphql_decide::UNREGISTERED;
