@@ -6,7 +6,6 @@
 
 use serde_json::json;
 
-use super::protocol_body::RpcCheck;
 use super::record::Record;
 use crate::audit::{Engine, Outcome};
 use crate::http::respond::{Code, Refusal};
@@ -15,9 +14,22 @@ use crate::policy::decide::{RequestBasis, RequestDecision, Verdict};
 use crate::policy::graphql_body::Operation;
 use crate::policy::graphql_decide::UNREGISTERED;
 
+/// The request as its refusal names it.
+#[derive(Debug)]
+pub(super) struct Asked<'a> {
+    /// The request line's method.
+    pub(super) method: &'a str,
+    /// Path and query as the client sent them.
+    pub(super) target: &'a str,
+    /// `host:port`.
+    pub(super) hp: &'a str,
+    /// The caller's executable (for the operator's `policy explain` line).
+    pub(super) binary: &'a str,
+}
+
 /// Judges into `rec` a request `d` decided: `Ok` lets it go upstream.
 pub(super) fn judge(
-    check: &RpcCheck,
+    check: &Asked<'_>,
     d: &RequestDecision<'_>,
     rec: &mut Record,
 ) -> Result<(), Denial> {
@@ -46,10 +58,7 @@ pub(super) fn judge(
     if d.verdict != Verdict::Deny {
         return Ok(());
     }
-    let path = d
-        .target
-        .as_ref()
-        .map_or(check.target.as_str(), |t| t.path.as_str());
+    let path = d.target.as_ref().map_or(check.target, |t| t.path.as_str());
     let line = format!("{} {}{path}", check.method, check.hp);
     if matches!(d.basis, RequestBasis::GraphqlRejected) {
         let refusal = Refusal::new(Code::InvalidGraphqlRequest, format!("{line}: {}", d.reason))

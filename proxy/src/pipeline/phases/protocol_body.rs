@@ -25,19 +25,19 @@ use crate::policy::{Admission, Policy, Request};
 /// What judging a request's body needs, kept from its head.
 #[derive(Debug)]
 pub struct RpcCheck {
-    pub(super) policy: Arc<Policy>,
-    pub(super) admission: Admission,
+    policy: Arc<Policy>,
+    admission: Admission,
     /// The request line's method.
-    pub(super) method: String,
+    method: String,
     /// Path and query as the client sent them.
-    pub(super) target: String,
+    target: String,
     receive_stream: bool,
     /// GraphQL: why the body cannot be read (compressed, multipart).
     unreadable: Option<String>,
     /// `host:port`.
-    pub(super) hp: String,
+    hp: String,
     /// The caller's executable (for the operator's `policy explain` line).
-    pub(super) binary: String,
+    binary: String,
 }
 
 /// The facts of a request head that decide whether its body is judged.
@@ -109,7 +109,13 @@ pub fn judge(check: &RpcCheck, body: &[u8], rec: &mut Record) -> Result<(), Deni
         .policy
         .decide_rpc_request(&check.admission, &req, body);
     if d.graphql.is_some() {
-        return super::graphql_judged::judge(check, &d, rec);
+        let asked = super::graphql_judged::Asked {
+            method: &check.method,
+            target: &check.target,
+            hp: &check.hp,
+            binary: &check.binary,
+        };
+        return super::graphql_judged::judge(&asked, &d, rec);
     }
     let protocol = d
         .endpoints
