@@ -12,6 +12,8 @@ use std::fmt;
 
 use super::canon::{self, CanonError, Target};
 use super::compile::{EndpointRef, Policy};
+use super::graphql_body::{self, GraphqlRequest};
+use super::graphql_decide;
 use super::model::{
     Endpoint, Enforcement, PolicyKey, Protocol, QueryMatcher, Rule, Signing, deny_query_matches,
 };
@@ -145,12 +147,14 @@ pub enum RequestBasis<'p> {
     WebSocketRequired,
     /// The target could not be canonicalised (or its query decoded).
     Target(CanonError),
-    /// A request to a JSON-RPC or MCP endpoint judged without its body (the proxy judges
-    /// it again with it, [`Policy::decide_rpc_request`]): refused.
+    /// A request to a JSON-RPC, MCP or GraphQL endpoint judged without its body (the
+    /// proxy judges it again with it, [`Policy::decide_rpc_request`]): refused.
     RpcBodyUnread,
     /// A JSON-RPC or MCP body refused even under audit: it does not parse, or (JSON-RPC) it
     /// carries a response.
     RpcRejected,
+    /// A GraphQL request refused even under audit: it does not parse.
+    GraphqlRejected,
     /// A JSON-RPC or MCP body whose calls the rules allow without naming one (MCP's event
     /// stream and client responses, `allow_all_known_mcp_methods`).
     RpcAllowed,
@@ -168,6 +172,8 @@ pub struct RequestDecision<'p> {
     pub endpoints: Vec<EndpointRef>,
     /// A JSON-RPC or MCP request: what its body asked (for audit), when it was read.
     pub rpc: Option<RpcBody>,
+    /// A GraphQL request: the operations it asked (for audit), when it was read.
+    pub graphql: Option<GraphqlRequest>,
 }
 
 impl RequestDecision<'_> {
@@ -265,15 +271,20 @@ impl Policy {
         self.decide(admission, req, false, Some(body))
     }
 
-    /// Whether a request is judged by its JSON-RPC or MCP body, and then at most how many
-    /// bytes of it are read (the selected endpoint's `max_body_bytes`).
+    /// Whether a request is judged by its JSON-RPC, MCP or GraphQL body, and then at most
+    /// how many bytes of it are read (the selected endpoint's `max_body_bytes` or
+    /// `graphql_max_body_bytes`).
     pub fn rpc_body_limit(&self, admission: &Admission, req: &Request<'_>) -> Option<usize> {
         let d = self.decide(admission, req, false, None);
         match d.basis {
-            RequestBasis::RpcBodyUnread => d
-                .endpoints
-                .first()
-                .map(|&r| self.endpoint(r).rpc.max_body_bytes),
+            RequestBasis::RpcBodyUnread => d.endpoints.first().map(|&r| {
+                let e = self.endpoint(r);
+                if e.protocol == Protocol::Graphql {
+                    e.graphql.max_body_bytes
+                } else {
+                    e.rpc.max_body_bytes
+                }
+            }),
             _ => None,
         }
     }
@@ -281,17 +292,27 @@ impl Policy {
     /// The decision for one client text message on a WebSocket whose upgrade was `target`
     /// (spec §5.4): judged as the synthetic method `WEBSOCKET_TEXT` on the upgrade's path
     /// and query; its content is not a policy input.
+    ///
+    /// On a WebSocket endpoint with GraphQL policy the message is classified instead
+    /// (graphql-transport-ws `subscribe`, legacy graphql-ws `start`) and its operation
+    /// judged by the GraphQL rules; lifecycle messages are allowed.
     pub fn decide_websocket_text<'p>(
         &'p self,
         admission: &Admission,
         target: &[u8],
+        message: &[u8],
     ) -> RequestDecision<'p> {
         let req = Request {
             method: "WEBSOCKET_TEXT",
             target,
             websocket_upgrade: false,
         };
-        self.decide(admission, &req, true, None)
+        let body = Body {
+            bytes: message,
+            receive_stream: false,
+            unreadable: None,
+        };
+        self.decide(admission, &req, true, Some(body))
     }
 
     /// Whether the client's text messages on a WebSocket upgraded by a request so decided
@@ -322,6 +343,7 @@ impl Policy {
                 target: canon::canonicalize(req.target, true).ok(),
                 endpoints: admission.endpoints.clone(),
                 rpc: None,
+                graphql: None,
             };
         }
         let hard = |basis: RequestBasis<'p>,
@@ -334,6 +356,7 @@ impl Policy {
             target,
             endpoints,
             rpc: None,
+            graphql: None,
         };
 
         // Canonicalise strictly; retry with encoded slashes only if some endpoint allows them,
@@ -427,6 +450,26 @@ impl Policy {
         } else {
             Enforcement::Audit
         };
+        let graphql_ws =
+            text && protocol == Protocol::WebSocket && selected[0].1.graphql.websocket_policy;
+        if protocol == Protocol::Graphql || graphql_ws {
+            let matching: Vec<&Endpoint> = matching.iter().map(|(_, e)| *e).collect();
+            let selected: Vec<&Endpoint> = selected.iter().map(|(_, e)| *e).collect();
+            let case = rpc_decide::Case {
+                matching: &matching,
+                selected: &selected,
+                method: &method,
+                path,
+                query: &query,
+            };
+            let facts = GraphqlFacts {
+                websocket: graphql_ws,
+                upgrade: req.websocket_upgrade,
+                body,
+                enforcement,
+            };
+            return graphql_decision(&case, &facts, target.clone(), refs);
+        }
         if protocol.is_rpc() {
             // A WebSocket upgrade has no JSON-RPC body: refused as the reference refuses an
             // empty one (its frames would never be judged).
@@ -434,6 +477,7 @@ impl Policy {
                 Some(Body {
                     bytes: b"",
                     receive_stream: false,
+                    unreadable: None,
                 })
             } else {
                 body
@@ -483,16 +527,17 @@ impl Policy {
                 target: Some(target),
                 endpoints: refs,
                 rpc: parsed,
+                graphql: None,
             };
         }
-
         // Deny rules apply from every endpoint whose selector matches, the broader ones too
         // (as in the reference); allow rules only from the most specific.
         let deny = matching
             .iter()
             .flat_map(|(_, e)| e.deny_rules.iter())
             .find(|r| {
-                r.method.matches(&method)
+                r.graphql.is_none()
+                    && r.method.matches(&method)
                     && r.path.is_match(path)
                     && deny_query_matches(&r.query, &query)
             });
@@ -502,7 +547,8 @@ impl Policy {
                 format!("{method} {path} blocked by deny rule"),
             )
         } else if let Some(rule) = selected.iter().flat_map(|(_, e)| e.rules.iter()).find(|r| {
-            r.method.matches(&method)
+            r.graphql.is_none()
+                && r.method.matches(&method)
                 && r.path.is_match(path)
                 && allow_query_matches(&r.query, &query)
         }) {
@@ -528,8 +574,108 @@ impl Policy {
             target: Some(target),
             endpoints: refs,
             rpc: None,
+            graphql: None,
         }
     }
+}
+
+/// What a GraphQL decision reads besides the rules.
+struct GraphqlFacts<'a> {
+    /// A text message on a WebSocket with GraphQL policy (else an HTTP request).
+    websocket: bool,
+    /// An HTTP WebSocket upgrade to a GraphQL endpoint: judged with no body.
+    upgrade: bool,
+    body: Option<Body<'a>>,
+    enforcement: Enforcement,
+}
+
+/// The decision on a GraphQL request, or on a client message of a WebSocket with GraphQL
+/// policy (spec §5.4, §5.5).
+fn graphql_decision<'p>(
+    case: &rpc_decide::Case<'_, 'p>,
+    facts: &GraphqlFacts<'_>,
+    target: Target,
+    refs: Vec<EndpointRef>,
+) -> RequestDecision<'p> {
+    let (method, path) = (case.method, case.path);
+    let decided = |verdict, basis, reason, graphql| RequestDecision {
+        verdict,
+        basis,
+        reason,
+        target: Some(target.clone()),
+        endpoints: refs.clone(),
+        rpc: None,
+        graphql,
+    };
+    let parsed = match (facts.websocket, facts.upgrade, facts.body) {
+        (true, _, body) => {
+            let message = body.map_or(&b""[..], |b| b.bytes);
+            match graphql_body::websocket_message(message) {
+                graphql_body::WsMessage::Control(kind) => {
+                    let reason = format!("GraphQL WebSocket control message {kind}");
+                    return decided(Verdict::Allow, RequestBasis::RpcAllowed, reason, None);
+                }
+                graphql_body::WsMessage::Operation(mut g) => {
+                    if let Some(e) = g.error.take() {
+                        let reason = format!("GraphQL WebSocket message rejected: {e}");
+                        g.error = Some(e);
+                        return decided(
+                            Verdict::Deny,
+                            RequestBasis::GraphqlRejected,
+                            reason,
+                            Some(g),
+                        );
+                    }
+                    g
+                }
+            }
+        }
+        (false, true, _) => graphql_body::parse(method, case.query, b""),
+        (false, false, Some(b)) => match b.unreadable {
+            Some(why) => GraphqlRequest {
+                error: Some(why.to_string()),
+                ..GraphqlRequest::default()
+            },
+            None => graphql_body::parse(method, case.query, b.bytes),
+        },
+        (false, false, None) => {
+            let reason = format!("{method} {path}: a GraphQL request is judged by its operations");
+            return RequestDecision {
+                verdict: Verdict::Deny,
+                basis: RequestBasis::RpcBodyUnread,
+                reason,
+                target: Some(target),
+                endpoints: refs,
+                rpc: None,
+                graphql: None,
+            };
+        }
+    };
+    let (found, refused) = graphql_decide::decide(case, &parsed);
+    let refused_reason = case.selected.first().map_or(graphql_decide::BLOCKED, |e| {
+        graphql_decide::reason(&parsed, e)
+    });
+    let (basis, reason) = match found {
+        Found::Allowed(Some(rule)) => (
+            RequestBasis::Allowed(rule),
+            format!("{method} {path} allowed by policy"),
+        ),
+        Found::Allowed(None) => (
+            RequestBasis::RpcAllowed,
+            format!("{method} {path} allowed by policy"),
+        ),
+        Found::Denied(rule) => (RequestBasis::DenyRule(rule), refused_reason.to_string()),
+        Found::NotAllowed => (RequestBasis::NoAllowRule, refused_reason.to_string()),
+        Found::Hard(reason) => (RequestBasis::GraphqlRejected, reason),
+    };
+    let verdict = match (&basis, facts.enforcement) {
+        (RequestBasis::Allowed(_) | RequestBasis::RpcAllowed, _) => Verdict::Allow,
+        (RequestBasis::GraphqlRejected, _) | (_, Enforcement::Enforce) => Verdict::Deny,
+        (_, Enforcement::Audit) => Verdict::Audit,
+    };
+    let mut parsed = parsed;
+    parsed.refused = refused;
+    decided(verdict, basis, reason, Some(parsed))
 }
 
 /// Allow side: every configured key present with at least one value, and every value

@@ -76,7 +76,8 @@ pub struct Explanation {
     /// `message` (the message was judged) or `none` (frames are relayed unjudged).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ws_stage: Option<&'static str>,
-    /// JSON-RPC or MCP: the calls the body makes (`method` or `method tool`), names only.
+    /// JSON-RPC or MCP: the calls the body makes (`method` or `method tool`), names only;
+    /// GraphQL: its operations (`type name`, or `persisted query KEY`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calls: Option<Vec<String>>,
 }
@@ -225,7 +226,9 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
             if policy.inspects_websocket_messages(&decision) {
                 out.ws_stage = Some("message");
                 out.method = Some("WEBSOCKET_TEXT".to_string());
-                decision = policy.decide_websocket_text(&admission, target.as_bytes());
+                let text = req.ws_text.as_deref().unwrap_or_default();
+                decision =
+                    policy.decide_websocket_text(&admission, target.as_bytes(), text.as_bytes());
             } else {
                 out.ws_stage = Some("none");
             }
@@ -245,9 +248,13 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
             .iter()
             .filter(|(n, _)| n.eq_ignore_ascii_case("accept"))
             .map(|(_, v)| v.as_str());
+        let unreadable = super::graphql_body::unreadable(
+            req.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
+        );
         let body = Body {
             bytes,
             receive_stream: receive_stream(&req.method, req.body.is_some(), accepts),
+            unreadable: unreadable.as_deref(),
         };
         decision = policy.decide_rpc_request(&admission, &request, body);
         out.calls = decision.rpc.as_ref().map(|b| {
@@ -259,6 +266,14 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
                 })
                 .collect()
         });
+        if let Some(g) = &decision.graphql {
+            out.calls = Some(
+                g.operations
+                    .iter()
+                    .map(super::graphql_body::Operation::describe)
+                    .collect(),
+            );
+        }
     }
     out.decision = decision.verdict.as_str();
     out.reason.clone_from(&decision.reason);
@@ -294,6 +309,24 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         })
         .collect();
     match &decision.basis {
+        RequestBasis::NoAllowRule if decision.graphql.is_some() => {
+            let g = decision.graphql.as_ref();
+            let op = g.and_then(|g| g.refused.and_then(|i| g.operations.get(i)));
+            let at = eps.first().cloned().unwrap_or_default();
+            out.suggestions.push(match op {
+                Some(op) if op.needs_registry() => format!(
+                    "a hash-only persisted query passes only with `persisted_queries: allow_registered` and its key `{}` in `graphql_persisted_queries` of {at}",
+                    op.registry_key().unwrap_or_default()
+                ),
+                Some(op) => format!(
+                    "add an allow rule {{operation_type: {}{}, fields: [{}]}} to the rules of {at}",
+                    op.operation_type,
+                    op.operation_name.as_ref().map(|n| format!(", operation_name: {n}")).unwrap_or_default(),
+                    op.fields.join(", ")
+                ),
+                None => format!("the rules of {at} allow no operation of this request"),
+            });
+        }
         RequestBasis::NoAllowRule => {
             for e in &eps {
                 out.suggestions.push(format!("add an allow rule {{method: {method}, path: {path}}} to the rules of {e}"));
@@ -319,7 +352,10 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
             .suggestions
             .push("send a well-formed, canonical request target".to_string()),
         RequestBasis::RpcBodyUnread => out.suggestions.push(
-            "a JSON-RPC or MCP endpoint judges each request by the calls in its body: give the body to judge".to_string(),
+            "a JSON-RPC, MCP or GraphQL endpoint judges each request by what its body asks: give the body to judge".to_string(),
+        ),
+        RequestBasis::GraphqlRejected => out.suggestions.push(
+            "send a GraphQL request that parses: a GET with `query` (each parameter once), or a POST of one JSON envelope `{\"query\": ...}` or a non-empty batch of them, naming `operationName` when the document has several operations".to_string(),
         ),
         RequestBasis::RpcRejected => out.suggestions.push(
             "send one JSON-RPC 2.0 message or a non-empty batch of them (`\"jsonrpc\": \"2.0\"`, a string `method`)".to_string(),
@@ -368,6 +404,9 @@ pub fn render_text(e: &Explanation) -> String {
                 e.canonical.as_deref().unwrap_or("(not canonicalisable)")
             ),
         );
+    }
+    if let Some(calls) = &e.calls {
+        line("asks:", &calls.join(", "));
     }
     if let Some(r) = &e.rule {
         line("rule:", r);

@@ -46,14 +46,28 @@ pub enum Protocol {
     JsonRpc,
     /// `protocol: mcp`: JSON-RPC with MCP's methods and tools (streamable HTTP).
     Mcp,
+    /// `protocol: graphql`: every operation of a request judged (GET and POST).
+    Graphql,
+    /// `protocol: sql`: audit only, relayed without a parser (as in the reference).
+    Sql,
 }
 
 impl Protocol {
     pub(super) fn is_l7(self) -> bool {
         matches!(
             self,
-            Protocol::Rest | Protocol::WebSocket | Protocol::JsonRpc | Protocol::Mcp
+            Protocol::Rest
+                | Protocol::WebSocket
+                | Protocol::JsonRpc
+                | Protocol::Mcp
+                | Protocol::Graphql
         )
+    }
+
+    /// JSON-RPC, MCP or GraphQL: a request is judged by what its body (or, GraphQL `GET`,
+    /// its query) asks, not by its head alone.
+    pub fn judges_body(self) -> bool {
+        self.is_rpc() || self == Protocol::Graphql
     }
 
     /// JSON-RPC or MCP: requests are judged by the calls their bodies make.
@@ -69,6 +83,8 @@ impl Protocol {
             Protocol::WebSocket => "websocket",
             Protocol::JsonRpc => "json-rpc",
             Protocol::Mcp => "mcp",
+            Protocol::Graphql => "graphql",
+            Protocol::Sql => "sql",
         }
     }
 }
@@ -310,6 +326,8 @@ pub struct Rule {
     pub query: Vec<QueryMatcher>,
     /// A JSON-RPC or MCP rule: what it matches in a call (`method`, `path`, `query` unused).
     pub rpc: Option<RpcMatcher>,
+    /// A GraphQL rule: what it matches in an operation (`method`, `path`, `query` unused).
+    pub graphql: Option<GraphqlMatcher>,
     pub origin: RuleOrigin,
 }
 
@@ -317,9 +335,10 @@ impl Rule {
     /// The reference's short form, `METHOD path`, as in 403 bodies; `rpc <method>` (and
     /// its tool globs) for a JSON-RPC or MCP rule.
     pub fn summary(&self) -> String {
-        match &self.rpc {
-            Some(r) => r.summary(),
-            None => format!("{} {}", self.method.as_str(), self.path.as_str()),
+        match (&self.rpc, &self.graphql) {
+            (Some(r), _) => r.summary(),
+            (None, Some(g)) => g.summary(),
+            (None, None) => format!("{} {}", self.method.as_str(), self.path.as_str()),
         }
     }
 }
@@ -354,6 +373,64 @@ impl RpcMatcher {
             out.push_str(&format!(" {}={}", p.key, globs.join("|")));
         }
         out
+    }
+}
+
+/// What a GraphQL rule matches in one operation (spec §1.6, §1.8).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphqlMatcher {
+    /// `query`, `mutation`, `subscription` (compared without case), or `*`.
+    pub operation_type: String,
+    /// A glob (`.` delimits) over the operation's name; `None` matches any (or none).
+    pub operation_name: Option<Glob>,
+    /// Root-field globs (`.` delimits); empty matches any.
+    pub fields: Vec<Glob>,
+}
+
+impl GraphqlMatcher {
+    pub(crate) fn summary(&self) -> String {
+        let mut out = format!("graphql {}", self.operation_type);
+        if let Some(n) = &self.operation_name {
+            out.push_str(&format!(" name={}", n.as_str()));
+        }
+        if !self.fields.is_empty() {
+            let f: Vec<&str> = self.fields.iter().map(Glob::as_str).collect();
+            out.push_str(&format!(" fields={}", f.join("|")));
+        }
+        out
+    }
+}
+
+/// An operation the registry of persisted queries trusts (`graphql_persisted_queries`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegisteredOperation {
+    pub operation_type: String,
+    pub operation_name: Option<String>,
+    pub fields: Vec<String>,
+}
+
+/// An endpoint's GraphQL options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphqlOptions {
+    /// The most body bytes read to judge a request (64 KiB by default).
+    pub max_body_bytes: usize,
+    /// `persisted_queries: allow_registered`: hash-only queries in the registry pass.
+    pub allow_registered: bool,
+    /// `graphql_persisted_queries`, by id or hash.
+    pub registry: std::collections::BTreeMap<String, RegisteredOperation>,
+    /// A WebSocket endpoint whose client messages are judged as GraphQL operations (it has
+    /// GraphQL rules or a registry).
+    pub websocket_policy: bool,
+}
+
+impl Default for GraphqlOptions {
+    fn default() -> Self {
+        GraphqlOptions {
+            max_body_bytes: 64 * 1024,
+            allow_registered: false,
+            registry: std::collections::BTreeMap::new(),
+            websocket_policy: false,
+        }
     }
 }
 
@@ -478,6 +555,8 @@ pub struct Endpoint {
     pub allow_uninspected_credentials: bool,
     /// JSON-RPC and MCP options (defaults elsewhere).
     pub rpc: RpcOptions,
+    /// GraphQL options (defaults elsewhere).
+    pub graphql: GraphqlOptions,
     /// `credential_signing`: requests are signed again with the bound AWS keys.
     pub signing: Option<Signing>,
     /// `credential_binding.provider`: the provider profile (by id) whose credentials this

@@ -82,7 +82,16 @@ pub struct RawEndpoint {
     pub json_rpc: Option<RawRpcOptions>,
     /// `mcp: {max_body_bytes, strict_tool_names, allow_all_known_mcp_methods}`.
     pub mcp: Option<RawRpcOptions>,
+    /// GraphQL: `persisted_queries` (`deny` or `allow_registered`).
+    pub persisted_queries: Option<Spanned<String>>,
+    /// GraphQL: `graphql_persisted_queries`, the trusted registry (id or hash → operation).
+    pub graphql_persisted_queries: Option<Spanned<RawRegistry>>,
+    pub graphql_max_body_bytes: Option<Spanned<i128>>,
 }
+
+/// `graphql_persisted_queries`: each id (or hash) and the operation it stands for (read as
+/// a rule of `operation_type`, `operation_name`, `fields`).
+pub type RawRegistry = Vec<(Spanned<String>, RawRule)>;
 
 /// The `json_rpc` or `mcp` stanza of an endpoint.
 #[derive(Clone, Debug, Default)]
@@ -104,6 +113,20 @@ pub struct RawRule {
     /// MCP: `params` matchers, nested keys flattened to dotted ones (`params.name`).
     pub params: Vec<RawQuery>,
     pub params_pos: Option<Pos>,
+    /// GraphQL: `operation_type`, `operation_name` (a glob), `fields` (root-field globs).
+    pub operation_type: Option<Spanned<String>>,
+    pub operation_name: Option<Spanned<String>>,
+    pub fields: Option<Spanned<Vec<Spanned<String>>>>,
+    /// SQL: `command`.
+    pub command: Option<Spanned<String>>,
+}
+
+impl RawRule {
+    /// It names a GraphQL operation (the reference's `json_rule_has_graphql_fields`).
+    pub fn has_graphql_fields(&self) -> bool {
+        let set = |s: &Option<Spanned<String>>| s.as_ref().is_some_and(|s| !s.value.is_empty());
+        set(&self.operation_type) || set(&self.operation_name) || self.fields.is_some()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -171,6 +194,9 @@ const ENDPOINT_FIELDS: &[&str] = &[
     "credential_binding",
     "json_rpc",
     "mcp",
+    "persisted_queries",
+    "graphql_persisted_queries",
+    "graphql_max_body_bytes",
 ];
 const JSON_RPC_FIELDS: &[&str] = &["max_body_bytes"];
 const MCP_FIELDS: &[&str] = &[
@@ -179,18 +205,20 @@ const MCP_FIELDS: &[&str] = &[
     "allow_all_known_mcp_methods",
 ];
 const CREDENTIAL_BINDING_FIELDS: &[&str] = &["provider"];
-const ENDPOINT_UNSUPPORTED: &[(&str, &str)] = &[
-    ("persisted_queries", "GraphQL inspection"),
-    ("graphql_persisted_queries", "GraphQL inspection"),
-    ("graphql_max_body_bytes", "GraphQL inspection"),
+const ENDPOINT_UNSUPPORTED: &[(&str, &str)] = &[];
+const RULE_FIELDS: &[&str] = &[
+    "method",
+    "path",
+    "query",
+    "tool",
+    "params",
+    "operation_type",
+    "operation_name",
+    "fields",
+    "command",
 ];
-const RULE_FIELDS: &[&str] = &["method", "path", "query", "tool", "params"];
-const RULE_UNSUPPORTED: &[(&str, &str)] = &[
-    ("operation_type", "GraphQL rules"),
-    ("operation_name", "GraphQL rules"),
-    ("fields", "GraphQL rules"),
-    ("command", "SQL rules"),
-];
+const REGISTRY_FIELDS: &[&str] = &["operation_type", "operation_name", "fields"];
+const RULE_UNSUPPORTED: &[(&str, &str)] = &[];
 const ALLOW_WRAPPER_FIELDS: &[&str] = &["allow"];
 const FILESYSTEM_FIELDS: &[&str] = &["include_workdir", "read_only", "read_write"];
 const LANDLOCK_FIELDS: &[&str] = &["compatibility"];
@@ -674,6 +702,11 @@ impl Reader<'_> {
                 }
                 "json_rpc" => ep.json_rpc = self.rpc_options(v, field, JSON_RPC_FIELDS),
                 "mcp" => ep.mcp = self.rpc_options(v, field, MCP_FIELDS),
+                "persisted_queries" => ep.persisted_queries = self.string(v, field),
+                "graphql_max_body_bytes" => ep.graphql_max_body_bytes = self.int(v, field),
+                "graphql_persisted_queries" => {
+                    ep.graphql_persisted_queries = self.registry(v, field);
+                }
                 "credential_signing" => ep.credential_signing = self.string(v, field),
                 "signing_service" => ep.signing_service = self.string(v, field),
                 "signing_region" => ep.signing_region = self.string(v, field),
@@ -748,8 +781,32 @@ impl Reader<'_> {
         })
     }
 
+    /// `graphql_persisted_queries`: a mapping of ids (or hashes) to operations.
+    fn registry(&mut self, node: &Node, path: Field<'_>) -> Option<Spanned<RawRegistry>> {
+        let Kind::Map(pairs) = &node.kind else {
+            self.expected(node, path, "a mapping of persisted-query ids to operations");
+            return None;
+        };
+        let mut out = Vec::new();
+        for (k, v) in pairs {
+            let key = self.string(k, path)?;
+            let field = Field::Key(&path, &key.value);
+            if let Some(rule) = self.rule_of(v, field, REGISTRY_FIELDS) {
+                out.push((key, rule));
+            }
+        }
+        Some(Spanned {
+            value: out,
+            pos: node.pos,
+        })
+    }
+
     fn rule(&mut self, node: &Node, path: Field<'_>) -> Option<RawRule> {
-        let fields = self.fields(node, path, RULE_FIELDS, RULE_UNSUPPORTED)?;
+        self.rule_of(node, path, RULE_FIELDS)
+    }
+
+    fn rule_of(&mut self, node: &Node, path: Field<'_>, known: &[&str]) -> Option<RawRule> {
+        let fields = self.fields(node, path, known, RULE_UNSUPPORTED)?;
         let mut rule = RawRule {
             pos: node.pos,
             method: None,
@@ -758,6 +815,10 @@ impl Reader<'_> {
             tool: None,
             params: Vec::new(),
             params_pos: None,
+            operation_type: None,
+            operation_name: None,
+            fields: None,
+            command: None,
         };
         for (k, v) in fields {
             let field = Field::Key(&path, k);
@@ -766,6 +827,10 @@ impl Reader<'_> {
                 "path" => rule.path = self.string(v, field),
                 "query" => rule.query = self.query(v, field),
                 "tool" => rule.tool = self.matcher(v, field),
+                "operation_type" => rule.operation_type = self.string(v, field),
+                "operation_name" => rule.operation_name = self.string(v, field),
+                "fields" => rule.fields = self.strings(v, field),
+                "command" => rule.command = self.string(v, field),
                 "params" => {
                     rule.params_pos = Some(v.pos);
                     self.params(v, field, "", &mut rule.params);

@@ -270,6 +270,7 @@ fn any_method_rule(
             method: RpcMethod::Any,
             params: Vec::new(),
         }),
+        graphql: None,
         origin: RuleOrigin {
             entry: entry.clone(),
             endpoint,
@@ -449,6 +450,7 @@ fn compile(
             method: rpc_method,
             params,
         }),
+        graphql: None,
         origin: RuleOrigin {
             entry: at.entry.clone(),
             endpoint: at.endpoint,

@@ -16,6 +16,9 @@ pub struct Body<'a> {
     pub bytes: &'a [u8],
     /// A `GET` without a body that accepts `text/event-stream` (MCP's receive stream).
     pub receive_stream: bool,
+    /// GraphQL: why the body cannot be read (compressed, multipart;
+    /// `graphql_body::unreadable`): refused even under audit.
+    pub unreadable: Option<&'a str>,
 }
 
 /// One thing judged: a call, a client response, or the receive stream.
@@ -130,7 +133,8 @@ fn unit<'p>(case: &Case<'_, 'p>, u: Unit<'_>) -> Found<'p> {
     for e in case.matching {
         let hit = e.deny_rules.iter().find(|r| match (&r.rpc, u) {
             (None, _) => {
-                r.method.matches(case.method)
+                r.graphql.is_none()
+                    && r.method.matches(case.method)
                     && r.path.is_match(case.path)
                     && super::model::deny_query_matches(&r.query, case.query)
             }

@@ -6,8 +6,8 @@
 
 use super::glob::Glob;
 use super::model::{
-    Access, MethodMatcher, PathMatcher, PolicyKey, Protocol, QueryMatcher, RpcOptions, Rule,
-    RuleKind, RuleOrigin,
+    Access, GraphqlOptions, MethodMatcher, PathMatcher, PolicyKey, Protocol, QueryMatcher,
+    RpcOptions, Rule, RuleKind, RuleOrigin,
 };
 use super::raw::{RawEndpoint, RawMatcher, RawRule};
 use super::report::{Idx, Sub, Validator};
@@ -21,6 +21,8 @@ pub struct L7Rules {
     pub deny_rules: Vec<Rule>,
     /// JSON-RPC and MCP options (defaults for other protocols).
     pub rpc: RpcOptions,
+    /// GraphQL options (defaults for other protocols).
+    pub graphql: GraphqlOptions,
 }
 
 pub fn endpoint_rules(
@@ -45,7 +47,29 @@ pub fn endpoint_rules(
             rules: r.rules,
             deny_rules: r.deny_rules,
             rpc: r.options,
+            graphql: GraphqlOptions::default(),
         };
+    }
+    match super::graphql::options(v, raw, protocol, path) {
+        Ok(g) => out.graphql = g,
+        Err(()) => out.ok = false,
+    }
+    if out.graphql.websocket_policy {
+        for (i, rule) in raw.rules.iter().flat_map(|l| l.value.iter()).enumerate() {
+            if rule
+                .method
+                .as_ref()
+                .is_some_and(|m| m.value.eq_ignore_ascii_case("WEBSOCKET_TEXT"))
+            {
+                let rules_field = field("rules");
+                v.error(
+                    rule.pos,
+                    Idx(&rules_field, i),
+                    "WebSocket endpoints with GraphQL operation policy must use operation_type/operation_name/fields rules for client messages instead of WEBSOCKET_TEXT",
+                );
+                out.ok = false;
+            }
+        }
     }
     // The `json_rpc` and `mcp` stanzas, and MCP's rule fields, are refused on any other
     // protocol.
@@ -121,6 +145,24 @@ pub fn endpoint_rules(
         return out;
     }
 
+    if protocol == Protocol::Sql {
+        // Relayed without a parser (audit only, as in the reference): its rules are
+        // checked for presence and never judged.
+        if raw.rules.is_none() && raw.access.is_none() {
+            v.error(raw.pos, path, "`protocol: sql` needs `rules` or `access`");
+            out.ok = false;
+        }
+        if let Some(r) = raw.rules.as_ref().filter(|r| r.value.is_empty()) {
+            v.error(
+                r.pos,
+                field("rules"),
+                "`rules: []` is empty: it would deny every request",
+            );
+            out.ok = false;
+        }
+        return out;
+    }
+
     // An L7 endpoint.
     let unreadable = |name: &str| raw.unreadable.contains(&name);
     let mut rules_given = raw.rules.as_ref().filter(|r| !r.value.is_empty());
@@ -180,9 +222,13 @@ pub fn endpoint_rules(
             out.rules = preset_rules(access, protocol, entry, index, v, a.pos);
         }
     } else if let Some(r) = rules_given {
-        if r.value
-            .iter()
-            .all(|rule| rule.method.is_none() && rule.path.is_none() && rule.query.is_empty())
+        if protocol != Protocol::Graphql
+            && r.value.iter().all(|rule| {
+                rule.method.is_none()
+                    && rule.path.is_none()
+                    && rule.query.is_empty()
+                    && !rule.has_graphql_fields()
+            })
         {
             // Both modes: the reference refuses it too.
             v.error(
@@ -246,6 +292,9 @@ fn preset_rules(
     pos: super::yaml::Pos,
 ) -> Vec<Rule> {
     use MethodMatcher as M;
+    if protocol == Protocol::Graphql {
+        return super::graphql::preset_rules(v, access, entry, endpoint, pos);
+    }
     let methods: &[MethodMatcher] = match (protocol, access) {
         (Protocol::WebSocket, Access::ReadOnly) => &[M::Get],
         (Protocol::WebSocket, Access::ReadWrite) => &[M::Get, M::WebsocketText],
@@ -261,6 +310,7 @@ fn preset_rules(
             path: PathMatcher::All,
             query: Vec::new(),
             rpc: None,
+            graphql: None,
             origin: RuleOrigin {
                 entry: entry.clone(),
                 endpoint,
@@ -295,6 +345,40 @@ fn compile_rule(
         "allows nothing"
     };
     let mut never = false;
+    if protocol == Protocol::Graphql
+        || (protocol == Protocol::WebSocket && raw.has_graphql_fields())
+    {
+        let at = super::graphql::Spot {
+            entry,
+            endpoint,
+            kind,
+            index,
+            pos: raw.pos,
+        };
+        return super::graphql::compile(v, raw, protocol, &at, &field.to_string()).map(Some);
+    }
+    if raw.has_graphql_fields() {
+        let accepted = v.lenient(
+            raw.pos,
+            field,
+            "GraphQL rule fields (operation_type, operation_name, fields) only apply with `protocol: graphql` or `websocket`",
+            "warns and ignores them",
+        );
+        if !accepted {
+            return Err(());
+        }
+    }
+    if let Some(c) = &raw.command {
+        let accepted = v.lenient(
+            c.pos,
+            Sub(&field, "command"),
+            "`command` (SQL rules) only applies with `protocol: sql`",
+            "warns and ignores it",
+        );
+        if !accepted {
+            return Err(());
+        }
+    }
 
     let method = match &raw.method {
         None => {
@@ -490,6 +574,7 @@ fn compile_rule(
             path,
             query,
             rpc: None,
+            graphql: None,
             origin: RuleOrigin {
                 entry: entry.clone(),
                 endpoint,

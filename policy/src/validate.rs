@@ -234,16 +234,8 @@ impl Validator<'_> {
                 "json-rpc" => Protocol::JsonRpc,
                 "mcp" => Protocol::Mcp,
                 t if t.eq_ignore_ascii_case("tcp") => Protocol::Tcp,
-                unsupported @ ("graphql" | "sql") => {
-                    self.diags.error_of(
-                        diag::Kind::Unsupported,
-                        self.file,
-                        p.pos,
-                        field("protocol"),
-                        format!("protocol `{unsupported}` is not supported by sluice yet"),
-                    );
-                    return None;
-                }
+                "graphql" => Protocol::Graphql,
+                "sql" => Protocol::Sql,
                 other => {
                     let lower = other.to_ascii_lowercase();
                     let known = match lower.as_str() {
@@ -251,6 +243,8 @@ impl Validator<'_> {
                         "websocket" => Some(Protocol::WebSocket),
                         "json-rpc" => Some(Protocol::JsonRpc),
                         "mcp" => Some(Protocol::Mcp),
+                        "graphql" => Some(Protocol::Graphql),
+                        "sql" => Some(Protocol::Sql),
                         _ => None,
                     };
                     match known {
@@ -265,22 +259,12 @@ impl Validator<'_> {
                             }
                             proto
                         }
-                        None if matches!(lower.as_str(), "graphql" | "sql") => {
-                            self.diags.error_of(
-                                diag::Kind::Unsupported,
-                                self.file,
-                                p.pos,
-                                field("protocol"),
-                                format!("protocol `{other}` is not supported by sluice yet"),
-                            );
-                            return None;
-                        }
                         None => {
                             self.error(
                                 p.pos,
                                 field("protocol"),
                                 format!(
-                                    "unknown protocol `{other}`; expected rest, websocket, json-rpc, mcp or tcp"
+                                    "unknown protocol `{other}`; expected rest, websocket, json-rpc, mcp, graphql, sql or tcp"
                                 ),
                             );
                             return None;
@@ -296,6 +280,23 @@ impl Validator<'_> {
         ok &= ports.is_some();
         let tls = self.tls(raw, field("tls"));
         let (enforcement, enforcement_defaulted) = self.enforcement(raw, field("enforcement"));
+        if protocol == Protocol::Sql
+            && let Some(e) = raw.enforcement.as_ref().filter(|e| e.value == "enforce")
+        {
+            self.error(
+                e.pos,
+                field("enforcement"),
+                "SQL enforcement requires full SQL parsing, which neither sluice nor the reference has: use `enforcement: audit` (SQL is relayed unjudged and recorded)",
+            );
+            ok = false;
+        }
+        if protocol == Protocol::Sql {
+            self.warning(
+                raw.pos,
+                path,
+                "`protocol: sql` is relayed as it is, without a SQL parser (as in the reference): its rules are never judged, the connection is recorded",
+            );
+        }
         let allowed_ips = self.allowed_ips(raw, field("allowed_ips"));
         let l7 = rules::endpoint_rules(self, entry, index, raw, protocol, path);
         ok &= l7.ok;
@@ -436,6 +437,7 @@ impl Validator<'_> {
             websocket_credential_rewrite: flag(&raw.websocket_credential_rewrite),
             allow_uninspected_credentials: flag(&raw.allow_uninspected_credentials),
             rpc: l7.rpc,
+            graphql: l7.graphql,
             signing,
             credential_binding: raw.credential_binding.as_ref().map(|b| b.value.clone()),
         })

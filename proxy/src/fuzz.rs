@@ -7,7 +7,7 @@
 //! the same code. Nothing in the proxy calls them.
 
 mod protocols;
-pub use protocols::{rpc_body, sigv4_request};
+pub use protocols::{graphql_body, rpc_body, sigv4_request};
 
 use std::cell::RefCell;
 
@@ -302,6 +302,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("policy_yaml", policy_yaml),
     ("provider_profile", provider_profile),
     ("rpc_body", rpc_body),
+    ("graphql_body", graphql_body),
     ("sigv4_request", sigv4_request),
 ];
 

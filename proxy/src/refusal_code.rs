@@ -16,6 +16,8 @@ pub enum Code {
     InvalidMethodOverride,
     /// A JSON-RPC or MCP body that is not a valid JSON-RPC 2.0 message.
     InvalidJsonrpcRequest,
+    /// A GraphQL request that does not parse, or whose body is compressed or multipart.
+    InvalidGraphqlRequest,
     RequestAuthorityMismatch,
     RequestHeaderFieldsTooLarge,
     RequestBodyTooLarge,
@@ -75,6 +77,7 @@ impl Code {
             | Code::InvalidRequestTarget
             | Code::InvalidMethodOverride
             | Code::InvalidJsonrpcRequest
+            | Code::InvalidGraphqlRequest
             | Code::NoOriginalDestination
             | Code::MalformedClientHello => 400,
             Code::RequestAuthorityMismatch
@@ -121,6 +124,7 @@ impl Code {
             Code::InvalidRequestTarget => "invalid_request_target",
             Code::InvalidMethodOverride => "invalid_method_override",
             Code::InvalidJsonrpcRequest => "invalid_jsonrpc_request",
+            Code::InvalidGraphqlRequest => "invalid_graphql_request",
             Code::RequestAuthorityMismatch => "request_authority_mismatch",
             Code::RequestHeaderFieldsTooLarge => "request_header_fields_too_large",
             Code::RequestBodyTooLarge => "request_body_too_large",

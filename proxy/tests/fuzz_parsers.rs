@@ -489,6 +489,11 @@ proptest! {
     }
 
     #[test]
+    fn graphql_bodies(data in input(committed("graphql_body"))) {
+        fuzz::graphql_body(&data);
+    }
+
+    #[test]
     fn sigv4_requests(data in input(committed("sigv4_request"))) {
         fuzz::sigv4_request(&data);
     }

@@ -210,9 +210,8 @@ fn the_corpus_queries_are_answered_verbatim_with_their_cmdline_paths() {
 
 /// The shared half of the reference's protocol corpus, through `policy explain --compat
 /// openshell --batch` with its query lines as they are (body, headers, ws_text): every case
-/// of a policy sluice loads gets the reference's decision (a WebSocket message's when it was
-/// judged, else the upgrade's), and every policy it refuses is refused as not supported yet
-/// (GraphQL, SQL: docs/policy.md row 23).
+/// of every policy gets the reference's decision (a WebSocket message's when it was judged,
+/// else the upgrade's), GraphQL over HTTP and WebSocket included.
 #[test]
 fn the_protocol_corpus_through_explain_batch() {
     use std::collections::BTreeMap;
@@ -229,7 +228,7 @@ fn the_protocol_corpus_through_explain_batch() {
         let policy = case["policy"].as_str().unwrap().to_string();
         by_policy.entry(policy).or_default().push(case);
     }
-    let (mut agree, mut refused, mut differ) = (0, 0, Vec::new());
+    let (mut agree, mut differ) = (0, Vec::new());
     for (policy, cases) in &by_policy {
         let mut child = Command::new(sluice_bin())
             .args([
@@ -256,15 +255,11 @@ fn the_protocol_corpus_through_explain_batch() {
         drop(stdin);
         let out = child.wait_with_output().unwrap();
         let stdout = String::from_utf8(out.stdout).unwrap();
-        if stdout.is_empty() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                stderr.contains("not supported by sluice yet"),
-                "{policy}: {stderr}"
-            );
-            refused += cases.len();
-            continue;
-        }
+        assert!(
+            !stdout.is_empty(),
+            "{policy}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         for (c, line) in cases.iter().zip(stdout.lines()) {
             let a: serde_json::Value = serde_json::from_str(line).unwrap();
             let e = &c["expect"];
@@ -296,14 +291,12 @@ fn the_protocol_corpus_through_explain_batch() {
             }
         }
     }
-    println!(
-        "protocol corpus through explain --batch: agree {agree}, refused policies' cases {refused}"
-    );
+    println!("protocol corpus through explain --batch: agree {agree}");
     assert!(
         differ.is_empty(),
         "{} differences:\n{}",
         differ.len(),
         differ.join("\n")
     );
-    assert!(agree >= 2247, "{agree}");
+    assert_eq!(agree, 4015);
 }

@@ -29,11 +29,11 @@ fn validation_messages() {
         ),
         (
             "host: h.example.com\n  port: 443\n  protocol: FTP\n  access: full",
-            "p.yaml:7:19: network_policies.p.endpoints[0].protocol: unknown protocol `FTP`; expected rest, websocket, json-rpc, mcp or tcp",
+            "p.yaml:7:19: network_policies.p.endpoints[0].protocol: unknown protocol `FTP`; expected rest, websocket, json-rpc, mcp, graphql, sql or tcp",
         ),
         (
             "host: h.example.com\n  port: 443\n  protocol: graphql",
-            "p.yaml:7:19: network_policies.p.endpoints[0].protocol: protocol `graphql` is not supported by sluice yet",
+            "p.yaml:5:9: network_policies.p.endpoints[0]: `protocol: graphql` needs `rules` or `access`",
         ),
         (
             "host: h.example.com\n  port: 443\n  protocol: rest",

@@ -685,9 +685,69 @@ fn a_json_rpc_endpoint_decides_nothing_from_the_head_and_refuses_a_websocket_upg
     let body = rpc_decide::Body {
         bytes: br#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"},"id":1}"#,
         receive_stream: false,
+        unreadable: None,
     };
     assert_eq!(
         p.decide_rpc_request(&a, &head, body).verdict,
         Verdict::Allow
     );
+}
+
+#[test]
+fn a_sql_endpoint_loads_audit_only_and_is_relayed_unjudged() {
+    let text = "version: 1\nnetwork_policies:\n  db:\n    endpoints:\n      - {host: db.example.com, port: 5432, protocol: sql, enforcement: audit, rules: [{allow: {command: SELECT}}]}\n    binaries: [{path: /usr/bin/curl}]\n";
+    let p = policy(text);
+    let a = admission(&p, "db.example.com", 5432);
+    assert!(
+        !a.inspects(&p),
+        "no SQL parser: the connection is relayed as it is"
+    );
+    let req = Request {
+        method: "GET",
+        target: b"/",
+        websocket_upgrade: false,
+    };
+    assert!(matches!(
+        p.decide_request(&a, &req).basis,
+        RequestBasis::Uninspected
+    ));
+}
+
+#[test]
+fn graphql_operations_are_judged_by_type_name_and_root_field() {
+    let text = "version: 1\nnetwork_policies:\n  g:\n    endpoints:\n      - {host: api.example.com, port: 443, protocol: graphql, enforcement: enforce, rules: [{allow: {operation_type: query}}, {allow: {operation_type: mutation, operation_name: 'Add*', fields: [addComment]}}], deny_rules: [{operation_type: query, fields: [secret]}]}\n    binaries: [{path: /usr/bin/curl}]\n";
+    let p = policy(text);
+    let a = admission(&p, "api.example.com", 443);
+    let req = Request {
+        method: "POST",
+        target: b"/graphql",
+        websocket_upgrade: false,
+    };
+    let verdict = |body: &str| {
+        let b = rpc_decide::Body {
+            bytes: body.as_bytes(),
+            receive_stream: false,
+            unreadable: None,
+        };
+        p.decide_rpc_request(&a, &req, b).verdict
+    };
+    assert_eq!(verdict(r#"{"query":"{ viewer }"}"#), Verdict::Allow);
+    assert_eq!(verdict(r#"{"query":"{ a: secret }"}"#), Verdict::Deny);
+    assert_eq!(
+        verdict(r#"{"query":"mutation AddOne { addComment }"}"#),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(r#"{"query":"mutation Other { addComment }"}"#),
+        Verdict::Deny
+    );
+    assert_eq!(
+        verdict(r#"{"query":"mutation AddOne { addComment deleteRepo }"}"#),
+        Verdict::Deny
+    );
+    assert_eq!(
+        verdict(r#"[{"query":"{ viewer }"},{"query":"mutation { x }"}]"#),
+        Verdict::Deny
+    );
+    assert_eq!(p.rpc_body_limit(&a, &req), Some(64 * 1024));
 }

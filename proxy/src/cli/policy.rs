@@ -21,7 +21,7 @@ pub(super) enum PolicyCommand {
     /// Validate policy files; print every error and warning as FILE:LINE:COL: field: message.
     Check(CheckArgs),
     /// Explain the decision for a program reaching a URL (or host:port) under a policy.
-    Explain(ExplainArgs),
+    Explain(Box<ExplainArgs>),
     /// Print the embedded default policy (deny all egress).
     Default,
     /// Draft policy entries that would have allowed the denied requests of an audit log.
@@ -77,6 +77,17 @@ pub struct ExplainArgs {
     /// Request method (default GET); ignored for a host:port question.
     #[arg(long, value_name = "M")]
     method: Option<String>,
+    /// The request's body (`-` reads it from stdin): a JSON-RPC, MCP or GraphQL endpoint
+    /// judges it.
+    #[arg(long, value_name = "BODY", conflicts_with_all = ["batch", "graphql"])]
+    body: Option<String>,
+    /// A GraphQL document (`-` reads it from stdin), sent as the body
+    /// `{"query": DOCUMENT}` of a POST (the method unless `--method` says otherwise).
+    #[arg(long, value_name = "DOCUMENT", conflicts_with = "batch")]
+    graphql: Option<String>,
+    /// With `--graphql`: the `operationName` to run.
+    #[arg(long = "operation-name", value_name = "NAME", requires = "graphql")]
+    operation_name: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -299,6 +310,38 @@ fn explain_cmd(args: &ExplainArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let stdin_text = |text: &str| -> std::io::Result<String> {
+        if text == "-" {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+            Ok(s)
+        } else {
+            Ok(text.to_string())
+        }
+    };
+    let body = match (&args.body, &args.graphql) {
+        (Some(b), _) => Some(stdin_text(b)),
+        (None, Some(doc)) => Some(stdin_text(doc).map(|d| {
+            let mut envelope = serde_json::json!({ "query": d });
+            if let Some(n) = &args.operation_name {
+                envelope["operationName"] = serde_json::json!(n);
+            }
+            envelope.to_string()
+        })),
+        (None, None) => None,
+    };
+    let body = match body.transpose() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("sluice: cannot read the body from stdin: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let default_method = if args.graphql.is_some() {
+        "POST"
+    } else {
+        "GET"
+    };
     let question = Question {
         binary: binary.to_string(),
         ancestors: args.ancestors.clone(),
@@ -307,9 +350,13 @@ fn explain_cmd(args: &ExplainArgs) -> ExitCode {
         host: target.host,
         port: target.port,
         request: target.target.map(|t| QuestionRequest {
-            method: args.method.clone().unwrap_or_else(|| "GET".to_string()),
+            method: args
+                .method
+                .clone()
+                .unwrap_or_else(|| default_method.to_string()),
             target: t,
             websocket_upgrade: target.websocket,
+            body: body.map(String::into_bytes),
             ..Default::default()
         }),
     };

@@ -1,5 +1,6 @@
 //! Fuzz entry points for the bodies and requests the agent protocols and living credentials
-//! read: JSON-RPC and MCP request bodies, and requests signed again with SigV4. Registered in
+//! read: JSON-RPC and MCP request bodies, GraphQL requests and WebSocket messages, and
+//! requests signed again with SigV4. Registered in
 //! [`super::TARGETS`] like the rest; the resolver of keys is the parent's.
 
 /// A JSON-RPC or MCP request body (`protocol: json-rpc`, `mcp`), read as the proxy reads it
@@ -40,6 +41,41 @@ pub fn rpc_body(data: &[u8]) {
             };
             assert_eq!(methods(&plain), methods(&mcp));
         }
+    }
+}
+
+/// A GraphQL request (`protocol: graphql`): the input as a POST body, as a GET's `query`
+/// parameter, and as a WebSocket client message, read as the proxy reads them (bounded by
+/// the parser's recursion and token limits, root fields gathered without recursion): a
+/// refused request has no operation, an accepted one at least one, each an operation type
+/// the rules know (or a hash-only persisted query, with its key), its root fields sorted and
+/// distinct; a single envelope gives one operation, and the GET reading of a document
+/// agrees with the POST reading of the same document.
+pub fn graphql_body(data: &[u8]) {
+    use crate::policy::graphql_body::{GraphqlRequest, WsMessage, parse, websocket_message};
+    let check = |r: &GraphqlRequest| {
+        assert!(r.error.is_none() != r.operations.is_empty(), "{r:?}");
+        for op in &r.operations {
+            let known = ["query", "mutation", "subscription"].contains(&op.operation_type.as_str());
+            assert!(
+                known || (op.needs_registry() && op.registry_key().is_some()),
+                "{op:?}"
+            );
+            assert!(op.fields.windows(2).all(|w| w[0] < w[1]), "{op:?}");
+        }
+    };
+    let post = parse("POST", &[], data);
+    check(&post);
+    if let Ok(text) = std::str::from_utf8(data) {
+        let get = parse("GET", &[("query".to_string(), text.to_string())], b"");
+        check(&get);
+        let envelope = serde_json::json!({ "query": text }).to_string();
+        let as_post = parse("POST", &[], envelope.as_bytes());
+        assert_eq!(get, as_post, "GET and POST read one document differently");
+        assert!(as_post.operations.len() <= 1);
+    }
+    if let WsMessage::Operation(r) = websocket_message(data) {
+        check(&r);
     }
 }
 

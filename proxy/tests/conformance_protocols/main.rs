@@ -182,14 +182,18 @@ fn decision(case: &corpus::DecisionCase, loaded: &Result<Loaded, LoadError>) -> 
                                 .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
                         })
                 });
+            let unreadable = sluice::policy::graphql_body::unreadable(
+                q.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
+            );
             let body = Body {
                 bytes,
                 receive_stream,
+                unreadable: unreadable.as_deref(),
             };
             policy.decide_rpc_request(&admission, &req, body)
         }
     };
-    let got = if let Some(_text) = &q.ws_text {
+    let got = if let Some(text) = &q.ws_text {
         let up = want.upgrade.as_ref().and_then(|u| u.l7.clone());
         if up.as_deref() != Some(word(d.verdict)) {
             return Outcome::Unexplained(format!(
@@ -201,7 +205,7 @@ fn decision(case: &corpus::DecisionCase, loaded: &Result<Loaded, LoadError>) -> 
         if d.verdict == Verdict::Deny {
             None
         } else if policy.inspects_websocket_messages(&d) {
-            let m = policy.decide_websocket_text(&admission, target.as_bytes());
+            let m = policy.decide_websocket_text(&admission, target.as_bytes(), text.as_bytes());
             Some(word(m.verdict))
         } else {
             None

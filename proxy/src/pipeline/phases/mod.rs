@@ -6,6 +6,7 @@
 pub(in crate::pipeline) mod connection;
 pub(in crate::pipeline) mod exchange;
 pub(in crate::pipeline) mod form;
+pub(in crate::pipeline) mod graphql_judged;
 pub(in crate::pipeline) mod inject;
 pub(in crate::pipeline) mod judge;
 pub(in crate::pipeline) mod protocol_body;

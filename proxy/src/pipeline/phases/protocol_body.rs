@@ -1,11 +1,14 @@
 //! Request bodies judged by their protocol, for both transports: a request to a
-//! `protocol: json-rpc` or `mcp` endpoint passes its head (the head alone decides nothing
-//! there) and is judged when its body has been read whole, at most the endpoint's
-//! `max_body_bytes` (`Prepared::reads_whole`), by the calls it makes (`policy::rpc_decide`).
-//! Its record names the method and tool judged, never the arguments; a refusal tells the
-//! agent which call was refused and the rule it would need; a body that is not JSON-RPC 2.0
-//! is `400 invalid_jsonrpc_request`. MCP's event stream (a `GET` without a body accepting
-//! `text/event-stream`) is judged from its head.
+//! `protocol: json-rpc`, `mcp` or `graphql` endpoint passes its head (the head alone decides
+//! nothing there) and is judged when its body has been read whole, at most the endpoint's
+//! `max_body_bytes` (`Prepared::reads_whole`), by the calls it makes (`policy::rpc_decide`)
+//! or the operations it asks (`policy::graphql_decide`). Its record names the method and
+//! tool, or the operation's type and name, judged, never the arguments or variables; a
+//! refusal tells the agent which call or operation was refused and the rule it would need;
+//! a body that is not JSON-RPC 2.0 is `400 invalid_jsonrpc_request`, a GraphQL request that
+//! does not parse (or comes compressed or multipart) `400 invalid_graphql_request`. MCP's
+//! event stream (a `GET` without a body accepting `text/event-stream`) and a GraphQL `GET`
+//! are judged from their heads.
 
 use std::sync::Arc;
 
@@ -29,6 +32,8 @@ pub struct RpcCheck {
     /// Path and query as the client sent them.
     target: String,
     receive_stream: bool,
+    /// GraphQL: why the body cannot be read (compressed, multipart).
+    unreadable: Option<String>,
     /// `host:port`.
     hp: String,
     /// The caller's executable (for the operator's `policy explain` line).
@@ -70,12 +75,16 @@ impl RpcCheck {
             head.has_body,
             accepts.iter().map(String::as_str),
         );
+        let unreadable = crate::policy::graphql_body::unreadable(
+            head.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+        );
         let check = RpcCheck {
             policy: Arc::clone(policy),
             admission: admission.clone(),
             method: head.method.to_string(),
             target: head.target.to_string(),
             receive_stream: stream,
+            unreadable,
             hp: head.hp.clone(),
             binary: head.binary.to_string(),
         };
@@ -94,10 +103,20 @@ pub fn judge(check: &RpcCheck, body: &[u8], rec: &mut Record) -> Result<(), Deni
     let body = Body {
         bytes: body,
         receive_stream: check.receive_stream,
+        unreadable: check.unreadable.as_deref(),
     };
     let d = check
         .policy
         .decide_rpc_request(&check.admission, &req, body);
+    if d.graphql.is_some() {
+        let asked = super::graphql_judged::Asked {
+            method: &check.method,
+            target: &check.target,
+            hp: &check.hp,
+            binary: &check.binary,
+        };
+        return super::graphql_judged::judge(&asked, &d, rec);
+    }
     let protocol = d
         .endpoints
         .first()

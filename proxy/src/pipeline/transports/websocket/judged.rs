@@ -64,7 +64,7 @@ impl<'a> PolicyJudge<'a> {
                 .1
                 .admission
         };
-        let decision = policy.decide_websocket_text(&admission, target.as_bytes());
+        let decision = policy.decide_websocket_text(&admission, target.as_bytes(), b"");
         if !policy.inspects_websocket_messages(&decision) {
             return None;
         }
@@ -94,9 +94,11 @@ impl Judge for PolicyJudge<'_> {
             rec.finish();
             return Err(close);
         }
-        let d = self
-            .policy
-            .decide_websocket_text(&self.admission, self.target.as_bytes());
+        let d = self.policy.decide_websocket_text(
+            &self.admission,
+            self.target.as_bytes(),
+            message.as_bytes(),
+        );
         if let Some(t) = &d.target {
             rec.path.clone_from(&t.path);
         }
@@ -110,7 +112,16 @@ impl Judge for PolicyJudge<'_> {
             Verdict::Audit => Outcome::Audited,
             Verdict::Deny => Outcome::Denied,
         };
-        rec.reason = Some(d.reason.clone());
+        // A GraphQL message: its operations by type and name (never its variables).
+        let named = d
+            .graphql
+            .as_ref()
+            .filter(|g| !g.operations.is_empty())
+            .map(|g| {
+                let ops: Vec<String> = g.operations.iter().map(|o| o.describe()).collect();
+                format!(" (graphql: {})", ops.join(", "))
+            });
+        rec.reason = Some(format!("{}{}", d.reason, named.unwrap_or_default()));
         rec.finish();
         match d.verdict {
             Verdict::Deny => Err(Close::Policy(d.reason)),
