@@ -201,7 +201,7 @@ impl Bindings {
             .profiles
             .iter()
             .flat_map(|p| &p.credentials)
-            .filter(|c| c.refresh.is_some())
+            .filter(|c| c.is_refreshed())
             .flat_map(|c| c.env_vars.iter().cloned())
             .collect();
         for key in keys {
