@@ -17,7 +17,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::diag::{self, Location};
+use super::diag::Location;
 use super::glob::{Glob, HostPattern, HostPatternError};
 use super::model::{
     AllowedIps, Binary, BinaryMatcher, Endpoint, Enforcement, Entry, LandlockCompat, PathSelector,
