@@ -190,7 +190,7 @@ binaries: [/usr/bin/curl]
     );
     assert_eq!(
         errors[1],
-        "prof.yaml:12:15: network_policies._provider_api.endpoints[1].protocol: protocol `graphql` is not supported by sluice yet"
+        "prof.yaml:10:5: network_policies._provider_api.endpoints[1]: `protocol: graphql` needs `rules` or `access`"
     );
 }
 
@@ -265,10 +265,6 @@ fn what_would_weaken_enforcement_if_ignored_is_refused_by_name() {
             "prof.yaml:3:50: credentials[0].refresh.strategy: unknown `refresh` strategy `bespoke`; expected one of: static, external, oauth2_refresh_token, oauth2_client_credentials, google_service_account_jwt, aws_sts_assume_role",
         ),
         (
-            "endpoints:\n  - host: a.example.com\n    port: 443\n    protocol: rest\n    rules: [{allow: {operation_type: query}}]\n",
-            "prof.yaml:6:22: endpoints[0].rules[0].allow.operation_type: `operation_type` (GraphQL rules) is not supported by sluice yet",
-        ),
-        (
             "middlewares: [{name: x}]\nendpoints: [{host: a.example.com, port: 443}]\n",
             "prof.yaml:2:1: middlewares: `middlewares` (network middlewares) is not supported by sluice yet",
         ),
@@ -278,6 +274,14 @@ fn what_would_weaken_enforcement_if_ignored_is_refused_by_name() {
         let got = profile_errors(&text);
         assert_eq!(got, [want], "\n{text}");
     }
+    // GraphQL rule fields load, and are refused where they would be ignored (a REST endpoint).
+    let text = "id: x\nendpoints:\n  - host: a.example.com\n    port: 443\n    protocol: rest\n    rules: [{allow: {operation_type: query}}]\n";
+    let errors = compose(None, text, Compat::Strict).unwrap_err();
+    assert!(
+        errors.iter().any(|e| e.contains("endpoints[0].rules[0]")
+            && e.contains("only apply with `protocol: graphql`")),
+        "{errors:?}"
+    );
     // The JSON-RPC and MCP stanzas load, and are refused where they would be ignored.
     for stanza in ["mcp", "json_rpc"] {
         let text =

@@ -142,7 +142,7 @@ endpoints: [{host: b.example.com, port: 443, bogus: 1}]
     assert_eq!(
         errors(text),
         [
-            "p.yaml:14:46: endpoints[0].bogus: unknown field `bogus`; expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials, credential_signing, signing_service, signing_region, credential_binding, json_rpc, mcp, allow_plaintext_credentials"
+            "p.yaml:14:46: endpoints[0].bogus: unknown field `bogus`; expected one of: host, port, ports, path, protocol, tls, enforcement, access, rules, deny_rules, allowed_ips, allow_encoded_slash, request_body_credential_rewrite, websocket_credential_rewrite, allow_uninspected_credentials, credential_signing, signing_service, signing_region, credential_binding, json_rpc, mcp, persisted_queries, graphql_persisted_queries, graphql_max_body_bytes, allow_plaintext_credentials"
         ]
     );
     let fixed = text.replace(", bogus: 1", "");
