@@ -18,6 +18,7 @@ use sluice_e2e::{fixture_dir, policy_check, sluice_bin};
 struct Case {
     what: &'static str,
     query: Value,
+    /// `allow`, `deny` (by the endpoint's rules) or `deny at l4` (no entry for the program).
     decision: &'static str,
 }
 
@@ -63,7 +64,16 @@ fn check_fixture(file: &str, cases: &[Case]) {
     let answers = explain_batch(&path, cases.iter().map(|c| &c.query));
     assert_eq!(answers.len(), cases.len(), "{file}: {answers:#?}");
     for (c, a) in cases.iter().zip(&answers) {
-        assert_eq!(a["decision"], c.decision, "{file}: {}: {a:#}", c.what);
+        let (decision, stage) = match c.decision {
+            "deny at l4" => ("deny", json!("l4")),
+            "deny" => ("deny", json!("l7")),
+            other => (other, Value::Null),
+        };
+        assert_eq!(a["decision"], decision, "{file}: {}: {a:#}", c.what);
+        assert_eq!(a["stage"], stage, "{file}: {}: {a:#}", c.what);
+        if c.query.get("ws_text").is_some() {
+            assert_eq!(a["ws_stage"], "message", "{file}: {}: {a:#}", c.what);
+        }
     }
 }
 
@@ -173,7 +183,7 @@ fn the_mcp_example_of_the_policies_page() {
             case(
                 "another binary",
                 post("/usr/bin/curl", host, "/mcp", &tool("read_status")),
-                "deny",
+                "deny at l4",
             ),
         ],
     );
