@@ -1,5 +1,5 @@
 //! Black-box: the NVIDIA OpenShell documentation's policy examples that use `protocol: mcp`,
-//! `json-rpc`, `graphql` and `websocket` (copied as they are into
+//! `json-rpc`, `graphql` and `websocket` (copied as they are, placeholders replaced where the page says to, into
 //! `tests/fixtures/openshell-docs/`, each naming its source page) load with `sluice policy
 //! check`, and `sluice policy explain --batch` gives the decisions the documentation
 //! describes for the requests it mentions: a method, tool or operation allowed, one refused.
@@ -464,4 +464,56 @@ fn the_graphql_over_websocket_example_does_not_load_as_in_the_reference() {
             checked.stderr
         );
     }
+}
+
+/// docs/sandboxes/policies.mdx, "Granular rules": read-only REST for general API paths, full
+/// REST write access for `alpha-repo`, create/edit issues only for `bravo-repo`, and GraphQL
+/// operation inspection on `/graphql` (queries, three issue mutations; destructive roots
+/// denied), the `/graphql` scope deciding there over the REST `/**` one.
+#[test]
+fn the_granular_github_example_of_the_policies_page() {
+    let rest = |method: &str, path: &str| {
+        json!({
+            "binary": "/usr/bin/gh", "ancestors": [], "host": "api.github.com", "port": 443,
+            "method": method, "path": path,
+        })
+    };
+    let q = |d: &str| post("/usr/bin/gh", "api.github.com", "/graphql", &gql(d));
+    check_fixture(
+        "policies-github-granular.yaml",
+        &[
+            case("a REST read", rest("GET", "/user"), "allow"),
+            case(
+                "a write to alpha-repo",
+                rest("DELETE", "/repos/acme/alpha-repo/issues/1"),
+                "allow",
+            ),
+            case(
+                "an issue in bravo-repo",
+                rest("POST", "/repos/acme/bravo-repo/issues"),
+                "allow",
+            ),
+            case(
+                "another write to bravo-repo",
+                rest("DELETE", "/repos/acme/bravo-repo"),
+                "deny",
+            ),
+            case("a GraphQL query", q("query { viewer { login } }"), "allow"),
+            case(
+                "createIssue",
+                q("mutation { createIssue(input: {}) { clientMutationId } }"),
+                "allow",
+            ),
+            case(
+                "deleteRepository",
+                q("mutation { deleteRepository(input: {}) { clientMutationId } }"),
+                "deny",
+            ),
+            case(
+                "an unlisted mutation",
+                q("mutation { addStar(input: {}) { clientMutationId } }"),
+                "deny",
+            ),
+        ],
+    );
 }
