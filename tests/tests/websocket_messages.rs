@@ -3,7 +3,9 @@
 //! client (Python `websockets`, through sluice as its HTTP proxy) open the socket but not
 //! send: its message never reaches the origin, it gets close code 1008, and the refusal is
 //! audited; a read-write endpoint echoes; an `enforcement: audit` endpoint forwards and
-//! audits. The origin is a real `websockets` server over TLS.
+//! audits. The origin is a real `websockets` server over TLS. Messages being assembled share
+//! one budget per process (32 at once, 64 waiting): the one past that closes with 1013, and
+//! the waiting ones go on when a slot frees.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::process::Command;
@@ -194,4 +196,88 @@ fn a_text_message_over_four_mebibytes_closes_with_1009_before_the_origin() {
         "",
         "the origin got it"
     );
+}
+
+/// 97 `websockets` clients through sluice, each starting a fragmented text message (its first
+/// fragment sent, the rest held back); after a pause every client finishes its message. Prints
+/// how many were closed with 1013 before the pause ended, how many got their echo, and the
+/// other outcomes.
+const ASSEMBLERS: &str = r#"
+import json, ssl, sys, threading, time
+from websockets.sync.client import connect
+from websockets.exceptions import ConnectionClosed
+proxy, port, ca, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+ctx = ssl.create_default_context(cafile=ca)
+go = threading.Event()
+started = threading.Semaphore(0)
+results = [None] * n
+def client(i):
+    try:
+        ws = connect(f'wss://127.0.0.1:{port}/rw/asm', proxy=f'http://{proxy}', ssl=ctx, open_timeout=60)
+    except Exception as e:
+        results[i] = 'open failed: ' + repr(e); started.release(); return
+    def fragments():
+        yield f'm{i}-'
+        started.release()
+        go.wait()
+        yield 'end'
+    sender = threading.Thread(target=lambda: _send(ws, fragments), daemon=True)
+    sender.start()
+    try:
+        m = ws.recv(timeout=90)
+        results[i] = ('early ' if not go.is_set() else '') + 'echo ' + str(m)
+    except ConnectionClosed as e:
+        code = e.rcvd.code if e.rcvd is not None else None
+        results[i] = ('early ' if not go.is_set() else '') + f'closed {code}'
+    except Exception as e:
+        results[i] = 'recv failed: ' + repr(e)
+def _send(ws, fragments):
+    try:
+        ws.send(fragments())
+    except Exception:
+        pass
+threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+for t in threads:
+    t.start()
+for _ in range(n):
+    started.acquire(timeout=120)
+time.sleep(3)
+early = [r for r in results if r is not None and r.startswith('early')]
+go.set()
+for t in threads:
+    t.join(timeout=120)
+print(json.dumps({'early': early, 'results': results}))
+"#;
+
+#[test]
+fn messages_assembled_at_once_share_one_budget_and_the_one_past_it_gets_1013() {
+    let s = setup();
+    let n = 32 + 64 + 1;
+    let (code, out, err) = run(Command::new("python3").args([
+        "-c",
+        ASSEMBLERS,
+        &s.sluice.addr().to_string(),
+        &s.origin.port.to_string(),
+        &s.ca.display().to_string(),
+        &n.to_string(),
+    ]));
+    assert_eq!(code, 0, "{err}\n{}", s.sluice.stderr());
+    let out: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    // While 96 messages are in progress (32 assembling, 64 waiting), the 97th is refused.
+    assert_eq!(
+        out["early"],
+        serde_json::json!(["early closed 1013"]),
+        "{out}\n{}",
+        s.sluice.stderr()
+    );
+    // The rest finish their messages, the waiting ones as slots free, and get their echoes.
+    let results = out["results"].as_array().unwrap();
+    let echoed = results
+        .iter()
+        .filter(|r| {
+            r.as_str()
+                .is_some_and(|r| r.starts_with("echo echo:m") && r.ends_with("-end"))
+        })
+        .count();
+    assert_eq!(echoed, n - 1, "{out}");
 }

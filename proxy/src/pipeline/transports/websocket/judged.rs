@@ -173,6 +173,7 @@ where
     let mut ubuf = vec![0u8; BUF];
     let (mut client_open, mut upstream_open) = (true, true);
     let mut assembly: Option<(Instant, Instant)> = None;
+    let mut permit = None;
     let mut pending = leftover.to_vec();
     let end = loop {
         if !pending.is_empty() {
@@ -189,6 +190,15 @@ where
             assembly = frames
                 .assembling()
                 .then(|| (assembly.map_or(now, |(start, _)| start), now));
+            // A message in progress holds one of the process's assembly slots until judged.
+            match (frames.assembling(), permit.is_some()) {
+                (true, false) => match super::budget::SHARED.take(ASSEMBLY_IDLE).await {
+                    Ok(p) => permit = Some(p),
+                    Err(_) => break Some(Close::Capacity),
+                },
+                (false, true) => permit = None,
+                _ => {}
+            }
         }
         if !client_open && !upstream_open {
             break None;

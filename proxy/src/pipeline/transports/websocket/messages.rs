@@ -40,6 +40,8 @@ pub(crate) enum Close {
     /// A credential's value changed since the upgrade: the upstream's frames are scrubbed of
     /// the values bound then, so the client reconnects.
     Rotated,
+    /// The process-wide budget of messages being assembled is spent (`budget`).
+    Capacity,
 }
 
 impl Close {
@@ -51,6 +53,7 @@ impl Close {
             Close::Utf8 => 1007,
             Close::Protocol(_) => 1002,
             Close::Reload | Close::Rotated => 1012,
+            Close::Capacity => 1013,
         }
     }
 
@@ -64,6 +67,9 @@ impl Close {
             Close::Utf8 => "websocket text message is not valid UTF-8".to_string(),
             Close::Reload => "the policy was reloaded".to_string(),
             Close::Rotated => "a credential was rotated; reconnect".to_string(),
+            Close::Capacity => {
+                "too many websocket messages are being assembled; try again later".to_string()
+            }
         }
     }
 

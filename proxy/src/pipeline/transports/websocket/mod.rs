@@ -1,7 +1,9 @@
 //! WebSocket: the handshake (`handshake`), the frames as a server sends them (`frame`), the
-//! client's messages judged (`messages`, `judged`), their placeholders swapped (`rewrite`),
+//! client's messages judged (`messages`, `judged`, within the shared `budget` of messages
+//! being assembled), their placeholders swapped (`rewrite`),
 //! and the upstream's scrubbed (`scrub`).
 
+mod budget;
 pub(crate) mod frame;
 pub(in crate::pipeline) mod handshake;
 pub(in crate::pipeline) mod judged;
