@@ -11,7 +11,9 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
+use netlink_packet_core::{
+    NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+};
 use netlink_packet_sock_diag::SockDiagMessage;
 use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP, TCP_ESTABLISHED};
 use netlink_packet_sock_diag::inet::{
@@ -27,6 +29,10 @@ const RECV_TIMEOUT: Duration = Duration::from_secs(1);
 /// A reply is one `inet_diag_msg` (72 bytes + header) or one error; stale replies of a timed-out
 /// query are skipped, at most this many.
 const MAX_STALE_REPLIES: usize = 8;
+/// `TCP_TIME_WAIT` (include/net/tcp_states.h).
+const TCP_TIME_WAIT: u8 = 6;
+/// Datagrams a dump may send before its end (a bound on a misbehaving reply stream).
+const MAX_DUMP_DATAGRAMS: usize = 65_536;
 
 /// What the kernel says about the client's socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +93,21 @@ pub(crate) fn accept_reply(
     })
 }
 
+/// An exact lookup's reply: the client's socket, a TIME_WAIT socket of the same tuple that may
+/// hide it, or nothing of the client's.
+fn classify(request: &InetRequest, reply: &InetResponseHeader) -> Exact {
+    if let Some(info) = accept_reply(request, reply) {
+        return Exact::Found(info);
+    }
+    let mut same = reply.clone();
+    same.state = TCP_ESTABLISHED;
+    same.inode = same.inode.max(1);
+    match reply.state == TCP_TIME_WAIT && accept_reply(request, &same).is_some() {
+        true => Exact::Shadowed,
+        false => Exact::Missing,
+    }
+}
+
 // === impl DiagSocket ===
 
 /// A NETLINK_SOCK_DIAG socket bound to the network namespace it was created in.
@@ -141,14 +162,95 @@ impl DiagSocket {
             self.buffer.clear();
             let received = self.socket.recv(&mut self.buffer, 0)?;
             let datagram = self.buffer.get(..received).unwrap_or(&self.buffer);
-            if let Some(answer) = parse_datagram(datagram, sequence, &request)? {
-                return Ok(answer);
+            match parse_datagram(datagram, sequence, &request)? {
+                Some(Exact::Found(info)) => return Ok(Some(info)),
+                Some(Exact::Missing) => return Ok(None),
+                // The exact lookup stops at the first socket of the tuple, and a TIME_WAIT one
+                // left by an earlier connection of the same ports can stand before the live
+                // one (a client reusing its port at once): only a dump sees past it.
+                Some(Exact::Shadowed) => return self.dump_find(&request),
+                None => {}
             }
         }
         Err(io::Error::other(
             "no sock_diag reply carried the request's sequence number",
         ))
     }
+
+    /// Looks up the client's socket among every ESTABLISHED TCP socket of the namespace (a
+    /// dump): only when the exact lookup met a TIME_WAIT socket of the same tuple.
+    fn dump_find(&mut self, request: &InetRequest) -> io::Result<Option<SocketInfo>> {
+        self.sequence = self.sequence.wrapping_add(1);
+        let sequence = self.sequence;
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        header.sequence_number = sequence;
+        let mut message =
+            NetlinkMessage::new(header, SockDiagMessage::InetRequest(request.clone()).into());
+        message.finalize();
+        let mut bytes = vec![0; message.buffer_len()];
+        message.serialize(&mut bytes);
+        self.socket.send(&bytes, 0)?;
+        // Dump datagrams are larger than an exact reply; read the whole dump so that no part
+        // of it is left for the next lookup.
+        let mut buffer: Vec<u8> = Vec::with_capacity(64 * 1024);
+        let mut found = None;
+        for _ in 0..MAX_DUMP_DATAGRAMS {
+            buffer.clear();
+            let received = self.socket.recv(&mut buffer, 0)?;
+            let datagram = buffer.get(..received).unwrap_or(&buffer);
+            if dump_datagram(datagram, sequence, request, &mut found)? {
+                return Ok(found);
+            }
+        }
+        Err(io::Error::other("a sock_diag dump did not end"))
+    }
+}
+
+/// What an exact lookup answered.
+#[derive(Debug, PartialEq, Eq)]
+enum Exact {
+    Found(SocketInfo),
+    Missing,
+    /// A TIME_WAIT socket of exactly the asked tuple answered.
+    Shadowed,
+}
+
+/// Reads one datagram of a dump into `found`. `Ok(true)`: the dump ended.
+fn dump_datagram(
+    mut datagram: &[u8],
+    sequence: u32,
+    request: &InetRequest,
+    found: &mut Option<SocketInfo>,
+) -> io::Result<bool> {
+    while !datagram.is_empty() {
+        let message = NetlinkMessage::<SockDiagMessage>::deserialize(datagram)
+            .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err.to_string()))?;
+        let length = usize::try_from(message.header.length).unwrap_or(usize::MAX);
+        if message.header.sequence_number == sequence {
+            match message.payload {
+                NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(reply))
+                    if found.is_none() =>
+                {
+                    *found = accept_reply(request, &reply.header);
+                }
+                NetlinkPayload::Done(_) => return Ok(true),
+                NetlinkPayload::Error(error) => {
+                    return match error.code {
+                        None => Ok(true),
+                        Some(_) => Err(error.to_io()),
+                    };
+                }
+                _ => {}
+            }
+        }
+        let advance = length.checked_add(3).map(|l| l & !3).filter(|l| *l > 0);
+        match advance.and_then(|l| datagram.get(l..)) {
+            Some(rest) => datagram = rest,
+            None => break,
+        }
+    }
+    Ok(false)
 }
 
 /// Reads one datagram. `Ok(None)`: nothing in it answers `sequence` (a stale reply).
@@ -156,7 +258,7 @@ fn parse_datagram(
     mut datagram: &[u8],
     sequence: u32,
     request: &InetRequest,
-) -> io::Result<Option<Option<SocketInfo>>> {
+) -> io::Result<Option<Exact>> {
     while !datagram.is_empty() {
         let message = NetlinkMessage::<SockDiagMessage>::deserialize(datagram)
             .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err.to_string()))?;
@@ -164,18 +266,18 @@ fn parse_datagram(
         if message.header.sequence_number == sequence {
             match message.payload {
                 NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(reply)) => {
-                    return Ok(Some(accept_reply(request, &reply.header)));
+                    return Ok(Some(classify(request, &reply.header)));
                 }
                 NetlinkPayload::Error(error) => {
                     return match error.code {
-                        None => Ok(Some(None)),
+                        None => Ok(Some(Exact::Missing)),
                         Some(code) if -code.get() == rustix::io::Errno::NOENT.raw_os_error() => {
-                            Ok(Some(None))
+                            Ok(Some(Exact::Missing))
                         }
                         Some(_) => Err(error.to_io()),
                     };
                 }
-                NetlinkPayload::Done(_) => return Ok(Some(None)),
+                NetlinkPayload::Done(_) => return Ok(Some(Exact::Missing)),
                 _ => {}
             }
         }
@@ -304,5 +406,47 @@ mod tests {
         assert!(diag.find(local, peer).unwrap().is_some());
         let nobody = SocketAddr::new(peer.ip(), peer.port().wrapping_add(1).max(1));
         assert_eq!(diag.find(nobody, local).unwrap(), None);
+    }
+
+    #[test]
+    fn a_time_wait_reply_of_the_same_tuple_sends_the_lookup_to_a_dump() {
+        let request = request_for(addr("10.0.0.1:40000"), addr("10.0.0.2:6379")).unwrap();
+        assert_eq!(
+            classify(&request, &reply_for(&request, TCP_TIME_WAIT, 0)),
+            Exact::Shadowed
+        );
+        assert!(matches!(
+            classify(&request, &reply_for(&request, TCP_ESTABLISHED, 7)),
+            Exact::Found(_)
+        ));
+        // A listener (the kernel's fallback) is not the client's and hides nothing.
+        assert_eq!(
+            classify(&request, &reply_for(&request, 10, 7)),
+            Exact::Missing
+        );
+    }
+
+    #[test]
+    fn a_dump_finds_the_live_socket_and_reads_to_the_end() {
+        // A real kernel round trip: the dump finds the test's own connection, and a lookup
+        // after it still gets its own answer (nothing of the dump left unread).
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let _client = std::net::TcpStream::connect(local).unwrap();
+        let (_server, peer) = listener.accept().unwrap();
+        let mut diag = DiagSocket::open().unwrap();
+        let request = request_for(peer, local).unwrap();
+        let by_dump = diag
+            .dump_find(&request)
+            .unwrap()
+            .expect("found by the dump");
+        let exact = diag.find(peer, local).unwrap().expect("found exactly");
+        assert_eq!(by_dump, exact);
+        let nobody = request_for(
+            SocketAddr::new(peer.ip(), peer.port().wrapping_add(1).max(1)),
+            local,
+        )
+        .unwrap();
+        assert_eq!(diag.dump_find(&nobody).unwrap(), None);
     }
 }
