@@ -132,17 +132,7 @@ fn setup() -> Setup {
         "the websockets echo origin",
     );
     let port = origin.port;
-    let policy = format!(
-        "version: 1
-network_policies:
-  ws:
-    endpoints:
-      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full, websocket_credential_rewrite: true}}
-    binaries:
-      - path: {}
-",
-        python()
-    );
+    let policy = rewrite_policy(port);
     let providers = dir.write(
         "providers.yaml",
         &format!(
@@ -296,17 +286,7 @@ fn over_plaintext_the_placeholder_is_refused_not_swapped() {
         "the plain websockets origin",
     );
     let port = origin.port;
-    let policy = format!(
-        "version: 1
-network_policies:
-  ws:
-    endpoints:
-      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full, websocket_credential_rewrite: true}}
-    binaries:
-      - path: {}
-",
-        python()
-    );
+    let policy = rewrite_policy(port);
     let providers = dir.write(
         "providers.yaml",
         &format!(
@@ -388,17 +368,7 @@ fn a_value_rotated_while_the_websocket_is_open_closes_it_with_1012() {
         std::fs::rename(&tmp, &secrets).unwrap();
     };
     write(SECRET);
-    let policy = format!(
-        "version: 1
-network_policies:
-  ws:
-    endpoints:
-      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full, websocket_credential_rewrite: true}}
-    binaries:
-      - path: {}
-",
-        python()
-    );
+    let policy = rewrite_policy(port);
     let providers = dir.write(
         "providers.yaml",
         &format!(
@@ -462,4 +432,20 @@ network_policies:
     for secret in [SECRET, NEW] {
         assert!(!all.contains(secret), "sluice's output holds a secret");
     }
+}
+
+/// The policy of these tests: the origin at `port`, every request allowed to Python, and the
+/// client's WebSocket text messages rewritten.
+fn rewrite_policy(port: u16) -> String {
+    format!(
+        "version: 1
+network_policies:
+  ws:
+    endpoints:
+      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full, websocket_credential_rewrite: true}}
+    binaries:
+      - path: {}
+",
+        python()
+    )
 }
