@@ -1,10 +1,13 @@
 //! Where a connection goes, spelled the one way sluice spells it, for every crate of the
 //! workspace (linkerd2-proxy's `addr` is the model): a host and a port ([`Authority`]),
 //! written `host:port` with an IPv6 literal in brackets ([`HostPort`] for a pair not held as
-//! one), and the one reader of `host[:port]` text ([`split_host_port`]) whichever way it
-//! arrived (a CONNECT target, an absolute-form URI, a `Host` header, an HTTP/2 `:authority`).
+//! one), and the one reader of `host[:port]` text ([`split_host_port`], [`Authority::parse`],
+//! [`parse_port`]) whichever way it arrived (a CONNECT target, an absolute-form URI, a `Host`
+//! header, an HTTP/2 `:authority`, a command-line flag); a host's brackets are dropped in one
+//! place too ([`unbracketed`], [`ip_literal`]).
 
 use std::fmt;
+use std::net::{IpAddr, Ipv6Addr};
 
 /// A host and a port. The host is held without brackets (`::1`, `api.example.com`); every
 /// place that writes it as text goes through [`fmt::Display`] or [`Authority::uri_host`], so
@@ -35,11 +38,34 @@ impl Authority {
     /// `host` without brackets (they are dropped if given) and `port`.
     pub fn new(host: impl Into<String>, port: u16) -> Authority {
         let host = host.into();
-        let host = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        let host = match bracketed(&host) {
             Some(inner) => inner.to_string(),
             None => host,
         };
         Authority { host, port }
+    }
+
+    /// `host[:port]` text (a URI's authority, a `Host` header, a listen address): the port
+    /// is `default_port` when the text has none (an error when that is `None` too), and
+    /// otherwise as [`parse_port`] reads it; the host must not be empty. No userinfo or path
+    /// is looked for: the caller cuts those off first.
+    pub fn parse(text: &str, default_port: Option<u16>) -> Result<Authority, AuthorityError> {
+        let (host, port) = split_host_port(text).ok_or_else(|| {
+            if text.starts_with('[') && !text.contains(']') {
+                AuthorityError::UnclosedBracket
+            } else {
+                AuthorityError::NotHostPort(text.to_string())
+            }
+        })?;
+        let port = match (port, default_port) {
+            (Some(p), _) => parse_port(p)?,
+            (None, Some(d)) => d,
+            (None, None) => return Err(AuthorityError::NoPort),
+        };
+        if host.is_empty() {
+            return Err(AuthorityError::EmptyHost);
+        }
+        Ok(Authority::new(host, port))
     }
 
     /// A CONNECT target: `host:port` or `[v6]:port`, port required and not 0, no userinfo
@@ -56,11 +82,7 @@ impl Authority {
         } else {
             target.rsplit_once(':').ok_or(AuthorityError::NoPort)?
         };
-        let port = port
-            .parse::<u16>()
-            .ok()
-            .filter(|p| *p != 0)
-            .ok_or_else(|| AuthorityError::InvalidPort(port.to_string()))?;
+        let port = parse_port(port)?;
         if host.is_empty() {
             return Err(AuthorityError::EmptyHost);
         }
@@ -131,6 +153,38 @@ impl fmt::Display for HostPort<'_> {
     }
 }
 
+/// A port written as text: decimal digits only (no sign, no space), 1 to 65535.
+pub fn parse_port(text: &str) -> Result<u16, AuthorityError> {
+    let invalid = || AuthorityError::InvalidPort(text.to_string());
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid());
+    }
+    text.parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(invalid)
+}
+
+/// The inside of `[...]`, if `host` is bracketed.
+fn bracketed(host: &str) -> Option<&str> {
+    host.strip_prefix('[')?.strip_suffix(']')
+}
+
+/// `host` without the brackets of an IPv6 literal (`[::1]` is `::1`); any other host as it
+/// is. The one place a host's brackets are dropped.
+pub fn unbracketed(host: &str) -> &str {
+    bracketed(host).unwrap_or(host)
+}
+
+/// `host` as an IP address when it is an IP literal: `192.0.2.1`, `2001:db8::1` or
+/// `[2001:db8::1]` (brackets around IPv6 only; no zone identifier).
+pub fn ip_literal(host: &str) -> Option<IpAddr> {
+    match bracketed(host) {
+        Some(inner) => inner.parse::<Ipv6Addr>().ok().map(IpAddr::V6),
+        None => host.parse().ok(),
+    }
+}
+
 /// `host[:port]` split into the host (brackets dropped) and the port text, if any; `None`
 /// for an unclosed `[` or text after a bracketed host that is not `:port`.
 pub fn split_host_port(text: &str) -> Option<(&str, Option<&str>)> {
@@ -195,6 +249,98 @@ mod tests {
         assert_eq!(HostPort("::1", 443).to_string(), "[::1]:443");
         assert_eq!(HostPort("[::1]", 443).to_string(), "[::1]:443");
         assert_eq!(HostPort("api.test", 80).to_string(), "api.test:80");
+    }
+
+    #[test]
+    fn authorities_are_read_with_a_default_port() {
+        let a = Authority::parse("a.test:8080", Some(80)).unwrap();
+        assert_eq!((a.host(), a.port()), ("a.test", 8080));
+        assert_eq!(Authority::parse("a.test", Some(80)).unwrap().port(), 80);
+        let v6 = Authority::parse("[::1]:81", Some(80)).unwrap();
+        assert_eq!((v6.host(), v6.port()), ("::1", 81));
+        assert_eq!(Authority::parse("[::1]", Some(443)).unwrap().port(), 443);
+        assert_eq!(
+            Authority::parse("a.test", None),
+            Err(AuthorityError::NoPort)
+        );
+        assert_eq!(
+            Authority::parse(":80", Some(80)),
+            Err(AuthorityError::EmptyHost)
+        );
+        assert_eq!(
+            Authority::parse("", Some(80)),
+            Err(AuthorityError::EmptyHost)
+        );
+        assert_eq!(
+            Authority::parse("[::1", Some(80)),
+            Err(AuthorityError::UnclosedBracket)
+        );
+        assert_eq!(
+            Authority::parse("[::1]x", Some(80)),
+            Err(AuthorityError::NotHostPort("[::1]x".to_string()))
+        );
+        for bad in [
+            "a.test:0",
+            "a.test:65536",
+            "a.test:",
+            "a.test:+80",
+            "a.test: 80",
+        ] {
+            assert!(
+                matches!(
+                    Authority::parse(bad, Some(80)),
+                    Err(AuthorityError::InvalidPort(_))
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn ports_are_digits_from_1_to_65535() {
+        assert_eq!(parse_port("1"), Ok(1));
+        assert_eq!(parse_port("65535"), Ok(65535));
+        assert_eq!(parse_port("0443"), Ok(443));
+        for bad in [
+            "",
+            "0",
+            "65536",
+            "+1",
+            "-1",
+            " 1",
+            "1 ",
+            "0x10",
+            "99999999999999999999",
+        ] {
+            assert_eq!(
+                parse_port(bad),
+                Err(AuthorityError::InvalidPort(bad.to_string())),
+                "{bad}"
+            );
+        }
+        assert!(Authority::parse_connect("a.test:+443").is_err());
+    }
+
+    #[test]
+    fn brackets_are_dropped_in_one_place() {
+        assert_eq!(unbracketed("[::1]"), "::1");
+        assert_eq!(unbracketed("::1"), "::1");
+        assert_eq!(unbracketed("api.test"), "api.test");
+        assert_eq!(unbracketed("[::1"), "[::1");
+        assert_eq!(unbracketed("[]"), "");
+    }
+
+    #[test]
+    fn ip_literals_bracketed_or_not() {
+        let v6: IpAddr = "::1".parse().unwrap();
+        assert_eq!(ip_literal("::1"), Some(v6));
+        assert_eq!(ip_literal("[::1]"), Some(v6));
+        assert_eq!(ip_literal("192.0.2.1"), Some("192.0.2.1".parse().unwrap()));
+        // Brackets are for IPv6 only.
+        assert_eq!(ip_literal("[192.0.2.1]"), None);
+        assert_eq!(ip_literal("fe80::1%eth0"), None);
+        assert_eq!(ip_literal("api.test"), None);
+        assert_eq!(ip_literal("[::1"), None);
     }
 
     #[test]

@@ -260,11 +260,10 @@ fn push_target(s: &mut String, r: &Record) {
 /// known is written with an empty host and port 0).
 pub fn authority(r: &Record) -> String {
     let host = r.host.as_deref().filter(|h| !h.is_empty()).unwrap_or("?");
-    let port = r
-        .port
-        .filter(|&p| p != 0)
-        .map_or_else(|| "?".to_string(), |p| p.to_string());
-    format!("{}:{port}", sluice_addr::UriHost(host))
+    match r.port.filter(|&p| p != 0) {
+        Some(port) => sluice_addr::HostPort(host, port).to_string(),
+        None => format!("{}:?", sluice_addr::UriHost(host)),
+    }
 }
 
 /// How many rows the summary's top lists have.

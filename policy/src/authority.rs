@@ -76,23 +76,15 @@ pub fn host_matches(header: &[u8], host: &str, port: u16, default_port: u16) -> 
         return false;
     };
     let h = h.trim().to_ascii_lowercase();
-    let Some((hh, hp)) = sluice_addr::split_host_port(&h) else {
+    let Ok(named) = sluice_addr::Authority::parse(&h, Some(default_port)) else {
         return false;
     };
-    let hh = hh.to_string();
     // One trailing dot names the same host, as for the target (`canon::normalize_host`).
-    let hh = match hh.strip_suffix('.') {
-        Some(h) if !h.is_empty() && !h.ends_with('.') => h.to_string(),
-        _ => hh,
+    let hh = match named.host().strip_suffix('.') {
+        Some(h) if !h.is_empty() && !h.ends_with('.') => h,
+        _ => named.host(),
     };
-    let hp: u16 = match hp {
-        None => default_port,
-        Some(p) => match p.parse() {
-            Ok(p) => p,
-            Err(_) => return false,
-        },
-    };
-    hh == host && hp == port
+    hh == host && named.port() == port
 }
 
 #[cfg(test)]
@@ -118,6 +110,9 @@ mod tests {
         assert!(host_matches(b"[::1]:443", "::1", 443, 80));
         assert!(!host_matches(b"[::1]x", "::1", 443, 443));
         assert!(!host_matches(b"[::1", "::1", 443, 443));
+        // A port is digits only: `+443` is not 443 (`str::parse` would read it so).
+        assert!(!host_matches(b"x.test:+443", "x.test", 443, 443));
+        assert!(!host_matches(b"[::1]:+443", "::1", 443, 80));
     }
 
     #[test]

@@ -279,10 +279,7 @@ pub fn normalize_host(host: &str) -> Result<String, HostError> {
     if host.is_empty() {
         return Err(HostError::Empty);
     }
-    let unbracketed = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
+    let unbracketed = sluice_addr::unbracketed(host);
     if unbracketed.parse::<IpAddr>().is_ok() {
         return Ok(unbracketed.to_ascii_lowercase());
     }

@@ -170,11 +170,14 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         out.decision = "allow";
         out.reason = if admission.inspects(policy) {
             format!(
-                "connection to {host}:{} allowed; each request is judged by the L7 rules",
-                q.port
+                "connection to {} allowed; each request is judged by the L7 rules",
+                sluice_addr::HostPort(&host, q.port)
             )
         } else {
-            format!("connection to {host}:{} allowed", q.port)
+            format!(
+                "connection to {} allowed",
+                sluice_addr::HostPort(&host, q.port)
+            )
         };
         return out;
     };
@@ -338,8 +341,8 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
             rule.origin.location
         )),
         RequestBasis::NoEndpointPath => out.suggestions.push(format!(
-            "no endpoint on {host}:{} has a `path` that selects {path}: add one, or widen an existing `path`",
-            q.port
+            "no endpoint on {} has a `path` that selects {path}: add one, or widen an existing `path`",
+            sluice_addr::HostPort(&host, q.port)
         )),
         RequestBasis::WebSocketRequired => out
             .suggestions

@@ -619,11 +619,7 @@ impl Validator<'_> {
             }
         };
         if protocol == Protocol::Tcp {
-            let literal_ip = text
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<IpAddr>()
-                .is_ok();
+            let literal_ip = sluice_addr::ip_literal(text).is_some();
             if literal_ip || text.ends_with('.') || !is_dns_pattern(text) {
                 self.error(pos, field, "a `protocol: tcp` endpoint needs a valid DNS host name (not an IP literal, no trailing dot)");
                 return None;

@@ -3,25 +3,14 @@
 //!
 //! Pure helpers shared by the override parser and the resolver; no lookups happen here.
 
-use std::net::{IpAddr, Ipv6Addr};
-
 /// Longest DNS name in text form, without the trailing dot (RFC 1035 §2.3.4).
 const MAX_NAME_LEN: usize = 253;
 /// Longest label (RFC 1035 §2.3.4).
 const MAX_LABEL_LEN: usize = 63;
 
 /// Parses an IP literal: `192.0.2.1`, `2001:db8::1` or `[2001:db8::1]`. Brackets are accepted
-/// around IPv6 only; zone identifiers (`fe80::1%eth0`) are not accepted.
-pub(crate) fn parse_ip_literal(text: &str) -> Option<IpAddr> {
-    match text.strip_prefix('[') {
-        Some(rest) => rest
-            .strip_suffix(']')?
-            .parse::<Ipv6Addr>()
-            .ok()
-            .map(IpAddr::V6),
-        None => text.parse().ok(),
-    }
-}
+/// around IPv6 only; zone identifiers (`fe80::1%eth0`) are not accepted (`sluice-addr`'s).
+pub(crate) use sluice_addr::ip_literal as parse_ip_literal;
 
 /// The canonical key of a DNS name: ASCII-lowercased, one trailing dot removed. `None` when
 /// the text is not a plausible host name: empty, too long, an empty or over-long label, or a

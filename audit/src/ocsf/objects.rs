@@ -244,11 +244,7 @@ pub(super) fn dst_endpoint(dst: &Destination) -> DstEndpoint<'_> {
 }
 
 /// `host` without the brackets of an IPv6 literal.
-pub(super) fn bare_host(host: &str) -> &str {
-    host.strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host)
-}
+pub(super) use sluice_addr::unbracketed as bare_host;
 
 /// The OCSF JSON of a caller (`actor`: `process`, the process and, nested as
 /// `parent_process`, its ancestors; or a gateway tenant's `user`), written at the first

@@ -108,16 +108,11 @@ impl Display for UrlString<'_> {
             path,
         } = *self;
         let default_port = matches!((scheme, port), ("http", 80) | ("https", 443));
-        let (open, close) = if host.contains(':') && !host.starts_with('[') {
-            ("[", "]")
-        } else {
-            ("", "")
-        };
         let path = strip_query(path);
         if default_port {
-            write!(f, "{scheme}://{open}{host}{close}{path}")
+            write!(f, "{scheme}://{}{path}", sluice_addr::UriHost(host))
         } else {
-            write!(f, "{scheme}://{open}{host}{close}:{port}{path}")
+            write!(f, "{scheme}://{}{path}", HostPort(host, port))
         }
     }
 }

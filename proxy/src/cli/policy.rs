@@ -11,6 +11,8 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 
+use sluice_addr::AuthorityError;
+
 use super::CompatArg;
 use crate::credentials::profile;
 use crate::policy::explain::{self, Question, QuestionRequest};
@@ -523,21 +525,15 @@ fn parse_url(url: &str) -> Result<UrlTarget, String> {
     if authority.contains('@') {
         return Err("user information in the URL is not supported".to_string());
     }
-    let (host, port) = sluice_addr::split_host_port(authority)
-        .ok_or("malformed host: an unclosed `[`, or something other than `:port` after `]`")?;
-    let host = host.to_string();
-    let port = match (port, default_port) {
-        (Some(p), _) => p
-            .parse::<u16>()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| format!("invalid port `{p}`"))?,
-        (None, Some(d)) => d,
-        (None, None) => return Err("a port is required (host:port) without a scheme".to_string()),
-    };
-    if host.is_empty() {
-        return Err("the host is empty".to_string());
-    }
+    let authority =
+        sluice_addr::Authority::parse(authority, default_port).map_err(|e| match e {
+            AuthorityError::InvalidPort(p) => format!("invalid port `{p}`"),
+            AuthorityError::NoPort => "a port is required (host:port) without a scheme".to_string(),
+            AuthorityError::EmptyHost => "the host is empty".to_string(),
+            _ => "malformed host: an unclosed `[`, or something other than `:port` after `]`"
+                .to_string(),
+        })?;
+    let (host, port) = (authority.host().to_string(), authority.port());
     let target = match scheme {
         None if !target.is_empty() => {
             return Err("a path needs a scheme (https://host/path)".to_string());

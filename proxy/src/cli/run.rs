@@ -283,10 +283,14 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
         return Ok(a);
     }
     match sluice_addr::split_host_port(s) {
-        Some((host, Some(port))) if host.eq_ignore_ascii_case("localhost") => port
-            .parse::<u16>()
-            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
-            .map_err(|_| format!("invalid port `{port}` in `{s}`")),
+        Some((host, Some(port))) if host.eq_ignore_ascii_case("localhost") => {
+            // Port 0 asks the kernel for a free port, as it does after an IP.
+            let any = (port == "0").then_some(0);
+            any.ok_or(())
+                .or_else(|()| sluice_addr::parse_port(port))
+                .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+                .map_err(|_| format!("invalid port `{port}` in `{s}`"))
+        }
         _ => Err(format!(
             "`{s}` is not IP:PORT, [IPv6]:PORT or localhost:PORT"
         )),
@@ -1315,6 +1319,8 @@ mod tests {
             "[::1]:8080".parse::<SocketAddr>().unwrap()
         );
         assert!(parse_listen("localhost:x").is_err());
+        assert!(parse_listen("localhost:+80").is_err());
+        assert_eq!(parse_listen("LOCALHOST:0").unwrap().port(), 0);
         assert!(parse_listen("example.com:3128").is_err());
         assert!(parse_listen("3128").is_err());
     }

@@ -5,6 +5,7 @@
 use crate::http::head::RequestHead;
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
+use crate::pipeline::authority::{Authority, AuthorityError};
 use crate::pipeline::phases::connection::Admitted;
 use crate::policy::authority;
 pub use crate::policy::authority::host_matches;
@@ -57,22 +58,16 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
             "user information in the request URI is not allowed",
         ));
     }
-    let (host, port) = sluice_addr::split_host_port(authority).ok_or_else(|| {
-        Refusal::new(
-            Code::BadRequest,
-            "malformed URI host: an unclosed `[`, or something other than `:port` after `]`",
-        )
+    let authority = Authority::parse(authority, Some(80)).map_err(|e| {
+        let detail = match e {
+            AuthorityError::InvalidPort(p) => format!("invalid port `{p}` in the URI"),
+            AuthorityError::EmptyHost => "empty host in the URI".to_string(),
+            _ => "malformed URI host: an unclosed `[`, or something other than `:port` after `]`"
+                .to_string(),
+        };
+        Refusal::new(Code::BadRequest, detail)
     })?;
-    let host = host.to_string();
-    let port = match port {
-        None => 80,
-        Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-            Refusal::new(Code::BadRequest, format!("invalid port `{p}` in the URI"))
-        })?,
-    };
-    if host.is_empty() {
-        return Err(Refusal::new(Code::BadRequest, "empty host in the URI"));
-    }
+    let (host, port) = (authority.host().to_string(), authority.port());
     let path_and_query = match tail {
         "" => "/".to_string(),
         t if t.starts_with('?') => format!("/{t}"),

@@ -294,11 +294,9 @@ async fn read_http_host<R: AsyncRead + Unpin>(
 /// A `Host` value without its port, normalised; `None` when it is not a valid host.
 fn host_name(value: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(value).ok()?.trim();
-    let (host, port) = sluice_addr::split_host_port(text)?;
-    if port.is_some_and(|p| !p.bytes().all(|b| b.is_ascii_digit())) {
-        return None;
-    }
-    canon::normalize_host(host).ok()
+    // The port does not matter here (the original destination's does), only that it is one.
+    let named = sluice_addr::Authority::parse(text, Some(80)).ok()?;
+    canon::normalize_host(named.host()).ok()
 }
 
 /// A reader that first replays the bytes already seen, then reads on, keeping a copy of

@@ -1168,13 +1168,10 @@ fn plain_grant_endpoint(url: &str) -> bool {
         return false;
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = match authority.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => authority,
-    }
-    .trim_matches(['[', ']'])
-    .trim_end_matches('.')
-    .to_ascii_lowercase();
+    let Ok(authority) = sluice_addr::Authority::parse(authority, Some(80)) else {
+        return false;
+    };
+    let host = authority.host().trim_end_matches('.').to_ascii_lowercase();
     if host == "localhost" {
         return true;
     }

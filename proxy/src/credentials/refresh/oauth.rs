@@ -126,10 +126,7 @@ impl Client {
         let Some(host) = uri.host() else {
             return Err(TokenError::Url(url.to_string()));
         };
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
+        let host = sluice_addr::unbracketed(host).to_string();
         let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
         let transport = |reason: String| TokenError::Transport {
             url: url.to_string(),

@@ -9,6 +9,7 @@ use serde_json::json;
 use super::record::Record;
 use crate::audit::{Engine, Outcome};
 use crate::http::respond::{Code, Refusal};
+use crate::pipeline::authority::Authority;
 use crate::pipeline::denial::Denial;
 use crate::policy::decide::{RequestBasis, RequestDecision, Verdict};
 use crate::policy::graphql_body::Operation;
@@ -21,8 +22,8 @@ pub(super) struct Asked<'a> {
     pub(super) method: &'a str,
     /// Path and query as the client sent them.
     pub(super) target: &'a str,
-    /// `host:port`.
-    pub(super) hp: &'a str,
+    /// The tunnel or forward target.
+    pub(super) dst: &'a Authority,
     /// The caller's executable (for the operator's `policy explain` line).
     pub(super) binary: &'a str,
 }
@@ -59,7 +60,7 @@ pub(super) fn judge(
         return Ok(());
     }
     let path = d.target.as_ref().map_or(check.target, |t| t.path.as_str());
-    let line = format!("{} {}{path}", check.method, check.hp);
+    let line = format!("{} {}{path}", check.method, check.dst);
     if matches!(d.basis, RequestBasis::GraphqlRejected) {
         let refusal = Refusal::new(Code::InvalidGraphqlRequest, format!("{line}: {}", d.reason))
             .with_reason(rec.reason.clone().unwrap_or_default())
@@ -89,7 +90,7 @@ pub(super) fn judge(
         ),
         (_, Some(rule)) => format!(
             "if the task needs it, ask the operator to add the allow rule {rule} to the graphql endpoint of policy entry `{policy}` for {}",
-            check.hp
+            check.dst
         ),
         _ => format!("the graphql endpoint of policy entry `{policy}` allows no such operation"),
     };
@@ -116,7 +117,7 @@ pub(super) fn judge(
     .with("next_steps", json!([
         "this request was refused by policy and retrying it unchanged will be refused again",
         step,
-        format!("the operator can check a change with: sluice policy explain --policy FILE --binary {} --method {} https://{}{path} --body BODY", check.binary, check.method, check.hp),
+        format!("the operator can check a change with: sluice policy explain --policy FILE --binary {} --method {} https://{}{path} --body BODY", check.binary, check.method, check.dst),
     ]));
     Err(Denial::new(Engine::L7, refusal))
 }

@@ -9,6 +9,7 @@ use crate::audit::{Engine, Outcome};
 use crate::http::method_override::{self, InvalidOverride, Override};
 use crate::http::respond::Code;
 use crate::http::respond::Refusal;
+use crate::pipeline::authority::Authority;
 use crate::pipeline::caller::identify::Known;
 use crate::policy::Policy;
 use crate::policy::Request as PolicyRequest;
@@ -62,7 +63,7 @@ pub fn judge(
     known: &Known,
     method: &Method<'_>,
     path_and_query: &str,
-    hp: &str,
+    dst: &Authority,
     websocket_upgrade: bool,
 ) -> Result<Judged, Box<(Refusal, Judged)>> {
     let overrides = &method.overrides;
@@ -141,7 +142,7 @@ pub fn judge(
     // method an override names is judged as any other (and refused there without a body).
     let body_decides = matches!(decision.basis, RequestBasis::RpcBodyUnread);
     if !body_decides {
-        verdict(&mut judged, &decision, line, known, hp, &shown_path)?;
+        verdict(&mut judged, &decision, line, known, dst, &shown_path)?;
     }
     let also = Also {
         policy,
@@ -149,7 +150,7 @@ pub fn judge(
         known,
         line: &method_up,
         path_and_query,
-        hp,
+        dst,
     };
     also.judge(&mut judged, &named)?;
     if let Some(t) = decision.target {
@@ -177,8 +178,8 @@ pub struct Also<'a> {
     /// The request line's method, upper case.
     pub line: &'a str,
     pub path_and_query: &'a str,
-    /// `host:port` of the tunnel or forward target.
-    pub hp: &'a str,
+    /// The tunnel or forward target.
+    pub dst: &'a Authority,
 }
 
 impl Also<'_> {
@@ -204,7 +205,7 @@ impl Also<'_> {
                 method: self.line,
                 source: Some(o),
             };
-            verdict(judged, &decision, named, self.known, self.hp, &shown_path)?;
+            verdict(judged, &decision, named, self.known, self.dst, &shown_path)?;
         }
         Ok(())
     }
@@ -277,7 +278,7 @@ fn verdict(
     decision: &RequestDecision<'_>,
     named: Named<'_>,
     known: &Known,
-    hp: &str,
+    dst: &Authority,
     shown_path: &str,
 ) -> Result<(), Box<(Refusal, Judged)>> {
     match decision.verdict {
@@ -301,7 +302,7 @@ fn verdict(
                 how: &how,
                 override_source: named.source.map(|o| o.source.to_string()),
                 binary: &known.exe,
-                hp,
+                dst,
                 path: shown_path,
             });
             judged.reason = Some(decision.reason.clone());
@@ -330,8 +331,8 @@ struct L7Denial<'a> {
     how: &'a str,
     override_source: Option<String>,
     binary: &'a str,
-    /// `host:port` of the tunnel or forward target.
-    hp: &'a str,
+    /// The tunnel or forward target.
+    dst: &'a Authority,
     /// The canonical path (no query).
     path: &'a str,
 }
@@ -343,7 +344,7 @@ struct L7Denial<'a> {
 /// is never echoed (it may carry data the agent should not see in a log it forwards).
 fn l7_denial(d: &L7Denial<'_>) -> Refusal {
     use serde_json::{Value, json};
-    let (host, port) = split_host_port(d.hp);
+    let (host, port) = (d.dst.host(), d.dst.port());
     let reason = &d.decision.reason;
     let policy = &d.judged.policy;
     let rule = d.judged.rule.clone().map_or(Value::Null, Value::from);
@@ -370,7 +371,7 @@ fn l7_denial(d: &L7Denial<'_>) -> Refusal {
         )),
         RequestBasis::NoEndpointPath => next_steps.push(format!(
             "no endpoint of policy entry `{policy}` for {} selects the path {}; the operator would have to add one whose `path` covers it",
-            d.hp, d.path
+            d.dst, d.path
         )),
         RequestBasis::WebSocketRequired => next_steps.push(
             "this endpoint only accepts WebSocket upgrade requests (GET with `Upgrade: websocket`)"
@@ -378,18 +379,18 @@ fn l7_denial(d: &L7Denial<'_>) -> Refusal {
         ),
         _ => next_steps.push(format!(
             "if the task needs it, ask the operator to add an allow rule {{method: {}, path: {}}} to policy entry `{policy}` for {}",
-            d.method, d.path, d.hp
+            d.method, d.path, d.dst
         )),
     }
     next_steps.push(format!(
         "the operator can check a change with: sluice policy explain --policy FILE --binary {} --method {} https://{}{}",
-        d.binary, d.method, d.hp, d.path
+        d.binary, d.method, d.dst, d.path
     ));
     let mut refusal = Refusal::new(
         Code::PolicyDenied,
         format!(
             "{} {}{}{} denied by L7 policy: {reason}",
-            d.line, d.hp, d.path, d.how
+            d.line, d.dst, d.path, d.how
         ),
     )
     .with_reason(reason.clone())
@@ -400,7 +401,7 @@ fn l7_denial(d: &L7Denial<'_>) -> Refusal {
     .with("method", d.method.to_owned())
     .with("path", d.path.to_owned())
     .with("host", host)
-    .with("port", port.map_or(Value::Null, Value::from))
+    .with("port", port)
     .with("binary", d.binary.to_owned())
     .with("rule_missing", missing)
     .with("next_steps", next_steps)
@@ -411,23 +412,11 @@ fn l7_denial(d: &L7Denial<'_>) -> Refusal {
     refusal
 }
 
-/// `host:port` (IPv6 literals with or without brackets) as the host without brackets and
-/// the port.
-fn split_host_port(hp: &str) -> (String, Option<u16>) {
-    match sluice_addr::split_host_port(hp) {
-        Some((host, Some(port))) => match port.parse::<u16>() {
-            Ok(port) => (host.to_string(), Some(port)),
-            Err(_) => (hp.to_string(), None),
-        },
-        _ => (hp.to_string(), None),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use super::{any_other_denied, split_host_port};
+    use super::any_other_denied;
     use crate::policy::{Caller, Compat, L4Decision, Source, load};
 
     /// Whether a method other than POST is refused on `/a` under an endpoint with `rules`.
@@ -468,22 +457,5 @@ mod tests {
         assert!(!other_denied(
             "        rules:\n          - allow: {method: \"*\", path: /**}\n        deny_rules:\n          - {method: DELETE, path: /b}\n"
         ));
-    }
-
-    #[test]
-    fn host_and_port_are_split_for_names_and_ipv6_literals() {
-        assert_eq!(
-            split_host_port("api.example.com:443"),
-            ("api.example.com".to_string(), Some(443))
-        );
-        assert_eq!(
-            split_host_port("[::1]:8443"),
-            ("::1".to_string(), Some(8443))
-        );
-        assert_eq!(split_host_port("::1:8443"), ("::1".to_string(), Some(8443)));
-        assert_eq!(
-            split_host_port("example.com"),
-            ("example.com".to_string(), None)
-        );
     }
 }

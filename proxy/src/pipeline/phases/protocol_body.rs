@@ -17,6 +17,7 @@ use serde_json::json;
 use super::record::Record;
 use crate::audit::{Engine, Outcome};
 use crate::http::respond::{Code, Refusal};
+use crate::pipeline::authority::Authority;
 use crate::pipeline::denial::Denial;
 use crate::policy::decide::{RequestBasis, Verdict};
 use crate::policy::rpc_decide::{Body, receive_stream};
@@ -34,8 +35,8 @@ pub struct RpcCheck {
     receive_stream: bool,
     /// GraphQL: why the body cannot be read (compressed, multipart).
     unreadable: Option<String>,
-    /// `host:port`.
-    hp: String,
+    /// The tunnel or forward target.
+    dst: Authority,
     /// The caller's executable (for the operator's `policy explain` line).
     binary: String,
 }
@@ -46,7 +47,7 @@ pub struct HeadFacts<'a> {
     pub target: &'a str,
     pub headers: &'a [(String, Vec<u8>)],
     pub has_body: bool,
-    pub hp: String,
+    pub dst: &'a Authority,
     pub binary: &'a str,
 }
 
@@ -85,7 +86,7 @@ impl RpcCheck {
             target: head.target.to_string(),
             receive_stream: stream,
             unreadable,
-            hp: head.hp.clone(),
+            dst: head.dst.clone(),
             binary: head.binary.to_string(),
         };
         Some((check, limit))
@@ -112,7 +113,7 @@ pub fn judge(check: &RpcCheck, body: &[u8], rec: &mut Record) -> Result<(), Deni
         let asked = super::graphql_judged::Asked {
             method: &check.method,
             target: &check.target,
-            hp: &check.hp,
+            dst: &check.dst,
             binary: &check.binary,
         };
         return super::graphql_judged::judge(&asked, &d, rec);
@@ -158,7 +159,7 @@ pub fn judge(check: &RpcCheck, body: &[u8], rec: &mut Record) -> Result<(), Deni
     if matches!(d.basis, RequestBasis::RpcRejected) {
         let refusal = Refusal::new(
             Code::InvalidJsonrpcRequest,
-            format!("{} {}{path}: {}", check.method, check.hp, d.reason),
+            format!("{} {}{path}: {}", check.method, check.dst, d.reason),
         )
         .with_reason(rec.reason.clone().unwrap_or_default())
         .with("protocol", protocol)
@@ -182,12 +183,12 @@ pub fn judge(check: &RpcCheck, body: &[u8], rec: &mut Record) -> Result<(), Deni
         ),
         (_, Some(rule)) => format!(
             "if the task needs it, ask the operator to add the allow rule {rule} to the {protocol} endpoint of policy entry `{policy}` for {}",
-            check.hp
+            check.dst
         ),
         _ => format!("the {protocol} endpoint of policy entry `{policy}` allows no such request"),
     };
     let refusal = Refusal::new(Code::PolicyDenied,
-        format!("{} {}{path} denied by L7 policy: {}{what}", check.method, check.hp, d.reason),
+        format!("{} {}{path} denied by L7 policy: {}{what}", check.method, check.dst, d.reason),
     )
     .with_reason(rec.reason.clone().unwrap_or_default())
     .with("policy", policy)
@@ -200,7 +201,7 @@ pub fn judge(check: &RpcCheck, body: &[u8], rec: &mut Record) -> Result<(), Deni
     .with("next_steps", json!([
         "this request was refused by policy and retrying it unchanged will be refused again",
         step,
-        format!("the operator can check a change with: sluice policy explain --policy FILE --binary {} --method {} https://{}{path}", check.binary, check.method, check.hp),
+        format!("the operator can check a change with: sluice policy explain --policy FILE --binary {} --method {} https://{}{path}", check.binary, check.method, check.dst),
     ]));
     Err(Denial::new(Engine::L7, refusal))
 }

@@ -30,6 +30,7 @@ use crate::credentials::{self, Bindings, ScrubSet};
 use crate::http::body::{self, BodyError};
 use crate::http::body_override::{self, BodyKind};
 use crate::http::respond::{Code, Refusal};
+use crate::pipeline::authority::Authority;
 use crate::pipeline::caller::identify::{self, CallerError, Known};
 use crate::pipeline::denial::Denial;
 use crate::pipeline::state::live::InForce;
@@ -121,7 +122,7 @@ pub struct FormCheck {
     /// The request line's method, upper case.
     line: String,
     path_and_query: String,
-    hp: String,
+    dst: Authority,
 }
 
 impl FormCheck {
@@ -141,7 +142,7 @@ impl FormCheck {
             known,
             line: &self.line,
             path_and_query: &self.path_and_query,
-            hp: &self.hp,
+            dst: &self.dst,
         }
     }
 }
@@ -226,7 +227,7 @@ impl<'a> Exchange<'a> {
             known,
             &method,
             head.target,
-            &dst.to_string(),
+            dst,
             head.websocket,
         );
         let mut judged = match judged {
@@ -243,7 +244,7 @@ impl<'a> Exchange<'a> {
             target: head.target,
             headers: &head.headers,
             has_body: head.has_body,
-            hp: dst.to_string(),
+            dst,
             binary: &known.exe,
         };
         let rpc = RpcCheck::new(policy, admission, &facts).filter(|_| !head.websocket);
@@ -397,7 +398,7 @@ impl<'a> Exchange<'a> {
             judged: judged.clone(),
             line: head.method.to_ascii_uppercase(),
             path_and_query: head.target.to_string(),
-            hp: self.admitted.dst.to_string(),
+            dst: self.admitted.dst.clone(),
         };
         if !check.also(known).any_denied() {
             return Ok(None);

@@ -6,7 +6,7 @@
 //! turn with a timeout. The address classes and the vetting rules themselves are in the
 //! `sluice-resolver` crate.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use sluice_resolver::{DestinationPlan, VetOptions};
@@ -118,11 +118,7 @@ pub fn plan_for(
     }
     if !nets.is_empty() || has_invalid {
         DestinationPlan::ExplicitAllowedIps { nets, has_invalid }
-    } else if let Ok(ip) = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<IpAddr>()
-    {
+    } else if let Some(ip) = sluice_addr::ip_literal(host) {
         DestinationPlan::ImplicitIpLiteral(ip)
     } else if exact && compat == Compat::OpenShell {
         DestinationPlan::ExactDeclaredHost
