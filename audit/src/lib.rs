@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 pub use sink::{AuditSink, LogFormat, OnFailure, Redact};
+pub use sluice_addr::Authority;
 
 /// OCSF severity (spec §7.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -59,13 +60,33 @@ pub struct Caller {
     pub json: ocsf::CallerJson,
 }
 
-/// A network destination: the host the client asked for, the port, and the address sluice
-/// dialled (when it dialled one).
+/// A network destination: the host the client asked for and the port (an IPv6 literal is
+/// held without brackets and written with them, `sluice-addr`'s one spelling), and the
+/// address sluice dialled (when it dialled one).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Destination {
-    pub host: String,
-    pub port: u16,
+    pub authority: Authority,
     pub ip: Option<IpAddr>,
+}
+
+impl Destination {
+    pub fn new(authority: Authority, ip: Option<IpAddr>) -> Destination {
+        Destination { authority, ip }
+    }
+
+    /// No destination known yet (a refusal before one was read): an empty host and port 0.
+    pub fn nowhere() -> Destination {
+        Destination::new(Authority::new(String::new(), 0), None)
+    }
+
+    /// The host, without brackets.
+    pub fn host(&self) -> &str {
+        self.authority.host()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.authority.port()
+    }
 }
 
 /// The outcome of a decision, as audit reports it.

@@ -29,8 +29,8 @@ use serde_json::Value;
 use serde_json::json;
 
 use super::{
-    ConnectionClose, ConnectionOpen, Event, Finding, HttpRequest, Lifecycle, Outcome, PolicyChange,
-    Severity, Via,
+    Authority, ConnectionClose, ConnectionOpen, Event, Finding, HttpRequest, Lifecycle, Outcome,
+    PolicyChange, Severity, Via,
 };
 #[cfg(test)]
 use super::{Engine, Process};
@@ -126,16 +126,12 @@ fn open_message(e: &ConnectionOpen) -> String {
         "{} {} {}",
         via_label(e.via),
         outcome_verb(e.outcome),
-        authority(&e.dst.host, e.dst.port)
+        e.dst.authority
     )
 }
 
 fn close_message(e: &ConnectionClose) -> String {
-    let mut m = format!(
-        "{} closed {}",
-        via_label(e.via),
-        authority(&e.dst.host, e.dst.port)
-    );
+    let mut m = format!("{} closed {}", via_label(e.via), e.dst.authority);
     if !e.reason.is_empty() {
         m.push_str(": ");
         m.push_str(&e.reason);
@@ -178,22 +174,16 @@ pub fn epoch_millis(time: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// `host:port`, with an IPv6 literal in brackets.
-pub(super) fn authority(host: &str, port: u16) -> String {
-    HostPort(host, port).to_string()
-}
-
 /// `path` without its query or fragment.
 pub(super) fn strip_query(path: &str) -> &str {
     path.find(['?', '#']).map_or(path, |i| &path[..i])
 }
 
 /// `scheme://host[:port]path`, the port left out when it is the scheme's default.
-pub(super) fn url_string(scheme: &str, host: &str, port: u16, path: &str) -> String {
+pub(super) fn url_string(scheme: &str, authority: &Authority, path: &str) -> String {
     UrlString {
         scheme,
-        host,
-        port,
+        authority,
         path,
     }
     .to_string()
@@ -489,13 +479,12 @@ fn http_request<'a>(e: &'a HttpRequest, ctx: &'a Context) -> Record<'a> {
         http_method: standard.map(|_| e.method.as_str()),
         url: Url {
             scheme: e.scheme,
-            hostname: bare_host(&e.dst.host),
-            port: e.dst.port,
+            hostname: e.dst.host(),
+            port: e.dst.port(),
             path,
             url_string: Shown(UrlString {
                 scheme: e.scheme,
-                host: &e.dst.host,
-                port: e.dst.port,
+                authority: &e.dst.authority,
                 path,
             }),
         },
@@ -600,7 +589,7 @@ fn finding<'a>(e: &'a Finding, ctx: &'a Context) -> Record<'a> {
     });
     r.unmapped = Some(Unmapped {
         finding_type: Some(&e.kind),
-        destination: Some(HostPort(&e.dst.host, e.dst.port).to_string()),
+        destination: Some(e.dst.authority.to_string()),
         credential: e.credential.as_deref(),
         binary: e.caller.as_ref().map(|c| c.process.exe.as_str()),
         pid: e.caller.as_ref().map(|c| c.process.pid),
@@ -709,7 +698,7 @@ mod objects;
 pub use objects::CallerJson;
 use objects::*;
 mod text;
-use text::{HostPort, Message, Shown, TypeName, Uid, UrlString};
+use text::{Message, Shown, TypeName, Uid, UrlString};
 
 /// Events for the unit tests of `ocsf`, `shorthand`, `sink` and, through the feature
 /// `samples`, of `sluice`'s `metrics`.

@@ -244,8 +244,7 @@ mod tests {
             })),
             src: SocketAddr::from(([127, 0, 0, 1], 5000)),
             dst: Destination {
-                host: "api.example.com".into(),
-                port: 443,
+                authority: crate::Authority::new("api.example.com", 443),
                 ip: None,
             },
             scheme: "https",
@@ -289,8 +288,7 @@ mod tests {
             })),
             src: SocketAddr::from(([10, 1, 0, 9], 5000)),
             dst: Destination {
-                host: "api.example.com".into(),
-                port: 443,
+                authority: crate::Authority::new("api.example.com", 443),
                 ip: None,
             },
             outcome: Outcome::Allowed,

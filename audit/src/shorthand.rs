@@ -24,7 +24,7 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use super::ocsf::{self, authority, strip_query, url_string};
+use super::ocsf::{self, strip_query, url_string};
 use super::{
     Caller, ConnectionClose, ConnectionOpen, Event, HttpRequest, Lifecycle, Outcome, PolicyChange,
     Severity,
@@ -100,7 +100,7 @@ fn event_time(event: &Event) -> SystemTime {
 fn open(e: &ConnectionOpen, sev: &str) -> String {
     let mut s = format!("NET:OPEN {sev} {} ", action_label(e.outcome));
     push_actor(&mut s, e.caller.as_deref());
-    push_clean(&mut s, &authority(&e.dst.host, e.dst.port));
+    push_clean(&mut s, &e.dst.authority.to_string());
     push_rule(&mut s, e.policy.as_deref(), e.engine.as_str());
     push_reason(&mut s, e.outcome, e.reason.as_deref());
     s
@@ -109,7 +109,7 @@ fn open(e: &ConnectionOpen, sev: &str) -> String {
 fn close(e: &ConnectionClose, sev: &str) -> String {
     let mut s = format!("NET:CLOSE {sev} ");
     push_actor(&mut s, e.caller.as_deref());
-    push_clean(&mut s, &authority(&e.dst.host, e.dst.port));
+    push_clean(&mut s, &e.dst.authority.to_string());
     push_rule(&mut s, e.policy.as_deref(), e.engine.as_str());
     // OCSF orientation, as in the JSON `traffic` object (see `ocsf::traffic`).
     let _ = write!(
@@ -129,7 +129,7 @@ fn request(e: &HttpRequest, sev: &str) -> String {
     s.push(' ');
     push_clean(
         &mut s,
-        &url_string(e.scheme, &e.dst.host, e.dst.port, strip_query(&e.path)),
+        &url_string(e.scheme, &e.dst.authority, strip_query(&e.path)),
     );
     push_rule(&mut s, e.policy.as_deref(), e.engine.as_str());
     if !e.credentials.is_empty() {
@@ -453,8 +453,7 @@ mod tests {
     fn http_url_omits_default_port_and_query() {
         let mut e = samples::request(Outcome::Allowed);
         e.scheme = "https";
-        e.dst.host = "api.github.com".into();
-        e.dst.port = 443;
+        e.dst.authority = crate::Authority::new("api.github.com", 443);
         e.path = "/repos?token=hunter2".into();
         e.method = "POST".into();
         e.caller = None;

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use sluice::audit::ocsf::{self, Context};
 use sluice::audit::{
-    AuditSink, Caller, ConnectionClose, ConnectionOpen, Destination, Engine, Event, HttpRequest,
-    Lifecycle, LogFormat, Outcome, PolicyChange, Process, Via,
+    AuditSink, Authority, Caller, ConnectionClose, ConnectionOpen, Destination, Engine, Event,
+    HttpRequest, Lifecycle, LogFormat, Outcome, PolicyChange, Process, Via,
 };
 use sluice_e2e::ocsf::{validate, validate_line};
 
@@ -55,11 +55,7 @@ fn caller(depth: u32) -> Arc<Caller> {
 }
 
 fn dst(host: &str, port: u16, ip: Option<IpAddr>) -> Destination {
-    Destination {
-        host: host.into(),
-        port,
-        ip,
-    }
+    Destination::new(Authority::new(host, port), ip)
 }
 
 fn src() -> SocketAddr {

@@ -231,7 +231,7 @@ pub(super) struct DstEndpoint<'a> {
 /// The destination as asked for: a name in `hostname` (and the dialled address in `ip`), or
 /// an address literal in `ip`.
 pub(super) fn dst_endpoint(dst: &Destination) -> DstEndpoint<'_> {
-    let host = bare_host(&dst.host);
+    let host = dst.host();
     let (hostname, ip) = match host.parse::<IpAddr>() {
         Ok(ip) => (None, Some(ip)),
         Err(_) => (Some(host), dst.ip),
@@ -239,12 +239,9 @@ pub(super) fn dst_endpoint(dst: &Destination) -> DstEndpoint<'_> {
     DstEndpoint {
         hostname,
         ip,
-        port: dst.port,
+        port: dst.port(),
     }
 }
-
-/// `host` without the brackets of an IPv6 literal.
-pub(super) use sluice_addr::unbracketed as bare_host;
 
 /// The OCSF JSON of a caller (`actor`: `process`, the process and, nested as
 /// `parent_process`, its ancestors; or a gateway tenant's `user`), written at the first

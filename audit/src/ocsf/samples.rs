@@ -59,13 +59,14 @@ pub fn open(outcome: Outcome) -> ConnectionOpen {
         caller: Some(Arc::new(caller())),
         src: src(),
         dst: Destination {
-            host: if denied {
-                "example.com"
-            } else {
-                "api.github.com"
-            }
-            .into(),
-            port: 443,
+            authority: Authority::new(
+                if denied {
+                    "example.com"
+                } else {
+                    "api.github.com"
+                },
+                443,
+            ),
             ip: (!denied).then(|| IpAddr::V4(Ipv4Addr::new(140, 82, 121, 6))),
         },
         outcome,
@@ -84,8 +85,7 @@ pub fn close() -> ConnectionClose {
         caller: Some(Arc::new(caller())),
         src: src(),
         dst: Destination {
-            host: "api.github.com".into(),
-            port: 443,
+            authority: Authority::new("api.github.com", 443),
             ip: Some(IpAddr::V4(Ipv4Addr::new(140, 82, 121, 6))),
         },
         policy: Some("github".into()),
@@ -111,8 +111,7 @@ pub fn request(outcome: Outcome) -> HttpRequest {
         })),
         src: src(),
         dst: Destination {
-            host: "h".into(),
-            port: 8080,
+            authority: Authority::new("h", 8080),
             ip: Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))),
         },
         method: "GET".into(),

@@ -175,7 +175,7 @@ fn unknown_caller_has_no_actor() {
 #[test]
 fn ip_literal_destination_goes_to_ip() {
     let mut e = samples::open(Outcome::Allowed);
-    e.dst.host = "[2001:db8::1]".into();
+    e.dst.authority = Authority::new("[2001:db8::1]", 443);
     e.dst.ip = None;
     let v = json_of(Event::ConnectionOpen(e));
     assert_eq!(
@@ -273,10 +273,18 @@ fn queries_never_reach_the_json() {
 
 #[test]
 fn url_string_omits_default_ports() {
-    assert_eq!(url_string("https", "a", 443, "/x"), "https://a/x");
-    assert_eq!(url_string("http", "a", 80, "/x"), "http://a/x");
-    assert_eq!(url_string("http", "a", 443, "/x"), "http://a:443/x");
-    assert_eq!(url_string("https", "::1", 8443, "/"), "https://[::1]:8443/");
+    let at = Authority::new;
+    assert_eq!(url_string("https", &at("a", 443), "/x"), "https://a/x");
+    assert_eq!(url_string("http", &at("a", 80), "/x"), "http://a/x");
+    assert_eq!(url_string("http", &at("a", 443), "/x"), "http://a:443/x");
+    assert_eq!(
+        url_string("https", &at("::1", 8443), "/"),
+        "https://[::1]:8443/"
+    );
+    assert_eq!(
+        url_string("https", &at("[::1]", 443), "/"),
+        "https://[::1]/"
+    );
 }
 
 #[test]
@@ -399,8 +407,7 @@ fn a_finding_names_an_ipv6_destination_in_brackets_and_its_guard() {
             caller: None,
             src: "10.0.0.2:50000".parse().unwrap(),
             dst: crate::Destination {
-                host: host.to_string(),
-                port: 443,
+                authority: Authority::new(host.to_string(), 443),
                 ip: None,
             },
             kind: "sluice.http.request_smuggling".to_string(),

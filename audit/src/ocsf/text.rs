@@ -6,7 +6,7 @@ use std::fmt::{self, Display, Formatter};
 
 use serde::{Serialize, Serializer};
 
-use super::super::HttpRequest;
+use super::super::{Authority, HttpRequest};
 use super::{outcome_verb, strip_query};
 
 /// A value serialized as the JSON string of its `Display` form, without building it first.
@@ -45,15 +45,12 @@ impl Display for Message<'_> {
                 "HTTP {} {} {}{}",
                 outcome_verb(e.outcome),
                 e.method,
-                HostPort(&e.dst.host, e.dst.port),
+                e.dst.authority,
                 strip_query(&e.path)
             ),
         }
     }
 }
-
-/// `host:port`, with an IPv6 literal in brackets: the one spelling (`sluice-addr`).
-pub(super) use sluice_addr::HostPort;
 
 /// `metadata.uid`: made for the event, or a request's (`<instance>:<connection>:http:<ns>`).
 pub(super) enum Uid<'a> {
@@ -94,8 +91,7 @@ impl Display for ConnectionUid<'_> {
 /// literal in brackets, the path without its query or fragment.
 pub(super) struct UrlString<'a> {
     pub(super) scheme: &'a str,
-    pub(super) host: &'a str,
-    pub(super) port: u16,
+    pub(super) authority: &'a Authority,
     pub(super) path: &'a str,
 }
 
@@ -103,16 +99,14 @@ impl Display for UrlString<'_> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         let UrlString {
             scheme,
-            host,
-            port,
+            authority,
             path,
         } = *self;
-        let default_port = matches!((scheme, port), ("http", 80) | ("https", 443));
         let path = strip_query(path);
-        if default_port {
-            write!(f, "{scheme}://{}{path}", sluice_addr::UriHost(host))
-        } else {
-            write!(f, "{scheme}://{}{path}", HostPort(host, port))
+        match scheme {
+            "http" => write!(f, "{scheme}://{}{path}", authority.to_uri_authority(80)),
+            "https" => write!(f, "{scheme}://{}{path}", authority.to_uri_authority(443)),
+            _ => write!(f, "{scheme}://{authority}{path}"),
         }
     }
 }

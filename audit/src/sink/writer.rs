@@ -342,11 +342,7 @@ pub(super) fn own_finding(kind: &str, title: String, severity: Severity) -> supe
         id: 0,
         caller: None,
         src: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
-        dst: super::super::Destination {
-            host: String::new(),
-            port: 0,
-            ip: None,
-        },
+        dst: super::super::Destination::nowhere(),
         kind: kind.to_string(),
         guard: super::super::Guard::Audit,
         title,

@@ -751,3 +751,39 @@ fn graphql_operations_are_judged_by_type_name_and_root_field() {
     );
     assert_eq!(p.rpc_body_limit(&a, &req), Some(64 * 1024));
 }
+
+#[test]
+fn explain_brackets_an_ipv6_destination_wherever_a_port_follows() {
+    let p = policy(&one(
+        "{host: \"::1\", port: 8443, protocol: rest, enforcement: enforce, rules: [{allow: {method: GET, path: /ok}}]}",
+    ));
+    let ask = |host: &str, port: u16, target: Option<&str>| {
+        explain::explain(
+            &p,
+            &explain::Question {
+                binary: CURL.to_string(),
+                ancestors: Vec::new(),
+                cmdline_paths: Vec::new(),
+                tenant: None,
+                host: host.to_string(),
+                port,
+                request: target.map(|t| explain::QuestionRequest {
+                    method: "GET".to_string(),
+                    target: t.to_string(),
+                    ..Default::default()
+                }),
+            },
+        )
+    };
+    let open = ask("::1", 8443, None);
+    assert_eq!(open.decision, "allow", "{open:#?}");
+    assert_eq!(
+        open.reason,
+        "connection to [::1]:8443 allowed; each request is judged by the L7 rules"
+    );
+    let denied = ask("::1", 9443, None);
+    assert!(denied.reason.contains("[::1]:9443"), "{denied:#?}");
+    assert!(!denied.reason.contains("::1:9443"), "{denied:#?}");
+    let judged = ask("[::1]", 8443, Some("/ok"));
+    assert_eq!(judged.decision, "allow", "{judged:#?}");
+}

@@ -48,7 +48,7 @@ impl Metrics {
                         engine: open.engine.as_str(),
                     })
                     .inc();
-                self.by_caller_and_host("connection", d, open.caller.as_deref(), &open.dst.host);
+                self.by_caller_and_host("connection", d, open.caller.as_deref(), open.dst.host());
                 if open.via == Via::Connect && open.status == 200 && open.outcome != Outcome::Denied
                 {
                     self.active_tunnels.inc();
@@ -70,7 +70,7 @@ impl Metrics {
                         engine: req.engine.as_str(),
                     })
                     .inc();
-                self.by_caller_and_host("request", d, req.caller.as_deref(), &req.dst.host);
+                self.by_caller_and_host("request", d, req.caller.as_deref(), req.dst.host());
                 // Audit records whole milliseconds.
                 #[allow(clippy::cast_precision_loss)] // below 2^53 ms
                 let seconds = req.duration_ms as f64 / 1000.0;

@@ -304,11 +304,7 @@ impl Worker {
             id: 0,
             caller: None,
             src: SocketAddr::from(([0, 0, 0, 0], 0)),
-            dst: audit::Destination {
-                host: String::new(),
-                port: 0,
-                ip: None,
-            },
+            dst: audit::Destination::nowhere(),
             kind: FINDING_DROPPED.to_string(),
             guard: audit::Guard::Audit,
             title: format!(

@@ -443,11 +443,7 @@ pub async fn serve_client(shared: Arc<Shared>, client: Client) {
         Ok(Err(e)) => {
             let refusal = head_refusal(&e);
             let known = arrival.caller.as_ref().ok();
-            let nowhere = audit::Destination {
-                host: String::new(),
-                port: 0,
-                ip: None,
-            };
+            let nowhere = audit::Destination::nowhere();
             let audited = known.map(|k| Arc::clone(&k.audit));
             denial::smuggling_finding(&shared, &arrival.conn, audited, nowhere, &e);
             refuse_early(&shared, &arrival.conn, &mut wr, refusal, known).await;
@@ -523,13 +519,9 @@ fn stopped_forward(
             caller: known.map(|k| k.audit),
             src: conn.peer,
             // A revoked request's destination and entry; a caller change's are unknown here.
-            dst: audit::Destination {
-                host: revoked
-                    .map(|(_, d)| d.host().to_string())
-                    .unwrap_or_default(),
-                port: revoked.map_or(0, |(_, d)| d.port()),
-                ip: None,
-            },
+            dst: revoked.map_or_else(audit::Destination::nowhere, |(_, d)| {
+                audit::Destination::new(d.clone(), None)
+            }),
             policy: revoked.map(|(entry, _)| entry.to_string()),
             engine: reason.engine(Engine::L4),
             bytes_in: 0,
@@ -563,11 +555,7 @@ async fn refuse_limited(
             via: Via::Connect,
             caller: known.map(|known| Arc::clone(&known.audit)),
             src: conn.peer,
-            dst: audit::Destination {
-                host: String::new(),
-                port: 0,
-                ip: None,
-            },
+            dst: audit::Destination::nowhere(),
             outcome: Outcome::Denied,
             policy: None,
             engine: Engine::Proxy,
@@ -591,11 +579,7 @@ pub(crate) fn audit_unreceived(shared: &Shared, peer: SocketAddr, reason: String
             via: Via::Connect,
             caller: None,
             src: peer,
-            dst: audit::Destination {
-                host: String::new(),
-                port: 0,
-                ip: None,
-            },
+            dst: audit::Destination::nowhere(),
             outcome: Outcome::Denied,
             policy: None,
             engine: Engine::Proxy,
@@ -623,11 +607,7 @@ async fn refuse_early(
             via: Via::Connect,
             caller: caller.map(|c| Arc::clone(&c.audit)),
             src: conn.peer,
-            dst: audit::Destination {
-                host: String::new(),
-                port: 0,
-                ip: None,
-            },
+            dst: audit::Destination::nowhere(),
             outcome: Outcome::Denied,
             policy: None,
             engine: Engine::HttpParser,

@@ -61,14 +61,10 @@ impl Early<'_> {
                 via: Via::Transparent,
                 caller: self.caller.clone(),
                 src: self.conn.peer,
-                dst: audit::Destination {
-                    host: self
-                        .original
-                        .map(|a| a.ip().to_string())
-                        .unwrap_or_default(),
-                    port: self.original.map_or(0, |a| a.port()),
-                    ip: self.original.map(|a| a.ip()),
-                },
+                dst: self.original.map_or_else(audit::Destination::nowhere, |a| {
+                    let authority = Authority::new(a.ip().to_string(), a.port());
+                    audit::Destination::new(authority, Some(a.ip()))
+                }),
                 outcome: Outcome::Denied,
                 policy: None,
                 engine,

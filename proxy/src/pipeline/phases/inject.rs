@@ -36,8 +36,7 @@ pub(crate) struct Dest<'a> {
     pub(crate) conn_id: u64,
     pub(crate) peer: SocketAddr,
     pub(crate) caller: &'a Known,
-    pub(crate) host: &'a str,
-    pub(crate) port: u16,
+    pub(crate) dst: &'a Authority,
     pub(crate) ip: Option<IpAddr>,
     pub(crate) policy: Option<String>,
 }
@@ -49,11 +48,7 @@ impl Dest<'_> {
             id: self.conn_id,
             caller: Some(Arc::clone(&self.caller.audit)),
             src: self.peer,
-            dst: audit::Destination {
-                host: self.host.to_string(),
-                port: self.port,
-                ip: self.ip,
-            },
+            dst: audit::Destination::new(self.dst.clone(), self.ip),
             kind: kind.to_string(),
             guard: audit::Guard::Credentials,
             title,
@@ -68,10 +63,6 @@ impl Dest<'_> {
         self.shared
             .audit
             .emit(&self.finding(kind, title, credential));
-    }
-
-    fn hp(&self) -> Authority {
-        Authority::new(self.host, self.port)
     }
 }
 
@@ -89,10 +80,10 @@ pub(crate) fn inject_head(
 ) -> Result<Injected, Denial> {
     // Whatever the request carries, the response is scrubbed of every secret bound to this
     // endpoint (one stored upstream earlier may come back in any answer).
-    let bound = creds.endpoint_secrets(d.host, d.port);
+    let bound = creds.endpoint_secrets(d.dst.host(), d.dst.port());
     let scope = credentials::RequestScope {
-        host: d.host,
-        port: d.port,
+        host: d.dst.host(),
+        port: d.dst.port(),
         path,
         caller: d.caller.policy_caller(),
         transport,
@@ -102,7 +93,7 @@ pub(crate) fn inject_head(
     let granted = credentials::refresh::token_grant::set_grant_headers(
         creds.profiles(),
         &scoped,
-        (d.host, d.port, path),
+        (d.dst.host(), d.dst.port(), path),
         headers,
     )
     .map_err(|e| refuse_credential(d, &e))?;
@@ -139,7 +130,7 @@ pub(crate) fn refuse_credential(d: &Dest<'_>, e: &CredentialError) -> Denial {
         };
         d.shared.audit.emit(&d.finding(
             kind,
-            format!("credential misuse refused on {}: {e}", d.hp()),
+            format!("credential misuse refused on {}: {e}", d.dst),
             credential,
         ));
     }
@@ -199,7 +190,7 @@ pub(crate) fn uninspectable_report(d: &Dest<'_>) -> Box<dyn FnOnce(String) + Sen
     let kind = credentials::body::FINDING_TRAFFIC_UNINSPECTABLE;
     let mut event = d.finding(kind, String::new(), None);
     let audit = Arc::clone(&d.shared.audit);
-    let hp = d.hp();
+    let hp = d.dst.clone();
     Box::new(move |why| {
         if let audit::Event::Finding(f) = &mut event {
             f.title = format!("WebSocket from {hp} closed: {why}");
@@ -213,7 +204,7 @@ fn reflected(d: &Dest<'_>, credentials: &[String]) -> audit::Event {
         credentials::scrub::FINDING_REFLECTED,
         format!(
             "the response from {} carried an injected credential; it was replaced by its placeholder",
-            d.hp()
+            d.dst
         ),
         (!credentials.is_empty()).then(|| credentials.join(",")),
     )
@@ -313,15 +304,15 @@ impl ToSign {
         body: &[u8],
     ) -> Result<Vec<String>, Denial> {
         let scope = credentials::RequestScope {
-            host: d.host,
-            port: d.port,
+            host: d.dst.host(),
+            port: d.dst.port(),
             path: &self.path,
             caller: d.caller.policy_caller(),
             transport: self.transport,
         };
         let req = sigv4::Request {
             method: &self.method,
-            host: d.host,
+            host: d.dst.host(),
             authority: &self.authority,
             target,
             body,

@@ -148,8 +148,7 @@ impl Record {
             conn_id: self.conn_id,
             peer: self.peer,
             caller: known,
-            host: self.dst.host(),
-            port: self.dst.port(),
+            dst: &self.dst,
             ip: self.ip,
             policy: self.policy.clone(),
         }
@@ -157,11 +156,7 @@ impl Record {
 
     /// The destination as audit names it.
     pub fn destination(&self) -> audit::Destination {
-        audit::Destination {
-            host: self.dst.host().to_string(),
-            port: self.dst.port(),
-            ip: self.ip,
-        }
+        audit::Destination::new(self.dst.clone(), self.ip)
     }
 
     /// Drops the record unemitted: the request was not judged (sluice answered it itself, or

@@ -293,16 +293,8 @@ where
         Ok(Err(HeadError::Closed)) | Err(_) => None,
         Ok(Err(e)) => {
             let dst = match route {
-                Route::Tunnel(t) => audit::Destination {
-                    host: t.admitted.dst.host().to_string(),
-                    port: t.admitted.dst.port(),
-                    ip: None,
-                },
-                Route::Forward => audit::Destination {
-                    host: String::new(),
-                    port: 0,
-                    ip: None,
-                },
+                Route::Tunnel(t) => audit::Destination::new(t.admitted.dst.clone(), None),
+                Route::Forward => audit::Destination::nowhere(),
             };
             let known = caller
                 .as_ref()

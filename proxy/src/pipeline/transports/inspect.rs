@@ -155,11 +155,7 @@ pub async fn run(
                     via,
                     caller: Some(Arc::clone(&caller.audit)),
                     src: conn.peer,
-                    dst: audit::Destination {
-                        host: admitted.dst.host().to_string(),
-                        port: admitted.dst.port(),
-                        ip: Some(addr.ip()),
-                    },
+                    dst: audit::Destination::new(admitted.dst.clone(), Some(addr.ip())),
                     outcome: Outcome::Denied,
                     policy: Some(admitted.admission.entry.to_string()),
                     engine: Engine::L7,
