@@ -39,7 +39,8 @@ impl Filter {
         if let Some(h) = &self.host {
             let Some(host) = &r.host else { return false };
             let host = host.to_ascii_lowercase();
-            let want = h.to_ascii_lowercase();
+            // An IPv6 address is asked for with or without its brackets (`[::1]`, `::1`).
+            let want = sluice_addr::unbracketed(h).to_ascii_lowercase();
             let ok = match want.strip_prefix("*.") {
                 Some(suffix) => host.ends_with(&format!(".{suffix}")),
                 None => host == want,
@@ -417,6 +418,23 @@ mod tests {
             ..r
         };
         assert_eq!(authority(&nowhere), "?:?");
+        // An IPv6 destination: bracketed before its port, found with or without brackets.
+        let v6 = Record {
+            host: Some("::1".into()),
+            port: Some(8443),
+            ..nowhere
+        };
+        assert_eq!(authority(&v6), "[::1]:8443");
+        for host in ["::1", "[::1]"] {
+            assert!(
+                Filter {
+                    host: Some(host.into()),
+                    ..Filter::default()
+                }
+                .matches(&v6),
+                "{host}"
+            );
+        }
     }
 
     #[test]

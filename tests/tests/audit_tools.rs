@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
 use sluice_e2e::origin::HttpOrigin;
 use sluice_e2e::proxy::{Sluice, TempDir, python, run};
 use sluice_e2e::sluice_bin;
@@ -324,4 +325,143 @@ fn assert_suggest_tolerates_garbage(file: &Path) {
         "{err}"
     );
     assert!(out.contains("network_policies: {}"), "{out}");
+}
+
+/// An IPv6 literal destination is written `[::1]:port` wherever a port follows it: in the
+/// OCSF record (`message`, `http_request.url.url_string`; `dst_endpoint.ip` and the URL's
+/// `hostname` hold the bare address) and in `sluice audit`'s lines and summary, for a
+/// forwarded request allowed, one denied by L7 rules, one denied at L4, and a tunnel.
+#[test]
+fn an_ipv6_destination_is_bracketed_in_the_record_and_in_sluice_audit() {
+    let dir = TempDir::new("audit-v6");
+    let (rest, tunnelled, unlisted) = (
+        HttpOrigin::start_on("[::1]:0"),
+        HttpOrigin::start_on("[::1]:0"),
+        HttpOrigin::start_on("[::1]:0"),
+    );
+    let (p, t, u) = (rest.port(), tunnelled.port(), unlisted.port());
+    let policy = format!(
+        "version: 1\nnetwork_policies:\n  v6:\n    endpoints:\n      - host: \"::1\"\n        port: {p}\n        protocol: rest\n        enforcement: enforce\n        rules:\n          - allow: {{method: GET, path: /ok/**}}\n      - {{host: \"::1\", port: {t}}}\n    binaries:\n      - path: /usr/bin/curl\n"
+    );
+    let mut sluice = Sluice::start(&policy, &["--allow-loopback-upstream"]);
+    let curl = |extra: &[&str], url: &str| -> (u16, String) {
+        let (_, out, err) = run(Command::new("curl")
+            .args(["-s", "--max-time", "10", "-w", "\n%{http_code}"])
+            .args(["-x", &sluice.proxy_url()])
+            .args(extra)
+            .arg(url));
+        let (body, status) = out.rsplit_once('\n').unwrap_or(("", &out));
+        let status = status
+            .parse()
+            .unwrap_or_else(|_| panic!("curl {url}: {out}{err}"));
+        (status, body.to_string())
+    };
+    assert_eq!(curl(&[], &format!("http://[::1]:{p}/ok/a")).0, 200);
+    let (status, refusal) = curl(&["-X", "POST"], &format!("http://[::1]:{p}/ok/a"));
+    assert_eq!(status, 403, "{refusal}");
+    // The refusal names the host without brackets and the port apart, as for any host.
+    let refusal: Value = serde_json::from_str(&refusal).unwrap();
+    assert_eq!(
+        (refusal["host"].as_str(), refusal["port"].as_u64()),
+        (Some("::1"), Some(u64::from(p))),
+        "{refusal:#}"
+    );
+    assert!(
+        refusal["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("[::1]:{p}/ok/a")),
+        "{refusal:#}"
+    );
+    assert_eq!(curl(&[], &format!("http://[::1]:{u}/x")).0, 403);
+    assert_eq!(curl(&["-p"], &format!("http://[::1]:{t}/in")).0, 200);
+    sluice.stop();
+
+    let text = std::fs::read_to_string(&sluice.audit_path).unwrap();
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let unbracketed = |s: &str| s.replace("[::1]:", "").contains("::1:");
+    for e in &events {
+        let message = e["message"].as_str().unwrap_or_default();
+        assert!(!unbracketed(message), "{e:#}");
+        assert!(!unbracketed(&e.to_string()), "{e:#}");
+    }
+    let request = |method: &str| {
+        events
+            .iter()
+            .find(|e| {
+                e["class_uid"] == 4002
+                    && e["http_request"]["http_method"] == method
+                    && e["http_request"]["url"]["path"] == "/ok/a"
+            })
+            .unwrap_or_else(|| panic!("no {method} record: {text}"))
+    };
+    for method in ["GET", "POST"] {
+        let url = &request(method)["http_request"]["url"];
+        assert_eq!(
+            url["url_string"],
+            format!("http://[::1]:{p}/ok/a"),
+            "{url:#}"
+        );
+        assert_eq!(
+            (url["hostname"].as_str(), url["port"].as_u64()),
+            (Some("::1"), Some(u64::from(p)))
+        );
+        assert!(
+            request(method)["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("[::1]:{p}/ok/a"))
+        );
+        assert_eq!(request(method)["dst_endpoint"]["ip"], "::1");
+    }
+    let opened = |port: u16| {
+        events.iter().any(|e| {
+            e["class_uid"] == 4001
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.ends_with(&format!(" [::1]:{port}")))
+        })
+    };
+    assert!(opened(t), "the tunnel's open event: {text}");
+    let l4 = events
+        .iter()
+        .find(|e| e["http_request"]["url"]["path"] == "/x")
+        .unwrap_or_else(|| panic!("no L4 denial: {text}"));
+    assert_eq!(
+        l4["message"],
+        format!("HTTP denied GET [::1]:{u}/x"),
+        "{l4:#}"
+    );
+    assert_eq!(
+        l4["status_detail"],
+        format!("endpoint [::1]:{u} is not allowed by any policy"),
+        "{l4:#}"
+    );
+
+    let path = sluice.audit_path.to_str().unwrap();
+    let (code, out, err) = audit(&["--color", "never", path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!unbracketed(&out), "{out}");
+    assert!(out.contains(&format!("GET http://[::1]:{p}/ok/a")), "{out}");
+    assert!(
+        out.contains(&format!("POST http://[::1]:{p}/ok/a")),
+        "{out}"
+    );
+    assert!(out.contains(&format!("[::1]:{t}")), "{out}");
+    let (code, out, err) = audit(&["--summary", path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("  [::1]:{p}\n")), "{out}");
+    assert!(out.contains(&format!("  [::1]:{u}\n")), "{out}");
+    // The host filter takes the address with or without brackets.
+    for host in ["::1", "[::1]"] {
+        let (code, out, err) = audit(&["--host", host, "--denied", path]);
+        assert_eq!(
+            (code, out.lines().count()),
+            (0, 2),
+            "--host {host}: {out}{err}"
+        );
+    }
 }

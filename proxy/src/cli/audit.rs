@@ -41,7 +41,8 @@ pub struct AuditArgs {
     /// Only this caller: an executable path, or a file name such as `curl`.
     #[arg(long, value_name = "P")]
     pub binary: Option<String>,
-    /// Only this destination host (`*.example.com` for its subdomains).
+    /// Only this destination host (`*.example.com` for its subdomains; an IPv6 address with or
+    /// without brackets).
     #[arg(long, value_name = "H")]
     pub host: Option<String>,
     /// Only decisions of this policy entry.
