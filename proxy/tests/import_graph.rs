@@ -9,7 +9,8 @@
 //! re-exports and drives its children, and a child may use what it defines. Code under
 //! `#[cfg(test)]` is left out: a test may reach anywhere. And a layering rule of `proxy/src`:
 //! nothing imports `cli`. (The policy engine stands alone by being its own crate,
-//! `sluice-policy`, which depends on nothing of sluice but `sluice-addr` and `sluice-resolver`.)
+//! `sluice-policy`, which depends on nothing of sluice but `sluice-addr` and `sluice-resolver`;
+//! the crates at the bottom depend only on those below them, `sluice-addr` on none: `BELOW`.)
 //!
 //! The scanner is a small lexer (comments, strings, raw strings, char literals and lifetimes
 //! skipped) and a parser of use trees; it does not expand macros, so a path written only inside
@@ -455,6 +456,50 @@ fn nothing_imports_cli() {
         "cli is the shell nothing else depends on:\n{}",
         wrong.join("\n")
     );
+}
+
+/// The crates at the bottom of the workspace and the only sluice crates each may depend on:
+/// `sluice-addr` on none (every crate spells addresses through it), and each crate above it
+/// on the ones below only.
+const BELOW: &[(&str, &[&str])] = &[
+    ("addr", &[]),
+    ("resolver", &["sluice-addr"]),
+    ("policy", &["sluice-addr", "sluice-resolver"]),
+    ("audit", &["sluice-addr", "sluice-policy"]),
+];
+
+/// The sluice crates in the `[dependencies]` table of `manifest` (a Cargo.toml's text).
+fn sluice_dependencies(manifest: &str) -> Vec<String> {
+    let mut table = "";
+    let mut found = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            table = line;
+        } else if table == "[dependencies]" && line.starts_with("sluice") {
+            let name = line.split(['.', ' ', '=']).next().unwrap_or(line);
+            found.push(name.to_string());
+        }
+    }
+    found
+}
+
+#[test]
+fn the_crates_at_the_bottom_depend_only_on_those_below_them() {
+    let mut wrong = Vec::new();
+    for (krate, allowed) in BELOW {
+        let manifest = workspace().join(krate).join("Cargo.toml");
+        let text = fs::read_to_string(&manifest).unwrap_or_default();
+        assert!(text.contains("[dependencies]"), "no {}", manifest.display());
+        for dep in sluice_dependencies(&text) {
+            if !allowed.contains(&dep.as_str()) {
+                wrong.push(format!("{krate}/Cargo.toml depends on {dep}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // The reader sees a dependency where there is one.
+    let text = "[dependencies]\nthiserror = \"2\"\nsluice-audit.workspace = true\n[dev-dependencies]\nsluice-e2e = { path = \"x\" }\n";
+    assert_eq!(sluice_dependencies(text), ["sluice-audit"]);
 }
 
 // === the scanner on its own ===
