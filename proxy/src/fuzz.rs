@@ -710,7 +710,7 @@ fn ws_scrub_set() -> &'static crate::credentials::ScrubSet {
             panic!("the fixed secret loads");
         };
         crate::credentials::Bindings::new(loaded.profiles, secrets.store)
-            .endpoint_secrets("ws.example.com", 443)
+            .endpoint_secrets(&Authority::new("ws.example.com", 443))
     })
 }
 

@@ -12,6 +12,8 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
+use sluice_addr::Authority;
+
 use crate::policy::decide::Caller;
 use crate::policy::model::Endpoint;
 
@@ -21,9 +23,8 @@ use super::secrets::{Secret, SecretStore, Unavailability};
 /// One request as bindings see it.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestScope<'a> {
-    /// Lower-case, as the target parser leaves it.
-    pub host: &'a str,
-    pub port: u16,
+    /// Where the request goes; its host lower-case, as the target parser leaves it.
+    pub dst: &'a Authority,
     /// The canonical path, as policy judged it (placeholders still in it); a query, if one
     /// is passed by mistake, is ignored.
     pub path: &'a str,
@@ -255,7 +256,7 @@ impl Bindings {
             return Resolution::Unknown;
         };
         let path = scope.path.split('?').next().unwrap_or(scope.path);
-        if !profile.binds(scope.host, scope.port, path) {
+        if !profile.binds(scope.dst, path) {
             return Resolution::OutsideBinding {
                 credential,
                 reason: Mismatch::Endpoint,
@@ -267,9 +268,7 @@ impl Bindings {
                 reason: Mismatch::Caller,
             };
         }
-        if scope.transport == Transport::Plaintext
-            && !profile.binds_plaintext(scope.host, scope.port, path)
-        {
+        if scope.transport == Transport::Plaintext && !profile.binds_plaintext(scope.dst, path) {
             return Resolution::RequiresTls { credential };
         }
         match self.store.serving(key) {
@@ -294,27 +293,27 @@ impl Bindings {
         }
     }
 
-    /// Whether a connection to `host:port` reaches a credentialed endpoint: one of a profile
+    /// Whether a connection to `dst` reaches a credentialed endpoint: one of a profile
     /// that declares credentials (all its endpoints count, whatever their path, spec §3.6),
     /// or one where a value a reload took out of service was bound (an upstream may have
     /// stored it: what comes back is still scrubbed, so it is still reached inspected only).
-    pub(crate) fn is_credentialed(&self, host: &str, port: u16) -> bool {
+    pub(crate) fn is_credentialed(&self, dst: &Authority) -> bool {
         self.credentialed_profiles()
-            .any(|p| p.endpoints.iter().any(|e| e.covers(host, port)))
+            .any(|p| p.endpoints.iter().any(|e| e.covers(dst)))
             || self
                 .retired
                 .iter()
-                .any(|r| r.endpoints.iter().any(|e| e.covers(host, port)))
+                .any(|r| r.endpoints.iter().any(|e| e.covers(dst)))
     }
 
-    /// Every secret of a profile with an endpoint at `host:port` (whatever its path), each
+    /// Every secret of a profile with an endpoint at `dst` (whatever its path), each
     /// with its placeholder: what any response from there is scrubbed of, whether or not its
     /// request carried a secret (a secret stored upstream by one request must not come back
     /// raw in the answer to another).
     /// Values a reload took out of service count too (see [`Bindings::retire_from`]).
-    pub(crate) fn endpoint_secrets(&self, host: &str, port: u16) -> super::scrub::ScrubSet {
+    pub(crate) fn endpoint_secrets(&self, dst: &Authority) -> super::scrub::ScrubSet {
         let mut set = super::scrub::ScrubSet::default();
-        let covers = |endpoints: &[ProfileEndpoint]| endpoints.iter().any(|e| e.covers(host, port));
+        let covers = |endpoints: &[ProfileEndpoint]| endpoints.iter().any(|e| e.covers(dst));
         for profile in self.credentialed_profiles() {
             if !covers(&profile.endpoints) {
                 continue;
@@ -495,8 +494,8 @@ endpoints: [{host: docs.example.com, port: 443}]
         exe: &'a str,
     ) -> RequestScope<'a> {
         RequestScope {
-            host,
-            port,
+            // A scope borrows its destination; a test's few are left to the process's end.
+            dst: Box::leak(Box::new(Authority::new(host, port))),
             path,
             caller: Caller {
                 exe,
@@ -575,7 +574,7 @@ endpoints: [{host: docs.example.com, port: 443}]
         ]);
         let scrub = |host, port, text: &str| {
             let mut out = Vec::new();
-            b.endpoint_secrets(host, port)
+            b.endpoint_secrets(&Authority::new(host, port))
                 .replace_all(text.as_bytes(), &mut out);
             String::from_utf8(out).unwrap()
         };
@@ -590,15 +589,21 @@ endpoints: [{host: docs.example.com, port: 443}]
             // The primary name of the credential whose value it is.
             "a 123:abc-tok b openshell:resolve:env:GITHUB_TOKEN c"
         );
-        assert!(b.endpoint_secrets("api.github.com", 80).is_empty());
-        assert!(b.endpoint_secrets("docs.example.com", 443).is_empty());
+        assert!(
+            b.endpoint_secrets(&Authority::new("api.github.com", 80))
+                .is_empty()
+        );
+        assert!(
+            b.endpoint_secrets(&Authority::new("docs.example.com", 443))
+                .is_empty()
+        );
     }
 
     #[test]
     fn values_a_reload_took_out_of_service_are_still_scrubbed_where_they_were_bound() {
         let scrub = |b: &Bindings, host, text: &str| {
             let mut out = Vec::new();
-            b.endpoint_secrets(host, 443)
+            b.endpoint_secrets(&Authority::new(host, 443))
                 .replace_all(text.as_bytes(), &mut out);
             String::from_utf8(out).unwrap()
         };
@@ -623,8 +628,8 @@ endpoints: [{host: docs.example.com, port: 443}]
         // count as credentialed (no uninspected tunnel to them) and are still scrubbed.
         let mut none = Bindings::default();
         none.retire_from(&second);
-        assert!(none.is_credentialed("api.github.com", 443));
-        assert!(!Bindings::default().is_credentialed("api.github.com", 443));
+        assert!(none.is_credentialed(&Authority::new("api.github.com", 443)));
+        assert!(!Bindings::default().is_credentialed(&Authority::new("api.github.com", 443)));
         assert_eq!(scrub(&none, "api.github.com", "ghp_first"), gh);
         assert_eq!(
             scrub(&third, "api.github.com", "ghp_first ghp_second"),
@@ -766,13 +771,13 @@ endpoints: [{host: docs.example.com, port: 443}]
     fn credentialed_destinations() {
         let b = bindings(&[]);
         assert!(b.has_credentials());
-        assert!(b.is_credentialed("api.telegram.org", 443));
-        assert!(b.is_credentialed("raw.githubusercontent.com", 8443));
-        assert!(!b.is_credentialed("raw.githubusercontent.com", 80));
-        assert!(!b.is_credentialed("api.telegram.org", 80));
+        assert!(b.is_credentialed(&Authority::new("api.telegram.org", 443)));
+        assert!(b.is_credentialed(&Authority::new("raw.githubusercontent.com", 8443)));
+        assert!(!b.is_credentialed(&Authority::new("raw.githubusercontent.com", 80)));
+        assert!(!b.is_credentialed(&Authority::new("api.telegram.org", 80)));
         // A profile without credentials makes nothing credentialed.
-        assert!(!b.is_credentialed("docs.example.com", 443));
-        assert!(!Bindings::default().is_credentialed("api.telegram.org", 443));
+        assert!(!b.is_credentialed(&Authority::new("docs.example.com", 443)));
+        assert!(!Bindings::default().is_credentialed(&Authority::new("api.telegram.org", 443)));
     }
 
     #[test]

@@ -18,6 +18,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
+use sluice_addr::Authority;
+
 use crate::policy::compose::{self, Composed};
 use crate::policy::decide::Caller;
 use crate::policy::diag::{Diagnostic, Diagnostics, Location, Severity};
@@ -275,14 +277,14 @@ pub struct ProfileEndpoint {
 }
 
 impl ProfileEndpoint {
-    /// `host` lower-case, `path` the canonical path without its query.
-    fn matches(&self, host: &str, port: u16, path: &str) -> bool {
-        self.covers(host, port) && self.selector.is_match(path)
+    /// `dst`'s host lower-case, `path` the canonical path without its query.
+    fn matches(&self, dst: &Authority, path: &str) -> bool {
+        self.covers(dst) && self.selector.is_match(path)
     }
 
     /// Host and port only (any path).
-    pub(super) fn covers(&self, host: &str, port: u16) -> bool {
-        self.ports.contains(&port) && self.host.is_match(host)
+    pub(super) fn covers(&self, dst: &Authority) -> bool {
+        self.ports.contains(&dst.port()) && self.host.is_match(dst.host())
     }
 
     /// `host:port,port[path]`, as in policy messages.
@@ -321,16 +323,16 @@ impl ProviderProfile {
         self.binaries.is_empty() || self.binaries.iter().any(|b| b.admits(caller))
     }
 
-    /// Whether a request to `host:port` and `path` is inside this profile's endpoints.
-    pub(crate) fn binds(&self, host: &str, port: u16, path: &str) -> bool {
-        self.endpoints.iter().any(|e| e.matches(host, port, path))
+    /// Whether a request to `dst` and `path` is inside this profile's endpoints.
+    pub(crate) fn binds(&self, dst: &Authority, path: &str) -> bool {
+        self.endpoints.iter().any(|e| e.matches(dst, path))
     }
 
     /// Whether a matching endpoint opts in to secrets over plain HTTP.
-    pub(super) fn binds_plaintext(&self, host: &str, port: u16, path: &str) -> bool {
+    pub(super) fn binds_plaintext(&self, dst: &Authority, path: &str) -> bool {
         self.endpoints
             .iter()
-            .any(|e| e.allow_plaintext && e.matches(host, port, path))
+            .any(|e| e.allow_plaintext && e.matches(dst, path))
     }
 
     pub(super) fn placement(&self, index: usize) -> Option<&Placement> {

@@ -221,7 +221,7 @@ fn facade_load_with_the_shipped_example() {
     .unwrap_or_else(|e| panic!("{:?}", e.lines()));
     assert_clean("Loaded", &format!("{loaded:?}"));
     let b = &loaded.bindings;
-    assert!(b.is_credentialed("api.anthropic.com", 443));
+    assert!(b.is_credentialed(&sluice_addr::Authority::new("api.anthropic.com", 443)));
     assert_eq!(
         b.child_env(),
         [(
@@ -331,7 +331,7 @@ fn a_refreshed_token_serves_until_its_expiry_and_is_scrubbed_after() {
     };
     let scrubs = |b: &Bindings, value: &str| {
         let mut out = Vec::new();
-        b.endpoint_secrets("api.example.com", 443)
+        b.endpoint_secrets(&sluice_addr::Authority::new("api.example.com", 443))
             .replace_all(value.as_bytes(), &mut out)
             == 1
     };

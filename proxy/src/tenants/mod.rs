@@ -472,7 +472,7 @@ mod tests {
             let mut out = Vec::new();
             let t = table.get(name).unwrap();
             t.credentials
-                .endpoint_secrets("api.github.com", 443)
+                .endpoint_secrets(&sluice_addr::Authority::new("api.github.com", 443))
                 .replace_all(text.as_bytes(), &mut out);
             String::from_utf8(out).unwrap()
         };

@@ -64,11 +64,13 @@ fn a_policy_endpoint_binds_an_endpointless_profile() {
     );
     assert_eq!(p[0].endpoints.len(), 1);
     assert!(p[0].binds(
-        "bedrock-runtime.us-east-1.amazonaws.com",
-        443,
+        &sluice_addr::Authority::new("bedrock-runtime.us-east-1.amazonaws.com", 443),
         "/model/x/invoke"
     ));
-    assert!(!p[0].binds("bedrock-runtime.us-west-2.amazonaws.com", 443, "/"));
+    assert!(!p[0].binds(
+        &sluice_addr::Authority::new("bedrock-runtime.us-west-2.amazonaws.com", 443),
+        "/"
+    ));
 }
 
 #[test]

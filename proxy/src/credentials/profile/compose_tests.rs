@@ -240,8 +240,8 @@ fn a_credentialed_endpoint_without_protocol_binds_by_path_and_grants_the_host_at
     // sluice's binding-only endpoint: `path` scopes where the secret goes.
     let text = "id: api\ncredentials: [{name: k, env_vars: [K]}]\nendpoints: [{host: api.example.com, port: 443, path: /v1/**}]\nbinaries: [/usr/bin/curl]\n";
     let p = profiles(text);
-    assert!(p.profiles[0].binds("api.example.com", 443, "/v1/x"));
-    assert!(!p.profiles[0].binds("api.example.com", 443, "/v2/x"));
+    assert!(p.profiles[0].binds(&Authority::new("api.example.com", 443), "/v1/x"));
+    assert!(!p.profiles[0].binds(&Authority::new("api.example.com", 443), "/v2/x"));
     let loaded = compose(None, text, Compat::Strict).unwrap();
     let entry = &loaded.policy.entries()[0];
     assert_eq!(entry.key.as_str(), "_provider_api");

@@ -78,11 +78,14 @@ fn full_profile() {
     assert!(c.required);
     assert_eq!(c.auth_style, Some(AuthStyle::Bearer));
     assert_eq!(p.endpoints[1].ports, [80, 443]);
-    assert!(p.endpoints[1].matches("raw.githubusercontent.com", 443, "/repos"));
-    assert!(p.endpoints[1].matches("raw.githubusercontent.com", 80, "/repos/a/b"));
-    assert!(!p.endpoints[1].matches("raw.githubusercontent.com", 443, "/user"));
-    assert!(p.endpoints[0].matches("api.github.com", 443, "/anything"));
-    assert!(!p.endpoints[0].matches("api.github.com", 80, "/"));
+    assert!(p.endpoints[1].matches(&Authority::new("raw.githubusercontent.com", 443), "/repos"));
+    assert!(p.endpoints[1].matches(
+        &Authority::new("raw.githubusercontent.com", 80),
+        "/repos/a/b"
+    ));
+    assert!(!p.endpoints[1].matches(&Authority::new("raw.githubusercontent.com", 443), "/user"));
+    assert!(p.endpoints[0].matches(&Authority::new("api.github.com", 443), "/anything"));
+    assert!(!p.endpoints[0].matches(&Authority::new("api.github.com", 80), "/"));
     assert_eq!(p.binaries.len(), 3);
     assert_eq!(p.location.pos, Pos::new(1, 1));
     assert_eq!(c.location.pos, Pos::new(9, 5));
@@ -115,8 +118,8 @@ fn the_shipped_example_loads() {
     let p = &loaded.profiles[0];
     assert_eq!(p.id.as_str(), "anthropic");
     assert_eq!(p.credentials[0].env_vars[0].as_str(), "ANTHROPIC_API_KEY");
-    assert!(p.binds("api.anthropic.com", 443, "/v1/messages"));
-    assert!(!p.binds("api.anthropic.com", 443, "/v2/messages"));
+    assert!(p.binds(&Authority::new("api.anthropic.com", 443), "/v1/messages"));
+    assert!(!p.binds(&Authority::new("api.anthropic.com", 443), "/v2/messages"));
 }
 
 #[test]

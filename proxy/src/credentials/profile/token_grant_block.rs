@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use sluice_addr::Authority;
+
 use crate::policy::glob::HostPattern;
 use crate::policy::model::PathSelector;
 
@@ -46,15 +48,17 @@ pub struct AudienceOverride {
 }
 
 impl TokenGrant {
-    /// The key of the grant for a request to `host`, `port`, `path`: the most specific
-    /// matching override's (a literal host over a wildcard, a path over none), else the default.
-    pub fn key_for(&self, host: &str, port: u16, path: &str) -> &EnvKey {
+    /// The key of the grant for a request to `dst` and `path`: the most specific matching
+    /// override's (a literal host over a wildcard, a path over none), else the default.
+    pub fn key_for(&self, dst: &Authority, path: &str) -> &EnvKey {
         let best = self
             .overrides
             .iter()
             .enumerate()
             .filter(|(_, o)| {
-                o.port.is_none_or(|p| p == port) && o.host.is_match(host) && o.path.is_match(path)
+                o.port.is_none_or(|p| p == dst.port())
+                    && o.host.is_match(dst.host())
+                    && o.path.is_match(path)
             })
             .max_by_key(|(i, o)| (o.specificity(), usize::MAX - i));
         match best {
@@ -133,7 +137,12 @@ mod tests {
             ],
             keys: ["K_0", "K_1", "K_2", "K_3"].map(key).to_vec(),
         };
-        let pick = |host, port, path| grant.key_for(host, port, path).as_str().to_string();
+        let pick = |host, port, path| {
+            grant
+                .key_for(&Authority::new(host, port), path)
+                .as_str()
+                .to_string()
+        };
         assert_eq!(pick("other.org", 443, "/"), "K_0");
         assert_eq!(pick("www.example.com", 443, "/"), "K_1");
         assert_eq!(pick("api.example.com", 443, "/v1/x"), "K_2");

@@ -207,7 +207,7 @@ impl Keeper {
 }
 
 /// Sets the token of each `token_grant` credential bound where `scoped` points (the grant of
-/// the most specific override for `host`, `port`, `path`) on `headers`, replacing whatever
+/// the most specific override for the destination and path of `target`) on `headers`, replacing whatever
 /// the client sent under that name: `Authorization: Bearer <token>`, or `<header_name>:
 /// <token>` with `auth_style: header`. A grant not bound here sets nothing; one bound here
 /// without a current token, or over plain HTTP to an endpoint that does not allow it, refuses
@@ -216,18 +216,18 @@ impl Keeper {
 pub fn set_grant_headers(
     profiles: &[super::super::ProviderProfile],
     scoped: &dyn super::super::Resolve,
-    target: (&str, u16, &str),
+    target: (&sluice_addr::Authority, &str),
     headers: &mut Vec<(String, Vec<u8>)>,
 ) -> Result<Vec<super::super::CredentialRef>, super::super::CredentialError> {
     use super::super::profile::AuthStyle;
     use super::super::{CredentialError, Resolution, Site};
-    let (host, port, path) = target;
+    let (dst, path) = target;
     let mut used = Vec::new();
     for c in profiles.iter().flat_map(|p| &p.credentials) {
         let Some(grant) = &c.token_grant else {
             continue;
         };
-        let key = grant.key_for(host, port, path);
+        let key = grant.key_for(dst, path);
         let (name, bearer) = match (c.auth_style, &c.header_name) {
             (Some(AuthStyle::Header), Some(name)) => (name.to_ascii_lowercase(), false),
             (_, Some(name)) => (name.to_ascii_lowercase(), true),

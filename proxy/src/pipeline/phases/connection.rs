@@ -198,7 +198,7 @@ fn judge(known: Known, admitted: Admitted, kind: Kind, dialled: Option<DialledAt
 /// when a reload makes it so.
 pub fn uninspected_credentials(credentials: &Bindings, admitted: &Admitted) -> bool {
     let (dst, policy) = (&admitted.dst, &admitted.policy);
-    credentials.is_credentialed(dst.host(), dst.port())
+    credentials.is_credentialed(dst)
         && !admitted
             .admission
             .endpoints

@@ -80,10 +80,9 @@ pub(crate) fn inject_head(
 ) -> Result<Injected, Denial> {
     // Whatever the request carries, the response is scrubbed of every secret bound to this
     // endpoint (one stored upstream earlier may come back in any answer).
-    let bound = creds.endpoint_secrets(d.dst.host(), d.dst.port());
+    let bound = creds.endpoint_secrets(d.dst);
     let scope = credentials::RequestScope {
-        host: d.dst.host(),
-        port: d.dst.port(),
+        dst: d.dst,
         path,
         caller: d.caller.policy_caller(),
         transport,
@@ -93,7 +92,7 @@ pub(crate) fn inject_head(
     let granted = credentials::refresh::token_grant::set_grant_headers(
         creds.profiles(),
         &scoped,
-        (d.dst.host(), d.dst.port(), path),
+        (d.dst, path),
         headers,
     )
     .map_err(|e| refuse_credential(d, &e))?;
@@ -304,8 +303,7 @@ impl ToSign {
         body: &[u8],
     ) -> Result<Vec<String>, Denial> {
         let scope = credentials::RequestScope {
-            host: d.dst.host(),
-            port: d.dst.port(),
+            dst: d.dst,
             path: &self.path,
             caller: d.caller.policy_caller(),
             transport: self.transport,

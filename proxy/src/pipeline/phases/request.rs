@@ -336,7 +336,7 @@ impl<'a> Exchange<'a> {
         let body = match (rewrite, head.websocket) {
             (true, false) => BodyPlan::Rewrite,
             (true, true) => BodyPlan::Pass,
-            (false, _) if creds.is_credentialed(dst.host(), dst.port()) => BodyPlan::Guard,
+            (false, _) if creds.is_credentialed(dst) => BodyPlan::Guard,
             (false, _) => BodyPlan::Pass,
         };
         // Where placeholders must be found in the body, a compressed body would hide them.
@@ -508,8 +508,7 @@ impl<'a> Exchange<'a> {
     ) -> Result<Bytes, Denial> {
         let out = if credentials::placeholder::contains_marker(&body) {
             let scope = credentials::RequestScope {
-                host: self.admitted.dst.host(),
-                port: self.admitted.dst.port(),
+                dst: &self.admitted.dst,
                 path: &rec.path,
                 caller: known.policy_caller(),
                 transport: self.admitted.scheme.transport(),

@@ -77,8 +77,7 @@ impl Judge for Rewriter<'_> {
             return Ok(None);
         }
         let scope = credentials::RequestScope {
-            host: self.x.admitted.dst.host(),
-            port: self.x.admitted.dst.port(),
+            dst: &self.x.admitted.dst,
             path: &self.path,
             caller: self.known.policy_caller(),
             transport: self.transport,

@@ -7,7 +7,8 @@ const SECRET: &str = "ghp_s3cr3t-VALUE-7f3a9c";
 const PLACEHOLDER: &str = "openshell:resolve:env:GITHUB_TOKEN";
 
 fn set() -> ScrubSet {
-    bindings(&[("GITHUB_TOKEN", SECRET)]).endpoint_secrets("api.github.com", 443)
+    bindings(&[("GITHUB_TOKEN", SECRET)])
+        .endpoint_secrets(&sluice_addr::Authority::new("api.github.com", 443))
 }
 
 fn frame(fin: bool, opcode: OpCode, payload: &[u8]) -> Vec<u8> {
