@@ -10,6 +10,8 @@
 
 use std::fmt;
 
+use sluice_addr::Authority;
+
 use super::canon::{self, CanonError, Target};
 use super::compile::{EndpointRef, Policy};
 use super::graphql_body::{self, GraphqlRequest};
@@ -198,9 +200,10 @@ impl RequestDecision<'_> {
 
 impl Policy {
     /// The L4 decision (spec §2.7): allowed iff some entry has an endpoint matching
-    /// host:port and a binary matching the exe or an ancestor. `host` must have passed
-    /// `canon::normalize_host`.
-    pub fn decide_l4(&self, caller: &Caller<'_>, host: &str, port: u16) -> L4Decision {
+    /// `dst` (host and port) and a binary matching the exe or an ancestor. `dst`'s host must
+    /// have passed `canon::normalize_host`.
+    pub fn decide_l4(&self, caller: &Caller<'_>, dst: &Authority) -> L4Decision {
+        let (host, port) = (dst.host(), dst.port());
         if self.entries.is_empty() {
             return L4Decision::Deny(L4Denial {
                 kind: L4DenyKind::NoPolicies,
@@ -211,10 +214,7 @@ impl Policy {
         if candidates.is_empty() {
             return L4Decision::Deny(L4Denial {
                 kind: L4DenyKind::NoEndpoint,
-                reason: format!(
-                    "endpoint {} is not allowed by any policy",
-                    sluice_addr::HostPort(host, port)
-                ),
+                reason: format!("endpoint {dst} is not allowed by any policy"),
             });
         }
         let mut admitted: Vec<EndpointRef> = Vec::new();

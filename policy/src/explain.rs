@@ -129,7 +129,7 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
         Some(_) => "/**",
         None => q.binary.as_str(),
     };
-    let admission = match policy.decide_l4(&caller, &host, q.port) {
+    let admission = match policy.decide_l4(&caller, &sluice_addr::Authority::new(&host, q.port)) {
         L4Decision::Deny(d) => {
             out.reason = d.reason;
             out.stage = Some("l4");

@@ -25,6 +25,7 @@ use criterion::{BatchSize, Criterion, SamplingMode, criterion_group, criterion_m
 use sluice::policy::{
     Admission, Caller, Compat, L4Decision, Policy, Request, Source, Verdict, load,
 };
+use sluice_addr::Authority;
 
 const ENTRIES: usize = 1_000;
 /// The entry the decision benchmarks aim at (in the middle of the key order).
@@ -165,10 +166,10 @@ fn load_policy(text: &str) -> Policy {
     }
 }
 
-fn admit(policy: &Policy, caller: &Caller<'_>, host: &str, port: u16) -> Admission {
-    match policy.decide_l4(caller, host, port) {
+fn admit(policy: &Policy, caller: &Caller<'_>, dst: &Authority) -> Admission {
+    match policy.decide_l4(caller, dst) {
         L4Decision::Allow(a) => a,
-        L4Decision::Deny(d) => panic!("expected {host}:{port} to be allowed: {}", d.reason),
+        L4Decision::Deny(d) => panic!("expected {dst} to be allowed: {}", d.reason),
     }
 }
 
@@ -213,48 +214,42 @@ fn benches(c: &mut Criterion) {
         tenant: None,
     };
 
-    let exact_host = format!("rest{TARGET}.example.io");
-    let wildcard_host = format!("a.b.cdn{TARGET}.example.net");
-    let miss_host = format!("nothing{TARGET}.example.com");
+    let exact_host = Authority::new(format!("rest{TARGET}.example.io"), 443);
+    let wildcard_host = Authority::new(format!("a.b.cdn{TARGET}.example.net"), 443);
+    let miss_host = Authority::new(format!("nothing{TARGET}.example.com"), 443);
 
     // Sanity: each case decides as its name says.
     assert!(matches!(
-        policy.decide_l4(&caller, &exact_host, 443),
+        policy.decide_l4(&caller, &exact_host),
         L4Decision::Allow(_)
     ));
     assert!(matches!(
-        policy.decide_l4(&caller, &wildcard_host, 443),
+        policy.decide_l4(&caller, &wildcard_host),
         L4Decision::Allow(_)
     ));
     assert!(matches!(
-        policy.decide_l4(&caller, &miss_host, 443),
+        policy.decide_l4(&caller, &miss_host),
         L4Decision::Deny(_)
     ));
     assert!(matches!(
-        policy.decide_l4(&stranger, &exact_host, 443),
+        policy.decide_l4(&stranger, &exact_host),
         L4Decision::Deny(_)
     ));
 
     group.bench_function("l4_exact_host_allow", |b| {
-        b.iter(|| policy.decide_l4(black_box(&caller), black_box(&exact_host), black_box(443)));
+        b.iter(|| policy.decide_l4(black_box(&caller), black_box(&exact_host)));
     });
     group.bench_function("l4_wildcard_host_allow", |b| {
-        b.iter(|| {
-            policy.decide_l4(
-                black_box(&caller),
-                black_box(&wildcard_host),
-                black_box(443),
-            )
-        });
+        b.iter(|| policy.decide_l4(black_box(&caller), black_box(&wildcard_host)));
     });
     group.bench_function("l4_no_endpoint_deny", |b| {
-        b.iter(|| policy.decide_l4(black_box(&caller), black_box(&miss_host), black_box(443)));
+        b.iter(|| policy.decide_l4(black_box(&caller), black_box(&miss_host)));
     });
     group.bench_function("l4_binary_mismatch_deny", |b| {
-        b.iter(|| policy.decide_l4(black_box(&stranger), black_box(&exact_host), black_box(443)));
+        b.iter(|| policy.decide_l4(black_box(&stranger), black_box(&exact_host)));
     });
 
-    let admission = admit(&policy, &caller, &exact_host, 443);
+    let admission = admit(&policy, &caller, &exact_host);
     let target: &[u8] = b"/v1/projects/123/items/456?x=1";
     let allowed = Request {
         method: "GET",

@@ -69,7 +69,7 @@ proptest! {
         let p = &loaded.policy;
         if let Ok(h) = normalize_host(&host) {
             let caller = Caller { exe: "/usr/bin/git", ancestors: &[], cmdline: &[], tenant: None };
-            if let L4Decision::Allow(a) = p.decide_l4(&caller, &h, port) {
+            if let L4Decision::Allow(a) = p.decide_l4(&caller, &sluice_addr::Authority::new(&h, port)) {
                 let _ = p.decide_request(&a, &Request { method: &method, target: &target, websocket_upgrade: false });
             }
         }

@@ -333,7 +333,6 @@ fn assert_suggest_tolerates_garbage(file: &Path) {
 /// forwarded request allowed, one denied by L7 rules, one denied at L4, and a tunnel.
 #[test]
 fn an_ipv6_destination_is_bracketed_in_the_record_and_in_sluice_audit() {
-    let dir = TempDir::new("audit-v6");
     let (rest, tunnelled, unlisted) = (
         HttpOrigin::start_on("[::1]:0"),
         HttpOrigin::start_on("[::1]:0"),

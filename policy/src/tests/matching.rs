@@ -141,8 +141,7 @@ fn binary_exact_glob_and_ancestors() {
             cmdline: &cmd,
             tenant: None,
         },
-        "h.example.com",
-        443,
+        &sluice_addr::Authority::new("h.example.com", 443),
     );
     assert!(matches!(d, L4Decision::Deny(_)));
 }
@@ -228,8 +227,7 @@ fn deny_reasons_have_the_reference_wording() {
             cmdline: &cmdline,
             tenant: None,
         },
-        "h.example.com",
-        443,
+        &sluice_addr::Authority::new("h.example.com", 443),
     ) else {
         panic!()
     };
@@ -640,10 +638,10 @@ fn a_gateway_tenant_gets_only_entries_that_admit_every_program() {
     let p = policy(text);
     let tenant = Caller::tenant("alpha");
     assert!(matches!(
-        p.decide_l4(&tenant, "a.example.com", 443),
+        p.decide_l4(&tenant, &sluice_addr::Authority::new("a.example.com", 443)),
         L4Decision::Allow(_)
     ));
-    match p.decide_l4(&tenant, "n.example.com", 443) {
+    match p.decide_l4(&tenant, &sluice_addr::Authority::new("n.example.com", 443)) {
         L4Decision::Deny(d) => assert!(
             d.reason
                 .contains("policy 'named' does not apply to tenant 'alpha'"),

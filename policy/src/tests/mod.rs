@@ -63,8 +63,7 @@ fn l4(p: &Policy, exe: &str, ancestors: &[&str], host: &str, port: u16) -> L4Dec
             cmdline: &[],
             tenant: None,
         },
-        host,
-        port,
+        &sluice_addr::Authority::new(host, port),
     )
 }
 

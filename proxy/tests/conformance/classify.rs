@@ -171,7 +171,7 @@ pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outc
             cmdline: &q.cmdline_paths,
             tenant: None,
         };
-        match policy.decide_l4(&caller, &host, q.port) {
+        match policy.decide_l4(&caller, &sluice_addr::Authority::new(&host, q.port)) {
             L4Decision::Allow(a) => Some(a),
             L4Decision::Deny(_) => None,
         }

@@ -134,7 +134,7 @@ fn decision(case: &corpus::DecisionCase, loaded: &Result<Loaded, LoadError>) -> 
     let Ok(host) = canon::normalize_host(&q.host) else {
         return Outcome::Unexplained(format!("host {} refused", q.host));
     };
-    let admission = match policy.decide_l4(&caller, &host, q.port) {
+    let admission = match policy.decide_l4(&caller, &sluice_addr::Authority::new(&host, q.port)) {
         L4Decision::Allow(a) => a,
         L4Decision::Deny(_) if want.l4 != "allow" => return Outcome::Agree,
         L4Decision::Deny(d) => {

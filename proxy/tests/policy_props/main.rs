@@ -157,7 +157,7 @@ fn check(
             )
         };
         let want = reference_l4(p, req.exe, &ancestors, &host, req.port);
-        let got = policy.decide_l4(&caller, &host, req.port);
+        let got = policy.decide_l4(&caller, &sluice_addr::Authority::new(&host, req.port));
         let admission = match (&want, got) {
             (RefL4::Allow { entry, endpoints }, L4Decision::Allow(a)) => {
                 let got_eps: BTreeSet<EpId> =

@@ -144,7 +144,10 @@ fn a_profile_becomes_a_provider_entry_with_its_endpoints_and_binaries() {
         "/repos/a/b"
     ));
     assert!(matches!(
-        p.decide_l4(&caller("/usr/bin/curl"), "api.github.com", 443),
+        p.decide_l4(
+            &caller("/usr/bin/curl"),
+            &Authority::new("api.github.com", 443)
+        ),
         policy::L4Decision::Deny(_)
     ));
 }
@@ -432,9 +435,10 @@ fn a_profile_without_binaries_admits_no_program_and_says_so() {
         ]
     );
     assert!(matches!(
-        loaded
-            .policy
-            .decide_l4(&caller("/usr/bin/curl"), "api.example.com", 443),
+        loaded.policy.decide_l4(
+            &caller("/usr/bin/curl"),
+            &Authority::new("api.example.com", 443)
+        ),
         policy::L4Decision::Deny(_)
     ));
 }

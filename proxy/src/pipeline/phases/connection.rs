@@ -77,7 +77,7 @@ fn admit_under(
     scheme: Scheme,
     what: &str,
 ) -> Result<Admitted, Denial> {
-    match policy.decide_l4(&known.policy_caller(), dst.host(), dst.port()) {
+    match policy.decide_l4(&known.policy_caller(), dst) {
         L4Decision::Allow(admission) => Ok(Admitted {
             dst: dst.clone(),
             scheme,

@@ -435,7 +435,9 @@ mod tests {
             cmdline: &[],
             tenant: None,
         };
-        let L4Decision::Allow(admission) = policy.decide_l4(&caller, "h.test", 443) else {
+        let L4Decision::Allow(admission) =
+            policy.decide_l4(&caller, &sluice_addr::Authority::new("h.test", 443))
+        else {
             panic!("not admitted");
         };
         any_other_denied(&policy, &admission, "POST", "/a?x=1")
