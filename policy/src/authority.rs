@@ -4,6 +4,7 @@
 //!
 //! Pure string logic shared by the proxy (`pipeline::target`, `http::head`) and by
 //! `policy explain`, so that an explanation applies the checks the wire applies.
+use sluice_addr::Authority;
 
 /// Why a request target is refused before anything else looks at it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -35,13 +36,12 @@ pub fn tunnel_request(
     target: &str,
     host_header: Option<&[u8]>,
     http10: bool,
-    host: &str,
-    port: u16,
+    dst: &Authority,
     default_port: u16,
 ) -> (String, bool) {
     if target.starts_with('/') {
         let ok = match host_header {
-            Some(h) => host_matches(h, host, port, default_port),
+            Some(h) => host_matches(h, dst, default_port),
             // HTTP/1.0 without Host: only the tunnel itself can be meant.
             None => http10,
         };
@@ -57,8 +57,8 @@ pub fn tunnel_request(
     };
     let split = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(split);
-    let ok = host_matches(authority.as_bytes(), host, port, scheme_port)
-        && host_header.is_none_or(|h| host_matches(h, host, port, scheme_port));
+    let ok = host_matches(authority.as_bytes(), dst, scheme_port)
+        && host_header.is_none_or(|h| host_matches(h, dst, scheme_port));
     let path = if tail.is_empty() {
         "/".to_string()
     } else if tail.starts_with('?') {
@@ -69,14 +69,14 @@ pub fn tunnel_request(
     (path, ok)
 }
 
-/// Whether an authority (`Host` header, URI authority) names host:port; `default_port`
-/// applies when it has none.
-pub fn host_matches(header: &[u8], host: &str, port: u16, default_port: u16) -> bool {
+/// Whether an authority (`Host` header, URI authority) names `dst`; `default_port` applies
+/// when it has none.
+pub fn host_matches(header: &[u8], dst: &Authority, default_port: u16) -> bool {
     let Ok(h) = std::str::from_utf8(header) else {
         return false;
     };
     let h = h.trim().to_ascii_lowercase();
-    let Ok(named) = sluice_addr::Authority::parse(&h, Some(default_port)) else {
+    let Ok(named) = Authority::parse(&h, Some(default_port)) else {
         return false;
     };
     // One trailing dot names the same host, as for the target (`canon::normalize_host`).
@@ -84,7 +84,7 @@ pub fn host_matches(header: &[u8], host: &str, port: u16, default_port: u16) -> 
         Some(h) if !h.is_empty() && !h.ends_with('.') => h,
         _ => named.host(),
     };
-    hh == host && named.port() == port
+    hh == dst.host() && named.port() == dst.port()
 }
 
 #[cfg(test)]
@@ -106,35 +106,79 @@ mod tests {
     /// as the host on the default port).
     #[test]
     fn a_bracketed_host_is_followed_by_a_port_or_nothing() {
-        assert!(host_matches(b"[::1]", "::1", 443, 443));
-        assert!(host_matches(b"[::1]:443", "::1", 443, 80));
-        assert!(!host_matches(b"[::1]x", "::1", 443, 443));
-        assert!(!host_matches(b"[::1", "::1", 443, 443));
+        assert!(host_matches(b"[::1]", &Authority::new("::1", 443), 443));
+        assert!(host_matches(b"[::1]:443", &Authority::new("::1", 443), 80));
+        assert!(!host_matches(b"[::1]x", &Authority::new("::1", 443), 443));
+        assert!(!host_matches(b"[::1", &Authority::new("::1", 443), 443));
         // A port is digits only: `+443` is not 443 (`str::parse` would read it so).
-        assert!(!host_matches(b"x.test:+443", "x.test", 443, 443));
-        assert!(!host_matches(b"[::1]:+443", "::1", 443, 80));
+        assert!(!host_matches(
+            b"x.test:+443",
+            &Authority::new("x.test", 443),
+            443
+        ));
+        assert!(!host_matches(
+            b"[::1]:+443",
+            &Authority::new("::1", 443),
+            80
+        ));
     }
 
     #[test]
     fn tunnel_authority() {
         let h = Some(&b"x.test:443"[..]);
         assert_eq!(
-            tunnel_request("/a?q", h, false, "x.test", 443, 443),
+            tunnel_request("/a?q", h, false, &Authority::new("x.test", 443), 443),
             ("/a?q".to_string(), true)
         );
         // Absolute-form http:// means port 80, not the tunnel's 443.
-        assert!(!tunnel_request("http://x.test/a", h, false, "x.test", 443, 443).1);
+        assert!(
+            !tunnel_request(
+                "http://x.test/a",
+                h,
+                false,
+                &Authority::new("x.test", 443),
+                443
+            )
+            .1
+        );
         assert_eq!(
-            tunnel_request("https://x.test/a", h, false, "x.test", 443, 443),
+            tunnel_request(
+                "https://x.test/a",
+                h,
+                false,
+                &Authority::new("x.test", 443),
+                443
+            ),
             ("/a".to_string(), true)
         );
-        assert!(!tunnel_request("https://other.test/a", h, false, "x.test", 443, 443).1);
-        assert!(!tunnel_request("/a", None, false, "x.test", 443, 443).1);
-        assert!(tunnel_request("/a", None, true, "x.test", 443, 443).1);
-        assert!(!tunnel_request("*", h, false, "x.test", 443, 443).1);
+        assert!(
+            !tunnel_request(
+                "https://other.test/a",
+                h,
+                false,
+                &Authority::new("x.test", 443),
+                443
+            )
+            .1
+        );
+        assert!(!tunnel_request("/a", None, false, &Authority::new("x.test", 443), 443).1);
+        assert!(tunnel_request("/a", None, true, &Authority::new("x.test", 443), 443).1);
+        assert!(!tunnel_request("*", h, false, &Authority::new("x.test", 443), 443).1);
         // One trailing dot is the same host; two are not.
-        assert!(host_matches(b"X.test.:443", "x.test", 443, 443));
-        assert!(host_matches(b"x.test.", "x.test", 443, 443));
-        assert!(!host_matches(b"x.test..", "x.test", 443, 443));
+        assert!(host_matches(
+            b"X.test.:443",
+            &Authority::new("x.test", 443),
+            443
+        ));
+        assert!(host_matches(
+            b"x.test.",
+            &Authority::new("x.test", 443),
+            443
+        ));
+        assert!(!host_matches(
+            b"x.test..",
+            &Authority::new("x.test", 443),
+            443
+        ));
     }
 }

@@ -203,8 +203,7 @@ pub fn explain(policy: &Policy, q: &Question) -> Explanation {
             &req.target,
             Some(host_header.as_bytes()),
             false,
-            &host,
-            q.port,
+            &sluice_addr::Authority::new(host.as_str(), q.port),
             443,
         );
         if !authority_ok {

@@ -441,7 +441,7 @@ pub fn absolute_target(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let _ = target::host_matches(data, "api.example.com", 443, 443);
+    let _ = target::host_matches(data, &Authority::new("api.example.com", 443), 443);
     let _ = method_override::from_query(text);
     if let Ok(a) = target::parse_absolute(text) {
         let _ = canon::normalize_host(&a.host);
@@ -449,7 +449,11 @@ pub fn absolute_target(data: &[u8]) {
             assert!(t.path.starts_with('/'));
             let _ = t.to_origin_form();
         }
-        let _ = target::host_matches(a.host.as_bytes(), &a.host, a.port, 80);
+        let _ = target::host_matches(
+            a.host.as_bytes(),
+            &Authority::new(a.host.as_str(), a.port),
+            80,
+        );
     }
 }
 

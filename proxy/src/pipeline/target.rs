@@ -88,8 +88,7 @@ pub fn tunnel_target(head: &RequestHead, t: &Admitted) -> (String, bool) {
         &head.target,
         head.header("host"),
         head.minor_version == 0,
-        t.dst.host(),
-        t.dst.port(),
+        &t.dst,
         t.scheme.default_port(),
     )
 }
@@ -132,27 +131,49 @@ mod tests {
 
     #[test]
     fn host_header_agreement() {
-        assert!(host_matches(b"x.test", "x.test", 80, 80));
-        assert!(host_matches(b"X.test:80", "x.test", 80, 80));
-        assert!(host_matches(b"x.test:8080", "x.test", 8080, 80));
-        assert!(!host_matches(b"evil.test", "x.test", 80, 80));
-        assert!(!host_matches(b"x.test:81", "x.test", 80, 80));
-        assert!(host_matches(b"[::1]:81", "::1", 81, 80));
+        assert!(host_matches(b"x.test", &Authority::new("x.test", 80), 80));
+        assert!(host_matches(
+            b"X.test:80",
+            &Authority::new("x.test", 80),
+            80
+        ));
+        assert!(host_matches(
+            b"x.test:8080",
+            &Authority::new("x.test", 8080),
+            80
+        ));
+        assert!(!host_matches(
+            b"evil.test",
+            &Authority::new("x.test", 80),
+            80
+        ));
+        assert!(!host_matches(
+            b"x.test:81",
+            &Authority::new("x.test", 80),
+            80
+        ));
+        assert!(host_matches(b"[::1]:81", &Authority::new("::1", 81), 80));
         // An HTTP/2 :authority inside a TLS tunnel: 443 may be left out.
         assert!(host_matches(
             b"API.example.com",
-            "api.example.com",
-            443,
+            &Authority::new("api.example.com", 443),
             443
         ));
         assert!(host_matches(
             b"api.example.com:443",
-            "api.example.com",
-            443,
+            &Authority::new("api.example.com", 443),
             443
         ));
-        assert!(!host_matches(b"127.0.0.1", "127.0.0.1", 8443, 443));
-        assert!(host_matches(b"[::1]:8443", "::1", 8443, 443));
-        assert!(!host_matches(b"[::1", "::1", 443, 443));
+        assert!(!host_matches(
+            b"127.0.0.1",
+            &Authority::new("127.0.0.1", 8443),
+            443
+        ));
+        assert!(host_matches(
+            b"[::1]:8443",
+            &Authority::new("::1", 8443),
+            443
+        ));
+        assert!(!host_matches(b"[::1", &Authority::new("::1", 443), 443));
     }
 }

@@ -401,7 +401,7 @@ async fn admit_forward<W: AsyncWrite + Unpin>(
         return Ok(None);
     }
     if let Some(h) = head.header("host")
-        && !host_matches(h, dst.host(), dst.port(), 80)
+        && !host_matches(h, &dst, 80)
     {
         let refusal = Refusal::new(
             Code::BadRequest,

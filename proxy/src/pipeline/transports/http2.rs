@@ -308,7 +308,7 @@ async fn handle(
     let dst = &t.admitted.dst;
     let authority_ok = authority.as_deref().is_some_and(|a| {
         let default = t.admitted.scheme.default_port();
-        host_matches(a.as_bytes(), dst.host(), dst.port(), default)
+        host_matches(a.as_bytes(), dst, default)
     });
     // Each stream is the caller's only if it still holds the socket, alone. (A gateway
     // tenant is its tunnel's: a stream's `Proxy-Authorization` is not sluice's, and is
