@@ -244,7 +244,7 @@ pub async fn serve(
         shared: &shared,
         conn: &settled.conn,
         caller: settled.caller.clone(),
-        target: Authority::new(decided.host, decided.port),
+        target: decided.dst,
         entry: Entry::Transparent { original },
     };
     tunnel::tunnel(start, (rd, wr), BytesMut::from(&sniffed.replay[..])).await;

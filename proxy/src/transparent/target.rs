@@ -20,6 +20,7 @@ use sluice_resolver::Resolver;
 
 use super::sniff::Hello;
 use crate::dns::table::HandedOut;
+use crate::pipeline::authority::Authority;
 use crate::refusal_code::Code;
 
 /// Where a client's claimed name came from.
@@ -54,10 +55,9 @@ pub enum NameBasis {
 /// The destination the pipeline's phases judge and dial.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransparentTarget {
-    /// A policy host name (lower-case, no trailing dot), or the original address as text.
-    pub host: String,
-    /// Always the original destination's port (a port in `Host` is ignored).
-    pub port: u16,
+    /// A policy host name (lower-case, no trailing dot) or the original address as text, and
+    /// always the original destination's port (a port in `Host` is ignored).
+    pub dst: Authority,
     /// The only address that may be dialled for this connection.
     pub original: SocketAddr,
     pub basis: NameBasis,
@@ -138,8 +138,7 @@ pub fn decide_target(input: &TargetInput<'_>) -> Result<TransparentTarget, Targe
         Hello::Tls { sni: None } | Hello::Http { host: None } | Hello::Opaque => None,
     };
     let target = |host: String, basis| TransparentTarget {
-        host,
-        port: original.port(),
+        dst: Authority::new(host, original.port()),
         original,
         basis,
     };
@@ -308,7 +307,7 @@ mod tests {
         assert_eq!(names, ["echo.test", "other.test", "allowed.test"]);
         let hello = Hello::Opaque;
         let got = decide_target(&input("45.77.0.10:7000", &hello, &[], &names)).unwrap();
-        assert_eq!(got.host, "echo.test");
+        assert_eq!(got.dst.host(), "echo.test");
     }
 
     fn input<'a>(
@@ -370,8 +369,7 @@ mod tests {
             "203.0.113.7".parse().unwrap(),
         ];
         let t = decide_target(&input("203.0.113.7:443", &hello, &resolved, &[])).unwrap();
-        assert_eq!(t.host, "api.example.com");
-        assert_eq!(t.port, 443);
+        assert_eq!(t.dst.to_string(), "api.example.com:443");
         assert_eq!(t.basis, NameBasis::Resolves(NameSource::Sni));
     }
 
@@ -411,7 +409,7 @@ mod tests {
     fn raw_tcp_takes_the_name_the_policy_dns_handed_out() {
         let names = ["db.example.com".to_string(), "old.example.com".to_string()];
         let t = decide_target(&input("10.1.2.3:5432", &Hello::Opaque, &[], &names)).unwrap();
-        assert_eq!(t.host, "db.example.com");
+        assert_eq!(t.dst.host(), "db.example.com");
         assert_eq!(t.basis, NameBasis::PolicyDnsOnly);
         let err = decide_target(&input("10.1.2.3:5432", &Hello::Opaque, &[], &[])).unwrap_err();
         assert_eq!(err.code(), "host_name_required");
@@ -427,10 +425,7 @@ mod tests {
         let mut i = input("203.0.113.7:443", &hello, &[], &[]);
         i.needs_name = false;
         let t = decide_target(&i).unwrap();
-        assert_eq!(
-            (t.host.as_str(), t.basis),
-            ("203.0.113.7", NameBasis::Address)
-        );
+        assert_eq!((t.dst.host(), t.basis), ("203.0.113.7", NameBasis::Address));
     }
 
     #[test]

@@ -286,7 +286,7 @@ pub async fn dial(
 ) -> Result<(TcpStream, SocketAddr), Denial> {
     let dst = &admitted.dst;
     let plan = plan(shared, admitted);
-    destination::connect(shared, &plan, dst.host(), dst.port())
+    destination::connect(shared, &plan, dst)
         .await
         .map_err(|e| e.denial(verb, dst))
 }
@@ -332,9 +332,7 @@ pub async fn dial_inspected(
     let dst = &admitted.dst;
     let plan = plan(shared, admitted);
     let fail = |e: destination::DialError| e.denial(verb, dst);
-    let mut vetted = destination::vet(shared, &plan, dst.host(), dst.port())
-        .await
-        .map_err(fail)?;
+    let mut vetted = destination::vet(shared, &plan, dst).await.map_err(fail)?;
     let epoch = epoch(shared, admitted);
     let wanted = Wanted {
         vetted: &vetted,

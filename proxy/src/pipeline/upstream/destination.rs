@@ -127,24 +127,24 @@ pub fn plan_for(
     }
 }
 
-/// Resolves, vets and dials. On success returns the stream and the address dialled.
+/// Resolves, vets and dials `dst`. On success returns the stream and the address dialled.
 pub async fn connect(
     shared: &Shared,
     plan: &DestinationPlan,
-    host: &str,
-    port: u16,
+    dst: &Authority,
 ) -> Result<(TcpStream, SocketAddr), DialError> {
-    let vetted = vet(shared, plan, host, port).await?;
+    let vetted = vet(shared, plan, dst).await?;
     crate::metrics::upstream_connect(dial(&vetted, shared.limits.connect_timeout)).await
 }
 
-/// Resolves and vets: the addresses `plan` lets this connection dial, in order.
+/// Resolves and vets: the addresses of `dst` that `plan` lets this connection dial, in
+/// order.
 pub async fn vet(
     shared: &Shared,
     plan: &DestinationPlan,
-    host: &str,
-    port: u16,
+    dst: &Authority,
 ) -> Result<Vec<SocketAddr>, DialError> {
+    let (host, port) = (dst.host(), dst.port());
     if sluice_resolver::is_metadata_host(host) {
         return Err(DialError::MetadataHost {
             host: host.to_string(),
