@@ -184,9 +184,9 @@ const DNS_ACTIVITY: u64 = 4003;
 fn dns_facts(v: &Value) -> DnsFacts {
     let client = match (
         str_at(v, &["src_endpoint", "ip"]),
-        u64_at(v, &["src_endpoint", "port"]),
+        u64_at(v, &["src_endpoint", "port"]).and_then(|p| u16::try_from(p).ok()),
     ) {
-        (Some(ip), Some(port)) => format!("{}:{port}", sluice_addr::UriHost(ip)),
+        (Some(ip), Some(port)) => sluice_addr::HostPort(ip, port).to_string(),
         (Some(ip), None) => ip.to_string(),
         _ => "?".to_string(),
     };
