@@ -127,6 +127,17 @@ mod tests {
             400
         );
         assert_eq!(parse_absolute("http://x.test:0/").unwrap_err().status, 400);
+        // A port is digits only (`str::parse` would read `+80` as 80); each refusal says why.
+        for (bad, why) in [
+            ("http://x.test:+80/", "invalid port `+80` in the URI"),
+            ("http://:80/", "empty host in the URI"),
+            ("http://[::1/", "malformed URI host"),
+            ("http://[::1]x/", "malformed URI host"),
+        ] {
+            let refusal = parse_absolute(bad).unwrap_err();
+            assert_eq!(refusal.status, 400, "{bad}");
+            assert!(refusal.detail.contains(why), "{bad}: {refusal:?}");
+        }
     }
 
     #[test]
