@@ -444,16 +444,12 @@ pub fn absolute_target(data: &[u8]) {
     let _ = target::host_matches(data, &Authority::new("api.example.com", 443), 443);
     let _ = method_override::from_query(text);
     if let Ok(a) = target::parse_absolute(text) {
-        let _ = canon::normalize_host(&a.host);
+        let _ = canon::normalize_host(a.authority.host());
         if let Ok(t) = canon::canonicalize(a.path_and_query.as_bytes(), false) {
             assert!(t.path.starts_with('/'));
             let _ = t.to_origin_form();
         }
-        let _ = target::host_matches(
-            a.host.as_bytes(),
-            &Authority::new(a.host.as_str(), a.port),
-            80,
-        );
+        let _ = target::host_matches(a.authority.host().as_bytes(), &a.authority, 80);
     }
 }
 

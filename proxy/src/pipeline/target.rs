@@ -13,8 +13,8 @@ pub use crate::policy::authority::host_matches;
 /// An absolute-form request target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Absolute {
-    pub host: String,
-    pub port: u16,
+    /// The host as sent (not yet lower-cased) and the port (80 when the URI has none).
+    pub authority: Authority,
     /// Path and query as sent (`/` when the URI has none).
     pub path_and_query: String,
 }
@@ -67,15 +67,13 @@ pub fn parse_absolute(target: &str) -> Result<Absolute, Refusal> {
         };
         Refusal::new(Code::BadRequest, detail)
     })?;
-    let (host, port) = (authority.host().to_string(), authority.port());
     let path_and_query = match tail {
         "" => "/".to_string(),
         t if t.starts_with('?') => format!("/{t}"),
         t => t.to_string(),
     };
     Ok(Absolute {
-        host,
-        port,
+        authority,
         path_and_query,
     })
 }
@@ -101,7 +99,11 @@ mod tests {
     fn absolute_targets() {
         let a = parse_absolute("http://Example.com:8080/a/b?c=1").unwrap();
         assert_eq!(
-            (a.host.as_str(), a.port, a.path_and_query.as_str()),
+            (
+                a.authority.host(),
+                a.authority.port(),
+                a.path_and_query.as_str()
+            ),
             ("Example.com", 8080, "/a/b?c=1")
         );
         assert_eq!(parse_absolute("http://x.test").unwrap().path_and_query, "/");
@@ -109,7 +111,10 @@ mod tests {
             parse_absolute("http://x.test?q").unwrap().path_and_query,
             "/?q"
         );
-        assert_eq!(parse_absolute("http://[::1]:81/").unwrap().host, "::1");
+        assert_eq!(
+            parse_absolute("http://[::1]:81/").unwrap().authority.host(),
+            "::1"
+        );
         assert_eq!(
             parse_absolute("https://x.test/").unwrap_err().error,
             "https_requires_connect"

@@ -383,7 +383,10 @@ async fn admit_forward<W: AsyncWrite + Unpin>(
 ) -> Result<Option<(Admitted, String)>, Denial> {
     let target = parse_absolute(&head.target).map_err(|r| Denial::new(Engine::HttpParser, r))?;
     rec.request(&head.method, &target.path_and_query);
-    let asked = Authority::new(target.host.to_ascii_lowercase(), target.port);
+    let asked = Authority::new(
+        target.authority.host().to_ascii_lowercase(),
+        target.authority.port(),
+    );
     rec.dst = asked.clone();
     let dst = connection::normalize(&rec.method, &asked)?;
     rec.dst = dst.clone();
