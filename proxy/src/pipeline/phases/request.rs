@@ -87,6 +87,9 @@ pub struct Prepared {
     pub sign: Option<inject::ToSign>,
     /// A WebSocket handshake to an endpoint with `websocket_credential_rewrite`.
     pub ws_rewrite: bool,
+    /// A WebSocket handshake whose messages sluice reads (judged by its policy, or
+    /// rewritten): no extension may be negotiated, a compressed message could not be read.
+    pub ws_read: bool,
     /// The body is (or says it is) S3's `aws-chunked` framing: a guarded body is also scanned
     /// as the upstream joins its chunks (`credentials::aws_chunks`).
     pub aws_chunked: bool,
@@ -332,6 +335,11 @@ impl<'a> Exchange<'a> {
                 .endpoints
                 .iter()
                 .any(|r| policy.endpoint(*r).websocket_credential_rewrite);
+        let ws_read = ws_rewrite
+            || (head.websocket && {
+                let text = policy.decide_websocket_text(admission, head.target.as_bytes(), b"");
+                policy.inspects_websocket_messages(&text)
+            });
         let body = match (rewrite, head.websocket) {
             (true, false) => BodyPlan::Rewrite,
             (true, true) => BodyPlan::Pass,
@@ -360,6 +368,7 @@ impl<'a> Exchange<'a> {
                 rpc,
                 sign: to_sign,
                 ws_rewrite,
+                ws_read,
                 aws_chunked: aws_framed,
             },
         ))
