@@ -862,4 +862,79 @@ mod tests {
             );
         }
     }
+    /// The frames a pump would send, through [`Checked`]: what went upstream, how the body
+    /// ended, and whether the exchange was told it had.
+    async fn checked(
+        frames: Vec<Result<Frame<Bytes>, BodyError>>,
+        guard: bool,
+    ) -> (Vec<u8>, Option<BodyError>, u64, bool) {
+        let (tx, raw) = ChannelBody::channel(None);
+        let (body, state, told) = Checked::new(raw, BodyCheck::new(guard, None), None);
+        let send = async move {
+            for f in frames {
+                if tx.send(f).await.is_err() {
+                    break;
+                }
+            }
+        };
+        let collect = async move {
+            let mut body = body;
+            let mut out = Vec::new();
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Ok(d) = frame.into_data() {
+                    out.extend_from_slice(&d);
+                }
+            }
+            out
+        };
+        let ((), out) = tokio::join!(send, collect);
+        let ended = told.await.is_err();
+        (out, state.stopped().cloned(), state.received(), ended)
+    }
+
+    /// One check for both transports: a placeholder split across HTTP/1.1's frames stops
+    /// the body before its second half goes, and the exchange learns why.
+    #[tokio::test]
+    async fn a_placeholder_across_frames_stops_the_body() {
+        let frames = || {
+            vec![
+                Ok(Frame::data(Bytes::from_static(b"a=openshell:res"))),
+                Ok(Frame::data(Bytes::from_static(b"olve:env:TOKEN&b=1"))),
+            ]
+        };
+        let (out, stopped, received, ended) = checked(frames(), true).await;
+        assert_eq!(stopped, Some(BodyError::Placeholder));
+        assert!(!out.windows(7).any(|w| w == b"olve:en"), "{out:?}");
+        assert_eq!(received, 33);
+        assert!(ended);
+        // Unguarded it passes whole.
+        let (out, stopped, _, _) = checked(frames(), false).await;
+        assert_eq!(stopped, None);
+        assert_eq!(out, b"a=openshell:resolve:env:TOKEN&b=1");
+    }
+
+    /// Trailers are checked whether or not the body is guarded; a failure of the wire (a
+    /// truncated HTTP/1.1 body) is kept for the refusal.
+    #[tokio::test]
+    async fn trailers_and_the_wires_failures_are_kept() {
+        let mut t = HeaderMap::new();
+        t.insert(
+            "x-sig",
+            HeaderValue::from_static("openshell:resolve:env:KEY"),
+        );
+        let frames = vec![
+            Ok(Frame::data(Bytes::from_static(b"ok"))),
+            Ok(Frame::trailers(t)),
+        ];
+        let (_, stopped, _, _) = checked(frames, false).await;
+        assert_eq!(stopped, Some(BodyError::PlaceholderInTrailers));
+        let frames = vec![
+            Ok(Frame::data(Bytes::from_static(b"par"))),
+            Err(BodyError::Truncated),
+        ];
+        let (out, stopped, received, ended) = checked(frames, true).await;
+        assert_eq!((out.as_slice(), received), (&b"par"[..], 3));
+        assert_eq!(stopped, Some(BodyError::Truncated));
+        assert!(ended);
+    }
 }

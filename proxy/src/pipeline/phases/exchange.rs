@@ -321,6 +321,7 @@ where
                 return refused(rec, d, Some(checked));
             }
         };
+        rec.bytes_in = state.received();
         // Read whole: the clock starts now; it goes with its length, not chunked.
         sent = already_sent();
         wire.chunked = false;
@@ -355,7 +356,7 @@ where
                 Some(Err(e)) => Unanswered::Failed(e),
                 _ => Unanswered::Timeout,
             };
-            rec.bytes_in += state.received();
+            rec.bytes_in = state.received();
             let form_denied = form.as_ref().and_then(|f| f.apply(&mut rec));
             let d = x.unanswered(known, &rec, why, state.stopped(), form_denied);
             return refused(rec, d, None);
@@ -405,7 +406,7 @@ impl std::fmt::Debug for Audited {
 impl Audited {
     fn end(&mut self, interrupted: Option<String>) {
         if let Some(mut rec) = self.rec.take() {
-            rec.bytes_in += self.state.received();
+            rec.bytes_in = self.state.received();
             if let Some(form) = &self.form {
                 let _ = form.apply(&mut rec);
             }
