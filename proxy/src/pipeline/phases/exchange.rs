@@ -15,7 +15,7 @@
 //! failure    `Exchange::unanswered`: no answer, a stopped body, a refused form method,
 //!            each to its refusal, audited here
 //! answer     `Exchange::answer`: scrubbed where secrets are bound
-//! audit      the request's `Record`, finished when the response body ends (`Audited`)
+//! audit      the request's `Record`, finished when the response body ends (`AuditedBody`)
 //! ```
 //!
 //! The transports do only what their wire needs ([`Transport`]): reading heads and bodies,
@@ -45,11 +45,11 @@ use crate::pipeline::denial::Denial;
 /// A request the phase let through: its caller, what goes upstream, and the hold and
 /// verdict of a form body's `_method` fields (streamed).
 #[derive(Debug)]
-pub(crate) struct Begun<'k> {
-    pub(crate) known: &'k Known,
-    pub(crate) prepared: Prepared,
-    pub(crate) hold: Option<Box<dyn Hold>>,
-    pub(crate) form: Option<FormVerdict>,
+struct Begun<'k> {
+    known: &'k Known,
+    prepared: Prepared,
+    hold: Option<Box<dyn Hold>>,
+    form: Option<FormVerdict>,
 }
 
 /// How the request goes on the wire, as its transport knows it.
@@ -67,7 +67,7 @@ pub(crate) struct Wire<'a> {
 
 /// Why the upstream did not answer.
 #[derive(Debug)]
-pub(crate) enum Unanswered {
+enum Unanswered {
     /// No response head within the upstream timeout after the body ended.
     Timeout,
     /// The upstream failed (or the request was aborted) before answering.
@@ -75,11 +75,11 @@ pub(crate) enum Unanswered {
 }
 
 /// A response as it goes to the client: as the upstream sent it, or scrubbed.
-pub(crate) type Answer<B> = Response<Either<B, Scrubbed<B>>>;
+type Answer<B> = Response<Either<B, Scrubbed<B>>>;
 
 impl Exchange<'_> {
     /// The front of every exchange: the request phase, then the hold of a form's methods.
-    pub(crate) fn begin<'k>(
+    fn begin<'k>(
         &self,
         caller: Result<&'k Known, &CallerError>,
         head: Head<'_>,
@@ -99,7 +99,7 @@ impl Exchange<'_> {
     /// their credentials, the destination named as a URI names it (the scheme's default port
     /// left out). The request is complete here: a request signer signs it here, after the
     /// credentials went in and before it is sent.
-    pub(crate) fn upstream_request<B>(
+    fn upstream_request<B>(
         &self,
         prepared: &Prepared,
         wire: &Wire<'_>,
@@ -136,7 +136,7 @@ impl Exchange<'_> {
     /// The refusal of a request its upstream did not answer: a form method refused while
     /// the body streamed (`form_denied`), the body stopped (a placeholder, a client too
     /// slow, bad framing), else the upstream's failure or its timeout.
-    pub(crate) fn unanswered(
+    fn unanswered(
         &self,
         known: &Known,
         rec: &Record,
@@ -154,7 +154,7 @@ impl Exchange<'_> {
 
     /// The upstream's response as it goes to the client: scrubbed of every secret in
     /// `prepared.scrub` (a secret went in, or the endpoint has one bound), else as it is.
-    pub(crate) async fn answer<B>(
+    async fn answer<B>(
         &self,
         known: &Known,
         rec: &Record,
@@ -229,7 +229,7 @@ pub(crate) struct Upgrade {
 #[derive(Debug)]
 pub(crate) enum Answered<'k, B> {
     /// The upstream's answer; its record is emitted when the body ends (or is dropped).
-    Response(Response<Audited>),
+    Response(Response<AuditedBody>),
     /// Refused, and audited; what is left of the client's body, for the transport to
     /// drain before it answers (HTTP/2).
     Refused {
@@ -377,7 +377,7 @@ where
         Ok(r) => r,
         Err(d) => return refused(rec, d, None),
     };
-    Answered::Response(response.map(|inner| Audited {
+    Answered::Response(response.map(|inner| AuditedBody {
         inner: inner.boxed(),
         rec: Some(Box::new(rec)),
         state,
@@ -388,7 +388,7 @@ where
 /// A response body on its way to the client, counted into its request's audit record,
 /// which is emitted when the body ends (or is dropped: the stream was reset, the client
 /// went away, a `HEAD` answered), over HTTP/1.1 and HTTP/2 alike.
-pub(crate) struct Audited {
+pub(crate) struct AuditedBody {
     inner: http_body_util::combinators::BoxBody<Bytes, BoxError>,
     rec: Option<Box<Record>>,
     /// What the request body's check counted.
@@ -397,13 +397,13 @@ pub(crate) struct Audited {
     form: Option<FormVerdict>,
 }
 
-impl std::fmt::Debug for Audited {
+impl std::fmt::Debug for AuditedBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Audited").finish_non_exhaustive()
+        f.debug_struct("AuditedBody").finish_non_exhaustive()
     }
 }
 
-impl Audited {
+impl AuditedBody {
     fn end(&mut self, interrupted: Option<String>) {
         if let Some(mut rec) = self.rec.take() {
             rec.bytes_in = self.state.received();
@@ -418,13 +418,13 @@ impl Audited {
     }
 }
 
-impl Drop for Audited {
+impl Drop for AuditedBody {
     fn drop(&mut self) {
         self.end(None);
     }
 }
 
-impl http_body::Body for Audited {
+impl http_body::Body for AuditedBody {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -464,7 +464,7 @@ impl http_body::Body for Audited {
 /// the request body: `sent` fires (or its sender is dropped) when the body has gone up whole
 /// or stopped. A slow upload is the client's time, not the upstream's delay: a 60 s upload
 /// with a 10 s timeout is answered, over HTTP/1.1 and HTTP/2 alike.
-pub(crate) async fn within<T>(
+async fn within<T>(
     send: impl Future<Output = T>,
     sent: oneshot::Receiver<()>,
     timeout: Duration,
@@ -479,7 +479,7 @@ pub(crate) async fn within<T>(
 }
 
 /// A request body with nothing to wait for: already sent (read whole), or none.
-pub(crate) fn already_sent() -> oneshot::Receiver<()> {
+fn already_sent() -> oneshot::Receiver<()> {
     oneshot::channel().1
 }
 

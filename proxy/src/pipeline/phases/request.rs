@@ -1,10 +1,9 @@
 //! The request phase, written once for every transport: a request on an admitted connection
 //! is checked for its authority (it must name the admitted destination), its caller, the L7
 //! judgement, the credentials of its head and the policy for its body, then goes upstream;
-//! its body's failures and its upstream's are refused the same way. HTTP/1.1 (`transports/http1.rs`),
-//! HTTP/2 (`transports/http2.rs`) and WebSocket handshakes (`transports/websocket/handshake.rs`) call these steps, and do only
-//! what their wire format needs themselves (reading heads and bodies, writing answers). The
-//! order of the whole exchange, and its steps past this phase, are in `phases/exchange.rs`.
+//! its body's failures and its upstream's are refused the same way. The exchange
+//! (`phases/exchange.rs`) calls these steps in its one order, for HTTP/1.1, HTTP/2 and
+//! WebSocket handshakes alike; the transports do only what their wire format needs.
 //!
 //! ```text
 //! prepare:  authority → caller → judge → credentials (head) → body plan

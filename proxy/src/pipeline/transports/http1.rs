@@ -1,13 +1,14 @@
 //! HTTP/1.1 on one client connection: absolute-form requests (`GET http://host/path`), each
 //! admitted on its own by the connection phase (`phases/connection.rs`) and forwarded with
 //! keep-alive on both sides, or the requests inside an admitted tunnel (TLS-terminated, or
-//! plaintext HTTP). Every request goes through the exchange (`phases/exchange.rs`) in the same
-//! order and with the same steps as HTTP/2's.
+//! plaintext HTTP). A thin adapter: each head read strictly, made a request, handed to the
+//! one exchange (`phases/exchange.rs`, the same as HTTP/2's), its answer written.
 //!
-//! Owns HTTP/1.1's wire: reading heads, pumping a body by its framing (through the shared
-//! body check, paced, with backpressure) or reading it whole, `100 Continue`, writing
-//! answers, and this connection's upstream connections. Hop-by-hop and `Proxy-*` headers
-//! never cross; the canonical path is what goes upstream.
+//! Owns HTTP/1.1's wire: reading heads (a later one refused is audited as the first is),
+//! decoding and pacing a body by its framing into the channel the exchange's body check
+//! reads (`http::body::pump`, started when the exchange asks for the body), `100 Continue`,
+//! writing answers, and this connection's upstream connections (`H1Wire`). Hop-by-hop and
+//! `Proxy-*` headers never cross; the canonical path is what goes upstream.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

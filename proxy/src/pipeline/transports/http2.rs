@@ -1,13 +1,12 @@
 //! HTTP/2 in an inspected tunnel: hyper's HTTP/2 server on the client's TLS stream, hyper's
 //! HTTP/2 client on the upstream's, and the same judgement (`judge`) per stream as HTTP/1.
 //!
-//! Owns the HTTP/2 transport of the exchange (`phases/exchange.rs`, the same order and steps as
-//! HTTP/1.1): the stream's authority (`:authority` or `Host`) and head handed to it, the body
-//! streamed upstream with HTTP/2 flow control as backpressure (through the shared body check,
-//! or buffered when read whole), and the response streamed back, its bytes counted
-//! into the stream's audit record, which is emitted when the response ends. A refusal answers
-//! that stream only; the connection and its other streams go on. gRPC is HTTP/2 with
-//! trailers and needs nothing more.
+//! Owns only HTTP/2's wire work around the one exchange (`phases/exchange.rs`, the same as
+//! HTTP/1.1's): the stream's authority (`:authority` or `Host`), head and body handed to it
+//! (the body paced there, with HTTP/2 flow control as backpressure), and its answer written
+//! back on the stream without connection-specific headers (its body audited to its end by
+//! the exchange), or its refusal. A refusal answers that stream only; the connection and its
+//! other streams go on. gRPC is HTTP/2 with trailers and needs nothing more.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

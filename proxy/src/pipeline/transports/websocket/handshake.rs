@@ -1,7 +1,8 @@
-//! WebSocket over HTTP/1.1: the handshake of an allowed GET goes upstream; only a `101`
-//! whose `Sec-WebSocket-Accept` answers the client's key (RFC 6455 §4.2.2) and whose
-//! `Upgrade` is `websocket` is passed on, then both sides are relayed until either closes.
-//! Any other answer is an ordinary response.
+//! WebSocket over HTTP/1.1: the handshake of an allowed GET goes upstream through the one
+//! exchange (`phases/exchange.rs`), like any request; only a `101` whose
+//! `Sec-WebSocket-Accept` answers the client's key (RFC 6455 §4.2.2) and whose `Upgrade` is
+//! `websocket` is passed on, here, then both sides are relayed until either closes. Any
+//! other answer is an ordinary response, written by HTTP/1.1.
 //!
 //! When the handshake carried a secret or the endpoint has one bound, the client's offer of
 //! extensions is not sent upstream (a compressed frame could hide the secret from the scan),
