@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sluice_e2e::ocsf::{class, is_close, is_open};
-use sluice_e2e::origin::{H2Origin, HttpOrigin};
+use sluice_e2e::origin::{H2Origin, HttpOrigin, streaming_origin};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, privileged, run};
 
 #[derive(Clone, Copy, Debug)]
@@ -398,4 +398,47 @@ fn a_later_malformed_head_in_a_tunnel_is_audited() {
     assert_eq!(e["dst_endpoint"]["port"], port, "{e}");
     assert_eq!(origin.received().len(), 1);
     assert_events_valid(&sluice);
+}
+
+/// The audit record goes out when the response body ends, over both protocols, also when
+/// the client stops it: a stream the client leaves after about a second and a half is
+/// audited then, with the bytes that reached it and its duration, once.
+fn a_response_left_midway(http: Http) {
+    let dir = TempDir::new(&format!("drift-midway-{http:?}").to_ascii_lowercase());
+    let (origin, origin_ca) = streaming_origin(dir.path());
+    let port = origin.port;
+    let policy = inspected("127.0.0.1", port);
+    let (sluice, ca) = Sluice::intercepting(&dir, &policy, &[&origin_ca], None, &[]);
+    let (code, out, err) = run(Command::new("curl")
+        .args(["-s", "-N", "--max-time", "1.5", http.flag(), "--cacert"])
+        .arg(&ca)
+        .args(["-x", &sluice.proxy_url()])
+        .arg(format!("https://127.0.0.1:{port}/stream")));
+    // 28: curl's own time limit, the client leaving.
+    assert_eq!(code, 28, "{out}\n{err}\n{}", sluice.stderr());
+    assert!(out.contains("line 2"), "{out}");
+    let e = sluice.wait_event("the stream's record", |e| {
+        class(e) == 4002 && e["http_request"]["url"]["path"] == "/stream"
+    });
+    assert_eq!(e["http_response"]["code"], 200, "{e}");
+    let bytes = e["traffic"]["bytes_in"].as_u64().unwrap_or_default();
+    assert!(bytes >= out.len() as u64 && bytes > 0, "{e}\n{out}");
+    assert!(e["duration"].as_u64().unwrap_or_default() >= 1000, "{e}");
+    let records = sluice
+        .events()
+        .into_iter()
+        .filter(|e| class(e) == 4002 && e["http_request"]["url"]["path"] == "/stream")
+        .count();
+    assert_eq!(records, 1);
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn a_response_left_midway_is_audited_over_http1_1() {
+    a_response_left_midway(Http::H1);
+}
+
+#[test]
+fn a_response_left_midway_is_audited_over_http2() {
+    a_response_left_midway(Http::H2);
 }
