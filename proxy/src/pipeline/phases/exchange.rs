@@ -382,6 +382,7 @@ where
         rec: Some(Box::new(rec)),
         state,
         form,
+        begun: false,
     }))
 }
 
@@ -395,6 +396,8 @@ pub(crate) struct AuditedBody {
     state: std::sync::Arc<BodyState>,
     /// What judging a streamed form's methods found (the body may end after the answer began).
     form: Option<FormVerdict>,
+    /// Some of the body went: dropped before its end, it was interrupted.
+    begun: bool,
 }
 
 impl std::fmt::Debug for AuditedBody {
@@ -420,7 +423,10 @@ impl AuditedBody {
 
 impl Drop for AuditedBody {
     fn drop(&mut self) {
-        self.end(None);
+        // Dropped after some of it went and before its end: the client stopped reading (a
+        // stream reset, a connection gone). Never polled: nothing to send (`HEAD`).
+        let why = self.begun.then(|| "the client stopped reading".to_string());
+        self.end(why);
     }
 }
 
@@ -439,6 +445,11 @@ impl http_body::Body for AuditedBody {
                 let n = frame.data_ref().map_or(0, bytes::Buf::remaining) as u64;
                 if let Some(rec) = self.rec.as_mut() {
                     rec.bytes_out += n;
+                }
+                self.begun = true;
+                // Trailers end a body, and a reader may stop at a body that says it ended.
+                if frame.is_trailers() || self.inner.is_end_stream() {
+                    self.end(None);
                 }
             }
             Poll::Ready(Some(Err(e))) => {
