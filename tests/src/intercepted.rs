@@ -25,6 +25,24 @@ pub struct Intercepted {
 }
 
 impl Intercepted {
+    /// Holds `started` (sluice and its CA, as [`Sluice::intercepting`] returns them) with the
+    /// origin it intercepts, the origin's log and their directory.
+    pub fn new(
+        dir: TempDir,
+        origin: OriginProcess,
+        log: PathBuf,
+        started: (Sluice, PathBuf),
+    ) -> Self {
+        let (sluice, ca) = started;
+        Intercepted {
+            sluice,
+            ca,
+            origin,
+            log,
+            dir,
+        }
+    }
+
     /// What the origin received so far.
     pub fn received(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap()

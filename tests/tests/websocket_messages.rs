@@ -70,14 +70,8 @@ network_policies:
 ",
         python()
     );
-    let (sluice, ca) = Sluice::intercepting(&dir, &policy, &[origin_ca.as_path()], None, &[]);
-    Intercepted {
-        sluice,
-        ca,
-        origin,
-        log,
-        dir,
-    }
+    let started = Sluice::intercepting(&dir, &policy, &[origin_ca.as_path()], None, &[]);
+    Intercepted::new(dir, origin, log, started)
 }
 
 fn send(s: &Intercepted, path: &str, message: &str) -> Value {

@@ -121,20 +121,14 @@ fn setup() -> Intercepted {
     let port = origin.port;
     let policy = rewrite_policy(port);
     let providers = api_key_provider(&dir, port, Some("/bound/**"));
-    let (sluice, ca) = Sluice::intercepting(
+    let started = Sluice::intercepting(
         &dir,
         &policy,
         &[origin_ca.as_path()],
         Some(&providers),
         &[("TEST_API_KEY", SECRET)],
     );
-    Intercepted {
-        sluice,
-        ca,
-        origin,
-        log,
-        dir,
-    }
+    Intercepted::new(dir, origin, log, started)
 }
 
 fn send(s: &Intercepted, path: &str, mode: &str, message: &str) -> Value {
@@ -277,20 +271,14 @@ fn over_plaintext_the_placeholder_is_refused_not_swapped() {
     let port = origin.port;
     let policy = rewrite_policy(port);
     let providers = api_key_provider(&dir, port, None);
-    let (sluice, ca) = Sluice::intercepting(
+    let started = Sluice::intercepting(
         &dir,
         &policy,
         &[],
         Some(&providers),
         &[("TEST_API_KEY", SECRET)],
     );
-    let s = Intercepted {
-        sluice,
-        ca,
-        origin,
-        log,
-        dir,
-    };
+    let s = Intercepted::new(dir, origin, log, started);
     let out = send_to(&s, port, "/chat", "text", "no placeholder", "ws");
     assert_eq!(
         out["echo"],
