@@ -413,8 +413,13 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
     let mut sources = sources_of(args);
     // Refreshed credentials' first tokens, before the first load needs them.
     sources.refresh = start_refresh(args, &sources).await?;
+    sources.tenant_refresh = start_tenant_refresh(args, &sources).await?;
     let first = super::reload::seen(&sources);
     let result = super::config::load(&sources);
+    // The tenants' refreshers the load read are the ones in force.
+    if let Some(r) = &sources.tenant_refresh {
+        r.commit();
+    }
     audit.emit(&super::config::change_event(&sources, &result));
     let config = match result {
         Ok(c) => c,
@@ -826,12 +831,13 @@ async fn serve(args: RunArgs) -> ExitCode {
         });
     }
     let refresher = sources.refresh.clone();
+    let tenant_refresher = sources.tenant_refresh.clone();
     let reloader = Arc::new(
         super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor)
             .with_ca_dir(args.ca_dir.clone())
             .with_hop(hop.clone()),
     );
-    keep_refreshed(&reloader, refresher.as_deref());
+    keep_refreshed(&reloader, refresher.as_deref(), tenant_refresher.as_deref());
     if let Err(e) = super::reload::watch(reloader, hup, args.watch_interval, first) {
         eprintln!("sluice: cannot start the configuration watcher: {e}");
         return ExitCode::from(1);
@@ -1140,26 +1146,71 @@ impl Shutdown {
 pub(super) fn keep_refreshed(
     reloader: &Arc<super::reload::Reloader>,
     refresher: Option<&crate::credentials::refresh::Refresher>,
+    tenants: Option<&super::tenant_refresh::TenantRefreshers>,
 ) {
-    let Some(r) = refresher else {
+    if refresher.is_none() && tenants.is_none() {
         return;
-    };
+    }
     let rl = Arc::clone(reloader);
     let changed: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
         let rl = Arc::clone(&rl);
         drop(tokio::task::spawn_blocking(move || rl.take_tokens()));
     });
-    r.spawn(&changed);
+    if let Some(r) = refresher {
+        r.spawn(&changed);
+    }
+    if let Some(t) = tenants {
+        t.spawn(&changed);
+    }
+}
+
+/// A gateway's tenants' refreshers (`None` without `--tenants`), each tenant's first tokens
+/// asked for before the first load reads them. Missing material stops sluice.
+async fn start_tenant_refresh(
+    args: &RunArgs,
+    sources: &super::config::Sources,
+) -> Result<Option<Arc<super::tenant_refresh::TenantRefreshers>>, ExitCode> {
+    let Some(path) = &sources.tenants else {
+        return Ok(None);
+    };
+    let (client, socket) = token_client(args)?;
+    let registry =
+        super::tenant_refresh::TenantRefreshers::new(client, socket, sources.compat);
+    if let Err(lines) = registry.prepare(path).await {
+        for l in lines {
+            eprintln!("sluice: {l}");
+        }
+        return Err(ExitCode::from(1));
+    }
+    Ok(Some(Arc::new(registry)))
+}
+
+/// The token client (TLS verified with sluice's upstream trust) and the Workload API socket
+/// of token grants (sluice's own, never the sandbox's).
+fn token_client(
+    args: &RunArgs,
+) -> Result<(crate::credentials::refresh::oauth::Client, Option<std::path::PathBuf>), ExitCode> {
+    let tls = match crate::tls::upstream::UpstreamTls::new(&args.upstream_cas) {
+        Ok(t) => t.config(crate::tls::upstream::Offer::Http11),
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return Err(ExitCode::from(1));
+        }
+    };
+    let socket = std::env::var(crate::credentials::refresh::token_grant::workload::SOCKET_ENV)
+        .ok()
+        .and_then(|v| crate::credentials::refresh::token_grant::workload::socket_path(&v));
+    Ok((crate::credentials::refresh::oauth::Client::new(tls), socket))
 }
 
 /// The refreshing of the profiles' refreshed credentials (`refresh`), their first tokens
 /// asked for: `None` when no credential is refreshed (or the profiles do not load: the load
-/// reports why). Gateway tenants' profiles are not refreshed yet.
+/// reports why). Gateway tenants' are `start_tenant_refresh`'s.
 async fn start_refresh(
     args: &RunArgs,
     sources: &super::config::Sources,
 ) -> Result<Option<Arc<crate::credentials::refresh::Refresher>>, ExitCode> {
-    use crate::credentials::refresh::{Refresher, oauth};
+    use crate::credentials::refresh::Refresher;
     if sources.tenants.is_some() {
         return Ok(None);
     }
@@ -1192,43 +1243,14 @@ async fn start_refresh(
         }
         return Err(ExitCode::from(1));
     }
-    // Read again on each call: `external` values change while sluice runs. The secrets file
-    // first, then the secrets directory, then sluice's environment, as for static secrets.
-    let file = sources.secrets_file.clone();
-    let dir = sources.secrets_dir.clone();
-    let material: crate::credentials::refresh::Source = Arc::new(move |k: &str| {
-        let from_file = file
-            .as_deref()
-            .and_then(|p| crate::credentials::secrets::read_secrets_file(p).ok())
-            .and_then(|mut values| values.remove(k));
-        let from_dir = || {
-            dir.as_deref()
-                .and_then(|p| crate::credentials::secrets_dir::read(p).ok())
-                .and_then(|mut values| values.remove(k))
-        };
-        from_file
-            .or_else(from_dir)
-            .map(|(v, _)| v)
-            .or_else(|| std::env::var(k).ok())
-    });
-    let tls = match crate::tls::upstream::UpstreamTls::new(&args.upstream_cas) {
-        Ok(t) => t.config(crate::tls::upstream::Offer::Http11),
-        Err(e) => {
-            eprintln!("sluice: {e}");
-            return Err(ExitCode::from(1));
-        }
-    };
-    // The Workload API socket of token grants: sluice's own, never the sandbox's.
-    let socket = std::env::var(crate::credentials::refresh::token_grant::workload::SOCKET_ENV)
-        .ok()
-        .and_then(|v| crate::credentials::refresh::token_grant::workload::socket_path(&v));
-    match Refresher::start(
-        &profiles.profiles,
-        material,
-        oauth::Client::new(tls),
-        socket,
-    )
-    .await
+    // Read again on each call: `external` values change while sluice runs.
+    let material = super::tenant_refresh::material_source(
+        sources.secrets_file.clone(),
+        sources.secrets_dir.clone(),
+        |k| std::env::var(k).ok(),
+    );
+    let (client, socket) = token_client(args)?;
+    match Refresher::start(&profiles.profiles, material, client, socket).await
     {
         Ok(r) => Ok(Some(Arc::new(r))),
         Err(lines) => {
@@ -1257,6 +1279,7 @@ pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
         },
         hop: None,
         refresh: None,
+        tenant_refresh: None,
     }
 }
 
