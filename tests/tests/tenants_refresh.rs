@@ -224,25 +224,33 @@ fn each_tenant_has_its_own_refreshed_tokens_across_expiries() {
         (alpha.iter().collect(), beta.iter().collect());
     assert!(alpha_set.len() >= 3, "{alpha_set:?}");
     assert!(beta_set.len() >= 3, "{beta_set:?}");
-    assert!(alpha_set.is_disjoint(&beta_set), "{alpha_set:?} {beta_set:?}");
+    assert!(
+        alpha_set.is_disjoint(&beta_set),
+        "{alpha_set:?} {beta_set:?}"
+    );
     // No token, and no client secret, reaches a client, the audit log or sluice's output.
     let audit = std::fs::read_to_string(&s.gw.audit_path).unwrap();
     for token in issued.keys() {
         assert!(!client_saw.contains(token.as_str()), "a client saw {token}");
-        assert!(!audit.contains(token.as_str()), "the audit log holds {token}");
-        assert!(!s.gw.stderr().contains(token.as_str()), "stderr holds {token}");
+        assert!(
+            !audit.contains(token.as_str()),
+            "the audit log holds {token}"
+        );
+        assert!(
+            !s.gw.stderr().contains(token.as_str()),
+            "stderr holds {token}"
+        );
     }
     for secret in [ALPHA_SECRET, BETA_SECRET] {
         assert!(!client_saw.contains(secret) && !audit.contains(secret));
         assert!(!s.gw.stderr().contains(secret));
     }
     // New tokens were swapped in without a reload: one configuration load, at start.
-    let loads = s
-        .gw
-        .events()
-        .iter()
-        .filter(|e| e["class_uid"] == 5019)
-        .count();
+    let loads =
+        s.gw.events()
+            .iter()
+            .filter(|e| e["class_uid"] == 5019)
+            .count();
     assert_eq!(loads, 1, "{}", s.gw.stderr());
 }
 
@@ -261,7 +269,11 @@ fn a_tenant_never_gets_another_tenants_refreshed_token() {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(5) {
         // beta keeps its token in use (and rotating) meanwhile.
-        let b = s.ask(BETA, "beta", &format!("Authorization: Bearer {PLACEHOLDER}"));
+        let b = s.ask(
+            BETA,
+            "beta",
+            &format!("Authorization: Bearer {PLACEHOLDER}"),
+        );
         assert_eq!(b.status, 200, "{b:?}\n{}", s.gw.stderr());
         // Where a placeholder may be and where it may not (a refusal is no leak either).
         let port = s.origin.port();
@@ -270,15 +282,27 @@ fn a_tenant_never_gets_another_tenants_refreshed_token() {
         let body = format!("token={PLACEHOLDER}");
         let attempts: [(&[&str], String); 4] = [
             (&["-H", &auth], format!("https://127.0.0.1:{port}/v1/alpha")),
-            (&["-H", &other], format!("https://127.0.0.1:{port}/v1/alpha-other")),
-            (&["-H", &auth], format!("https://127.0.0.1:{port}/v1/alpha-query?t={PLACEHOLDER}")),
-            (&["-H", &auth, "--data", &body], format!("https://127.0.0.1:{port}/v1/alpha-body")),
+            (
+                &["-H", &other],
+                format!("https://127.0.0.1:{port}/v1/alpha-other"),
+            ),
+            (
+                &["-H", &auth],
+                format!("https://127.0.0.1:{port}/v1/alpha-query?t={PLACEHOLDER}"),
+            ),
+            (
+                &["-H", &auth, "--data", &body],
+                format!("https://127.0.0.1:{port}/v1/alpha-body"),
+            ),
         ];
         for (args, url) in attempts {
             let mut all = vec!["--cacert", s.ca.to_str().unwrap()];
             all.extend_from_slice(args);
             let a = curl(&s.gw, Some(ALPHA), &all, &url);
-            statuses.insert(url.split('?').next().unwrap_or_default().to_string(), a.status);
+            statuses.insert(
+                url.split('?').next().unwrap_or_default().to_string(),
+                a.status,
+            );
             alpha_saw.push_str(&a.head);
             alpha_saw.push_str(&a.body);
         }
@@ -299,13 +323,20 @@ fn a_tenant_never_gets_another_tenants_refreshed_token() {
     }) {
         let text = r.to_string();
         for t in &beta_tokens {
-            assert!(!text.contains(t.as_str()), "alpha's request carried beta's {t}: {r}");
+            assert!(
+                !text.contains(t.as_str()),
+                "alpha's request carried beta's {t}: {r}"
+            );
         }
     }
     let alpha: Vec<String> = s
         .origin_log()
         .iter()
-        .filter(|r| r["url"].as_str().is_some_and(|u| u.starts_with("/v1/alpha")))
+        .filter(|r| {
+            r["url"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("/v1/alpha"))
+        })
         .filter_map(|r| r["headers"]["authorization"].as_str().map(str::to_string))
         .collect();
     assert!(!alpha.is_empty(), "{statuses:?}\n{}", s.gw.stderr());
@@ -340,16 +371,28 @@ fn a_reload_keeps_an_unchanged_tenants_refresher_and_restarts_a_changed_one() {
         assert_eq!(b.status, 200, "{b:?}\n{}", s.gw.stderr());
         let issued = issued(&token_log);
         let last = s.seen("beta").pop().unwrap();
-        if issued.get(last.trim_start_matches("Bearer ")).map(String::as_str) == Some(BETA2_ID) {
+        if issued
+            .get(last.trim_start_matches("Bearer "))
+            .map(String::as_str)
+            == Some(BETA2_ID)
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "beta never got a token of its new client: {issued:?}\n{}", s.gw.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "beta never got a token of its new client: {issued:?}\n{}",
+            s.gw.stderr()
+        );
         sleep(Duration::from_millis(200));
     }
     let a = s.ask(ALPHA, "alpha", &auth);
     assert_eq!(a.status, 200, "{a:?}");
     let alpha = s.seen("alpha");
-    assert_eq!(alpha.first(), alpha.last(), "alpha's token changed: {alpha:?}");
+    assert_eq!(
+        alpha.first(),
+        alpha.last(),
+        "alpha's token changed: {alpha:?}"
+    );
     // Exactly one new token: beta's new client's (alpha asked for none).
     let after = issued(&token_log);
     assert_eq!(after.len(), 3, "{after:?}");
@@ -369,10 +412,18 @@ fn a_reload_keeps_an_unchanged_tenants_refresher_and_restarts_a_changed_one() {
     gateway::hup(&s.gw);
     let deadline = Instant::now() + Duration::from_secs(15);
     while s.ask(ALPHA, "alpha", &auth).status == 200 {
-        assert!(Instant::now() < deadline, "alpha was not removed\n{}", s.gw.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "alpha was not removed\n{}",
+            s.gw.stderr()
+        );
         sleep(Duration::from_millis(200));
     }
     let b = s.ask(BETA, "beta", &auth);
     assert_eq!(b.status, 200, "{b:?}\n{}", s.gw.stderr());
-    assert_eq!(issued(&token_log).len(), 3, "a reload asked for a token again");
+    assert_eq!(
+        issued(&token_log).len(),
+        3,
+        "a reload asked for a token again"
+    );
 }

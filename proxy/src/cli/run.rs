@@ -1174,8 +1174,7 @@ async fn start_tenant_refresh(
         return Ok(None);
     };
     let (client, socket) = token_client(args)?;
-    let registry =
-        super::tenant_refresh::TenantRefreshers::new(client, socket, sources.compat);
+    let registry = super::tenant_refresh::TenantRefreshers::new(client, socket, sources.compat);
     if let Err(lines) = registry.prepare(path).await {
         for l in lines {
             eprintln!("sluice: {l}");
@@ -1189,7 +1188,13 @@ async fn start_tenant_refresh(
 /// of token grants (sluice's own, never the sandbox's).
 fn token_client(
     args: &RunArgs,
-) -> Result<(crate::credentials::refresh::oauth::Client, Option<std::path::PathBuf>), ExitCode> {
+) -> Result<
+    (
+        crate::credentials::refresh::oauth::Client,
+        Option<std::path::PathBuf>,
+    ),
+    ExitCode,
+> {
     let tls = match crate::tls::upstream::UpstreamTls::new(&args.upstream_cas) {
         Ok(t) => t.config(crate::tls::upstream::Offer::Http11),
         Err(e) => {
@@ -1250,8 +1255,7 @@ async fn start_refresh(
         |k| std::env::var(k).ok(),
     );
     let (client, socket) = token_client(args)?;
-    match Refresher::start(&profiles.profiles, material, client, socket).await
-    {
+    match Refresher::start(&profiles.profiles, material, client, socket).await {
         Ok(r) => Ok(Some(Arc::new(r))),
         Err(lines) => {
             for l in lines {

@@ -145,9 +145,11 @@ impl TenantRefreshers {
                 Ok(p) if p.is_empty() => continue,
                 Ok(p) => p,
                 Err(lines) => {
-                    errors.extend(lines.into_iter().map(|l| {
-                        format!("{}: tenant `{}`: {l}", spec.location, spec.name)
-                    }));
+                    errors.extend(
+                        lines
+                            .into_iter()
+                            .map(|l| format!("{}: tenant `{}`: {l}", spec.location, spec.name)),
+                    );
                     continue;
                 }
             };

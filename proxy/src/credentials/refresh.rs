@@ -277,10 +277,7 @@ impl Plan {
     /// A job for every refreshed credential of `profiles`, its material read with `material`
     /// (`<first env var>_<NAME>`), and every token grant. Missing material refuses, each line
     /// naming the credential and the key to set.
-    pub fn of(
-        profiles: &[super::ProviderProfile],
-        material: &Source,
-    ) -> Result<Plan, Vec<String>> {
+    pub fn of(profiles: &[super::ProviderProfile], material: &Source) -> Result<Plan, Vec<String>> {
         let mut jobs = Vec::new();
         let mut errors = Vec::new();
         for profile in profiles {
@@ -498,12 +495,15 @@ impl Refresher {
         let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(PoisonError::into_inner));
         for (job, wait) in jobs {
             if !job.refresh.strategy.mints() {
-                tasks.push(tokio::spawn(external::watch(
-                    job,
-                    Arc::clone(&self.tokens),
-                    Arc::clone(&self.source),
-                    Arc::clone(changed),
-                )).abort_handle());
+                tasks.push(
+                    tokio::spawn(external::watch(
+                        job,
+                        Arc::clone(&self.tokens),
+                        Arc::clone(&self.source),
+                        Arc::clone(changed),
+                    ))
+                    .abort_handle(),
+                );
                 continue;
             }
             tasks.push(
@@ -526,7 +526,8 @@ impl Refresher {
     /// Ends every task `spawn` started: no token is asked for again (a gateway tenant removed
     /// or given other material by a reload). The tokens obtained stay readable.
     pub fn stop(&self) {
-        for task in std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner)) {
+        for task in std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner))
+        {
             task.abort();
         }
     }
