@@ -22,7 +22,9 @@ use crate::policy::yaml::{Kind, Node, Pos, Style, parse_bool, parse_int};
 use super::refresh_block::{
     DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Output, Refresh, Strategy,
 };
-use super::token_grant_block::{AudienceOverride, DEFAULT_ASSERTION_TYPE, TokenGrant, issuer_of};
+use super::token_grant_block::{
+    AudienceOverride, DEFAULT_ASSERTION_TYPE, TokenGrant, Written, issuer_of,
+};
 
 use super::{
     AuthStyle, Category, CredentialName, CredentialSpec, EnvKey, Placement, ProfileEndpoint,
@@ -83,6 +85,9 @@ const TOKEN_GRANT_FIELDS: &[&str] = &[
     "scopes",
     "cache_ttl_seconds",
     "audience_overrides",
+    "grant",
+    "resource",
+    "requested_token_type",
 ];
 /// Endpoint fields of sluice's own that a policy endpoint does not have; every other field
 /// is read with the policy endpoint schema (`policy::raw::read_endpoint`).
@@ -684,7 +689,9 @@ impl Reader<'_> {
             cache_ttl: None,
             overrides: Vec::new(),
             keys: Vec::new(),
+            exchange: None,
         };
+        let mut written = Written::default();
         for (key, value) in fields {
             let field = join_field(path, key);
             match key {
@@ -707,9 +714,17 @@ impl Reader<'_> {
                     grant.svid_audience = self.string(value, &field).unwrap_or_default();
                 }
                 "client_assertion_type" => match self.string(value, &field) {
-                    Some(t) if !t.trim().is_empty() => grant.assertion_type = t,
+                    Some(t) if !t.trim().is_empty() => {
+                        grant.assertion_type = t;
+                        written.assertion_type = true;
+                    }
                     _ => {}
                 },
+                "grant" => written.grant = self.string(value, &field),
+                "resource" => written.resource = self.string(value, &field),
+                "requested_token_type" => {
+                    written.requested_token_type = self.string(value, &field);
+                }
                 "scopes" => match self.strings(value, &field) {
                     Some(s) => grant.scopes = s,
                     None => ok = false,
@@ -739,6 +754,15 @@ impl Reader<'_> {
         }
         if grant.svid_audience.is_empty() {
             grant.svid_audience = issuer_of(&grant.token_endpoint);
+        }
+        match written.exchange() {
+            Ok(exchange) => grant.exchange = exchange,
+            Err(problems) => {
+                for (key, message) in problems {
+                    self.error(node.pos, &join_field(path, key), message);
+                }
+                ok = false;
+            }
         }
         ok.then_some(grant)
     }
