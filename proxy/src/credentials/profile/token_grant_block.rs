@@ -118,7 +118,7 @@ impl Written {
         if !problems.is_empty() {
             return Err(problems);
         }
-        Ok(exchange.then(|| Exchange {
+        Ok(exchange.then_some(Exchange {
             resource: self.resource,
             requested_token_type: self.requested_token_type,
         }))
