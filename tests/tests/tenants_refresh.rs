@@ -427,3 +427,36 @@ fn a_reload_keeps_an_unchanged_tenants_refresher_and_restarts_a_changed_one() {
         "a reload asked for a token again"
     );
 }
+
+/// A tenant whose refresh material is missing stops the start, the message naming the tenant
+/// and the key to set (in its own secrets, not sluice's environment).
+#[test]
+fn a_tenant_without_its_refresh_material_stops_startup_naming_it() {
+    let dir = TempDir::new("tenant-refresh-missing");
+    dir.write("api.yaml", &rest_policy(&[("api", 9)]));
+    dir.write("providers.yaml", &profile(9, 10));
+    write_secrets(&dir, "beta.env", &format!("CC_TOKEN_CLIENT_ID={BETA_ID}\n"));
+    let tenants = dir.write(
+        "tenants.yaml",
+        &format!(
+            "tenants:\n  - name: beta\n    sources: [\"{BETA}\"]\n    policy: [api.yaml]\n    providers: [providers.yaml]\n    secrets_file: beta.env\n"
+        ),
+    );
+    // sluice's own environment has the value: a tenant with its own secrets never reads it.
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(sluice_e2e::sluice_bin())
+        .args(["run", "--tenants"])
+        .arg(&tenants)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("CC_TOKEN_CLIENT_SECRET", BETA_SECRET)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("tenant `beta`") && err.contains("CC_TOKEN_CLIENT_SECRET"),
+        "{err}"
+    );
+    assert!(!err.contains(BETA_SECRET), "{err}");
+}
