@@ -6,7 +6,8 @@
 //! request of each tenant succeeds and carries a current token of its own client, never the
 //! other's; no token reaches a client (the origin echoes them) nor a log. A reload keeps the
 //! refresher of a tenant whose material is unchanged (the same token serves on) and starts
-//! anew for one whose material changed (a token of the new client at once).
+//! anew for one whose material changed (a token of the new client at once). Token grants
+//! (`token_grant`) are per tenant too: two tenants, two tokens.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -459,4 +460,113 @@ fn a_tenant_without_its_refresh_material_stops_startup_naming_it() {
         "{err}"
     );
     assert!(!err.contains(BETA_SECRET), "{err}");
+}
+
+/// Two tenants with the same `token_grant` profile: each its own grant, its own tokens (the
+/// SPIFFE Workload API and oauthlib's token endpoint of `tests/tests/token_grant.rs`).
+#[test]
+fn each_tenant_has_its_own_token_grant() {
+    let dir = TempDir::new("tenant-grant");
+    let grants_dir = dir.path().join("grants");
+    std::fs::create_dir_all(&grants_dir).unwrap();
+    let (grant_ca, cert, key) = make_cert(&grants_dir);
+    let socket = grants_dir.join("agent.sock");
+    let log = grants_dir.join("grants.jsonl");
+    let grants = OriginProcess::spawn(
+        Command::new("python3")
+            .arg(clients().join("spiffe_grant_server.py"))
+            .arg(&cert)
+            .arg(&key)
+            .arg(&log)
+            .arg(&socket)
+            .env("SVID_AUDIENCE", "https://token-issuer.test")
+            .env("EXPIRES_IN", "300"),
+        "the SPIFFE grant server",
+    );
+    let origin = EchoOrigin::start(dir.path());
+    let port = origin.port();
+    dir.write("api.yaml", &rest_policy(&[("api", port)]));
+    dir.write(
+        "providers.yaml",
+        &format!(
+            "id: grant\ncredentials:\n  - name: access_token\n    required: false\n    auth_style: bearer\n    token_grant:\n      token_endpoint: 'https://127.0.0.1:{}/token'\n      audience: demo-default\n      jwt_svid_audience: 'https://token-issuer.test'\n      scopes: [demo]\nendpoints:\n  - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full}}\n",
+            grants.port
+        ),
+    );
+    let tenants = dir.write(
+        "tenants.yaml",
+        &format!(
+            "tenants:\n  \
+               - name: alpha\n    sources: [\"{ALPHA}\"]\n    policy: [api.yaml]\n    providers: [providers.yaml]\n  \
+               - name: beta\n    sources: [\"{BETA}\"]\n    policy: [api.yaml]\n    providers: [providers.yaml]\n"
+        ),
+    );
+    let ca_dir = dir.path().join("ca");
+    let (ca_dir_s, origin_ca, grant_ca_s) = (
+        ca_dir.display().to_string(),
+        origin.cert.display().to_string(),
+        grant_ca.display().to_string(),
+    );
+    let sock = format!("unix://{}", socket.display());
+    let gw = gateway::start(
+        &tenants,
+        &[
+            "--ca-dir",
+            &ca_dir_s,
+            "--upstream-ca",
+            &origin_ca,
+            "--upstream-ca",
+            &grant_ca_s,
+        ],
+        &[("SPIFFE_ENDPOINT_SOCKET", sock.as_str())],
+    );
+    let ca = ca_dir.join("ca.pem");
+    for (who, src) in [("alpha", ALPHA), ("beta", BETA), ("alpha", ALPHA)] {
+        let a = curl(
+            &gw,
+            Some(src),
+            &["--cacert", ca.to_str().unwrap()],
+            &format!("https://127.0.0.1:{port}/v1/{who}"),
+        );
+        assert_eq!(a.status, 200, "{who}: {a:?}\n{}", gw.stderr());
+        assert!(
+            !a.body.contains("grant-demo-default-"),
+            "{who} saw a token: {a:?}"
+        );
+    }
+    let seen = |who: &str| -> BTreeSet<String> {
+        std::fs::read_to_string(&origin.log)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|r| r["url"] == format!("/v1/{who}"))
+            .map(|r| {
+                r["headers"]["authorization"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    let (alpha, beta) = (seen("alpha"), seen("beta"));
+    assert_eq!(alpha.len(), 1, "alpha's token is cached: {alpha:?}");
+    assert_eq!(beta.len(), 1, "{beta:?}");
+    assert!(
+        alpha
+            .iter()
+            .all(|a| a.starts_with("Bearer grant-demo-default-")),
+        "{alpha:?}"
+    );
+    assert!(
+        alpha.is_disjoint(&beta),
+        "the tenants share a token: {alpha:?} {beta:?}"
+    );
+    let audit = std::fs::read_to_string(&gw.audit_path).unwrap();
+    for t in alpha.iter().chain(&beta) {
+        let token = t.trim_start_matches("Bearer ");
+        assert!(
+            !audit.contains(token) && !gw.stderr().contains(token),
+            "{token} logged"
+        );
+    }
 }
