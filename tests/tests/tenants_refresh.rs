@@ -402,6 +402,48 @@ fn a_reload_keeps_an_unchanged_tenants_refresher_and_restarts_a_changed_one() {
         1,
         "{after:?}"
     );
+    // beta's material goes missing: the reload is refused, naming it, and beta serves on with
+    // the token it has; the material back as it was, the refresher in force is kept.
+    let beta_token = s.seen("beta").pop().unwrap();
+    std::fs::remove_file(s.dir.path().join("beta.keys/CC_TOKEN_CLIENT_SECRET")).unwrap();
+    gateway::hup(&s.gw);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !s
+        .gw
+        .stderr()
+        .contains("refused, the last good configuration stays in force")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the reload was not refused\n{}",
+            s.gw.stderr()
+        );
+        sleep(Duration::from_millis(100));
+    }
+    assert!(
+        s.gw.stderr().contains("tenant `beta`") && s.gw.stderr().contains("CC_TOKEN_CLIENT_SECRET"),
+        "{}",
+        s.gw.stderr()
+    );
+    let b = s.ask(BETA, "beta", &auth);
+    assert_eq!(b.status, 200, "{b:?}\n{}", s.gw.stderr());
+    assert_eq!(s.seen("beta").pop().unwrap(), beta_token);
+    write_secrets(&s.dir, "beta.keys/CC_TOKEN_CLIENT_SECRET", BETA2_SECRET);
+    gateway::hup(&s.gw);
+    sleep(Duration::from_millis(1500));
+    let b = s.ask(BETA, "beta", &auth);
+    assert_eq!(b.status, 200, "{b:?}\n{}", s.gw.stderr());
+    assert_eq!(
+        s.seen("beta").pop().unwrap(),
+        beta_token,
+        "beta's refresher was not kept"
+    );
+    assert_eq!(
+        issued(&token_log).len(),
+        3,
+        "a reload asked for a token again"
+    );
+
     // A tenant removed: its refresher stops; the other serves on.
     std::fs::write(
         &s.tenants,

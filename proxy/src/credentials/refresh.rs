@@ -303,7 +303,7 @@ impl Plan {
                             values.insert(name.to_string(), Zeroizing::new(v));
                         }
                         _ if refresh.strategy.required_material().contains(&name) => {
-                            errors.push(format!("credential `{credential}`: refresh material `{name}` is not set: set {key} in sluice's environment or --secrets-file"));
+                            errors.push(format!("credential `{credential}`: refresh material `{name}` is not set: set {key} where its secrets are read (sluice's environment, --secrets-file or --secrets-dir; for a gateway tenant, its secrets_file or secrets_dir)"));
                         }
                         _ => {}
                     }
