@@ -67,8 +67,9 @@ fn token_client(
     let tls = match crate::tls::upstream::UpstreamTls::new(&args.upstream_cas) {
         Ok(t) => t.config(crate::tls::upstream::Offer::Http11),
         Err(e) => {
-            eprintln!("sluice: {e}");
-            return Err(ExitCode::from(1));
+            // A usage error, as when TLS termination reads the same files.
+            eprintln!("sluice: --upstream-ca: {e}");
+            return Err(ExitCode::from(2));
         }
     };
     let socket = std::env::var(crate::credentials::refresh::token_grant::workload::SOCKET_ENV)
