@@ -259,14 +259,20 @@ fn sink_verdict(kind: &BodyKind, body: &[u8], step: usize) -> (Result<u64, body:
         seen: seen.clone(),
     };
     let pumped = block_on(async {
-        let (tx, upstream) = ChannelBody::channel(None);
+        let (tx, raw) = ChannelBody::channel(None);
+        let check = body::BodyCheck::new(true, Some(Box::new(hold)));
+        let (upstream, state, _) = body::Checked::new(raw, check, None);
         let collect = async move { upstream.collect().await.map(|c| c.to_bytes().to_vec()) };
         let mut reader = Trickle::new(body, step);
         let mut buf = BytesMut::new();
-        let sink = BodySink::new(tx, true).holding(Some(Box::new(hold)));
         let framing = BodyFraming::Length(body.len() as u64);
-        let pump = body::pump(&mut reader, &mut buf, framing, sink);
+        let pump = body::pump(&mut reader, &mut buf, framing, BodySink::new(tx));
         let (pumped, sent) = tokio::join!(pump, collect);
+        // The check stopped the body (its refusal), else the pump's own result.
+        let pumped = match state.stopped() {
+            Some(e) => Err(e.clone()),
+            None => pumped,
+        };
         (pumped, sent.unwrap_or_default())
     });
     let Some((pumped, sent)) = pumped else {
@@ -393,11 +399,12 @@ pub fn request_body(data: &[u8]) {
         _ => BodyFraming::Length(rest.len() as u64),
     };
     block_on(async {
-        let (tx, body) = ChannelBody::channel(None);
+        let (tx, raw) = ChannelBody::channel(None);
+        let (body, _, _) = body::Checked::new(raw, body::BodyCheck::new(true, None), None);
         let collect = async move { body.collect().await.map(|c| c.to_bytes().len()) };
         let mut reader = Trickle::new(rest, step);
         let mut buf = BytesMut::new();
-        let pump = body::pump(&mut reader, &mut buf, framing, BodySink::new(tx, true));
+        let pump = body::pump(&mut reader, &mut buf, framing, BodySink::new(tx));
         let (pumped, collected) = tokio::join!(pump, collect);
         if let (Ok(n), Ok(got)) = (pumped, collected) {
             // What was decoded is what went upstream, and no more than was sent.
