@@ -1,10 +1,11 @@
 """An OAuth 2.0 token endpoint (oauthlib's server, RFC 6749 §4.4 and §6) over HTTPS, for
 tests/tests/refresh.rs. Arguments: CERT KEY LOG. It knows one client (CLIENT_ID,
 CLIENT_SECRET) and one refresh token (REFRESH_TOKEN) from its environment, checks them as
-oauthlib does, and issues bearer tokens `tok-<n>-<random>` that live EXPIRES_IN seconds (a rotated
+oauthlib does (more clients, `id:secret` pairs separated by commas, from MORE_CLIENTS), and
+issues bearer tokens `tok-<n>-<random>` that live EXPIRES_IN seconds (a rotated
 refresh token with each refresh-token grant). `POST /fail` makes every later request fail
 with 503 (the endpoint is down), `POST /recover` undoes it. One JSON line per token request
-goes to LOG: grant type, whether it was granted, the token issued. With SA_EMAIL and
+goes to LOG: grant type, whether it was granted, the client, the token issued. With SA_EMAIL and
 SA_PUBLIC_KEY (a PEM file), RS256 service-account assertions (RFC 7523, Google's
 `google_service_account_jwt`) are verified with PyJWT and granted too. Prints its port first.
 """
@@ -22,6 +23,8 @@ from oauthlib.oauth2 import RequestValidator, Server
 
 CLIENT_ID = os.environ["CLIENT_ID"]
 CLIENT_SECRET = os.environ["CLIENT_SECRET"]
+CLIENTS = {CLIENT_ID: CLIENT_SECRET}
+CLIENTS.update(p.split(":", 1) for p in os.environ.get("MORE_CLIENTS", "").split(",") if p)
 REFRESH = {os.environ["REFRESH_TOKEN"]}
 EXPIRES_IN = int(os.environ.get("EXPIRES_IN", "3"))
 # A service account: its e-mail and the public half of its RS256 key (PEM file).
@@ -36,8 +39,8 @@ class Validator(RequestValidator):
         return True
 
     def authenticate_client(self, request, *args, **kwargs):
-        if request.client_id == CLIENT_ID and request.client_secret == CLIENT_SECRET:
-            request.client = type("Client", (), {"client_id": CLIENT_ID})()
+        if request.client_id in CLIENTS and request.client_secret == CLIENTS[request.client_id]:
+            request.client = type("Client", (), {"client_id": request.client_id})()
             return True
         return False
 
@@ -104,7 +107,8 @@ class Handler(BaseHTTPRequestHandler):
         parsed = json.loads(answer or "{}")
         with LOCK, open(sys.argv[3], "a") as f:
             grant = dict(p.split("=", 1) for p in body.split("&") if "=" in p).get("grant_type")
-            f.write(json.dumps({"grant": grant, "status": status, "token": parsed.get("access_token")}) + "\n")
+            client = dict(p.split("=", 1) for p in body.split("&") if "=" in p).get("client_id")
+            f.write(json.dumps({"grant": grant, "status": status, "client": client, "token": parsed.get("access_token")}) + "\n")
         self.reply(status, headers, answer.encode())
 
 

@@ -67,6 +67,11 @@ pub fn assert_never_logged(gw: &Sluice, value: &str, what: &str) {
     assert!(!gw.stderr().contains(value), "sluice's stderr holds {what}");
 }
 
+/// The tenant an audit event names: `actor.user.name`.
+pub fn tenant_of(e: &Value) -> Option<&str> {
+    e["actor"]["user"]["name"].as_str()
+}
+
 /// `sluice <args>` that must exit (within 20 s): (exit code, stderr).
 pub fn exit_of(args: &[&str], env_remove: &[&str]) -> (Option<i32>, String) {
     let mut cmd = Command::new(sluice_bin());

@@ -17,6 +17,7 @@
 pub mod fleet;
 pub mod gateway;
 pub mod h2client;
+pub mod intercepted;
 pub mod netns;
 pub mod ocsf;
 pub mod origin;

@@ -5,6 +5,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
@@ -21,6 +22,22 @@ pub fn replace(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Replaces the secrets file `secrets` with `TEST_API_KEY=value` as [`replace`] does, mode
+/// 0600 (sluice refuses a secrets file others can read).
+pub fn replace_secret(secrets: &Path, value: &str) {
+    let tmp = secrets.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .unwrap();
+    writeln!(f, "TEST_API_KEY={value}").unwrap();
+    drop(f);
+    std::fs::rename(&tmp, secrets).unwrap();
 }
 
 /// Writes the new policy and waits until the reload succeeded (the `n`th config event,

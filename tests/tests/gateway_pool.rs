@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sluice_e2e::fleet::{self, FleetCa};
-use sluice_e2e::gateway::{self, Answer, curl_via};
+use sluice_e2e::gateway::{self, Answer, curl_via, tenant_of};
 use sluice_e2e::origin::{EchoOrigin, HttpOrigin};
 use sluice_e2e::proxy::{Sluice, TempDir};
 
@@ -99,10 +99,6 @@ fn start_haproxy(dir: &Path, replicas: &[(SocketAddr, SocketAddr, SocketAddr)]) 
         thread::sleep(Duration::from_millis(50));
     }
     Haproxy { child, plain, tls }
-}
-
-fn tenant_of(e: &Value) -> Option<&str> {
-    e["actor"]["user"]["name"].as_str()
 }
 
 const GAMMA_PW: &str = "gamma-pool-pw-7d3e";

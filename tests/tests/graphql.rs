@@ -10,11 +10,13 @@
 //! as in the reference. The audit names operations by type and name, never variables.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
-use std::process::Command;
-
 use serde_json::Value;
-use sluice_e2e::origin::{H2Origin, Script, spawn_tls};
-use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
+use sluice_e2e::intercepted::{
+    assert_refusal_audited_without, http_events_judging, logging_origin, post_bodies,
+    python_json_via_env,
+};
+use sluice_e2e::origin::H2Origin;
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python};
 
 /// The GraphQL server: Strawberry's ASGI app (queries, mutations, a subscription over
 /// graphql-transport-ws and graphql-ws, batches), each HTTP body and WebSocket message it
@@ -141,14 +143,7 @@ print(json.dumps(out))
 #[test]
 fn a_real_graphql_client_and_server_through_sluice() {
     let dir = TempDir::new("graphql");
-    let log = dir.path().join("received.log");
-    std::fs::write(&log, "").unwrap();
-    let (origin, origin_ca) = spawn_tls(
-        dir.path(),
-        Script::Python(SERVER),
-        &[&log],
-        "the GraphQL server",
-    );
+    let (origin, origin_ca, log) = logging_origin(&dir, SERVER, "the GraphQL server");
     let port = origin.port;
     let policy = format!(
         "version: 1
@@ -188,19 +183,8 @@ network_policies:
         python()
     );
     let (sluice, ca) = Sluice::intercepting(&dir, &policy, &[origin_ca.as_path()], None, &[]);
-    let proxy = format!("http://{}", sluice.addr());
     let base = format!("https://127.0.0.1:{port}");
-    let (code, out, err) = run(Command::new("python3")
-        .args(["-c", CLIENT, &base])
-        .arg(&ca)
-        .env("HTTPS_PROXY", &proxy)
-        .env("https_proxy", &proxy)
-        .env("SSL_CERT_FILE", &ca)
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy"));
-    assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
-    let got: Value = serde_json::from_str(out.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let got = python_json_via_env(&sluice, &ca, CLIENT, &[&base, ca.to_str().unwrap()]);
     let received = std::fs::read_to_string(&log).unwrap();
     let ctx = format!("{got:#}\nreceived:\n{received}\n{}", sluice.stderr());
 
@@ -279,25 +263,7 @@ network_policies:
     );
 
     // The audit: operations by type and name, never variables or arguments.
-    let events = sluice.events();
-    let http: Vec<String> = events
-        .iter()
-        .filter(|e| e["class_uid"] == 4002)
-        .map(Value::to_string)
-        .collect();
-    let denied = http
-        .iter()
-        .find(|e| e.contains("mutation Del") && e.contains("\"action_id\":2"))
-        .unwrap_or_else(|| panic!("no refusal of mutation Del audited: {http:#?}"));
-    assert!(
-        !denied.contains("sluice\\\""),
-        "arguments are never audited: {denied}"
-    );
-    assert!(
-        http.iter()
-            .any(|e| e.contains("query Viewer") && e.contains("\"action_id\":1")),
-        "{http:#?}"
-    );
+    let http = http_events_judging(&sluice, "mutation Del", "sluice\\\"", "query Viewer");
     assert!(
         http.iter().any(
             |e| e.contains("GraphQL operation blocked by endpoint policy")
@@ -308,19 +274,6 @@ network_policies:
     assert_events_valid(&sluice);
     drop(origin);
 }
-
-/// Posts each body of argv[5:] with `httpx` (HTTP/2 when argv[4] is `2`) and prints the HTTP
-/// version, status and body of each answer.
-const WIRE_CLIENT: &str = r#"
-import httpx, json, sys
-proxy, url, ca, version = sys.argv[1:5]
-out = []
-with httpx.Client(proxy=proxy, verify=ca, http2=(version == '2')) as c:
-    for body in sys.argv[5:]:
-        r = c.post(url, content=body, headers={'Content-Type': 'application/json'})
-        out.append({'version': r.http_version, 'status': r.status_code, 'body': r.text})
-print(json.dumps(out))
-"#;
 
 /// The same judgement over HTTP/1.1 and HTTP/2 (one place judges a body read whole): an
 /// allowed query reaches the origin, a refused mutation gets a 403 naming the operation and
@@ -349,19 +302,13 @@ network_policies:
     let allowed = r#"{"query":"query Viewer { viewer { login } }"}"#;
     let refused = r#"{"query":"mutation Drop($v: String) { gone: deleteRepository(name: $v) { id } }","variables":{"v":"secret-variable"}}"#;
     for version in ["1", "2"] {
-        let (code, out, err) = run(Command::new("python3").args([
-            "-c",
-            WIRE_CLIENT,
-            &format!("http://{}", sluice.addr()),
+        let got = post_bodies(
+            &sluice,
+            &ca,
             &format!("https://127.0.0.1:{port}/graphql"),
-            &ca.display().to_string(),
             version,
-            allowed,
-            refused,
-            "{\"query\": \"{\"}",
-        ]));
-        assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
-        let got: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+            &[allowed, refused, "{\"query\": \"{\"}"],
+        );
         let want = if version == "2" { "HTTP/2" } else { "HTTP/1.1" };
         assert!(
             got.as_array().unwrap().iter().all(|a| a["version"] == want),
@@ -385,24 +332,6 @@ network_policies:
     let received = std::fs::read_to_string(&origin.log).unwrap();
     assert_eq!(received.matches("Viewer").count(), 2, "{received}");
     assert!(!received.contains("deleteRepository"), "{received}");
-    // Without the client's own command line (which carries the bodies here).
-    let audit: Vec<String> = sluice
-        .events()
-        .into_iter()
-        .map(|mut e| {
-            e["actor"] = Value::Null;
-            e.to_string()
-        })
-        .collect();
-    assert!(
-        audit
-            .iter()
-            .any(|e| e.contains("graphql: mutation Drop") && e.contains("\"action_id\":2")),
-        "{audit:#?}"
-    );
-    assert!(
-        !audit.iter().any(|e| e.contains("secret-variable")),
-        "variables are never audited"
-    );
+    assert_refusal_audited_without(&sluice, "graphql: mutation Drop", "secret-variable");
     assert_events_valid(&sluice);
 }

@@ -8,11 +8,9 @@
 //! `400 invalid_jsonrpc_request`.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
-use std::process::Command;
-
 use serde_json::{Value, json};
-use sluice_e2e::origin::{Script, spawn_tls};
-use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
+use sluice_e2e::intercepted::{assert_refusal_audited_without, logging_origin, post_bodies};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python};
 
 /// The server: `jsonrpcserver`'s `dispatch` answering `reports.list`, `reports.search` and
 /// `reports.delete` at `/rpc`, each request body appended to the log named by argv[3].
@@ -50,30 +48,10 @@ print(srv.server_address[1], flush=True)
 srv.serve_forever()
 "#;
 
-/// Posts each body of argv[4:] with `httpx` through the proxy argv[1] to argv[2] (CA
-/// argv[3]) and prints the status and body of each answer.
-const CLIENT: &str = r#"
-import httpx, json, sys
-proxy, url, ca = sys.argv[1:4]
-out = []
-with httpx.Client(proxy=proxy, verify=ca) as c:
-    for body in sys.argv[4:]:
-        r = c.post(url, content=body, headers={'Content-Type': 'application/json'})
-        out.append({'status': r.status_code, 'body': r.text})
-print(json.dumps(out))
-"#;
-
 #[test]
 fn a_real_json_rpc_server_answers_allowed_calls_and_never_sees_refused_ones() {
     let dir = TempDir::new("jsonrpcsrv");
-    let log = dir.path().join("received.log");
-    std::fs::write(&log, "").unwrap();
-    let (origin, origin_ca) = spawn_tls(
-        dir.path(),
-        Script::Python(SERVER),
-        &[&log],
-        "the JSON-RPC server",
-    );
+    let (origin, origin_ca, log) = logging_origin(&dir, SERVER, "the JSON-RPC server");
     let port = origin.port;
     let policy = format!(
         "version: 1
@@ -103,21 +81,20 @@ network_policies:
     let allowed_batch = format!("[{list},{search}]");
     let refused_batch = format!("[{list},{delete}]");
     let not_two = r#"{"jsonrpc":"1.0","method":"reports.list","id":4}"#;
-    let (code, out, err) = run(Command::new("python3").args([
-        "-c",
-        CLIENT,
-        &format!("http://{}", sluice.addr()),
+    let got = post_bodies(
+        &sluice,
+        &ca,
         &format!("https://127.0.0.1:{port}/rpc"),
-        &ca.display().to_string(),
-        list,
-        &allowed_batch,
-        delete,
-        &refused_batch,
-        not_two,
-        "{not json",
-    ]));
-    assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
-    let got: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        "1",
+        &[
+            list,
+            &allowed_batch,
+            delete,
+            &refused_batch,
+            not_two,
+            "{not json",
+        ],
+    );
     let body = |i: usize| -> Value {
         serde_json::from_str(got[i]["body"].as_str().unwrap())
             .unwrap_or_else(|e| panic!("answer {i}: {e}: {got}"))
@@ -158,23 +135,6 @@ network_policies:
         [list.to_string(), allowed_batch],
         "only the allowed requests reached the server"
     );
-    let events: Vec<String> = sluice
-        .events()
-        .into_iter()
-        .map(|mut e| {
-            e["actor"] = Value::Null; // the client's command line carries the bodies
-            e.to_string()
-        })
-        .collect();
-    assert!(
-        events
-            .iter()
-            .any(|e| e.contains("json-rpc: reports.delete") && e.contains("\"action_id\":2")),
-        "{events:#?}"
-    );
-    assert!(
-        !events.iter().any(|e| e.contains("secret-arg")),
-        "arguments are never audited"
-    );
+    assert_refusal_audited_without(&sluice, "json-rpc: reports.delete", "secret-arg");
     assert_events_valid(&sluice);
 }

@@ -5,11 +5,9 @@
 //! the audit names each call's method and tool, never its arguments.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
-use std::process::Command;
-
-use serde_json::Value;
+use sluice_e2e::intercepted::{http_events_judging, python_json_via_env};
 use sluice_e2e::origin::{Script, spawn_tls};
-use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python};
 
 /// The MCP server (`MCPServer`, streamable HTTP at `/mcp`, served by uvicorn over TLS) with
 /// two tools.
@@ -81,18 +79,8 @@ network_policies:
         python()
     );
     let (sluice, ca) = Sluice::intercepting(&dir, &policy, &[origin_ca.as_path()], None, &[]);
-    let proxy = format!("http://{}", sluice.addr());
     let url = format!("https://127.0.0.1:{port}/mcp");
-    let (code, out, err) = run(Command::new("python3")
-        .args(["-c", CLIENT, &url])
-        .env("HTTPS_PROXY", &proxy)
-        .env("https_proxy", &proxy)
-        .env("SSL_CERT_FILE", &ca)
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy"));
-    assert_eq!(code, 0, "{err}\n{}", sluice.stderr());
-    let got: Value = serde_json::from_str(out.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let got = python_json_via_env(&sluice, &ca, CLIENT, &[&url]);
     assert_eq!(
         got["tools"],
         serde_json::json!(["delete_repo", "read_file"]),
@@ -115,25 +103,11 @@ network_policies:
             "{got}"
         );
     }
-    let events = sluice.events();
-    let calls: Vec<String> = events
-        .iter()
-        .filter(|e| e["class_uid"] == 4002)
-        .map(Value::to_string)
-        .collect();
-    let denied = calls
-        .iter()
-        .find(|e| e.contains("tools/call delete_repo") && e.contains("\"action_id\":2"))
-        .unwrap_or_else(|| panic!("no refusal of delete_repo audited: {calls:#?}"));
-    assert!(
-        !denied.contains("sluice\"}"),
-        "arguments are never audited: {denied}"
-    );
-    assert!(
-        calls
-            .iter()
-            .any(|e| e.contains("tools/call read_file") && e.contains("\"action_id\":1")),
-        "{calls:#?}"
+    let calls = http_events_judging(
+        &sluice,
+        "tools/call delete_repo",
+        "sluice\"}",
+        "tools/call read_file",
     );
     assert!(
         calls

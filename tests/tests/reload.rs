@@ -16,7 +16,7 @@ use serde_json::Value;
 use sluice_e2e::ocsf::class;
 use sluice_e2e::origin::EchoOrigin;
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
-use sluice_e2e::reload::replace;
+use sluice_e2e::reload::{replace, replace_secret};
 
 /// A Python `httpx` client holding one connection through sluice: each path written to it is
 /// fetched on that connection (with the placeholder as `Authorization` under `/auth` and
@@ -285,7 +285,7 @@ fn an_invalid_policy_is_refused_and_the_old_one_stays_in_force() {
 }
 
 /// A profile binding `TEST_API_KEY` (bearer) to the origin on `port`, and where its secrets
-/// file goes (see [`write_secret`]).
+/// file goes (see [`replace_secret`]).
 fn provider_and_secrets(dir: &TempDir, port: u16) -> (std::path::PathBuf, std::path::PathBuf) {
     let providers = dir.write(
         "providers.yaml",
@@ -296,22 +296,6 @@ fn provider_and_secrets(dir: &TempDir, port: u16) -> (std::path::PathBuf, std::p
     (providers, dir.path().join("secrets.env"))
 }
 
-/// Replaces the secrets file at `secrets` (mode 0600, by rename) with `TEST_API_KEY=value`.
-fn write_secret(dir: &TempDir, secrets: &Path, value: &str) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = dir.path().join("secrets.tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .unwrap();
-    writeln!(f, "TEST_API_KEY={value}").unwrap();
-    drop(f);
-    std::fs::rename(&tmp, secrets).unwrap();
-}
-
 #[test]
 fn a_rotated_secret_is_used_from_the_next_request() {
     const OLD: &str = "old-s3cr3t-VALUE-4b1d";
@@ -320,8 +304,7 @@ fn a_rotated_secret_is_used_from_the_next_request() {
     let origin = EchoOrigin::start(dir.path());
     let port = origin.port();
     let (providers, secrets) = provider_and_secrets(&dir, port);
-    let write_secret = |value: &str| write_secret(&dir, &secrets, value);
-    write_secret(OLD);
+    replace_secret(&secrets, OLD);
     let (sluice, ca) = start(
         &dir,
         &policy(port, &["/auth/**"]),
@@ -336,7 +319,7 @@ fn a_rotated_secret_is_used_from_the_next_request() {
     let mut client = Client::start("h1", &sluice, &ca, port);
     assert_eq!(client.get("/auth/1").0, 200);
 
-    write_secret(NEW);
+    replace_secret(&secrets, NEW);
     assert!(succeeded(&wait_config_event(&sluice, 2)));
     // The same kept-alive connection, then a new one.
     assert_eq!(client.get("/auth/2").0, 200);
@@ -381,8 +364,7 @@ fn a_secret_rotated_out_and_stored_upstream_still_comes_back_as_its_placeholder(
     let origin = EchoOrigin::start(dir.path());
     let port = origin.port();
     let (providers, secrets) = provider_and_secrets(&dir, port);
-    let write_secret = |value: &str| write_secret(&dir, &secrets, value);
-    write_secret(VALUES[0]);
+    replace_secret(&secrets, VALUES[0]);
     let (sluice, ca) = start(
         &dir,
         &policy(port, &["/store/**", "/fetch/**"]),
@@ -403,7 +385,7 @@ fn a_secret_rotated_out_and_stored_upstream_still_comes_back_as_its_placeholder(
     // Rotated twice: the stored value is out of service, and still never reaches the client,
     // on the held connection or a new one.
     for (n, value) in VALUES.iter().enumerate().skip(1) {
-        write_secret(value);
+        replace_secret(&secrets, value);
         assert!(succeeded(&wait_config_event(&sluice, n + 1)));
         let (status, _, body) = client.get_body(&format!("/fetch/{n}"));
         assert_eq!(

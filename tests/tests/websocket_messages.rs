@@ -8,12 +8,10 @@
 //! the waiting ones go on when a slot frees.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
-use std::process::Command;
-
 use serde_json::Value;
+use sluice_e2e::intercepted::{Intercepted, logging_origin, python_json};
 use sluice_e2e::ocsf::action;
-use sluice_e2e::origin::{OriginProcess, Script, spawn_tls};
-use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python};
 
 /// A TLS echo server (`websockets`): every text message it receives is appended to the file
 /// named by its third argument, then answered with `echo:<message>`.
@@ -55,24 +53,9 @@ except ConnectionClosed as e:
 print(json.dumps(out))
 "#;
 
-struct Setup {
-    sluice: Sluice,
-    ca: std::path::PathBuf,
-    origin: OriginProcess,
-    log: std::path::PathBuf,
-    _dir: TempDir,
-}
-
-fn setup() -> Setup {
+fn setup() -> Intercepted {
     let dir = TempDir::new("wsmsg");
-    let log = dir.path().join("received.log");
-    std::fs::write(&log, "").unwrap();
-    let (origin, origin_ca) = spawn_tls(
-        dir.path(),
-        Script::Python(ORIGIN),
-        &[&log],
-        "the websockets echo origin",
-    );
+    let (origin, origin_ca, log) = logging_origin(&dir, ORIGIN, "the websockets echo origin");
     let port = origin.port;
     let policy = format!(
         "version: 1
@@ -87,28 +70,22 @@ network_policies:
 ",
         python()
     );
-    let (sluice, ca) = Sluice::intercepting(&dir, &policy, &[origin_ca.as_path()], None, &[]);
-    Setup {
-        sluice,
-        ca,
-        origin,
-        log,
-        _dir: dir,
-    }
+    let started = Sluice::intercepting(&dir, &policy, &[origin_ca.as_path()], None, &[]);
+    Intercepted::new(dir, origin, log, started)
 }
 
-fn send(s: &Setup, path: &str, message: &str) -> Value {
-    let (code, out, err) = run(Command::new("python3").args([
-        "-c",
+fn send(s: &Intercepted, path: &str, message: &str) -> Value {
+    python_json(
+        &s.sluice,
         CLIENT,
-        &s.sluice.addr().to_string(),
-        &s.origin.port.to_string(),
-        &s.ca.display().to_string(),
-        path,
-        message,
-    ]));
-    assert_eq!(code, 0, "{err}\n{}", s.sluice.stderr());
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"))
+        &[
+            &s.sluice.addr().to_string(),
+            &s.origin.port.to_string(),
+            &s.ca.display().to_string(),
+            path,
+            message,
+        ],
+    )
 }
 
 fn text_event<'a>(events: &'a [Value], path: &str) -> Option<&'a Value> {
@@ -133,7 +110,7 @@ fn a_read_only_websocket_opens_but_cannot_send() {
             .contains("WEBSOCKET_TEXT /ro/feed not permitted by policy"),
         "{out}"
     );
-    let received = std::fs::read_to_string(&s.log).unwrap();
+    let received = s.received();
     assert!(
         !received.contains("delete"),
         "the origin got it: {received}"
@@ -166,7 +143,7 @@ fn read_write_sends_and_audit_mode_forwards_and_records() {
     assert_eq!(out["echo"], "echo:hello", "{out}\n{}", s.sluice.stderr());
     let out = send(&s, "/watch/x?since=1", "would be refused");
     assert_eq!(out["echo"], "echo:would be refused", "{out}");
-    let received = std::fs::read_to_string(&s.log).unwrap();
+    let received = s.received();
     assert_eq!(
         received,
         "/rw/chat hello\n/watch/x?since=1 would be refused\n"
@@ -191,11 +168,7 @@ fn a_text_message_over_four_mebibytes_closes_with_1009_before_the_origin() {
     let out = send(&s, "/rw/chat", "BIG");
     assert_eq!(out["opened"], true, "{out}");
     assert_eq!(out["code"], 1009, "{out}\n{}", s.sluice.stderr());
-    assert_eq!(
-        std::fs::read_to_string(&s.log).unwrap(),
-        "",
-        "the origin got it"
-    );
+    assert_eq!(s.received(), "", "the origin got it");
 }
 
 /// 97 `websockets` clients through sluice, each starting a fragmented text message (its first
@@ -253,16 +226,16 @@ print(json.dumps({'early': early, 'results': results}))
 fn messages_assembled_at_once_share_one_budget_and_the_one_past_it_gets_1013() {
     let s = setup();
     let n = 32 + 64 + 1;
-    let (code, out, err) = run(Command::new("python3").args([
-        "-c",
+    let out = python_json(
+        &s.sluice,
         ASSEMBLERS,
-        &s.sluice.addr().to_string(),
-        &s.origin.port.to_string(),
-        &s.ca.display().to_string(),
-        &n.to_string(),
-    ]));
-    assert_eq!(code, 0, "{err}\n{}", s.sluice.stderr());
-    let out: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+        &[
+            &s.sluice.addr().to_string(),
+            &s.origin.port.to_string(),
+            &s.ca.display().to_string(),
+            &n.to_string(),
+        ],
+    );
     // While 96 messages are in progress (32 assembling, 64 waiting), the 97th is refused.
     assert_eq!(
         out["early"],

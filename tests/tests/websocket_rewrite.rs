@@ -15,8 +15,10 @@
 use std::process::Command;
 
 use serde_json::Value;
-use sluice_e2e::origin::{OriginProcess, Script, spawn_tls};
-use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
+use sluice_e2e::intercepted::{Intercepted, api_key_provider, logging_origin, python_json};
+use sluice_e2e::origin::OriginProcess;
+use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python};
+use sluice_e2e::reload::replace_secret;
 
 const SECRET: &str = "ws-s3cr3t-VALUE-5e1d7a";
 const PLACEHOLDER: &str = "openshell:resolve:env:TEST_API_KEY";
@@ -113,75 +115,56 @@ except TimeoutError:
 print(json.dumps(out))
 "#;
 
-struct Setup {
-    sluice: Sluice,
-    ca: std::path::PathBuf,
-    origin: OriginProcess,
-    log: std::path::PathBuf,
-    _dir: TempDir,
-}
-
-fn setup() -> Setup {
+fn setup() -> Intercepted {
     let dir = TempDir::new("wsrewrite");
-    let log = dir.path().join("received.log");
-    std::fs::write(&log, "").unwrap();
-    let (origin, origin_ca) = spawn_tls(
-        dir.path(),
-        Script::Python(ORIGIN),
-        &[&log],
-        "the websockets echo origin",
-    );
+    let (origin, origin_ca, log) = logging_origin(&dir, ORIGIN, "the websockets echo origin");
     let port = origin.port;
     let policy = rewrite_policy(port);
-    let providers = dir.write(
-        "providers.yaml",
-        &format!(
-            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {port}\n    path: /bound/**\n"
-        ),
-    );
-    let (sluice, ca) = Sluice::intercepting(
+    let providers = api_key_provider(&dir, port, Some("/bound/**"));
+    let started = Sluice::intercepting(
         &dir,
         &policy,
         &[origin_ca.as_path()],
         Some(&providers),
         &[("TEST_API_KEY", SECRET)],
     );
-    Setup {
-        sluice,
-        ca,
-        origin,
-        log,
-        _dir: dir,
-    }
+    Intercepted::new(dir, origin, log, started)
 }
 
-fn send(s: &Setup, path: &str, mode: &str, message: &str) -> Value {
+fn send(s: &Intercepted, path: &str, mode: &str, message: &str) -> Value {
     send_to(s, s.origin.port, path, mode, message, "wss")
 }
 
-fn send_to(s: &Setup, port: u16, path: &str, mode: &str, message: &str, scheme: &str) -> Value {
-    let (code, out, err) = run(Command::new("python3").args([
-        "-c",
+fn send_to(
+    s: &Intercepted,
+    port: u16,
+    path: &str,
+    mode: &str,
+    message: &str,
+    scheme: &str,
+) -> Value {
+    let out = python_json(
+        &s.sluice,
         CLIENT,
-        &s.sluice.addr().to_string(),
-        &port.to_string(),
-        &s.ca.display().to_string(),
-        path,
-        mode,
-        message,
-        scheme,
-    ]));
-    assert_eq!(code, 0, "{err}\n{}", s.sluice.stderr());
-    assert!(!out.contains(SECRET), "the client got the secret: {out}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"))
-}
-
-fn received(s: &Setup) -> String {
-    std::fs::read_to_string(&s.log).unwrap()
+        &[
+            &s.sluice.addr().to_string(),
+            &port.to_string(),
+            &s.ca.display().to_string(),
+            path,
+            mode,
+            message,
+            scheme,
+        ],
+    );
+    assert!(
+        !out.to_string().contains(SECRET),
+        "the client got the secret: {out}"
+    );
+    out
 }
 
 /// Neither sluice's log nor its audit holds the secret.
-fn assert_secret_nowhere(s: &Setup) {
+fn assert_secret_nowhere(s: &Intercepted) {
     let events: Vec<String> = s.sluice.events().iter().map(Value::to_string).collect();
     let all = format!("{}\n{}", s.sluice.stderr(), events.join("\n"));
     assert!(
@@ -205,7 +188,7 @@ fn a_text_message_gets_the_secret_and_its_echo_comes_back_scrubbed() {
         );
         assert_eq!(out["extensions"], Value::Null, "{out}");
     }
-    let got = received(&s);
+    let got = s.received();
     assert_eq!(
         got.matches(&format!("/bound/chat str 'auth {SECRET} please'"))
             .count(),
@@ -242,7 +225,7 @@ fn a_placeholder_outside_a_text_message_closes_the_websocket_before_the_origin()
             "{mode}: {out}"
         );
     }
-    let got = received(&s);
+    let got = s.received();
     assert!(!got.contains(SECRET), "{got}");
     assert!(
         !got.contains(PLACEHOLDER),
@@ -267,7 +250,7 @@ fn a_compressed_frame_or_an_unbound_path_never_carries_the_secret() {
         out["reason"].as_str().unwrap().contains("not authorized"),
         "{out}"
     );
-    let got = received(&s);
+    let got = s.received();
     assert!(!got.contains(SECRET), "{got}");
     assert!(!got.contains("str"), "a message reached the origin: {got}");
     s.sluice.wait_event("the mismatch finding", |e| {
@@ -287,26 +270,15 @@ fn over_plaintext_the_placeholder_is_refused_not_swapped() {
     );
     let port = origin.port;
     let policy = rewrite_policy(port);
-    let providers = dir.write(
-        "providers.yaml",
-        &format!(
-            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {port}\n"
-        ),
-    );
-    let (sluice, ca) = Sluice::intercepting(
+    let providers = api_key_provider(&dir, port, None);
+    let started = Sluice::intercepting(
         &dir,
         &policy,
         &[],
         Some(&providers),
         &[("TEST_API_KEY", SECRET)],
     );
-    let s = Setup {
-        sluice,
-        ca,
-        origin,
-        log,
-        _dir: dir,
-    };
+    let s = Intercepted::new(dir, origin, log, started);
     let out = send_to(&s, port, "/chat", "text", "no placeholder", "ws");
     assert_eq!(
         out["echo"],
@@ -330,7 +302,7 @@ fn over_plaintext_the_placeholder_is_refused_not_swapped() {
             .contains("only be sent over TLS"),
         "{out}"
     );
-    let got = received(&s);
+    let got = s.received();
     assert!(!got.contains(SECRET), "{got}");
     assert!(!got.contains(PLACEHOLDER), "{got}");
     assert_secret_nowhere(&s);
@@ -342,39 +314,14 @@ fn over_plaintext_the_placeholder_is_refused_not_swapped() {
 /// whose echo would not be scrubbed.
 #[test]
 fn a_value_rotated_while_the_websocket_is_open_closes_it_with_1012() {
-    use std::os::unix::fs::OpenOptionsExt;
     const NEW: &str = "ws-n3w-VALUE-8d2c41";
     let dir = TempDir::new("wsrewrite-rotate");
-    let log = dir.path().join("received.log");
-    std::fs::write(&log, "").unwrap();
-    let (origin, origin_ca) = spawn_tls(
-        dir.path(),
-        Script::Python(ORIGIN),
-        &[&log],
-        "the websockets echo origin",
-    );
+    let (origin, origin_ca, log) = logging_origin(&dir, ORIGIN, "the websockets echo origin");
     let port = origin.port;
     let secrets = dir.path().join("secrets.env");
-    let write = |value: &str| {
-        let tmp = dir.path().join("secrets.tmp");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .unwrap();
-        std::io::Write::write_all(&mut f, format!("TEST_API_KEY={value}\n").as_bytes()).unwrap();
-        std::fs::rename(&tmp, &secrets).unwrap();
-    };
-    write(SECRET);
+    replace_secret(&secrets, SECRET);
     let policy = rewrite_policy(port);
-    let providers = dir.write(
-        "providers.yaml",
-        &format!(
-            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {port}\n"
-        ),
-    );
+    let providers = api_key_provider(&dir, port, None);
     let (sluice, ca) = Sluice::intercepting_with(
         &dir,
         &policy,
@@ -406,7 +353,7 @@ fn a_value_rotated_while_the_websocket_is_open_closes_it_with_1012() {
         assert!(start.elapsed().as_secs() < 20, "no first message");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    write(NEW);
+    replace_secret(&secrets, NEW);
     sluice.wait_event("the reload", |e| {
         e["class_uid"] == 5019
             && sluice

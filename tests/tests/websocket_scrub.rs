@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
+use sluice_e2e::intercepted::{api_key_provider, python_json};
 use sluice_e2e::ocsf::action;
 use sluice_e2e::origin::{OriginProcess, Script, spawn_tls};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, python, run};
@@ -166,12 +167,7 @@ fn setup(tag: &str) -> Setup {
         "version: 1\nnetwork_policies:\n  ws:\n    endpoints:\n      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce, access: full}}\n    binaries:\n      - path: {}\n",
         python()
     );
-    let providers = dir.write(
-        "providers.yaml",
-        &format!(
-            "id: test-api\ncredentials:\n  - name: api-key\n    env_vars: [TEST_API_KEY]\nendpoints:\n  - host: 127.0.0.1\n    port: {port}\n"
-        ),
-    );
+    let providers = api_key_provider(&dir, port, None);
     let (sluice, ca) = Sluice::intercepting(
         &dir,
         &p,
@@ -193,17 +189,17 @@ fn client(s: &Setup, path: &str) -> Value {
 
 /// `body`: `length` or `chunked` sends a 5-byte body after the handshake's head.
 fn client_with_body(s: &Setup, path: &str, body: &str) -> Value {
-    let (code, out, err) = run(Command::new("python3").args([
-        "-c",
+    python_json(
+        &s.sluice,
         WS_CLIENT,
-        &s.sluice.addr().to_string(),
-        &s.origin.port.to_string(),
-        &s.ca.display().to_string(),
-        path,
-        body,
-    ]));
-    assert_eq!(code, 0, "{err}\n{}", s.sluice.stderr());
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"))
+        &[
+            &s.sluice.addr().to_string(),
+            &s.origin.port.to_string(),
+            &s.ca.display().to_string(),
+            path,
+            body,
+        ],
+    )
 }
 
 /// Everything sluice wrote where a reader could find it: its stderr and its audit log.

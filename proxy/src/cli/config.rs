@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::CompatArg;
+use super::tenant_refresh::{self, TenantRefreshers, has_password};
 use crate::audit;
 use crate::config_file::Kind;
 use crate::credentials::{Bindings, ScrubSet};
@@ -35,6 +36,8 @@ pub struct Sources {
     pub ca: Option<CaFiles>,
     /// Refreshed credentials' tokens, which their env vars read first.
     pub refresh: Option<Arc<crate::credentials::refresh::Refresher>>,
+    /// A gateway's tenants' refreshers (each tenant's tokens its own).
+    pub tenant_refresh: Option<Arc<TenantRefreshers>>,
     /// `--tls-cert`, `--tls-key` and `--client-ca` of a running TLS hop: read at every reload
     /// (a renewed certificate is taken by it; at start the hop is loaded on its own).
     pub hop: Option<HopFiles>,
@@ -266,7 +269,8 @@ fn load_with_env(
     let tenants = match &sources.tenants {
         None => Table::default(),
         Some(path) => {
-            let loaded = load_tenants(path, sources.compat).map_err(ConfigError::Tenants)?;
+            let loaded = load_tenants(path, sources.compat, sources.tenant_refresh.as_deref())
+                .map_err(ConfigError::Tenants)?;
             redactor.merge(&loaded.redactor);
             credential_warnings.extend(loaded.warnings);
             loaded.table
@@ -345,8 +349,13 @@ pub struct LoadedTenants {
 /// A gateway's tenants (`--tenants`): reads the tenants file at `path` (`tenants::file`)
 /// and everything each tenant names, the way `--policy`, `--providers` and
 /// `--secrets-file` are read ([`load`]), all or nothing; every error, each
-/// naming its file, line and field, when any is wrong.
-pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<String>> {
+/// naming its file, line and field, when any is wrong. A tenant's refreshed credentials take
+/// the tokens of its refresher in `refresh` (prepared for this load).
+pub fn load_tenants(
+    path: &str,
+    compat: CompatArg,
+    refresh: Option<&TenantRefreshers>,
+) -> Result<LoadedTenants, Vec<String>> {
     let specs = file::read(path, &has_password)
         .map_err(|d| d.iter().map(ToString::to_string).collect::<Vec<_>>())?;
     let mut errors = Vec::new();
@@ -354,10 +363,7 @@ pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<
     let mut redactor = ScrubSet::default();
     let mut warnings = Vec::new();
     // The proxy passwords are in sluice's environment: no tenant's profile may read them.
-    let passwords: Vec<String> = specs
-        .iter()
-        .filter_map(|t| t.auth.as_ref().map(|a| a.password_env.clone()))
-        .collect();
+    let passwords = tenant_refresh::passwords(&specs);
     for spec in specs {
         let auth = match &spec.auth {
             None => None,
@@ -379,23 +385,29 @@ pub fn load_tenants(path: &str, compat: CompatArg) -> Result<LoadedTenants, Vec<
         // A tenant with a secrets file has its secrets from it alone; one without has them
         // from sluice's environment, but never a proxy password.
         let own_file = spec.secrets_file.is_some() || spec.secrets_dir.is_some();
-        let env = |k: &str| {
-            (!own_file && !passwords.iter().any(|p| p == k))
-                .then(|| std::env::var(k).ok())
-                .flatten()
+        // A key the tenant's refresher supplies comes from it alone.
+        let tokens = refresh.and_then(|r| r.tokens_of(&spec.name));
+        let env = |k: &str| match &tokens {
+            Some(t) if t.manages(k) => t.get(k),
+            _ => tenant_refresh::tenant_env(own_file, &passwords, k),
         };
         match load_with_env(&tenant_sources(&spec, compat), &env) {
             Ok(c)
-                if c.bindings
-                    .profiles()
-                    .iter()
-                    .flat_map(|p| &p.credentials)
-                    .any(|cr| cr.is_refreshed()) =>
+                if tokens.is_none()
+                    && c.bindings
+                        .profiles()
+                        .iter()
+                        .flat_map(|p| &p.credentials)
+                        .any(|cr| cr.is_refreshed()) =>
             {
-                // Refused, not left without tokens.
-                errors.push(format!("{}: tenant `{}`: a refreshed credential (`refresh` other than `static`, or `token_grant`) is not supported for gateway tenants yet", spec.location, spec.name));
+                // Refused, not left without tokens (a load without the tenants' refreshers).
+                errors.push(format!("{}: tenant `{}`: its refreshed credentials (`refresh` other than `static`, or `token_grant`) have no refresher in this load", spec.location, spec.name));
             }
-            Ok(c) => {
+            Ok(mut c) => {
+                // Each token serves until its expiry, not until the next swap.
+                if let Some(t) = &tokens {
+                    c.bindings.take_tokens(&|k| t.current(k));
+                }
                 redactor.merge(&c.bindings.redactor());
                 warnings.extend(c.policy_warnings.iter().map(ToString::to_string));
                 warnings.extend(c.credential_warnings);
@@ -438,11 +450,6 @@ pub fn tenant_files(path: &str) -> Vec<(PathBuf, Kind)> {
     out
 }
 
-/// Whether sluice's environment holds a non-empty `var` (a tenant's proxy password).
-fn has_password(var: &str) -> bool {
-    std::env::var_os(var).is_some_and(|v| !v.is_empty())
-}
-
 /// A tenant's files, in the shape `--policy`, `--providers` and `--secrets-file` give them.
 fn tenant_sources(spec: &TenantSpec, compat: CompatArg) -> Sources {
     Sources {
@@ -455,5 +462,6 @@ fn tenant_sources(spec: &TenantSpec, compat: CompatArg) -> Sources {
         ca: None,
         hop: None,
         refresh: None,
+        tenant_refresh: None,
     }
 }

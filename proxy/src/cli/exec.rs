@@ -355,7 +355,7 @@ async fn exec_async(mut args: ExecArgs) -> ExitCode {
         sources,
         redactor,
     ));
-    super::run::keep_refreshed(&reloader, refresher.as_deref());
+    super::run::keep_refreshed(&reloader, refresher.as_deref(), None);
     let Some((ca_cert, ca_bundle)) = ca_files else {
         eprintln!(
             "sluice: TLS is unavailable, so the command could not trust sluice; refusing to run it"

@@ -13,6 +13,7 @@ mod netfence;
 mod policy;
 mod reload;
 mod run;
+mod tenant_refresh;
 
 use std::process::ExitCode;
 

@@ -136,26 +136,54 @@ impl Reloader {
     /// is audited; the redactor learns the new token before any request can use it, and the
     /// one it replaces is still scrubbed from what comes back from where it was bound.
     pub fn take_tokens(&self) {
-        let Some(refresher) = &self.sources.refresh else {
-            return;
-        };
         let _swapping = self.swapping.lock().unwrap_or_else(PoisonError::into_inner);
-        let current = self.shared.credentials.load();
-        let mut next = current.copy();
-        next.take_tokens(&|k| refresher.tokens.current(k));
-        {
-            let mut known = self.redactor.lock().unwrap_or_else(PoisonError::into_inner);
-            known.merge(&next.redactor());
-            self.audit.set_redactor(Arc::new(known.clone()));
+        if let Some(refresher) = &self.sources.refresh {
+            let current = self.shared.credentials.load();
+            let mut next = current.copy();
+            next.take_tokens(&|k| refresher.tokens.current(k));
+            self.learn(&next.redactor());
+            next.retire_from(&current);
+            self.shared.credentials.store(Arc::new(next));
         }
-        next.retire_from(&current);
-        self.shared.credentials.store(Arc::new(next));
+        if let Some(registry) = &self.sources.tenant_refresh {
+            // Each tenant's credentials take its own refresher's tokens, none other's.
+            let tokens = registry.in_force();
+            let current = self.shared.tenants.load();
+            let next = current.with_credentials(&|t| {
+                let (_, mine) = tokens.iter().find(|(name, _)| *name == t.name)?;
+                let mut next = t.credentials.copy();
+                next.take_tokens(&|k| mine.current(k));
+                self.learn(&next.redactor());
+                next.retire_from(&t.credentials);
+                Some(next)
+            });
+            self.shared.tenants.store(Arc::new(next));
+        }
+    }
+
+    /// The redactor learns `values` (before any request can use them).
+    fn learn(&self, values: &ScrubSet) {
+        let mut known = self.redactor.lock().unwrap_or_else(PoisonError::into_inner);
+        known.merge(values);
+        self.audit.set_redactor(Arc::new(known.clone()));
     }
 
     /// Loads the configuration again and, when it is valid, swaps it in.
     pub fn reload(&self, trigger: Trigger) -> ReloadOutcome {
         let _swapping = self.swapping.lock().unwrap_or_else(PoisonError::into_inner);
-        let result = config::load(&self.sources);
+        // The tenants' refreshers first (a new tenant's first tokens): the load reads them.
+        let prepared = match (&self.sources.tenant_refresh, &self.sources.tenants) {
+            (Some(registry), Some(path)) => tokio::runtime::Handle::current()
+                .block_on(registry.prepare(path))
+                .map_err(config::ConfigError::Tenants),
+            _ => Ok(()),
+        };
+        let result = prepared.and_then(|()| config::load(&self.sources));
+        if let Some(registry) = &self.sources.tenant_refresh
+            && result.is_err()
+        {
+            registry.discard();
+        }
         let event = config::change_event(&self.sources, &result);
         let ok = match result {
             Ok(config) => {
@@ -192,6 +220,10 @@ impl Reloader {
                 self.shared.policy.store(Arc::new(config.policy));
                 // Each tenant's policy and credentials at once.
                 self.shared.tenants.store(Arc::new(tenants));
+                // The tenants' refreshers the load read are in force; those it replaced stop.
+                if let Some(registry) = &self.sources.tenant_refresh {
+                    registry.commit();
+                }
                 // Every live connection is re-judged under the new policy; each it no longer
                 // allows is closed, and its close event says why.
                 let revoked = crate::pipeline::revoke_disallowed(&self.shared);

@@ -5,7 +5,9 @@
 //! test-only switches), the policy-load and lifecycle audit events, reloading on SIGHUP and file
 //! changes (`reload.rs`), and shutdown on SIGINT or SIGTERM: a drain (`/readyz` 503, the
 //! listeners stop accepting, the work in flight finishes within `--drain-timeout`, the rest
-//! is stopped with a reason its close events carry), then exit 0.
+//! is stopped with a reason its close events carry), then exit 0. Its parts: binding and
+//! serving the listeners (`run/listeners.rs`), refreshed credentials at start-up
+//! (`run/refresh.rs`), TLS termination (`run/tls.rs`), the drain (`run/shutdown.rs`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -17,13 +19,21 @@ use sluice_identity::{IdentityConfig, IdentityResolver};
 use sluice_resolver::{Overrides, Resolver};
 
 use super::CompatArg;
+
+mod listeners;
+mod refresh;
+mod shutdown;
+mod tls;
+
 use crate::audit::{self, AuditSink, LogFormat};
 use crate::http::body::BodyPace;
-use crate::listen;
 use crate::pipeline::{Limits, Parts, Shared};
 use crate::policy::Diagnostic;
-use crate::tls::ca::CaError;
-use crate::tls::upstream::UpstreamTlsError;
+use listeners::{hop_of, warn_about_the_hop};
+pub(super) use listeners::{serve_policy_dns, start_policy_dns};
+pub(super) use refresh::keep_refreshed;
+use shutdown::{Shutdown, drain};
+use tls::tls_state;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormatArg {
@@ -416,9 +426,14 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
     start_otlp(args.otlp_endpoint.as_deref(), &audit)?;
     let mut sources = sources_of(args);
     // Refreshed credentials' first tokens, before the first load needs them.
-    sources.refresh = start_refresh(args, &sources).await?;
+    sources.refresh = refresh::start_refresh(args, &sources).await?;
+    sources.tenant_refresh = refresh::start_tenant_refresh(args, &sources).await?;
     let first = super::reload::seen(&sources);
     let result = super::config::load(&sources);
+    // The tenants' refreshers the load read are the ones in force.
+    if let Some(r) = &sources.tenant_refresh {
+        r.commit();
+    }
     audit.emit(&super::config::change_event(&sources, &result));
     let config = match result {
         Ok(c) => c,
@@ -651,85 +666,18 @@ async fn serve(args: RunArgs) -> ExitCode {
     let hop = hop.map(Arc::new);
     let hup = super::reload::hangup();
     let mut shutdown = Shutdown::register();
-    let mut listeners = Vec::new();
-    let defaults = [SocketAddr::from(([127, 0, 0, 1], 3128))];
-    let addrs: &[SocketAddr] = if args.listen.is_empty() {
-        &defaults
-    } else {
-        &args.listen
+    let bound = match listeners::Bound::bind(&args) {
+        Ok(b) => b,
+        Err(code) => return code,
     };
-    for addr in addrs {
-        match listen::bind(*addr) {
-            Ok(l) => {
-                let actual = l
-                    .local_addr()
-                    .map_or_else(|_| addr.to_string(), |a| a.to_string());
-                eprintln!(
-                    "sluice: listening on {actual} (explicit proxy: CONNECT and http:// requests)"
-                );
-                listeners.push(l);
-            }
-            Err(e) => {
-                eprintln!("sluice: cannot listen on {addr}: {e}");
-                return ExitCode::from(1);
-            }
-        }
-    }
-    let mut transparent = Vec::new();
-    for addr in &args.transparent_listen {
-        match listen::bind(*addr) {
-            Ok(l) => {
-                let actual = l
-                    .local_addr()
-                    .map_or_else(|_| addr.to_string(), |a| a.to_string());
-                eprintln!(
-                    "sluice: listening on {actual} (transparent: connections the network fence redirects)"
-                );
-                transparent.push(l);
-            }
-            Err(e) => {
-                eprintln!("sluice: cannot listen on {addr}: {e}");
-                return ExitCode::from(1);
-            }
-        }
-    }
-    let mut tls_listeners = Vec::new();
-    for addr in &args.tls_listen {
-        match listen::bind(*addr) {
-            Ok(l) => {
-                let actual = l
-                    .local_addr()
-                    .map_or_else(|_| addr.to_string(), |a| a.to_string());
-                eprintln!(
-                    "sluice: listening on {actual} (explicit proxy over TLS: curl --proxy https://)"
-                );
-                tls_listeners.push(l);
-            }
-            Err(e) => {
-                eprintln!("sluice: cannot listen on {addr}: {e}");
-                return ExitCode::from(1);
-            }
-        }
-    }
-    let addrs: Vec<String> = listeners
-        .iter()
-        .chain(&tls_listeners)
-        .chain(&transparent)
-        .filter_map(|l| l.local_addr().ok())
-        .map(|a| a.to_string())
-        .collect();
+    let addrs: Vec<String> = bound.addrs().iter().map(ToString::to_string).collect();
     audit.emit(&audit::Event::Lifecycle(audit::Lifecycle {
         time: SystemTime::now(),
         started: true,
         version: env!("CARGO_PKG_VERSION"),
         message: format!("sluice started, listening on {}", addrs.join(", ")),
     }));
-    let mut own_listeners: Vec<SocketAddr> = listeners
-        .iter()
-        .chain(&tls_listeners)
-        .chain(&transparent)
-        .filter_map(|l| l.local_addr().ok())
-        .collect();
+    let mut own_listeners = bound.addrs();
     own_listeners.extend(args.metrics_listen);
     let mut dns_table = None;
     if !args.dns_listen.is_empty() {
@@ -751,73 +699,11 @@ async fn serve(args: RunArgs) -> ExitCode {
     }
     // One connection limit for every listener, explicit and transparent.
     let slots = Arc::new(tokio::sync::Semaphore::new(shared.limits.max_connections));
-    let plain = Arc::new(listen::front::Front {
-        proxy_from: args.proxy_protocol_from.clone(),
-        hop: None,
-    });
-    for l in listeners {
-        if plain.proxy_from.is_empty() {
-            tokio::spawn(listen::accept_entry(
-                l,
-                Arc::clone(&shared),
-                Arc::clone(&slots),
-                listen::Overload::Answer,
-                crate::pipeline::serve,
-            ));
-            continue;
-        }
-        let front = Arc::clone(&plain);
-        tokio::spawn(listen::accept_entry(
-            l,
-            Arc::clone(&shared),
-            Arc::clone(&slots),
-            listen::Overload::Answer,
-            move |shared, stream, peer, local| {
-                listen::front::serve(shared, Arc::clone(&front), stream, peer, local)
-            },
-        ));
-    }
-    if let Some(hop) = &hop {
-        let front = Arc::new(listen::front::Front {
-            proxy_from: args.proxy_protocol_from.clone(),
-            hop: Some(Arc::clone(hop)),
-        });
-        for l in tls_listeners {
-            let front = Arc::clone(&front);
-            // Past the limit, closed: a TLS client cannot read a plain `503`.
-            tokio::spawn(listen::accept_entry(
-                l,
-                Arc::clone(&shared),
-                Arc::clone(&slots),
-                listen::Overload::Close,
-                move |shared, stream, peer, local| {
-                    listen::front::serve(shared, Arc::clone(&front), stream, peer, local)
-                },
-            ));
-        }
-    }
     let context = Arc::new(crate::transparent::listener::Context {
         dns_table,
         own_listeners,
     });
-    for l in transparent {
-        let context = Arc::clone(&context);
-        tokio::spawn(listen::accept_entry(
-            l,
-            Arc::clone(&shared),
-            Arc::clone(&slots),
-            listen::Overload::Close,
-            move |shared, stream, peer, local| {
-                crate::transparent::listener::serve(
-                    shared,
-                    Arc::clone(&context),
-                    stream,
-                    peer,
-                    local,
-                )
-            },
-        ));
-    }
+    bound.serve(&shared, &slots, &args, hop.as_ref(), context);
     // A reload loads the hop's files again with the rest.
     let mut sources = sources;
     if hop.is_some()
@@ -830,12 +716,13 @@ async fn serve(args: RunArgs) -> ExitCode {
         });
     }
     let refresher = sources.refresh.clone();
+    let tenant_refresher = sources.tenant_refresh.clone();
     let reloader = Arc::new(
         super::reload::Reloader::new(Arc::clone(&shared), Arc::clone(&audit), sources, redactor)
             .with_ca_dir(args.ca_dir.clone())
             .with_hop(hop.clone()),
     );
-    keep_refreshed(&reloader, refresher.as_deref());
+    keep_refreshed(&reloader, refresher.as_deref(), tenant_refresher.as_deref());
     if let Err(e) = super::reload::watch(reloader, hup, args.watch_interval, first) {
         eprintln!("sluice: cannot start the configuration watcher: {e}");
         return ExitCode::from(1);
@@ -864,386 +751,7 @@ async fn serve(args: RunArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// How a drain ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Drained {
-    /// Everything in flight finished in time.
-    Finished,
-    /// The time ran out: this many connections were stopped.
-    Stopped(usize),
-    /// A second signal ended the drain early.
-    Interrupted,
-}
-
-impl std::fmt::Display for Drained {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Drained::Finished => {
-                f.write_str("drained: every request and tunnel in flight finished")
-            }
-            Drained::Stopped(n) => write!(
-                f,
-                "drain timeout: {n} connection(s) still open were closed (each close audited with why)"
-            ),
-            Drained::Interrupted => f.write_str("drain cut short by a second signal"),
-        }
-    }
-}
-
-/// Waits until every connection has ended (each holds one of `slots` while it lasts), at
-/// most `timeout`; then stops the live ones that remain, with a reason their close events
-/// carry, and waits briefly for those events. A second SIGTERM or SIGINT ends the wait.
-async fn drain(
-    shared: &Shared,
-    slots: &tokio::sync::Semaphore,
-    timeout: Duration,
-    shutdown: &mut Shutdown,
-) -> Drained {
-    let all = u32::try_from(shared.limits.max_connections).unwrap_or(u32::MAX);
-    let finished = async {
-        if tokio::time::timeout(timeout, slots.acquire_many(all))
-            .await
-            .is_ok()
-        {
-            return Drained::Finished;
-        }
-        let why = format!(
-            "sluice is shutting down: the drain timeout ({} s) passed",
-            timeout.as_secs_f64()
-        );
-        let stopped = shared.stop_all(&why);
-        // Their close events are written as they end.
-        let _ = tokio::time::timeout(Duration::from_secs(5), slots.acquire_many(all)).await;
-        Drained::Stopped(stopped)
-    };
-    tokio::select! {
-        drained = finished => drained,
-        _ = shutdown.next() => Drained::Interrupted,
-    }
-}
-
-/// The TLS proxy hop of `--tls-listen`, when asked for.
-fn hop_of(args: &RunArgs) -> Result<Option<listen::hop::Hop>, listen::hop::HopError> {
-    if args.tls_listen.is_empty() {
-        return Ok(None);
-    }
-    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
-        // clap requires both with --tls-listen.
-        return Ok(None);
-    };
-    listen::hop::Hop::load(cert, key, args.client_ca.as_deref()).map(Some)
-}
-
-/// Says at start what the hop cannot do as configured: tenants' passwords sent in the clear
-/// to a listener other clients can reach, and tenants known by certificates nobody can
-/// present.
-fn warn_about_the_hop(args: &RunArgs, tenants: &crate::tenants::Table, has_hop: bool) {
-    let by_password = tenants.tenants().iter().filter(|t| t.has_auth()).count();
-    let open: Vec<String> = args
-        .listen
-        .iter()
-        .filter(|a| !a.ip().is_loopback())
-        .map(ToString::to_string)
-        .collect();
-    if by_password > 0 && !open.is_empty() {
-        eprintln!(
-            "sluice: WARNING: {by_password} tenant(s) send proxy passwords (Proxy-Authorization: Basic), and {} accepts them in cleartext from other hosts: use --tls-listen for them",
-            open.join(", ")
-        );
-    }
-    let client_ca = has_hop && args.client_ca.is_some();
-    for t in tenants.tenants().iter().filter(|t| t.has_certs()) {
-        if !client_ca {
-            eprintln!(
-                "sluice: WARNING: tenant {} is known by client certificates, and no --tls-listen with --client-ca asks for one: it cannot connect",
-                t.name
-            );
-        }
-    }
-}
-
-/// Binds every `--dns-listen` address (UDP and TCP) and serves the policy DNS there,
-/// following policy reloads. Returns the table of handed-out addresses (one for all) and
-/// the addresses bound.
-#[allow(clippy::type_complexity)] // (table, bound addresses)
-pub(super) fn start_policy_dns(
-    addrs: &[SocketAddr],
-    rate: u32,
-    shared: &Arc<Shared>,
-    audit: &Arc<AuditSink>,
-) -> Result<(Arc<crate::dns::table::HandedOut>, Vec<SocketAddr>), String> {
-    use crate::dns::server;
-    let mut sockets = Vec::new();
-    let mut bound = Vec::new();
-    for addr in addrs {
-        let (udp, tcp) =
-            server::bind(*addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        if let Ok(a) = udp.local_addr() {
-            eprintln!("sluice: listening on {a} (policy DNS, UDP and TCP)");
-            bound.push(a);
-        }
-        sockets.push((udp, tcp));
-    }
-    let table = serve_policy_dns(sockets, rate, shared, audit);
-    Ok((table, bound))
-}
-
-/// Serves the policy DNS on bound sockets, following policy reloads, answering each client
-/// address at most `rate` questions a second; returns its table.
-pub(super) fn serve_policy_dns(
-    sockets: Vec<(tokio::net::UdpSocket, tokio::net::TcpListener)>,
-    rate: u32,
-    shared: &Arc<Shared>,
-    audit: &Arc<AuditSink>,
-) -> Arc<crate::dns::table::HandedOut> {
-    use crate::dns::{answer, limit, server, table};
-    let table = Arc::new(table::HandedOut::default());
-    let policy_of = Arc::clone(shared);
-    let dns = Arc::new(server::DnsServer {
-        responder: answer::Responder {
-            policy: Arc::new(move || policy_of.policy.load_full()),
-            resolver: shared.resolver.clone(),
-            compat: shared.compat,
-            vet: sluice_resolver::VetOptions {
-                allow_loopback: shared.allow_loopback,
-            },
-            table: Arc::clone(&table),
-            ttl: answer::DEFAULT_TTL,
-        },
-        audit: Arc::clone(audit),
-        limit: limit::RateLimit::new(rate),
-    });
-    for (udp, tcp) in sockets {
-        tokio::spawn(Arc::clone(&dns).serve_udp(udp));
-        tokio::spawn(Arc::clone(&dns).serve_tcp(tcp));
-    }
-    table
-}
-
-/// Why TLS termination could not be set up, and whether that stops `sluice run`.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-enum TlsSetupError {
-    /// A `--upstream-ca` file is unreadable or holds no certificate: the user asked for trust
-    /// that cannot be given, so the proxy does not start (exit 2, a usage error).
-    #[error("--upstream-ca: {0}")]
-    UpstreamCa(UpstreamTlsError),
-    /// The CA's certificates cannot be written to `--ca-dir`: clients were to be pointed at
-    /// files that will not exist, so the proxy does not start (exit 2), naming the
-    /// directory and the reason.
-    #[error(
-        "--ca-dir {dir}: cannot write the CA certificate there ({source}); sluice does not start without it"
-    )]
-    CaDir {
-        dir: String,
-        #[source]
-        source: CaError,
-    },
-    /// The in-memory CA could not be made: the proxy runs on and refuses inspected endpoints
-    /// with 503.
-    #[error("{0}")]
-    Ca(#[from] CaError),
-    /// The terminating server configuration could not be built: as for `Ca`.
-    #[error("TLS server configuration: {0}")]
-    Terminator(#[from] rustls::Error),
-}
-
-impl TlsSetupError {
-    /// The exit code when this failure stops `sluice run`; None when the proxy runs on
-    /// without TLS termination.
-    fn exit_code(&self) -> Option<u8> {
-        match self {
-            TlsSetupError::UpstreamCa(_) | TlsSetupError::CaDir { .. } => Some(2),
-            TlsSetupError::Ca(_) | TlsSetupError::Terminator(_) => None,
-        }
-    }
-}
-
-/// The CA (the operator's `operator`, else an ephemeral one; its certificates written to
-/// `--ca-dir`), the leaf cache and the upstream trust roots.
-#[allow(clippy::type_complexity)] // (state, written files)
-fn tls_state(
-    args: &RunArgs,
-    operator: Option<Arc<crate::tls::ca::Ca>>,
-) -> Result<
-    (
-        crate::pipeline::TlsState,
-        Option<(std::path::PathBuf, std::path::PathBuf)>,
-    ),
-    TlsSetupError,
-> {
-    use crate::tls::{ca::Ca, server::Terminator, upstream::UpstreamTls};
-    let upstream = UpstreamTls::new(&args.upstream_cas).map_err(TlsSetupError::UpstreamCa)?;
-    let ca = match operator {
-        Some(ca) => ca,
-        None => Arc::new(Ca::generate()?),
-    };
-    let mut files = None;
-    if let Some(dir) = &args.ca_dir {
-        let (ca_file, bundle) = ca.write_files(dir).map_err(|source| TlsSetupError::CaDir {
-            dir: dir.display().to_string(),
-            source,
-        })?;
-        eprintln!(
-            "sluice: CA certificate in {} (bundle with the system roots: {})",
-            ca_file.display(),
-            bundle.display()
-        );
-        files = Some((ca_file, bundle));
-    }
-    let terminator = Terminator::new(ca)?;
-    Ok((
-        crate::pipeline::TlsState {
-            terminator,
-            upstream,
-        },
-        files,
-    ))
-}
-
-/// SIGTERM's and SIGINT's streams, registered before the listeners announce themselves (a
-/// signal before that would end the process undrained).
-struct Shutdown {
-    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
-}
-
-impl Shutdown {
-    fn register() -> Shutdown {
-        use tokio::signal::unix::{SignalKind, signal};
-        let streams = match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
-            (Ok(term), Ok(int)) => Some((term, int)),
-            _ => {
-                eprintln!("sluice: warning: SIGTERM and SIGINT will end sluice without a drain");
-                None
-            }
-        };
-        Shutdown { streams }
-    }
-
-    /// The next SIGTERM or SIGINT.
-    async fn next(&mut self) -> &'static str {
-        let Some((term, int)) = &mut self.streams else {
-            // Without signal handlers, run until killed.
-            std::future::pending::<()>().await;
-            return "killed";
-        };
-        tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        }
-    }
-}
-
 /// The files a `run` loads and watches (policies, provider profiles, secrets).
-/// Starts refreshing `refresher`'s credentials: each new token (or one expired unreplaced)
-/// is swapped into the credentials in force (`Reloader::take_tokens`, no reload), so the
-/// redactor learns it and the one it replaces is still scrubbed from responses.
-pub(super) fn keep_refreshed(
-    reloader: &Arc<super::reload::Reloader>,
-    refresher: Option<&crate::credentials::refresh::Refresher>,
-) {
-    let Some(r) = refresher else {
-        return;
-    };
-    let rl = Arc::clone(reloader);
-    let changed: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-        let rl = Arc::clone(&rl);
-        drop(tokio::task::spawn_blocking(move || rl.take_tokens()));
-    });
-    r.spawn(&changed);
-}
-
-/// The refreshing of the profiles' refreshed credentials (`refresh`), their first tokens
-/// asked for: `None` when no credential is refreshed (or the profiles do not load: the load
-/// reports why). Gateway tenants' profiles are not refreshed yet.
-async fn start_refresh(
-    args: &RunArgs,
-    sources: &super::config::Sources,
-) -> Result<Option<Arc<crate::credentials::refresh::Refresher>>, ExitCode> {
-    use crate::credentials::refresh::{Refresher, oauth};
-    if sources.tenants.is_some() {
-        return Ok(None);
-    }
-    let Ok(profiles) =
-        crate::credentials::profile::load_files_compat(&sources.providers, sources.compat.into())
-    else {
-        return Ok(None);
-    };
-    if !profiles
-        .profiles
-        .iter()
-        .flat_map(|p| &p.credentials)
-        .any(|c| c.refresh.is_some() || c.token_grant.is_some())
-    {
-        return Ok(None);
-    }
-    if let Some(path) = &sources.secrets_file
-        && let Err(errors) = crate::credentials::secrets::read_secrets_file(path)
-    {
-        for e in errors {
-            eprintln!("sluice: {e}");
-        }
-        return Err(ExitCode::from(1));
-    }
-    if let Some(path) = &sources.secrets_dir
-        && let Err(errors) = crate::credentials::secrets_dir::read(path)
-    {
-        for e in errors {
-            eprintln!("sluice: {e}");
-        }
-        return Err(ExitCode::from(1));
-    }
-    // Read again on each call: `external` values change while sluice runs. The secrets file
-    // first, then the secrets directory, then sluice's environment, as for static secrets.
-    let file = sources.secrets_file.clone();
-    let dir = sources.secrets_dir.clone();
-    let material: crate::credentials::refresh::Source = Arc::new(move |k: &str| {
-        let from_file = file
-            .as_deref()
-            .and_then(|p| crate::credentials::secrets::read_secrets_file(p).ok())
-            .and_then(|mut values| values.remove(k));
-        let from_dir = || {
-            dir.as_deref()
-                .and_then(|p| crate::credentials::secrets_dir::read(p).ok())
-                .and_then(|mut values| values.remove(k))
-        };
-        from_file
-            .or_else(from_dir)
-            .map(|(v, _)| v)
-            .or_else(|| std::env::var(k).ok())
-    });
-    let tls = match crate::tls::upstream::UpstreamTls::new(&args.upstream_cas) {
-        Ok(t) => t.config(crate::tls::upstream::Offer::Http11),
-        Err(e) => {
-            eprintln!("sluice: {e}");
-            return Err(ExitCode::from(1));
-        }
-    };
-    // The Workload API socket of token grants: sluice's own, never the sandbox's.
-    let socket = std::env::var(crate::credentials::refresh::token_grant::workload::SOCKET_ENV)
-        .ok()
-        .and_then(|v| crate::credentials::refresh::token_grant::workload::socket_path(&v));
-    match Refresher::start(
-        &profiles.profiles,
-        material,
-        oauth::Client::new(tls),
-        socket,
-    )
-    .await
-    {
-        Ok(r) => Ok(Some(Arc::new(r))),
-        Err(lines) => {
-            for l in lines {
-                eprintln!("sluice: {l}");
-            }
-            Err(ExitCode::from(1))
-        }
-    }
-}
-
 pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
     super::config::Sources {
         policies: args.policies.clone(),
@@ -1261,12 +769,15 @@ pub(super) fn sources_of(args: &RunArgs) -> super::config::Sources {
         },
         hop: None,
         refresh: None,
+        tenant_refresh: None,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::tls::TlsSetupError;
     use super::*;
+    use crate::tls::ca::CaError;
 
     fn run_args(args: &[&str]) -> RunArgs {
         #[derive(clap::Parser)]

@@ -37,7 +37,10 @@ mod schema;
 mod token_grant_block;
 
 pub use refresh_block::{DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Output, Refresh, Strategy};
-pub use token_grant_block::{AudienceOverride, DEFAULT_ASSERTION_TYPE, TokenGrant};
+pub use token_grant_block::{
+    AudienceOverride, DEFAULT_ASSERTION_TYPE, Exchange, JWT_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT,
+    TokenGrant, USABLE_TOKEN_TYPES,
+};
 
 use schema::{ReadProfile, Reader};
 

@@ -259,35 +259,25 @@ pub async fn run(
 #[cfg(test)]
 mod tests;
 
-/// The refreshing of one sluice's credentials: the current tokens, the token client, and the
-/// jobs until they are started.
-pub struct Refresher {
-    pub tokens: Arc<Tokens>,
-    client: Arc<oauth::Client>,
-    source: Source,
-    /// Token grants to keep current, and the Workload API socket they ask.
-    grants: Mutex<Vec<(token_grant::Grant, Duration)>>,
-    socket: Option<std::path::PathBuf>,
-    /// Each job with the wait before its next refresh; taken by `spawn`.
-    jobs: Mutex<Vec<(Job, Duration)>>,
+/// What one refresher keeps current, read before any token is asked for: each refreshed
+/// credential's job (its material read) and each token grant.
+pub struct Plan {
+    jobs: Vec<Job>,
+    grants: Vec<token_grant::Grant>,
 }
 
-impl std::fmt::Debug for Refresher {
+impl std::fmt::Debug for Plan {
+    /// Never the material's values.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Refresher").finish_non_exhaustive()
+        f.debug_struct("Plan").finish_non_exhaustive()
     }
 }
 
-impl Refresher {
+impl Plan {
     /// A job for every refreshed credential of `profiles`, its material read with `material`
-    /// (`<first env var>_<NAME>`), and a first token asked for now (a failure is printed and
-    /// retried soon: the credential is unavailable until then). Missing material refuses.
-    pub async fn start(
-        profiles: &[super::ProviderProfile],
-        material: Source,
-        client: oauth::Client,
-        socket: Option<std::path::PathBuf>,
-    ) -> Result<Refresher, Vec<String>> {
+    /// (`<first env var>_<NAME>`), and every token grant. Missing material refuses, each line
+    /// naming the credential and the key to set.
+    pub fn of(profiles: &[super::ProviderProfile], material: &Source) -> Result<Plan, Vec<String>> {
         let mut jobs = Vec::new();
         let mut errors = Vec::new();
         for profile in profiles {
@@ -313,7 +303,7 @@ impl Refresher {
                             values.insert(name.to_string(), Zeroizing::new(v));
                         }
                         _ if refresh.strategy.required_material().contains(&name) => {
-                            errors.push(format!("credential `{credential}`: refresh material `{name}` is not set: set {key} in sluice's environment or --secrets-file"));
+                            errors.push(format!("credential `{credential}`: refresh material `{name}` is not set: set {key} where its secrets are read (sluice's environment, --secrets-file or --secrets-dir; for a gateway tenant, its secrets_file or secrets_dir)"));
                         }
                         _ => {}
                     }
@@ -330,9 +320,89 @@ impl Refresher {
         if !errors.is_empty() {
             return Err(errors);
         }
+        Ok(Plan {
+            jobs,
+            grants: token_grant::grants_of(profiles),
+        })
+    }
+
+    /// Whether nothing is refreshed.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && self.grants.is_empty()
+    }
+
+    /// A SHA-256 of everything the tokens depend on: each job's credential, env vars,
+    /// `refresh` block and material values, each grant. Two plans with the same digest obtain
+    /// the same tokens the same way (a reload keeps the refresher; any change starts anew).
+    pub fn digest(&self) -> [u8; 32] {
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut field = |bytes: &[u8]| {
+            ctx.update(&(bytes.len() as u64).to_be_bytes());
+            ctx.update(bytes);
+        };
+        for job in &self.jobs {
+            field(job.credential.to_string().as_bytes());
+            field(format!("{:?} {:?} {:?}", job.keys, job.refresh, job.outputs).as_bytes());
+            let mut names: Vec<&String> = job.material.keys().collect();
+            names.sort();
+            for name in names {
+                field(name.as_bytes());
+                field(job.material.get(name).map_or(&[][..], |v| v.as_bytes()));
+            }
+        }
+        for grant in &self.grants {
+            field(format!("{grant:?}").as_bytes());
+        }
+        let mut out = [0u8; 32];
+        out.copy_from_slice(ctx.finish().as_ref());
+        out
+    }
+}
+
+/// The refreshing of one sluice's credentials (or one gateway tenant's): the current tokens,
+/// the token client, and the jobs until they are started.
+pub struct Refresher {
+    pub tokens: Arc<Tokens>,
+    client: Arc<oauth::Client>,
+    source: Source,
+    /// Token grants to keep current, and the Workload API socket they ask.
+    grants: Mutex<Vec<(token_grant::Grant, Duration)>>,
+    socket: Option<std::path::PathBuf>,
+    /// Each job with the wait before its next refresh; taken by `spawn`.
+    jobs: Mutex<Vec<(Job, Duration)>>,
+    /// The tasks `spawn` started, which `stop` ends.
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl std::fmt::Debug for Refresher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Refresher").finish_non_exhaustive()
+    }
+}
+
+impl Refresher {
+    /// [`Plan::of`] `profiles`, then [`Refresher::begin`].
+    pub async fn start(
+        profiles: &[super::ProviderProfile],
+        material: Source,
+        client: oauth::Client,
+        socket: Option<std::path::PathBuf>,
+    ) -> Result<Refresher, Vec<String>> {
+        let plan = Plan::of(profiles, &material)?;
+        Ok(Refresher::begin(plan, material, Arc::new(client), socket).await)
+    }
+
+    /// The refresher of `plan`, a first token asked for each credential now (a failure is
+    /// printed and retried soon: the credential is unavailable until then).
+    pub async fn begin(
+        plan: Plan,
+        material: Source,
+        client: Arc<oauth::Client>,
+        socket: Option<std::path::PathBuf>,
+    ) -> Refresher {
         let tokens = Arc::new(Tokens::default());
         let mut started = Vec::new();
-        for mut job in jobs {
+        for mut job in plan.jobs {
             tokens.manage(&job.keys);
             for (_, keys) in &job.outputs {
                 tokens.manage(keys);
@@ -359,7 +429,7 @@ impl Refresher {
         // Token grants: each one's first token asked for now (a failure is printed; the task
         // retries).
         let mut grants = Vec::new();
-        for grant in token_grant::grants_of(profiles) {
+        for grant in plan.grants {
             tokens.manage(std::slice::from_ref(&grant.key));
             let wait = match token_grant::obtain(&grant, socket.as_ref(), &client).await {
                 Ok((token, ttl)) => {
@@ -380,14 +450,15 @@ impl Refresher {
             };
             grants.push((grant, wait));
         }
-        Ok(Refresher {
+        Refresher {
             tokens,
-            client: Arc::new(client),
+            client,
             source: material,
             grants: Mutex::new(grants),
             socket,
             jobs: Mutex::new(started),
-        })
+            tasks: Mutex::new(Vec::new()),
+        }
     }
 
     /// Whether any credential is refreshed.
@@ -405,6 +476,7 @@ impl Refresher {
 
     /// Starts one task per credential (once); `changed` runs when a token changes.
     pub fn spawn(&self, changed: &Arc<dyn Fn() + Send + Sync>) {
+        let mut tasks = Vec::new();
         let grants =
             std::mem::take(&mut *self.grants.lock().unwrap_or_else(PoisonError::into_inner));
         for (grant, wait) in grants {
@@ -418,26 +490,45 @@ impl Refresher {
                 client,
                 changed,
             };
-            tokio::spawn(keeper.keep(grant, wait));
+            tasks.push(tokio::spawn(keeper.keep(grant, wait)).abort_handle());
         }
         let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(PoisonError::into_inner));
         for (job, wait) in jobs {
             if !job.refresh.strategy.mints() {
-                tokio::spawn(external::watch(
-                    job,
-                    Arc::clone(&self.tokens),
-                    Arc::clone(&self.source),
-                    Arc::clone(changed),
-                ));
+                tasks.push(
+                    tokio::spawn(external::watch(
+                        job,
+                        Arc::clone(&self.tokens),
+                        Arc::clone(&self.source),
+                        Arc::clone(changed),
+                    ))
+                    .abort_handle(),
+                );
                 continue;
             }
-            tokio::spawn(run(
-                job,
-                Arc::clone(&self.tokens),
-                Arc::clone(&self.client),
-                wait,
-                Arc::clone(changed),
-            ));
+            tasks.push(
+                tokio::spawn(run(
+                    job,
+                    Arc::clone(&self.tokens),
+                    Arc::clone(&self.client),
+                    wait,
+                    Arc::clone(changed),
+                ))
+                .abort_handle(),
+            );
+        }
+        self.tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(tasks);
+    }
+
+    /// Ends every task `spawn` started: no token is asked for again (a gateway tenant removed
+    /// or given other material by a reload). The tokens obtained stay readable.
+    pub fn stop(&self) {
+        for task in std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner))
+        {
+            task.abort();
         }
     }
 }

@@ -37,7 +37,7 @@ pub struct Tenant {
 
 /// Basic proxy credentials: the username and a SHA-256 digest of the password (the password
 /// itself is not kept).
-#[derive(PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ProxyAuth {
     username: String,
     digest: [u8; 32],
@@ -230,6 +230,28 @@ impl Table {
                 ),
             }
         }
+    }
+
+    /// This table with new credentials for each tenant `next` gives some (a refreshed token
+    /// swapped in, no reload): that tenant is a new record, the same but for its credentials;
+    /// every other tenant is the same record.
+    pub fn with_credentials(&self, next: &dyn Fn(&Tenant) -> Option<Bindings>) -> Table {
+        let tenants = self
+            .tenants
+            .iter()
+            .map(|t| match next(t) {
+                Some(credentials) => Arc::new(Tenant {
+                    name: Arc::clone(&t.name),
+                    sources: t.sources.clone(),
+                    auth: t.auth.clone(),
+                    certs: t.certs.clone(),
+                    policy: Arc::clone(&t.policy),
+                    credentials: Arc::new(credentials),
+                }),
+                None => Arc::clone(t),
+            })
+            .collect();
+        Table { tenants }
     }
 
     /// Whether sluice is a gateway (callers are tenants).

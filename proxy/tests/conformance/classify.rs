@@ -7,14 +7,8 @@ use sluice::policy::model::PathSelector;
 use sluice::policy::{Caller, Diagnostic, L4Decision, LoadError, Loaded, canon};
 
 pub use crate::corpus::{DecisionCase, ValidationCase};
-
-pub enum Outcome {
-    Agree,
-    /// A difference covered by the named rule.
-    Explained(&'static str),
-    /// A difference no rule covers.
-    Unexplained(String),
-}
+pub use crate::support::Outcome;
+use crate::support::{NOT_SUPPORTED, first_error, unsupported};
 
 pub fn compat_load(case: &ValidationCase, got: &Result<Loaded, LoadError>) -> Outcome {
     match (case.valid, got) {
@@ -24,15 +18,10 @@ pub fn compat_load(case: &ValidationCase, got: &Result<Loaded, LoadError>) -> Ou
             case.stage.as_deref().unwrap_or("?"),
             case.error.lines().next().unwrap_or_default()
         )),
-        (true, Err(e)) if e.errors().all(|d| d.kind == Kind::Unsupported) => {
-            Outcome::Explained(NOT_SUPPORTED)
-        }
-        (true, Err(e)) => Outcome::Unexplained(format!("refused ({})", first_error(e))),
+        (true, Err(e)) if unsupported(e) => Outcome::Explained(NOT_SUPPORTED),
+        (true, Err(e)) => Outcome::Unexplained(format!("refused ({})", first_error(e, 60))),
     }
 }
-
-/// docs/policy.md, row 23 of the differences table: a feature sluice does not implement yet is refused, never ignored.
-const NOT_SUPPORTED: &str = "row 23: feature not supported yet, refused, never ignored";
 
 /// The strict loader may refuse more than the reference, but each error it adds to what
 /// `--compat openshell` reports must be one that says what the reference would do (a
@@ -61,7 +50,7 @@ pub fn strict_load(
                 Outcome::Explained(
                     "strict refuses a construct the reference misreads, saying what it would do",
                 )
-            } else if e.errors().all(|d| d.kind == Kind::Unsupported) {
+            } else if unsupported(e) {
                 Outcome::Explained(NOT_SUPPORTED)
             } else {
                 let other = extra
@@ -75,13 +64,6 @@ pub fn strict_load(
             }
         }
     }
-}
-
-fn first_error(e: &LoadError) -> String {
-    e.errors()
-        .next()
-        .map(|d| d.message.chars().take(60).collect())
-        .unwrap_or_default()
 }
 
 /// The reference's answer as one word: `deny` for an L4 denial, else the L7 decision
@@ -140,10 +122,10 @@ const L4_RAW: &str = "row 22: an L4 endpoint's tunnel is relayed, not parsed";
 pub fn decision(case: &DecisionCase, loaded: &Result<Loaded, LoadError>) -> Outcome {
     let loaded = match loaded {
         Ok(l) => l,
-        Err(e) if e.errors().all(|d| d.kind == Kind::Unsupported) => {
+        Err(e) if unsupported(e) => {
             return Outcome::Explained(NOT_SUPPORTED);
         }
-        Err(e) => return Outcome::Unexplained(format!("policy refused ({})", first_error(e))),
+        Err(e) => return Outcome::Unexplained(format!("policy refused ({})", first_error(e, 60))),
     };
     let policy = &loaded.policy;
     let q = &case.query;

@@ -2,10 +2,11 @@
 //! the policy files they name, all under `corpus/` next to this file, or under the folder
 //! `SLUICE_CONFORMANCE_DIR` names (another half of the corpus, same layout).
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 
 use serde::Deserialize;
+
+use crate::support;
 
 fn dir() -> PathBuf {
     match std::env::var_os("SLUICE_CONFORMANCE_DIR") {
@@ -62,28 +63,13 @@ pub struct DecisionCase {
 }
 
 pub fn read_policy(name: &str) -> String {
-    let path = dir().join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    support::read_policy(&dir(), name)
 }
 
 pub fn validation() -> Vec<ValidationCase> {
-    let path = dir().join("validation.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("validation.jsonl: {e}: {l}")))
-        .collect()
+    support::validation(&dir())
 }
 
 pub fn decisions() -> Vec<DecisionCase> {
-    let path = dir().join("decisions.jsonl.gz");
-    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    BufReader::new(flate2::read::GzDecoder::new(file))
-        .lines()
-        .map(|l| l.unwrap_or_else(|e| panic!("decisions.jsonl.gz: {e}")))
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            serde_json::from_str(&l).unwrap_or_else(|e| panic!("decisions.jsonl.gz: {e}: {l}"))
-        })
-        .collect()
+    support::decisions(&dir())
 }

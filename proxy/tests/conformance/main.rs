@@ -18,61 +18,14 @@
 
 mod classify;
 mod corpus;
+#[path = "../conformance_support/mod.rs"]
+mod support;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
-use classify::{DecisionCase, Outcome};
+use classify::DecisionCase;
 use sluice::policy::{Compat, Source, load};
-
-/// Counts per class for one section.
-#[derive(Default)]
-struct Section {
-    cases: usize,
-    agree: usize,
-    explained: BTreeMap<String, usize>,
-    unexplained: BTreeMap<String, Vec<String>>,
-}
-
-impl Section {
-    fn record(&mut self, id: String, outcome: Outcome) {
-        self.cases += 1;
-        match outcome {
-            Outcome::Agree => self.agree += 1,
-            Outcome::Explained(class) => *self.explained.entry(class.to_string()).or_default() += 1,
-            Outcome::Unexplained(class) => self.unexplained.entry(class).or_default().push(id),
-        }
-    }
-
-    fn summary(&self, name: &str) -> String {
-        let differ = self.cases - self.agree;
-        let mut s = format!(
-            "conformance {name}: {} cases, agree {}, differ {differ}",
-            self.cases, self.agree
-        );
-        for (class, n) in &self.explained {
-            let _ = write!(s, "; explained [{class}] {n}");
-        }
-        for (class, ids) in &self.unexplained {
-            let _ = write!(s, "; UNEXPLAINED [{class}] {}", ids.len());
-        }
-        s
-    }
-
-    fn failures(&self, name: &str) -> Vec<String> {
-        self.unexplained
-            .iter()
-            .map(|(class, ids)| {
-                let shown: Vec<&str> = ids.iter().take(8).map(String::as_str).collect();
-                format!(
-                    "{name}: {} unexplained [{class}], e.g. {}",
-                    ids.len(),
-                    shown.join(", ")
-                )
-            })
-            .collect()
-    }
-}
+use support::Section;
 
 fn source(policy: &str) -> Source {
     Source {
@@ -114,7 +67,7 @@ fn openshell_conformance() {
     ];
     let mut failures = Vec::new();
     for (name, section) in sections {
-        println!("{}", section.summary(name));
+        println!("{}", section.summary(&format!("conformance {name}")));
         failures.extend(section.failures(name));
     }
     assert!(

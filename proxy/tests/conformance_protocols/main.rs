@@ -15,84 +15,16 @@
 //! `SLUICE_PROTOCOL_CONFORMANCE_DIR` names another folder of the same layout to run instead.
 
 mod corpus;
+#[path = "../conformance_support/mod.rs"]
+mod support;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
-use sluice::policy::diag::Kind;
 use sluice::policy::rpc_decide::Body;
 use sluice::policy::{
     Caller, Compat, L4Decision, LoadError, Loaded, Request, Source, Verdict, canon, load,
 };
-
-/// docs/policy.md, row 23 of the differences table.
-const NOT_SUPPORTED: &str = "row 23: feature not supported yet, refused, never ignored";
-
-enum Outcome {
-    Agree,
-    Explained(&'static str),
-    Unexplained(String),
-}
-
-#[derive(Default)]
-struct Section {
-    cases: usize,
-    agree: usize,
-    explained: BTreeMap<String, usize>,
-    unexplained: BTreeMap<String, Vec<String>>,
-}
-
-impl Section {
-    fn record(&mut self, id: String, outcome: Outcome) {
-        self.cases += 1;
-        match outcome {
-            Outcome::Agree => self.agree += 1,
-            Outcome::Explained(class) => *self.explained.entry(class.to_string()).or_default() += 1,
-            Outcome::Unexplained(class) => self.unexplained.entry(class).or_default().push(id),
-        }
-    }
-
-    fn summary(&self, name: &str) -> String {
-        let mut s = format!(
-            "protocol conformance {name}: {} cases, agree {}, differ {}",
-            self.cases,
-            self.agree,
-            self.cases - self.agree
-        );
-        for (class, n) in &self.explained {
-            let _ = write!(s, "; explained [{class}] {n}");
-        }
-        for (class, ids) in &self.unexplained {
-            let _ = write!(s, "; UNEXPLAINED [{class}] {}", ids.len());
-        }
-        s
-    }
-
-    fn failures(&self, name: &str) -> Vec<String> {
-        self.unexplained
-            .iter()
-            .map(|(class, ids)| {
-                let shown: Vec<&str> = ids.iter().take(8).map(String::as_str).collect();
-                format!(
-                    "{name}: {} unexplained [{class}], e.g. {}",
-                    ids.len(),
-                    shown.join(", ")
-                )
-            })
-            .collect()
-    }
-}
-
-fn unsupported(e: &LoadError) -> bool {
-    e.errors().all(|d| d.kind == Kind::Unsupported)
-}
-
-fn first_error(e: &LoadError) -> String {
-    e.errors()
-        .next()
-        .map(|d| d.message.chars().take(80).collect())
-        .unwrap_or_default()
-}
+use support::{NOT_SUPPORTED, Outcome, Section, first_error, unsupported};
 
 fn validation(case: &corpus::ValidationCase, got: &Result<Loaded, LoadError>) -> Outcome {
     match (case.valid, got) {
@@ -103,7 +35,7 @@ fn validation(case: &corpus::ValidationCase, got: &Result<Loaded, LoadError>) ->
             case.label
         )),
         (true, Err(e)) if unsupported(e) => Outcome::Explained(NOT_SUPPORTED),
-        (true, Err(e)) => Outcome::Unexplained(format!("refused ({})", first_error(e))),
+        (true, Err(e)) => Outcome::Unexplained(format!("refused ({})", first_error(e, 80))),
     }
 }
 
@@ -120,7 +52,7 @@ fn decision(case: &corpus::DecisionCase, loaded: &Result<Loaded, LoadError>) -> 
     let loaded = match loaded {
         Ok(l) => l,
         Err(e) if unsupported(e) => return Outcome::Explained(NOT_SUPPORTED),
-        Err(e) => return Outcome::Unexplained(format!("policy refused ({})", first_error(e))),
+        Err(e) => return Outcome::Unexplained(format!("policy refused ({})", first_error(e, 80))),
     };
     let policy = &loaded.policy;
     let q = &case.query;
@@ -262,7 +194,10 @@ fn openshell_protocol_conformance() {
     }
     let mut failures = Vec::new();
     for (name, section) in [("validation compat", &compat), ("decisions", &decisions)] {
-        println!("{}", section.summary(name));
+        println!(
+            "{}",
+            section.summary(&format!("protocol conformance {name}"))
+        );
         failures.extend(section.failures(name));
     }
     assert!(

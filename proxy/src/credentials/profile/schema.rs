@@ -5,8 +5,9 @@
 //! named; invalid names, hosts, ports, paths and binaries), with a note for fields that have
 //! no effect on enforcement (`discovery`, `refresh: {strategy: static}`). Endpoints are read
 //! with the policy endpoint schema (`policy::raw::read_endpoint`) and kept raw for
-//! composition. Splitting files into documents and the checks across documents belong to
-//! `profile.rs`.
+//! composition. The `refresh` and `token_grant` blocks are read by `schema/refresh.rs` and
+//! `schema/token_grant.rs`. Splitting files into documents and the checks across documents
+//! belong to `profile.rs`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -19,10 +20,10 @@ use crate::policy::raw::{RawEndpoint, read_endpoint};
 use crate::policy::validate::selector_for;
 use crate::policy::yaml::{Kind, Node, Pos, Style, parse_bool, parse_int};
 
-use super::refresh_block::{
-    DEFAULT_MAX_LIFETIME, DEFAULT_REFRESH_BEFORE, Output, Refresh, Strategy,
-};
-use super::token_grant_block::{AudienceOverride, DEFAULT_ASSERTION_TYPE, TokenGrant, issuer_of};
+mod refresh;
+mod token_grant;
+
+use token_grant::grant_keys;
 
 use super::{
     AuthStyle, Category, CredentialName, CredentialSpec, EnvKey, Placement, ProfileEndpoint,
@@ -65,25 +66,7 @@ const CREDENTIAL_FIELDS: &[&str] = &[
     "refresh",
     "token_grant",
 ];
-const REFRESH_FIELDS: &[&str] = &[
-    "strategy",
-    "token_url",
-    "scopes",
-    "refresh_before_seconds",
-    "max_lifetime_seconds",
-    "material",
-    "additional_outputs",
-];
 const CREDENTIAL_UNSUPPORTED: &[(&str, &str)] = &[];
-const TOKEN_GRANT_FIELDS: &[&str] = &[
-    "token_endpoint",
-    "audience",
-    "jwt_svid_audience",
-    "client_assertion_type",
-    "scopes",
-    "cache_ttl_seconds",
-    "audience_overrides",
-];
 /// Endpoint fields of sluice's own that a policy endpoint does not have; every other field
 /// is read with the policy endpoint schema (`policy::raw::read_endpoint`).
 const PROFILE_ENDPOINT_FIELDS: &[&str] = &["allow_plaintext_credentials"];
@@ -369,61 +352,6 @@ impl Reader<'_> {
         ok.then_some(out)
     }
 
-    /// `additional_outputs`: each names a sibling credential (declared, without its own
-    /// `refresh`, with the one env var the SigV4 signer reads that value under), which is then
-    /// marked as refreshed by the primary; the primary maps to `AWS_ACCESS_KEY_ID`.
-    fn co_minted(&mut self, node: &Node<'_>, credentials: &mut [CredentialSpec]) -> bool {
-        let mut ok = true;
-        let mut marks = Vec::new();
-        for (i, c) in credentials.iter().enumerate() {
-            let Some(refresh) = &c.refresh else { continue };
-            if refresh.strategy != Strategy::AwsStsAssumeRole {
-                continue;
-            }
-            let field = format!("credentials[{i}].refresh.additional_outputs");
-            if c.env_vars.len() != 1 || c.env_vars[0].as_str() != Output::PRIMARY_ENV_VAR {
-                self.error(node.pos, &format!("credentials[{i}].env_vars"), format!("`aws_sts_assume_role` mints the access key id: credential `{}` must have `env_vars: [AWS_ACCESS_KEY_ID]`", c.name));
-                ok = false;
-            }
-            for output in Output::ALL {
-                if !refresh.outputs.iter().any(|(o, _)| *o == output) {
-                    self.error(node.pos, &field, format!("`aws_sts_assume_role` needs an output `{}` naming the credential it goes to", output.name()));
-                    ok = false;
-                }
-            }
-            for (output, name) in &refresh.outputs {
-                let Some(j) = credentials.iter().position(|s| &s.name == name) else {
-                    self.error(
-                        node.pos,
-                        &field,
-                        format!(
-                            "output `{}` names credential `{name}`, which is not declared",
-                            output.name()
-                        ),
-                    );
-                    ok = false;
-                    continue;
-                };
-                let sibling = &credentials[j];
-                if sibling.refresh.is_some() || j == i {
-                    self.error(node.pos, &field, format!("credential `{name}` receives output `{}`: it must not have its own `refresh`", output.name()));
-                    ok = false;
-                } else if sibling.env_vars.len() != 1
-                    || sibling.env_vars[0].as_str() != output.env_var()
-                {
-                    self.error(node.pos, &field, format!("credential `{name}` receives output `{}`: it must have `env_vars: [{}]`", output.name(), output.env_var()));
-                    ok = false;
-                } else {
-                    marks.push((j, c.name.clone()));
-                }
-            }
-        }
-        for (j, by) in marks {
-            credentials[j].refreshed_by = Some(by);
-        }
-        ok
-    }
-
     fn credential(&mut self, node: &Node<'_>, path: &str) -> Option<CredentialSpec> {
         let fields = self.fields(node, path, CREDENTIAL_FIELDS, CREDENTIAL_UNSUPPORTED)?;
         let mut ok = true;
@@ -548,201 +476,6 @@ impl Reader<'_> {
         ok.then_some(spec)
     }
 
-    /// `refresh`: `strategy: static` is what sluice does anyway (a note says so);
-    /// `oauth2_refresh_token` and `oauth2_client_credentials` are read into a `Refresh`
-    /// (`None` inside for `static`); any other strategy would leave a stale or missing secret
-    /// if ignored, so it is refused by name.
-    fn refresh(&mut self, node: &Node<'_>, path: &str) -> Option<Option<Refresh>> {
-        let fields = self.fields(node, path, REFRESH_FIELDS, &[])?;
-        let strategy = fields
-            .iter()
-            .find(|(k, _)| *k == "strategy")
-            .map(|(_, v)| *v);
-        let field = join_field(path, "strategy");
-        let Some(v) = strategy else {
-            self.error(node.pos, path, "`refresh` needs a `strategy`");
-            return None;
-        };
-        let text = self.string(v, &field)?;
-        if text == "static" {
-            self.warning(
-                v.pos,
-                &field,
-                "`refresh` with `strategy: static` has no effect: sluice reads the secret once, at start",
-            );
-            return Some(None);
-        }
-        let Some(strategy) = Strategy::parse(&text) else {
-            self.error(
-                v.pos,
-                &field,
-                format!("unknown `refresh` strategy `{text}`; expected one of: static, external, oauth2_refresh_token, oauth2_client_credentials, google_service_account_jwt, aws_sts_assume_role"),
-            );
-            return None;
-        };
-        let mut ok = true;
-        let mut refresh = Refresh {
-            strategy,
-            token_url: String::new(),
-            scopes: Vec::new(),
-            refresh_before: DEFAULT_REFRESH_BEFORE,
-            max_lifetime: DEFAULT_MAX_LIFETIME,
-            outputs: Vec::new(),
-        };
-        for (key, value) in fields {
-            let field = join_field(path, key);
-            match key {
-                "token_url" => match self.string(value, &field) {
-                    Some(url) if url.starts_with("https://") && url.len() > 8 => {
-                        refresh.token_url = url
-                    }
-                    Some(url) => {
-                        self.error(value.pos, &field, format!("`{url}` is not an https:// URL: sluice sends client secrets and refresh tokens only inside TLS"));
-                        ok = false;
-                    }
-                    None => ok = false,
-                },
-                "scopes" => match self.list(value, &field) {
-                    Some(items) => {
-                        for (i, item) in items.iter().enumerate() {
-                            match self.string(item, &format!("{field}[{i}]")) {
-                                Some(s) => refresh.scopes.push(s),
-                                None => ok = false,
-                            }
-                        }
-                    }
-                    None => ok = false,
-                },
-                "refresh_before_seconds" | "max_lifetime_seconds" => {
-                    match self.int(value, &field) {
-                        Some(n)
-                            if (0..=86_400 * 366).contains(&n)
-                                && (n > 0 || key == "refresh_before_seconds") =>
-                        {
-                            let d = std::time::Duration::from_secs(
-                                u64::try_from(n).unwrap_or_default(),
-                            );
-                            if key == "max_lifetime_seconds" {
-                                refresh.max_lifetime = d;
-                            } else {
-                                refresh.refresh_before = d;
-                            }
-                        }
-                        Some(n) => {
-                            self.error(value.pos, &field, format!("{n} seconds is out of range"));
-                            ok = false;
-                        }
-                        None => ok = false,
-                    }
-                }
-                "additional_outputs" if strategy == Strategy::AwsStsAssumeRole => {
-                    match self.outputs(value, &field) {
-                        Some(outputs) => refresh.outputs = outputs,
-                        None => ok = false,
-                    }
-                }
-                "additional_outputs" => {
-                    self.error(
-                        value.pos,
-                        &field,
-                        format!(
-                            "`additional_outputs` applies to `aws_sts_assume_role`, not `{text}`"
-                        ),
-                    );
-                    ok = false;
-                }
-                // Names only: the values come from `<first env var>_<NAME>`.
-                "material" => ok &= self.list(value, &field).is_some(),
-                _ => {}
-            }
-        }
-        // STS defaults to the region's endpoint; `external` asks no endpoint.
-        let needs_url = !matches!(strategy, Strategy::AwsStsAssumeRole | Strategy::External);
-        if refresh.token_url.is_empty() && needs_url && ok {
-            self.error(
-                node.pos,
-                path,
-                format!("`refresh` strategy `{text}` needs a `token_url`"),
-            );
-            ok = false;
-        }
-        ok.then_some(Some(refresh))
-    }
-
-    /// `token_grant`: the token endpoint (TLS, or plain HTTP only to a loopback or in-cluster
-    /// service host, as the reference allows, with a warning), audiences, scopes, the cache
-    /// TTL override and `audience_overrides`.
-    fn token_grant(&mut self, node: &Node<'_>, path: &str) -> Option<TokenGrant> {
-        let fields = self.fields(node, path, TOKEN_GRANT_FIELDS, &[])?;
-        let mut ok = true;
-        let mut grant = TokenGrant {
-            token_endpoint: String::new(),
-            audience: String::new(),
-            svid_audience: String::new(),
-            assertion_type: DEFAULT_ASSERTION_TYPE.to_string(),
-            scopes: Vec::new(),
-            cache_ttl: None,
-            overrides: Vec::new(),
-            keys: Vec::new(),
-        };
-        for (key, value) in fields {
-            let field = join_field(path, key);
-            match key {
-                "token_endpoint" => match self.string(value, &field) {
-                    Some(url) if url.starts_with("https://") && url.len() > 8 => {
-                        grant.token_endpoint = url;
-                    }
-                    Some(url) if plain_grant_endpoint(&url) => {
-                        self.warning(value.pos, &field, format!("`{url}` is plain HTTP: the workload's JWT-SVID travels unencrypted to it (accepted, as the reference does, only for a loopback or in-cluster service host)"));
-                        grant.token_endpoint = url;
-                    }
-                    Some(url) => {
-                        self.error(value.pos, &field, format!("`{url}` is not an https:// URL: sluice sends the workload's JWT-SVID only inside TLS (or to a loopback or in-cluster service host)"));
-                        ok = false;
-                    }
-                    None => ok = false,
-                },
-                "audience" => grant.audience = self.string(value, &field).unwrap_or_default(),
-                "jwt_svid_audience" => {
-                    grant.svid_audience = self.string(value, &field).unwrap_or_default();
-                }
-                "client_assertion_type" => match self.string(value, &field) {
-                    Some(t) if !t.trim().is_empty() => grant.assertion_type = t,
-                    _ => {}
-                },
-                "scopes" => match self.strings(value, &field) {
-                    Some(s) => grant.scopes = s,
-                    None => ok = false,
-                },
-                "cache_ttl_seconds" => match self.int(value, &field) {
-                    Some(0) => {}
-                    Some(n) if (1..=86_400).contains(&n) => {
-                        grant.cache_ttl = Some(std::time::Duration::from_secs(
-                            u64::try_from(n).unwrap_or_default(),
-                        ));
-                    }
-                    Some(n) => {
-                        self.error(value.pos, &field, format!("{n} seconds is out of range"));
-                        ok = false;
-                    }
-                    None => ok = false,
-                },
-                _ => match self.audience_overrides(value, &field) {
-                    Some(o) => grant.overrides = o,
-                    None => ok = false,
-                },
-            }
-        }
-        if grant.token_endpoint.is_empty() && ok {
-            self.error(node.pos, path, "`token_grant` needs a `token_endpoint`");
-            ok = false;
-        }
-        if grant.svid_audience.is_empty() {
-            grant.svid_audience = issuer_of(&grant.token_endpoint);
-        }
-        ok.then_some(grant)
-    }
-
     fn strings(&mut self, node: &Node<'_>, field: &str) -> Option<Vec<String>> {
         let items = self.list(node, field)?;
         let mut out = Vec::new();
@@ -750,130 +483,6 @@ impl Reader<'_> {
             out.push(self.string(item, &format!("{field}[{i}]"))?);
         }
         Some(out)
-    }
-
-    fn audience_overrides(&mut self, node: &Node<'_>, path: &str) -> Option<Vec<AudienceOverride>> {
-        let items = self.list(node, path)?;
-        let mut out = Vec::new();
-        for (i, item) in items.iter().enumerate() {
-            let field = format!("{path}[{i}]");
-            let fields = self.fields(
-                item,
-                &field,
-                &["host", "port", "path", "audience", "scopes"],
-                &[],
-            )?;
-            let mut host = None;
-            let mut entry = AudienceOverride {
-                host: HostPattern::Any,
-                port: None,
-                path: PathSelector::All,
-                path_text: String::new(),
-                audience: String::new(),
-                scopes: Vec::new(),
-            };
-            for (key, value) in fields {
-                let f = join_field(&field, key);
-                match key {
-                    "host" => {
-                        let text = self.string(value, &f)?;
-                        match HostPattern::new(&text.to_ascii_lowercase()) {
-                            Ok(h) => host = Some(h),
-                            Err(e) => {
-                                self.error(value.pos, &f, e.to_string());
-                                return None;
-                            }
-                        }
-                    }
-                    "port" => match self.int(value, &f).and_then(|n| u16::try_from(n).ok()) {
-                        Some(p) if p > 0 => entry.port = Some(p),
-                        _ => {
-                            self.error(value.pos, &f, "not a port (1-65535)");
-                            return None;
-                        }
-                    },
-                    "path" => {
-                        let text = self.string(value, &f)?;
-                        if !text.is_empty() {
-                            match selector_for(&text) {
-                                Ok(s) => entry.path = s,
-                                Err(msg) => {
-                                    self.error(value.pos, &f, msg);
-                                    return None;
-                                }
-                            }
-                        }
-                        entry.path_text = text;
-                    }
-                    "audience" => entry.audience = self.string(value, &f)?,
-                    _ => entry.scopes = self.strings(value, &f)?,
-                }
-            }
-            let Some(host) = host else {
-                self.error(item.pos, &field, "an audience override needs a `host`");
-                return None;
-            };
-            entry.host = host;
-            out.push(entry);
-        }
-        Some(out)
-    }
-
-    /// `additional_outputs: [{output, credential}]`, each output once.
-    fn outputs(&mut self, node: &Node<'_>, path: &str) -> Option<Vec<(Output, CredentialName)>> {
-        let items = self.list(node, path)?;
-        let mut out: Vec<(Output, CredentialName)> = Vec::new();
-        let mut ok = true;
-        for (i, item) in items.iter().enumerate() {
-            let field = format!("{path}[{i}]");
-            let fields = self.fields(item, &field, &["output", "credential"], &[])?;
-            let mut output = None;
-            let mut credential = None;
-            for (key, value) in fields {
-                let f = join_field(&field, key);
-                let Some(text) = self.string(value, &f) else {
-                    ok = false;
-                    continue;
-                };
-                match key {
-                    "output" => match Output::parse(&text) {
-                        Some(o) if out.iter().any(|(p, _)| *p == o) => {
-                            self.error(value.pos, &f, format!("output `{text}` is listed twice"));
-                            ok = false;
-                        }
-                        Some(o) => output = Some(o),
-                        None => {
-                            self.error(value.pos, &f, format!("`aws_sts_assume_role` has no output `{text}`; it mints `secret_access_key` and `session_token`"));
-                            ok = false;
-                        }
-                    },
-                    _ => match CredentialName::new(&text) {
-                        Some(n) => credential = Some(n),
-                        None => {
-                            self.error(
-                                value.pos,
-                                &f,
-                                format!("`{text}` is not a valid credential name"),
-                            );
-                            ok = false;
-                        }
-                    },
-                }
-            }
-            match (output, credential) {
-                (Some(o), Some(c)) => out.push((o, c)),
-                _ if ok => {
-                    self.error(
-                        item.pos,
-                        &field,
-                        "an additional output needs `output` and `credential`",
-                    );
-                    ok = false;
-                }
-                _ => {}
-            }
-        }
-        ok.then_some(out)
     }
 
     fn env_vars(&mut self, node: &Node<'_>, path: &str) -> Option<Vec<EnvKey>> {
@@ -1159,44 +768,4 @@ fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
-/// Whether a token endpoint may be plain HTTP: a loopback host or an in-cluster service name
-/// (`<svc>.<ns>.svc`, `<svc>.<ns>.svc.cluster.local`), the reference's rule.
-fn plain_grant_endpoint(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let Ok(authority) = sluice_addr::Authority::parse(authority, Some(80)) else {
-        return false;
-    };
-    let host = authority.host().trim_end_matches('.').to_ascii_lowercase();
-    if host == "localhost" {
-        return true;
-    }
-    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-        return ip.is_loopback();
-    }
-    let labels: Vec<&str> = host.split('.').collect();
-    labels.iter().all(|l| !l.is_empty())
-        && ((labels.len() == 3 && labels[2] == "svc")
-            || (labels.len() == 5 && labels[2..] == ["svc", "cluster", "local"]))
-}
-
-/// The internal key of each grant of each `token_grant` credential, appended to its
-/// `env_vars`: `TOKEN_GRANT_<PROFILE>_<CREDENTIAL>_<i>`, upper-cased, `-` and `.` as `_`.
-fn grant_keys(id: &ProfileId, credentials: &mut [CredentialSpec]) {
-    for c in credentials {
-        let Some(grant) = &mut c.token_grant else {
-            continue;
-        };
-        let stem = format!("TOKEN_GRANT_{}_{}", id.as_str(), c.name.as_str())
-            .to_ascii_uppercase()
-            .replace(['-', '.'], "_");
-        grant.keys = (0..=grant.overrides.len())
-            .filter_map(|i| EnvKey::new(&format!("{stem}_{i}")))
-            .collect();
-        c.env_vars.extend(grant.keys.iter().cloned());
-    }
 }

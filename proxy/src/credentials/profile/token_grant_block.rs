@@ -1,7 +1,9 @@
 //! A credential's `token_grant` block, typed (spec §3.7): where sluice trades the workload's
 //! SPIFFE JWT-SVID for an access token, for which audience and scopes, how long it keeps one,
-//! and the per-destination `audience_overrides`. Read by `schema.rs`; carried out by
-//! `credentials::token_grant`.
+//! and the per-destination `audience_overrides`; and sluice's extension `grant:
+//! token_exchange` (RFC 8693: the JWT-SVID is the `subject_token`, [`Exchange`]), with the
+//! checks that refuse a misconfigured one at load ([`TokenGrant::problems`]). Read by
+//! `schema.rs`; carried out by `credentials::token_grant`.
 
 use std::time::Duration;
 
@@ -14,6 +16,40 @@ use super::EnvKey;
 
 /// The assertion type sent when the profile names none (RFC 7523 §2.2).
 pub const DEFAULT_ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
+/// RFC 8693's grant type.
+pub const TOKEN_EXCHANGE_GRANT: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+/// The subject token's type: a JWT-SVID is a JWT (RFC 8693 §3).
+pub const JWT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
+/// The token types sluice can place in a header, as `requested_token_type` and as the
+/// answer's `issued_token_type` (a refresh token, an ID token or a SAML assertion is no
+/// credential for an API request).
+pub const USABLE_TOKEN_TYPES: [&str; 2] = [
+    "urn:ietf:params:oauth:token-type:access_token",
+    JWT_TOKEN_TYPE,
+];
+
+/// `grant: token_exchange` (sluice's extension, RFC 8693 §2.1): the JWT-SVID is sent as the
+/// `subject_token` (no client assertion), with `audience`, `scope` and these.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Exchange {
+    /// `resource`: an absolute URI without a fragment.
+    pub resource: Option<String>,
+    /// `requested_token_type`: one of [`USABLE_TOKEN_TYPES`]; the answer's
+    /// `issued_token_type` must then be it.
+    pub requested_token_type: Option<String>,
+}
+
+/// The fields of a `token_grant` as written, for [`TokenGrant::problems`].
+#[derive(Debug, Default)]
+pub struct Written {
+    /// `grant`, if written.
+    pub grant: Option<String>,
+    pub resource: Option<String>,
+    pub requested_token_type: Option<String>,
+    /// Whether `client_assertion_type` is written.
+    pub assertion_type: bool,
+}
 
 /// A credential's `token_grant`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +68,76 @@ pub struct TokenGrant {
     /// One internal key per grant: `[0]` the default audience, `[i + 1]` override `i`. Each
     /// holds that grant's current token, as a refreshed credential's env var does.
     pub keys: Vec<EnvKey>,
+    /// `grant: token_exchange`: RFC 8693 instead of the RFC 7523 client assertion.
+    pub exchange: Option<Exchange>,
+}
+
+impl Written {
+    /// What `grant`, `resource`, `requested_token_type` and `client_assertion_type` make of
+    /// the grant, or every problem (field, message).
+    pub fn exchange(self) -> Result<Option<Exchange>, Vec<(&'static str, String)>> {
+        let mut problems = Vec::new();
+        let exchange = match self.grant.as_deref() {
+            None | Some("client_credentials") => false,
+            Some("token_exchange") => true,
+            Some(other) => {
+                problems.push(("grant", format!("`{other}` is not a grant sluice makes: `client_credentials` (the JWT-SVID as an RFC 7523 client assertion, the default) or `token_exchange` (RFC 8693, the JWT-SVID as the subject token)")));
+                false
+            }
+        };
+        if !exchange {
+            for (field, set) in [
+                ("resource", self.resource.is_some()),
+                ("requested_token_type", self.requested_token_type.is_some()),
+            ] {
+                if set {
+                    problems.push((field, format!("`{field}` is a token exchange's (RFC 8693): it needs `grant: token_exchange`")));
+                }
+            }
+        }
+        if exchange && self.assertion_type {
+            problems.push(("client_assertion_type", "a token exchange sends no client assertion (the JWT-SVID is its `subject_token`): remove `client_assertion_type`".to_string()));
+        }
+        if let Some(r) = &self.resource
+            && !is_absolute_uri(r)
+        {
+            problems.push((
+                "resource",
+                format!("`{r}` is not an absolute URI without a fragment (RFC 8693 §2.1)"),
+            ));
+        }
+        if let Some(t) = &self.requested_token_type
+            && !USABLE_TOKEN_TYPES.contains(&t.as_str())
+        {
+            problems.push((
+                "requested_token_type",
+                format!(
+                    "`{t}` is not a token sluice can place in a header: `{}` or `{}`",
+                    USABLE_TOKEN_TYPES[0], USABLE_TOKEN_TYPES[1]
+                ),
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(exchange.then_some(Exchange {
+            resource: self.resource,
+            requested_token_type: self.requested_token_type,
+        }))
+    }
+}
+
+/// An absolute URI (a scheme, then `:` and more) without a fragment.
+fn is_absolute_uri(text: &str) -> bool {
+    let Some((scheme, rest)) = text.split_once(':') else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        && !rest.is_empty()
+        && !text.contains('#')
+        && !text.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 /// An `audience_overrides` entry: requests to `host`, `port` and `path` get a token for
@@ -136,6 +242,7 @@ mod tests {
                 entry("api.example.com", Some(443), "/v2/**", "path"),
             ],
             keys: ["K_0", "K_1", "K_2", "K_3"].map(key).to_vec(),
+            exchange: None,
         };
         let pick = |host, port, path| {
             grant
@@ -151,6 +258,71 @@ mod tests {
         assert_eq!(pick("api.example.com", 8443, "/v2/x"), "K_1");
         let audiences: Vec<&str> = grant.grants().iter().map(|g| g.1).collect();
         assert_eq!(audiences, ["default", "wild", "host", "path"]);
+    }
+
+    #[test]
+    fn a_misconfigured_token_exchange_is_refused_with_the_field() {
+        let fields = |w: Written| -> Vec<&'static str> {
+            w.exchange().unwrap_err().iter().map(|(f, _)| *f).collect()
+        };
+        let exchange = || Written {
+            grant: Some("token_exchange".into()),
+            ..Written::default()
+        };
+        assert_eq!(
+            fields(Written {
+                grant: Some("token-exchange".into()),
+                ..Written::default()
+            }),
+            ["grant"]
+        );
+        // Exchange fields without the exchange.
+        assert_eq!(
+            fields(Written {
+                resource: Some("https://api.example.com/".into()),
+                requested_token_type: Some(USABLE_TOKEN_TYPES[0].into()),
+                ..Written::default()
+            }),
+            ["resource", "requested_token_type"]
+        );
+        assert_eq!(
+            fields(Written {
+                assertion_type: true,
+                ..exchange()
+            }),
+            ["client_assertion_type"]
+        );
+        for bad in [
+            "api.example.com",
+            "https://api.example.com/#x",
+            "1http://x",
+            "https:",
+        ] {
+            let w = Written {
+                resource: Some(bad.into()),
+                ..exchange()
+            };
+            assert_eq!(fields(w), ["resource"], "{bad}");
+        }
+        let w = Written {
+            requested_token_type: Some("urn:ietf:params:oauth:token-type:refresh_token".into()),
+            ..exchange()
+        };
+        assert_eq!(fields(w), ["requested_token_type"]);
+        // A good one.
+        let good = Written {
+            resource: Some("https://api.example.com/v1".into()),
+            requested_token_type: Some(JWT_TOKEN_TYPE.into()),
+            ..exchange()
+        };
+        assert_eq!(
+            good.exchange().unwrap(),
+            Some(Exchange {
+                resource: Some("https://api.example.com/v1".into()),
+                requested_token_type: Some(JWT_TOKEN_TYPE.into()),
+            })
+        );
+        assert_eq!(Written::default().exchange().unwrap(), None);
     }
 
     #[test]

@@ -56,7 +56,7 @@ pub struct Granted {
 }
 
 /// The token client: TLS verified with sluice's upstream trust.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Client {
     tls: Arc<ClientConfig>,
 }

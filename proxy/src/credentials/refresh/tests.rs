@@ -100,3 +100,40 @@ fn a_token_is_read_only_until_it_expires() {
     assert_eq!(tokens.get("A"), None);
     assert!(!format!("{tokens:?}").contains("tok"));
 }
+
+/// A plan's digest changes with anything its tokens depend on (a gateway tenant's refresher
+/// is kept across a reload only while it is the same), and never with the order material is
+/// read in.
+#[test]
+fn a_plans_digest_follows_its_material_and_refresh_block() {
+    let loaded = load(&with_refresh(
+        "{strategy: oauth2_client_credentials, token_url: 'https://t.example.com/token', material: [{name: client_id}, {name: client_secret}]}",
+    ))
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    let source = |secret: &'static str| -> super::Source {
+        Arc::new(move |k: &str| match k {
+            "G_TOKEN_CLIENT_ID" => Some("id".to_string()),
+            "G_TOKEN_CLIENT_SECRET" => Some(secret.to_string()),
+            _ => None,
+        })
+    };
+    let digest = |profiles: &[crate::credentials::ProviderProfile], s: &str| {
+        let s: &'static str = Box::leak(s.to_string().into_boxed_str());
+        Plan::of(profiles, &source(s)).unwrap().digest()
+    };
+    let a = digest(&loaded.profiles, "secret-a");
+    assert_eq!(a, digest(&loaded.profiles, "secret-a"));
+    assert_ne!(a, digest(&loaded.profiles, "secret-b"));
+    let other_url = load(&with_refresh(
+        "{strategy: oauth2_client_credentials, token_url: 'https://u.example.com/token', material: [{name: client_id}, {name: client_secret}]}",
+    ))
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_ne!(a, digest(&other_url.profiles, "secret-a"));
+    // Missing material refuses, naming the key.
+    let none: super::Source = Arc::new(|_: &str| None);
+    let e = Plan::of(&loaded.profiles, &none).unwrap_err();
+    assert!(
+        e.iter().any(|l| l.contains("G_TOKEN_CLIENT_SECRET")),
+        "{e:?}"
+    );
+}

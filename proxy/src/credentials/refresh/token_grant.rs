@@ -6,7 +6,10 @@
 //! 1. a JWT-SVID for `jwt_svid_audience` from the Workload API (`workload.rs`);
 //! 2. traded at `token_endpoint` with an RFC 7523 client assertion (`grant_type=
 //!    client_credentials`, `client_assertion_type`, `client_assertion`, `audience`, `scope`),
-//!    over sluice's verified TLS (`refresh::oauth`'s transport);
+//!    or, with `grant: token_exchange`, in an RFC 8693 token exchange (`subject_token` the
+//!    JWT-SVID, `subject_token_type` JWT, `audience`, `resource`, `scope`,
+//!    `requested_token_type`; the answer's `issued_token_type` must be a token a header can
+//!    carry), over sluice's verified TLS (`refresh::oauth`'s transport);
 //! 3. kept for `cache_ttl_seconds`, else `expires_in` (at most an hour; five minutes when the
 //!    answer has none) less a 30 s margin, under the grant's internal key, the way a refreshed
 //!    token is (so it is bound, placed, scrubbed and redacted like any secret); obtained again
@@ -21,7 +24,9 @@ use std::time::{Duration, SystemTime};
 
 use zeroize::Zeroizing;
 
-use super::super::profile::{EnvKey, TokenGrant};
+use super::super::profile::{
+    EnvKey, Exchange, JWT_TOKEN_TYPE, TOKEN_EXCHANGE_GRANT, TokenGrant, USABLE_TOKEN_TYPES,
+};
 use super::Tokens;
 use super::oauth;
 
@@ -53,6 +58,14 @@ pub enum GrantError {
     /// The answer's token is not a token68 value (it could split a header).
     #[error("{0}: the answer's access_token is malformed")]
     Malformed(String),
+    /// A token exchange's answer has no `issued_token_type`, or one that is not a token a
+    /// header can carry (or not the one requested).
+    #[error("{url}: the token exchange issued {issued}, not a token sluice can send ({wanted})")]
+    IssuedType {
+        url: String,
+        issued: String,
+        wanted: String,
+    },
 }
 
 /// One grant to keep current.
@@ -95,16 +108,30 @@ pub async fn obtain(
     let socket = socket.ok_or(GrantError::NoSocket)?;
     let svid = workload::fetch_jwt_svid(socket, &grant.grant.svid_audience).await?;
     let scope = grant.scopes.join(" ");
-    let mut pairs = vec![
-        ("grant_type", "client_credentials"),
-        ("client_assertion_type", grant.grant.assertion_type.as_str()),
-        ("client_assertion", svid.as_str()),
-    ];
+    let exchange = grant.grant.exchange.as_ref();
+    let mut pairs = match exchange {
+        None => vec![
+            ("grant_type", "client_credentials"),
+            ("client_assertion_type", grant.grant.assertion_type.as_str()),
+            ("client_assertion", svid.as_str()),
+        ],
+        Some(_) => vec![
+            ("grant_type", TOKEN_EXCHANGE_GRANT),
+            ("subject_token", svid.as_str()),
+            ("subject_token_type", JWT_TOKEN_TYPE),
+        ],
+    };
     if !grant.audience.is_empty() {
         pairs.push(("audience", grant.audience.as_str()));
     }
+    if let Some(resource) = exchange.and_then(|e| e.resource.as_deref()) {
+        pairs.push(("resource", resource));
+    }
     if !scope.is_empty() {
         pairs.push(("scope", scope.as_str()));
+    }
+    if let Some(wanted) = exchange.and_then(|e| e.requested_token_type.as_deref()) {
+        pairs.push(("requested_token_type", wanted));
     }
     let form = oauth::encode_form(&pairs);
     let url = &grant.grant.token_endpoint;
@@ -127,6 +154,9 @@ pub async fn obtain(
         .filter(|t| is_token68(t))
         .map(|t| Zeroizing::new(t.to_string()))
         .ok_or_else(|| GrantError::Malformed(url.clone()))?;
+    if let Some(e) = exchange {
+        check_issued_type(url, &json, e)?;
+    }
     let ttl = match grant.grant.cache_ttl {
         Some(ttl) => ttl,
         None => json["expires_in"]
@@ -137,6 +167,37 @@ pub async fn obtain(
             .max(Duration::from_secs(1)),
     };
     Ok((token, ttl))
+}
+
+/// A token exchange's answer issued a token a header can carry: `issued_token_type` (required
+/// by RFC 8693 §2.2.1) is the one requested, else one of [`USABLE_TOKEN_TYPES`].
+fn check_issued_type(
+    url: &str,
+    answer: &serde_json::Value,
+    exchange: &Exchange,
+) -> Result<(), GrantError> {
+    let issued = answer["issued_token_type"].as_str();
+    let ok = match (&exchange.requested_token_type, issued) {
+        (_, None) => false,
+        (Some(wanted), Some(issued)) => wanted == issued,
+        (None, Some(issued)) => USABLE_TOKEN_TYPES.contains(&issued),
+    };
+    if ok {
+        return Ok(());
+    }
+    // A short, printable type only (the answer is not trusted to be either).
+    let issued = issued
+        .filter(|t| t.len() <= 80 && t.bytes().all(|b| b.is_ascii_graphic()))
+        .map_or_else(|| "no issued_token_type".to_string(), |t| format!("`{t}`"));
+    let wanted = match &exchange.requested_token_type {
+        Some(w) => format!("`{w}` was requested"),
+        None => USABLE_TOKEN_TYPES.join(" or "),
+    };
+    Err(GrantError::IssuedType {
+        url: url.to_string(),
+        issued,
+        wanted,
+    })
 }
 
 /// RFC 7235's token68: what can follow `Bearer ` in a header.
