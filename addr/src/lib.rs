@@ -98,6 +98,11 @@ impl Authority {
         self.port
     }
 
+    /// The host's class: its address when it is an IP literal, `None` for a name.
+    pub fn ip(&self) -> Option<IpAddr> {
+        ip_literal(&self.host)
+    }
+
     /// The same port with another host (the normalised form of this one).
     pub fn with_host(&self, host: impl Into<String>) -> Authority {
         Authority::new(host, self.port)
@@ -319,6 +324,24 @@ mod tests {
             );
         }
         assert!(Authority::parse_connect("a.test:+443").is_err());
+    }
+
+    #[test]
+    fn a_host_is_an_address_or_a_name() {
+        assert_eq!(
+            Authority::new("[::1]", 443).ip(),
+            Some("::1".parse().unwrap())
+        );
+        assert_eq!(
+            Authority::new("::1", 443).ip(),
+            Some("::1".parse().unwrap())
+        );
+        assert_eq!(
+            Authority::new("10.0.0.1", 80).ip(),
+            Some("10.0.0.1".parse().unwrap())
+        );
+        assert_eq!(Authority::new("api.test", 443).ip(), None);
+        assert_eq!(Authority::new("", 0).ip(), None);
     }
 
     #[test]

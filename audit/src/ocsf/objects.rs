@@ -231,10 +231,9 @@ pub(super) struct DstEndpoint<'a> {
 /// The destination as asked for: a name in `hostname` (and the dialled address in `ip`), or
 /// an address literal in `ip`.
 pub(super) fn dst_endpoint(dst: &Destination) -> DstEndpoint<'_> {
-    let host = dst.host();
-    let (hostname, ip) = match host.parse::<IpAddr>() {
-        Ok(ip) => (None, Some(ip)),
-        Err(_) => (Some(host), dst.ip),
+    let (hostname, ip) = match dst.authority.ip() {
+        Some(ip) => (None, Some(ip)),
+        None => (Some(dst.host()), dst.ip),
     };
     DstEndpoint {
         hostname,
