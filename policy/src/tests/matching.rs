@@ -785,3 +785,15 @@ fn explain_brackets_an_ipv6_destination_wherever_a_port_follows() {
     let judged = ask("[::1]", 8443, Some("/ok"));
     assert_eq!(judged.decision, "allow", "{judged:#?}");
 }
+
+#[test]
+fn an_ipv6_endpoint_is_described_with_brackets() {
+    let p = policy(&one("{host: \"::1\", port: 8443}"));
+    let described: Vec<String> = p
+        .endpoints_for("::1", 8443)
+        .into_iter()
+        .map(|r| p.endpoint(r).describe())
+        .collect();
+    assert_eq!(described.len(), 1, "{described:?}");
+    assert!(described[0].starts_with("[::1]:8443"), "{described:?}");
+}

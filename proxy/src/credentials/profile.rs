@@ -293,9 +293,10 @@ impl ProfileEndpoint {
     /// `host:port,port[path]`, as in policy messages.
     pub fn describe(&self) -> String {
         let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
+        // An IPv6 literal in brackets, as before any port (`sluice-addr`).
         format!(
             "{}:{}{}",
-            self.host,
+            sluice_addr::UriHost(&self.host.to_string()),
             ports.join(","),
             self.selector.as_str()
         )
