@@ -530,6 +530,19 @@ mod tests {
             Some("2001:db8::1".to_string())
         );
         assert_eq!(host_name(b"example.com:x"), None);
+        // A `Host` whose port is not one names no host (`sluice_addr::parse_port`).
+        for bad in [
+            &b"example.com:+80"[..],
+            b"example.com:0",
+            b"example.com:",
+            b"[::1",
+        ] {
+            assert_eq!(host_name(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(
+            host_name(b"Example.com:8080"),
+            Some("example.com".to_string())
+        );
     }
 
     proptest::proptest! {
