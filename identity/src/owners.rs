@@ -4,10 +4,12 @@
 //! 1. recently identified clients (start time checked, so a reused pid is skipped) and their
 //!    newest children, within a budget of descriptors read: an agent's next connection
 //!    usually comes from one of them;
-//! 2. every process, newest (highest pid) first, listed in windows that grow downwards from the
+//! 2. the processes forked last that have not exited, newest first, as the process connector
+//!    told them (`siblings`; none without it): a fresh client is found without listing `/proc`;
+//! 3. every process, newest (highest pid) first, listed in windows that grow downwards from the
 //!    last pid handed out, so a fresh client is found without listing all of `/proc`; processes
 //!    whose `/proc/<pid>` belongs to the socket's uid are read first;
-//! 3. a plain full listing, so the answer never depends on how procfs numbers its positions.
+//! 4. a plain full listing, so the answer never depends on how procfs numbers its positions.
 //!
 //! The first owner's fork family then completes the owner set: every ancestor below init
 //! (holding the socket or not), the children of every ancestor (the first owner's siblings,
@@ -227,6 +229,25 @@ impl<'a> OwnerSearch<'a> {
     fn scan(&mut self, socket_uid: u32) -> Option<u32> {
         if self.reads.spent() {
             return None;
+        }
+        // The processes forked last first, as the process connector told them: a fresh
+        // client is one of them, found without listing `/proc`.
+        let forks = self
+            .kept_siblings
+            .map(Siblings::newest_forks)
+            .unwrap_or_default();
+        for pid in forks {
+            if self.checked.contains(&pid) {
+                continue;
+            }
+            if self.reads.spent() {
+                return None;
+            }
+            self.reads.small(1);
+            // Another uid's process is left for the scan, which reads those last.
+            if self.proc.dir_uid(pid).is_ok_and(|uid| uid == socket_uid) && self.check(pid) {
+                return Some(pid);
+            }
         }
         let mut other_uids = Vec::new();
         let last = self.proc.last_pid().ok();
