@@ -88,8 +88,12 @@ impl OwnerSearch<'_> {
                 return None;
             }
             self.reads.small(1);
-            // Another uid's process is left for the scan, which reads those last.
-            if self.proc.dir_uid(pid).is_ok_and(|uid| uid == socket_uid) && self.check(pid) {
+            // Another uid's process is left for the scan, which reads those last. The newest
+            // fork is most often the client: it is opened before its table is read, so that
+            // a table that holds the socket needs no second look through the process.
+            if self.proc.dir_uid(pid).is_ok_and(|uid| uid == socket_uid)
+                && self.check_by(pid, Self::check_dir)
+            {
                 return Some(pid);
             }
         }
