@@ -16,8 +16,9 @@
 //! 2. **Inode → owners.** Recently identified clients and their children first (a recent
 //!    client's descriptors next to the one where it held its last socket before its whole
 //!    table: the kernel gives a new socket the lowest free number; a lookup reads the whole
-//!    table there only if it is small enough, else the scan reads it in its turn), then every
-//!    process newest first (preferring the socket's uid), stopping at the first process whose
+//!    table there only if it is small enough, else the scan reads it in its turn), then the
+//!    processes forked last as the process connector announced them, then every process
+//!    newest first (preferring the socket's uid), stopping at the first process whose
 //!    fd table holds `socket:[<inode>]`. That owner's ancestors (every one below init,
 //!    holding the socket or not), each ancestor's children, and the descendants of every
 //!    holder found (through children that hold it too) complete the owner set.

@@ -1,4 +1,5 @@
-//! Reading `/proc`: pure parsers for the few files sluice needs, and small handles around them.
+//! Reading `/proc`: small handles around the few files sluice needs (the parsers are in
+//! `parse`, reading one file in `read`, fd tables in `tables`).
 //!
 //! Everything about one process is read through a [`ProcDir`], a file descriptor for
 //! `/proc/<pid>` opened once (or kept from an earlier lookup, with the process's files: see
@@ -9,166 +10,42 @@
 //! It does not decide which processes to look at (`owners`) or how to assemble an identity
 //! (`identity`).
 
+mod parse;
+mod read;
+mod tables;
+
 use std::cell::OnceCell;
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
 use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 use rustix::io::Errno;
 use rustix::path::DecInt;
 
+pub(crate) use parse::{
+    SocketLink, StatFields, parse_children, parse_cmdline, parse_stat,
+    parse_status_is_namespace_init, parse_status_real_uid, strip_deleted,
+};
+pub(crate) use read::is_gone;
+
 use crate::kept::{KeptFile, KeptFiles, KeptProcs, THREADS_KEPT, Threads};
 use crate::order;
 use crate::quiet;
 use crate::reads::Reads;
+use parse::numeric_name;
+use read::{
+    CMDLINE_LIMIT, Complete, SMALL_FILE_LIMIT, invalid, is_out_of_descriptors, read_at,
+    read_limited, read_stat,
+};
+use tables::{exe_raw_in, fd_is_in, holding_fd_in, holding_fd_kept, holding_fd_noting};
 
-/// `/proc/<pid>/cmdline` can be as large as the argument area (ARG_MAX, usually 2 MiB); the
-/// identity needs the program's arguments, not a whole generated command line.
-const CMDLINE_LIMIT: usize = 256 * 1024;
-/// `stat`, `status` and `children` are a few KiB at most; the cap only bounds a hostile or
-/// surprising procfs.
-const SMALL_FILE_LIMIT: usize = 64 * 1024;
 /// The directory position of pid `n` in the procfs root is `n + TGID_OFFSET`
 /// (`FIRST_PROCESS_ENTRY + 2` in `fs/proc/base.c`). Seeking there lists pids `>= n` without
 /// reading the ones below; callers still filter by range, so a kernel that numbers positions
 /// differently costs time, not correctness.
 const TGID_OFFSET: i64 = 258;
-
-// === pure parsers ===
-
-/// The two fields of `/proc/<pid>/stat` that identity needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct StatFields {
-    /// Field 4: the parent's pid (0 when the parent is outside this pid namespace).
-    pub(crate) ppid: u32,
-    /// Field 20: threads in the process (children are listed per thread).
-    pub(crate) num_threads: u32,
-    /// Field 22: start time in clock ticks since boot; with the pid it names one process.
-    pub(crate) start_time: u64,
-    /// Field 3: the state is `R` (on a CPU or waiting for one).
-    pub(crate) running: bool,
-}
-
-/// Parses `/proc/<pid>/stat`. `comm` (field 2) may contain spaces and `)`, so fields are
-/// counted from the last `)`.
-pub(crate) fn parse_stat(contents: &[u8]) -> Option<StatFields> {
-    let close = contents.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(contents.get(close + 1..)?).ok()?;
-    let mut fields = rest.split_ascii_whitespace();
-    // After `)`: field 3 (state) is index 0, field 4 (ppid) index 1, field 20 index 17,
-    // field 22 index 19.
-    let running = fields.next()? == "R";
-    let ppid = fields.next()?.parse().ok()?;
-    let num_threads = fields.nth(15)?.parse().ok()?;
-    let start_time = fields.nth(1)?.parse().ok()?;
-    Some(StatFields {
-        ppid,
-        num_threads,
-        start_time,
-        running,
-    })
-}
-
-/// The value of the `/proc/<pid>/status` line `key` (`Uid:`, `NSpid:`). Lines are taken as
-/// bytes: the `Name:` line is the program's name cut at 15 bytes, which can split a UTF-8
-/// character (a name of bidi or zero-width characters, or any non-ASCII one), so the file as
-/// a whole need not be UTF-8.
-fn status_line<'c>(contents: &'c [u8], key: &[u8]) -> Option<&'c str> {
-    let line = contents
-        .split(|&b| b == b'\n')
-        .find_map(|line| line.strip_prefix(key))?;
-    std::str::from_utf8(line).ok()
-}
-
-/// The real uid from `/proc/<pid>/status` (`Uid:\treal\teffective\tsaved\tfs`).
-pub(crate) fn parse_status_real_uid(contents: &[u8]) -> Option<u32> {
-    let line = status_line(contents, b"Uid:")?;
-    line.split_ascii_whitespace().next()?.parse().ok()
-}
-
-/// Whether `/proc/<pid>/status` is of a pid namespace's init: the last `NSpid:` column (the
-/// pid in the process's own namespace) is 1. Kernels without `NSpid` have no such line: no.
-pub(crate) fn parse_status_is_namespace_init(contents: &[u8]) -> bool {
-    status_line(contents, b"NSpid:").and_then(|line| line.split_ascii_whitespace().next_back())
-        == Some("1")
-}
-
-/// Splits `/proc/<pid>/cmdline` into argv. A process that rewrote its arguments (setproctitle)
-/// may leave one space-separated string; that is what the kernel shows, so it is kept as is.
-pub(crate) fn parse_cmdline(contents: &[u8]) -> Vec<String> {
-    let contents = contents.strip_suffix(b"\0").unwrap_or(contents);
-    if contents.is_empty() {
-        return Vec::new();
-    }
-    contents
-        .split(|&b| b == 0)
-        .map(|arg| String::from_utf8_lossy(arg).into_owned())
-        .collect()
-}
-
-/// Parses a `task/<tid>/children` file: space-separated pids.
-pub(crate) fn parse_children(contents: &[u8]) -> Vec<u32> {
-    std::str::from_utf8(contents)
-        .map(|text| {
-            text.split_ascii_whitespace()
-                .filter_map(|pid| pid.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Turns the raw `/proc/<pid>/exe` target into (path, deleted). The kernel appends
-/// ` (deleted)` to an unlinked executable's path; the suffix is stripped only when no file by
-/// the raw name exists, because a binary may really be called `x (deleted)`.
-pub(crate) fn strip_deleted(
-    raw: String,
-    raw_target_exists: impl FnOnce(&str) -> bool,
-) -> (String, bool) {
-    const SUFFIX: &str = " (deleted)";
-    match raw.strip_suffix(SUFFIX) {
-        Some(stripped) if !raw_target_exists(&raw) => (stripped.to_owned(), true),
-        _ => (raw, false),
-    }
-}
-
-/// The text `readlink /proc/<pid>/fd/<n>` shows for one socket: `socket:[<inode>]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SocketLink {
-    target: Vec<u8>,
-    inode: u64,
-}
-
-impl SocketLink {
-    pub(crate) fn new(inode: u64) -> Self {
-        Self {
-            target: format!("socket:[{inode}]").into_bytes(),
-            inode,
-        }
-    }
-
-    fn matches(&self, target: &[u8]) -> bool {
-        self.target == target
-    }
-}
-
-/// Whether an error means "that process is gone" (as opposed to "not allowed" or "broken").
-pub(crate) fn is_gone(err: &io::Error) -> bool {
-    let code = err.raw_os_error();
-    code == Some(Errno::NOENT.raw_os_error()) || code == Some(Errno::SRCH.raw_os_error())
-}
-
-/// Whether an error means "this process has no descriptor left" (`EMFILE`, `ENFILE`).
-fn is_out_of_descriptors(err: &io::Error) -> bool {
-    Errno::from_io_error(err).is_some_and(crate::exhaust::is_exhaustion)
-}
-
-fn invalid(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("malformed {what}"))
-}
 
 // === impl ProcFs ===
 
@@ -425,13 +302,6 @@ fn own_pid_ns_if_the_mounts(root: &OwnedFd) -> Option<Vec<u8>> {
     rustix::fs::readlinkat(root, "self/ns/pid", Vec::new())
         .ok()
         .map(|target| target.into_bytes())
-}
-
-fn numeric_name(name: &[u8]) -> Option<u32> {
-    if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(name).ok()?.parse().ok()
 }
 
 // === impl ProcDir ===
@@ -863,282 +733,6 @@ impl Pinned {
         (stat.start_time == self.start_time)
             .then(|| ProcDir::kept(std::sync::Arc::clone(kept), stat, read_at))
     }
-}
-
-// === reads relative to a `/proc/<pid>` descriptor ===
-
-/// Reads the fd directory `dir` (`/proc/<pid>/fd`) for the socket.
-fn holding_fd_in(
-    dir: &mut Dir,
-    link: &SocketLink,
-    reads: &mut Reads,
-) -> rustix::io::Result<Option<u32>> {
-    holding_fd_noting(dir, link, reads, None)
-}
-
-/// [`holding_fd_in`] for a kept process: answered from the table read last when the process
-/// has not run since (see `quiet`), else read, and kept when it was read whole while every
-/// thread of the process was blocked. `known`, its `stat` read before, saves the reads that
-/// cannot lead to keeping anything: none for a process with more threads than
-/// [`THREADS_KEPT`], no `wchan` for one whose first thread was running.
-fn holding_fd_kept(
-    kept: &KeptFiles,
-    dir: &mut Dir,
-    link: &SocketLink,
-    reads: &mut Reads,
-    (known, found_quiet): (Option<StatFields>, &OnceCell<quiet::Counts>),
-) -> rustix::io::Result<Option<u32>> {
-    let threads = known.map_or(1, |stat| stat.num_threads.max(1));
-    if usize::try_from(threads).map_or(true, |n| n > THREADS_KEPT) {
-        // Too many threads to count: nothing is kept for it.
-        return holding_fd_in(dir, link, reads);
-    }
-    // The counts of the threads the table was kept under (or of the one thread) now.
-    let tids = kept
-        .quiet()
-        .tids()
-        .or_else(|| (threads == 1).then(|| vec![kept.pid()]));
-    let ran = tids.as_deref().and_then(|tids| thread_counts(kept, tids));
-    if let Some(ran) = &ran
-        && let Some(holds) = kept.quiet().holds(ran, link.inode)
-    {
-        reads.small(tids.as_ref().map_or(1, Vec::len));
-        let _ = found_quiet.set(ran.clone());
-        if !holds {
-            return Ok(None);
-        }
-        // Held: the table says under which descriptor (what is kept stays true).
-        return holding_fd_in(dir, link, reads);
-    }
-    // Steps 0 to 3 of `quiet`: the threads, their counts, each blocked, then as many
-    // threads as listed.
-    let quiet_now = if known.is_some_and(|stat| stat.running) {
-        None
-    } else {
-        let listed = if threads == 1 {
-            Some(vec![kept.pid()])
-        } else {
-            kept_tids(kept)
-        };
-        listed
-            .filter(|listed| listed.len() <= THREADS_KEPT)
-            .and_then(|listed| {
-                // Counts read before the listing say nothing of threads listed after them.
-                let counts = match ran {
-                    Some(ran) if threads == 1 && ran.tids() == listed => ran,
-                    _ => thread_counts(kept, &listed)?,
-                };
-                let blocked = listed.iter().all(|tid| thread_blocked(kept, *tid));
-                (blocked
-                    && read_stat(kept.stat())
-                        .is_ok_and(|stat| usize::try_from(stat.num_threads) == Ok(listed.len())))
-                .then_some(counts)
-            })
-    };
-    let mut sockets = Vec::new();
-    let held = holding_fd_noting(dir, link, reads, Some(&mut sockets))?;
-    let whole = held.is_none() && !reads.spent();
-    let keep = quiet_now.filter(|_| whole);
-    if let Some(ran) = &keep {
-        let _ = found_quiet.set(ran.clone());
-    }
-    kept.quiet().keep(keep.map(|ran| (ran, sockets)));
-    Ok(held)
-}
-
-/// The threads of a kept process (`task/`), through the listing kept with it: `None` when
-/// another lookup is reading it, or it cannot be read.
-fn kept_tids(kept: &KeptFiles) -> Option<Vec<u32>> {
-    kept.with_threads(|threads| -> io::Result<Vec<u32>> {
-        let task = match &mut threads.task {
-            Some(task) => {
-                task.rewind();
-                task
-            }
-            None => threads.task.insert(Dir::new(crate::exhaust::openat(
-                kept.dir(),
-                "task",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?)?),
-        };
-        let mut tids = Vec::new();
-        while let Some(entry) = task.read() {
-            if let Some(tid) = numeric_name(entry?.file_name().to_bytes()) {
-                tids.push(tid);
-            }
-        }
-        Ok(tids)
-    })?
-    .ok()
-}
-
-/// The `schedstat` counts of the threads `tids` of a kept process now (see `quiet`): the
-/// first thread's through the file kept with it, another's read through `task/<tid>/`.
-/// `None` when one cannot be read (a thread that has exited) or the kernel keeps none.
-fn thread_counts(kept: &KeptFiles, tids: &[u32]) -> Option<quiet::Counts> {
-    let mut counts = Vec::with_capacity(tids.len());
-    for &tid in tids {
-        let contents = thread_file(kept, tid, KeptFile::Schedstat, "schedstat")?;
-        counts.push((tid, quiet::parse_schedstat(&contents)?));
-    }
-    Some(quiet::Counts::new(counts))
-}
-
-/// Whether the thread `tid` of a kept process is blocked off the run queue (`wchan`).
-fn thread_blocked(kept: &KeptFiles, tid: u32) -> bool {
-    thread_file(kept, tid, KeptFile::Wchan, "wchan").is_some_and(|wchan| quiet::blocked(&wchan))
-}
-
-/// A small file of the thread `tid` of a kept process: the first thread's kept as `file`,
-/// another's (`task/<tid>/<name>`) opened for this read.
-fn thread_file(kept: &KeptFiles, tid: u32, file: KeptFile, name: &str) -> Option<Vec<u8>> {
-    if tid == kept.pid() {
-        let fd = kept.file(file).ok()?;
-        return read_limited(fd, SMALL_FILE_LIMIT, Complete::OnShortRead).ok();
-    }
-    read_at(
-        kept.dir(),
-        &format!("task/{tid}/{name}"),
-        SMALL_FILE_LIMIT,
-        Complete::OnShortRead,
-    )
-    .ok()
-}
-
-/// [`holding_fd_in`], noting in `sockets` the inode of every socket the table holds (left
-/// as far as it got when the socket is found or the reads are spent).
-fn holding_fd_noting(
-    dir: &mut Dir,
-    link: &SocketLink,
-    reads: &mut Reads,
-    mut sockets: Option<&mut Vec<u64>>,
-) -> rustix::io::Result<Option<u32>> {
-    let mut buffer = Vec::with_capacity(64);
-    while let Some(entry) = dir.read() {
-        let entry = entry?;
-        let name = entry.file_name();
-        if name.to_bytes().first() == Some(&b'.') {
-            continue;
-        }
-        if reads.spent() {
-            return Ok(None);
-        }
-        reads.descriptor();
-        match rustix::fs::readlinkat(dir.fd()?, name, std::mem::take(&mut buffer)) {
-            Ok(target) => {
-                if link.matches(target.as_bytes()) {
-                    return Ok(numeric_name(name.to_bytes()));
-                }
-                if let Some(sockets) = sockets.as_deref_mut()
-                    && let Some(inode) = socket_inode(target.as_bytes())
-                {
-                    sockets.push(inode);
-                }
-                buffer = target.into_bytes();
-                buffer.clear();
-            }
-            Err(Errno::NOENT) => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(None)
-}
-
-/// The inode of a `socket:[<inode>]` link target.
-pub(crate) fn socket_inode(target: &[u8]) -> Option<u64> {
-    let digits = target.strip_prefix(b"socket:[")?.strip_suffix(b"]")?;
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(digits).ok()?.parse().ok()
-}
-
-fn fd_is_in(pid_dir: BorrowedFd<'_>, fd: u32, link: &SocketLink) -> bool {
-    // `fd/` and up to ten digits, and room for the link's target: no allocation per check.
-    let mut path = [0u8; 16];
-    path[..3].copy_from_slice(b"fd/");
-    let digits = DecInt::new(fd);
-    let digits = digits.as_bytes();
-    let end = 3 + digits.len();
-    path[3..end].copy_from_slice(digits);
-    let Ok(path) = std::ffi::CStr::from_bytes_until_nul(&path[..=end]) else {
-        return false;
-    };
-    rustix::fs::readlinkat(pid_dir, path, Vec::with_capacity(32))
-        .is_ok_and(|target| link.matches(target.as_bytes()))
-}
-
-fn exe_raw_in(pid_dir: BorrowedFd<'_>) -> io::Result<String> {
-    let target = rustix::fs::readlinkat(pid_dir, "exe", Vec::new())?;
-    Ok(OsString::from_vec(target.into_bytes())
-        .to_string_lossy()
-        .into_owned())
-}
-
-/// When a procfs file has been read in full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Complete {
-    /// A read shorter than asked is the end: true of files produced in one piece (`stat`,
-    /// `status`, `cmdline`), and it saves the extra `read` that returns 0.
-    OnShortRead,
-    /// A `seq_file` with one small record per item (`children`): a read also stops short when
-    /// the kernel's page-sized buffer is full, which leaves it within one record of a page. A
-    /// read well short of that is the end; anything else reads on to a zero-length read.
-    SmallRecords,
-}
-
-/// The page-sized `seq_file` buffer, and a margin larger than any `children` record (`%d `).
-const SEQ_PAGE: usize = 4096;
-const SEQ_RECORD_MARGIN: usize = 64;
-
-/// `stat` read through a descriptor of its own.
-fn read_stat(fd: BorrowedFd<'_>) -> io::Result<StatFields> {
-    parse_stat(&read_limited(fd, SMALL_FILE_LIMIT, Complete::OnShortRead)?)
-        .ok_or_else(|| invalid("stat"))
-}
-
-/// Opens `name` relative to the `/proc/<pid>` descriptor `dir`, reads it and closes it.
-fn read_at(
-    dir: BorrowedFd<'_>,
-    name: &str,
-    limit: usize,
-    complete: Complete,
-) -> io::Result<Vec<u8>> {
-    let fd = crate::exhaust::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
-    read_limited(fd.as_fd(), limit, complete)
-}
-
-/// Reads a procfs file from its start with `pread`, so a descriptor kept open reads the file
-/// as it is now (procfs produces it again for a read at offset 0), and one opened for this
-/// read costs no more than `read`.
-fn read_limited(fd: BorrowedFd<'_>, limit: usize, complete: Complete) -> io::Result<Vec<u8>> {
-    let mut contents = vec![0; limit.min(4096)];
-    let mut len = 0;
-    loop {
-        if len == contents.len() {
-            if len >= limit {
-                break;
-            }
-            contents.resize((len * 2).min(limit), 0);
-        }
-        let offset = u64::try_from(len).map_err(|_| invalid("offset"))?;
-        let read = match rustix::io::pread(fd, &mut contents[len..], offset) {
-            Ok(read) => read,
-            Err(Errno::INTR) => continue,
-            Err(err) => return Err(err.into()),
-        };
-        len += read;
-        let complete = match complete {
-            Complete::OnShortRead => len < contents.len(),
-            Complete::SmallRecords => read + SEQ_RECORD_MARGIN < SEQ_PAGE.min(contents.len()),
-        };
-        if read == 0 || complete {
-            break;
-        }
-    }
-    contents.truncate(len);
-    Ok(contents)
 }
 
 #[cfg(test)]

@@ -36,6 +36,9 @@ const CAPACITY: usize = 65_536;
 /// Socket inodes kept per table at most: a larger table is read at every lookup.
 const SOCKETS_KEPT: usize = 64;
 
+/// Forks remembered, newest last (see [`Siblings::newest_forks`]).
+const FORKS_KEPT: usize = 64;
+
 /// How often the thread that reads the connector between lookups looks whether the
 /// resolver is gone, when no event woke it.
 const WATCH_TIMEOUT_MS: i32 = 1_000;
@@ -68,6 +71,9 @@ struct State {
     lost_at: u64,
     /// The connector's socket broke, or it could not be opened: nothing is kept.
     broken: bool,
+    /// The last [`FORKS_KEPT`] processes forked that have not exited since, oldest first:
+    /// where a lookup looks for a fresh client before it lists `/proc`.
+    forks: std::collections::VecDeque<u32>,
 }
 
 /// A lookup's reads of sibling tables, begun at `sequence` (see [`Siblings::plan`]); `None`
@@ -141,6 +147,15 @@ impl Siblings {
                 state.tables.insert(pid, sockets);
             }
         }
+    }
+
+    /// The processes forked last that have not exited since, newest first, as far as the
+    /// process connector has told (every fork before this call, less any it dropped); empty
+    /// without it. Only where to look first: a process it leaves out is found by the scan.
+    pub(crate) fn newest_forks(&self) -> Vec<u32> {
+        self.current()
+            .map(|state| state.forks.iter().rev().copied().collect())
+            .unwrap_or_default()
     }
 
     /// The state with every event so far applied, or `None` when tables cannot be kept.
@@ -244,7 +259,19 @@ impl State {
     fn apply(&mut self, event: Event) {
         self.sequence += 1;
         let pid = match event {
-            Event::Forked(pid) | Event::Exited(pid) => pid,
+            Event::Forked(pid) => {
+                if self.forks.len() >= FORKS_KEPT {
+                    self.forks.pop_front();
+                }
+                self.forks.push_back(pid);
+                pid
+            }
+            Event::Exited(pid) => {
+                if let Some(at) = self.forks.iter().rposition(|forked| *forked == pid) {
+                    self.forks.remove(at);
+                }
+                pid
+            }
         };
         self.tables.remove(&pid);
         if let Some((_, last)) = self.reading.get_mut(&pid) {
@@ -291,5 +318,16 @@ mod tests {
         state.forget_all();
         assert!(state.tables.is_empty());
         assert_eq!(state.lost_at, state.sequence);
+    }
+
+    #[test]
+    fn the_newest_forks_are_kept_until_they_exit() {
+        let mut events: Vec<Event> = (1..=FORKS_KEPT as u32 + 2).map(Event::Forked).collect();
+        events.push(Event::Exited(FORKS_KEPT as u32));
+        let state = state_after(&events);
+        assert_eq!(state.forks.len(), FORKS_KEPT - 1);
+        assert_eq!(state.forks.front(), Some(&3));
+        assert_eq!(state.forks.back(), Some(&(FORKS_KEPT as u32 + 2)));
+        assert!(!state.forks.contains(&(FORKS_KEPT as u32)));
     }
 }

@@ -313,14 +313,30 @@ pub fn known_traffic_with(tag: &str, extra: &[&str]) -> Traffic {
         );
         assert!(!out.contains(SECRET), "the client saw the secret: {out}");
     }
-    // Both tunnels' close events are written before the metrics are read.
+    // Both tunnels' close events are written before the metrics are read, and every client
+    // connection has been let go: a connection leaves the gauge when its task ends, a moment
+    // after its close event (and the plain requests' connections write none).
     wait_for_closes(&sluice, 2);
+    wait_for_no_connections(metrics);
     Traffic {
         sluice,
         metrics,
         dir,
         _web: web,
         _api: api,
+    }
+}
+
+/// Waits (10 s at most, then returns: the caller's assertions say what is wrong) until
+/// `sluice_active_connections` reads 0.
+fn wait_for_no_connections(metrics: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let (status, text) = openmetrics(metrics);
+        if status == 200 && value(&parse(&text), "sluice_active_connections", &[]) == 0.0 {
+            return;
+        }
+        thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -5,7 +5,9 @@
 //! upstream leaves out the scheme's default port, as `:authority` does; an upstream whose
 //! TLS fails after the client's `200` is answered `502` with the reason, audited, and the
 //! tunnel gets one open event, not two. And on HTTP/1.1's keep-alive loop (HTTP/2 has none),
-//! a later malformed head or `CONNECT` is audited like the first.
+//! a later malformed head or `CONNECT` is audited like the first; inside an inspected tunnel,
+//! over both protocols, a later refused request is audited too (and, over HTTP/1.1, a later
+//! malformed head).
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation is a failed test
 
 use std::io::{Read, Write};
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sluice_e2e::ocsf::{class, is_close, is_open};
-use sluice_e2e::origin::{H2Origin, HttpOrigin};
+use sluice_e2e::origin::{H2Origin, HttpOrigin, streaming_origin};
 use sluice_e2e::proxy::{Sluice, TempDir, assert_events_valid, me, privileged, run};
 
 #[derive(Clone, Copy, Debug)]
@@ -284,4 +286,159 @@ fn a_later_refused_head_on_a_kept_alive_connection_is_audited() {
     });
     assert_eq!(e["http_request"]["http_method"], "POST", "{e}");
     assert_events_valid(&sluice);
+}
+
+/// Inside an inspected tunnel, over both protocols: after a request answered on the
+/// connection, a later one refused on the same connection (its authority not the tunnel's)
+/// is refused and audited like the first.
+fn later_refusal_in_a_tunnel(http: Http) {
+    let dir = TempDir::new(&format!("drift-later-{http:?}").to_ascii_lowercase());
+    let origin = H2Origin::start(dir.path());
+    let port = origin.port();
+    let policy = inspected("127.0.0.1", port);
+    let (sluice, ca) = Sluice::intercepting(&dir, &policy, &[&origin.cert], None, &[]);
+    let proxy = sluice.proxy_url();
+    let url = |path: &str| format!("https://127.0.0.1:{port}{path}");
+    let ca = ca.to_string_lossy().into_owned();
+    let each = [
+        http.flag(),
+        "--cacert",
+        &ca,
+        "-x",
+        &proxy,
+        "-o",
+        "/dev/null",
+    ];
+    let said = "%{http_code} %{num_connects}\n";
+    let (code, out, err) = run(Command::new("curl")
+        .args(["-s", "--max-time", "30"])
+        .args(each)
+        .args(["-w", said])
+        .arg(url("/first"))
+        .args(["--next", "--max-time", "30"])
+        .args(each)
+        .args(["-w", said, "-H", "Host: elsewhere.test"])
+        .arg(url("/later")));
+    assert_eq!(code, 0, "{out}\n{err}\n{}", sluice.stderr());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.first(), Some(&"200 1"), "{http:?}: {out}");
+    // The same connection (no new one), refused.
+    let later = lines.get(1).copied().unwrap_or_default();
+    assert!(
+        later.ends_with(" 0") && !later.starts_with("200"),
+        "{http:?}: {out}"
+    );
+    let status: u16 = later.split(' ').next().unwrap().parse().unwrap();
+    let e = sluice.wait_event("the later refusal", |e| {
+        class(e) == 4002 && e["http_request"]["url"]["path"] == "/later"
+    });
+    assert_eq!(e["http_response"]["code"], status, "{e}");
+    assert_eq!(e["dst_endpoint"]["port"], port, "{e}");
+    assert_eq!(origin.received().len(), 1);
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn a_later_refusal_in_a_tunnel_is_audited_over_http1_1() {
+    later_refusal_in_a_tunnel(Http::H1);
+}
+
+#[test]
+fn a_later_refusal_in_a_tunnel_is_audited_over_http2() {
+    later_refusal_in_a_tunnel(Http::H2);
+}
+
+/// In an inspected tunnel (HTTP/1.1, `openssl s_client` sending both heads at once), a
+/// malformed head after an answered request is refused `400` and audited with the tunnel's
+/// destination, as it is on the forward loop.
+#[test]
+fn a_later_malformed_head_in_a_tunnel_is_audited() {
+    use std::process::Stdio;
+    let dir = TempDir::new("drift-later-head");
+    let origin = H2Origin::start(dir.path());
+    let port = origin.port();
+    let policy = format!(
+        "{}      - path: /usr/bin/openssl\n",
+        inspected("127.0.0.1", port)
+    );
+    let (sluice, ca) = Sluice::intercepting(&dir, &policy, &[&origin.cert], None, &[]);
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-quiet", "-proxy", &sluice.addr().to_string()])
+        .args(["-connect", &format!("127.0.0.1:{port}"), "-CAfile"])
+        .arg(&ca)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let heads = format!(
+        "GET /first HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\nPOST /later HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"
+    );
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(heads.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let answers: Vec<&str> = said.matches("HTTP/1.1 ").collect();
+    assert_eq!(
+        answers.len(),
+        2,
+        "{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+    assert!(said.contains("HTTP/1.1 400"), "{said}");
+    let e = sluice.wait_event("the later malformed head", |e| {
+        class(e) == 4002 && e["http_response"]["code"] == 400
+    });
+    assert_eq!(e["http_request"]["http_method"], "POST", "{e}");
+    assert_eq!(e["dst_endpoint"]["port"], port, "{e}");
+    assert_eq!(origin.received().len(), 1);
+    assert_events_valid(&sluice);
+}
+
+/// The audit record goes out when the response body ends, over both protocols, also when
+/// the client stops it: a stream the client leaves after about a second and a half is
+/// audited then, with the bytes that reached it and its duration, once.
+fn a_response_left_midway(http: Http) {
+    let dir = TempDir::new(&format!("drift-midway-{http:?}").to_ascii_lowercase());
+    let (origin, origin_ca) = streaming_origin(dir.path());
+    let port = origin.port;
+    let policy = inspected("127.0.0.1", port);
+    let (sluice, ca) = Sluice::intercepting(&dir, &policy, &[&origin_ca], None, &[]);
+    let (code, out, err) = run(Command::new("curl")
+        .args(["-s", "-N", "--max-time", "1.5", http.flag(), "--cacert"])
+        .arg(&ca)
+        .args(["-x", &sluice.proxy_url()])
+        .arg(format!("https://127.0.0.1:{port}/stream")));
+    // 28: curl's own time limit, the client leaving.
+    assert_eq!(code, 28, "{out}\n{err}\n{}", sluice.stderr());
+    assert!(out.contains("line 2"), "{out}");
+    let e = sluice.wait_event("the stream's record", |e| {
+        class(e) == 4002 && e["http_request"]["url"]["path"] == "/stream"
+    });
+    assert_eq!(e["http_response"]["code"], 200, "{e}");
+    let bytes = e["traffic"]["bytes_in"].as_u64().unwrap_or_default();
+    assert!(bytes >= out.len() as u64 && bytes > 0, "{e}\n{out}");
+    assert!(e["duration"].as_u64().unwrap_or_default() >= 1000, "{e}");
+    let records = sluice
+        .events()
+        .into_iter()
+        .filter(|e| class(e) == 4002 && e["http_request"]["url"]["path"] == "/stream")
+        .count();
+    assert_eq!(records, 1);
+    assert_events_valid(&sluice);
+}
+
+#[test]
+fn a_response_left_midway_is_audited_over_http1_1() {
+    a_response_left_midway(Http::H1);
+}
+
+#[test]
+fn a_response_left_midway_is_audited_over_http2() {
+    a_response_left_midway(Http::H2);
 }

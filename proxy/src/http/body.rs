@@ -4,13 +4,18 @@
 //! after each chunk, bounded size lines and trailers) and the hand-off to the upstream
 //! client: the connection task decodes frames and sends them through a bounded channel to a
 //! `ChannelBody`, which hyper polls. Nothing is buffered beyond one frame in flight.
+//! Every streamed request body, HTTP/1.1's channel and HTTP/2's stream alike, is then
+//! judged by one type on its way upstream: [`Checked`], through the [`BodyCheck`].
 //!
 //! Every read of the body from the client is paced ([`BodyPace`]): a client that goes silent,
 //! or trickles its body slower than a minimum rate, is cut off, while a stream that keeps
 //! arriving at that rate may last as long as it likes. Time spent waiting for the upstream to
 //! take a frame (backpressure) is not the client's and does not count.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -18,7 +23,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::head::BodyFraming;
 use crate::http::respond::Code;
@@ -253,34 +258,21 @@ impl BodyCheck {
     }
 }
 
-/// Where decoded body bytes go: the channel to the upstream, through the [`BodyCheck`].
+/// Where decoded body bytes go: the channel to the upstream, as they arrive (the
+/// [`BodyCheck`] is [`Checked`]'s, on the other side of the channel), each read paced.
 #[derive(Debug)]
 pub(crate) struct BodySink {
     tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>,
-    check: BodyCheck,
     pacer: Pacer,
 }
 
 impl BodySink {
     /// A sink paced by [`BodyPace::default`]; see [`BodySink::paced`].
-    pub(crate) fn new(tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>, guard: bool) -> BodySink {
+    pub(crate) fn new(tx: mpsc::Sender<Result<Frame<Bytes>, BodyError>>) -> BodySink {
         BodySink {
             tx,
-            check: BodyCheck::new(guard, None),
             pacer: Pacer::new(BodyPace::default()),
         }
-    }
-
-    /// The same sink, its guard also over an `aws-chunked` body's joined data.
-    pub(crate) fn aws_chunked(mut self, framed: bool) -> BodySink {
-        self.check = std::mem::take(&mut self.check).aws_chunked(framed);
-        self
-    }
-
-    /// The same sink with `hold` between the guard and the upstream.
-    pub(crate) fn holding(mut self, hold: Option<Box<dyn Hold>>) -> BodySink {
-        self.check.hold = hold;
-        self
     }
 
     /// The same sink with the operator's pace (`--body-timeout`, `--body-min-rate`).
@@ -290,22 +282,204 @@ impl BodySink {
     }
 
     async fn data(&mut self, chunk: Bytes) -> Result<(), BodyError> {
+        send(&self.tx, Frame::data(chunk)).await
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request body on its way upstream, over HTTP/1.1 and HTTP/2 alike: [`Checked`] as it
+/// streams, or whole.
+pub(crate) type UpBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+
+/// What a [`Checked`] body tells the exchange that answers for it: how many bytes arrived,
+/// and why it stopped, if it did.
+#[derive(Debug, Default)]
+pub(crate) struct BodyState {
+    received: AtomicU64,
+    stopped: OnceLock<BodyError>,
+}
+
+impl BodyState {
+    /// Body bytes received from the client so far.
+    pub(crate) fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
+    }
+
+    /// Why the body stopped: a placeholder in it or its trailers, a held part refused, a
+    /// client too slow, bad framing.
+    pub(crate) fn stopped(&self) -> Option<&BodyError> {
+        self.stopped.get()
+    }
+}
+
+type Polled = Poll<Option<Result<Frame<Bytes>, BoxError>>>;
+
+/// A client's request body on its way upstream, over HTTP/1.1 (the frames [`pump`] decodes)
+/// and HTTP/2 (hyper's stream) alike: through the [`BodyCheck`] (the placeholder guard, the
+/// hold, the trailers), counted, and told (`sent`) when it has ended or stopped. The one
+/// type a streamed body passes. Paced here when its wire is not paced at its reads
+/// (HTTP/2: only time spent waiting for the client counts, since hyper polls the body only
+/// when the upstream stream has room for it).
+#[derive(Debug)]
+pub(crate) struct Checked<B> {
+    inner: B,
+    check: BodyCheck,
+    /// What the check let go and is not sent yet, then the trailers it waited for.
+    ready: VecDeque<Frame<Bytes>>,
+    state: Arc<BodyState>,
+    pacer: Option<Pacer>,
+    /// The wait for the client under way: when it began, and when its allowance runs out.
+    waiting: Option<(tokio::time::Instant, Pin<Box<tokio::time::Sleep>>)>,
+    /// Told (or dropped) when the body has ended or stopped: the upstream timeout counts
+    /// from then.
+    sent: Option<oneshot::Sender<()>>,
+}
+
+impl<B> Checked<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    /// `inner` through `check`, paced by `pace` when given; with what it reports, and the
+    /// receiver told when it has ended or stopped.
+    pub(crate) fn new(
+        inner: B,
+        check: BodyCheck,
+        pace: Option<BodyPace>,
+    ) -> (Checked<B>, Arc<BodyState>, oneshot::Receiver<()>) {
+        let state = Arc::new(BodyState::default());
+        let (sent, told) = oneshot::channel();
+        let checked = Checked {
+            inner,
+            check,
+            ready: VecDeque::new(),
+            state: Arc::clone(&state),
+            pacer: pace.map(Pacer::new),
+            waiting: None,
+            sent: Some(sent),
+        };
+        (checked, state, told)
+    }
+
+    /// The check the body passes from now on (set once the request is judged).
+    pub(crate) fn checking(&mut self, check: BodyCheck) {
+        self.check = check;
+    }
+
+    /// Stops the body for `e` (kept, for its refusal); the upstream stream is reset.
+    fn stop(&mut self, e: BodyError) -> Polled {
+        self.sent = None;
+        let _ = self.state.stopped.set(e.clone());
+        Poll::Ready(Some(Err(Box::new(e))))
+    }
+
+    /// Passes a frame from the client through the check into `ready`.
+    fn check(&mut self, frame: Frame<Bytes>) -> Result<(), BodyError> {
         let mut out = Vec::new();
-        self.check.data(chunk, &mut out)?;
-        for b in out {
-            send(&self.tx, Frame::data(b)).await?;
+        match frame.into_data() {
+            Ok(data) => self.check.data(data, &mut out)?,
+            Err(trailers) => {
+                if let Some(t) = trailers.trailers_ref() {
+                    BodyCheck::trailers(t)?;
+                }
+                // The payload ended: what is held goes (if it may) before the trailers.
+                self.check.end(&mut out)?;
+                self.ready.extend(out.drain(..).map(Frame::data));
+                self.ready.push_back(trailers);
+            }
         }
+        self.ready.extend(out.into_iter().map(Frame::data));
         Ok(())
     }
 
-    /// The payload ended: what the hold still has goes, if it may.
-    async fn end(&mut self) -> Result<(), BodyError> {
-        let mut out = Vec::new();
-        self.check.end(&mut out)?;
-        for b in out {
-            send(&self.tx, Frame::data(b)).await?;
+    /// The client's body has nothing yet: the wait for it is paced (when this body paces).
+    fn pending(&mut self, cx: &mut Context<'_>) -> Polled {
+        let Some(pacer) = self.pacer else {
+            return Poll::Pending;
+        };
+        if self.waiting.is_none() {
+            let Ok(allowance) = pacer.allowance() else {
+                return self.stop(pacer.too_slow());
+            };
+            let now = tokio::time::Instant::now();
+            self.waiting = Some((now, Box::pin(tokio::time::sleep_until(now + allowance))));
         }
-        Ok(())
+        if let Some((since, sleep)) = self.waiting.as_mut()
+            && sleep.as_mut().poll(cx).is_ready()
+        {
+            let waited = since.elapsed();
+            self.waiting = None;
+            let slow = self.pacer.as_mut().map(|p| {
+                p.record(waited, 0);
+                p.too_slow()
+            });
+            return self.stop(slow.unwrap_or(BodyError::TooSlow(String::new())));
+        }
+        Poll::Pending
+    }
+}
+
+impl<B> Body for Checked<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
+        loop {
+            if let Some(frame) = self.ready.pop_front() {
+                return Poll::Ready(Some(Ok(frame)));
+            }
+            let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => frame,
+                Poll::Ready(Some(Err(e))) => {
+                    let e: BoxError = e.into();
+                    // The wire's own failure of the body (HTTP/1.1's framing, its pace).
+                    if let Some(b) = e.downcast_ref::<BodyError>() {
+                        let _ = self.state.stopped.set(b.clone());
+                    }
+                    self.sent = None;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => {
+                    if !self.check.holding() {
+                        self.sent = None;
+                        return Poll::Ready(None);
+                    }
+                    let mut out = Vec::new();
+                    if let Err(e) = self.check.end(&mut out) {
+                        return self.stop(e);
+                    }
+                    self.ready.extend(out.into_iter().map(Frame::data));
+                    continue;
+                }
+                Poll::Pending => return self.pending(cx),
+            };
+            let this = &mut *self;
+            let waited = this
+                .waiting
+                .take()
+                .map_or(Duration::ZERO, |(since, _)| since.elapsed());
+            let n = frame.data_ref().map_or(0, Buf::remaining);
+            if let Some(p) = this.pacer.as_mut() {
+                p.record(waited, n);
+            }
+            this.state.received.fetch_add(n as u64, Ordering::Relaxed);
+            if let Err(e) = this.check(frame) {
+                return this.stop(e);
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ready.is_empty() && !self.check.holding() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -442,7 +616,6 @@ async fn pump_length<R: AsyncRead + Unpin>(
         remaining -= take as u64;
         sink.data(chunk).await?;
     }
-    sink.end().await?;
     Ok(total)
 }
 
@@ -509,7 +682,6 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
         }
         buf.advance(2);
     }
-    sink.end().await?;
     // Trailers, then the empty line.
     let mut trailers = HeaderMap::new();
     let mut trailer_bytes = 0usize;
@@ -533,7 +705,6 @@ async fn pump_chunked<R: AsyncRead + Unpin>(
         trailers.append(name, value);
     }
     if !trailers.is_empty() {
-        BodyCheck::trailers(&trailers)?;
         send(&sink.tx, Frame::trailers(trailers)).await?;
     }
     Ok(total)
@@ -545,53 +716,6 @@ pub fn too_large(max: usize) -> super::respond::Refusal {
         Code::RequestBodyTooLarge,
         format!("a body to rewrite may be at most {max} bytes (request_body_credential_rewrite)"),
     )
-}
-
-/// Why a body could not be read whole.
-#[derive(Debug)]
-pub(crate) enum ReadWhole {
-    /// It is larger than allowed (the caller says why it needed it whole).
-    TooLarge,
-    /// Its framing or its client failed.
-    Failed(super::respond::Refusal),
-}
-
-/// Reads a whole request body, stopping at one larger than `max` bytes.
-pub(crate) async fn read_bounded<R: AsyncRead + Unpin + Send>(
-    rd: &mut R,
-    buf: &mut BytesMut,
-    framing: BodyFraming,
-    max: usize,
-) -> Result<Bytes, ReadWhole> {
-    let too_large = || ReadWhole::TooLarge;
-    if let BodyFraming::Length(n) = framing
-        && n > max as u64
-    {
-        return Err(too_large());
-    }
-    let (tx, mut rx) = mpsc::channel(4);
-    let pump = pump(rd, buf, framing, BodySink::new(tx, false));
-    let collect = async move {
-        let mut out = Vec::new();
-        while let Some(frame) = rx.recv().await {
-            match frame {
-                Ok(f) => {
-                    if let Ok(d) = f.into_data() {
-                        out.extend_from_slice(&d);
-                        if out.len() > max {
-                            return Err(too_large());
-                        }
-                    }
-                }
-                Err(e) => return Err(ReadWhole::Failed(e.refusal())),
-            }
-        }
-        Ok(out)
-    };
-    let (pumped, collected) = tokio::join!(pump, collect);
-    let out = collected?;
-    pumped.map_err(|e| ReadWhole::Failed(e.refusal()))?;
-    Ok(Bytes::from(out))
 }
 
 #[cfg(test)]
@@ -607,7 +731,7 @@ mod tests {
         let mut buf = BytesMut::new();
         let mut r = input;
         let collect = tokio::spawn(async move { body.collect().await });
-        let res = pump(&mut r, &mut buf, framing, BodySink::new(tx, true)).await;
+        let res = pump(&mut r, &mut buf, framing, BodySink::new(tx)).await;
         let (data, trailers) = match collect.await.unwrap() {
             Ok(c) => {
                 let t = c.trailers().cloned();
@@ -664,7 +788,7 @@ mod tests {
         let drain = tokio::spawn(async move { while rx.frame().await.is_some() {} });
         let started = tokio::time::Instant::now();
         let mut buf = BytesMut::new();
-        let sink = BodySink::new(tx, false).paced(pace);
+        let sink = BodySink::new(tx).paced(pace);
         let res = pump(&mut server, &mut buf, BodyFraming::Length(len), sink).await;
         let took = started.elapsed();
         drain.abort();
@@ -737,5 +861,80 @@ mod tests {
                 "{bad:?}: {res:?}"
             );
         }
+    }
+    /// The frames a pump would send, through [`Checked`]: what went upstream, how the body
+    /// ended, and whether the exchange was told it had.
+    async fn checked(
+        frames: Vec<Result<Frame<Bytes>, BodyError>>,
+        guard: bool,
+    ) -> (Vec<u8>, Option<BodyError>, u64, bool) {
+        let (tx, raw) = ChannelBody::channel(None);
+        let (body, state, told) = Checked::new(raw, BodyCheck::new(guard, None), None);
+        let send = async move {
+            for f in frames {
+                if tx.send(f).await.is_err() {
+                    break;
+                }
+            }
+        };
+        let collect = async move {
+            let mut body = body;
+            let mut out = Vec::new();
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Ok(d) = frame.into_data() {
+                    out.extend_from_slice(&d);
+                }
+            }
+            out
+        };
+        let ((), out) = tokio::join!(send, collect);
+        let ended = told.await.is_err();
+        (out, state.stopped().cloned(), state.received(), ended)
+    }
+
+    /// One check for both transports: a placeholder split across HTTP/1.1's frames stops
+    /// the body before its second half goes, and the exchange learns why.
+    #[tokio::test]
+    async fn a_placeholder_across_frames_stops_the_body() {
+        let frames = || {
+            vec![
+                Ok(Frame::data(Bytes::from_static(b"a=openshell:res"))),
+                Ok(Frame::data(Bytes::from_static(b"olve:env:TOKEN&b=1"))),
+            ]
+        };
+        let (out, stopped, received, ended) = checked(frames(), true).await;
+        assert_eq!(stopped, Some(BodyError::Placeholder));
+        assert!(!out.windows(7).any(|w| w == b"olve:en"), "{out:?}");
+        assert_eq!(received, 33);
+        assert!(ended);
+        // Unguarded it passes whole.
+        let (out, stopped, _, _) = checked(frames(), false).await;
+        assert_eq!(stopped, None);
+        assert_eq!(out, b"a=openshell:resolve:env:TOKEN&b=1");
+    }
+
+    /// Trailers are checked whether or not the body is guarded; a failure of the wire (a
+    /// truncated HTTP/1.1 body) is kept for the refusal.
+    #[tokio::test]
+    async fn trailers_and_the_wires_failures_are_kept() {
+        let mut t = HeaderMap::new();
+        t.insert(
+            "x-sig",
+            HeaderValue::from_static("openshell:resolve:env:KEY"),
+        );
+        let frames = vec![
+            Ok(Frame::data(Bytes::from_static(b"ok"))),
+            Ok(Frame::trailers(t)),
+        ];
+        let (_, stopped, _, _) = checked(frames, false).await;
+        assert_eq!(stopped, Some(BodyError::PlaceholderInTrailers));
+        let frames = vec![
+            Ok(Frame::data(Bytes::from_static(b"par"))),
+            Err(BodyError::Truncated),
+        ];
+        let (out, stopped, received, ended) = checked(frames, true).await;
+        assert_eq!((out.as_slice(), received), (&b"par"[..], 3));
+        assert_eq!(stopped, Some(BodyError::Truncated));
+        assert!(ended);
     }
 }

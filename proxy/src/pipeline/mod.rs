@@ -6,6 +6,12 @@
 //! `http1` (absolute-form HTTP). The policy decision, the caller lookup and the destination
 //! check live in `caller/identify.rs`, the policy module and `upstream/destination.rs`, and both entry points
 //! call the same ones.
+//!
+//! The map: `phases/` holds each step written once (the connection phase, then per request
+//! the request phase and the exchange, `phases/exchange.rs`, which owns a request's order
+//! from judgement to the audited answer); `transports/` holds only the wire work of each
+//! protocol, HTTP/1.1, HTTP/2 and the WebSocket handshake all calling that one exchange;
+//! `caller/`, `client/`, `upstream/` and `state/` are what they name.
 
 pub mod authority;
 mod caller;

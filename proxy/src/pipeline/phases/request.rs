@@ -1,10 +1,9 @@
 //! The request phase, written once for every transport: a request on an admitted connection
 //! is checked for its authority (it must name the admitted destination), its caller, the L7
 //! judgement, the credentials of its head and the policy for its body, then goes upstream;
-//! its body's failures and its upstream's are refused the same way. HTTP/1.1 (`transports/http1.rs`),
-//! HTTP/2 (`transports/http2.rs`) and WebSocket handshakes (`transports/websocket/handshake.rs`) call these steps, and do only
-//! what their wire format needs themselves (reading heads and bodies, writing answers). The
-//! order of the whole exchange, and its steps past this phase, are in `phases/exchange.rs`.
+//! its body's failures and its upstream's are refused the same way. The exchange
+//! (`phases/exchange.rs`) calls these steps in its one order, for HTTP/1.1, HTTP/2 and
+//! WebSocket handshakes alike; the transports do only what their wire format needs.
 //!
 //! ```text
 //! prepare:  authority → caller → judge → credentials (head) → body plan
@@ -87,6 +86,9 @@ pub struct Prepared {
     pub sign: Option<inject::ToSign>,
     /// A WebSocket handshake to an endpoint with `websocket_credential_rewrite`.
     pub ws_rewrite: bool,
+    /// A WebSocket handshake whose messages sluice reads (judged by its policy, or
+    /// rewritten): no extension may be negotiated, a compressed message could not be read.
+    pub ws_read: bool,
     /// The body is (or says it is) S3's `aws-chunked` framing: a guarded body is also scanned
     /// as the upstream joins its chunks (`credentials::aws_chunks`).
     pub aws_chunked: bool,
@@ -332,6 +334,11 @@ impl<'a> Exchange<'a> {
                 .endpoints
                 .iter()
                 .any(|r| policy.endpoint(*r).websocket_credential_rewrite);
+        let ws_read = ws_rewrite
+            || (head.websocket && {
+                let text = policy.decide_websocket_text(admission, head.target.as_bytes(), b"");
+                policy.inspects_websocket_messages(&text)
+            });
         let body = match (rewrite, head.websocket) {
             (true, false) => BodyPlan::Rewrite,
             (true, true) => BodyPlan::Pass,
@@ -360,6 +367,7 @@ impl<'a> Exchange<'a> {
                 rpc,
                 sign: to_sign,
                 ws_rewrite,
+                ws_read,
                 aws_chunked: aws_framed,
             },
         ))

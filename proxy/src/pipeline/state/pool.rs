@@ -21,16 +21,11 @@ use std::time::{Duration, Instant};
 use hyper::client::conn::{http1, http2};
 
 use crate::credentials::Bindings;
-use crate::http::body::ChannelBody;
+use crate::http::body::UpBody;
 use crate::pipeline::authority::Authority;
 use crate::policy::Policy;
 use crate::tls::server::Alpn;
 use crate::tls::upstream::Offer;
-
-/// A request body on its way upstream over HTTP/2: guarded and paced as it streams, or
-/// rewritten whole.
-pub(crate) type UpBody =
-    http_body_util::combinators::BoxBody<bytes::Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Idle connections kept for one caller and destination.
 const MAX_IDLE_PER_KEY: usize = 4;
@@ -100,7 +95,7 @@ impl Epoch {
 
 /// An upstream HTTP client over a verified TLS connection.
 pub(crate) enum Client {
-    H1(http1::SendRequest<ChannelBody>),
+    H1(http1::SendRequest<UpBody>),
     H2(http2::SendRequest<UpBody>),
 }
 
@@ -346,7 +341,7 @@ mod tests {
     /// A ready HTTP/1.1 client over an in-memory pipe (the far end kept open).
     async fn client() -> (Client, tokio::io::DuplexStream) {
         let (near, far) = tokio::io::duplex(1024);
-        let (mut sender, conn) = http1::handshake::<_, ChannelBody>(TokioIo::new(near))
+        let (mut sender, conn) = http1::handshake::<_, UpBody>(TokioIo::new(near))
             .await
             .unwrap();
         tokio::spawn(conn);

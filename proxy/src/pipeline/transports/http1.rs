@@ -1,133 +1,47 @@
 //! HTTP/1.1 on one client connection: absolute-form requests (`GET http://host/path`), each
 //! admitted on its own by the connection phase (`phases/connection.rs`) and forwarded with
 //! keep-alive on both sides, or the requests inside an admitted tunnel (TLS-terminated, or
-//! plaintext HTTP). Every request goes through the exchange (`phases/exchange.rs`) in the same
-//! order and with the same steps as HTTP/2's.
+//! plaintext HTTP). A thin adapter: each head read strictly, made a request, handed to the
+//! one exchange (`phases/exchange.rs`, the same as HTTP/2's), its answer written.
 //!
-//! Owns HTTP/1.1's wire: reading heads, pumping a body by its framing (through the shared
-//! body check, paced, with backpressure) or reading it whole, `100 Continue`, writing
-//! answers, and this connection's upstream connections. Hop-by-hop and `Proxy-*` headers
-//! never cross; the canonical path is what goes upstream.
+//! Owns HTTP/1.1's wire: reading heads (a later one refused is audited as the first is),
+//! decoding and pacing a body by its framing into the channel the exchange's body check
+//! reads (`http::body::pump`, started when the exchange asks for the body), `100 Continue`,
+//! writing answers, and this connection's upstream connections (`H1Wire`). Hop-by-hop and
+//! `Proxy-*` headers never cross; the canonical path is what goes upstream.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::task::Poll;
 
 use bytes::BytesMut;
-use hyper::client::conn::http1::SendRequest;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::oneshot;
 
-use super::lease::{self, Lease};
+pub use super::http1_route::{Route, Tunnel};
+use super::http1_route::{Upstream, upstream_for};
+use super::lease;
 use super::unread;
-use super::websocket::rewrite::Rewrite;
 use crate::audit::{self, Engine};
-use crate::credentials::ScrubSet;
-use crate::http::body::{self, ChannelBody};
+use crate::http::body::{self, ChannelBody, UpBody};
 use crate::http::head::{self, BodyFraming, HeadError, RequestHead};
 use crate::http::respond::{self, Code, Refusal};
 use crate::pipeline::authority::Authority;
-use crate::pipeline::caller::identify::{self, CallerState};
+use crate::pipeline::caller::identify::{self, CallerState, Known};
 use crate::pipeline::client::accepted::Conn;
 use crate::pipeline::denial::Denial;
 use crate::pipeline::denial::{head_refusal, smuggling_finding};
 use crate::pipeline::phases::connection;
 use crate::pipeline::phases::connection::{Admitted, Scheme};
-use crate::pipeline::phases::exchange::{self, Begun, Unanswered, Wire};
+use crate::pipeline::phases::exchange::{self, Answered, Wire};
 use crate::pipeline::phases::record::Record;
-use crate::pipeline::phases::request::{BodyPlan, Exchange, Head};
+use crate::pipeline::phases::request::{Exchange, Head};
 use crate::pipeline::state::shared::Shared;
 use crate::pipeline::target::{host_matches, parse_absolute, tunnel_target};
 use crate::pipeline::transports::websocket::handshake::{self, Client, Handshake};
-use crate::pipeline::upstream::open;
-
-/// Upstream connections kept per client connection.
-const MAX_UPSTREAMS: usize = 8;
-
-/// An upstream HTTP/1.1 connection and the address it reached.
-pub(crate) struct Upstream {
-    pub(crate) sender: SendRequest<ChannelBody>,
-    addr: SocketAddr,
-    /// Its last exchange ended cleanly: the request body sent whole, the response read whole
-    /// and not delimited by the close, no upgrade. Only then may it serve another client.
-    reusable: bool,
-}
-
-impl std::fmt::Debug for Upstream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upstream")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
-    }
-}
 
 /// What one request did to the connection.
 pub(crate) struct Step {
     pub(crate) keep_alive: bool,
-}
-
-/// How requests on this connection find their upstream.
-#[derive(Debug)]
-pub enum Route {
-    /// Absolute-form requests: each names its own host, admitted and dialled per request.
-    Forward,
-    /// Requests inside an admitted CONNECT tunnel (TLS-terminated, or plaintext HTTP).
-    Tunnel(Box<Tunnel>),
-}
-
-/// An admitted tunnel: its destination and admission, and its upstream connection: one for
-/// its whole life (plaintext HTTP), or, under a [`Lease`], held only while a request is in
-/// flight (TLS).
-#[derive(Debug)]
-pub struct Tunnel {
-    admitted: Admitted,
-    /// `None` while the lease has given it back.
-    upstream: Option<Upstream>,
-    lease: Option<Lease>,
-}
-
-impl Tunnel {
-    /// A tunnel that keeps `sender`'s connection for its whole life.
-    pub fn new(admitted: Admitted, sender: SendRequest<ChannelBody>, addr: SocketAddr) -> Tunnel {
-        Tunnel {
-            admitted,
-            upstream: Some(Upstream {
-                sender,
-                addr,
-                reusable: false,
-            }),
-            lease: None,
-        }
-    }
-
-    /// A tunnel whose upstream connection, first `sender`'s, goes back to the pool whenever
-    /// its client idles.
-    pub(crate) fn leased(
-        admitted: Admitted,
-        sender: SendRequest<ChannelBody>,
-        lease: Lease,
-    ) -> Tunnel {
-        Tunnel {
-            admitted,
-            upstream: Some(Upstream {
-                sender,
-                addr: lease.addr(),
-                reusable: false,
-            }),
-            lease: Some(lease),
-        }
-    }
-
-    /// Gives a leased upstream connection back (pooled if its last exchange ended cleanly);
-    /// an unleased one is kept.
-    pub(crate) fn release(&mut self, shared: &Shared) {
-        if let Some(lease) = &self.lease
-            && let Some(u) = self.upstream.take()
-        {
-            let current = connection::current_epoch(shared, &self.admitted);
-            lease.release(&shared.pool, current, u.sender, u.reusable);
-        }
-    }
 }
 
 /// One client connection's HTTP/1.1 session: what its requests share.
@@ -422,76 +336,106 @@ async fn admit_forward<W: AsyncWrite + Unpin>(
     Ok(Some((admitted, target.path_and_query)))
 }
 
-/// The upstream for a request: the tunnel's one connection, or this client's connection to
-/// the forward target (reused, else dialled). `Ok(None)`: the tunnel's upstream is gone.
-async fn upstream_for<'u>(
-    x: &Exchange<'_>,
-    route: &'u mut Route,
-    upstreams: &'u mut HashMap<Authority, Upstream>,
-    verb: &str,
-) -> Result<Option<&'u mut Upstream>, Denial> {
-    match route {
-        Route::Tunnel(t) => {
-            if let Some(u) = &mut t.upstream
-                && u.sender.ready().await.is_err()
-            {
-                t.upstream = None;
-            }
-            // Gone (closed by the upstream while the client idled) or given back: a leased
-            // tunnel takes another for this request, else the tunnel ends.
-            if t.upstream.is_none() {
-                let Some(lease) = &mut t.lease else {
-                    return Ok(None);
-                };
-                // Boxed, as the dials below: a handshake's state (kilobytes) would otherwise
-                // be part of every request's.
-                let sender = Box::pin(lease.acquire(x.shared, &t.admitted))
-                    .await
-                    .map_err(|e| x.upstream_failed(e))?;
-                t.upstream = Some(Upstream {
-                    sender,
-                    addr: lease.addr(),
-                    reusable: false,
-                });
-            }
-            Ok(t.upstream.as_mut())
-        }
-        Route::Forward => {
-            let key = &x.admitted.dst;
-            // Each request is admitted again: its upstream connection is reused only at an
-            // address the destination plan in force still allows.
-            let reusable = match upstreams.get_mut(key) {
-                Some(u) => {
-                    connection::still_allows(x.shared, x.admitted, u.addr)
-                        && u.sender.ready().await.is_ok()
-                }
-                None => false,
-            };
-            if !reusable {
-                upstreams.remove(key);
-                if upstreams.len() >= MAX_UPSTREAMS {
-                    upstreams.clear();
-                }
-                let (stream, addr) = Box::pin(connection::dial(x.shared, x.admitted, verb)).await?;
-                match Box::pin(open::http1(stream)).await {
-                    Ok(sender) => {
-                        upstreams.insert(
-                            key.clone(),
-                            Upstream {
-                                sender,
-                                addr,
-                                reusable: false,
-                            },
-                        );
-                    }
-                    Err(e) => return Err(x.upstream_failed(e.to_string())),
-                }
-            }
-            Ok(upstreams.get_mut(key))
+/// HTTP/1.1's wire work for one exchange (`exchange::Transport`): this connection's
+/// upstream connections, `100 Continue`, and the word to start reading the body.
+struct H1Wire<'s, W> {
+    shared: &'s Shared,
+    conn: &'s Conn,
+    route: &'s mut Route,
+    upstreams: &'s mut HashMap<Authority, Upstream>,
+    wr: &'s mut W,
+    /// The destination, the key of a forward upstream.
+    key: Authority,
+    expect_continue: bool,
+    /// Told when the client's body may be read.
+    go: Option<oneshot::Sender<()>>,
+    /// An absolute-form request, live until it ends.
+    live: Option<crate::pipeline::state::live::Registration<'s>>,
+}
+
+impl<W> H1Wire<'_, W> {
+    /// The upstream the exchange picked.
+    fn chosen(&mut self) -> Option<&mut Upstream> {
+        match &mut *self.route {
+            Route::Tunnel(t) => t.upstream.as_mut(),
+            Route::Forward => self.upstreams.get_mut(&self.key),
         }
     }
 }
 
+impl<W: AsyncWrite + Unpin + Send> exchange::Transport for H1Wire<'_, W> {
+    async fn upstream(
+        &mut self,
+        x: &Exchange<'_>,
+        known: &Known,
+        rec: &mut Record,
+    ) -> Result<bool, Denial> {
+        let Some(upstream) = upstream_for(x, self.route, self.upstreams, &rec.method).await? else {
+            return Ok(false);
+        };
+        // Reusable again only if this exchange ends cleanly.
+        upstream.reusable = false;
+        let addr = upstream.addr;
+        rec.ip = Some(addr.ip());
+        // An absolute-form request is live until it ends (its response, or its WebSocket): a
+        // reload that no longer allows it, or no longer allows the address its upstream was
+        // dialled at (per request, or kept from an earlier one at an address still allowed),
+        // stops the connection. A tunnel registered itself.
+        if matches!(self.route, Route::Forward) {
+            let kind = connection::Kind::Forward;
+            let live =
+                connection::hold(self.shared, self.conn, known, x.admitted, kind, Some(addr));
+            self.live = Some(live);
+        }
+        Ok(true)
+    }
+
+    async fn proceed(&mut self) -> bool {
+        if self.expect_continue
+            && self
+                .wr
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                .await
+                .is_err()
+        {
+            return false;
+        }
+        if let Some(go) = self.go.take() {
+            let _ = go.send(());
+        }
+        true
+    }
+
+    async fn send(
+        &mut self,
+        request: http::Request<UpBody>,
+    ) -> Result<http::Response<hyper::body::Incoming>, String> {
+        match self.chosen() {
+            Some(u) => u
+                .sender
+                .send_request(request)
+                .await
+                .map_err(|e| e.to_string()),
+            None => Err("the upstream connection is gone".to_string()),
+        }
+    }
+}
+
+/// What became of one exchange on the client's side.
+enum Wrote<'k> {
+    /// The answer was written (or failed midway).
+    Answer(Result<respond::Written, respond::WriteError>),
+    /// A refusal was written; the connection closes.
+    Refused,
+    /// A WebSocket handshake the upstream accepted, to relay.
+    Upgrade(&'k Known, Box<exchange::Upgrade>),
+    /// Nothing to write: the upstream or the client is gone.
+    Gone,
+}
+
+/// One request on the connection: its connection phase (absolute-form) or its tunnel's
+/// admission, then the exchange (`phases/exchange.rs`) while its body is read from the
+/// client, then its answer written.
 async fn one<R, W>(
     s: &mut Session<'_, R, W>,
     upstreams: &mut HashMap<Authority, Upstream>,
@@ -511,6 +455,7 @@ where
         buf,
     } = s;
     let shared: &Shared = shared;
+    let conn: &Conn = conn;
     let mut rec = Record::open(shared, conn.id, conn.peer, caller.as_ref().ok());
     // Named from the start: a request refused before its target is parsed is audited with it.
     rec.method = head.method.to_ascii_uppercase();
@@ -531,12 +476,10 @@ where
             (t.admitted.clone(), pq, ok)
         }
     };
-    let forward = matches!(route, Route::Forward);
     let x = Exchange {
         shared,
         admitted: &admitted,
     };
-    // The request phase: authority, caller, judgement, credentials, body plan.
     let websocket = is_websocket(head);
     let framing = head.framing();
     let req = Head {
@@ -547,240 +490,119 @@ where
         websocket,
         has_body: framing != BodyFraming::None,
     };
-    let Begun {
-        known,
-        mut prepared,
-        hold,
-        form,
-    } = match x.begin(caller.as_ref(), req, &mut rec) {
-        Ok(b) => b,
-        Err(d) => return refuse(wr, rec, &d).await,
-    };
-    let upstream = match upstream_for(&x, route, upstreams, &rec.method).await {
-        Ok(Some(u)) => u,
-        Ok(None) => {
-            rec.discard();
-            return Step { keep_alive: false };
-        }
-        Err(d) => return refuse(wr, rec, &d).await,
-    };
-    // Reusable again only if this exchange ends cleanly.
-    upstream.reusable = false;
-    rec.ip = Some(upstream.addr.ip());
-    // An absolute-form request is live until it ends (its response, or its WebSocket): a
-    // reload that no longer allows it, or no longer allows the address its upstream was
-    // dialled at (per request, or kept from an earlier one at an address still allowed),
-    // stops the connection. A tunnel registered itself.
-    let _live = forward.then(|| {
-        let kind = connection::Kind::Forward;
-        connection::hold(shared, conn, known, &admitted, kind, Some(upstream.addr))
-    });
-
-    let expect_continue = head
-        .header("expect")
-        .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
-    // Opt-in body rewriting: the body is read whole (at most 256 KiB) before any of it goes
-    // upstream.
-    let mut framing = framing;
-    let mut rewritten: Option<bytes::Bytes> = None;
-    if let Some(max) = prepared.reads_whole()
-        && framing != BodyFraming::None
-    {
-        if let BodyFraming::Length(n) = framing
-            && n > max as u64
-        {
-            // Refused before the client is asked for the body.
-            return refuse(wr, rec, &x.too_large(max)).await;
-        }
-        if expect_continue
-            && wr
-                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                .await
-                .is_err()
-        {
-            return Step { keep_alive: false };
-        }
-        let whole = match Box::pin(body::read_bounded(&mut *rd, buf, framing, max)).await {
-            Ok(b) => b,
-            Err(body::ReadWhole::TooLarge) => {
-                return refuse(wr, rec, &x.too_large(max)).await;
-            }
-            Err(body::ReadWhole::Failed(refusal)) => {
-                return refuse(wr, rec, &Denial::new(Engine::HttpParser, refusal)).await;
-            }
-        };
-        rec.bytes_in = whole.len() as u64;
-        match x.whole_body(known, &mut rec, &mut prepared, whole) {
-            Ok(b) => {
-                framing = BodyFraming::Length(b.len() as u64);
-                rewritten = Some(b);
-            }
-            Err(d) => return refuse(wr, rec, &d).await,
-        }
-    }
-    let (tx, req_body) = match (framing, rewritten) {
-        (_, Some(b)) => {
-            let (tx, body) = ChannelBody::channel(Some(b.len() as u64));
-            // Capacity 2: one frame fits without waiting.
-            let _ = tx.try_send(Ok(http_body::Frame::data(b)));
-            (None, body)
-        }
-        (BodyFraming::None, None) => (None, ChannelBody::empty()),
-        (BodyFraming::Length(n), None) => {
+    // The body as it is decoded goes through a channel to the exchange (which checks it);
+    // it is read once the exchange asks for it.
+    let (tx, raw) = match framing {
+        BodyFraming::None => (None, ChannelBody::empty()),
+        BodyFraming::Length(n) => {
             let (tx, b) = ChannelBody::channel(Some(n));
             (Some(tx), b)
         }
-        (BodyFraming::Chunked, None) => {
+        BodyFraming::Chunked => {
             let (tx, b) = ChannelBody::channel(None);
             (Some(tx), b)
         }
     };
     let nominated = head.connection_tokens();
-    let wire = Wire {
-        method: &head.method,
-        version: http::Version::HTTP_11,
-        nominated: &nominated,
-        chunked: framing == BodyFraming::Chunked,
-        websocket,
+    let request = exchange::ClientRequest {
+        head: req,
+        wire: Wire {
+            method: &head.method,
+            version: http::Version::HTTP_11,
+            nominated: &nominated,
+            chunked: framing == BodyFraming::Chunked,
+            websocket,
+        },
+        body: raw,
+        pace: None,
     };
-    let request = match x.upstream_request(&prepared, &wire, req_body) {
-        Ok(r) => r,
-        Err(d) => return refuse(wr, rec, &d).await,
+    let (go, ready) = oneshot::channel();
+    let mut wire = H1Wire {
+        shared,
+        conn,
+        route,
+        upstreams,
+        wr,
+        key: admitted.dst.clone(),
+        expect_continue: head
+            .header("expect")
+            .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue")),
+        go: Some(go),
+        live: None,
     };
-    if websocket {
-        let handshake = Handshake {
-            request,
-            key: head.header("sec-websocket-key").map(<[u8]>::to_vec),
-            scrub: prepared.scrub,
-            target: path_and_query.clone(),
-            rewrite: prepared.ws_rewrite.then(|| Rewrite {
-                path: rec.path.clone(),
-                scrubbed: ScrubSet::default(),
-            }),
-        };
-        let client = Client { rd, wr, buf };
-        Box::pin(handshake::relay(
-            &x,
-            known,
-            rec,
-            client,
-            &mut upstream.sender,
-            handshake,
-        ))
-        .await;
-        return Step { keep_alive: false };
-    }
-    if expect_continue
-        && tx.is_some()
-        && wr
-            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-            .await
-            .is_err()
-    {
-        return Step { keep_alive: false };
-    }
-
-    // The body goes up as the response comes down; either may finish first.
-    let (done_tx, done_rx) = oneshot::channel::<()>();
-    let guard = prepared.body == BodyPlan::Guard;
+    let pace = shared.limits.body_pace;
     let pump = async {
-        let result = match tx {
-            Some(tx) => {
-                let sink = body::BodySink::new(tx, guard)
-                    .aws_chunked(prepared.aws_chunked)
-                    .paced(shared.limits.body_pace)
-                    .holding(hold);
-                body::pump(&mut *rd, buf, framing, sink).await
-            }
-            None => Ok(0),
-        };
-        let _ = done_tx.send(());
-        result
+        let tx = tx?;
+        ready.await.ok()?;
+        let sink = body::BodySink::new(tx).paced(pace);
+        Some(body::pump(&mut *rd, &mut *buf, framing, sink).await)
     };
-    let upstream_timeout = shared.limits.upstream_timeout;
     let is_head = head.method.eq_ignore_ascii_case("HEAD");
-    let client_keep_alive = head.keep_alive();
-    let scrub = prepared.scrub;
-    let rec_ref = &rec;
-    let x_ref = &x;
-    let exchange = async {
-        let sent = upstream.sender.send_request(request);
-        let response = exchange::within(sent, done_rx, upstream_timeout)
-            .await
-            .ok_or(Failure::Unanswered(Unanswered::Timeout))?
-            .map_err(|e| Failure::Unanswered(Unanswered::Failed(e.to_string())))?;
-        let status = response.status().as_u16();
-        let response = x_ref
-            .answer(known, rec_ref, scrub, response)
-            .await
-            .map_err(Failure::Refused)?;
-        let written = respond::write_response(
-            &mut *wr,
-            response,
-            is_head,
-            head.minor_version,
-            client_keep_alive,
-        )
-        .await;
-        written
-            .map(|w| (status, w))
-            .map_err(|e| Failure::Midway(e.to_string()))
+    let client_keep_alive = head.keep_alive() && !websocket;
+    let exchanged = async {
+        let answered = exchange::exchange(&x, caller.as_ref(), request, rec, &mut wire).await;
+        match answered {
+            Answered::Response(response) => {
+                let written = respond::write_response(
+                    &mut *wire.wr,
+                    response,
+                    is_head,
+                    head.minor_version,
+                    client_keep_alive,
+                )
+                .await;
+                Wrote::Answer(written)
+            }
+            Answered::Refused { denial, .. } => {
+                let _ = wire.wr.write_all(&denial.refusal.to_bytes()).await;
+                Wrote::Refused
+            }
+            Answered::Upgrade(known, up) => Wrote::Upgrade(known, up),
+            Answered::Gone => Wrote::Gone,
+        }
     };
-    let (pumped, exchanged) = {
+    // The body goes up as the response comes down; either may finish first.
+    let (pumped, wrote) = {
         tokio::pin!(pump);
-        tokio::pin!(exchange);
+        tokio::pin!(exchanged);
         tokio::select! {
-            e = &mut exchange => {
+            w = &mut exchanged => {
                 // The response is out; the body should be done too (a server may answer early).
                 let p = tokio::time::timeout(std::time::Duration::from_millis(500), &mut pump).await.ok();
-                (p, e)
+                (p, w)
             }
             p = &mut pump => {
-                let e = exchange.await;
-                (Some(p), e)
+                let w = exchanged.await;
+                (Some(p), w)
             }
         }
     };
-    if let Some(Ok(n)) = &pumped {
-        rec.bytes_in += *n;
+    // No body, or all of it read.
+    let body_complete = matches!(pumped, Some(None | Some(Ok(_))));
+    match wrote {
+        Wrote::Answer(Ok(written)) => {
+            let clean = body_complete && !written.close_delimited;
+            if let Some(u) = wire.chosen() {
+                u.reusable = clean;
+            }
+            Step {
+                keep_alive: client_keep_alive && clean,
+            }
+        }
+        Wrote::Answer(Err(_)) | Wrote::Refused | Wrote::Gone => Step { keep_alive: false },
+        Wrote::Upgrade(known, up) => {
+            let hs = Handshake {
+                key: head.header("sec-websocket-key").map(<[u8]>::to_vec),
+                target: path_and_query.clone(),
+                path: up.rec.path.clone(),
+            };
+            let client = Client {
+                rd,
+                wr: &mut *wire.wr,
+                buf,
+            };
+            Box::pin(handshake::relay(&x, known, *up, client, hs)).await;
+            Step { keep_alive: false }
+        }
     }
-    let form_denied = form.as_ref().and_then(|f| f.apply(&mut rec));
-    let failed = match exchanged {
-        Ok((status, written)) => {
-            rec.status = Some(status);
-            rec.bytes_out = written.body_bytes;
-            rec.finish();
-            let body_complete = matches!(pumped, Some(Ok(_)));
-            upstream.reusable = body_complete && !written.close_delimited;
-            return Step {
-                keep_alive: client_keep_alive && body_complete && !written.close_delimited,
-            };
-        }
-        Err(Failure::Midway(e)) => {
-            // The head was sent: the only honest signal left is closing the connection.
-            rec.reason = Some(format!("response interrupted: {e}"));
-            rec.finish();
-            return Step { keep_alive: false };
-        }
-        Err(Failure::Unanswered(why)) => {
-            let stopped = match &pumped {
-                Some(Err(e)) => Some(e),
-                _ => None,
-            };
-            x.unanswered(known, &rec, why, stopped, form_denied)
-        }
-        Err(Failure::Refused(d)) => d,
-    };
-    upstreams.remove(&admitted.dst);
-    refuse(wr, rec, &failed).await
-}
-
-/// Why an exchange with the upstream did not complete.
-enum Failure {
-    /// No response head in time, or the upstream failed before answering.
-    Unanswered(Unanswered),
-    /// The response may not reach the client (it cannot be scrubbed of a secret).
-    Refused(Denial),
-    /// Writing the response failed after its head was sent.
-    Midway(String),
 }

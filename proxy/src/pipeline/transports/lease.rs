@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use hyper::client::conn::http1::SendRequest;
 
-use crate::http::body::ChannelBody;
+use crate::http::body::UpBody;
 use crate::pipeline::phases::connection::{self, Admitted};
 use crate::pipeline::state::pool::{Client, Epoch, Key, Pool, Returned, Wanted};
 use crate::pipeline::state::shared::Shared;
@@ -64,7 +64,7 @@ impl Lease {
         &self,
         pool: &Arc<Pool>,
         current: Epoch,
-        sender: SendRequest<ChannelBody>,
+        sender: SendRequest<UpBody>,
         reusable: bool,
     ) {
         if !reusable {
@@ -88,7 +88,7 @@ impl Lease {
         &mut self,
         shared: &Shared,
         admitted: &Admitted,
-    ) -> Result<SendRequest<ChannelBody>, String> {
+    ) -> Result<SendRequest<UpBody>, String> {
         let epoch = connection::epoch(shared, admitted);
         let vetted = [self.addr];
         let wanted = Wanted {

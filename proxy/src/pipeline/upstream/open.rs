@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::http::body::ChannelBody;
+use crate::http::body::UpBody;
 use crate::pipeline::authority::Authority;
 use crate::pipeline::state::shared::{Shared, TlsState};
 use crate::tls::upstream::Offer;
@@ -42,7 +42,7 @@ pub(crate) async fn tls(
 
 /// An HTTP/1.1 client over `io`; its connection runs in its own task (upgrades allowed)
 /// until the client is dropped or the connection ends.
-pub(crate) async fn http1<T>(io: T) -> Result<SendRequest<ChannelBody>, hyper::Error>
+pub(crate) async fn http1<T>(io: T) -> Result<SendRequest<UpBody>, hyper::Error>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

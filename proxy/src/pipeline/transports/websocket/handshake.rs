@@ -1,7 +1,8 @@
-//! WebSocket over HTTP/1.1: the handshake of an allowed GET goes upstream; only a `101`
-//! whose `Sec-WebSocket-Accept` answers the client's key (RFC 6455 §4.2.2) and whose
-//! `Upgrade` is `websocket` is passed on, then both sides are relayed until either closes.
-//! Any other answer is an ordinary response.
+//! WebSocket over HTTP/1.1: the handshake of an allowed GET goes upstream through the one
+//! exchange (`phases/exchange.rs`), like any request; only a `101` whose
+//! `Sec-WebSocket-Accept` answers the client's key (RFC 6455 §4.2.2) and whose `Upgrade` is
+//! `websocket` is passed on, here, then both sides are relayed until either closes. Any
+//! other answer is an ordinary response, written by HTTP/1.1.
 //!
 //! When the handshake carried a secret or the endpoint has one bound, the client's offer of
 //! extensions is not sent upstream (a compressed frame could hide the secret from the scan),
@@ -13,8 +14,6 @@
 //! placeholders swapped (`rewrite`), through the same relay, without extensions.
 
 use bytes::BytesMut;
-use http::Request;
-use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -23,12 +22,10 @@ use super::messages::Judge;
 use super::rewrite::{Messages, Rewrite, Rewriter};
 use super::scrub::{Reports, ScrubbedFrames};
 use crate::audit::Engine;
-use crate::credentials::ScrubSet;
-use crate::http::body::ChannelBody;
-use crate::http::respond::{self, Code, Refusal};
+use crate::http::respond::{Code, Refusal};
 use crate::pipeline::caller::identify::Known;
 use crate::pipeline::denial::Denial;
-use crate::pipeline::phases::exchange::{self, Unanswered};
+use crate::pipeline::phases::exchange;
 use crate::pipeline::phases::record::Record;
 use crate::pipeline::phases::request::Exchange;
 use crate::relay;
@@ -49,16 +46,14 @@ pub(crate) struct Client<'a, R, W> {
     pub(crate) buf: &'a mut BytesMut,
 }
 
-/// The handshake as it goes upstream, the client's key, and what its answer is scrubbed of.
+/// What the handshake's relay needs besides the upstream's `101`: the client's key and the
+/// request target as the client sent it (its messages are judged on it).
 pub(crate) struct Handshake {
-    pub(crate) request: Request<ChannelBody>,
     pub(crate) key: Option<Vec<u8>>,
-    pub(crate) scrub: ScrubSet,
-    /// The request target as the client sent it (its messages are judged on it).
     pub(crate) target: String,
-    /// `websocket_credential_rewrite`: the canonical path its text messages' placeholders
-    /// are swapped for (`scrubbed` is filled in here).
-    pub(crate) rewrite: Option<Rewrite>,
+    /// The canonical path its text messages' placeholders are swapped for
+    /// (`websocket_credential_rewrite`).
+    pub(crate) path: String,
 }
 
 /// Answers the handshake with a refusal and audits it.
@@ -68,62 +63,39 @@ async fn refuse<W: AsyncWrite + Unpin>(wr: &mut W, mut rec: Record, d: &Denial) 
     rec.finish();
 }
 
-/// A WebSocket handshake (already through the request phase): sent upstream; a valid `101`
-/// is passed on, audited, and the two sides are relayed raw until either closes; anything
-/// else is an ordinary response. The connection is not kept alive after it.
+/// A WebSocket handshake the upstream answered `101` (sent by the exchange,
+/// `phases/exchange.rs`): a valid one is passed on, audited, and the two sides are relayed
+/// until either closes. The connection is not kept alive after it.
 pub(crate) async fn relay<R, W>(
     x: &Exchange<'_>,
     known: &Known,
-    mut rec: Record,
+    up: exchange::Upgrade,
     client: Client<'_, R, W>,
-    sender: &mut SendRequest<ChannelBody>,
     hs: Handshake,
 ) where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send,
 {
     let Client { rd, wr, buf } = client;
-    // A handshake that carried a secret: its answer is scrubbed of it (see `inject`).
-    let scrubbing = !hs.scrub.is_empty();
+    let exchange::Upgrade {
+        response,
+        mut rec,
+        scrub,
+        plain,
+        rewrite,
+    } = up;
+    // A handshake that carried a secret: its frames are scrubbed of it (see `inject`).
+    let scrubbing = !scrub.is_empty();
     let mut judge = Messages {
         policy: PolicyJudge::for_upgrade(*x, known, &hs.target, &rec),
-        rewrite: hs.rewrite.map(|mut r| {
-            r.scrubbed = hs.scrub.clone();
+        rewrite: rewrite.then(|| {
+            let r = Rewrite {
+                path: hs.path.clone(),
+                scrubbed: scrub.clone(),
+            };
             Rewriter::new(*x, known, r, &rec)
         }),
     };
-    // Frames read by sluice: no extension, a compressed frame could not be read.
-    let plain = scrubbing || judge.is_some();
-    let mut request = hs.request;
-    if plain {
-        // No extension: a compressed frame could not be scanned for the secret.
-        request.headers_mut().remove("sec-websocket-extensions");
-    }
-    // A handshake has no body: the upstream's time starts now.
-    let timeout = x.shared.limits.upstream_timeout;
-    let sent = exchange::already_sent();
-    let response = match exchange::within(sender.send_request(request), sent, timeout).await {
-        Some(Ok(r)) => r,
-        unanswered => {
-            let why = match unanswered {
-                Some(Err(e)) => Unanswered::Failed(e.to_string()),
-                _ => Unanswered::Timeout,
-            };
-            let d = x.unanswered(known, &rec, why, None, None);
-            return refuse(wr, rec, &d).await;
-        }
-    };
-    let status = response.status().as_u16();
-    if status != 101 {
-        let written = match x.answer(known, &rec, hs.scrub, response).await {
-            Ok(r) => respond::write_response(wr, r, false, 1, false).await,
-            Err(d) => return refuse(wr, rec, &d).await,
-        };
-        rec.status = Some(status);
-        rec.bytes_out = written.map_or(0, |w| w.body_bytes);
-        rec.finish();
-        return;
-    }
     let accept_ok = match (&hs.key, response.headers().get("sec-websocket-accept")) {
         (Some(k), Some(a)) => a.as_bytes() == websocket_accept(k).as_bytes(),
         _ => false,
@@ -143,7 +115,7 @@ pub(crate) async fn relay<R, W>(
     if scrubbing {
         crate::pipeline::phases::inject::scrub_head(
             &rec.dest(x.shared, known),
-            &hs.scrub,
+            &scrub,
             &rec.credentials,
             response.headers_mut(),
         );
@@ -215,7 +187,7 @@ pub(crate) async fn relay<R, W>(
         .is_some()
         .then_some(&mut judge as &mut (dyn Judge + Send));
     if let Some(reports) = reports {
-        let ur = ScrubbedFrames::new(ur, &hs.scrub, reports);
+        let ur = ScrubbedFrames::new(ur, &scrub, reports);
         pass(
             Halves {
                 client_rd: rd,
