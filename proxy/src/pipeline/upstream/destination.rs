@@ -193,7 +193,7 @@ pub async fn dial(
     let mut last = DialError::NoAddress;
     let mut all_timed_out = !addrs.is_empty();
     for &addr in addrs {
-        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        match tokio::time::timeout(timeout, connect_now(addr)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
                 return Ok((stream, addr));
@@ -214,5 +214,82 @@ pub async fn dial(
         Err(DialError::Timeout)
     } else {
         Err(last)
+    }
+}
+
+/// Connects to `addr`, as `TcpStream::connect` does, without waiting for the runtime to
+/// report the socket writable when the handshake finished within the `connect` call itself
+/// (a loopback or otherwise local upstream, the kernel's work done inline): that wait is a
+/// round through the reactor, often waking another worker that then takes the connection's
+/// task, on the path of every new tunnel. Else it waits as `TcpStream::connect` does.
+async fn connect_now(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM.nonblocking().cloexec(),
+        Some(socket2::Protocol::TCP),
+    )?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => {}
+        Err(e) => return Err(e),
+    }
+    let stream = TcpStream::from_std(std::net::TcpStream::from(socket))?;
+    if let Some(e) = stream.take_error()? {
+        return Err(e);
+    }
+    // Connected when the peer is known: the handshake finished.
+    if stream.peer_addr().is_ok() {
+        return Ok(stream);
+    }
+    stream.writable().await?;
+    if let Some(e) = stream.take_error()? {
+        return Err(e);
+    }
+    // Writable without an error yet not connected cannot happen after a finished
+    // handshake; the peer's address says which.
+    stream.peer_addr()?;
+    Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_dial_that_connects_at_once_is_a_connected_socket() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stream, dialled) = dial(&[addr], Duration::from_secs(5)).await.unwrap();
+        assert_eq!(dialled, addr);
+        assert_eq!(stream.peer_addr().unwrap(), addr);
+        assert!(stream.nodelay().unwrap());
+        let (mut accepted, _) = listener.accept().await.unwrap();
+        // Bytes go both ways: the socket is registered with the runtime as a dialled one is.
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = stream;
+        stream.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 4];
+        accepted.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"ping");
+        accepted.write_all(b"pong").await.unwrap();
+        stream.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"pong");
+    }
+
+    #[tokio::test]
+    async fn a_dial_to_a_closed_port_is_unreachable_and_the_next_address_is_tried() {
+        // A port nobody listens on: bound, then closed.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        match dial(&[closed], Duration::from_secs(5)).await {
+            Err(DialError::Unreachable { addr, .. }) => assert_eq!(addr, closed),
+            other => panic!("{other:?}"),
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let open = listener.local_addr().unwrap();
+        let (_, dialled) = dial(&[closed, open], Duration::from_secs(5)).await.unwrap();
+        assert_eq!(dialled, open);
     }
 }
