@@ -93,6 +93,7 @@
 #![forbid(unsafe_code)]
 
 mod connector;
+mod conntrack;
 mod diag;
 mod error;
 mod exhaust;

@@ -88,7 +88,18 @@ impl Namespaces {
             // nobody, and refused.
             None => {
                 std::thread::yield_now();
-                self.find_once(peer, local)
+                if let Some(info) = self.find_once(peer, local)? {
+                    return Ok(Some(info));
+                }
+                // A redirected connection whose source port NAT changed (the client's same
+                // port already in use towards the listener: `conntrack`): its socket has the
+                // port the tracking entry's original tuple names. Only sluice's own namespace,
+                // where the redirect happened, has the entry; a table that cannot be read is
+                // no answer, and nobody found is still nobody.
+                match crate::conntrack::original_source(peer, local) {
+                    Ok(Some(source)) => self.find_once(source, local),
+                    Ok(None) | Err(_) => Ok(None),
+                }
             }
         }
     }
