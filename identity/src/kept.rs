@@ -264,7 +264,7 @@ fn capacity() -> usize {
 const LIMIT_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The soft open-file limit, read at most once per [`LIMIT_FOR`].
-fn open_file_limit() -> u64 {
+pub(crate) fn open_file_limit() -> u64 {
     static READ: Mutex<Option<(std::time::Instant, u64)>> = Mutex::new(None);
     let now = std::time::Instant::now();
     let mut read = lock(&READ);
@@ -325,7 +325,14 @@ const DESCRIPTORS_PER_PROCESS: usize = 8 + THREADS_KEPT;
 pub(crate) fn most_descriptors(limit: u64) -> u64 {
     let kept = capacity_under(limit);
     let pinned = if kept >= CAPACITY { CAPACITY } else { 0 };
-    (kept * DESCRIPTORS_PER_PROCESS + pinned * (DESCRIPTORS_PER_PROCESS - 1)) as u64
+    // Each pinned process with a place keeps a family snapshot too, under a limit that has
+    // room for them (`family`): its `task/` and its threads' `children` files.
+    let families = if pinned > 0 && limit >= crate::family::MIN_OPEN_FILES {
+        pinned * crate::family::DESCRIPTORS
+    } else {
+        0
+    };
+    (kept * DESCRIPTORS_PER_PROCESS + pinned * (DESCRIPTORS_PER_PROCESS - 1) + families) as u64
 }
 
 /// A directory listing kept open: a directory's position belongs to its open file, so one
@@ -385,8 +392,9 @@ mod tests {
     fn the_descriptors_kept_stay_within_a_tenth_of_the_limit() {
         assert_eq!(most_descriptors(100), 0);
         assert_eq!(most_descriptors(1024), 8 * 14);
-        assert_eq!(most_descriptors(1 << 20), 224 + 16 * 13);
-        for limit in [128, 600, 1024, 4096, 65536] {
+        assert_eq!(most_descriptors(4096), 224 + 16 * 13);
+        assert_eq!(most_descriptors(1 << 20), 224 + 16 * 13 + 16 * 9);
+        for limit in [128, 600, 1024, 4096, 8192, 65536] {
             assert!(most_descriptors(limit) <= limit / 9, "{limit}");
         }
     }

@@ -97,6 +97,7 @@ mod conntrack;
 mod diag;
 mod error;
 mod exhaust;
+mod family;
 mod identity;
 mod kept;
 mod netns;
@@ -115,7 +116,8 @@ pub use error::IdentityError;
 /// The most file descriptors an [`IdentityResolver`] keeps open across lookups under an
 /// open-file limit of `open_file_limit`: the `/proc` files of the ancestors it keeps (a tenth
 /// of the limit at most, see the crate documentation), under a limit of 2048 or more the
-/// other `/proc` files of the 16 identified processes it keeps them for, its netlink
+/// other `/proc` files of the 16 identified processes it keeps them for (under 8192 or more,
+/// with a snapshot of each one's fork family: module `family`), its netlink
 /// sockets (the diag pool, and the process connector's), and the `/proc/<pid>` of the four
 /// processes identified last. Besides these, it keeps one per identified process while
 /// connections it identified last (its `/proc/<pid>`), and a lookup opens a few while it
@@ -128,4 +130,4 @@ pub fn descriptors_kept(open_file_limit: u64) -> u64 {
 }
 pub use identity::{Ancestor, ClientSocket, Identity};
 pub use owners::full_scan_owners;
-pub use resolver::{IdentityConfig, IdentityResolver};
+pub use resolver::{IdentityConfig, IdentityResolver, Rechecks};

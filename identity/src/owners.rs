@@ -27,7 +27,9 @@ use std::path::Path;
 
 use std::sync::Arc;
 
+use crate::kept::KeptFiles;
 use crate::procfs::{Parents, Pinned, ProcDir, ProcFs, SocketLink};
+use crate::quiet::Counts;
 use crate::reads::Reads;
 use crate::recent::RecentPid;
 use crate::siblings::Siblings;
@@ -44,6 +46,10 @@ pub(crate) struct Found {
     pub(crate) stale: Vec<RecentPid>,
     /// The ancestors the climb opened that do not hold the socket, for reading identities.
     pub(crate) parents: Parents,
+    /// Every ancestor below init with the counts it was found quiet under, when the climb
+    /// reached init and found each one quiet and not holding the socket (what a family
+    /// snapshot is taken from: `family`); `None` otherwise.
+    pub(crate) ancestry: Option<Vec<(Arc<KeptFiles>, Counts)>>,
     /// Descriptors looked at (each one `readlink`) until the first owner was found: what the
     /// tests measure the search order by (the family completion after it reads the tables
     /// of whatever else runs beside the test).
@@ -78,6 +84,10 @@ pub(crate) struct OwnerSearch<'a> {
     inode: u64,
     /// The sibling tables kept across lookups, when this search may use them.
     kept_siblings: Option<&'a Siblings>,
+    /// What the climb found of the ancestors (see [`Found::ancestry`]).
+    ancestry: Option<Vec<(Arc<KeptFiles>, Counts)>>,
+    /// The process never read (sluice).
+    skip: u32,
 }
 
 impl<'a> OwnerSearch<'a> {
@@ -98,6 +108,8 @@ impl<'a> OwnerSearch<'a> {
             pinned: Vec::new(),
             inode,
             kept_siblings: None,
+            ancestry: None,
+            skip,
         }
     }
 
@@ -164,6 +176,7 @@ impl<'a> OwnerSearch<'a> {
             fds: self.fds,
             stale,
             parents: self.parents,
+            ancestry: self.ancestry,
             #[cfg(test)]
             fds_read,
             #[cfg(test)]
@@ -186,8 +199,11 @@ impl<'a> OwnerSearch<'a> {
         let mut ppid = first_stat.map(|stat| stat.ppid);
         // The process whose parent is opened next: (pid, start time).
         let mut child = first_stat.map(|stat| (first, stat.start_time));
+        // The ancestors found quiet, while every one so far was; `None` once one was not.
+        let mut quiet_climb = first_stat.map(|_| Vec::new());
         for _ in 0..MAX_CLIMB {
             let Some(parent) = ppid.filter(|parent| *parent > 1) else {
+                self.ancestry = quiet_climb.take();
                 break;
             };
             if self.reads.spent() {
@@ -200,7 +216,16 @@ impl<'a> OwnerSearch<'a> {
             let stat = dir.stat().ok();
             ppid = stat.map(|stat| stat.ppid);
             let opened_for = std::mem::replace(&mut child, stat.map(|s| (parent, s.start_time)));
-            match self.check_dir(dir) {
+            let checked = self.check_dir(dir);
+            // sluice itself (an ancestor under `sluice exec`) is never read, and never holds a
+            // client's socket (see [`Self::new`]).
+            quiet_climb = quiet_climb.and_then(|mut climb| {
+                if parent != self.skip {
+                    climb.push(checked.as_ref().err()?.quiet_proof()?);
+                }
+                Some(climb)
+            });
+            match checked {
                 Ok(()) if !init => to_expand.push(parent),
                 Ok(()) => {}
                 Err(dir) => {
@@ -222,6 +247,7 @@ impl<'a> OwnerSearch<'a> {
                 }
             }
             if init {
+                self.ancestry = quiet_climb.take();
                 break;
             }
         }

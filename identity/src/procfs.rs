@@ -39,6 +39,7 @@ use read::{
     CMDLINE_LIMIT, Complete, SMALL_FILE_LIMIT, invalid, is_out_of_descriptors, read_at,
     read_limited, read_stat,
 };
+pub(crate) use tables::thread_counts;
 use tables::{exe_raw_in, fd_is_in, holding_fd_in, holding_fd_kept, holding_fd_noting};
 
 /// The directory position of pid `n` in the procfs root is `n + TGID_OFFSET`
@@ -304,6 +305,20 @@ fn own_pid_ns_if_the_mounts(root: &OwnedFd) -> Option<Vec<u8>> {
         .map(|target| target.into_bytes())
 }
 
+/// The children a thread's `children` file (kept open) lists now.
+pub(crate) fn read_children(fd: BorrowedFd<'_>) -> io::Result<Vec<u32>> {
+    Ok(parse_children(&read_limited(
+        fd,
+        SMALL_FILE_LIMIT,
+        Complete::SmallRecords,
+    )?))
+}
+
+/// The number a `/proc` directory entry names (a pid or tid), if it is one.
+pub(crate) fn numeric(name: &[u8]) -> Option<u32> {
+    numeric_name(name)
+}
+
 // === impl ProcDir ===
 
 /// A handle on one process's `/proc/<pid>` directory.
@@ -432,6 +447,16 @@ impl ProcDir {
         fd_is_in(self.files.dir(), fd, link)
     }
 
+    /// The kept files and the scheduling counts under which this search found the process
+    /// quiet (its fd table answered from what was kept, or read whole and kept: see
+    /// `quiet`); `None` when it was not found quiet or nothing is kept for it.
+    pub(crate) fn quiet_proof(&self) -> Option<(std::sync::Arc<KeptFiles>, quiet::Counts)> {
+        let Files::Kept(kept) = &self.files else {
+            return None;
+        };
+        Some((std::sync::Arc::clone(kept), self.quiet.get()?.clone()))
+    }
+
     /// Keeps this handle for later checks of the same process (see [`Pinned`]). While a
     /// place is free (see `kept::pinned_files_slot`) the process's other files are kept with
     /// it, as an ancestor's are: its `stat` now, its fd directory, `children` and threads
@@ -460,7 +485,8 @@ impl ProcDir {
             pid: self.pid,
             start_time,
             files,
-            _slot: slot,
+            slot,
+            family: std::sync::Mutex::new(None),
         }
     }
 
@@ -689,7 +715,10 @@ pub(crate) struct Pinned {
     start_time: u64,
     files: Files,
     /// Held while files of this process other than `/proc/<pid>` are kept with it.
-    _slot: Option<crate::kept::PinnedFilesSlot>,
+    slot: Option<crate::kept::PinnedFilesSlot>,
+    /// Its fork family as a passed recheck last read it (see `family`); kept only with a
+    /// slot (its descriptors are counted with the slot's).
+    family: std::sync::Mutex<Option<std::sync::Arc<crate::family::Snapshot>>>,
 }
 
 impl Pinned {
@@ -705,6 +734,27 @@ impl Pinned {
     /// See [`ProcDir::fd_is`].
     pub(crate) fn fd_is(&self, fd: u32, link: &SocketLink) -> bool {
         fd_is_in(self.files.dir(), fd, link)
+    }
+
+    /// `/proc/<pid>`, for opening the process's other files.
+    pub(crate) fn dir(&self) -> BorrowedFd<'_> {
+        self.files.dir()
+    }
+
+    /// Whether descriptors beyond `/proc/<pid>` may be kept with this process (it holds one
+    /// of the places `kept::pinned_files_slot` gives).
+    pub(crate) fn may_keep_files(&self) -> bool {
+        self.slot.is_some()
+    }
+
+    /// The family snapshot kept with this process, if any.
+    pub(crate) fn family(&self) -> Option<std::sync::Arc<crate::family::Snapshot>> {
+        crate::family::lock(&self.family).clone()
+    }
+
+    /// Keeps `snapshot` (or none) as this process's family snapshot.
+    pub(crate) fn keep_family(&self, snapshot: Option<std::sync::Arc<crate::family::Snapshot>>) {
+        *crate::family::lock(&self.family) = snapshot;
     }
 
     /// See [`ProcDir::holding_fd`].

@@ -126,6 +126,18 @@ impl Quiet {
         kept.as_ref().filter(|kept| kept.ran == *ran)?.exe.clone()
     }
 
+    /// The sockets of the table kept under the counts `ran` (`None` when the table kept is
+    /// under other counts, or none is).
+    pub(crate) fn sockets(&self, ran: &Counts) -> Option<Vec<u64>> {
+        let kept = lock(&self.0);
+        Some(
+            kept.as_ref()
+                .filter(|kept| kept.ran == *ran)?
+                .sockets
+                .clone(),
+        )
+    }
+
     /// The threads whose counts the table kept was read under.
     pub(crate) fn tids(&self) -> Option<Vec<u32>> {
         lock(&self.0).as_ref().map(|kept| kept.ran.tids())

@@ -13,10 +13,12 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use crate::error::IdentityError;
 use crate::exhaust;
+use crate::family::Snapshot;
 use crate::identity::{ClientSocket, Holder, Identity, read_exe, read_identity};
 use crate::netns::Namespaces;
 use crate::owners::OwnerSearch;
@@ -61,6 +63,20 @@ pub struct IdentityResolver {
     /// The sockets each sibling of a caller held when last read (`siblings`).
     siblings: Siblings,
     own_pid: u32,
+    /// Passed rechecks, by how the family was read.
+    by_snapshot: AtomicU64,
+    walked: AtomicU64,
+}
+
+/// How many rechecks have passed since the resolver was made, by how they read the caller's
+/// fork family: from the snapshot of it kept with the process (`family`: a few reads), or
+/// walking it (every ancestor and descendant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rechecks {
+    /// Passed on the snapshot of the family.
+    pub by_snapshot: u64,
+    /// Passed after walking the family.
+    pub walked: u64,
 }
 
 impl IdentityResolver {
@@ -83,6 +99,16 @@ impl IdentityResolver {
             }),
             siblings: Siblings::default(),
             own_pid: std::process::id(),
+            by_snapshot: AtomicU64::new(0),
+            walked: AtomicU64::new(0),
+        }
+    }
+
+    /// The rechecks passed so far, by how they read the family (see [`Rechecks`]).
+    pub fn rechecks(&self) -> Rechecks {
+        Rechecks {
+            by_snapshot: self.by_snapshot.load(Ordering::Relaxed),
+            walked: self.walked.load(Ordering::Relaxed),
         }
     }
 
@@ -262,6 +288,22 @@ impl IdentityResolver {
     fn recheck_now(&self, previous: &Identity, limit: usize) -> Result<Option<()>, IdentityError> {
         let proc = self.procfs()?;
         let inode = previous.socket.inode;
+        let pinned = previous.holder.pinned();
+        if let Some(pinned) = pinned
+            && let Some(snapshot) = pinned.family()
+        {
+            // The family as the last full recheck read it (see `family`): then only the
+            // process itself is read, as a confirmation reads it.
+            let mut reads = Reads::within(limit);
+            if snapshot.unchanged_for(inode, &mut reads) {
+                if still_held(proc, previous, &mut reads) {
+                    self.by_snapshot.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Some(()));
+                }
+            } else if !reads.spent() {
+                pinned.keep_family(None);
+            }
+        }
         let hint = [RecentPid {
             pid: previous.pid,
             start_time: previous.start_time,
@@ -294,6 +336,13 @@ impl IdentityResolver {
             }
         }
         if same_holder && others_agree {
+            if let ([_], Some(pinned), Some(ancestry)) =
+                (found.owners.as_slice(), pinned, found.ancestry)
+            {
+                let snapshot = Snapshot::take(pinned, ancestry, self.own_pid);
+                pinned.keep_family(snapshot.map(Arc::new));
+            }
+            self.walked.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(()));
         }
         let now = found

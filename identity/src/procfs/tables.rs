@@ -127,7 +127,7 @@ fn kept_tids(kept: &KeptFiles) -> Option<Vec<u32>> {
 /// The `schedstat` counts of the threads `tids` of a kept process now (see `quiet`): the
 /// first thread's through the file kept with it, another's read through `task/<tid>/`.
 /// `None` when one cannot be read (a thread that has exited) or the kernel keeps none.
-fn thread_counts(kept: &KeptFiles, tids: &[u32]) -> Option<quiet::Counts> {
+pub(crate) fn thread_counts(kept: &KeptFiles, tids: &[u32]) -> Option<quiet::Counts> {
     let mut counts = Vec::with_capacity(tids.len());
     for &tid in tids {
         let contents = thread_file(kept, tid, KeptFile::Schedstat, "schedstat")?;
