@@ -1,7 +1,7 @@
 //! seccomp-BPF: the three programs of spec §1.8, built purely, installed last.
 //!
 //! Owns the deny-list (AF_UNIX and other socket families, MPTCP/SCTP/ICMP protocols,
-//! io_uring, memfd_create, fd-based exec, namespaces, ptrace, bpf, the mount family, keys,
+//! io_uring, memfd_create, fd-based exec, namespaces, `CLONE_PARENT`, ptrace, bpf, the mount family, keys,
 //! modules, TIOCSTI, TCP Fast Open), the `clone3` → ENOSYS program and the x32 guard. Default-allow with
 //! EPERM denials, as OpenShell and codex do: an allow-list breaks arbitrary agent toolchains.
 //! Does not own what Landlock covers (paths, TCP ports, scopes).
@@ -304,6 +304,10 @@ pub fn main_filter(datagram: bool) -> Result<BpfProgram, SeccompError> {
         unshare.push(bits_set(0, bit)?);
     }
     unshare.push(bits_set(0, CLONE_NEWTIME)?);
+    // A child made a sibling of its maker (`CLONE_PARENT`): a process that could hand its
+    // sockets to a program outside its own descendants without that program running to
+    // receive them, where sluice's per-request re-check of the caller does not look.
+    clone.push(bits_set(0, libc::CLONE_PARENT as u64)?);
     rules.insert(libc::SYS_clone, clone);
     rules.insert(libc::SYS_unshare, unshare);
     insert_fast_open_rules(&mut rules)?;

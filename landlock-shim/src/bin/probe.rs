@@ -251,6 +251,17 @@ fn op_clone_newuser() -> Outcome {
     fork_like_child_exits(ret, "clone")
 }
 
+fn op_fork() -> Outcome {
+    let ret = raw_syscall(libc::SYS_clone, [libc::SIGCHLD as libc::c_long, 0, 0, 0, 0]);
+    fork_like_child_exits(ret, "clone")
+}
+
+fn op_clone_parent() -> Outcome {
+    let flags = (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_long;
+    let ret = raw_syscall(libc::SYS_clone, [flags, 0, 0, 0, 0]);
+    fork_like_child_exits(ret, "clone")
+}
+
 fn op_abstract_connect(name: &str) -> Outcome {
     let fd = raw_socket(libc::AF_UNIX, libc::SOCK_STREAM, 0)?;
     raw_connect_unix(&fd, name.as_bytes(), true).map_err(at("connect"))?;
@@ -530,6 +541,8 @@ fn run(op: &str, args: &[String]) -> Outcome {
         )
         .map(|_| Map::new()),
         "clone_newuser" => op_clone_newuser(),
+        "clone_parent" => op_clone_parent(),
+        "fork" => op_fork(),
         "clone3" => op_clone3(),
         "setns" => {
             let ns = File::open("/proc/self/ns/net").map_err(at("open"))?;

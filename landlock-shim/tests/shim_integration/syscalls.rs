@@ -21,6 +21,7 @@ fn denied_syscalls_are_eperm() {
         "unshare_user",
         "unshare_net",
         "clone_newuser",
+        "clone_parent",
         "setns",
         "mount",
         "keyctl",
@@ -34,6 +35,21 @@ fn denied_syscalls_are_eperm() {
             out.stdout
         );
     }
+}
+
+#[test]
+fn a_child_made_a_sibling_of_its_maker_is_refused_but_plain_forks_are_not() {
+    require_root!();
+    let fx = Fixture::new();
+    let (_l, port) = listener();
+    Shim::new(&fx, port)
+        .probe(&["clone_parent"])
+        .assert_errno("EPERM");
+    Shim::new(&fx, port)
+        .disable("seccomp")
+        .probe(&["clone_parent"])
+        .assert_ok();
+    Shim::new(&fx, port).probe(&["fork"]).assert_ok();
 }
 
 #[test]
