@@ -267,7 +267,18 @@ impl<'a> OwnerSearch<'a> {
             let Some(dir) = self.owners.get(&pid) else {
                 continue;
             };
-            match dir.children() {
+            let children = dir.children();
+            // A family snapshot is of a first holder with no child but sluice, and few
+            // enough threads to keep each one's `children` file (`family`).
+            if pid == first
+                && (threads > crate::family::THREADS
+                    || children
+                        .as_ref()
+                        .map_or(true, |children| children.iter().any(|c| *c != self.skip)))
+            {
+                self.ancestry = None;
+            }
+            match children {
                 Ok(children) => {
                     for child in children {
                         if self.check(child) {
