@@ -314,6 +314,18 @@ impl Drop for PinnedFilesSlot {
     }
 }
 
+/// Threads of an identified process whose `children` files its family snapshot keeps at most
+/// (`procfs::family`; a process with more is walked in full at every re-check).
+pub(crate) const FAMILY_THREADS: usize = 8;
+
+/// Descriptors a family snapshot keeps at most: `task/` and [`FAMILY_THREADS`] `children`
+/// files.
+pub(crate) const FAMILY_DESCRIPTORS: usize = 1 + FAMILY_THREADS;
+
+/// The open-file limit under which no family snapshot is kept (each identified process with
+/// a place for its files would keep [`FAMILY_DESCRIPTORS`] more: see [`most_descriptors`]).
+pub(crate) const FAMILY_MIN_OPEN_FILES: u64 = 8192;
+
 /// Descriptors one kept process holds at most: `/proc/<pid>`, `stat`, `cmdline`, `status`,
 /// `children`, `schedstat`, `wchan`, the fd directory, and the `task/` listing with
 /// [`THREADS_KEPT`] threads' `children` files.
@@ -326,9 +338,9 @@ pub(crate) fn most_descriptors(limit: u64) -> u64 {
     let kept = capacity_under(limit);
     let pinned = if kept >= CAPACITY { CAPACITY } else { 0 };
     // Each pinned process with a place keeps a family snapshot too, under a limit that has
-    // room for them (`family`): its `task/` and its threads' `children` files.
-    let families = if pinned > 0 && limit >= crate::family::MIN_OPEN_FILES {
-        pinned * crate::family::DESCRIPTORS
+    // room for them (`procfs::family`): its `task/` and its threads' `children` files.
+    let families = if pinned > 0 && limit >= FAMILY_MIN_OPEN_FILES {
+        pinned * FAMILY_DESCRIPTORS
     } else {
         0
     };

@@ -97,7 +97,6 @@ mod conntrack;
 mod diag;
 mod error;
 mod exhaust;
-mod family;
 mod identity;
 mod kept;
 mod netns;
@@ -117,7 +116,7 @@ pub use error::IdentityError;
 /// open-file limit of `open_file_limit`: the `/proc` files of the ancestors it keeps (a tenth
 /// of the limit at most, see the crate documentation), under a limit of 2048 or more the
 /// other `/proc` files of the 16 identified processes it keeps them for (under 8192 or more,
-/// with a snapshot of each one's fork family: module `family`), its netlink
+/// with a snapshot of each one's fork family: module `procfs::family`), its netlink
 /// sockets (the diag pool, and the process connector's), and the `/proc/<pid>` of the four
 /// processes identified last. Besides these, it keeps one per identified process while
 /// connections it identified last (its `/proc/<pid>`), and a lookup opens a few while it

@@ -48,7 +48,7 @@ pub(crate) struct Found {
     pub(crate) parents: Parents,
     /// Every ancestor below init with the counts it was found quiet under, when the climb
     /// reached init and found each one quiet and not holding the socket (what a family
-    /// snapshot is taken from: `family`); `None` otherwise.
+    /// snapshot is taken from: `procfs::family`); `None` otherwise.
     pub(crate) ancestry: Option<Vec<(Arc<KeptFiles>, Counts)>>,
     /// Descriptors looked at (each one `readlink`) until the first owner was found: what the
     /// tests measure the search order by (the family completion after it reads the tables
@@ -269,9 +269,9 @@ impl<'a> OwnerSearch<'a> {
             };
             let children = dir.children();
             // A family snapshot is of a first holder with no child but sluice, and few
-            // enough threads to keep each one's `children` file (`family`).
+            // enough threads to keep each one's `children` file (`procfs::family`).
             if pid == first
-                && (threads > crate::family::THREADS
+                && (threads > crate::kept::FAMILY_THREADS
                     || children
                         .as_ref()
                         .map_or(true, |children| children.iter().any(|c| *c != self.skip)))

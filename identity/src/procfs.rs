@@ -10,6 +10,7 @@
 //! It does not decide which processes to look at (`owners`) or how to assemble an identity
 //! (`identity`).
 
+mod family;
 mod parse;
 mod read;
 mod tables;
@@ -24,6 +25,7 @@ use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 use rustix::io::Errno;
 use rustix::path::DecInt;
 
+pub(crate) use family::Snapshot;
 pub(crate) use parse::{
     SocketLink, StatFields, parse_children, parse_cmdline, parse_stat,
     parse_status_is_namespace_init, parse_status_real_uid, strip_deleted,
@@ -716,9 +718,9 @@ pub(crate) struct Pinned {
     files: Files,
     /// Held while files of this process other than `/proc/<pid>` are kept with it.
     slot: Option<crate::kept::PinnedFilesSlot>,
-    /// Its fork family as a passed recheck last read it (see `family`); kept only with a
+    /// Its fork family as a passed recheck last read it (see [`family`]); kept only with a
     /// slot (its descriptors are counted with the slot's).
-    family: std::sync::Mutex<Option<std::sync::Arc<crate::family::Snapshot>>>,
+    family: std::sync::Mutex<Option<std::sync::Arc<Snapshot>>>,
 }
 
 impl Pinned {
@@ -748,13 +750,13 @@ impl Pinned {
     }
 
     /// The family snapshot kept with this process, if any.
-    pub(crate) fn family(&self) -> Option<std::sync::Arc<crate::family::Snapshot>> {
-        crate::family::lock(&self.family).clone()
+    pub(crate) fn family(&self) -> Option<std::sync::Arc<Snapshot>> {
+        family::lock(&self.family).clone()
     }
 
     /// Keeps `snapshot` (or none) as this process's family snapshot.
-    pub(crate) fn keep_family(&self, snapshot: Option<std::sync::Arc<crate::family::Snapshot>>) {
-        *crate::family::lock(&self.family) = snapshot;
+    pub(crate) fn keep_family(&self, snapshot: Option<std::sync::Arc<Snapshot>>) {
+        *family::lock(&self.family) = snapshot;
     }
 
     /// See [`ProcDir::holding_fd`].

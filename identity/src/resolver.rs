@@ -18,11 +18,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use crate::error::IdentityError;
 use crate::exhaust;
-use crate::family::Snapshot;
 use crate::identity::{ClientSocket, Holder, Identity, read_exe, read_identity};
 use crate::netns::Namespaces;
 use crate::owners::OwnerSearch;
-use crate::procfs::{Pinned, ProcDir, ProcFs, SocketLink};
+use crate::procfs::{Pinned, ProcDir, ProcFs, Snapshot, SocketLink};
 use crate::reads::Reads;
 use crate::recent::{RecentPid, RecentPids};
 use crate::siblings::Siblings;
@@ -69,8 +68,8 @@ pub struct IdentityResolver {
 }
 
 /// How many rechecks have passed since the resolver was made, by how they read the caller's
-/// fork family: from the snapshot of it kept with the process (`family`: a few reads), or
-/// walking it (every ancestor and descendant).
+/// fork family: from the snapshot of it kept with the process (`procfs::family`: a few
+/// reads), or walking it (every ancestor and descendant).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Rechecks {
     /// Passed on the snapshot of the family.
@@ -292,7 +291,7 @@ impl IdentityResolver {
         if let Some(pinned) = pinned
             && let Some(snapshot) = pinned.family()
         {
-            // The family as the last full recheck read it (see `family`): then only the
+            // The family as the last full recheck read it (see `procfs::family`): then only the
             // process itself is read, as a confirmation reads it.
             let mut reads = Reads::within(limit);
             if snapshot.unchanged_for(inode, &mut reads) {

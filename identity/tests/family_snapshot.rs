@@ -1,4 +1,4 @@
-//! The snapshot of a caller's fork family that a passed recheck keeps (module `family`): the
+//! The snapshot of a caller's fork family that a passed recheck keeps (`procfs::family`): the
 //! rechecks after it read a few files instead of walking the family, and anything that could
 //! give the socket to another program since (a child forked by the caller or by a thread it
 //! started since, an ancestor that ran) makes the next recheck walk the family again and find

@@ -34,21 +34,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rustix::fs::{Dir, Mode, OFlags};
 
-use crate::kept::KeptFiles;
-use crate::procfs::{Pinned, read_children, thread_counts};
+use super::{Pinned, numeric, read_children, thread_counts};
+use crate::kept::{FAMILY_MIN_OPEN_FILES, FAMILY_THREADS, KeptFiles};
 use crate::quiet::Counts;
 use crate::reads::Reads;
-
-/// Threads of the identified process whose `children` files a snapshot keeps at most (a
-/// process with more is walked in full at every recheck).
-pub(crate) const THREADS: usize = 8;
-
-/// Descriptors a snapshot keeps at most: `task/` and [`THREADS`] `children` files.
-pub(crate) const DESCRIPTORS: usize = 1 + THREADS;
-
-/// The open-file limit under which no snapshot is kept (each identified process with a
-/// place for its files would keep [`DESCRIPTORS`] more: see `kept::most_descriptors`).
-pub(crate) const MIN_OPEN_FILES: u64 = 8192;
 
 /// One ancestor below init, as the full recheck found it: quiet under `ran`, its table then
 /// holding `sockets`.
@@ -81,7 +70,7 @@ impl Snapshot {
         ancestry: Vec<(Arc<KeptFiles>, Counts)>,
         own_pid: u32,
     ) -> Option<Snapshot> {
-        if !pinned.may_keep_files() || crate::kept::open_file_limit() < MIN_OPEN_FILES {
+        if !pinned.may_keep_files() || crate::kept::open_file_limit() < FAMILY_MIN_OPEN_FILES {
             return None;
         }
         let ancestors = ancestry
@@ -97,8 +86,8 @@ impl Snapshot {
         let mut listing = Dir::read_from(&task).ok()?;
         while let Some(entry) = listing.read() {
             let name = entry.ok()?;
-            if let Some(tid) = crate::procfs::numeric(name.file_name().to_bytes()) {
-                if tids.len() == THREADS {
+            if let Some(tid) = numeric(name.file_name().to_bytes()) {
+                if tids.len() == FAMILY_THREADS {
                     return None;
                 }
                 tids.push(tid);
