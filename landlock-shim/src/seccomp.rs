@@ -1,7 +1,7 @@
 //! seccomp-BPF: the three programs of spec §1.8, built purely, installed last.
 //!
 //! Owns the deny-list (AF_UNIX and other socket families, MPTCP/SCTP/ICMP protocols,
-//! io_uring, memfd_create, fd-based exec, namespaces, `CLONE_PARENT`, ptrace, bpf, the mount family, keys,
+//! io_uring, memfd_create, fd-based exec, namespaces, `CLONE_PARENT`, a shared fd table outside a thread, ptrace, bpf, the mount family, keys,
 //! modules, TIOCSTI, TCP Fast Open), the `clone3` → ENOSYS program and the x32 guard. Default-allow with
 //! EPERM denials, as OpenShell and codex do: an allow-list breaks arbitrary agent toolchains.
 //! Does not own what Landlock covers (paths, TCP ports, scopes).
@@ -308,6 +308,16 @@ pub fn main_filter(datagram: bool) -> Result<BpfProgram, SeccompError> {
     // sockets to a program outside its own descendants without that program running to
     // receive them, where sluice's per-request re-check of the caller does not look.
     clone.push(bits_set(0, libc::CLONE_PARENT as u64)?);
+    // A process that shares its maker's fd table without being one of its threads
+    // (`CLONE_FILES` without `CLONE_THREAD`): it can put a descriptor into that table while
+    // every thread of the maker sleeps, which sluice's re-check of an ancestor that has not
+    // run since its table was read takes to be impossible.
+    let shared_table = (libc::CLONE_FILES | libc::CLONE_THREAD) as u64;
+    clone.push(rule(vec![cond(
+        0,
+        SeccompCmpOp::MaskedEq(shared_table),
+        libc::CLONE_FILES as u64,
+    )?])?);
     rules.insert(libc::SYS_clone, clone);
     rules.insert(libc::SYS_unshare, unshare);
     insert_fast_open_rules(&mut rules)?;

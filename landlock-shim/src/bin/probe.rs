@@ -256,6 +256,19 @@ fn op_fork() -> Outcome {
     fork_like_child_exits(ret, "clone")
 }
 
+fn op_clone_files() -> Outcome {
+    let flags = (libc::CLONE_FILES | libc::SIGCHLD) as libc::c_long;
+    let ret = raw_syscall(libc::SYS_clone, [flags, 0, 0, 0, 0]);
+    fork_like_child_exits(ret, "clone")
+}
+
+fn op_thread() -> Outcome {
+    std::thread::spawn(|| ())
+        .join()
+        .map_err(|_| ("thread", io::Error::other("the thread panicked")))?;
+    ok()
+}
+
 fn op_clone_parent() -> Outcome {
     let flags = (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_long;
     let ret = raw_syscall(libc::SYS_clone, [flags, 0, 0, 0, 0]);
@@ -543,6 +556,8 @@ fn run(op: &str, args: &[String]) -> Outcome {
         "clone_newuser" => op_clone_newuser(),
         "clone_parent" => op_clone_parent(),
         "fork" => op_fork(),
+        "clone_files" => op_clone_files(),
+        "thread" => op_thread(),
         "clone3" => op_clone3(),
         "setns" => {
             let ns = File::open("/proc/self/ns/net").map_err(at("open"))?;

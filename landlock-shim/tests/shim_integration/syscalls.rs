@@ -22,6 +22,7 @@ fn denied_syscalls_are_eperm() {
         "unshare_net",
         "clone_newuser",
         "clone_parent",
+        "clone_files",
         "setns",
         "mount",
         "keyctl",
@@ -50,6 +51,21 @@ fn a_child_made_a_sibling_of_its_maker_is_refused_but_plain_forks_are_not() {
         .probe(&["clone_parent"])
         .assert_ok();
     Shim::new(&fx, port).probe(&["fork"]).assert_ok();
+}
+
+#[test]
+fn a_process_sharing_its_makers_fd_table_is_refused_but_threads_are_not() {
+    require_root!();
+    let fx = Fixture::new();
+    let (_l, port) = listener();
+    Shim::new(&fx, port)
+        .probe(&["clone_files"])
+        .assert_errno("EPERM");
+    Shim::new(&fx, port)
+        .disable("seccomp")
+        .probe(&["clone_files"])
+        .assert_ok();
+    Shim::new(&fx, port).probe(&["thread"]).assert_ok();
 }
 
 #[test]
