@@ -219,7 +219,9 @@ fn push_rule(s: &mut String, policy: Option<&str>, engine: &str) {
 }
 
 /// ` [reason:...]` for a denial or an audited would-be denial: control characters (CR, LF,
-/// ...) become spaces, and more than [`MAX_REASON`] bytes are cut at a character boundary.
+/// ...) become spaces, invisible format characters are written as `\u{..}` (as
+/// [`push_clean`] writes them), and more than [`MAX_REASON`] bytes are cut at a character
+/// boundary.
 fn push_reason(s: &mut String, outcome: Outcome, reason: Option<&str>) {
     if outcome == Outcome::Allowed {
         return;
@@ -235,11 +237,17 @@ pub(crate) fn push_reason_text(s: &mut String, reason: &str) {
         cut -= 1;
     }
     s.push_str(" [reason:");
-    s.extend(
-        reason[..cut]
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c }),
-    );
+    for c in reason[..cut].chars() {
+        if c.is_control() {
+            s.push(' ');
+        } else if is_invisible_format(c) {
+            // A reason quotes what the client sent (a path, a host): a right-to-left
+            // override in it would reorder what the reader sees. Shown, not obeyed.
+            let _ = write!(s, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            s.push(c);
+        }
+    }
     if cut < reason.len() {
         s.push_str("...");
     }
@@ -399,6 +407,14 @@ mod tests {
         assert!(
             s.ends_with(&format!("[reason:{}...]", "é".repeat(128))),
             "{s}"
+        );
+
+        // Found by the `audit_lines` fuzz target: a format character in a reason (which
+        // quotes the client's path) reached the reader's terminal as it was.
+        e.reason = Some("GET /a\u{202e}gnp.exe not\u{70f}permitted".into());
+        assert!(
+            shorthand(&Event::ConnectionOpen(e.clone()))
+                .ends_with("[reason:GET /a\\u{202e}gnp.exe not\\u{70f}permitted]")
         );
 
         e.reason = Some(format!("x{}", "é".repeat(200))); // 256 is mid-character
