@@ -156,6 +156,21 @@ fn known_traffic_moves_the_metrics_by_exact_counts() {
         ),
         6.0
     );
+    // Caller re-checks, by how they read the caller's family: each later request of an
+    // inspected tunnel is one (each curl's tunnel to `api` carries one request after its
+    // `CONNECT`), and every one passed.
+    for name in [
+        "sluice_identity_rechecks_snapshot_total",
+        "sluice_identity_rechecks_walked_total",
+    ] {
+        assert!(
+            s.iter().any(|sample| sample.name == name),
+            "{name} in {text}"
+        );
+    }
+    let rechecks = v("sluice_identity_rechecks_snapshot_total", &[])
+        + v("sluice_identity_rechecks_walked_total", &[]);
+    assert!(rechecks >= 2.0, "{rechecks} re-checks");
     // Three upstream connections were needed: each either dialled or, for a caller's later
     // connection to the same destination, taken from the pool.
     assert_eq!(

@@ -419,9 +419,13 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             return Err(ExitCode::from(1));
         }
     };
+    let identity = Arc::new(IdentityResolver::new(IdentityConfig {
+        namespace_pids: args.identity_netns_pids.clone(),
+        ..IdentityConfig::default()
+    }));
     // Installed before the first event, so that every audit line is counted.
     if let Some(addr) = args.metrics_listen {
-        start_metrics(addr, args.max_connections, &audit).await?;
+        start_metrics(addr, args.max_connections, &audit, &identity).await?;
     }
     start_otlp(args.otlp_endpoint.as_deref(), &audit)?;
     let mut sources = sources_of(args);
@@ -478,10 +482,6 @@ pub async fn prepare(args: &RunArgs) -> Result<Prepared, ExitCode> {
             return Err(ExitCode::from(1));
         }
     };
-    let identity = Arc::new(IdentityResolver::new(IdentityConfig {
-        namespace_pids: args.identity_netns_pids.clone(),
-        ..IdentityConfig::default()
-    }));
     let limits = Limits {
         max_head_bytes: args.max_head_bytes,
         head_timeout: args.head_timeout,
@@ -550,12 +550,12 @@ async fn start_metrics(
     addr: SocketAddr,
     max_connections: usize,
     audit: &Arc<AuditSink>,
+    identity: &Arc<IdentityResolver>,
 ) -> Result<(), ExitCode> {
     use crate::metrics;
-    metrics::install(metrics::Metrics::new(
-        max_connections,
-        Some(Arc::clone(audit)),
-    ));
+    let mut made = metrics::Metrics::new(max_connections, Some(Arc::clone(audit)));
+    made.read_rechecks_of(Arc::clone(identity));
+    metrics::install(made);
     match metrics::serve::start(addr).await {
         Ok(bound) => {
             eprintln!("sluice: metrics on {bound} (/metrics, /healthz, /readyz)");

@@ -329,6 +329,12 @@ impl Metrics {
         }
     }
 
+    /// Reads `identity`'s re-check counts at each scrape (`identity_rechecks_*`).
+    pub fn read_rechecks_of(&mut self, identity: Arc<sluice_identity::IdentityResolver>) {
+        self.registry
+            .register_collector(Box::new(serve::Rechecks(identity)));
+    }
+
     /// The OpenMetrics text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();

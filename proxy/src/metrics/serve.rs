@@ -217,6 +217,30 @@ impl Collector for ScrapeTime {
     }
 }
 
+/// The caller re-checks passed so far, read from the resolver at each scrape: how many read
+/// the family snapshot kept with the caller, and how many walked its fork family
+/// (docs/identity.md, "Family snapshots").
+#[derive(Debug)]
+pub struct Rechecks(pub Arc<sluice_identity::IdentityResolver>);
+
+impl Collector for Rechecks {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let passed = self.0.rechecks();
+        counter(
+            &mut encoder,
+            "identity_rechecks_snapshot",
+            "Caller re-checks passed on the kept snapshot of the caller's fork family (a few reads)",
+            passed.by_snapshot,
+        )?;
+        counter(
+            &mut encoder,
+            "identity_rechecks_walked",
+            "Caller re-checks passed after walking the caller's fork family (every ancestor and descendant)",
+            passed.walked,
+        )
+    }
+}
+
 fn gauge(
     encoder: &mut DescriptorEncoder,
     name: &str,
