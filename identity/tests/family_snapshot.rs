@@ -203,16 +203,3 @@ fn an_ancestor_that_takes_the_socket_after_the_snapshot_is_found_holding_it() {
         "the snapshot was not used"
     );
 }
-
-/// Kills a process the test did not spawn itself when the test ends.
-struct KillOnDrop(u32);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _forking = forking();
-        let _ = Command::new("kill")
-            .arg("-KILL")
-            .arg(self.0.to_string())
-            .status();
-    }
-}

@@ -531,19 +531,6 @@ fn an_unlinked_executable_is_reported_as_deleted() {
     assert!(identity.exe_deleted);
 }
 
-/// Kills a process the test did not spawn itself (a grandchild) when the test ends.
-struct KillOnDrop(u32);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _forking = forking();
-        let _ = Command::new("kill")
-            .arg("-KILL")
-            .arg(self.0.to_string())
-            .status();
-    }
-}
-
 /// Connects, says `ready <fd>`, then on each `move N` line moves the socket to descriptor `N`
 /// (closing the one it had, and putting another socket at the old number) and says `moved N`;
 /// a line `exit` ends it.

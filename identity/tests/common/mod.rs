@@ -88,6 +88,20 @@ impl Drop for Client {
     }
 }
 
+/// Kills a process the test did not spawn itself (a grandchild, a detached process) when the
+/// test ends.
+pub(crate) struct KillOnDrop(pub(crate) u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _forking = forking();
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .arg(self.0.to_string())
+            .status();
+    }
+}
+
 /// A directory under the system's temporary one, removed with everything in it when dropped.
 pub(crate) struct TempDir(PathBuf);
 

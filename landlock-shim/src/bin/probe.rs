@@ -245,19 +245,9 @@ fn op_clone3() -> Outcome {
     fork_like_child_exits(ret, "clone3")
 }
 
-fn op_clone_newuser() -> Outcome {
-    let flags = (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_long;
-    let ret = raw_syscall(libc::SYS_clone, [flags, 0, 0, 0, 0]);
-    fork_like_child_exits(ret, "clone")
-}
-
-fn op_fork() -> Outcome {
-    let ret = raw_syscall(libc::SYS_clone, [libc::SIGCHLD as libc::c_long, 0, 0, 0, 0]);
-    fork_like_child_exits(ret, "clone")
-}
-
-fn op_clone_files() -> Outcome {
-    let flags = (libc::CLONE_FILES | libc::SIGCHLD) as libc::c_long;
+/// A raw `clone` with `flags` (and `SIGCHLD`) whose child exits at once.
+fn op_clone(flags: libc::c_int) -> Outcome {
+    let flags = (flags | libc::SIGCHLD) as libc::c_long;
     let ret = raw_syscall(libc::SYS_clone, [flags, 0, 0, 0, 0]);
     fork_like_child_exits(ret, "clone")
 }
@@ -267,12 +257,6 @@ fn op_thread() -> Outcome {
         .join()
         .map_err(|_| ("thread", io::Error::other("the thread panicked")))?;
     ok()
-}
-
-fn op_clone_parent() -> Outcome {
-    let flags = (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_long;
-    let ret = raw_syscall(libc::SYS_clone, [flags, 0, 0, 0, 0]);
-    fork_like_child_exits(ret, "clone")
 }
 
 fn op_abstract_connect(name: &str) -> Outcome {
@@ -553,10 +537,10 @@ fn run(op: &str, args: &[String]) -> Outcome {
             "unshare",
         )
         .map(|_| Map::new()),
-        "clone_newuser" => op_clone_newuser(),
-        "clone_parent" => op_clone_parent(),
-        "fork" => op_fork(),
-        "clone_files" => op_clone_files(),
+        "clone_newuser" => op_clone(libc::CLONE_NEWUSER),
+        "clone_parent" => op_clone(libc::CLONE_PARENT),
+        "fork" => op_clone(0),
+        "clone_files" => op_clone(libc::CLONE_FILES),
         "thread" => op_thread(),
         "clone3" => op_clone3(),
         "setns" => {

@@ -38,34 +38,29 @@ fn denied_syscalls_are_eperm() {
     }
 }
 
+/// `op` is refused (EPERM) by the seccomp program and by nothing else, and `kin`, the
+/// ordinary operation it is a variant of, is not.
+fn refused_by_seccomp_alone(op: &str, kin: &str) {
+    let fx = Fixture::new();
+    let (_l, port) = listener();
+    Shim::new(&fx, port).probe(&[op]).assert_errno("EPERM");
+    Shim::new(&fx, port)
+        .disable("seccomp")
+        .probe(&[op])
+        .assert_ok();
+    Shim::new(&fx, port).probe(&[kin]).assert_ok();
+}
+
 #[test]
 fn a_child_made_a_sibling_of_its_maker_is_refused_but_plain_forks_are_not() {
     require_root!();
-    let fx = Fixture::new();
-    let (_l, port) = listener();
-    Shim::new(&fx, port)
-        .probe(&["clone_parent"])
-        .assert_errno("EPERM");
-    Shim::new(&fx, port)
-        .disable("seccomp")
-        .probe(&["clone_parent"])
-        .assert_ok();
-    Shim::new(&fx, port).probe(&["fork"]).assert_ok();
+    refused_by_seccomp_alone("clone_parent", "fork");
 }
 
 #[test]
 fn a_process_sharing_its_makers_fd_table_is_refused_but_threads_are_not() {
     require_root!();
-    let fx = Fixture::new();
-    let (_l, port) = listener();
-    Shim::new(&fx, port)
-        .probe(&["clone_files"])
-        .assert_errno("EPERM");
-    Shim::new(&fx, port)
-        .disable("seccomp")
-        .probe(&["clone_files"])
-        .assert_ok();
-    Shim::new(&fx, port).probe(&["thread"]).assert_ok();
+    refused_by_seccomp_alone("clone_files", "thread");
 }
 
 #[test]
