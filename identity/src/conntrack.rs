@@ -17,10 +17,8 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::time::Duration;
 
 use netlink_sys::protocols::NETLINK_NETFILTER;
-use netlink_sys::{Socket, SocketAddr as NetlinkAddr};
 
 /// `(NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET`.
 const CT_GET: u16 = (1 << 8) | 1;
@@ -43,8 +41,6 @@ const CTA_PROTO_DST_PORT: u16 = 3;
 const IPPROTO_TCP: u8 = 6;
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
-/// Bounds a kernel that stops answering; a dump of a small table takes microseconds.
-const RECV_TIMEOUT: Duration = Duration::from_secs(1);
 /// Datagrams a dump may send before its end (a bound on a misbehaving reply stream).
 const MAX_DUMP_DATAGRAMS: usize = 65_536;
 
@@ -70,14 +66,7 @@ pub(crate) fn original_source(
         IpAddr::V4(_) => AF_INET,
         IpAddr::V6(_) => AF_INET6,
     };
-    let mut socket = Socket::new(NETLINK_NETFILTER)?;
-    socket.bind_auto()?;
-    socket.connect(&NetlinkAddr::new(0, 0))?;
-    rustix::net::sockopt::set_socket_timeout(
-        &socket,
-        rustix::net::sockopt::Timeout::Recv,
-        Some(RECV_TIMEOUT),
-    )?;
+    let socket = crate::diag::kernel_socket(NETLINK_NETFILTER)?;
     socket.send(&dump_request(family, 1), 0)?;
     let mut buffer: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut found = None;

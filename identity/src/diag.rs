@@ -24,7 +24,8 @@ use netlink_sys::{Socket, SocketAddr as NetlinkAddr};
 
 /// `INET_DIAG_NOCOOKIE`: "any socket with this tuple", not one particular incarnation.
 const NO_COOKIE: [u8; 8] = [0xff; 8];
-/// The kernel answers an exact query before `send` returns; this only bounds a broken kernel.
+/// The kernel answers an exact query before `send` returns, and a dump of a small table in
+/// microseconds; this only bounds a kernel that stops answering.
 const RECV_TIMEOUT: Duration = Duration::from_secs(1);
 /// A reply is one `inet_diag_msg` (72 bytes + header) or one error; stale replies of a timed-out
 /// query are skipped, at most this many.
@@ -108,6 +109,21 @@ fn classify(request: &InetRequest, reply: &InetResponseHeader) -> Exact {
     }
 }
 
+/// A netlink socket of `protocol` talking to the kernel, in the calling thread's network
+/// namespace, whose reads give up after [`RECV_TIMEOUT`] (for `sock_diag` here, and the
+/// conntrack dump of `conntrack`).
+pub(crate) fn kernel_socket(protocol: isize) -> io::Result<Socket> {
+    let mut socket = Socket::new(protocol)?;
+    socket.bind_auto()?;
+    socket.connect(&NetlinkAddr::new(0, 0))?;
+    rustix::net::sockopt::set_socket_timeout(
+        &socket,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(RECV_TIMEOUT),
+    )?;
+    Ok(socket)
+}
+
 // === impl DiagSocket ===
 
 /// A NETLINK_SOCK_DIAG socket bound to the network namespace it was created in.
@@ -121,16 +137,8 @@ pub(crate) struct DiagSocket {
 impl DiagSocket {
     /// Opens a socket in the calling thread's network namespace.
     pub(crate) fn open() -> io::Result<Self> {
-        let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
-        socket.bind_auto()?;
-        socket.connect(&NetlinkAddr::new(0, 0))?;
-        rustix::net::sockopt::set_socket_timeout(
-            &socket,
-            rustix::net::sockopt::Timeout::Recv,
-            Some(RECV_TIMEOUT),
-        )?;
         Ok(Self {
-            socket,
+            socket: kernel_socket(NETLINK_SOCK_DIAG)?,
             sequence: 0,
             buffer: Vec::with_capacity(8192),
         })

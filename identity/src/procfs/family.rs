@@ -44,6 +44,8 @@ use crate::reads::Reads;
 #[derive(Debug)]
 struct Ancestor {
     kept: Arc<KeptFiles>,
+    /// The threads `ran` counts.
+    tids: Vec<u32>,
     ran: Counts,
     sockets: Vec<u64>,
 }
@@ -77,7 +79,12 @@ impl Snapshot {
             .into_iter()
             .map(|(kept, ran)| {
                 let sockets = kept.quiet().sockets(&ran)?;
-                Some(Ancestor { kept, ran, sockets })
+                Some(Ancestor {
+                    tids: ran.tids(),
+                    kept,
+                    ran,
+                    sockets,
+                })
             })
             .collect::<Option<Vec<_>>>()?;
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
@@ -124,11 +131,10 @@ impl Snapshot {
     pub(crate) fn unchanged_for(&self, inode: u64, reads: &mut Reads) -> bool {
         self.childless(reads)
             && self.ancestors.iter().all(|ancestor| {
-                reads.small(ancestor.ran.tids().len());
+                reads.small(ancestor.tids.len());
                 !reads.spent()
                     && !ancestor.sockets.contains(&inode)
-                    && thread_counts(&ancestor.kept, &ancestor.ran.tids()).as_ref()
-                        == Some(&ancestor.ran)
+                    && thread_counts(&ancestor.kept, &ancestor.tids).as_ref() == Some(&ancestor.ran)
             })
     }
 
